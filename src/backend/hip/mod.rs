@@ -1,0 +1,1 @@
+//! HIP backend. Filled in by the GPU work.

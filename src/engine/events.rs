@@ -1,0 +1,230 @@
+//! The typed boundary between the engine worker thread and its clients (the TUI, `run`, tests).
+//!
+//! Shaped like ds4.h's narrow engine/session API: commands go in, events come out, and nothing else
+//! crosses. Owns only the message types; the worker (`worker.rs`) gives them meaning. Must not
+//! reference terminal or widget types.
+
+use std::time::Duration;
+
+use crate::model::chat::{Conversation, ThinkMode};
+
+/// Sampling settings of one turn (spec §7.1 defaults).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// 0 (or below) means greedy argmax.
+    pub temperature: f32,
+    pub top_p: f32,
+    pub top_k: u32,
+    pub min_p: f32,
+    /// `None`: seeded from time and pid.
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.05,
+            seed: None,
+        }
+    }
+}
+
+/// Which backend executes the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BackendChoice {
+    /// HIP when a usable GPU is found, else CPU (with the reason reported).
+    #[default]
+    Auto,
+    Hip,
+    Cpu,
+}
+
+/// How GPU weights are placed (GPU backends only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WeightPlacement {
+    /// Copy to device memory when it fits, else map.
+    #[default]
+    Auto,
+    Copy,
+    Map,
+}
+
+/// Where the model comes from.
+#[derive(Clone, Debug)]
+pub enum ModelSource {
+    File(std::path::PathBuf),
+    /// A tiny model of the real architecture generated in memory (`--demo`), with this seed.
+    Demo {
+        seed: u64,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct LoadRequest {
+    pub source: ModelSource,
+    pub ctx: u32,
+    pub backend: BackendChoice,
+    pub weights: WeightPlacement,
+    /// Threads for CPU work (0 = all cores).
+    pub threads: usize,
+}
+
+/// One user turn to generate an answer for.
+#[derive(Clone, Debug)]
+pub struct TurnRequest {
+    /// The whole conversation so far, ending with the new user message.
+    pub conversation: Conversation,
+    pub think: ThinkMode,
+    pub sampling: SamplingParams,
+    /// Most tokens to generate (context room also limits it).
+    pub max_tokens: u32,
+}
+
+/// Commands into the worker.
+#[derive(Clone, Debug)]
+pub enum Command {
+    Load(LoadRequest),
+    Submit(TurnRequest),
+    /// Stop the prefill or generation in flight; honoured between two tokens or prefill chunks.
+    Cancel,
+    /// Forget the session (next turn prefills from scratch).
+    Reset,
+    /// Keep only the first `keep_tokens` tokens of the live session (after /edit or /retry).
+    Rewind {
+        keep_tokens: u32,
+    },
+    /// Change sampling defaults for later turns.
+    SetSampling(SamplingParams),
+    Shutdown,
+}
+
+/// What a weight warm-up is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WarmupPhase {
+    /// Faulting in the file mapping (CPU, or zero-copy GPU).
+    PageIn,
+    /// Streaming into device memory.
+    CopyToDevice,
+}
+
+/// Why a turn ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// End-of-sentence token sampled.
+    Eos,
+    /// `max_tokens` reached.
+    Length,
+    /// Context full.
+    ContextFull,
+    Cancelled,
+}
+
+/// Which stream a text delta belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextKind {
+    Reasoning,
+    Answer,
+}
+
+/// Resident bytes of the model mapping, split by weight group (mincore sample).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Residency {
+    pub total_bytes: u64,
+    pub resident_bytes: u64,
+    pub routed_experts: (u64, u64),
+    pub dense: (u64, u64),
+    pub embed_head: (u64, u64),
+    /// Bytes of weights held in device memory (GPU copy mode).
+    pub device_bytes: u64,
+    /// How long the probe took.
+    pub probe_time: Duration,
+}
+
+/// Static facts about the loaded model and backend.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelInfo {
+    pub name: String,
+    pub file_bytes: u64,
+    pub n_layer: u32,
+    pub n_vocab: u32,
+    pub ctx: u32,
+    pub backend: String,
+    pub device: String,
+    /// Why the engine fell back to CPU, if it did.
+    pub fallback_reason: Option<String>,
+    pub kv_bytes: u64,
+    pub scratch_bytes: u64,
+    pub weight_bytes_per_token: u64,
+    /// True for the generated demo model: its answers are random text.
+    pub is_demo: bool,
+    /// The think mode actually used when the request asked for one the context cannot hold.
+    pub think_max_available: bool,
+}
+
+/// Device memory figures when the backend knows them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DeviceMemory {
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// Events out of the worker, in order.
+#[derive(Clone, Debug)]
+pub enum Event {
+    LoadStarted {
+        what: String,
+    },
+    Loaded(ModelInfo),
+    WarmupProgress {
+        phase: WarmupPhase,
+        done_bytes: u64,
+        total_bytes: u64,
+        elapsed: Duration,
+    },
+    WarmupDone {
+        total_bytes: u64,
+        elapsed: Duration,
+    },
+    Residency(Residency),
+    DeviceMemory(DeviceMemory),
+    /// A turn was accepted; `think` is the mode actually used (max may drop to high, spec §6.1).
+    TurnStarted {
+        prompt_tokens: u32,
+        reused_tokens: u32,
+        think: ThinkMode,
+        note: Option<String>,
+    },
+    PrefillProgress {
+        done: u32,
+        total: u32,
+        elapsed: Duration,
+    },
+    PrefillDone {
+        tokens: u32,
+        elapsed: Duration,
+    },
+    /// Text of one or more sampled tokens, always whole UTF-8.
+    Text {
+        kind: TextKind,
+        text: String,
+    },
+    /// One decoded token's timing.
+    TokenTiming {
+        step: u32,
+        elapsed: Duration,
+    },
+    TurnFinished {
+        reason: FinishReason,
+        generated: u32,
+        context_used: u32,
+    },
+    /// A failure, as a value. `fatal` means the model is unusable (load failed, worker died).
+    Error {
+        message: String,
+        fatal: bool,
+    },
+    ShutdownComplete,
+}

@@ -1,0 +1,6 @@
+//! The inference engine above the backends: sessions, sampling, the worker thread and its metrics.
+//!
+//! Owns the session lifecycle and the message boundary to clients. Must not draw anything (`tui::`)
+//! and must not contain kernels (`backend::`).
+
+pub mod events;

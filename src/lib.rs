@@ -1,0 +1,13 @@
+//! ds4-chat: a terminal chat application with an in-process inference engine for DeepSeek V4 Flash.
+//!
+//! Layers, bottom up: `gguf` (file format) → `model` (hyperparameters, weights, tokenizer, chat) →
+//! `backend` (CPU reference, HIP) → `engine` (session, sampler, worker, metrics) → `tui`.
+//! `cli` wires the subcommands; `genmodel` writes synthetic ds4-layout files for tests and `--demo`.
+
+pub mod backend;
+pub mod cli;
+pub mod engine;
+pub mod genmodel;
+pub mod gguf;
+pub mod model;
+pub mod tui;

@@ -1,0 +1,14 @@
+//! The DeepSeek V4 Flash model description: hyperparameters, tensor layout and binding, tokenizer,
+//! chat rendering and streaming detokenization.
+//!
+//! Owns what the model *is*; must not execute it (that is `backend::` and `engine::`).
+
+pub mod chat;
+pub mod detok;
+pub mod hparams;
+pub mod layout;
+pub mod tokenizer;
+pub mod weights;
+
+pub use hparams::HParams;
+pub use weights::Model;

@@ -1,0 +1,1 @@
+//! Tokenizer built from GGUF metadata (spec §5). Filled in by the tokenizer work.

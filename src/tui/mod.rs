@@ -1,0 +1,1 @@
+//! The terminal UI. Filled in by the TUI work.
