@@ -1,8 +1,83 @@
 //! Compute backends: the CPU reference (always built) and HIP (feature `hip`).
 //!
-//! Owns the execution of the forward pass on a device. Must not know about chat, tokens-as-text or
-//! the UI.
+//! Owns the execution of the forward pass on a device behind one narrow trait, shaped like ds4.h's
+//! engine/session boundary. Must not know about chat, text or the UI; token ids in, logits out.
 
 pub mod cpu;
 #[cfg(feature = "hip")]
 pub mod hip;
+
+use std::fmt;
+
+/// Failure of a backend operation, as a value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EngineError {
+    /// The prompt or generation does not fit the context (spec pitfall 23).
+    ContextFull { needed: usize, ctx: usize },
+    /// A progress callback asked to stop; the state is consistent up to `done` tokens.
+    Cancelled { done: usize },
+    /// A checkpoint that does not belong to this model/context.
+    BadCheckpoint(String),
+    /// Device or runtime failure.
+    Device(String),
+    Other(String),
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::ContextFull { needed, ctx } => {
+                write!(f, "context full: {needed} tokens needed, context is {ctx} (raise --ctx)")
+            }
+            EngineError::Cancelled { done } => write!(f, "cancelled after {done} tokens"),
+            EngineError::BadCheckpoint(m) => write!(f, "bad checkpoint: {m}"),
+            EngineError::Device(m) => write!(f, "device error: {m}"),
+            EngineError::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+/// Memory a backend holds for a session.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MemoryReport {
+    /// KV cache, compressed rows and compressor/indexer state.
+    pub kv_bytes: u64,
+    /// Activations and other scratch.
+    pub scratch_bytes: u64,
+    /// Weights resident in device memory (0 for CPU / zero-copy).
+    pub device_weight_bytes: u64,
+    /// Device memory used/total when known.
+    pub device_used: Option<u64>,
+    pub device_total: Option<u64>,
+}
+
+/// Progress callback for long evaluations: `(done, total)` tokens; return `false` to stop at the next
+/// chunk/token boundary (the backend then returns `EngineError::Cancelled`).
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize) -> bool;
+
+/// One model executing on one device with one live cache (a session's state).
+pub trait Backend: Send {
+    /// "cpu" or "hip".
+    fn name(&self) -> &'static str;
+    /// Human-readable device name.
+    fn device_name(&self) -> String;
+    /// Context size the cache was made for.
+    fn ctx(&self) -> usize;
+    /// Tokens currently in the cache.
+    fn n_past(&self) -> usize;
+    /// Evaluate `tokens` at positions `n_past()..`, batched (prefill) when more than one; afterwards
+    /// `logits()` holds the next-token logits after the last token. Cancel is honoured between
+    /// chunks/tokens and leaves the cache consistent at the returned `done`.
+    fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), EngineError>;
+    /// Next-token logits after the last evaluated token (length n_vocab).
+    fn logits(&self) -> &[f32];
+    /// Drop the whole cache.
+    fn reset(&mut self);
+    /// Serialize the cache and logits (spec §4.3).
+    fn save_state(&self) -> Vec<u8>;
+    /// Restore a state made by `save_state` of the same model and context.
+    fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError>;
+    fn memory(&self) -> MemoryReport;
+}
