@@ -13,9 +13,14 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq)]
 pub enum EngineError {
     /// The prompt or generation does not fit the context (spec pitfall 23).
-    ContextFull { needed: usize, ctx: usize },
+    ContextFull {
+        needed: usize,
+        ctx: usize,
+    },
     /// A progress callback asked to stop; the state is consistent up to `done` tokens.
-    Cancelled { done: usize },
+    Cancelled {
+        done: usize,
+    },
     /// A checkpoint that does not belong to this model/context.
     BadCheckpoint(String),
     /// Device or runtime failure.
@@ -27,7 +32,10 @@ impl fmt::Display for EngineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EngineError::ContextFull { needed, ctx } => {
-                write!(f, "context full: {needed} tokens needed, context is {ctx} (raise --ctx)")
+                write!(
+                    f,
+                    "context full: {needed} tokens needed, context is {ctx} (raise --ctx)"
+                )
             }
             EngineError::Cancelled { done } => write!(f, "cancelled after {done} tokens"),
             EngineError::BadCheckpoint(m) => write!(f, "bad checkpoint: {m}"),

@@ -5,6 +5,8 @@
 
 pub mod dequant;
 pub mod error;
+pub mod half;
+pub mod iq2_tables;
 pub mod reader;
 pub mod types;
 pub mod writer;
