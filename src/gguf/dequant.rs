@@ -128,7 +128,7 @@ pub fn dequantize_into(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(),
     }
     let n = out.len() as u64;
     let be = ty.block_elems();
-    if n % be != 0 {
+    if !n.is_multiple_of(be) {
         return Err(GgufError::msg(format!(
             "cannot dequantize {n} {ty} elements: not a whole number of {be}-element blocks"
         )));
@@ -189,7 +189,7 @@ pub fn dequantize_tensor(file: &GgufFile, t: &TensorInfo) -> Result<Vec<f32>, Gg
 /// Decode row `row` of a 2-D (or expert-sliced) tensor whose rows are `n_in` elements long.
 pub fn dequantize_row(ty: GgmlType, data: &[u8], n_in: usize, row: usize) -> Result<Vec<f32>, GgufError> {
     let rb = ty.bytes_for(n_in as u64).unwrap_or(u64::MAX) as usize;
-    let start = row.checked_mul(rb).unwrap_or(usize::MAX);
+    let start = row.saturating_mul(rb);
     let Some(bytes) = data.get(start..start.saturating_add(rb)) else {
         return Err(GgufError::msg(format!(
             "row {row} of {n_in} {ty} elements lies past the {} bytes given",
