@@ -73,6 +73,10 @@ fn hello_example_gives_official_ids() {
 
 #[test]
 fn specials_resolve_by_string() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Tokenizer>(); // the worker thread and the UI share one
+    assert_eq!(common::gguf_tokenizer().token_id("<think>"), Some(128821));
+    assert_eq!(common::gguf_tokenizer().token_id("no such token"), None);
     let s = *common::gguf_tokenizer().specials();
     // Ids of the official tokenizer.json added_tokens.
     assert_eq!((s.bos, s.eos, s.user, s.assistant), (0, 1, 128803, 128804));
