@@ -190,3 +190,33 @@ fn build_from_gguf_is_fast_and_rejects_bad_metadata() {
     let err = Tokenizer::from_gguf(&g).unwrap_err().to_string();
     assert!(err.contains("tokenizer.ggml.tokens"), "{err}");
 }
+
+#[test]
+fn token_bytes_and_json_text_match_ds4_logprob_dumps() {
+    // Every token ds4's CLI printed in the case A --dump-logprobs files, with ds4's own bytes and text.
+    let s = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/ds4_token_bytes.json"
+    ))
+    .unwrap();
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&s).unwrap();
+    assert!(entries.len() > 1000);
+    let tok = common::gguf_tokenizer();
+    let mut partial = 0;
+    for e in &entries {
+        let id = e["id"].as_u64().unwrap() as u32;
+        let hex = e["bytes"].as_str().unwrap();
+        let want: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(tok.token_bytes(id), want, "token {id}");
+        assert_eq!(
+            ds4_chat::cli::tokenize::json_token_text(&want),
+            e["text"].as_str().unwrap(),
+            "token {id}"
+        );
+        partial += usize::from(std::str::from_utf8(&want).is_err());
+    }
+    assert!(partial > 0, "no partial-UTF-8 token exercised");
+}
