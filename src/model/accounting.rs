@@ -227,16 +227,12 @@ mod tests {
         let q4 = flash(ExpertTypes::Q4);
         let gb = |b: u64| b as f64 / 1e9;
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-        assert!(
-            (gb(q2.per_token.total()) - 9.56).abs() <= 0.005,
-            "{}",
-            gb(q2.per_token.total())
-        );
-        assert!(
-            (gb(q4.per_token.total()) - 11.38).abs() <= 0.005,
-            "{}",
-            gb(q4.per_token.total())
-        );
+        // The spec's table leaves out RMSNorm weights and sinks (≈1.8 MB); compare without them and
+        // check they are that small.
+        let spec_rows = |a: &Accounting| gb(a.per_token.total() - a.per_token.norms_and_sinks);
+        assert!((spec_rows(&q2) - 9.56).abs() <= 0.005, "{}", spec_rows(&q2));
+        assert!((spec_rows(&q4) - 11.38).abs() <= 0.005, "{}", spec_rows(&q4));
+        assert!(q2.per_token.norms_and_sinks < 2_000_000);
         let p = &q2.per_token;
         assert!((mib(p.routed_experts) - 1741.0).abs() <= 0.5);
         assert!((mib(q4.per_token.routed_experts) - 3483.0).abs() <= 0.5);
