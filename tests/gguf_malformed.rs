@@ -4,7 +4,8 @@
 //!
 //! Cases are derived from a valid "micro" model (genmodel, ~370 KB, binds) by re-laying it out with
 //! changed metadata or tensors (`GgufLayout`), or by patching bytes at offsets found in its header.
-//! With DS4_WRITE_FUZZ_SEEDS=DIR set, `write_fuzz_seeds` writes the small seed corpus for fuzz/.
+//! With DS4_WRITE_FUZZ_SEEDS=DIR set, `write_fuzz_seeds` writes the seed corpus for fuzz/ (no .gguf
+//! extension: *.gguf is git-ignored).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -522,15 +523,11 @@ fn write_fuzz_seeds() {
             },
         ],
     );
-    std::fs::write(dir.join("micro_metadata_small_tensors.gguf"), &small).unwrap();
-    std::fs::write(dir.join("micro_valid.gguf"), &base().bytes).unwrap();
+    std::fs::write(dir.join("micro_metadata_small_tensors"), &small).unwrap();
+    std::fs::write(dir.join("micro_valid"), &base().bytes).unwrap();
     for (name, bytes, _) in cases() {
         if bytes.len() <= 16 * 1024 {
-            std::fs::write(
-                dir.join(format!("{}.gguf", name.replace([' ', '^', '=', '!'], "_"))),
-                bytes,
-            )
-            .unwrap();
+            std::fs::write(dir.join(name.replace([' ', '^', '=', '!', '(', ')'], "_")), bytes).unwrap();
         }
     }
     // Metadata-level cases rebuilt on the small variant keep the seeds small.
@@ -564,6 +561,6 @@ fn write_fuzz_seeds() {
         ),
     ];
     for (name, bytes) in seeds {
-        std::fs::write(dir.join(format!("{name}.gguf")), bytes).unwrap();
+        std::fs::write(dir.join(name), bytes).unwrap();
     }
 }
