@@ -204,3 +204,83 @@ fn context_limit_and_bad_checkpoints_are_errors() {
     other.reset();
     assert_eq!(other.n_past(), 0);
 }
+
+/// Session: prefix reuse, checkpoint restore after an edit, rewind; every state compared bit-for-bit
+/// with a fresh backend that evaluated the same tokens (the engine is deterministic).
+#[test]
+fn session_reuses_prefixes_and_restores_checkpoints() {
+    use ds4_chat::engine::session::{Session, SyncReport};
+    let Some(model) = common::model() else {
+        eprintln!("SKIP: case-A model unavailable");
+        return;
+    };
+    let ctx = 256;
+    let v = model.hp.n_vocab;
+    let fresh = |toks: &[u32]| -> Vec<f32> {
+        let mut b = CpuBackend::new(model.clone(), ctx, 0).unwrap();
+        b.eval(toks, &mut |_, _| true).unwrap();
+        b.logits().to_vec()
+    };
+    let mut s = Session::new(Box::new(CpuBackend::new(model.clone(), ctx, 0).unwrap()), 3);
+    let p1 = ids(40, 1, v);
+    let r = s.sync(&p1, &mut |_, _| true).unwrap();
+    assert_eq!(
+        r,
+        SyncReport {
+            reused: 0,
+            evaluated: 40,
+            restored: false
+        }
+    );
+    assert_eq!(s.logits(), fresh(&p1).as_slice());
+
+    // Generation, then the next turn extends prompt + reply: only the new suffix is evaluated.
+    let reply = ids(3, 2, v);
+    for &t in &reply {
+        s.decode(t).unwrap();
+    }
+    let p2: Vec<u32> = p1.iter().chain(&reply).chain(&ids(10, 3, v)).copied().collect();
+    let r = s.sync(&p2, &mut |_, _| true).unwrap();
+    assert_eq!(
+        r,
+        SyncReport {
+            reused: 43,
+            evaluated: 10,
+            restored: false
+        }
+    );
+    assert_eq!(s.tokens(), p2.as_slice());
+    assert_eq!(s.logits(), fresh(&p2).as_slice());
+
+    // An edited turn: live tokens are not a prefix, the checkpoint at the end of p1 is.
+    let p3: Vec<u32> = p1.iter().chain(&ids(5, 4, v)).copied().collect();
+    let r = s.sync(&p3, &mut |_, _| true).unwrap();
+    assert_eq!(
+        r,
+        SyncReport {
+            reused: 40,
+            evaluated: 5,
+            restored: true
+        }
+    );
+    assert_eq!(s.logits(), fresh(&p3).as_slice());
+
+    // Rewind below every checkpoint: rebuilt from scratch.
+    s.rewind(20, &mut |_, _| true).unwrap();
+    assert_eq!(s.tokens(), &p1[..20]);
+    assert_eq!(s.logits(), fresh(&p1[..20]).as_slice());
+    // Rewind onto a checkpoint boundary after re-extending: restored without evaluation.
+    s.sync(&p2, &mut |_, _| true).unwrap();
+    s.rewind(40, &mut |_, _| true).unwrap();
+    assert_eq!(s.logits(), fresh(&p1).as_slice());
+
+    // Cancelled sync: tokens() says what the cache holds.
+    let long = ids(200, 5, v);
+    let err = s.sync(&long, &mut |_, _| false).unwrap_err();
+    assert_eq!(err, EngineError::Cancelled { done: 128 });
+    assert_eq!(s.tokens(), &long[..128]);
+    assert!(matches!(
+        s.sync(&ids(ctx, 6, v), &mut |_, _| true),
+        Err(EngineError::ContextFull { .. })
+    ));
+}
