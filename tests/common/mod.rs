@@ -9,7 +9,6 @@ use ds4_chat::gguf::{GgufFile, MetaValue};
 use ds4_chat::model::tokenizer::{Tokenizer, VocabTables};
 use ds4_chat::model::weights::Model;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::sync::{Arc, OnceLock};
 
 /// GGUF v3 bytes with `general.architecture` and the tokenizer tables, no tensors.
