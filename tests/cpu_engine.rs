@@ -180,7 +180,7 @@ fn context_limit_and_bad_checkpoints_are_errors() {
     ));
     b.eval(&toks[..15], &mut |_, _| true).unwrap();
     assert!(matches!(
-        b.eval(&toks[..1], &mut |_, _| true),
+        b.eval(&toks[..2], &mut |_, _| true),
         Err(EngineError::ContextFull { .. })
     ));
 
