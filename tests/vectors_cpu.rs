@@ -214,16 +214,15 @@ fn case_a_chat_nothink() {
     run_prompt("chat_nothink");
 }
 
-/// Known deviation: every criterion passes (prefill_last rms 0.036 / KL 0.0007, decode next-token
-/// |Δlogprob| mean 0.034 / max 0.28–0.33, top-20 max 0.38) except the argmax at position 363, where
-/// ds4's margin12 is 0.332 and ours prefers its runner-up. The flip survives changing our float
-/// summation orders while positions nearby move by up to 0.3, which points at a discrete event (an
-/// FP4 rounding or indexer top-k tie, scores there are often exactly 0) on one side. The tiny
-/// random model is chaotic at this level: regrouping the 4-stream HC sums as FMAs (as gcc compiles
-/// ds4's loops in isolation, equally valid) makes this prompt pass and moves a failure to ids_long
-/// (next-token max 0.53). Run with `--ignored` to see the figures.
+/// Known deviation. Measured (this build): prefill_last rms 0.035 / KL 0.0006; decode next-token
+/// |Δlogprob| mean 0.037 / max 0.44 — all within tolerance — but the argmax at position 363 differs
+/// (ds4 margin12 0.332) and the top-20 |Δlogprob| max is 0.56 (> 0.50). The tiny random model is
+/// chaotic at this level: equally valid float groupings of our sums (e.g. the 4-stream HC sums as
+/// FMAs) move these failures between chat_long and ids_long (next-token max 0.53) while the means stay
+/// at ds4's own noise level (0.02–0.035); many indexer scores here are exactly 0, so one FP4 rounding
+/// or top-k tie on either side changes which compressed rows are attended. Run with `--ignored`.
 #[test]
-#[ignore = "one argmax flip at position 363 (ds4 margin12 0.332); see the comment"]
+#[ignore = "argmax flip at position 363 (ds4 margin12 0.332) and top-20 max 0.56; see the comment"]
 fn case_a_chat_long() {
     run_prompt("chat_long");
 }
