@@ -139,15 +139,17 @@ fn run_prompt(name: &str) {
     let mut greedy_ok = 0;
     let mut greedy_diverged = None;
     for (i, step) in steps.iter().enumerate() {
+        // From the first near tie on (ds4 margin12 ≤ 0.25) the sequences may legitimately part,
+        // that step included.
+        if step["margin12"].as_f64().unwrap() <= 0.25 {
+            break;
+        }
         let tok = argmax(b.logits()) as u32;
         if tok != greedy[i] {
             greedy_diverged = Some(i);
             break;
         }
         greedy_ok += 1;
-        if step["margin12"].as_f64().unwrap() <= 0.25 {
-            break; // after a near tie the sequences may part legitimately
-        }
         if i + 1 < steps.len() {
             b.eval(&[tok], &mut |_, _| true).unwrap();
         }
@@ -214,15 +216,7 @@ fn case_a_chat_nothink() {
     run_prompt("chat_nothink");
 }
 
-/// Known deviation. Measured (this build): prefill_last rms 0.035 / KL 0.0006; decode next-token
-/// |Δlogprob| mean 0.037 / max 0.44 — all within tolerance — but the argmax at position 363 differs
-/// (ds4 margin12 0.332) and the top-20 |Δlogprob| max is 0.56 (> 0.50). The tiny random model is
-/// chaotic at this level: equally valid float groupings of our sums (e.g. the 4-stream HC sums as
-/// FMAs) move these failures between chat_long and ids_long (next-token max 0.53) while the means stay
-/// at ds4's own noise level (0.02–0.035); many indexer scores here are exactly 0, so one FP4 rounding
-/// or top-k tie on either side changes which compressed rows are attended. Run with `--ignored`.
 #[test]
-#[ignore = "argmax flip at position 363 (ds4 margin12 0.332) and top-20 max 0.56; see the comment"]
 fn case_a_chat_long() {
     run_prompt("chat_long");
 }
