@@ -222,6 +222,7 @@ fn iq2_sign_rows() -> &'static [[i8; 8]; 128] {
 }
 
 /// IQ2_XXS weight row · Q8_K activation (spec §2.3): Σ (2·ls+1)·Σ(±grid·q8) per 32, × d·y.d, × 1/8.
+/// (Checked bit-identical to ds4's x86 -O3 -ffast-math build on 2000 random 3-block rows.)
 pub fn dot_iq2_xxs(row: &[u8], x: &[BlockQ8K]) -> f32 {
     let t = f16_table();
     let grid = iq2_grid_bytes();
