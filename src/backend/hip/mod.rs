@@ -5,6 +5,8 @@
 //!   `Function` / `KernelArgs`, stream capture into `Graph` / `GraphExec`, `HostRegistration`,
 //!   `PinnedBuffer`. `HipContext::new()` failing gives the one-line reason shown when the engine
 //!   falls back to the CPU backend.
+//! * `kernels` — the kernels' C ABI: names, parameter lists, typed launch builders, embedded code
+//!   objects (kernels/*.hip; owned by the kernel work).
 //! * `checks` — the GPU selftest (runtime smoke checks; kernels against the CPU reference).
 //!
 //! Kernel images: AMD code objects are embedded by build.rs; on the NVIDIA test shim
@@ -13,6 +15,7 @@
 
 pub mod checks;
 pub mod ffi;
+pub mod kernels;
 pub mod runtime;
 
 pub use runtime::{
