@@ -231,6 +231,32 @@ impl Launch {
     }
 }
 
+/// Bridge to the runtime (`runtime.rs`): the launch shape and the arguments in its types, so a
+/// launch runs as `module.function(l.kernel.name)?.launch(&stream, l.dims(), &mut l.kernel_args())`.
+#[cfg(feature = "hip")]
+impl Launch {
+    pub fn dims(&self) -> super::runtime::LaunchDims {
+        super::runtime::LaunchDims {
+            grid: self.grid,
+            block: self.block,
+            shared_bytes: self.shared_bytes,
+        }
+    }
+
+    pub fn kernel_args(&self) -> super::runtime::KernelArgs {
+        let mut a = super::runtime::KernelArgs::new();
+        for arg in &self.args {
+            match *arg {
+                Arg::Ptr(p) => a.push(super::runtime::DevicePtr(p)),
+                Arg::U32(v) => a.push(v),
+                Arg::U64(v) => a.push(v),
+                Arg::F32(v) => a.push(v),
+            };
+        }
+        a
+    }
+}
+
 /// Argument values in 8-byte little-endian slots, one per argument.
 pub struct PackedArgs {
     slots: Vec<u64>,
