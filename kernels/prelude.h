@@ -28,7 +28,10 @@ typedef int8_t i8;
 // ---------------------------------------------------------------------------------------------
 // Wave size
 // ---------------------------------------------------------------------------------------------
-#if defined(__HIP_PLATFORM_NVIDIA__) || defined(__CUDACC__)
+#if defined(DS4_EMU)
+// CPU emulation for tests (kernels/emu): the emulated wave size is a build parameter.
+#define DS4_WARP DS4_EMU_WARP
+#elif defined(__HIP_PLATFORM_NVIDIA__) || defined(__CUDACC__)
 #define DS4_NVIDIA 1
 #define DS4_WARP 32
 #elif defined(__AMDGCN_WAVEFRONT_SIZE)
@@ -78,7 +81,9 @@ DS4_DEV float group32_max(float v) {
 
 // Orders shared-memory writes of a warp before reads by other lanes of the same warp.
 DS4_DEV void ds4_sync_warp() {
-#if defined(DS4_NVIDIA)
+#if defined(DS4_EMU)
+    ds4emu_warp_sync();
+#elif defined(DS4_NVIDIA)
     __syncwarp();
 #else
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");

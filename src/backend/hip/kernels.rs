@@ -1313,6 +1313,10 @@ pub fn embedded_targets() -> Vec<&'static str> {
 }
 
 #[cfg(test)]
+#[path = "kernels_emu_tests.rs"]
+mod emu_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::path::Path;
