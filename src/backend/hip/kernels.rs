@@ -1312,7 +1312,8 @@ pub fn embedded_targets() -> Vec<&'static str> {
     EMBEDDED_CODE_OBJECTS.iter().map(|(t, _)| *t).collect()
 }
 
-#[cfg(test)]
+// The emulator tests run once per CI pass: in the default (CPU) build only.
+#[cfg(all(test, not(feature = "hip")))]
 #[path = "kernels_emu_tests.rs"]
 mod emu_tests;
 
