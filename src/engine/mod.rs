@@ -4,3 +4,4 @@
 //! and must not contain kernels (`backend::`).
 
 pub mod events;
+pub mod session;
