@@ -65,9 +65,10 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rms_norm_quant(float* out, 
         if (live && out) out[(u64)row * n + i] = v;
 
         if (q0_q) {
+            // d = amax/127 and 1/d evaluated as amax * (1/127) and 127/amax (DS4_RCP127).
             const float amax = group32_max(fabsf(v));
-            const float d = amax / 127.0f;
-            const float id = d != 0.0f ? 1.0f / d : 0.0f;
+            const float d = amax * DS4_RCP127;
+            const float id = d != 0.0f ? 127.0f / amax : 0.0f;
             if (live) {
                 int q = round_even_i(v * id);
                 q = q < -128 ? -128 : (q > 127 ? 127 : q);
@@ -113,7 +114,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rms_norm_quant(float* out, 
                 const float iscale = -127.0f / m;
                 q = round_even_i(iscale * v);
                 q = q < -128 ? -128 : (q > 127 ? 127 : q);
-                d = 1.0f / iscale;
+                d = m * -DS4_RCP127;  // = 1/iscale, as the reference evaluates it
             }
             // 16-element sums (aligned groups of 16 lanes).
             int s = q;

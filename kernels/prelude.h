@@ -178,5 +178,12 @@ DS4_DEV u32 load_u32_2a(const u8* p) {
     return (u32)q[0] | ((u32)q[1] << 16);
 }
 
+// Reciprocals as ds4's -ffast-math build evaluates its divisions by constants (x/127 becomes
+// x * (float)(1/127), etc.); the CPU reference (src/backend/cpu/quant.rs, ops.rs) does the same, so
+// activation codes and FP8/FP4 block scales land on the same side of every rounding boundary.
+#define DS4_RCP127 ((float)(1.0 / 127.0))
+#define DS4_RCP448 ((float)(1.0 / 448.0))
+#define DS4_RCP6 ((float)(1.0 / 6.0))
+
 // The "negative infinity" sentinel of the model (spec §0.2, DS4_NEG_INF): a finite float.
 #define DS4_NEG_INF (-1.0e30f)
