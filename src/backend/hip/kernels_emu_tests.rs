@@ -1261,7 +1261,7 @@ fn router_hash_and_biased_top_k() {
                     moe::top_k_desc(&score, n_used, &mut idx);
                     idx
                 };
-                let inv = 1.0 / chosen.iter().map(|&c| probs[c]).sum::<f32>().max(6.103515625e-5);
+                let inv = 1.0 / chosen.iter().map(|&c| probs[c]).sum::<f32>().max(2f32.powi(-14)); // floor 6.103515625e-5
                 let want_w: Vec<f32> = chosen.iter().map(|&c| probs[c] * 1.5 * inv).collect();
                 let got: Vec<usize> = sel[t * n_used..(t + 1) * n_used].iter().map(|&s| s as usize).collect();
                 assert_eq!(got, chosen, "router hash={hash} token {t}");
