@@ -1,5 +1,6 @@
 // Mixture of experts: router and routed experts (spec §3.9). Expert ids and weights stay in device
 // buffers (sel / selw) so a decode step needs no host synchronisation between router and experts.
+#pragma once
 #include "formats.h"
 
 #define DS4_MOE_ROWS 8  // output rows per block

@@ -1,6 +1,7 @@
 // Per-row post-processing shared by attention q/kv, compressed rows and the indexer (spec §3.4-§3.8):
 // RMSNorm, partial RoPE on the tail (interleaved pairs, YaRN blend), the E4M3 round trip on the
 // non-rope dims, Hadamard-128 + E2M1 (FP4) round trip, f16 rounding and the raw-ring store.
+#pragma once
 #include "formats.h"
 
 #define DS4_ROW_NORM 1u         // RMSNorm (eps), times w when w != null

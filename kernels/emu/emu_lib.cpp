@@ -150,7 +150,7 @@ const std::vector<Entry>& registry() {
         K(ds4_matvec_f16), K(ds4_matvec_f16_pair), K(ds4_router), K(ds4_moe_gate_up_iq2_xxs),
         K(ds4_moe_down_iq2_xxs), K(ds4_moe_gate_up_q2_k), K(ds4_moe_down_q2_k), K(ds4_moe_gate_up_q4_k),
         K(ds4_moe_down_q4_k), K(ds4_matvec_iq2_xxs), K(ds4_matvec_q2_k), K(ds4_matvec_q4_k), K(ds4_hc_mix_partial),
-        K(ds4_hc_pre_finish), K(ds4_hc_head_finish), K(ds4_hc_post), K(ds4_rows_finish), K(ds4_attention),
+        K(ds4_hc_pre_finish), K(ds4_hc_pre_fused), K(ds4_hc_head_finish), K(ds4_hc_post), K(ds4_rows_finish), K(ds4_attention),
         K(ds4_attention_combine), K(ds4_compressor_pool), K(ds4_indexer_scores), K(ds4_indexer_topk),
         K(ds4_argmax), K(ds4_sample_min_p), K(ds4_gemm_q8_0), K(ds4_gemm_q8_0_swiglu), K(ds4_moe_group),
         K(ds4_moe_gemm_gate_up_iq2_xxs), K(ds4_moe_gemm_gate_up_q2_k), K(ds4_moe_gemm_gate_up_q4_k),

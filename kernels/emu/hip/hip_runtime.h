@@ -64,6 +64,7 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {
     *p = o + v;
     return o;
 }
+inline void __threadfence() {}
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline unsigned __float_as_uint(float f) {
     unsigned u;

@@ -730,6 +730,73 @@ fn hyper_connection_pre_post_and_head() {
                 &vec![8.0; n_embd],
             );
         }
+        // The fused launch: same split, and xn / Q8_0 / Q8_K of RMSNorm(x) * norm_w, identical to
+        // the unfused kernels (same code, same order), so compared exactly.
+        let norm_w = rng.vec(n_embd, 1.0);
+        let mut counter = vec![0u32; n_tok];
+        let mut split2 = vec![0f32; n_tok * n_mix];
+        let mut xn = vec![0f32; n_tok * n_embd];
+        let mut q0 = vec![0i8; n_tok * n_embd];
+        let mut d0 = vec![0f32; n_tok * n_embd / 32];
+        let mut qk = vec![0i8; n_tok * n_embd];
+        let mut dk = vec![0f32; n_tok * n_embd / 256];
+        let mut bk = vec![0i16; n_tok * n_embd / 16];
+        let o = QuantOut {
+            out: pm(&mut xn),
+            q8_0_q: pm(&mut q0),
+            q8_0_d: pm(&mut d0),
+            q8_k_q: pm(&mut qk),
+            q8_k_d: pm(&mut dk),
+            q8_k_bs: pm(&mut bk),
+        };
+        let eps = HcEps {
+            rms: 1e-6,
+            hc: 1e-6,
+            norm: 1e-6,
+        };
+        for _replay in 0..2 {
+            e.run(&hc_pre_fused(
+                pm(&mut split2),
+                o,
+                pm(&mut part),
+                pm(&mut counter),
+                p(&hcs),
+                p(&fnw),
+                p(&scale),
+                p(&base),
+                p(&norm_w),
+                n_embd as u32,
+                n_hc as u32,
+                n_split,
+                20,
+                eps,
+                n_tok as u32,
+            ));
+            assert_eq!(counter, vec![0u32; n_tok], "the last block resets the counters");
+            assert_eq!(split2, split, "fused split");
+            let mut xn_ref = vec![0f32; n_tok * n_embd];
+            let mut q0r = vec![0i8; n_tok * n_embd];
+            let mut d0r = vec![0f32; n_tok * n_embd / 32];
+            let mut qkr = vec![0i8; n_tok * n_embd];
+            let mut dkr = vec![0f32; n_tok * n_embd / 256];
+            let mut bkr = vec![0i16; n_tok * n_embd / 16];
+            let or = QuantOut {
+                out: pm(&mut xn_ref),
+                q8_0_q: pm(&mut q0r),
+                q8_0_d: pm(&mut d0r),
+                q8_k_q: pm(&mut qkr),
+                q8_k_d: pm(&mut dkr),
+                q8_k_bs: pm(&mut bkr),
+            };
+            let (ne, nt) = (n_embd as u32, n_tok as u32);
+            e.run(&rms_norm_quant(or, p(&x_out), p(&norm_w), ne, ne, nt, NQ_NORM, 1e-6));
+            assert_eq!(xn, xn_ref, "fused xn");
+            assert_eq!(
+                (&q0, &d0, &qk, &dk, &bk),
+                (&q0r, &d0r, &qkr, &dkr, &bkr),
+                "fused quantizations"
+            );
+        }
         // Post, in place, with y + y2.
         let y = rng.vec(n_embd * n_tok, 1.0);
         let y2 = rng.vec(n_embd * n_tok, 1.0);
