@@ -169,6 +169,23 @@ DS4_DEV float warp_dot_row_k(const u8* wrow, const i8* xq, const float* xd, cons
     return warp_sum(acc);
 }
 
+// Two rows of the same format against one Q8_K activation row (routed gate and up): each
+// activation chunk is loaded once for both rows, and the two weight streams are in flight together.
+template <int T>
+DS4_DEV void warp_dot_rows2_k(const u8* wa, const u8* wb, const i8* xq, const float* xd, const i16* xbs, u32 n,
+                              const u64* grid, float& ra, float& rb) {
+    const u32 nc = n / 32;
+    float acc_a = 0.0f, acc_b = 0.0f;
+    for (u32 c = lane_id(); c < nc; c += DS4_WARP) {
+        ActK a;
+        load_act_k(xq, xd, xbs, c, a);
+        acc_a += dot_chunk_k<T>(wa, c, a, grid);
+        acc_b += dot_chunk_k<T>(wb, c, a, grid);
+    }
+    ra = warp_sum(acc_a);
+    rb = warp_sum(acc_b);
+}
+
 // Full row dot for one warp: Q8_0 weight row · Q8_0 activation row. Eight lanes share a 34-byte
 // block (lane sub = lane % 8 takes its 4-byte quarter-word of codes), so one warp-wide load touches
 // DS4_WARP/8 consecutive blocks instead of 32 blocks 34 bytes apart; four blocks per lane are in

@@ -125,8 +125,8 @@ DS4_DEV void moe_gate_up_body(float* mid, const u8* gate, const u8* up, const i8
     const i16* br = xbs + (u64)t * (n_in / 16);
     for (u32 r = blockIdx.x * DS4_MOE_ROWS + warp_id(); r < min((blockIdx.x + 1) * DS4_MOE_ROWS, n_ff);
          r += DS4_WARPS_PER_BLOCK) {
-        const float g = warp_dot_row_k<T>(ge + r * rb, xr, dr, br, n_in, sgrid);
-        const float u = warp_dot_row_k<T>(ue + r * rb, xr, dr, br, n_in, sgrid);
+        float g, u;
+        warp_dot_rows2_k<T>(ge + r * rb, ue + r * rb, xr, dr, br, n_in, sgrid, g, u);
         if (lane_id() == 0) mid[((u64)t * n_used + k) * n_ff + r] = swiglu_clamped(g, u, limit) * wk;
     }
 }
