@@ -16,7 +16,10 @@
 pub mod checks;
 pub mod ffi;
 pub mod kernels;
+pub mod open;
 pub mod runtime;
+
+pub use open::open_backend;
 
 pub use runtime::{
     CaptureMode, DeviceAttribute, DeviceBuffer, DeviceCopy, DeviceInfo, DevicePtr, Event, Function, Graph, GraphExec,
