@@ -36,11 +36,19 @@ pub const README_TOLERANCES: Tolerances = Tolerances {
     last_kl: 0.01,
 };
 
-/// Where the vectors are: `$DS4_VECTORS`, else `../shared/vectors` next to the crate.
+/// Where the vectors are: `$DS4_VECTORS`, else `../shared/vectors` next to the crate (CI's layout),
+/// else `../../shared/vectors` (a worktree one level deeper).
 pub fn vectors_dir() -> PathBuf {
-    match std::env::var_os("DS4_VECTORS") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/vectors"),
+    if let Some(p) = std::env::var_os("DS4_VECTORS").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ci_layout = root.join("../shared/vectors");
+    let deeper = root.join("../../shared/vectors");
+    if !ci_layout.is_dir() && deeper.join("case_a/prompts").is_dir() {
+        deeper
+    } else {
+        ci_layout
     }
 }
 
@@ -222,6 +230,29 @@ pub fn parse_npy_f32(bytes: &[u8]) -> Result<(Vec<usize>, Vec<f32>), String> {
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect();
     Ok((shape, values))
+}
+
+/// Write a little-endian float32 C-order `.npy` (version 1.0), e.g. for compare_to_oracle.py.
+pub fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<(), String> {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape_text = if dims.len() == 1 {
+        format!("{},", dims[0])
+    } else {
+        dims.join(", ")
+    };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({shape_text}), }}");
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = Vec::with_capacity(10 + header.len() + data.len() * 4);
+    bytes.extend_from_slice(b"\x93NUMPY\x01\x00");
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    for v in data {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// log-softmax in f64 over all entries (the oracle's logits are all finite).
