@@ -11,10 +11,10 @@
 
 use std::path::{Path, PathBuf};
 
-use ds4_chat::cli::run::{BackendArg, open_backend, open_model, render_prompt_ids};
+use ds4_chat::cli::run::{BackendArg, open_backend, open_model};
 use ds4_chat::engine::logprobs::top_logprobs;
 use ds4_chat::engine::sampler::argmax;
-use ds4_chat::model::chat::ThinkMode;
+use ds4_chat::model::chat::{ThinkMode, one_shot_prompt};
 use ds4_chat::model::tokenizer::Tokenizer;
 
 /// ds4's tolerance for |our logprob − official logprob| on the official top entries.
@@ -187,7 +187,7 @@ fn official_vectors_on_the_real_model() {
         }
         let t0 = std::time::Instant::now();
         let text = std::fs::read_to_string(&c.prompt_file).unwrap();
-        let prompt = render_prompt_ids(&tok, "", &text, ThinkMode::Off, c.ctx).unwrap();
+        let prompt = one_shot_prompt(&tok, "", &text, ThinkMode::Off, c.ctx as u32).ids;
         let mut backend = open_backend(model.clone(), c.ctx, 0, backend_arg).unwrap_or_else(|e| panic!("{e}"));
         backend
             .eval(&prompt, &mut |_, _| true)

@@ -13,11 +13,10 @@ use std::process::Command;
 use std::time::Instant;
 
 use ds4_chat::backend::Backend;
-use ds4_chat::cli::run::render_prompt_ids;
 use ds4_chat::cli::run::{BackendArg, open_backend, open_model};
 use ds4_chat::cli::score::{ScorePath, teacher_forced};
 use ds4_chat::engine::sampler::argmax;
-use ds4_chat::model::chat::ThinkMode;
+use ds4_chat::model::chat::{ThinkMode, one_shot_prompt};
 use ds4_chat::model::tokenizer::Tokenizer;
 use serde_json::Value;
 use support::*;
@@ -431,11 +430,18 @@ fn case_a_run_rendering_matches_ds4_prompt_tokens() {
                     ThinkMode::Off
                 };
                 let system = spec["system"].as_str().unwrap();
-                render_prompt_ids(&tok, system, spec["user"].as_str().unwrap(), think, VECTOR_CTX).unwrap()
+                one_shot_prompt(&tok, system, spec["user"].as_str().unwrap(), think, VECTOR_CTX as u32).ids
             }
             "rendered" => {
                 let text = spec["text"].as_str().unwrap();
-                render_prompt_ids(&tok, "ignored for rendered prompts", text, ThinkMode::Off, VECTOR_CTX).unwrap()
+                one_shot_prompt(
+                    &tok,
+                    "ignored for rendered prompts",
+                    text,
+                    ThinkMode::Off,
+                    VECTOR_CTX as u32,
+                )
+                .ids
             }
             "text" => tok.encode_plain(spec["text"].as_str().unwrap()),
             _ => continue,

@@ -12,10 +12,12 @@ use std::time::Instant;
 use super::CliResult;
 use crate::backend::Backend;
 use crate::engine::events::SamplingParams;
+use crate::engine::events::TextKind;
 use crate::engine::logprobs::{self, LogprobDump};
 use crate::engine::sampler::{Sampler, argmax};
-use crate::model::chat::ThinkMode;
-use crate::model::tokenizer::{BOS_STR, Tokenizer};
+use crate::model::chat::{ThinkMode, one_shot_prompt};
+use crate::model::detok::StreamDecoder;
+use crate::model::tokenizer::Tokenizer;
 use crate::model::weights::Model;
 
 /// Which backend `run`/`score` execute on.
@@ -112,38 +114,6 @@ pub struct Args {
     pub backend: BackendArg,
 }
 
-/// The one-shot prompt's ids (spec §6.1). INTERIM: model::chat's renderer replaces this body when it
-/// lands; until then Think Max is refused.
-pub fn render_prompt_ids(
-    tok: &Tokenizer,
-    system: &str,
-    prompt: &str,
-    think: ThinkMode,
-    ctx: usize,
-) -> Result<Vec<u32>, String> {
-    let _ = ctx;
-    if prompt.starts_with(BOS_STR) {
-        return Ok(tok.encode(prompt));
-    }
-    let s = tok.specials();
-    let mut ids = vec![s.bos];
-    if think == ThinkMode::Max {
-        return Err("--think-max is not available yet".into());
-    }
-    if !system.is_empty() {
-        ids.extend(tok.encode_plain(system));
-    }
-    ids.push(s.user);
-    ids.extend(tok.encode_plain(prompt));
-    ids.push(s.assistant);
-    ids.push(if think == ThinkMode::Off {
-        s.think_end
-    } else {
-        s.think_start
-    });
-    Ok(ids)
-}
-
 /// Most new tokens that fit: `-n`, and the context keeps one slot free (spec §6.4, pitfall 23).
 pub fn generation_budget(max_tokens: usize, ctx: usize, n_past: usize) -> usize {
     let room = ctx.saturating_sub(n_past);
@@ -236,7 +206,7 @@ pub fn run(args: Args) -> CliResult {
     };
     let prompt: Vec<u32> = match (&args.tokens, prompt_text) {
         (Some(ids), None) => ids.clone(),
-        (None, Some(text)) => render_prompt_ids(&tok, &args.system, &text, requested, ctx)?,
+        (None, Some(text)) => one_shot_prompt(&tok, &args.system, &text, requested, ctx as u32).ids,
         (Some(_), Some(_)) => return Err("give either a prompt or --tokens, not both".into()),
         (None, None) => return Err("no prompt: give -p TEXT, --prompt-file FILE or --tokens IDS".into()),
     };
@@ -285,12 +255,34 @@ pub fn run(args: Args) -> CliResult {
         seed: args.seed,
     };
     let mut sampler = Sampler::new(args.seed);
-    // Reasoning runs from an opening `<think>` at the end of the prompt until `</think>` is sampled;
-    // it goes to stderr so stdout carries only the answer.
-    let mut in_reasoning = prompt.last() == Some(&specials.think_start);
-    let stdout = std::io::stdout();
-    let stderr = std::io::stderr();
+    // Reasoning runs from an opening `<think>` at the end of the prompt until `</think>`; it goes to
+    // stderr so stdout carries only the answer. The decoder keeps output whole UTF-8 and drops tags.
+    let start = if prompt.last() == Some(&specials.think_start) {
+        TextKind::Reasoning
+    } else {
+        TextKind::Answer
+    };
+    let mut decoder = StreamDecoder::with_kind(specials.eos, start);
     let mut answer_ends_with_newline = true;
+    let mut reasoning_ends_with_newline = true;
+    let mut write_deltas = |deltas: Vec<crate::model::detok::TextDelta>| -> Result<(), String> {
+        for d in deltas {
+            let result = match d.kind {
+                TextKind::Reasoning => {
+                    reasoning_ends_with_newline = d.text.ends_with('\n');
+                    let mut e = std::io::stderr().lock();
+                    e.write_all(d.text.as_bytes()).and_then(|_| e.flush())
+                }
+                TextKind::Answer => {
+                    answer_ends_with_newline = d.text.ends_with('\n');
+                    let mut o = std::io::stdout().lock();
+                    o.write_all(d.text.as_bytes()).and_then(|_| o.flush())
+                }
+            };
+            result.map_err(|e| format!("cannot write output: {e}"))?;
+        }
+        Ok(())
+    };
     let t_decode = Instant::now();
     let (generated, _why) = sample_loop(
         backend.as_mut(),
@@ -298,29 +290,15 @@ pub fn run(args: Args) -> CliResult {
         &params,
         budget,
         specials.eos,
-        &mut |t| {
-            if in_reasoning && t == specials.think_end {
-                in_reasoning = false;
-                let _ = stderr.lock().write_all(b"\n");
-                return Ok(());
-            }
-            let bytes = tok.token_bytes_ref(t);
-            let result = if in_reasoning {
-                let mut e = stderr.lock();
-                e.write_all(bytes).and_then(|_| e.flush())
-            } else {
-                if let Some(&last) = bytes.last() {
-                    answer_ends_with_newline = last == b'\n';
-                }
-                let mut o = stdout.lock();
-                o.write_all(bytes).and_then(|_| o.flush())
-            };
-            result.map_err(|e| format!("cannot write output: {e}"))
-        },
+        &mut |t| write_deltas(decoder.push(&tok, t)),
     )?;
+    write_deltas(decoder.finish())?;
     let decode_s = t_decode.elapsed().as_secs_f64();
     if !answer_ends_with_newline {
-        let _ = stdout.lock().write_all(b"\n");
+        let _ = std::io::stdout().lock().write_all(b"\n");
+    }
+    if !reasoning_ends_with_newline {
+        eprintln!();
     }
     eprintln!(
         "ds4-chat: prompt {} tokens, prefill {:.2} t/s, generation {:.2} t/s ({generated} tokens)",
