@@ -284,3 +284,27 @@ fn session_reuses_prefixes_and_restores_checkpoints() {
         Err(EngineError::ContextFull { .. })
     ));
 }
+
+/// Generic dimensions: a second synthetic model with other widths (E 512, 8 heads of 256, 4 groups,
+/// 3 of 8 experts, window 16, indexer 2 heads / top-4, 7 Sinkhorn iterations, 2 hash layers) made by
+/// the vectors' generator. Opt-in (`DS4_TINY_B=path`, e.g. from a config like case_a.json with those
+/// dims: tests/data/tiny_b_config.json) because generating it takes ~30 s. Checks the pass runs, stays finite and prefill = decode.
+#[test]
+fn other_dimensions_run_and_prefill_equals_decode() {
+    let Some(path) = std::env::var_os("DS4_TINY_B") else {
+        eprintln!("SKIP: set DS4_TINY_B to a second synthetic model to check generic dimensions");
+        return;
+    };
+    let model = std::sync::Arc::new(ds4_chat::model::weights::Model::open(std::path::Path::new(&path)).unwrap());
+    let toks = ids(140, 9, model.hp.n_vocab);
+    let mut pre = CpuBackend::new(model.clone(), 300, 0).unwrap();
+    pre.eval(&toks, &mut |_, _| true).unwrap();
+    assert!(pre.logits().iter().all(|v| v.is_finite()));
+    let mut dec = CpuBackend::new(model.clone(), 300, 0).unwrap();
+    decode_all(&mut dec, &toks);
+    assert_eq!(pre.logits(), dec.logits());
+    let state = dec.save_state();
+    let mut r = CpuBackend::new(model, 300, 0).unwrap();
+    r.load_state(&state).unwrap();
+    assert_eq!(r.save_state(), state);
+}

@@ -25,10 +25,17 @@ fn le_f16(t: &[f32], b: &[u8], off: usize) -> f32 {
     t[u16::from_le_bytes([b[off], b[off + 1]]) as usize]
 }
 
-/// Round half to even, as C's `lrintf` in the default rounding mode.
+/// Round half to even, as C's `lrintf` in the default rounding mode. For |x| < 2^22 adding and
+/// removing 1.5·2^23 rounds exactly that way (IEEE round-to-nearest-even addition) without a libm
+/// call; larger magnitudes (never produced by the quantizers, which clamp to ±128) fall back.
 #[inline]
 fn lrint(x: f32) -> i32 {
-    x.round_ties_even() as i32
+    const MAGIC: f32 = 12_582_912.0;
+    if x.abs() < 4_194_304.0 {
+        ((x + MAGIC) - MAGIC) as i32
+    } else {
+        x.round_ties_even() as i32
+    }
 }
 
 /// A Q8_0-quantized activation row: per 32 elements an f32 scale (not f16-rounded) and int8 codes.
@@ -190,18 +197,20 @@ unsafe fn axpy_fma_x86(y: &mut [f32], x: &[f32], a: f32) {
     }
 }
 
-/// The IQ2_XXS grid expanded to signed-less byte values, one row of 8 per grid index.
+/// The IQ2_XXS grid as signed bytes, one row of 8 per grid index.
 fn iq2_grid_bytes() -> &'static [[i8; 8]; 256] {
     static G: OnceLock<[[i8; 8]; 256]> = OnceLock::new();
-    G.get_or_init(|| {
-        let mut g = [[0i8; 8]; 256];
-        for (i, row) in g.iter_mut().enumerate() {
-            let v = IQ2XXS_GRID[i].to_le_bytes();
-            for j in 0..8 {
-                row[j] = v[j] as i8;
-            }
-        }
-        g
+    G.get_or_init(|| std::array::from_fn(|i| IQ2XXS_GRID[i].to_le_bytes().map(|b| b as i8)))
+}
+
+/// The 128 sign patterns of `ksigns_iq2xs` as ±1 per element.
+fn iq2_sign_rows() -> &'static [[i8; 8]; 128] {
+    static S: OnceLock<[[i8; 8]; 128]> = OnceLock::new();
+    S.get_or_init(|| {
+        std::array::from_fn(|s| {
+            let bits = ksigns_iq2xs(s as u8);
+            std::array::from_fn(|j| if bits & (1 << j) != 0 { -1 } else { 1 })
+        })
     })
 }
 
@@ -209,6 +218,7 @@ fn iq2_grid_bytes() -> &'static [[i8; 8]; 256] {
 pub fn dot_iq2_xxs(row: &[u8], x: &[BlockQ8K]) -> f32 {
     let t = f16_table();
     let grid = iq2_grid_bytes();
+    let signs = iq2_sign_rows();
     let mut acc = 0.0f32;
     for (blk, y) in row.chunks_exact(66).zip(x) {
         let d = le_f16(t, blk, 0) * y.d;
@@ -222,10 +232,10 @@ pub fn dot_iq2_xxs(row: &[u8], x: &[BlockQ8K]) -> f32 {
             let mut sumi = 0i32;
             for k in 0..4 {
                 let g = &grid[a0[k] as usize];
-                let signs = ksigns_iq2xs(((a1 >> (7 * k)) & 127) as u8);
+                let sg = &signs[((a1 >> (7 * k)) & 127) as usize];
+                let q = &q8[8 * k..8 * k + 8];
                 for j in 0..8 {
-                    let v = g[j] as i32 * q8[8 * k + j] as i32;
-                    sumi += if signs & (1 << j) != 0 { -v } else { v };
+                    sumi += (g[j] * sg[j]) as i32 * q[j] as i32;
                 }
             }
             bsum += sumi * (2 * ls + 1);
