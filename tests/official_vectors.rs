@@ -11,7 +11,8 @@
 
 use std::path::{Path, PathBuf};
 
-use ds4_chat::cli::run::{BackendArg, open_backend, open_model};
+use ds4_chat::cli::run::{open_model, open_session_backend};
+use ds4_chat::engine::events::BackendChoice;
 use ds4_chat::engine::logprobs::top_logprobs;
 use ds4_chat::engine::sampler::argmax;
 use ds4_chat::model::chat::{ThinkMode, one_shot_prompt};
@@ -171,8 +172,8 @@ fn official_vectors_on_the_real_model() {
         return;
     };
     let backend_arg = match std::env::var("DS4_TEST_BACKEND").as_deref() {
-        Ok("hip") => BackendArg::Hip,
-        _ => BackendArg::Cpu,
+        Ok("hip") => BackendChoice::Hip,
+        _ => BackendChoice::Cpu,
     };
     let model = open_model(Path::new(&model_path)).unwrap_or_else(|e| panic!("{e}"));
     let tok = Tokenizer::from_gguf(&model.file).unwrap_or_else(|e| panic!("{e}"));
@@ -188,7 +189,7 @@ fn official_vectors_on_the_real_model() {
         let t0 = std::time::Instant::now();
         let text = std::fs::read_to_string(&c.prompt_file).unwrap();
         let prompt = one_shot_prompt(&tok, "", &text, ThinkMode::Off, c.ctx as u32).ids;
-        let mut backend = open_backend(model.clone(), c.ctx, 0, backend_arg).unwrap_or_else(|e| panic!("{e}"));
+        let mut backend = open_session_backend(model.clone(), backend_arg, c.ctx, 0).unwrap_or_else(|e| panic!("{e}"));
         backend
             .eval(&prompt, &mut |_, _| true)
             .unwrap_or_else(|e| panic!("{}: prefill: {e}", c.id));

@@ -13,8 +13,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use ds4_chat::backend::Backend;
-use ds4_chat::cli::run::{BackendArg, open_backend, open_model};
+use ds4_chat::cli::run::{open_model, open_session_backend};
 use ds4_chat::cli::score::{ScorePath, teacher_forced};
+use ds4_chat::engine::events::BackendChoice;
 use ds4_chat::engine::sampler::argmax;
 use ds4_chat::model::chat::{ThinkMode, one_shot_prompt};
 use ds4_chat::model::tokenizer::Tokenizer;
@@ -181,7 +182,7 @@ fn case_a_engine_matches_ds4() {
     let Some(vectors) = require_vectors() else { return };
     let model_path = tiny_a_model(&vectors).unwrap_or_else(|e| panic!("tiny_a.gguf: {e}"));
     let model = open_model(&model_path).unwrap_or_else(|e| panic!("{e}"));
-    let mut backend = open_backend(model, VECTOR_CTX, 0, BackendArg::Cpu).unwrap_or_else(|e| panic!("{e}"));
+    let mut backend = open_session_backend(model, BackendChoice::Cpu, VECTOR_CTX, 0).unwrap_or_else(|e| panic!("{e}"));
     let t0 = Instant::now();
     let mut failures = Vec::new();
     for name in prompt_names(&vectors) {
@@ -332,11 +333,18 @@ fn case_a_run_binary_matches_ds4_cli() {
         }
         let p = load_prompt(&vectors, &name);
         let t0 = Instant::now();
-        let base: Vec<String> = ["--model", model_path.to_str().unwrap(), "--ctx", "4096"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain(run_args_for(&p))
-            .collect();
+        let base: Vec<String> = [
+            "--model",
+            model_path.to_str().unwrap(),
+            "--ctx",
+            "4096",
+            "--backend",
+            "cpu",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(run_args_for(&p))
+        .collect();
 
         // The dump: greedy for as many steps as ds4 wrote.
         let ds4 = load_json(&ds4_dump).unwrap();

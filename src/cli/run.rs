@@ -11,8 +11,9 @@ use std::time::Instant;
 
 use super::CliResult;
 use crate::backend::Backend;
-use crate::engine::events::SamplingParams;
+use crate::engine::backend_open::{open_backend, parse_backend_choice};
 use crate::engine::events::TextKind;
+use crate::engine::events::{BackendChoice, SamplingParams, WeightPlacement};
 use crate::engine::logprobs::{self, LogprobDump};
 use crate::engine::sampler::{Sampler, argmax};
 use crate::model::chat::{ThinkMode, one_shot_prompt};
@@ -20,35 +21,24 @@ use crate::model::detok::StreamDecoder;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::weights::Model;
 
-/// Which backend `run`/`score` execute on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum BackendArg {
-    Cpu,
-    Hip,
-}
-
 /// Open and bind a model file; the error is one line naming the file.
 pub fn open_model(path: &Path) -> Result<Arc<Model>, String> {
     Model::open(path).map(Arc::new).map_err(|e| e.to_string())
 }
 
-/// A backend session for `model` with a cache of `ctx` tokens.
-pub fn open_backend(
+/// A backend session for `model` (engine::backend_open's policy); a CPU fallback's reason goes to
+/// stderr.
+pub fn open_session_backend(
     model: Arc<Model>,
+    choice: BackendChoice,
     ctx: usize,
     threads: usize,
-    which: BackendArg,
 ) -> Result<Box<dyn Backend>, String> {
-    match which {
-        BackendArg::Cpu => {
-            let cpu = crate::backend::cpu::CpuBackend::new(model, ctx, threads).map_err(|e| e.to_string())?;
-            Ok(Box::new(cpu))
-        }
-        BackendArg::Hip => {
-            let _ = (model, ctx, threads);
-            Err("--backend hip: the HIP backend is not wired into `run`/`score` yet".into())
-        }
+    let opened = open_backend(model, choice, WeightPlacement::Auto, ctx, threads)?;
+    if let Some(reason) = &opened.fallback_reason {
+        eprintln!("ds4-chat: using the CPU backend: {reason}");
     }
+    Ok(opened.backend)
 }
 
 #[derive(clap::Args, Debug)]
@@ -110,8 +100,9 @@ pub struct Args {
     /// CPU threads (0 = all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
-    #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
-    pub backend: BackendArg,
+    /// auto (GPU when usable, else CPU), hip or cpu.
+    #[arg(long, default_value = "auto", value_parser = parse_backend_choice)]
+    pub backend: BackendChoice,
 }
 
 /// Most new tokens that fit: `-n`, and the context keeps one slot free (spec §6.4, pitfall 23).
@@ -225,7 +216,7 @@ pub fn run(args: Args) -> CliResult {
         ));
     }
 
-    let mut backend = open_backend(model, ctx, args.threads, args.backend)?;
+    let mut backend = open_session_backend(model, args.backend, ctx, args.threads)?;
     let t_prefill = Instant::now();
     backend
         .eval(&prompt, &mut |_, _| true)

@@ -38,8 +38,9 @@ pub struct Args {
     /// CPU threads (0 = all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
-    #[arg(long, value_enum, default_value_t = super::run::BackendArg::Cpu)]
-    pub backend: super::run::BackendArg,
+    /// auto (GPU when usable, else CPU), hip or cpu.
+    #[arg(long, default_value = "auto", value_parser = crate::engine::backend_open::parse_backend_choice)]
+    pub backend: crate::engine::events::BackendChoice,
 }
 
 /// Receives each position's index and next-token logits.
@@ -94,7 +95,7 @@ pub fn run(args: Args) -> CliResult {
             "--tokens: id {bad} is outside the vocabulary (n_vocab {n_vocab})"
         ));
     }
-    let mut backend = super::run::open_backend(model, args.ctx, args.threads, args.backend)?;
+    let mut backend = super::run::open_session_backend(model, args.backend, args.ctx, args.threads)?;
     let k = args.top_k.min(n_vocab);
     let mut positions = Vec::with_capacity(args.tokens.len());
     teacher_forced(backend.as_mut(), &args.tokens, args.path, &mut |i, logits| {
