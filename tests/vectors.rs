@@ -441,6 +441,98 @@ fn case_a_run_binary_matches_ds4_cli() {
     assert!(failures.is_empty(), "run/dump mismatches: {failures:?}");
 }
 
+/// Compare `ds4-chat score` output with oracle records (by position): for ids in both top-20 lists
+/// |Δlogprob| ≤ max_abs, and our top-1 equals ds4's argmax where ds4's margin exceeds the tolerance.
+/// Returns (positions compared, shared ids, max |Δ|).
+fn compare_score(ours: &Value, records: &[&Value], tol: &Tolerances) -> Result<(usize, usize, f64), String> {
+    let positions = ours["positions"].as_array().ok_or("score output has no positions")?;
+    let (mut shared, mut max_d) = (0usize, 0.0f64);
+    for rec in records {
+        let pos = rec["pos"].as_u64().unwrap() as usize;
+        let mine = positions
+            .get(pos)
+            .ok_or_else(|| format!("score output lacks position {pos}"))?;
+        if mine["pos"].as_u64() != Some(pos as u64) {
+            return Err(format!("position {pos} is labelled {}", mine["pos"]));
+        }
+        let top: Vec<(u64, f64)> = mine["top"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e[0].as_u64().unwrap(), e[2].as_f64().unwrap()))
+            .collect();
+        for e in rec["top"].as_array().unwrap() {
+            if let Some(&(_, lp)) = top.iter().find(|t| t.0 == e[0].as_u64().unwrap()) {
+                max_d = max_d.max((lp - e[2].as_f64().unwrap()).abs());
+                shared += 1;
+            }
+        }
+        if rec["margin12"].as_f64().unwrap() > tol.margin && Some(top[0].0) != rec["argmax"].as_u64() {
+            return Err(format!(
+                "position {pos}: our top {} vs ds4 argmax {}",
+                top[0].0, rec["argmax"]
+            ));
+        }
+    }
+    if max_d > tol.max_abs {
+        return Err(format!("|Δlogprob| max {max_d:.4} > {}", tol.max_abs));
+    }
+    Ok((records.len(), shared, max_d))
+}
+
+/// `ds4-chat score` through the binary: the decode path against `decode.positions` and the prefill
+/// path (one batched prefill per prefix) against `prefill_prefixes`, on a short prompt.
+#[test]
+fn case_a_score_binary_matches_ds4() {
+    let Some(vectors) = require_vectors() else { return };
+    let model_path = tiny_a_model(&vectors).unwrap_or_else(|e| panic!("tiny_a.gguf: {e}"));
+    let p = load_prompt(&vectors, "chat_nothink");
+    let n_decode = p.json["seq_len"].as_u64().unwrap() as usize;
+    let mut seq = p.prompt.clone();
+    seq.extend_from_slice(&p.greedy[..n_decode - p.prompt.len()]);
+    let score = |path: &str, n: usize| -> Value {
+        let ids: Vec<String> = seq[..n].iter().map(|t| t.to_string()).collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_ds4-chat"))
+            .args([
+                "score",
+                "--model",
+                model_path.to_str().unwrap(),
+                "--backend",
+                "cpu",
+                "--top-k",
+                "20",
+            ])
+            .args(["--path", path, "--tokens", &ids.join(",")])
+            .output()
+            .expect("spawn ds4-chat score");
+        assert!(
+            out.status.success(),
+            "score failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).expect("score prints one JSON object");
+        assert_eq!(v["n_vocab"], 129280);
+        assert_eq!(v["positions"].as_array().unwrap().len(), n);
+        v
+    };
+    let decode_records: Vec<&Value> = p.json["decode"]["positions"].as_array().unwrap().iter().collect();
+    let (n, shared, max_d) = compare_score(&score("decode", n_decode), &decode_records, &README_TOLERANCES)
+        .unwrap_or_else(|e| panic!("score --path decode: {e}"));
+    eprintln!("score decode:  {n} positions, {shared} shared top ids, |Δlogprob| max {max_d:.4}");
+    // Prefill path: the first 12 prefixes (12 batched prefills of 1..12 tokens).
+    let n_prefill = 12;
+    let prefix_records: Vec<&Value> = p.json["prefill_prefixes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| (r["pos"].as_u64().unwrap() as usize) < n_prefill)
+        .collect();
+    assert_eq!(prefix_records.len(), n_prefill);
+    let (n, shared, max_d) = compare_score(&score("prefill", n_prefill), &prefix_records, &README_TOLERANCES)
+        .unwrap_or_else(|e| panic!("score --path prefill: {e}"));
+    eprintln!("score prefill: {n} positions, {shared} shared top ids, |Δlogprob| max {max_d:.4}");
+}
+
 /// `run`'s prompt rendering (spec §6.1) yields exactly ds4's ids for every chat and rendered prompt,
 /// and plain text tokenizes to ds4's ids.
 #[test]
