@@ -132,11 +132,26 @@ impl Sampler {
         let Some((best, max_logit)) = finite_max(logits) else {
             return argmax(logits);
         };
-        let weight = |v: f32| ((v - max_logit) / temperature).exp();
+        let surely_below = SurelyBelow::new(min_p);
+        // One pass keeps the surviving (id, weight) pairs in id order; the sum and the walk then use
+        // exactly the weights and order ds4 uses.
+        self.scratch.clear();
         let mut sum = 0.0f32;
-        for &v in logits.iter().filter(|v| v.is_finite()) {
-            let w = weight(v);
+        for (i, &v) in logits.iter().enumerate() {
+            if !v.is_finite() {
+                continue;
+            }
+            let x = (v - max_logit) / temperature;
+            if surely_below.skips(x) {
+                continue;
+            }
+            let w = x.exp();
             if w >= min_p {
+                self.scratch.push(Candidate {
+                    id: i as u32,
+                    logit: v,
+                    weight: w,
+                });
                 sum += w;
             }
         }
@@ -144,17 +159,10 @@ impl Sampler {
             return best;
         }
         let mut r = self.rng.next_unit_f32() * sum;
-        for (i, &v) in logits.iter().enumerate() {
-            if !v.is_finite() {
-                continue;
-            }
-            let w = weight(v);
-            if w < min_p {
-                continue;
-            }
-            r -= w;
+        for c in &self.scratch {
+            r -= c.weight;
             if r <= 0.0 {
-                return i as u32;
+                return c.id;
             }
         }
         best
@@ -182,6 +190,12 @@ impl Sampler {
         if !(sum > 0.0 && sum.is_finite()) {
             return best;
         }
+        // The min_p cut stops at the first candidate whose weight is below min_p times the top weight
+        // (exp(0) = 1), and those come last in sorted order: leave out the ones clearly below (by a
+        // relative 1e-4, far above f32 rounding) before sorting; the top token always stays. The sum
+        // above already counted them, as ds4's does.
+        let keep_from = min_p * (1.0 - 1e-4);
+        self.scratch.retain(|c| c.weight >= keep_from || c.logit == max_logit);
         self.scratch.sort_unstable_by(by_logit_desc);
         self.draw_sorted(sum, top_p, min_p).unwrap_or(best)
     }
@@ -252,6 +266,28 @@ impl Sampler {
             }
         }
         Some(self.scratch[kept - 1].id)
+    }
+}
+
+/// A cheap, conservative pre-check for "exp(x) < min_p": true only when x is below ln(min_p) by a margin
+/// far larger than exp's rounding error, so skipping the exact test never changes a decision.
+struct SurelyBelow {
+    ln_min_p: f32,
+}
+
+impl SurelyBelow {
+    fn new(min_p: f32) -> Self {
+        SurelyBelow {
+            ln_min_p: if min_p > 0.0 {
+                min_p.ln() - 1e-3
+            } else {
+                f32::NEG_INFINITY
+            },
+        }
+    }
+
+    fn skips(&self, x: f32) -> bool {
+        x < self.ln_min_p
     }
 }
 
@@ -455,6 +491,124 @@ mod tests {
         // Nothing finite: fall back to argmax (first maximal, +inf wins).
         let mut s = Sampler::new(Some(3));
         assert_eq!(s.sample(&[f32::NAN, f32::INFINITY], &params(1.0, 1.0, 0, 0.0)), 1);
+    }
+
+    /// A plain transcription of spec §7.2 (two exp passes, a full stable sort, no shortcuts), for
+    /// checking that the pre-filters of the fast paths never change a draw.
+    fn reference_sample(logits: &[f32], p: &SamplingParams, rng: &mut Xorshift64Star) -> u32 {
+        let t = p.temperature;
+        if t <= 0.0 {
+            return argmax(logits);
+        }
+        let top_p = if p.top_p > 0.0 && p.top_p <= 1.0 { p.top_p } else { 1.0 };
+        let min_p = p.min_p.max(0.0);
+        let finite: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(i, &v)| (i as u32, v))
+            .collect();
+        if finite.is_empty() {
+            return argmax(logits);
+        }
+        let (best, max) = finite
+            .iter()
+            .fold((0, f32::NEG_INFINITY), |b, &(i, v)| if v > b.1 { (i, v) } else { b });
+        let mut cand: Vec<(u32, f32, f32)>;
+        let sum: f32;
+        if p.top_k == 0 {
+            if top_p >= 1.0 {
+                let w = |v: f32| ((v - max) / t).exp();
+                let s: f32 = finite.iter().map(|&(_, v)| w(v)).filter(|&x| x >= min_p).sum();
+                let mut r = rng.next_unit_f32() * s;
+                for &(i, v) in &finite {
+                    if w(v) >= min_p {
+                        r -= w(v);
+                        if r <= 0.0 {
+                            return i;
+                        }
+                    }
+                }
+                return best;
+            }
+            cand = finite.iter().map(|&(i, v)| (i, v, ((v - max) / t).exp())).collect();
+            sum = cand.iter().map(|c| c.2).sum();
+            cand.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
+        } else {
+            cand = finite.clone().into_iter().map(|(i, v)| (i, v, 0.0)).collect();
+            cand.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
+            cand.truncate((p.top_k as usize).min(MAX_TOP_K as usize));
+            let m = cand[0].1;
+            for c in cand.iter_mut() {
+                c.2 = ((c.1 - m) / t).exp();
+            }
+            sum = cand.iter().map(|c| c.2).sum();
+        }
+        let min_prob = (cand[0].2 / sum) * min_p;
+        let (mut kept_sum, mut kept) = (0.0f32, 0);
+        for (i, c) in cand.iter().enumerate() {
+            if i > 0 && c.2 / sum < min_prob {
+                break;
+            }
+            kept_sum += c.2;
+            kept += 1;
+            if kept_sum / sum >= top_p {
+                break;
+            }
+        }
+        let mut r = rng.next_unit_f32() * kept_sum;
+        for c in &cand[..kept] {
+            r -= c.2;
+            if r <= 0.0 {
+                return c.0;
+            }
+        }
+        cand[kept - 1].0
+    }
+
+    #[test]
+    fn fast_paths_draw_exactly_like_the_plain_algorithm() {
+        let mut cases_rng = Xorshift64Star::new(2024);
+        let mut cases = 0;
+        for round in 0..300 {
+            let n = 50 + (cases_rng.next_u64() % 400) as usize;
+            // Coarse values make ties common; a few non-finite entries.
+            let mut logits: Vec<f32> = (0..n).map(|_| (cases_rng.next_u64() % 60) as f32 / 8.0).collect();
+            logits[(cases_rng.next_u64() as usize) % n] = f32::NAN;
+            logits[(cases_rng.next_u64() as usize) % n] = f32::NEG_INFINITY;
+            let temperature = [0.5f32, 1.0, 2.0][round % 3];
+            for &(top_p, top_k, min_p) in &[
+                (1.0, 0, 0.05),
+                (1.0, 0, 0.0),
+                (0.9, 0, 0.05),
+                (0.5, 0, 0.0),
+                (0.95, 0, 0.3),
+                (1.0, 5, 0.05),
+                (0.8, 7, 0.0),
+                (1.0, 0, 1.5),
+                (0.9, 0, 1.5),
+            ] {
+                let p = SamplingParams {
+                    temperature,
+                    top_p,
+                    top_k,
+                    min_p,
+                    seed: None,
+                };
+                let seed = cases_rng.next_u64();
+                let mut fast = Sampler::new(Some(seed));
+                let mut plain = Xorshift64Star::new(seed);
+                for _ in 0..5 {
+                    assert_eq!(
+                        fast.sample(&logits, &p),
+                        reference_sample(&logits, &p, &mut plain),
+                        "{p:?}"
+                    );
+                    cases += 1;
+                }
+            }
+        }
+        assert_eq!(cases, 300 * 9 * 5);
     }
 
     #[test]
