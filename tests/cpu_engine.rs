@@ -167,11 +167,11 @@ fn context_limit_and_bad_checkpoints_are_errors() {
         return;
     };
     let mut b = CpuBackend::new(model.clone(), 16, 1).unwrap();
-    // A prompt must be strictly shorter than the context (pitfall 23).
-    let toks = ids(16, 7, model.hp.n_vocab);
+    // No token may sit at a position ≥ ctx.
+    let toks = ids(17, 7, model.hp.n_vocab);
     assert_eq!(
         b.eval(&toks, &mut |_, _| true),
-        Err(EngineError::ContextFull { needed: 16, ctx: 16 })
+        Err(EngineError::ContextFull { needed: 17, ctx: 16 })
     );
     assert_eq!(b.n_past(), 0);
     assert!(matches!(
@@ -180,7 +180,7 @@ fn context_limit_and_bad_checkpoints_are_errors() {
     ));
     b.eval(&toks[..15], &mut |_, _| true).unwrap();
     assert!(matches!(
-        b.eval(&toks[..1], &mut |_, _| true),
+        b.eval(&toks[..2], &mut |_, _| true),
         Err(EngineError::ContextFull { .. })
     ));
 
@@ -201,6 +201,9 @@ fn context_limit_and_bad_checkpoints_are_errors() {
     assert_eq!(other.n_past(), 0, "a rejected payload leaves the state alone");
     other.load_state(&state).unwrap();
     assert_eq!(other.n_past(), 15);
+    // The 16th token still fits (position 15 < ctx).
+    other.eval(&toks[15..16], &mut |_, _| true).unwrap();
+    assert_eq!(other.n_past(), 16);
     other.reset();
     assert_eq!(other.n_past(), 0);
 }

@@ -139,15 +139,17 @@ fn run_prompt(name: &str) {
     let mut greedy_ok = 0;
     let mut greedy_diverged = None;
     for (i, step) in steps.iter().enumerate() {
+        // From the first near tie on (ds4 margin12 ≤ 0.25) the sequences may legitimately part,
+        // that step included.
+        if step["margin12"].as_f64().unwrap() <= 0.25 {
+            break;
+        }
         let tok = argmax(b.logits()) as u32;
         if tok != greedy[i] {
             greedy_diverged = Some(i);
             break;
         }
         greedy_ok += 1;
-        if step["margin12"].as_f64().unwrap() <= 0.25 {
-            break; // after a near tie the sequences may part legitimately
-        }
         if i + 1 < steps.len() {
             b.eval(&[tok], &mut |_, _| true).unwrap();
         }
@@ -214,14 +216,7 @@ fn case_a_chat_nothink() {
     run_prompt("chat_nothink");
 }
 
-/// Known deviation: every criterion passes (prefill_last rms 0.036 / KL 0.0007, decode next-token
-/// |Δlogprob| mean 0.034 / max 0.28–0.33, top-20 max 0.38) except the argmax at position 363, where
-/// ds4's margin12 is 0.332 and ours prefers its runner-up. The flip survives changing our float
-/// summation orders while positions nearby move by up to 0.3, which points at a discrete event (an
-/// FP4 rounding or indexer top-k tie, scores there are often exactly 0) on one side; run it with
-/// `--ignored` to see the figures.
 #[test]
-#[ignore = "one argmax flip at position 363 (ds4 margin12 0.332); see the comment"]
 fn case_a_chat_long() {
     run_prompt("chat_long");
 }
