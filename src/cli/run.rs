@@ -4,7 +4,7 @@
 //! stdout (reasoning to stderr) until EOS, `-n`, or the context is full. `--dump-logprobs` instead
 //! writes ds4's greedy logprob dump (§7.3). Owns argument handling and printing only.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -218,9 +218,19 @@ pub fn run(args: Args) -> CliResult {
 
     let mut backend = open_session_backend(model, args.backend, ctx, args.threads)?;
     let t_prefill = Instant::now();
+    // Long prefills on a big model take a while: show progress when stderr is a terminal.
+    let show_progress = std::io::stderr().is_terminal();
     backend
-        .eval(&prompt, &mut |_, _| true)
+        .eval(&prompt, &mut |done, total| {
+            if show_progress {
+                eprint!("\rprefill {done}/{total}");
+            }
+            true
+        })
         .map_err(|e| format!("prompt processing failed: {e}"))?;
+    if show_progress {
+        eprint!("\r\x1b[K");
+    }
     let prefill_s = t_prefill.elapsed().as_secs_f64();
     let budget = generation_budget(args.max_tokens, ctx, backend.n_past());
 
