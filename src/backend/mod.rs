@@ -6,6 +6,11 @@
 pub mod cpu;
 #[cfg(feature = "hip")]
 pub mod hip;
+// The kernel table is plain data: its tests run in builds without the `hip` feature too.
+#[cfg(all(test, not(feature = "hip")))]
+#[path = "hip/kernels.rs"]
+#[allow(dead_code)]
+mod hip_kernels;
 
 use std::fmt;
 

@@ -1,10 +1,74 @@
-//! `ds4-chat selftest` (placeholder until its issue lands).
+//! `ds4-chat selftest --backend hip [--kernels-only]`: checks the GPU runtime and every kernel against
+//! the CPU reference on random inputs, one line per check (max abs/rel error vs tolerance, PASS/FAIL);
+//! fails (non-zero exit) if any check fails.
+//!
+//! Owns argument parsing and printing only; the checks are `backend::hip::checks`.
 
 use super::CliResult;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Backend to check against the CPU reference (only `hip` has device checks).
+    #[arg(long, default_value = "hip")]
+    pub backend: String,
+    /// Run only the kernel checks (skip the runtime smoke checks).
+    #[arg(long)]
+    pub kernels_only: bool,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err("'selftest' is not implemented yet".into())
+pub fn run(args: Args) -> CliResult {
+    match args.backend.as_str() {
+        "hip" => run_hip(&args),
+        "cpu" => Err("selftest: the CPU backend is the reference; use --backend hip".into()),
+        other => Err(format!("selftest: unknown backend '{other}' (expected 'hip')")),
+    }
+}
+
+#[cfg(not(feature = "hip"))]
+fn run_hip(_args: &Args) -> CliResult {
+    Err("selftest --backend hip: this binary was built without the `hip` feature (cargo build --features hip)".into())
+}
+
+#[cfg(feature = "hip")]
+fn run_hip(args: &Args) -> CliResult {
+    use crate::backend::hip::HipContext;
+    use crate::backend::hip::checks::{self, CheckOptions, CheckResult, Verdict};
+
+    let ctx = HipContext::new().map_err(|e| format!("selftest: {e}"))?;
+    println!("selftest: {}", ctx.info().summary());
+    let opts = CheckOptions {
+        kernels_only: args.kernels_only,
+        seed: args.seed,
+    };
+    let print = |r: &CheckResult| {
+        let status = match &r.verdict {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::Skip(_) => "SKIP",
+        };
+        let detail = match &r.verdict {
+            Verdict::Skip(why) => why.clone(),
+            _ => r.note.clone(),
+        };
+        println!(
+            "{status} {:<40} max_abs {:<10.3e} max_rel {:<10.3e} tol {:<8.1e} {detail}",
+            r.name, r.max_abs, r.max_rel, r.tol
+        );
+    };
+    let results = checks::run_all(&ctx, &opts, &mut { print });
+    let failed = results.iter().filter(|r| r.verdict == Verdict::Fail).count();
+    let skipped = results.iter().filter(|r| matches!(r.verdict, Verdict::Skip(_))).count();
+    println!(
+        "selftest: {} checks, {} passed, {failed} failed, {skipped} skipped",
+        results.len(),
+        results.len() - failed - skipped
+    );
+    if failed > 0 {
+        Err(format!("selftest: {failed} check(s) failed"))
+    } else {
+        Ok(())
+    }
 }

@@ -1,1 +1,25 @@
-//! HIP backend. Filled in by the GPU work.
+//! HIP backend (feature `hip`): AMD GPUs through ROCm's HIP runtime, loaded at run time.
+//!
+//! * `ffi` — finds and loads libamdhip64 (`dlopen`), the raw entry points, error names.
+//! * `runtime` — safe wrappers: `HipContext` (device), `DeviceBuffer`, `Stream`, `Event`, `Module` /
+//!   `Function` / `KernelArgs`, stream capture into `Graph` / `GraphExec`, `HostRegistration`,
+//!   `PinnedBuffer`. `HipContext::new()` failing gives the one-line reason shown when the engine
+//!   falls back to the CPU backend.
+//! * `kernels` — the kernels' C ABI: names, parameter lists, typed launch builders, embedded code
+//!   objects (kernels/*.hip; owned by the kernel work).
+//! * `checks` — the GPU selftest (runtime smoke checks; kernels against the CPU reference).
+//!
+//! Kernel images: AMD code objects are embedded by build.rs; on the NVIDIA test shim
+//! (tests/hip-on-cuda) they come from `$DS4_KERNEL_DIR/<stem>.sm_<cc>.cubin`
+//! (`HipContext::kernel_image_override`).
+
+pub mod checks;
+pub mod ffi;
+pub mod kernels;
+pub mod runtime;
+
+pub use runtime::{
+    CaptureMode, DeviceAttribute, DeviceBuffer, DeviceCopy, DeviceInfo, DevicePtr, Event, Function, Graph, GraphExec,
+    HipContext, HipError, HipResult, HipUnavailable, HostRegistration, KernelArgs, LaunchDims, Module, PinnedBuffer,
+    Stream,
+};

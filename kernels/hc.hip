@@ -1,0 +1,240 @@
+// Hyper-connections (spec §3.2, §3.3, §3.10). The HC state of a token is n_hc streams of n_embd
+// floats, stream-major (element (h, d) at h * n_embd + d, spec §0.1).
+//
+// The "pre" step is split in two kernels so the 24 x 16384 F16 control matrix is read by many
+// blocks in parallel:
+//   ds4_hc_mix_partial: per (token, column slice) the partial dots fn[o] · X and the partial sum of
+//                       squares of X (RMSNorm without weight is a scalar: mix = rs * (fn · X)).
+//   ds4_hc_pre_finish / ds4_hc_head_finish: one block per token sums the slices, applies the
+//                       norm scale, the split (Sinkhorn) and the weighted stream sum.
+#pragma once
+#include "formats.h"
+#include "norm_quant.hip"
+
+#define DS4_HC_MAX_MIX 24  // 2*n_hc + n_hc^2 for n_hc = 4 (spec §0.2); n_hc <= 4 supported
+#define DS4_HC_MAX 4
+
+// part: f32 [n_tok][n_split][n_mix + 1]: entries 0..n_mix-1 are partial fn[o] · X over columns
+// [s * n_in / n_split, (s + 1) * n_in / n_split), entry n_mix the partial sum of X^2.
+// hc: f32 [n_tok][n_in] (n_in = n_hc * n_embd); fn: F16 [n_mix][n_in]. n_in / n_split must be even.
+// Launch: grid (n_split, n_tok), block 256.
+DS4_DEV void hc_mix_partial_block(float* part, const float* hc, const u16* fn_w, u32 n_in, u32 n_mix, u32 n_split) {
+    __shared__ float red[DS4_HC_MAX_MIX + 1][DS4_WARPS_PER_BLOCK];
+    const u32 s = blockIdx.x, t = blockIdx.y;
+    const u32 slice = n_in / n_split;
+    const u32 c0 = s * slice, c1 = c0 + slice;
+    const float* x = hc + (u64)t * n_in;
+    float acc[DS4_HC_MAX_MIX];
+#pragma unroll
+    for (int o = 0; o < DS4_HC_MAX_MIX; ++o) acc[o] = 0.0f;
+    float ss = 0.0f;
+    for (u32 i = c0 + 2 * threadIdx.x; i < c1; i += 2 * DS4_BLOCK) {
+        const float2 xv = *(const float2*)(x + i);
+        ss += xv.x * xv.x + xv.y * xv.y;
+#pragma unroll
+        for (int o = 0; o < DS4_HC_MAX_MIX; ++o) {
+            if ((u32)o < n_mix) {
+                const u32 wv = *(const u32*)(fn_w + (u64)o * n_in + i);
+                acc[o] += f16_to_f32((u16)(wv & 0xffff)) * xv.x + f16_to_f32((u16)(wv >> 16)) * xv.y;
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 0; o < DS4_HC_MAX_MIX; ++o) {
+        const float v = warp_sum(acc[o]);
+        if (lane_id() == 0) red[o][warp_id()] = v;
+    }
+    ss = warp_sum(ss);
+    if (lane_id() == 0) red[DS4_HC_MAX_MIX][warp_id()] = ss;
+    __syncthreads();
+    float* pr = part + ((u64)t * n_split + s) * (n_mix + 1);
+    if (threadIdx.x <= n_mix) {
+        const u32 o = threadIdx.x == n_mix ? DS4_HC_MAX_MIX : threadIdx.x;
+        float v = 0.0f;
+        for (int w = 0; w < DS4_WARPS_PER_BLOCK; ++w) v += red[o][w];
+        pr[threadIdx.x] = v;
+    }
+}
+
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_mix_partial(float* part, const float* hc, const u16* fn_w,
+                                                                     u32 n_in, u32 n_mix, u32 n_split) {
+    hc_mix_partial_block(part, hc, fn_w, n_in, n_mix, n_split);
+}
+
+// Sums the slices of one token into mix[0..n_mix) (already scaled by the RMS factor); returns
+// through shared memory. Call from all threads.
+DS4_DEV void hc_gather_mix(float* mix, const float* part, u32 t, u32 n_split, u32 n_mix, u32 n_in, float eps_rms) {
+    __shared__ float ssum;
+    // volatile: in ds4_hc_pre_fused the partials were written by other blocks of the same launch.
+    const volatile float* pr = part + (u64)t * n_split * (n_mix + 1);
+    if (threadIdx.x <= n_mix) {
+        float v = 0.0f;
+        for (u32 s = 0; s < n_split; ++s) v += pr[(u64)s * (n_mix + 1) + threadIdx.x];
+        if (threadIdx.x == n_mix) ssum = v; else mix[threadIdx.x] = v;
+    }
+    __syncthreads();
+    const float rs = 1.0f / sqrtf(ssum / (float)n_in + eps_rms);
+    __syncthreads();
+    if (threadIdx.x < n_mix) mix[threadIdx.x] *= rs;
+    __syncthreads();
+}
+
+DS4_DEV float plain_sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
+
+// HC pre finish (spec §3.2 steps 3-4) for one token per block:
+//   pre[i]  = sigmoid(mix[i] * scale[0] + base[i]) + eps_hc           (not normalized)
+//   post[i] = 2 * sigmoid(mix[n_hc + i] * scale[1] + base[n_hc + i])
+//   M[a][b] = mix[2 n_hc + n_hc a + b] * scale[2] + base[...]; row softmax, + eps_hc; column pass;
+//             then (iters - 1) x (row pass, column pass), each dividing by (sum + eps_hc).
+//   x_out[t][d] = sum_h pre[h] * X[h][d]
+// split_out: f32 [n_tok][n_mix] = [pre | post | M row-major (src a, dst b)], consumed by ds4_hc_post.
+// part: from ds4_hc_mix_partial with the same n_split; hc: f32 [n_tok][n_hc * n_embd].
+// Launch: grid (n_tok), block 256.
+DS4_DEV void hc_pre_finish_token(u32 t, float* x_out, float* split_out, const float* part, const float* hc,
+                                 const float* scale, const float* base, u32 n_embd, u32 n_hc, u32 n_split, u32 iters,
+                                 float eps_rms, float eps_hc) {
+    __shared__ float mix[DS4_HC_MAX_MIX];
+    __shared__ float pre[DS4_HC_MAX];
+    const u32 n_mix = 2 * n_hc + n_hc * n_hc;
+    hc_gather_mix(mix, part, t, n_split, n_mix, n_hc * n_embd, eps_rms);
+    if (threadIdx.x == 0) {
+        float out[DS4_HC_MAX_MIX];
+        for (u32 i = 0; i < n_hc; ++i) {
+            out[i] = plain_sigmoid(mix[i] * scale[0] + base[i]) + eps_hc;
+            out[n_hc + i] = 2.0f * plain_sigmoid(mix[n_hc + i] * scale[1] + base[n_hc + i]);
+            pre[i] = out[i];
+        }
+        float m[DS4_HC_MAX][DS4_HC_MAX];
+        for (u32 a = 0; a < n_hc; ++a) {
+            float mx = -INFINITY;
+            for (u32 b = 0; b < n_hc; ++b) {
+                const u32 k = 2 * n_hc + n_hc * a + b;
+                m[a][b] = mix[k] * scale[2] + base[k];
+                mx = fmaxf(mx, m[a][b]);
+            }
+            float sum = 0.0f;
+            for (u32 b = 0; b < n_hc; ++b) {
+                m[a][b] = expf(m[a][b] - mx);
+                sum += m[a][b];
+            }
+            for (u32 b = 0; b < n_hc; ++b) m[a][b] = m[a][b] / sum + eps_hc;
+        }
+        for (u32 it = 0; it < iters; ++it) {
+            if (it > 0) {
+                for (u32 a = 0; a < n_hc; ++a) {
+                    float sum = 0.0f;
+                    for (u32 b = 0; b < n_hc; ++b) sum += m[a][b];
+                    for (u32 b = 0; b < n_hc; ++b) m[a][b] /= sum + eps_hc;
+                }
+            }
+            for (u32 b = 0; b < n_hc; ++b) {
+                float sum = 0.0f;
+                for (u32 a = 0; a < n_hc; ++a) sum += m[a][b];
+                for (u32 a = 0; a < n_hc; ++a) m[a][b] /= sum + eps_hc;
+            }
+        }
+        for (u32 a = 0; a < n_hc; ++a)
+            for (u32 b = 0; b < n_hc; ++b) out[2 * n_hc + n_hc * a + b] = m[a][b];
+        for (u32 i = 0; i < n_mix; ++i) split_out[(u64)t * n_mix + i] = out[i];
+    }
+    __syncthreads();
+    const float* x = hc + (u64)t * n_hc * n_embd;
+    for (u32 d = threadIdx.x; d < n_embd; d += DS4_BLOCK) {
+        float v = 0.0f;
+        for (u32 h = 0; h < n_hc; ++h) v += pre[h] * x[(u64)h * n_embd + d];
+        x_out[d] = v;
+    }
+}
+
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_finish(float* x_out, float* split_out, const float* part,
+                                                                    const float* hc, const float* scale,
+                                                                    const float* base, u32 n_embd, u32 n_hc,
+                                                                    u32 n_split, u32 iters, float eps_rms,
+                                                                    float eps_hc) {
+    const u32 t = blockIdx.x;
+    hc_pre_finish_token(t, x_out + (u64)t * n_embd, split_out, part, hc, scale, base, n_embd, n_hc, n_split, iters,
+                        eps_rms, eps_hc);
+}
+
+// The whole HC pre step and the sublayer's input norm in one launch (spec §3.2 + §3.4 step 2 /
+// §3.9 step 2): ds4_hc_mix_partial's blocks, of which the last one to finish for a token (an atomic
+// counter per token) performs ds4_hc_pre_finish and then ds4_rms_norm_quant's NORM on x with
+// norm_w, writing the same outputs those kernels write (x itself stays in shared memory):
+//   split_out [n_tok][n_mix]; xn [n_tok][n_embd] (may be null); Q8_0 and/or Q8_K planes of xn (null
+//   = not wanted). part: as ds4_hc_mix_partial; counter: u32 [n_tok], zero before the first launch
+//   (the last block resets its token's counter, so captured graphs can be replayed). n_embd <= 4096.
+// Launch: grid (n_split, n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_fused(float* split_out, float* xn, i8* q0_q, float* q0_d,
+                                                                   i8* qk_q, float* qk_d, i16* qk_bs, float* part,
+                                                                   u32* counter, const float* hc, const u16* fn_w,
+                                                                   const float* scale, const float* base,
+                                                                   const float* norm_w, u32 n_embd, u32 n_hc,
+                                                                   u32 n_split, u32 iters, float eps_rms,
+                                                                   float eps_hc, float eps_norm) {
+    __shared__ float xs[4096];
+    __shared__ u32 is_last;
+    const u32 t = blockIdx.y;
+    const u32 n_mix = 2 * n_hc + n_hc * n_hc;
+    if (n_embd > 4096) return;
+    hc_mix_partial_block(part, hc, fn_w, n_hc * n_embd, n_mix, n_split);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) is_last = atomicAdd(&counter[t], 1u) == n_split - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    if (threadIdx.x == 0) counter[t] = 0;
+    hc_pre_finish_token(t, xs, split_out, part, hc, scale, base, n_embd, n_hc, n_split, iters, eps_rms, eps_hc);
+    __syncthreads();
+    norm_quant_row(t, xs, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, norm_w, n_embd, DS4_NQ_NORM, eps_norm);
+}
+
+// Output-head HC reduction (spec §3.10 steps 1-3 up to y): with mix from ds4_hc_mix_partial
+// (n_mix = n_hc, fn = output_hc_fn), w_h = stable_sigmoid(mix[h] * scale[0] + base[h]) + eps_hc,
+// x_out[t][d] = sum_h w_h * X[h][d]. The following RMSNorm * output_norm and the Q8_0
+// quantization are ds4_rms_norm_quant.
+// Launch: grid (n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_head_finish(float* x_out, const float* part, const float* hc,
+                                                                     const float* scale, const float* base,
+                                                                     u32 n_embd, u32 n_hc, u32 n_split,
+                                                                     float eps_rms, float eps_hc) {
+    __shared__ float mix[DS4_HC_MAX_MIX];
+    const u32 t = blockIdx.x;
+    hc_gather_mix(mix, part, t, n_split, n_hc, n_hc * n_embd, eps_rms);
+    float wh[DS4_HC_MAX];
+#pragma unroll
+    for (u32 h = 0; h < DS4_HC_MAX; ++h) wh[h] = h < n_hc ? stable_sigmoid(mix[h] * scale[0] + base[h]) + eps_hc : 0.0f;
+    const float* x = hc + (u64)t * n_hc * n_embd;
+    for (u32 d = threadIdx.x; d < n_embd; d += DS4_BLOCK) {
+        float v = 0.0f;
+        for (u32 h = 0; h < n_hc; ++h) v += wh[h] * x[(u64)h * n_embd + d];
+        x_out[(u64)t * n_embd + d] = v;
+    }
+}
+
+// HC post (spec §3.3): X'[dst][d] = post[dst] * (y[d] + y2[d]) + sum_src M[src][dst] * X[src][d]
+// with post and M from split (ds4_hc_pre_finish's layout); y2 may be null (the FFN passes the
+// routed and the shared expert outputs as y and y2, spec §3.9 step 7). hc_out may equal hc_in.
+// Launch: grid (ceil(n_embd / 256), n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post(float* hc_out, const float* hc_in, const float* y,
+                                                              const float* y2, const float* split, u32 n_embd,
+                                                              u32 n_hc) {
+    const u32 t = blockIdx.y;
+    const u32 d = blockIdx.x * DS4_BLOCK + threadIdx.x;
+    if (d >= n_embd || n_hc > DS4_HC_MAX) return;
+    const u32 n_mix = 2 * n_hc + n_hc * n_hc;
+    const float* sp = split + (u64)t * n_mix;
+    const u64 base = (u64)t * n_hc * n_embd + d;
+    float yv = y[(u64)t * n_embd + d];
+    if (y2) yv += y2[(u64)t * n_embd + d];
+    float old[DS4_HC_MAX];
+#pragma unroll
+    for (u32 h = 0; h < DS4_HC_MAX; ++h) old[h] = h < n_hc ? hc_in[base + (u64)h * n_embd] : 0.0f;
+#pragma unroll
+    for (u32 dst = 0; dst < DS4_HC_MAX; ++dst) {
+        if (dst >= n_hc) break;
+        float v = sp[n_hc + dst] * yv;
+        for (u32 src = 0; src < n_hc; ++src) v += sp[2 * n_hc + n_hc * src + dst] * old[src];
+        hc_out[base + (u64)dst * n_embd] = v;
+    }
+}

@@ -1,0 +1,133 @@
+// Lightning indexer of the ratio-4 layers (spec §3.8): scores of the compressed indexer rows and
+// the top-k selection. The query heads come from ds4_matvec_f16 (indexer.attn_q_b · qrn) followed by
+// ds4_rows_finish(ROPE | HADAMARD_FP4); the head weights from ds4_matvec_f16 (indexer.proj · xn).
+// The host launches these only for tokens whose visible row count can exceed top_k; tokens of a
+// batch that see <= top_k rows are handled by ds4_attention without a selection.
+#pragma once
+#include "formats.h"
+
+#define DS4_IDX_MAX_HEADS 64
+#define DS4_IDX_DIM 128
+#define DS4_IDX_ROWS 128  // rows per block
+
+// scores[t][c] = sum_h (w[t][h] * w_scale) * max(0, krows[c] · qi[t][h])  for c < n_c(t), where
+// n_c(t) = min(floor((pos0 + t + 1) / ratio), n_comp_avail); entries c >= n_c(t) are not written.
+// qi: f32 [n_tok][n_head][128]; w: f32 [n_tok][n_head]; krows: f32 [n_comp_avail][128];
+// scores: f32 [n_tok][score_stride]. w_scale = 1/sqrt(head_dim * n_head) (spec §3.8). n_head <= 64.
+// Launch: grid (ceil(n_comp_avail / 128), n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores(float* scores, const float* qi, const float* w,
+                                                                     const float* krows, u32 n_head,
+                                                                     u32 n_comp_avail, u32 ratio, u32 pos0,
+                                                                     u32 score_stride, float w_scale) {
+    __shared__ float sq[DS4_IDX_MAX_HEADS][DS4_IDX_DIM + 1];  // +1: conflict-free column reads
+    __shared__ float sw[DS4_IDX_MAX_HEADS];
+    __shared__ float srow[DS4_WARPS_PER_BLOCK][DS4_IDX_DIM];
+    const u32 t = blockIdx.y;
+    const u32 n_c = min((pos0 + t + 1) / ratio, n_comp_avail);
+    const u32 c0 = blockIdx.x * DS4_IDX_ROWS;
+    if (c0 >= n_c || n_head > DS4_IDX_MAX_HEADS) return;
+    for (u32 i = threadIdx.x; i < n_head * DS4_IDX_DIM; i += DS4_BLOCK)
+        sq[i / DS4_IDX_DIM][i % DS4_IDX_DIM] = qi[(u64)t * n_head * DS4_IDX_DIM + i];
+    for (u32 h = threadIdx.x; h < n_head; h += DS4_BLOCK) sw[h] = w[(u64)t * n_head + h] * w_scale;
+    __syncthreads();
+    const u32 c1 = min(n_c, c0 + DS4_IDX_ROWS);
+    float* myrow = srow[warp_id()];
+    for (u32 c = c0 + warp_id(); c < c1; c += DS4_WARPS_PER_BLOCK) {
+        for (u32 i = lane_id(); i < DS4_IDX_DIM; i += DS4_WARP) myrow[i] = krows[(u64)c * DS4_IDX_DIM + i];
+        ds4_sync_warp();
+        float acc = 0.0f;
+        for (u32 h = lane_id(); h < n_head; h += DS4_WARP) {
+            float d = 0.0f;
+#pragma unroll 8
+            for (u32 i = 0; i < DS4_IDX_DIM; ++i) d += myrow[i] * sq[h][i];
+            acc += sw[h] * fmaxf(d, 0.0f);
+        }
+        acc = warp_sum(acc);
+        if (lane_id() == 0) scores[(u64)t * score_stride + c] = acc;
+        ds4_sync_warp();
+    }
+}
+
+// Order-preserving map of a float to u32 (larger float -> larger key); -0 is folded into +0 so
+// ties between zero scores fall back to the row index like the CPU's float comparison.
+DS4_DEV u32 float_key(float f) {
+    if (f == 0.0f) f = 0.0f;
+    const u32 b = __float_as_uint(f);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Top-k rows of each token by score, ties to the lower row index (spec §3.8), written as ascending
+// row indices: sel[t][0..top_k). Only for tokens with n_c(t) > top_k (see ds4_indexer_scores);
+// other tokens' lists are left untouched. Radix select of the k-th largest key (4 passes of 8
+// bits), then one ordered pass that keeps every key above it and the lowest-index equal keys.
+// Launch: grid (n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk(u32* sel, const float* scores, u32 score_stride,
+                                                                   u32 n_comp_avail, u32 ratio, u32 top_k,
+                                                                   u32 pos0) {
+    __shared__ u32 hist[256];
+    __shared__ u32 s_prefix, s_need;
+    __shared__ u32 cnt_gt[DS4_BLOCK], cnt_eq[DS4_BLOCK];
+    const u32 t = blockIdx.x, tid = threadIdx.x;
+    const u32 n = min((pos0 + t + 1) / ratio, n_comp_avail);
+    if (n <= top_k) return;
+    const float* sr = scores + (u64)t * score_stride;
+    u32 prefix = 0, mask = 0, need = top_k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (u32 i = tid; i < 256; i += DS4_BLOCK) hist[i] = 0;
+        __syncthreads();
+        for (u32 i = tid; i < n; i += DS4_BLOCK) {
+            const u32 k = float_key(sr[i]);
+            if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1u);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            u32 above = 0, d = 255;
+            for (;; --d) {
+                if (above + hist[d] >= need || d == 0) break;
+                above += hist[d];
+            }
+            s_prefix = prefix | (d << shift);
+            s_need = need - above;
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        need = s_need;
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    // prefix = the k-th largest key; `need` rows equal to it are taken (the lowest indices).
+    const u32 chunk = (n + DS4_BLOCK - 1) / DS4_BLOCK;
+    const u32 a = min(n, tid * chunk), b = min(n, a + chunk);
+    u32 gt = 0, eq = 0;
+    for (u32 i = a; i < b; ++i) {
+        const u32 k = float_key(sr[i]);
+        gt += k > prefix;
+        eq += k == prefix;
+    }
+    cnt_gt[tid] = gt;
+    cnt_eq[tid] = eq;
+    __syncthreads();
+    if (tid == 0) {
+        u32 eq_before = 0, out_before = 0;
+        for (u32 i = 0; i < DS4_BLOCK; ++i) {
+            const u32 e = cnt_eq[i];
+            const u32 take = eq_before >= need ? 0 : min(e, need - eq_before);
+            eq_before += e;
+            const u32 g = cnt_gt[i];
+            cnt_eq[i] = take;        // equal keys this thread keeps
+            cnt_gt[i] = out_before;  // output offset of this thread
+            out_before += g + take;
+        }
+    }
+    __syncthreads();
+    u32 take = cnt_eq[tid], o = cnt_gt[tid];
+    u32* out = sel + (u64)t * top_k;
+    for (u32 i = a; i < b; ++i) {
+        const u32 k = float_key(sr[i]);
+        if (k > prefix || (k == prefix && take > 0)) {
+            if (k == prefix) --take;
+            if (o < top_k) out[o] = i;
+            ++o;
+        }
+    }
+}

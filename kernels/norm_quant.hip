@@ -1,0 +1,138 @@
+// Embedding lookup, RMSNorm and activation quantization (spec §2.2, §3.1).
+#pragma once
+#include "formats.h"
+
+// Embedding row (F16) replicated into the n_hc streams of the HC state (spec §3.1 steps 1-2).
+// hc: f32 [n_tok][n_hc][n_embd]; emb: F16 [n_vocab][n_embd]; tokens: u32 [n_tok] on the device
+// (so decode can feed the sampled token without a host round trip). An id >= n_vocab gives zeros
+// (the host validates ids; this only keeps a bad id from reading out of bounds).
+// Launch: grid (ceil(n_embd / 256), n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_embed_hc(float* hc, const u16* emb, const u32* tokens,
+                                                               u32 n_embd, u32 n_hc, u32 n_vocab, u32 n_tok) {
+    const u32 t = blockIdx.y;
+    const u32 d = blockIdx.x * DS4_BLOCK + threadIdx.x;
+    if (t >= n_tok || d >= n_embd) return;
+    const u32 tok = tokens[t];
+    const float v = tok < n_vocab ? f16_to_f32(emb[(u64)tok * n_embd + d]) : 0.0f;
+    float* out = hc + (u64)t * n_hc * n_embd;
+    for (u32 h = 0; h < n_hc; ++h) out[(u64)h * n_embd + d] = v;
+}
+
+// Fill n floats with v (e.g. the compressor score state with DS4_NEG_INF, spec §3.7).
+// Launch: grid (ceil(n / 256)), block 256 (n <= 2^32 * 256 per launch).
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_fill_f32(float* x, u64 n, float v) {
+    const u64 i = (u64)blockIdx.x * DS4_BLOCK + threadIdx.x;
+    if (i < n) x[i] = v;
+}
+
+// Flags of ds4_rms_norm_quant.
+#define DS4_NQ_NORM 1u  // apply RMSNorm (else the input passes through unscaled)
+
+// The body of ds4_rms_norm_quant for output row `row` (one block; all threads call it).
+DS4_DEV void norm_quant_row(u64 row, const float* xr, float* out, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d,
+                            i16* qk_bs, const float* w, u32 n, u32 flags, float eps) {
+    __shared__ double dscratch[DS4_WARPS_PER_BLOCK];
+    __shared__ float fscratch[DS4_WARPS_PER_BLOCK];
+    __shared__ int iscratch[DS4_WARPS_PER_BLOCK];
+    const u32 tid = threadIdx.x;
+
+    float scale = 1.0f;
+    if (flags & DS4_NQ_NORM) {
+        double ss = 0.0;
+        for (u32 i = tid; i < n; i += DS4_BLOCK) {
+            const double v = (double)xr[i];
+            ss += v * v;
+        }
+        ss = block_sum_f64(ss, dscratch);
+        scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    }
+
+    // Chunks of 256 elements: one Q8_K block, eight Q8_0 blocks (aligned groups of 32 lanes).
+    for (u32 base = 0; base < n; base += DS4_BLOCK) {
+        const u32 i = base + tid;
+        const bool live = i < n;
+        float v = live ? xr[i] * scale : 0.0f;
+        if (live && w) v *= w[i];
+        if (live && out) out[(u64)row * n + i] = v;
+
+        if (q0_q) {
+            // d = amax/127 and 1/d evaluated as amax * (1/127) and 127/amax (DS4_RCP127).
+            const float amax = group32_max(fabsf(v));
+            const float d = amax * DS4_RCP127;
+            const float id = d != 0.0f ? 127.0f / amax : 0.0f;
+            if (live) {
+                int q = round_even_i(v * id);
+                q = q < -128 ? -128 : (q > 127 ? 127 : q);
+                q0_q[(u64)row * n + i] = (i8)q;
+                if ((i & 31) == 0) q0_d[(u64)row * (n / 32) + i / 32] = d;
+            }
+        }
+        if (qk_q) {
+            // Element with the largest |v|, first one on ties (strict > in index order).
+            float best = fabsf(v);
+            int bidx = (int)tid;
+#pragma unroll
+            for (int o = DS4_WARP / 2; o > 0; o >>= 1) {
+                const float ob = __shfl_xor(best, o, DS4_WARP);
+                const int oi = __shfl_xor(bidx, o, DS4_WARP);
+                if (ob > best || (ob == best && oi < bidx)) {
+                    best = ob;
+                    bidx = oi;
+                }
+            }
+            __syncthreads();
+            if (lane_id() == 0) {
+                fscratch[warp_id()] = best;
+                iscratch[warp_id()] = bidx;
+            }
+            __syncthreads();
+            best = fscratch[0];
+            bidx = iscratch[0];
+            for (int wv = 1; wv < DS4_WARPS_PER_BLOCK; ++wv) {
+                if (fscratch[wv] > best || (fscratch[wv] == best && iscratch[wv] < bidx)) {
+                    best = fscratch[wv];
+                    bidx = iscratch[wv];
+                }
+            }
+            // Broadcast the signed extreme value through shared memory.
+            __syncthreads();
+            if ((int)tid == bidx) fscratch[0] = v;
+            __syncthreads();
+            const float m = fscratch[0];
+            int q = 0;
+            float d = 0.0f;
+            if (best != 0.0f) {
+                const float iscale = -127.0f / m;
+                q = round_even_i(iscale * v);
+                q = q < -128 ? -128 : (q > 127 ? 127 : q);
+                d = m * -DS4_RCP127;  // = 1/iscale, as the reference evaluates it
+            }
+            // 16-element sums (aligned groups of 16 lanes).
+            int s = q;
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) s += __shfl_xor(s, o, 16);
+            if (live) {
+                qk_q[(u64)row * n + i] = (i8)q;
+                if ((i & 15) == 0) qk_bs[(u64)row * (n / 16) + i / 16] = (i16)s;
+                if ((i & 255) == 0) qk_d[(u64)row * (n / 256) + i / 256] = d;
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// One row of n floats per block: optional RMSNorm (ss summed in double, scale = 1/sqrtf(ss/n + eps),
+// times w when w != null; spec §3.1), then any of three outputs (null = not wanted):
+//   out      f32 [rows][n]                       the normed row
+//   q8_0     q [rows][n] int8, d [rows][n/32]    Q8_0 activation (spec §2.2), n % 32 == 0
+//   q8_k     q [rows][n] int8, d [rows][n/256], bsums [rows][n/16]   Q8_K (spec §2.2), n % 256 == 0
+// Row r of x starts at x + r*x_stride (x_stride >= n) so heads/slices of a wider buffer can be used.
+// Plain quantization of a long row (no NORM flag) can be launched as several shorter rows (e.g. the
+// 64 x 512 attention output as 64 rows): the Q8_0/Q8_K blocks never cross a row, the layout is the same.
+// Launch: grid (rows), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rms_norm_quant(float* out, i8* q0_q, float* q0_d, i8* qk_q,
+                                                                     float* qk_d, i16* qk_bs, const float* x,
+                                                                     const float* w, u32 n, u32 x_stride,
+                                                                     u32 flags, float eps) {
+    norm_quant_row(blockIdx.x, x + (u64)blockIdx.x * x_stride, out, q0_q, q0_d, qk_q, qk_d, qk_bs, w, n, flags, eps);
+}

@@ -1,0 +1,189 @@
+// ds4-chat GPU kernels: the one header that hides the differences between AMD (clang -x hip,
+// HIP headers) and NVIDIA (nvcc -x cu with kernels/cuda/hip/hip_runtime.h).
+//
+// Everything that differs between the vendors lives here: wave size, shuffles, the int8 dot4
+// instruction, f16 conversion, launch bounds. The kernel sources use only the DS4_* names below.
+//
+// Conventions shared by every kernel (spec §0.1):
+//   * All pointers are device pointers; every size/index argument is a 32-bit unsigned `u32`
+//     unless it can exceed 2^32 (then `u64`). Floats are f32 scalars.
+//   * Every kernel states its launch shape (grid, block) in its header comment. Block sizes are
+//     fixed constants that do not depend on the wave size, so the host side (src/backend/hip/
+//     kernels.rs) computes the same grid for wave32 and wave64 devices.
+//   * Kernels never assume a wave of 32 where it matters: reductions use DS4_WARP, and the few
+//     places that need groups of exactly 32 lanes use width-32 shuffles (valid on wave64 too).
+#pragma once
+
+#include <hip/hip_runtime.h>
+#include <stdint.h>
+
+typedef uint32_t u32;
+typedef int32_t i32;
+typedef uint64_t u64;
+typedef uint16_t u16;
+typedef int16_t i16;
+typedef uint8_t u8;
+typedef int8_t i8;
+
+// ---------------------------------------------------------------------------------------------
+// Wave size
+// ---------------------------------------------------------------------------------------------
+#if defined(DS4_EMU)
+// CPU emulation for tests (kernels/emu): the emulated wave size is a build parameter.
+#define DS4_WARP DS4_EMU_WARP
+#elif defined(__HIP_PLATFORM_NVIDIA__) || defined(__CUDACC__)
+#define DS4_NVIDIA 1
+#define DS4_WARP 32
+#elif defined(__AMDGCN_WAVEFRONT_SIZE)
+#define DS4_AMD 1
+#define DS4_WARP __AMDGCN_WAVEFRONT_SIZE
+#elif defined(__HIP_DEVICE_COMPILE__)
+#error "ds4 kernels: unknown device wave size (expected __AMDGCN_WAVEFRONT_SIZE from clang)"
+#else
+// Host pass of a HIP compile: device code is not generated, the value is irrelevant.
+#define DS4_AMD 1
+#define DS4_WARP 64
+#endif
+
+static_assert(DS4_WARP == 32 || DS4_WARP == 64, "wave size must be 32 or 64");
+
+// Threads per block of (almost) every kernel; see each kernel's header for its grid.
+#define DS4_BLOCK 256
+#define DS4_WARPS_PER_BLOCK (DS4_BLOCK / DS4_WARP)
+
+#define DS4_LAUNCH(threads) __launch_bounds__(threads)
+#define DS4_DEV static __device__ __forceinline__
+
+// ---------------------------------------------------------------------------------------------
+// Shuffles and reductions
+// ---------------------------------------------------------------------------------------------
+DS4_DEV float warp_sum(float v) {
+#pragma unroll
+    for (int o = DS4_WARP / 2; o > 0; o >>= 1) v += __shfl_xor(v, o, DS4_WARP);
+    return v;
+}
+DS4_DEV float warp_max(float v) {
+#pragma unroll
+    for (int o = DS4_WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor(v, o, DS4_WARP));
+    return v;
+}
+DS4_DEV double warp_sum_f64(double v) {
+#pragma unroll
+    for (int o = DS4_WARP / 2; o > 0; o >>= 1) v += __shfl_xor(v, o, DS4_WARP);
+    return v;
+}
+// Max over aligned groups of 32 lanes (one Q8_0 block per group), valid for wave32 and wave64.
+DS4_DEV float group32_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor(v, o, 32));
+    return v;
+}
+
+// Orders shared-memory writes of a warp before reads by other lanes of the same warp.
+DS4_DEV void ds4_sync_warp() {
+#if defined(DS4_EMU)
+    ds4emu_warp_sync();
+#elif defined(DS4_NVIDIA)
+    __syncwarp();
+#else
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#endif
+}
+
+DS4_DEV u32 lane_id() { return threadIdx.x % DS4_WARP; }
+DS4_DEV u32 warp_id() { return threadIdx.x / DS4_WARP; }
+
+// Block-wide sum for blockDim.x == DS4_BLOCK. `scratch` needs DS4_WARPS_PER_BLOCK entries.
+// Every thread returns the total. Contains __syncthreads(): call from all threads.
+DS4_DEV float block_sum(float v, float* scratch) {
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane_id() == 0) scratch[warp_id()] = v;
+    __syncthreads();
+    float t = 0.0f;
+#pragma unroll
+    for (int w = 0; w < DS4_WARPS_PER_BLOCK; ++w) t += scratch[w];
+    return t;
+}
+DS4_DEV double block_sum_f64(double v, double* scratch) {
+    v = warp_sum_f64(v);
+    __syncthreads();
+    if (lane_id() == 0) scratch[warp_id()] = v;
+    __syncthreads();
+    double t = 0.0;
+#pragma unroll
+    for (int w = 0; w < DS4_WARPS_PER_BLOCK; ++w) t += scratch[w];
+    return t;
+}
+DS4_DEV float block_max(float v, float* scratch) {
+    v = warp_max(v);
+    __syncthreads();
+    if (lane_id() == 0) scratch[warp_id()] = v;
+    __syncthreads();
+    float t = scratch[0];
+#pragma unroll
+    for (int w = 1; w < DS4_WARPS_PER_BLOCK; ++w) t = fmaxf(t, scratch[w]);
+    return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// int8 dot4: sum of 4 signed byte products plus c
+// ---------------------------------------------------------------------------------------------
+DS4_DEV int dot4_i8(int a, int b, int c) {
+#if defined(DS4_NVIDIA)
+    return __dp4a(a, b, c);
+#elif defined(__GFX11__) || defined(__GFX12__)
+    // RDNA3/4: v_dot4_i32_iu8 with both operands signed.
+    return __builtin_amdgcn_sudot4(true, a, true, b, c, false);
+#elif defined(__gfx906__) || defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) || \
+    defined(__gfx941__) || defined(__gfx942__) || defined(__gfx1030__) || defined(__gfx1031__) ||  \
+    defined(__gfx1032__) || defined(__gfx1034__) || defined(__gfx1035__) || defined(__gfx1036__)
+    // v_dot4_i32_i8 ("dot1-insts").
+    return __builtin_amdgcn_sdot4(a, b, c, false);
+#else
+    // Portable fallback for parts without a dot instruction.
+    return c + (int)(i8)(a) * (int)(i8)(b) + (int)(i8)(a >> 8) * (int)(i8)(b >> 8) +
+           (int)(i8)(a >> 16) * (int)(i8)(b >> 16) + (int)(i8)(a >> 24) * (int)(i8)(b >> 24);
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// f16 <-> f32 (IEEE binary16, round to nearest even; spec §2 "f16")
+// ---------------------------------------------------------------------------------------------
+DS4_DEV float f16_to_f32(u16 h) {
+#if defined(DS4_NVIDIA)
+    return __half2float(__ushort_as_half(h));
+#else
+    return (float)__builtin_bit_cast(_Float16, h);
+#endif
+}
+DS4_DEV u16 f32_to_f16_bits(float f) {
+#if defined(DS4_NVIDIA)
+    return __half_as_ushort(__float2half_rn(f));
+#else
+    return __builtin_bit_cast(u16, (_Float16)f);
+#endif
+}
+// Value rounded through f16 and back: how every cached row is stored (spec pitfall 12).
+DS4_DEV float round_f16(float f) { return f16_to_f32(f32_to_f16_bits(f)); }
+
+// Round half to even, as C lrintf in the default FP mode (spec §2.2).
+DS4_DEV int round_even_i(float x) { return (int)rintf(x); }
+
+// Unaligned little-endian loads for block formats whose blocks are only 2-byte aligned.
+DS4_DEV u32 load_u32_2a(const u8* p) {
+    const u16* q = (const u16*)p;
+    return (u32)q[0] | ((u32)q[1] << 16);
+}
+
+// Reciprocals as ds4's -ffast-math build evaluates its divisions by constants (x/127 becomes
+// x * (float)(1/127), etc.); the CPU reference (src/backend/cpu/quant.rs, ops.rs) does the same, so
+// activation codes and FP8/FP4 block scales land on the same side of every rounding boundary.
+#define DS4_RCP127 ((float)(1.0 / 127.0))
+#define DS4_RCP448 ((float)(1.0 / 448.0))
+#define DS4_RCP6 ((float)(1.0 / 6.0))
+
+// The "negative infinity" sentinel of the model (spec §0.2, DS4_NEG_INF): a finite float.
+#define DS4_NEG_INF (-1.0e30f)

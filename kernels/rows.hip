@@ -1,0 +1,167 @@
+// Per-row post-processing shared by attention q/kv, compressed rows and the indexer (spec §3.4-§3.8):
+// RMSNorm, partial RoPE on the tail (interleaved pairs, YaRN blend), the E4M3 round trip on the
+// non-rope dims, Hadamard-128 + E2M1 (FP4) round trip, f16 rounding and the raw-ring store.
+#pragma once
+#include "formats.h"
+
+#define DS4_ROW_NORM 1u         // RMSNorm (eps), times w when w != null
+#define DS4_ROW_ROPE 2u         // RoPE on the last n_rot dims at the row's position
+#define DS4_ROW_ROPE_INV 4u     // with DS4_ROW_ROPE: inverse rotation (attention output, §3.4 step 11)
+#define DS4_ROW_E4M3 8u         // E4M3 round trip on dims [0, head_dim - n_rot) in 64-blocks (§3.6)
+#define DS4_ROW_HADAMARD_FP4 16u  // Hadamard-128 then E2M1 round trip on 32-blocks, per 128 dims (§3.6)
+#define DS4_ROW_ROUND_F16 32u   // write the row back rounded through f16 (pitfall 12)
+#define DS4_ROW_STORE_RING 64u  // also store round_f16(row) at ring row (pos % ring_cap) (§4.2)
+
+// Nearest E4M3FN value to x, |x| <= 448, ties to the even code (spec §3.6). Codes are evenly
+// spaced by 2^(e-3) within a binade and by 2^-9 below 2^-6, and an even code index always has an
+// even mantissa, so rintf (half to even) on the scaled value picks exactly that code.
+DS4_DEV float e4m3_round(float x) {
+    const float a = fabsf(x);
+    float r;
+    if (a < 0.015625f) {
+        r = rintf(a * 512.0f) * (1.0f / 512.0f);
+    } else {
+        const float step = ldexpf(1.0f, ilogbf(a) - 3);
+        r = rintf(a / step) * step;
+    }
+    return copysignf(r, x);
+}
+
+// Nearest E2M1 value of {0, .5, 1, 1.5, 2, 3, 4, 6} to x, |x| <= 6, ties to the even table index.
+DS4_DEV float e2m1_round(float x) {
+    const float a = fabsf(x);
+    float r;
+    if (a < 2.0f) r = rintf(a * 2.0f) * 0.5f;
+    else if (a < 4.0f) r = rintf(a);
+    else r = 2.0f * rintf(a * 0.5f);
+    return copysignf(r, x);
+}
+
+// Power-of-two block scale 2^ceil(log2(amax / limit)), the division taken as amax * (1/limit).
+DS4_DEV float pow2_scale(float amax, float rcp_limit) { return exp2f(ceilf(log2f(amax * rcp_limit))); }
+
+// RoPE rotation angle of pair k (spec §3.5): theta_extrap = pos * theta_scale^k as an iterated
+// float product, then the YaRN blend theta = fs*te*(1 - ramp*ext) + te*(ramp*ext).
+DS4_DEV float rope_theta(u32 pos, u32 k, float theta_scale, float freq_scale, float ext_factor, float corr_low,
+                         float corr_high) {
+    float te = (float)pos;
+    for (u32 i = 0; i < k; ++i) te *= theta_scale;
+    const float y = ((float)k - corr_low) / fmaxf(0.001f, corr_high - corr_low);
+    const float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext_factor;
+    const float ti = freq_scale * te;
+    return ti * (1.0f - ramp) + te * ramp;
+}
+
+struct RowOps {
+    u32 flags, head_dim, n_rot, pos;
+    float theta_scale, freq_scale, ext_factor, corr_low, corr_high, eps;
+    const float* w;
+};
+
+// Applies the flagged operations to row s (shared memory, head_dim floats). All threads call it.
+DS4_DEV void row_ops_smem(float* s, const RowOps& op) {
+    __shared__ double dscratch[DS4_WARPS_PER_BLOCK];
+    const u32 tid = threadIdx.x, hd = op.head_dim;
+    if (op.flags & DS4_ROW_NORM) {
+        double ss = 0.0;
+        for (u32 i = tid; i < hd; i += DS4_BLOCK) ss += (double)s[i] * (double)s[i];
+        ss = block_sum_f64(ss, dscratch);
+        const float sc = 1.0f / sqrtf((float)(ss / (double)hd) + op.eps);
+        for (u32 i = tid; i < hd; i += DS4_BLOCK) s[i] = op.w ? s[i] * sc * op.w[i] : s[i] * sc;
+        __syncthreads();
+    }
+    if (op.flags & DS4_ROW_ROPE) {
+        const u32 off = hd - op.n_rot;
+        for (u32 k = tid; k < op.n_rot / 2; k += DS4_BLOCK) {
+            const float th = rope_theta(op.pos, k, op.theta_scale, op.freq_scale, op.ext_factor, op.corr_low,
+                                        op.corr_high);
+            const float c = cosf(th);
+            const float sn = (op.flags & DS4_ROW_ROPE_INV) ? -sinf(th) : sinf(th);
+            const float x0 = s[off + 2 * k], x1 = s[off + 2 * k + 1];
+            s[off + 2 * k] = x0 * c - x1 * sn;
+            s[off + 2 * k + 1] = x0 * sn + x1 * c;
+        }
+        __syncthreads();
+    }
+    if (op.flags & DS4_ROW_E4M3) {
+        // One warp per 64-element block of the non-rope dims.
+        const u32 n_nope = hd - op.n_rot;
+        for (u32 b = warp_id(); b * 64 < n_nope; b += DS4_WARPS_PER_BLOCK) {
+            float am = 0.0f;
+            for (u32 j = lane_id(); j < 64; j += DS4_WARP) {
+                const u32 i = b * 64 + j;
+                if (i < n_nope) am = fmaxf(am, fabsf(s[i]));
+            }
+            am = warp_max(am);
+            const float scale = pow2_scale(fmaxf(am, 1.0e-4f), DS4_RCP448);
+            for (u32 j = lane_id(); j < 64; j += DS4_WARP) {
+                const u32 i = b * 64 + j;
+                if (i < n_nope) s[i] = e4m3_round(fminf(448.0f, fmaxf(-448.0f, s[i] / scale))) * scale;
+            }
+        }
+        __syncthreads();
+    }
+    if (op.flags & DS4_ROW_HADAMARD_FP4) {
+        // Butterflies within each 128-wide chunk, natural (Sylvester) order.
+        for (u32 stride = 1; stride < 128; stride <<= 1) {
+            for (u32 p = tid; p < hd / 2; p += DS4_BLOCK) {
+                const u32 chunk = p / 64, q = p % 64;
+                const u32 i = chunk * 128 + (q / stride) * 2 * stride + (q % stride);
+                const float a = s[i], b = s[i + stride];
+                s[i] = a + b;
+                s[i + stride] = a - b;
+            }
+            __syncthreads();
+        }
+        // E2M1 per 32-block: aligned groups of 32 lanes over elements base + tid.
+        for (u32 base = 0; base < hd; base += DS4_BLOCK) {
+            const u32 i = base + tid;
+            const float v = i < hd ? s[i] * 0.08838834764831845f : 0.0f;
+            const float am = group32_max(fabsf(v));
+            const float scale = pow2_scale(fmaxf(am, 7.052966104933725e-38f), DS4_RCP6);
+            if (i < hd) s[i] = e2m1_round(fminf(6.0f, fmaxf(-6.0f, v / scale))) * scale;
+        }
+        __syncthreads();
+    }
+}
+
+// Row post-processing, one (row, token) per block. x: f32 [n_tok][n_head][head_dim] (in place).
+// Row (t, h) is at position pos0 + t * pos_step (pos_step = 1 for token rows; = ratio for the
+// compressed rows emitted by a batch, whose RoPE position is the first token of their window).
+// ring (with DS4_ROW_STORE_RING, n_head must be 1): f32 [ring_cap][head_dim], row position % ring_cap.
+// w: f32 [head_dim] or null. head_dim <= 1024 (multiple of 128 with DS4_ROW_HADAMARD_FP4).
+// RoPE parameters (spec §3.5): theta_scale = base^(-2/n_rot) computed by the host, freq_scale
+// (1 or 1/16), ext_factor (0 = no YaRN, 1 = YaRN), corr_low/high (YaRN corr dims).
+// Launch: grid (n_head, n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish(float* x, float* ring, const float* w, u32 n_head,
+                                                                  u32 head_dim, u32 n_rot, u32 flags, u32 pos0,
+                                                                  u32 pos_step, u32 ring_cap, float theta_scale,
+                                                                  float freq_scale, float ext_factor, float corr_low,
+                                                                  float corr_high, float eps) {
+    __shared__ float s[1024];
+    const u32 h = blockIdx.x, t = blockIdx.y;
+    if (head_dim > 1024) return;
+    float* xr = x + ((u64)t * n_head + h) * head_dim;
+    for (u32 i = threadIdx.x; i < head_dim; i += DS4_BLOCK) s[i] = xr[i];
+    __syncthreads();
+    RowOps op;
+    op.flags = flags;
+    op.head_dim = head_dim;
+    op.n_rot = n_rot;
+    op.pos = pos0 + t * pos_step;
+    op.theta_scale = theta_scale;
+    op.freq_scale = freq_scale;
+    op.ext_factor = ext_factor;
+    op.corr_low = corr_low;
+    op.corr_high = corr_high;
+    op.eps = eps;
+    op.w = w;
+    row_ops_smem(s, op);
+    const bool rnd = (flags & DS4_ROW_ROUND_F16) != 0;
+    float* rr = (flags & DS4_ROW_STORE_RING) && ring ? ring + (u64)(op.pos % ring_cap) * head_dim : nullptr;
+    for (u32 i = threadIdx.x; i < head_dim; i += DS4_BLOCK) {
+        const float v = s[i];
+        xr[i] = rnd ? round_f16(v) : v;
+        if (rr) rr[i] = round_f16(v);
+    }
+}
