@@ -5,4 +5,6 @@
 
 pub mod backend_open;
 pub mod events;
+pub mod logprobs;
+pub mod sampler;
 pub mod session;
