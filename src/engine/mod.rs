@@ -4,3 +4,5 @@
 //! and must not contain kernels (`backend::`).
 
 pub mod events;
+pub mod memguard;
+pub mod metrics;
