@@ -6,3 +6,4 @@
 pub mod events;
 pub mod memguard;
 pub mod metrics;
+pub mod residency;
