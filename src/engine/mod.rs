@@ -7,3 +7,4 @@ pub mod events;
 pub mod memguard;
 pub mod metrics;
 pub mod residency;
+pub mod warmup;
