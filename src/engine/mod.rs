@@ -10,3 +10,4 @@ pub mod metrics;
 pub mod residency;
 pub mod sampler;
 pub mod warmup;
+pub mod worker;
