@@ -307,7 +307,6 @@ impl GgufLayout {
                 Ok::<(), GgufError>(())
             })
         })?;
-        file.sync_data().map_err(|e| io_err("cannot sync", e))?;
         Ok(())
     }
 }
