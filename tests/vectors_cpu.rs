@@ -160,6 +160,15 @@ fn check_position(ours: &[f32], rec: &Value, st: &mut Stats) {
     let lp = log_softmax(ours);
     if let Some(nt) = rec.get("next_token").and_then(|v| v.as_u64()) {
         let d = (lp[nt as usize] - rec["next_logprob"].as_f64().unwrap()).abs();
+        if std::env::var_os("DS4_VECTORS_TRACE").is_some() {
+            println!(
+                "pos {} Δ {d:.4} margin {:.3} ds4 argmax {} ours {}",
+                rec["pos"],
+                rec["margin12"].as_f64().unwrap(),
+                rec["argmax"],
+                argmax(ours)
+            );
+        }
         st.sum_next += d;
         st.max_next = st.max_next.max(d);
         st.n += 1;

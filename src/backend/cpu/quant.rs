@@ -288,3 +288,197 @@ pub fn dot_q4_k(row: &[u8], x: &[BlockQ8K]) -> f32 {
     }
     acc
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::half::f32_to_f16;
+
+    /// Deterministic pseudo-random bytes (xorshift).
+    fn rng(seed: u64) -> impl FnMut() -> u64 {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        }
+    }
+
+    fn rand_f32s(n: usize, seed: u64) -> Vec<f32> {
+        let mut r = rng(seed);
+        (0..n).map(|_| ((r() % 20001) as f32 / 10000.0 - 1.0) * 3.0).collect()
+    }
+
+    fn put_f16(b: &mut [u8], v: f32) {
+        b.copy_from_slice(&f32_to_f16(v).to_le_bytes());
+    }
+
+    // Reference dequantization straight from the block formulas of spec §2.1, element by element.
+    fn deq_q2_k(blk: &[u8]) -> Vec<f32> {
+        let d = f16_to_f32(u16::from_le_bytes([blk[80], blk[81]]));
+        let dmin = f16_to_f32(u16::from_le_bytes([blk[82], blk[83]]));
+        (0..256)
+            .map(|e| {
+                let (k, j, l) = (e / 128, (e % 128) / 32, e % 32);
+                let q = (blk[16 + 32 * k + l] >> (2 * j)) & 3;
+                let s = blk[8 * k + 2 * j + usize::from(l >= 16)];
+                d * (s & 15) as f32 * q as f32 - dmin * (s >> 4) as f32
+            })
+            .collect()
+    }
+
+    fn deq_q4_k(blk: &[u8]) -> Vec<f32> {
+        let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+        let dmin = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
+        (0..256)
+            .map(|e| {
+                let (c, h, l) = (e / 64, (e % 64) / 32, e % 32);
+                let (sc, m) = q4_k_scale_min(&blk[4..16], 2 * c + h);
+                let b = blk[16 + 32 * c + l];
+                let q = if h == 0 { b & 15 } else { b >> 4 };
+                d * sc as f32 * q as f32 - dmin * m as f32
+            })
+            .collect()
+    }
+
+    fn deq_iq2_xxs(blk: &[u8]) -> Vec<f32> {
+        let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+        let mut out = Vec::with_capacity(256);
+        for ib in 0..8 {
+            let q = &blk[2 + 8 * ib..2 + 8 * ib + 8];
+            let a1 = u32::from_le_bytes([q[4], q[5], q[6], q[7]]);
+            let ls = (a1 >> 28) as f32;
+            for k in 0..4 {
+                let grid = IQ2XXS_GRID[q[k] as usize].to_le_bytes();
+                let signs = ksigns_iq2xs(((a1 >> (7 * k)) & 127) as u8);
+                for (j, &g) in grid.iter().enumerate() {
+                    let s = if signs & (1 << j) != 0 { -1.0 } else { 1.0 };
+                    out.push(d * (0.5 + ls) * 0.25 * g as f32 * s);
+                }
+            }
+        }
+        out
+    }
+
+    fn deq_q8k(b: &[BlockQ8K]) -> Vec<f32> {
+        b.iter()
+            .flat_map(|blk| blk.qs.iter().map(move |&q| blk.d * q as f32))
+            .collect()
+    }
+
+    /// Each K-quant dot product equals the f32 dot of the dequantized weights with the dequantized
+    /// Q8_K activation (only float summation order differs: relative 1e-5 of Σ|w·x|), and is within the
+    /// activation quantization error (half a step per element: Σ|w|·|d|/2) of the unquantized dot.
+    #[test]
+    fn k_quant_dots_match_dequantized_reference() {
+        let n = 512;
+        let x = rand_f32s(n, 7);
+        let mut xq = vec![BlockQ8K::default(); n / QK_K];
+        quantize_q8_k(&x, &mut xq);
+        let xd = deq_q8k(&xq);
+        // The extreme element maps to −127 exactly and bsums are the code sums.
+        for b in &xq {
+            assert!(b.qs.contains(&-127));
+            assert_eq!(b.bsums[3], b.qs[48..64].iter().map(|&q| q as i16).sum::<i16>());
+        }
+        type Deq = fn(&[u8]) -> Vec<f32>;
+        type Dot = fn(&[u8], &[BlockQ8K]) -> f32;
+        let cases: [(&str, usize, Deq, Dot); 3] = [
+            ("Q2_K", 84, deq_q2_k, dot_q2_k),
+            ("Q4_K", 144, deq_q4_k, dot_q4_k),
+            ("IQ2_XXS", 66, deq_iq2_xxs, dot_iq2_xxs),
+        ];
+        for (name, bb, deq, dot) in cases {
+            for seed in 0..20u64 {
+                let mut r = rng(seed + 100);
+                let mut row: Vec<u8> = (0..bb * n / QK_K).map(|_| r() as u8).collect();
+                for blk in row.chunks_exact_mut(bb) {
+                    let d = 0.001 + (r() % 1000) as f32 * 1e-5;
+                    match name {
+                        "Q2_K" => {
+                            put_f16(&mut blk[80..82], d);
+                            put_f16(&mut blk[82..84], d * 0.7);
+                        }
+                        "Q4_K" => {
+                            put_f16(&mut blk[0..2], d);
+                            put_f16(&mut blk[2..4], d * 0.5);
+                        }
+                        _ => put_f16(&mut blk[0..2], d),
+                    }
+                }
+                let w: Vec<f32> = row.chunks_exact(bb).flat_map(deq).collect();
+                let got = dot(&row, &xq) as f64;
+                let exact: f64 = w.iter().zip(&xd).map(|(&a, &b)| a as f64 * b as f64).sum();
+                let mag: f64 = w.iter().zip(&xd).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                assert!(
+                    (got - exact).abs() <= 1e-5 * mag + 1e-9,
+                    "{name} seed {seed}: {got} vs {exact}"
+                );
+                let plain: f64 = w.iter().zip(&x).map(|(&a, &b)| a as f64 * b as f64).sum();
+                let step: f64 = w
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &a)| a.abs() as f64 * xq[i / QK_K].d.abs() as f64 * 0.5)
+                    .sum();
+                assert!(
+                    (got - plain).abs() <= step * 1.001 + 1e-6,
+                    "{name} seed {seed}: {got} vs {plain}"
+                );
+            }
+        }
+    }
+
+    /// Q8_0 · Q8_0 and F16 · f32 against dequantize-then-dot.
+    #[test]
+    fn q8_0_and_f16_dots_match_reference() {
+        let n = 256;
+        let x = rand_f32s(n, 3);
+        let mut xq = Q8_0Act::with_len(n);
+        quantize_q8_0(&x, &mut xq);
+        let mut r = rng(11);
+        let mut row: Vec<u8> = (0..34 * n / 32).map(|_| r() as u8).collect();
+        for blk in row.chunks_exact_mut(34) {
+            put_f16(&mut blk[0..2], 0.002 + (r() % 100) as f32 * 1e-4);
+        }
+        let w: Vec<f32> = row
+            .chunks_exact(34)
+            .flat_map(|b| {
+                let d = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+                b[2..].iter().map(move |&q| d * q as i8 as f32)
+            })
+            .collect();
+        let xd: Vec<f32> = (0..n).map(|i| xq.scales[i / 32] * xq.qs[i] as f32).collect();
+        let got = dot_q8_0(&row, &xq.qs, &xq.scales) as f64;
+        let exact: f64 = w.iter().zip(&xd).map(|(&a, &b)| a as f64 * b as f64).sum();
+        let mag: f64 = w.iter().zip(&xd).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+        assert!((got - exact).abs() <= 1e-5 * mag);
+        // Q8_0 codes: the block maximum maps to ±127 and the scale is not f16-rounded.
+        let amax = x[..32].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert_eq!(xq.scales[0], amax / 127.0);
+
+        let hw: Vec<f32> = rand_f32s(n, 5);
+        let mut h = vec![0u8; 2 * n];
+        for (i, &v) in hw.iter().enumerate() {
+            put_f16(&mut h[2 * i..2 * i + 2], v);
+        }
+        let want: f64 = (0..n)
+            .map(|i| crate::gguf::half::round_f16(hw[i]) as f64 * x[i] as f64)
+            .sum();
+        let mag: f64 = (0..n).map(|i| (hw[i] as f64 * x[i] as f64).abs()).sum();
+        assert!((dot_f16(&h, &x) as f64 - want).abs() <= 1e-5 * mag);
+    }
+
+    #[test]
+    fn q8_0_activation_rounds_half_to_even() {
+        // amax 127 → d = 1: 2.5 → 2, 3.5 → 4, −2.5 → −2.
+        let mut x = vec![0.0f32; 32];
+        x[0] = 127.0;
+        x[1] = 2.5;
+        x[2] = 3.5;
+        x[3] = -2.5;
+        let mut q = Q8_0Act::with_len(32);
+        quantize_q8_0(&x, &mut q);
+        assert_eq!(&q.qs[..4], &[127, 2, 4, -2]);
+    }
+}
