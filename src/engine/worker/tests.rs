@@ -596,3 +596,63 @@ fn warmup_yields_to_a_turn_and_completes() {
     assert_eq!(progress.last().unwrap().0, 512 << 20);
     ev.clear();
 }
+
+/// Loads the in-memory tiny model (spec §10) on the real CPU backend; the chat text stays the toy
+/// byte-level one (its ids are valid ids of the real vocabulary), so this measures the real engine.
+struct TinyLoader;
+
+impl ModelLoader for TinyLoader {
+    fn load(&mut self, req: &LoadRequest, _notice: &mut dyn FnMut(Event)) -> Result<LoadedModel, String> {
+        let file = crate::genmodel::tiny_model(7, crate::genmodel::ExpertMix::Q2).map_err(|e| e.to_string())?;
+        let model = Arc::new(crate::model::Model::bind(file).map_err(|e| e.to_string())?);
+        let backend =
+            crate::backend::cpu::CpuBackend::new(model, req.ctx as usize, req.threads).map_err(|e| e.to_string())?;
+        Ok(LoadedModel {
+            backend: Box::new(backend),
+            text: Box::new(FakeText),
+            info: ModelInfo::default(),
+            warmup: None,
+            residency: None,
+        })
+    }
+}
+
+#[test]
+fn real_tiny_model_cancel_latency_and_prefix_reuse() {
+    let t = Instant::now();
+    let w = Worker::spawn(Box::new(TinyLoader));
+    let mut load = load_request();
+    load.ctx = 1024;
+    load.threads = 2;
+    w.send(Command::Load(load));
+    let ev = collect_until(&w, |e| matches!(e, Event::Loaded(_) | Event::Error { .. }));
+    assert!(matches!(ev.last(), Some(Event::Loaded(_))), "{ev:?}");
+    eprintln!("tiny model loaded in {:?}", t.elapsed());
+    // Decode: the toy text never emits EOS for the real model, so the turn runs until cancelled.
+    let first = turn(vec![user("Tell me a story about a cat.")], ThinkMode::Off);
+    w.send(Command::Submit(first.clone()));
+    let (ev, decode_latency) = cancel_when(&w, |e| matches!(e, Event::TokenTiming { step: 8, .. }));
+    let (reason, generated, used) = finished(&ev);
+    assert_eq!(reason, FinishReason::Cancelled);
+    let steps: Vec<Duration> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::TokenTiming { elapsed, .. } => Some(*elapsed),
+            _ => None,
+        })
+        .collect();
+    // Prefill: a 304-token prompt (chunks of 128, 128, 48), cancelled once the first chunk is in:
+    // the second chunk completes, the third is left for the resubmitted turn.
+    let long = turn(vec![user(&"ab ".repeat(100))], ThinkMode::Off);
+    w.send(Command::Submit(long.clone()));
+    let (ev2, prefill_latency) = cancel_when(&w, |e| matches!(e, Event::PrefillProgress { done, .. } if *done > 0));
+    let (reason2, _, used2) = finished(&ev2);
+    assert_eq!(reason2, FinishReason::Cancelled);
+    assert!(used2 > 0 && used2 < 304, "{used2}");
+    w.send(Command::Submit(long));
+    let (ev3, _) = cancel_when(&w, |e| matches!(e, Event::TokenTiming { step: 1, .. }));
+    assert_eq!(reused(&ev3), used2);
+    eprintln!(
+        "real tiny model: {generated} tokens ({used} in context), decode steps {steps:?}; cancel latency: decode {decode_latency:?}, prefill {prefill_latency:?}"
+    );
+}
