@@ -17,7 +17,7 @@ use super::memguard::{
     MemoryNeed, MemoryVerdict, WeightResidence, check_memory, cpu_kv_bytes, cpu_scratch_estimate, read_host_memory,
 };
 use super::residency::{MappedRegion, ResidencyProbe};
-use super::worker::{ChatText, LoadedModel, ModelLoader};
+use super::worker::{ChatText, LoadedModel, ModelLoader, SESSION_CHECKPOINTS};
 
 /// Builds the chat text (tokenizer, renderer, streaming detokenizer) of a bound model.
 pub type ChatTextFactory = fn(&Model, u32) -> Result<Box<dyn ChatText>, String>;
@@ -54,6 +54,7 @@ pub fn cpu_memory_need(model: &Model, ctx: u64) -> MemoryNeed {
         kv_bytes: cpu_kv_bytes(&model.hp, ctx),
         scratch_bytes: cpu_scratch_estimate(&model.hp, PREFILL_CHUNK as u64),
         kv_on_device: false,
+        checkpoint_bytes: SESSION_CHECKPOINTS as u64 * cpu_kv_bytes(&model.hp, ctx),
     }
 }
 
@@ -85,7 +86,7 @@ impl ModelLoader for EngineLoader {
         match read_host_memory() {
             Ok(host) => match check_memory(&need, &host, None, &model.hp, ctx) {
                 MemoryVerdict::Fits => {}
-                MemoryVerdict::Slow(message) => notice(Event::Notice { message }),
+                MemoryVerdict::Warn(message) => notice(Event::Notice { message }),
                 MemoryVerdict::Refuse(message) => return Err(message),
             },
             Err(e) => notice(Event::Notice {
