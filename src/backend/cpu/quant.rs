@@ -287,18 +287,8 @@ pub fn dot_q2_k(row: &[u8], x: &[BlockQ8K]) -> f32 {
     acc
 }
 
-/// 6-bit scale and min of Q4_K sub-block `j` (spec §2.1).
-#[inline]
-pub fn q4_k_scale_min(scales: &[u8], j: usize) -> (u8, u8) {
-    if j < 4 {
-        (scales[j] & 63, scales[j + 4] & 63)
-    } else {
-        (
-            (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4),
-            (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4),
-        )
-    }
-}
+/// 6-bit scale and min of Q4_K sub-block `j` (spec §2.1): the format's own unpacking.
+pub use crate::gguf::dequant::q4_k_scale_min;
 
 /// Q4_K weight row · Q8_K activation (spec §2.3, the CUDA formula; ds4's CPU path has none).
 pub fn dot_q4_k(row: &[u8], x: &[BlockQ8K]) -> f32 {
@@ -333,6 +323,7 @@ pub fn dot_q4_k(row: &[u8], x: &[BlockQ8K]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf::GgmlType;
     use crate::gguf::half::f32_to_f16;
 
     /// Deterministic pseudo-random bytes (xorshift).
@@ -355,51 +346,18 @@ mod tests {
         b.copy_from_slice(&f32_to_f16(v).to_le_bytes());
     }
 
-    // Reference dequantization straight from the block formulas of spec §2.1, element by element.
+    // Reference dequantization: gguf::dequant, proven bit-exact against the `gguf` Python package.
+    fn deq(ty: GgmlType, blk: &[u8]) -> Vec<f32> {
+        crate::gguf::dequant::dequantize(ty, blk, 256).unwrap()
+    }
     fn deq_q2_k(blk: &[u8]) -> Vec<f32> {
-        let d = f16_to_f32(u16::from_le_bytes([blk[80], blk[81]]));
-        let dmin = f16_to_f32(u16::from_le_bytes([blk[82], blk[83]]));
-        (0..256)
-            .map(|e| {
-                let (k, j, l) = (e / 128, (e % 128) / 32, e % 32);
-                let q = (blk[16 + 32 * k + l] >> (2 * j)) & 3;
-                let s = blk[8 * k + 2 * j + usize::from(l >= 16)];
-                d * (s & 15) as f32 * q as f32 - dmin * (s >> 4) as f32
-            })
-            .collect()
+        deq(GgmlType::Q2K, blk)
     }
-
     fn deq_q4_k(blk: &[u8]) -> Vec<f32> {
-        let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
-        let dmin = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
-        (0..256)
-            .map(|e| {
-                let (c, h, l) = (e / 64, (e % 64) / 32, e % 32);
-                let (sc, m) = q4_k_scale_min(&blk[4..16], 2 * c + h);
-                let b = blk[16 + 32 * c + l];
-                let q = if h == 0 { b & 15 } else { b >> 4 };
-                d * sc as f32 * q as f32 - dmin * m as f32
-            })
-            .collect()
+        deq(GgmlType::Q4K, blk)
     }
-
     fn deq_iq2_xxs(blk: &[u8]) -> Vec<f32> {
-        let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
-        let mut out = Vec::with_capacity(256);
-        for ib in 0..8 {
-            let q = &blk[2 + 8 * ib..2 + 8 * ib + 8];
-            let a1 = u32::from_le_bytes([q[4], q[5], q[6], q[7]]);
-            let ls = (a1 >> 28) as f32;
-            for k in 0..4 {
-                let grid = IQ2XXS_GRID[q[k] as usize].to_le_bytes();
-                let signs = ksigns_iq2xs(((a1 >> (7 * k)) & 127) as u8);
-                for (j, &g) in grid.iter().enumerate() {
-                    let s = if signs & (1 << j) != 0 { -1.0 } else { 1.0 };
-                    out.push(d * (0.5 + ls) * 0.25 * g as f32 * s);
-                }
-            }
-        }
-        out
+        deq(GgmlType::Iq2Xxs, blk)
     }
 
     fn deq_q8k(b: &[BlockQ8K]) -> Vec<f32> {
