@@ -6,7 +6,8 @@
 //! once a second (residency.rs) and sends its events directly. Nothing else touches the model.
 //!
 //! Guarantees:
-//! * Every `Submit` ends in exactly one `TurnFinished` (a worker panic ends it in `Error{fatal}`).
+//! * Every `Submit` ends in exactly one `TurnFinished` (after a worker panic: `Error{fatal}`, then
+//!   `TurnFinished{Cancelled}`).
 //! * `Cancel` is honoured between two prefill chunks (the command channel is polled inside the
 //!   progress callback) and between two decode steps, so its latency is at most one chunk or one
 //!   token. The session stays consistent at the tokens evaluated so far and the next turn reuses
@@ -216,6 +217,8 @@ struct WorkerState {
     pending: VecDeque<Command>,
     /// Latest `SetSampling`, applied to the turn in flight from the next token.
     sampling_override: Option<SamplingParams>,
+    /// A turn is being handled (so a panic must still end it with `TurnFinished`).
+    turn_in_flight: bool,
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -244,6 +247,7 @@ impl WorkerState {
             residency: None,
             pending: VecDeque::new(),
             sampling_override: None,
+            turn_in_flight: false,
         }
     }
 
@@ -265,6 +269,13 @@ impl WorkerState {
                         message: format!("engine worker panicked: {}; load the model again", panic_message(&*p)),
                         fatal: true,
                     });
+                    if std::mem::take(&mut self.turn_in_flight) {
+                        self.emit(Event::TurnFinished {
+                            reason: FinishReason::Cancelled,
+                            generated: 0,
+                            context_used: 0,
+                        });
+                    }
                 }
             }
         }
@@ -456,7 +467,9 @@ impl WorkerState {
             w.pause();
         }
         self.sampling_override = None;
+        self.turn_in_flight = true;
         let reason = self.run_turn(&req, submitted);
+        self.turn_in_flight = false;
         let context_used = self.loaded.as_ref().map_or(0, |l| l.session.tokens().len() as u32);
         let (generated, reason) = reason;
         self.emit(Event::TurnFinished {

@@ -552,6 +552,9 @@ fn panic_becomes_a_fatal_error_and_the_worker_survives() {
         Some(Event::Error { message, fatal: true }) => assert!(message.contains("toy backend exploded"), "{message}"),
         e => panic!("{e:?}"),
     }
+    // The turn still ends, so a client waiting for it is released.
+    let ev = collect_until(&w, |_| true);
+    assert_eq!(finished(&ev), (FinishReason::Cancelled, 0, 0));
     // The model is gone; the worker still answers.
     w.send(Command::Submit(turn(vec![user("a")], ThinkMode::Off)));
     let ev = collect_until(&w, is_finished);
