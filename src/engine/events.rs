@@ -89,14 +89,18 @@ pub enum Command {
     Load(LoadRequest),
     Submit(TurnRequest),
     /// Stop the prefill or generation in flight; honoured between two tokens or prefill chunks.
+    /// With no turn in flight it stops a running warm-up (a last `WarmupProgress` says how far it
+    /// got; no `WarmupDone` follows).
     Cancel,
     /// Forget the session (next turn prefills from scratch).
     Reset,
-    /// Keep only the first `keep_tokens` tokens of the live session (after /edit or /retry).
+    /// Keep only the first `keep_tokens` tokens of the live session. /edit and /retry do not need it:
+    /// submitting the edited conversation makes the session restore its matching turn checkpoint.
     Rewind {
         keep_tokens: u32,
     },
-    /// Change sampling defaults for later turns.
+    /// Change the sampling of the turn in flight from its next token (each `Submit` brings its
+    /// own settings, which replace this).
     SetSampling(SamplingParams),
     Shutdown,
 }
@@ -171,6 +175,31 @@ pub struct DeviceMemory {
     pub total_bytes: u64,
 }
 
+/// Live figures of the turn in flight (computed by `engine::metrics`), sent after the prefill, at most
+/// every 250 ms while decoding, and once when the turn ends.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LiveStats {
+    /// Decode tokens/s over the last few steps, and over the whole turn.
+    pub decode_tps_now: Option<f64>,
+    pub decode_tps_avg: Option<f64>,
+    /// Prefill tokens/s over the tokens actually evaluated (the reused prefix excluded).
+    pub prefill_tps: Option<f64>,
+    /// Submit → first sampled token.
+    pub prefill_latency: Option<Duration>,
+    /// Submit → first visible answer (non-reasoning) text.
+    pub first_answer_latency: Option<Duration>,
+    /// Tokens generated so far in this turn.
+    pub generated: u32,
+    /// Tokens in the session / context size.
+    pub context_used: u32,
+    pub context_size: u32,
+    /// From `Backend::memory()`.
+    pub kv_bytes: u64,
+    pub scratch_bytes: u64,
+    pub device_weight_bytes: u64,
+    pub device_memory: Option<DeviceMemory>,
+}
+
 /// Events out of the worker, in order.
 #[derive(Clone, Debug)]
 pub enum Event {
@@ -178,6 +207,8 @@ pub enum Event {
         what: String,
     },
     Loaded(ModelInfo),
+    /// At 5 Hz while the weights are faulted in (or copied to the device); GiB/s and ETA come from
+    /// `engine::metrics::transfer_rate`. `elapsed` excludes the pauses while turns ran.
     WarmupProgress {
         phase: WarmupPhase,
         done_bytes: u64,
@@ -191,6 +222,9 @@ pub enum Event {
     Residency(Residency),
     DeviceMemory(DeviceMemory),
     /// A turn was accepted; `think` is the mode actually used (max may drop to high, spec §6.1).
+    /// `reused_tokens` is the live cache prefix the prompt extends; when the session restores a
+    /// turn checkpoint instead (retry, edit), `PrefillDone::tokens` (the tokens actually evaluated)
+    /// is the authoritative figure.
     TurnStarted {
         prompt_tokens: u32,
         reused_tokens: u32,
@@ -202,6 +236,7 @@ pub enum Event {
         total: u32,
         elapsed: Duration,
     },
+    /// `tokens`: prompt tokens evaluated (the reused prefix excluded).
     PrefillDone {
         tokens: u32,
         elapsed: Duration,
@@ -211,15 +246,22 @@ pub enum Event {
         kind: TextKind,
         text: String,
     },
-    /// One decoded token's timing.
+    /// One decoded token's timing: `elapsed` is the duration of this step (sample + evaluate).
     TokenTiming {
         step: u32,
         elapsed: Duration,
     },
+    /// Live metrics snapshot of the turn in flight.
+    Stats(LiveStats),
     TurnFinished {
         reason: FinishReason,
         generated: u32,
         context_used: u32,
+    },
+    /// Something the user should know that is not an error (e.g. "weights exceed RAM: decoding
+    /// will read from disk").
+    Notice {
+        message: String,
     },
     /// A failure, as a value. `fatal` means the model is unusable (load failed, worker died).
     Error {

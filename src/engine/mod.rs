@@ -4,7 +4,14 @@
 //! and must not contain kernels (`backend::`).
 
 pub mod backend_open;
+pub mod chat_text;
 pub mod events;
+pub mod loader;
 pub mod logprobs;
+pub mod memguard;
+pub mod metrics;
+pub mod residency;
 pub mod sampler;
 pub mod session;
+pub mod warmup;
+pub mod worker;

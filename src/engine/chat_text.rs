@@ -1,0 +1,231 @@
+//! The worker's `ChatText` over the real tokenizer, the live transcript (spec §6.3) and the streaming
+//! detokenizer (spec §5.4).
+//!
+//! Prefix reuse: the session cache cannot be rolled back (spec §4.3), so the prompt of every turn must
+//! extend the tokens already cached. The live transcript does exactly that: the sampled tokens
+//! (reasoning included) stay in it verbatim and each turn only appends. A snapshot of the transcript
+//! is kept at every turn boundary; a conversation continues from the longest snapshot it starts with
+//! (the last one in a plain chat; an earlier one after a retry or an edit, whose prefix the session
+//! restores from its checkpoint), and whatever the snapshots do not cover (a loaded chat, an edited
+//! assistant message) is replayed in the same live form, assistant messages re-tokenized from text.
+//!
+//! Owns only the glue; rendering rules live in `model::chat`, decoding in `model::detok`. Must not
+//! touch the session.
+
+use std::sync::{Arc, Mutex};
+
+use crate::model::Model;
+use crate::model::chat::{Conversation, Message, Role, ThinkMode, Transcript};
+use crate::model::detok::{StreamDecoder, TextDelta};
+use crate::model::tokenizer::Tokenizer;
+
+use super::events::{FinishReason, TextKind};
+use super::worker::{ChatText, TextStream};
+
+/// What a turn's stream emitted, kept to recognise the assistant message in the next conversation.
+#[derive(Default)]
+struct Streamed {
+    reasoning: String,
+    answer: String,
+}
+
+/// Most turn snapshots kept (token vectors only, so cheap).
+const MAX_SNAPSHOTS: usize = 256;
+
+pub struct ChatAdapter {
+    tok: Arc<Tokenizer>,
+    ctx: u32,
+    /// Transcripts at turn boundaries with the messages they stand for (each ends with our
+    /// assistant reply), oldest first. A new conversation continues from the longest one whose
+    /// messages it starts with, so retries and edits reuse the exact sampled ids and the session
+    /// can restore its checkpoint of that prefix.
+    snapshots: Vec<(Vec<Message>, Transcript)>,
+    /// The turn in flight: the messages of its prompt and its transcript (turn open).
+    open: Option<(Vec<Message>, Transcript)>,
+    streamed: Arc<Mutex<Streamed>>,
+}
+
+/// The factory the loader uses: the model's tokenizer, for a session of `ctx` tokens.
+pub fn for_model(model: &Model, ctx: u32) -> Result<Box<dyn ChatText>, String> {
+    let tok = Tokenizer::from_gguf(&model.file).map_err(|e| e.to_string())?;
+    Ok(Box::new(ChatAdapter::new(Arc::new(tok), ctx)))
+}
+
+/// Whether two messages are the same turn for the transcript: same role and text, ignoring
+/// surrounding whitespace (a client may trim) and an empty reasoning versus none.
+fn same_message(a: &Message, b: &Message) -> bool {
+    let r = |m: &Message| m.reasoning.as_deref().unwrap_or("").trim().to_string();
+    a.role == b.role && a.content.trim() == b.content.trim() && r(a) == r(b)
+}
+
+fn starts_with(history: &[Message], prefix: &[Message]) -> bool {
+    history.len() >= prefix.len() && history.iter().zip(prefix).all(|(a, b)| same_message(a, b))
+}
+
+impl ChatAdapter {
+    /// `ctx` decides whether Think Max is honoured (spec §6.1).
+    pub fn new(tok: Arc<Tokenizer>, ctx: u32) -> ChatAdapter {
+        ChatAdapter {
+            tok,
+            ctx,
+            snapshots: Vec::new(),
+            open: None,
+            streamed: Arc::default(),
+        }
+    }
+
+    /// Append `messages` (no open turn) to `t` in the live form: user turns opened with the mode
+    /// their reply used, assistant replies re-tokenized from their text.
+    fn replay(&self, t: &mut Transcript, messages: &[Message], think: ThinkMode) {
+        let tok = &*self.tok;
+        for (i, m) in messages.iter().enumerate() {
+            match m.role {
+                // System text is only taken at the start (Transcript::new).
+                Role::System => {}
+                Role::User => {
+                    let thought = messages
+                        .get(i + 1)
+                        .is_some_and(|n| n.role == Role::Assistant && n.reasoning.is_some());
+                    let mode = match (thought, think) {
+                        (false, _) => ThinkMode::Off,
+                        (true, ThinkMode::Max) => ThinkMode::Max,
+                        (true, _) => ThinkMode::High,
+                    };
+                    t.begin_turn(tok, &m.content, mode, self.ctx);
+                }
+                Role::Assistant if t.turn_open() => {
+                    if let Some(r) = &m.reasoning {
+                        for id in tok.encode_plain(r) {
+                            t.push_sampled(id);
+                        }
+                        t.push_sampled(tok.specials().think_end);
+                    }
+                    for id in tok.encode_plain(&m.content) {
+                        t.push_sampled(id);
+                    }
+                    t.end_turn(tok, false);
+                }
+                // An assistant message with no user turn before it cannot be represented live.
+                Role::Assistant => {}
+            }
+        }
+        if t.turn_open() {
+            t.end_turn(tok, false);
+        }
+    }
+
+    /// The transcript of `history`: from the longest matching snapshot, else from scratch.
+    fn transcript_for(&self, history: &[Message], think: ThinkMode) -> Transcript {
+        let best = self
+            .snapshots
+            .iter()
+            .filter(|(m, _)| starts_with(history, m))
+            .max_by_key(|(m, _)| m.len());
+        let (mut t, done) = match best {
+            Some((m, t)) => (t.clone(), m.len()),
+            None => {
+                let system: Vec<&str> = history
+                    .iter()
+                    .take_while(|m| m.role == Role::System)
+                    .map(|m| m.content.as_str())
+                    .collect();
+                let n = system.len();
+                (Transcript::new(&self.tok, &system.join("\n\n"), think, self.ctx), n)
+            }
+        };
+        self.replay(&mut t, &history[done..], think);
+        t
+    }
+}
+
+impl ChatText for ChatAdapter {
+    fn prompt(&mut self, conv: &Conversation, think: ThinkMode, _live: &[u32]) -> Result<Vec<u32>, String> {
+        let Some((last, history)) = conv.messages.split_last() else {
+            return Err("the conversation is empty".into());
+        };
+        if last.role != Role::User {
+            return Err("the conversation must end with a user message".into());
+        }
+        let mut t = self.transcript_for(history, think);
+        t.begin_turn(&self.tok, &last.content, think, self.ctx);
+        let ids = t.ids().to_vec();
+        self.open = Some((conv.messages.clone(), t));
+        *self.streamed.lock().unwrap_or_else(|e| e.into_inner()) = Streamed::default();
+        Ok(ids)
+    }
+
+    fn turn_done(&mut self, _conv: &Conversation, generated: &[u32], reason: FinishReason) {
+        let Some((mut messages, mut t)) = self.open.take() else {
+            return;
+        };
+        for &id in generated {
+            t.push_sampled(id);
+        }
+        let interrupted = reason == FinishReason::Cancelled;
+        t.end_turn(&self.tok, interrupted);
+        if interrupted && generated.is_empty() {
+            // The transcript dropped the turn (ds4 run_chat_turn); nothing new to remember.
+            return;
+        }
+        let s = self.streamed.lock().unwrap_or_else(|e| e.into_inner());
+        let thinking = generated.contains(&self.tok.specials().think_end) || !s.reasoning.is_empty();
+        messages.push(Message {
+            role: Role::Assistant,
+            content: s.answer.clone(),
+            reasoning: thinking.then(|| s.reasoning.clone()),
+        });
+        drop(s);
+        if self.snapshots.len() == MAX_SNAPSHOTS {
+            self.snapshots.remove(0);
+        }
+        self.snapshots.push((messages, t));
+    }
+
+    fn forget(&mut self) {
+        self.snapshots.clear();
+        self.open = None;
+    }
+
+    fn eos(&self) -> u32 {
+        self.tok.specials().eos
+    }
+
+    fn stream(&self, think: ThinkMode) -> Box<dyn TextStream> {
+        Box::new(AdapterStream {
+            dec: StreamDecoder::new(&self.tok, think),
+            tok: self.tok.clone(),
+            record: self.streamed.clone(),
+        })
+    }
+}
+
+struct AdapterStream {
+    dec: StreamDecoder,
+    tok: Arc<Tokenizer>,
+    record: Arc<Mutex<Streamed>>,
+}
+
+impl AdapterStream {
+    fn forward(&self, deltas: Vec<TextDelta>, out: &mut Vec<(TextKind, String)>) {
+        let mut r = self.record.lock().unwrap_or_else(|e| e.into_inner());
+        for d in deltas {
+            match d.kind {
+                TextKind::Reasoning => r.reasoning.push_str(&d.text),
+                TextKind::Answer => r.answer.push_str(&d.text),
+            }
+            out.push((d.kind, d.text));
+        }
+    }
+}
+
+impl TextStream for AdapterStream {
+    fn push(&mut self, token: u32, out: &mut Vec<(TextKind, String)>) {
+        let d = self.dec.push(&self.tok, token);
+        self.forward(d, out);
+    }
+
+    fn finish(&mut self, out: &mut Vec<(TextKind, String)>) {
+        let d = self.dec.finish();
+        self.forward(d, out);
+    }
+}

@@ -1,0 +1,295 @@
+//! The application's model loader: opens a GGUF file (or generates the in-memory demo model), creates
+//! the backend and the chat text, checks memory before the cache is ever written (memguard.rs), and
+//! hands the worker the mapping to warm up and probe.
+//!
+//! Owns the order of a load. The backend choice and its CPU fallback are `backend_open`'s. Must not
+//! run turns (worker.rs) or compute kernels.
+
+use std::sync::Arc;
+
+use crate::backend::MemoryReport;
+use crate::model::Model;
+use crate::model::accounting::{table_from_model, weight_bytes_per_token};
+
+use super::backend_open::open_backend;
+use super::events::{Event, LoadRequest, ModelInfo, ModelSource};
+use super::memguard::{MemoryNeed, MemoryVerdict, WeightResidence, check_memory, read_host_memory};
+use super::residency::{MappedRegion, ResidencyProbe};
+use super::worker::{ChatText, LoadedModel, ModelLoader, SESSION_CHECKPOINTS};
+
+/// Builds the chat text (tokenizer, renderer, streaming detokenizer) of a bound model.
+pub type ChatTextFactory = fn(&Model, u32) -> Result<Box<dyn ChatText>, String>;
+
+/// Loads real files and the demo model on the CPU backend.
+pub struct EngineLoader {
+    pub chat_text: ChatTextFactory,
+}
+
+impl EngineLoader {
+    pub fn new() -> EngineLoader {
+        EngineLoader {
+            chat_text: super::chat_text::for_model,
+        }
+    }
+}
+
+impl Default for EngineLoader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The memory a load of `model` on the CPU backend holds, from the backend's own report (weights
+/// mapped from the file). Checked after the backend is created and before anything touches the
+/// cache: its buffers are zero pages until written, so creating it commits almost no RAM.
+pub fn cpu_memory_need(model: &Model, mem: &MemoryReport) -> MemoryNeed {
+    MemoryNeed {
+        // An in-memory (demo) model is already allocated: only the cache is new.
+        weight_bytes: if model.file.is_mapped() {
+            model.file.file_size()
+        } else {
+            0
+        },
+        residence: WeightResidence::MappedFile,
+        kv_bytes: mem.kv_bytes,
+        scratch_bytes: mem.scratch_bytes,
+        kv_on_device: false,
+        checkpoint_bytes: SESSION_CHECKPOINTS as u64 * mem.kv_bytes,
+    }
+}
+
+impl ModelLoader for EngineLoader {
+    fn load(&mut self, req: &LoadRequest, notice: &mut dyn FnMut(Event)) -> Result<LoadedModel, String> {
+        let (model, is_demo) = match &req.source {
+            ModelSource::File(path) => (Model::open(path).map_err(|e| e.to_string())?, false),
+            ModelSource::Demo { seed } => {
+                let file = crate::genmodel::tiny_model(*seed, crate::genmodel::ExpertMix::Q2)
+                    .map_err(|e| format!("demo model: {e}"))?;
+                (Model::bind(file).map_err(|e| format!("demo model: {e}"))?, true)
+            }
+        };
+        let ctx = req.ctx as u64;
+        if ctx < 2 || ctx > model.hp.context_length {
+            return Err(format!(
+                "--ctx {ctx} is out of range: the model supports 2..={}",
+                model.hp.context_length
+            ));
+        }
+        let text = (self.chat_text)(&model, ctx as u32)?;
+        let per_token = weight_bytes_per_token(&model.hp, &table_from_model(&model)).total();
+        let model = Arc::new(model);
+        let opened = open_backend(model.clone(), req.backend, req.weights, ctx as usize, req.threads)?;
+        let backend = opened.backend;
+        // GPU backends check device memory themselves when they place weights (memguard's
+        // `check_memory` with `GpuMemory`); the CPU cache lives in host RAM and is checked here.
+        if backend.name() == "cpu" {
+            let need = cpu_memory_need(&model, &backend.memory());
+            match read_host_memory() {
+                Ok(host) => match check_memory(&need, &host, None, &model.hp, ctx) {
+                    MemoryVerdict::Fits => {}
+                    MemoryVerdict::Warn(message) => notice(Event::Notice { message }),
+                    MemoryVerdict::Refuse(message) => return Err(message),
+                },
+                Err(e) => notice(Event::Notice {
+                    message: format!("memory check skipped: {e}"),
+                }),
+            }
+        }
+        let mapped = model.file.is_mapped();
+        let info = ModelInfo {
+            name: model
+                .file
+                .get("general.name")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+                .unwrap_or_else(|| model.file.display_name()),
+            file_bytes: model.file.file_size(),
+            n_layer: model.hp.n_layer as u32,
+            n_vocab: model.hp.n_vocab as u32,
+            ctx: ctx as u32,
+            backend: backend.name().to_string(),
+            device: backend.device_name(),
+            fallback_reason: opened.fallback_reason,
+            weight_bytes_per_token: per_token,
+            is_demo,
+            ..Default::default()
+        };
+        let region: Option<Arc<dyn MappedRegion>> = mapped.then(|| model.file.clone() as Arc<dyn MappedRegion>);
+        Ok(LoadedModel {
+            backend,
+            text,
+            info,
+            warmup: region,
+            residency: mapped.then(|| ResidencyProbe::for_model(&model)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::engine::events::{BackendChoice, Command, SamplingParams, TextKind, TurnRequest};
+    use crate::engine::memguard::cpu_kv_bytes;
+    use crate::engine::worker::Worker;
+    use crate::model::chat::{Conversation, Message, ThinkMode};
+
+    const WAIT: Duration = Duration::from_secs(60);
+
+    fn until(w: &Worker, stop: impl Fn(&Event) -> bool) -> Vec<Event> {
+        let mut out = Vec::new();
+        loop {
+            let e = w.recv_timeout(WAIT).expect("worker went quiet");
+            let done = stop(&e);
+            out.push(e);
+            if done {
+                return out;
+            }
+        }
+    }
+
+    fn finished(e: &Event) -> bool {
+        matches!(e, Event::TurnFinished { .. })
+    }
+
+    fn request(source: ModelSource, ctx: u32) -> LoadRequest {
+        LoadRequest {
+            source,
+            ctx,
+            backend: BackendChoice::Cpu,
+            weights: Default::default(),
+            threads: 2,
+        }
+    }
+
+    fn turn(messages: Vec<Message>, think: ThinkMode, max_tokens: u32) -> TurnRequest {
+        TurnRequest {
+            conversation: Conversation { messages },
+            think,
+            sampling: SamplingParams {
+                temperature: 0.0,
+                ..Default::default()
+            },
+            max_tokens,
+        }
+    }
+
+    /// (reused, evaluated, generated, context used, reasoning, answer, prompt tokens) of a turn.
+    fn summary(ev: &[Event]) -> (u32, u32, u32, u32, String, String, u32) {
+        let (mut reused, mut evaluated, mut generated, mut used, mut prompt) = (0, 0, 0, 0, 0);
+        let (mut r, mut a) = (String::new(), String::new());
+        for e in ev {
+            match e {
+                Event::TurnStarted {
+                    reused_tokens,
+                    prompt_tokens,
+                    ..
+                } => (reused, prompt) = (*reused_tokens, *prompt_tokens),
+                Event::PrefillDone { tokens, .. } => evaluated = *tokens,
+                Event::Text {
+                    kind: TextKind::Reasoning,
+                    text,
+                } => r.push_str(text),
+                Event::Text {
+                    kind: TextKind::Answer,
+                    text,
+                } => a.push_str(text),
+                Event::TurnFinished {
+                    generated: g,
+                    context_used,
+                    ..
+                } => (generated, used) = (*g, *context_used),
+                _ => {}
+            }
+        }
+        (reused, evaluated, generated, used, r, a, prompt)
+    }
+
+    /// The demo model end to end: real tokenizer, live transcript, CPU backend. A follow-up turn
+    /// reuses the whole cache; a retry restores the checkpoint of its prompt; an edit of the last
+    /// user message reuses the first turn.
+    #[test]
+    fn demo_model_chat_reuses_the_cache() {
+        let w = Worker::spawn(Box::new(EngineLoader::new()));
+        w.send(Command::Load(request(ModelSource::Demo { seed: 3 }, 512)));
+        let ev = until(&w, |e| matches!(e, Event::Loaded(_) | Event::Error { .. }));
+        let Some(Event::Loaded(info)) = ev.last() else {
+            panic!("{ev:?}")
+        };
+        assert!(info.is_demo && info.backend == "cpu" && info.ctx == 512 && info.n_layer == 6);
+        assert!(info.weight_bytes_per_token > 0 && info.kv_bytes == cpu_kv_bytes(&crate::model::HParams::tiny(), 512));
+
+        let q1 = vec![Message::user("What is the capital of France?")];
+        w.send(Command::Submit(turn(q1.clone(), ThinkMode::High, 6)));
+        let (reused, evaluated, generated, used, r, a, _) = summary(&until(&w, finished));
+        assert_eq!((reused, generated), (0, 6));
+        assert_eq!(used, evaluated + generated);
+
+        let mut q2 = q1.clone();
+        q2.push(Message::assistant(a, Some(r)));
+        q2.push(Message::user("And of Italy?"));
+        w.send(Command::Submit(turn(q2.clone(), ThinkMode::High, 4)));
+        let first = summary(&until(&w, finished));
+        assert_eq!(first.0, used, "follow-up did not extend the cache");
+
+        // Retry the same turn: the checkpoint after its prompt is restored, nothing re-evaluated,
+        // and greedy sampling writes the same text.
+        w.send(Command::Submit(turn(q2.clone(), ThinkMode::High, 4)));
+        let retry = summary(&until(&w, finished));
+        assert_eq!(retry.1, 0);
+        assert_eq!((&retry.4, &retry.5), (&first.4, &first.5));
+
+        // Edit the last user message: the checkpoint after turn 1's prompt is restored, so only
+        // what follows it is evaluated (turn 1's answer, EOS and the edited turn).
+        let mut edited = q2.clone();
+        edited.last_mut().unwrap().content = "And of Spain?".into();
+        w.send(Command::Submit(turn(edited.clone(), ThinkMode::High, 1)));
+        let e = summary(&until(&w, finished));
+        assert_eq!(e.1, e.6 - evaluated, "edit evaluated {} of {}", e.1, e.6);
+    }
+
+    /// A model file: memory guard passes, the mapping is warmed up and probed.
+    #[test]
+    fn model_file_is_warmed_and_probed() {
+        use crate::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-scratch");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("tiny-{}.gguf", std::process::id()));
+        let m = SyntheticModel::new(&GenSpec::new(Preset::Tiny, 5, ExpertMix::Q2)).unwrap();
+        m.write_file(&path, 2, |_| {}).unwrap();
+        let w = Worker::spawn(Box::new(EngineLoader::new()));
+        w.send(Command::Load(request(ModelSource::File(path.clone()), 256)));
+        let ev = until(&w, |e| matches!(e, Event::WarmupDone { .. } | Event::Error { .. }));
+        let Some(Event::WarmupDone { total_bytes, .. }) = ev.last() else {
+            panic!("{ev:?}")
+        };
+        let file_bytes = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(*total_bytes, file_bytes);
+        let Some(Event::Loaded(info)) = ev.iter().find(|e| matches!(e, Event::Loaded(_))) else {
+            panic!()
+        };
+        assert_eq!((info.file_bytes, info.is_demo), (file_bytes, false));
+        // After the warm-up the whole file is resident; per-group totals cover the tensor bytes.
+        let tensor_bytes: u64 = Model::open(&path)
+            .unwrap()
+            .grouped_tensors()
+            .iter()
+            .map(|(_, t)| t.nbytes)
+            .sum();
+        let r = loop {
+            let e = until(&w, |e| matches!(e, Event::Residency(_)));
+            if let Some(Event::Residency(r)) = e.last()
+                && r.resident_bytes == r.total_bytes
+            {
+                break r.clone();
+            }
+        };
+        assert_eq!(r.total_bytes, file_bytes);
+        assert_eq!(r.routed_experts.1 + r.dense.1 + r.embed_head.1, tensor_bytes);
+        assert_eq!(r.routed_experts.0, r.routed_experts.1);
+        assert_eq!(r.embed_head.0, r.embed_head.1);
+        drop(w);
+        std::fs::remove_file(path).unwrap();
+    }
+}
