@@ -171,6 +171,31 @@ pub struct DeviceMemory {
     pub total_bytes: u64,
 }
 
+/// Live figures of the turn in flight (computed by `engine::metrics`), sent after the prefill, at most
+/// every 250 ms while decoding, and once when the turn ends.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LiveStats {
+    /// Decode tokens/s over the last few steps, and over the whole turn.
+    pub decode_tps_now: Option<f64>,
+    pub decode_tps_avg: Option<f64>,
+    /// Prefill tokens/s over the tokens actually evaluated (the reused prefix excluded).
+    pub prefill_tps: Option<f64>,
+    /// Submit → first sampled token.
+    pub prefill_latency: Option<Duration>,
+    /// Submit → first visible answer (non-reasoning) text.
+    pub first_answer_latency: Option<Duration>,
+    /// Tokens generated so far in this turn.
+    pub generated: u32,
+    /// Tokens in the session / context size.
+    pub context_used: u32,
+    pub context_size: u32,
+    /// From `Backend::memory()`.
+    pub kv_bytes: u64,
+    pub scratch_bytes: u64,
+    pub device_weight_bytes: u64,
+    pub device_memory: Option<DeviceMemory>,
+}
+
 /// Events out of the worker, in order.
 #[derive(Clone, Debug)]
 pub enum Event {
@@ -211,11 +236,13 @@ pub enum Event {
         kind: TextKind,
         text: String,
     },
-    /// One decoded token's timing.
+    /// One decoded token's timing: `elapsed` is the duration of this step (sample + evaluate).
     TokenTiming {
         step: u32,
         elapsed: Duration,
     },
+    /// Live metrics snapshot of the turn in flight.
+    Stats(LiveStats),
     TurnFinished {
         reason: FinishReason,
         generated: u32,

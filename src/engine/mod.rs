@@ -4,3 +4,10 @@
 //! and must not contain kernels (`backend::`).
 
 pub mod events;
+pub mod logprobs;
+pub mod memguard;
+pub mod metrics;
+pub mod residency;
+pub mod sampler;
+pub mod warmup;
+pub mod worker;

@@ -545,7 +545,7 @@ fn parse_directory(b: &[u8]) -> Result<Directory, GgufError> {
                 format!("tensor '{name}': unknown or unsupported GGML type id {tid}"),
             )
         })?;
-        if n % ty.block_elems() != 0 || dims[0] % ty.block_elems() != 0 {
+        if !n.is_multiple_of(ty.block_elems()) || !dims[0].is_multiple_of(ty.block_elems()) {
             return Err(GgufError::at(
                 at,
                 format!(

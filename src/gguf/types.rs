@@ -108,7 +108,7 @@ impl GgmlType {
     /// Bytes of one row of `n` elements; the row must hold whole blocks.
     pub fn row_bytes(self, n: usize) -> usize {
         debug_assert!(
-            n as u64 % self.block_elems() == 0,
+            (n as u64).is_multiple_of(self.block_elems()),
             "{} row of {n} is not whole blocks",
             self.name()
         );

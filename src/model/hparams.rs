@@ -404,7 +404,7 @@ impl HParams {
         if self.n_expert_shared != 1 {
             return bad("expert_shared_count", format!("{}, expected 1", self.n_expert_shared));
         }
-        if self.n_rot == 0 || self.n_rot % 2 != 0 || self.n_rot >= self.head_dim {
+        if self.n_rot == 0 || !self.n_rot.is_multiple_of(2) || self.n_rot >= self.head_dim {
             return bad(
                 "rope.dimension_count",
                 format!(
@@ -413,7 +413,7 @@ impl HParams {
                 ),
             );
         }
-        if self.head_dim_nope() % 64 != 0 {
+        if !self.head_dim_nope().is_multiple_of(64) {
             return bad(
                 "attention.key_length",
                 format!(
@@ -434,7 +434,7 @@ impl HParams {
                 format!("{} exceeds the indexer head dim {}", self.n_rot, self.idx_head_dim),
             );
         }
-        if self.n_head % self.n_out_group != 0 {
+        if !self.n_head.is_multiple_of(self.n_out_group) {
             return bad(
                 "attention.output_group_count",
                 format!("{} does not divide head_count {}", self.n_out_group, self.n_head),
@@ -452,7 +452,7 @@ impl HParams {
                 format!("{} exceeds block_count {}", self.n_hash_layer, self.n_layer),
             );
         }
-        if self.n_embd % 256 != 0 || self.n_ff_exp % 256 != 0 {
+        if !self.n_embd.is_multiple_of(256) || !self.n_ff_exp.is_multiple_of(256) {
             return bad(
                 "embedding_length",
                 format!(

@@ -1,0 +1,674 @@
+//! The engine worker thread: owns the model, the backend and the live session, and talks to its
+//! client (the TUI, `run`, tests) only through `Command`s in and `Event`s out (events.rs).
+//!
+//! Threads: the worker thread runs commands one at a time; a warm-up (warmup.rs) runs on its own
+//! threads and reports through the worker at 5 Hz; a residency thread samples the mapping at most
+//! once a second (residency.rs) and sends its events directly. Nothing else touches the model.
+//!
+//! Guarantees:
+//! * Every `Submit` ends in exactly one `TurnFinished` (a worker panic ends it in `Error{fatal}`).
+//! * `Cancel` is honoured between two prefill chunks (the command channel is polled inside the
+//!   progress callback) and between two decode steps, so its latency is at most one chunk or one
+//!   token. The session stays consistent at the tokens evaluated so far and the next turn reuses
+//!   that live prefix.
+//! * A panic while handling a command is caught; it becomes `Error{fatal: true}`, the model is
+//!   dropped (its state is unknown) and the worker keeps serving commands (a new `Load` works).
+//! * Commands arriving during a turn: `Cancel` ends it; `Shutdown` and `Load` end it and then run;
+//!   `SetSampling` applies from the next token; the rest wait until the turn has finished.
+//!
+//! Owns the command loop and the chat-turn flow. Must not render anything, compute kernels, or
+//! know terminal types.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::backend::{Backend, EngineError};
+use crate::model::chat::{Conversation, ThinkMode};
+
+use super::events::{
+    Command, Event, FinishReason, LoadRequest, ModelInfo, SamplingParams, TextKind, TurnRequest, WarmupPhase,
+};
+use super::metrics::TurnTimeline;
+use super::residency::{MappedRegion, ResidencyProbe};
+use super::sampler::Sampler;
+use super::warmup::{WarmupJob, default_warmup_threads};
+
+/// Context size from which Think Max is honoured (spec §6.1); below it Max becomes High.
+pub const THINK_MAX_MIN_CTX: u32 = 393_216;
+
+/// Warm-up progress period (5 Hz; the brief asks for at least 4 Hz).
+const WARMUP_TICK: Duration = Duration::from_millis(200);
+/// Least time between two prefill progress events, and between two live stats while decoding.
+const PREFILL_EVENT_PERIOD: Duration = Duration::from_millis(50);
+const STATS_PERIOD: Duration = Duration::from_millis(250);
+
+/// The text side of chat turns: rendering the conversation to prompt tokens and streaming sampled
+/// tokens back to text. Implemented over the tokenizer, chat renderer and streaming detokenizer.
+pub trait ChatText: Send {
+    /// Prompt tokens for `conv` (ending with the new user message) in `think` mode. `live` holds
+    /// the tokens cached in the session: an implementation keeping a live transcript appends to it
+    /// when `conv` continues the conversation it rendered last, and renders from scratch otherwise.
+    fn prompt(&mut self, conv: &Conversation, think: ThinkMode, live: &[u32]) -> Result<Vec<u32>, String>;
+    /// The turn for `conv` ended with `generated` sampled tokens (EOS excluded) for `reason`.
+    fn turn_done(&mut self, conv: &Conversation, generated: &[u32], reason: FinishReason);
+    /// The session was reset or rewound: the next prompt is rendered from scratch.
+    fn forget(&mut self);
+    /// End-of-sentence token id.
+    fn eos(&self) -> u32;
+    /// A streaming decoder for one turn; starts in reasoning when `think` is not Off.
+    fn stream(&self, think: ThinkMode) -> Box<dyn TextStream>;
+}
+
+/// Streaming detokenizer of one turn: whole UTF-8 pieces, split into reasoning and answer.
+pub trait TextStream: Send {
+    fn push(&mut self, token: u32, out: &mut Vec<(TextKind, String)>);
+    /// Flush what was held back (partial UTF-8, partial tags) at the end of the turn.
+    fn finish(&mut self, out: &mut Vec<(TextKind, String)>);
+}
+
+/// Everything a load produces.
+pub struct LoadedModel {
+    pub backend: Box<dyn Backend>,
+    pub text: Box<dyn ChatText>,
+    pub info: ModelInfo,
+    /// The file mapping to warm up (None for in-memory models).
+    pub warmup: Option<Arc<dyn MappedRegion>>,
+    /// Residency sampler of the mapping.
+    pub residency: Option<ResidencyProbe>,
+}
+
+/// Turns a `LoadRequest` into a loaded model. `notice` reports progress or warnings as events.
+pub trait ModelLoader: Send {
+    fn load(&mut self, req: &LoadRequest, notice: &mut dyn FnMut(Event)) -> Result<LoadedModel, String>;
+}
+
+/// The live session over a backend: the token ids in its cache and prefix reuse (spec §4.4).
+struct LiveSession {
+    backend: Box<dyn Backend>,
+    tokens: Vec<u32>,
+}
+
+impl LiveSession {
+    fn common_prefix(&self, prompt: &[u32]) -> usize {
+        self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count()
+    }
+
+    /// Tokens of `prompt` that `sync` will keep: the whole cache when it is a prefix of the prompt,
+    /// else none, because the cache cannot be rolled back (spec §4.3: no KV history is kept).
+    fn reusable(&self, prompt: &[u32]) -> usize {
+        let common = self.common_prefix(prompt);
+        if common == self.tokens.len() { common } else { 0 }
+    }
+
+    /// Make the cache hold exactly `prompt`: evaluate only the suffix when the cache is a prefix of
+    /// it, else start over. Returns the reused token count. On cancel the cache holds the prompt's
+    /// first tokens up to where it stopped (and the logits after them).
+    fn sync(&mut self, prompt: &[u32], progress: &mut dyn FnMut(usize, usize) -> bool) -> Result<usize, EngineError> {
+        let reuse = self.reusable(prompt);
+        if reuse == 0 {
+            self.reset();
+        }
+        let suffix = &prompt[reuse..];
+        let base = self.tokens.len();
+        let r = self.backend.eval(suffix, &mut |d, _t| progress(d, suffix.len()));
+        self.tokens.truncate(base);
+        self.tokens
+            .extend_from_slice(&suffix[..self.backend.n_past().saturating_sub(base).min(suffix.len())]);
+        r.map(|_| reuse)
+    }
+
+    fn decode(&mut self, token: u32) -> Result<(), EngineError> {
+        let r = self.backend.eval(&[token], &mut |_, _| true);
+        if r.is_ok() {
+            self.tokens.push(token);
+        }
+        r
+    }
+
+    fn reset(&mut self) {
+        self.backend.reset();
+        self.tokens.clear();
+    }
+}
+
+struct Loaded {
+    session: LiveSession,
+    text: Box<dyn ChatText>,
+}
+
+/// Client side of the worker: a command sender, an event receiver and the thread.
+pub struct Worker {
+    tx: Sender<Command>,
+    rx: Receiver<Event>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Start a worker that loads models with `loader`.
+    pub fn spawn(loader: Box<dyn ModelLoader>) -> Worker {
+        let (tx, cmd_rx) = mpsc::channel();
+        let (ev_tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("ds4-worker".into())
+            .spawn(move || WorkerState::new(loader, cmd_rx, ev_tx).run())
+            .expect("spawn the engine worker thread");
+        Worker {
+            tx,
+            rx,
+            thread: Some(thread),
+        }
+    }
+
+    /// Queue a command; false when the worker is gone.
+    pub fn send(&self, c: Command) -> bool {
+        self.tx.send(c).is_ok()
+    }
+
+    /// A sender for other threads (e.g. a signal handler sending `Cancel`).
+    pub fn sender(&self) -> Sender<Command> {
+        self.tx.clone()
+    }
+
+    pub fn try_recv(&self) -> Option<Event> {
+        self.rx.try_recv().ok()
+    }
+
+    pub fn recv_timeout(&self, d: Duration) -> Option<Event> {
+        self.rx.recv_timeout(d).ok()
+    }
+
+    /// The event receiver, for `select`-style loops.
+    pub fn events(&self) -> &Receiver<Event> {
+        &self.rx
+    }
+
+    /// Ask the worker to stop and wait for it; the events left are returned.
+    pub fn shutdown(mut self) -> Vec<Event> {
+        let _ = self.tx.send(Command::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.rx.try_iter().collect()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = self.tx.send(Command::Shutdown);
+            let _ = t.join();
+        }
+    }
+}
+
+/// Flow after a command.
+enum Flow {
+    Continue,
+    Shutdown,
+}
+
+struct ResidencyThread {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl ResidencyThread {
+    fn start(mut probe: ResidencyProbe, tx: Sender<Event>) -> ResidencyThread {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("ds4-residency".into())
+            .spawn(move || {
+                while !s.load(Ordering::Acquire) {
+                    let r = probe.sample();
+                    let wait = ResidencyProbe::next_interval(r.probe_time);
+                    if tx.send(Event::Residency(r)).is_err() {
+                        return;
+                    }
+                    // Sleep in short steps so stopping is prompt.
+                    let until = Instant::now() + wait;
+                    while Instant::now() < until && !s.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            })
+            .expect("spawn the residency thread");
+        ResidencyThread { stop, thread }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.thread.join();
+    }
+}
+
+struct WorkerState {
+    loader: Box<dyn ModelLoader>,
+    rx: Receiver<Command>,
+    tx: Sender<Event>,
+    loaded: Option<Loaded>,
+    warmup: Option<WarmupJob>,
+    residency: Option<ResidencyThread>,
+    /// Commands that arrived during a turn and wait for it to end.
+    pending: VecDeque<Command>,
+    /// Latest `SetSampling`, applied to the turn in flight from the next token.
+    sampling_override: Option<SamplingParams>,
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// What a poll of the command channel during a turn decided.
+#[derive(PartialEq)]
+enum Interrupt {
+    None,
+    /// Stop the turn (Cancel, or Load/Shutdown queued to run next).
+    Stop,
+}
+
+impl WorkerState {
+    fn new(loader: Box<dyn ModelLoader>, rx: Receiver<Command>, tx: Sender<Event>) -> WorkerState {
+        WorkerState {
+            loader,
+            rx,
+            tx,
+            loaded: None,
+            warmup: None,
+            residency: None,
+            pending: VecDeque::new(),
+            sampling_override: None,
+        }
+    }
+
+    fn emit(&self, e: Event) {
+        // A dropped receiver means the client is gone; the loop ends on the closed command side.
+        let _ = self.tx.send(e);
+    }
+
+    fn run(mut self) {
+        while let Some(cmd) = self.next_command() {
+            let outcome = catch_unwind(AssertUnwindSafe(|| self.handle(cmd)));
+            match outcome {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Shutdown) => break,
+                Err(p) => {
+                    // The session may be half-updated: drop the model; the client may load again.
+                    self.unload();
+                    self.emit(Event::Error {
+                        message: format!("engine worker panicked: {}; load the model again", panic_message(&*p)),
+                        fatal: true,
+                    });
+                }
+            }
+        }
+        self.unload();
+        self.emit(Event::ShutdownComplete);
+    }
+
+    /// The next command: queued ones first; while a warm-up runs, wake every tick to report it.
+    fn next_command(&mut self) -> Option<Command> {
+        if let Some(c) = self.pending.pop_front() {
+            return Some(c);
+        }
+        loop {
+            if self.warmup.is_none() {
+                return self.rx.recv().ok();
+            }
+            match self.rx.recv_timeout(WARMUP_TICK) {
+                Ok(c) => return Some(c),
+                Err(RecvTimeoutError::Timeout) => self.report_warmup(),
+                Err(RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
+    fn report_warmup(&mut self) {
+        let Some(job) = &self.warmup else { return };
+        let s = job.status();
+        self.emit(Event::WarmupProgress {
+            phase: WarmupPhase::PageIn,
+            done_bytes: s.done_bytes,
+            total_bytes: s.total_bytes,
+            elapsed: s.elapsed,
+        });
+        if s.finished {
+            let s = self.warmup.take().expect("checked above").stop();
+            self.emit(Event::WarmupDone {
+                total_bytes: s.total_bytes,
+                elapsed: s.elapsed,
+            });
+        }
+    }
+
+    fn unload(&mut self) {
+        if let Some(w) = self.warmup.take() {
+            w.stop();
+        }
+        if let Some(r) = self.residency.take() {
+            r.stop();
+        }
+        self.loaded = None;
+    }
+
+    fn handle(&mut self, cmd: Command) -> Flow {
+        match cmd {
+            Command::Shutdown => return Flow::Shutdown,
+            Command::Load(req) => self.load(req),
+            Command::Submit(turn) => self.turn(turn),
+            Command::Cancel => {
+                // Nothing in flight but maybe a warm-up: stop it (the turn-time cancel is polled
+                // inside `turn`).
+                if let Some(w) = self.warmup.take() {
+                    let s = w.stop();
+                    self.emit(Event::WarmupProgress {
+                        phase: WarmupPhase::PageIn,
+                        done_bytes: s.done_bytes,
+                        total_bytes: s.total_bytes,
+                        elapsed: s.elapsed,
+                    });
+                }
+            }
+            Command::Reset => {
+                if let Some(l) = &mut self.loaded {
+                    l.session.reset();
+                    l.text.forget();
+                }
+            }
+            Command::Rewind { keep_tokens } => {
+                if let Some(l) = &mut self.loaded
+                    && (keep_tokens as usize) < l.session.tokens.len()
+                {
+                    // KV history cannot be rolled back (spec §4.3); the kept prefix is
+                    // re-evaluated by the next turn's sync.
+                    l.session.reset();
+                    l.text.forget();
+                }
+            }
+            Command::SetSampling(p) => self.sampling_override = Some(p),
+        }
+        Flow::Continue
+    }
+
+    fn load(&mut self, req: LoadRequest) {
+        self.unload();
+        let what = match &req.source {
+            super::events::ModelSource::File(p) => p.display().to_string(),
+            super::events::ModelSource::Demo { seed } => format!("demo model (seed {seed})"),
+        };
+        self.emit(Event::LoadStarted { what });
+        let tx = self.tx.clone();
+        let result = self.loader.load(&req, &mut |e| {
+            let _ = tx.send(e);
+        });
+        match result {
+            Err(message) => self.emit(Event::Error { message, fatal: true }),
+            Ok(m) => {
+                let mut info = m.info;
+                let mem = m.backend.memory();
+                info.kv_bytes = mem.kv_bytes;
+                info.scratch_bytes = mem.scratch_bytes;
+                info.ctx = m.backend.ctx() as u32;
+                info.think_max_available = info.ctx >= THINK_MAX_MIN_CTX;
+                self.emit(Event::Loaded(info));
+                if let Some(dm) = super::metrics::device_memory(&mem) {
+                    self.emit(Event::DeviceMemory(dm));
+                }
+                self.loaded = Some(Loaded {
+                    session: LiveSession {
+                        backend: m.backend,
+                        tokens: Vec::new(),
+                    },
+                    text: m.text,
+                });
+                if let Some(region) = m.warmup {
+                    self.warmup = Some(WarmupJob::start(region, default_warmup_threads()));
+                }
+                if let Some(probe) = m.residency {
+                    self.residency = Some(ResidencyThread::start(probe, self.tx.clone()));
+                }
+            }
+        }
+    }
+
+    /// Poll commands during a turn (non-blocking).
+    fn poll_during_turn(
+        rx: &Receiver<Command>,
+        pending: &mut VecDeque<Command>,
+        sampling: &mut Option<SamplingParams>,
+    ) -> Interrupt {
+        loop {
+            match rx.try_recv() {
+                Ok(Command::Cancel) => return Interrupt::Stop,
+                Ok(c @ (Command::Shutdown | Command::Load(_))) => {
+                    pending.push_back(c);
+                    return Interrupt::Stop;
+                }
+                Ok(Command::SetSampling(p)) => *sampling = Some(p),
+                Ok(c) => pending.push_back(c),
+                Err(TryRecvError::Empty) => return Interrupt::None,
+                Err(TryRecvError::Disconnected) => {
+                    pending.push_back(Command::Shutdown);
+                    return Interrupt::Stop;
+                }
+            }
+        }
+    }
+
+    fn turn(&mut self, req: TurnRequest) {
+        let submitted = Instant::now();
+        if self.loaded.is_none() {
+            self.emit(Event::Error {
+                message: "no model loaded".into(),
+                fatal: false,
+            });
+            self.emit(Event::TurnFinished {
+                reason: FinishReason::Cancelled,
+                generated: 0,
+                context_used: 0,
+            });
+            return;
+        }
+        // The warm-up yields to the turn (see warmup.rs for the policy).
+        if let Some(w) = &self.warmup {
+            w.pause();
+        }
+        self.sampling_override = None;
+        let reason = self.run_turn(&req, submitted);
+        let context_used = self.loaded.as_ref().map_or(0, |l| l.session.tokens.len() as u32);
+        let (generated, reason) = reason;
+        self.emit(Event::TurnFinished {
+            reason,
+            generated,
+            context_used,
+        });
+        if let Some(w) = &self.warmup {
+            w.resume();
+        }
+    }
+
+    /// The chat flow of one turn; returns (generated tokens, why it ended).
+    fn run_turn(&mut self, req: &TurnRequest, submitted: Instant) -> (u32, FinishReason) {
+        let WorkerState {
+            rx,
+            tx,
+            loaded,
+            pending,
+            sampling_override,
+            ..
+        } = self;
+        let l = loaded.as_mut().expect("checked by the caller");
+        let emit = |e: Event| {
+            let _ = tx.send(e);
+        };
+        let ctx = l.session.backend.ctx();
+        let (think, note) = if req.think == ThinkMode::Max && (ctx as u32) < THINK_MAX_MIN_CTX {
+            (
+                ThinkMode::High,
+                Some(format!(
+                    "Think Max needs --ctx {THINK_MAX_MIN_CTX} or more (spec §6.1); using high thinking"
+                )),
+            )
+        } else {
+            (req.think, None)
+        };
+        let prompt = match l.text.prompt(&req.conversation, think, &l.session.tokens) {
+            Ok(p) => p,
+            Err(message) => {
+                emit(Event::Error { message, fatal: false });
+                return (0, FinishReason::Cancelled);
+            }
+        };
+        if prompt.len() >= ctx {
+            emit(Event::Error {
+                message: format!(
+                    "prompt is {} tokens, the context holds {} (raise --ctx or start a new chat)",
+                    prompt.len(),
+                    ctx
+                ),
+                fatal: false,
+            });
+            return (0, FinishReason::ContextFull);
+        }
+        let reused = l.session.reusable(&prompt);
+        emit(Event::TurnStarted {
+            prompt_tokens: prompt.len() as u32,
+            reused_tokens: reused as u32,
+            think,
+            note,
+        });
+
+        // Prefill, polling commands inside the progress callback (between chunks).
+        let mut tl = TurnTimeline::default();
+        let prefill_start = Instant::now();
+        tl.prefill_started(prefill_start - submitted);
+        let mut last_progress = Instant::now() - PREFILL_EVENT_PERIOD;
+        let mut stopped = false;
+        let sync = l.session.sync(&prompt, &mut |done, total| {
+            if last_progress.elapsed() >= PREFILL_EVENT_PERIOD || done == total {
+                last_progress = Instant::now();
+                emit(Event::PrefillProgress {
+                    done: done as u32,
+                    total: total as u32,
+                    elapsed: prefill_start.elapsed(),
+                });
+            }
+            stopped = Self::poll_during_turn(rx, pending, sampling_override) == Interrupt::Stop;
+            !stopped
+        });
+        let evaluated = prompt.len() - reused;
+        match sync {
+            Ok(_) => {}
+            Err(EngineError::Cancelled { .. }) => {
+                // The cache keeps what was evaluated; the next turn's prompt reuses it.
+                l.text.turn_done(&req.conversation, &[], FinishReason::Cancelled);
+                return (0, FinishReason::Cancelled);
+            }
+            Err(EngineError::ContextFull { needed, ctx }) => {
+                emit(Event::Error {
+                    message: format!("context full: {needed} tokens needed, context is {ctx} (raise --ctx)"),
+                    fatal: false,
+                });
+                l.text.turn_done(&req.conversation, &[], FinishReason::ContextFull);
+                return (0, FinishReason::ContextFull);
+            }
+            Err(e) => {
+                emit(Event::Error {
+                    message: e.to_string(),
+                    fatal: false,
+                });
+                l.session.reset();
+                l.text.forget();
+                return (0, FinishReason::Cancelled);
+            }
+        }
+        tl.prefill_finished(submitted.elapsed(), evaluated as u32);
+        emit(Event::PrefillDone {
+            tokens: evaluated as u32,
+            elapsed: prefill_start.elapsed(),
+        });
+        if stopped {
+            // Cancel arrived with the last chunk: the prompt is cached, nothing generated.
+            l.text.turn_done(&req.conversation, &[], FinishReason::Cancelled);
+            return (0, FinishReason::Cancelled);
+        }
+
+        // Decode loop: sample → detokenize → Text events → evaluate the token.
+        let mut sampler = Sampler::new(req.sampling.seed);
+        let mut params = req.sampling.clone();
+        let eos = l.text.eos();
+        let mut stream = l.text.stream(think);
+        let mut generated: Vec<u32> = Vec::new();
+        let mut pieces = Vec::new();
+        let mut last_stats = Instant::now();
+        let max_tokens = req.max_tokens as usize;
+        let stats = |tl: &TurnTimeline, l: &Loaded| {
+            Event::Stats(tl.stats(l.session.tokens.len() as u32, ctx as u32, &l.session.backend.memory()))
+        };
+        emit(stats(&tl, l));
+        let reason = loop {
+            if generated.len() >= max_tokens {
+                break FinishReason::Length;
+            }
+            // Each sampled token must fit in the cache: generation stops one token before the
+            // context is full (pitfall 23, §6.4: at most ctx − prompt − 1 new tokens).
+            if l.session.tokens.len() + 1 >= ctx {
+                break FinishReason::ContextFull;
+            }
+            let step_start = Instant::now();
+            if let Some(p) = sampling_override.take() {
+                params = p;
+            }
+            let token = sampler.sample(l.session.backend.logits(), &params);
+            tl.token_sampled(submitted.elapsed());
+            if token == eos {
+                break FinishReason::Eos;
+            }
+            generated.push(token);
+            stream.push(token, &mut pieces);
+            for (kind, text) in pieces.drain(..) {
+                if kind == TextKind::Answer && !text.trim().is_empty() {
+                    tl.answer_visible(submitted.elapsed());
+                }
+                emit(Event::Text { kind, text });
+            }
+            if let Err(e) = l.session.decode(token) {
+                emit(Event::Error {
+                    message: e.to_string(),
+                    fatal: false,
+                });
+                break FinishReason::Cancelled;
+            }
+            tl.decode_step_finished(submitted.elapsed());
+            emit(Event::TokenTiming {
+                step: generated.len() as u32,
+                elapsed: step_start.elapsed(),
+            });
+            if last_stats.elapsed() >= STATS_PERIOD {
+                last_stats = Instant::now();
+                emit(stats(&tl, l));
+            }
+            if Self::poll_during_turn(rx, pending, sampling_override) == Interrupt::Stop {
+                break FinishReason::Cancelled;
+            }
+        };
+        stream.finish(&mut pieces);
+        for (kind, text) in pieces.drain(..) {
+            emit(Event::Text { kind, text });
+        }
+        emit(stats(&tl, l));
+        l.text.turn_done(&req.conversation, &generated, reason);
+        (generated.len() as u32, reason)
+    }
+}
+
+#[cfg(test)]
+mod tests;
