@@ -53,12 +53,10 @@ pub const KEY_MERGES: &str = "tokenizer.ggml.merges";
 pub const KEY_TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
 pub const KEY_MODEL: &str = "tokenizer.ggml.model";
 
-/// llama.cpp token types (`tokenizer.ggml.token_type`).
+/// llama.cpp token types (`tokenizer.ggml.token_type`) that mark added tokens.
 pub mod token_type {
-    pub const NORMAL: i32 = 1;
     pub const CONTROL: i32 = 3;
     pub const USER_DEFINED: i32 = 4;
-    pub const UNUSED: i32 = 5;
 }
 
 /// The DeepSeek V4 pre-tokenizer (tokenizer.json `pre_tokenizer`): three isolating regex splits, then the
@@ -110,77 +108,16 @@ pub struct VocabTables {
 }
 
 impl VocabTables {
-    /// The tables of the vendored official tokenizer.json, laid out as `gen_tiny_gguf.py` writes them:
-    /// model vocab and added tokens by id, type 3 for special added tokens, 4 for the other added
-    /// tokens, 1 for the rest; ids nobody defines become `[PAD<id>]` with type 5.
+    /// The tables of the vendored official tokenizer.json (all 129280 ids), laid out as
+    /// `gen_tiny_gguf.py` writes them (`genmodel::vocab` does the parsing).
     pub fn vendored() -> VocabTables {
-        let json: serde_json::Value =
-            serde_json::from_slice(&vendored_tokenizer_json()).expect("vendored tokenizer.json is valid JSON");
-        Self::from_tokenizer_json(&json).expect("vendored tokenizer.json has the expected layout")
-    }
-
-    /// Tables from a parsed tokenizer.json (BPE model with string merges).
-    pub fn from_tokenizer_json(json: &serde_json::Value) -> Result<VocabTables, String> {
-        let vocab = json["model"]["vocab"]
-            .as_object()
-            .ok_or("tokenizer.json: model.vocab is not an object")?;
-        let added = json["added_tokens"]
-            .as_array()
-            .ok_or("tokenizer.json: added_tokens is not an array")?;
-        let id_of = |v: &serde_json::Value| v.as_u64().map(|i| i as usize);
-        let mut n = 0usize;
-        for v in vocab.values() {
-            n = n.max(id_of(v).ok_or("tokenizer.json: vocab id is not an integer")? + 1);
+        let v =
+            crate::genmodel::vocab::vendored_vocab(129_280).expect("vendored tokenizer.json has the expected layout");
+        VocabTables {
+            tokens: v.tokens,
+            token_types: Some(v.types),
+            merges: v.merges,
         }
-        for a in added {
-            n = n.max(id_of(&a["id"]).ok_or("tokenizer.json: added token id is not an integer")? + 1);
-        }
-        let mut tokens: Vec<Option<String>> = vec![None; n];
-        let mut types = vec![token_type::NORMAL; n];
-        for (s, v) in vocab {
-            tokens[id_of(v).unwrap()] = Some(s.clone());
-        }
-        for a in added {
-            let id = id_of(&a["id"]).unwrap();
-            let content = a["content"]
-                .as_str()
-                .ok_or("tokenizer.json: added token content is not a string")?;
-            tokens[id] = Some(content.to_string());
-            types[id] = if a["special"].as_bool() == Some(true) {
-                token_type::CONTROL
-            } else {
-                token_type::USER_DEFINED
-            };
-        }
-        let tokens = tokens
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| {
-                t.unwrap_or_else(|| {
-                    types[i] = token_type::UNUSED;
-                    format!("[PAD{i}]")
-                })
-            })
-            .collect();
-        let merges = json["model"]["merges"]
-            .as_array()
-            .ok_or("tokenizer.json: model.merges is not an array")?
-            .iter()
-            .map(|m| match m {
-                serde_json::Value::String(s) => Ok(s.clone()),
-                serde_json::Value::Array(p) if p.len() == 2 => Ok(format!(
-                    "{} {}",
-                    p[0].as_str().unwrap_or_default(),
-                    p[1].as_str().unwrap_or_default()
-                )),
-                _ => Err("tokenizer.json: a merge is neither \"a b\" nor [a, b]".to_string()),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(VocabTables {
-            tokens,
-            token_types: Some(types),
-            merges,
-        })
     }
 
     /// Read the tables from GGUF metadata. Errors name the key and what was found.
