@@ -13,7 +13,8 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEvent
 use super::config::{self, Config};
 use super::widgets::input::InputState;
 use crate::engine::events::{
-    Command, DeviceMemory, Event, FinishReason, LoadRequest, ModelInfo, Residency, TextKind, TurnRequest, WarmupPhase,
+    Command, DeviceMemory, Event, FinishReason, LiveStats, LoadRequest, ModelInfo, Residency, TextKind, TurnRequest,
+    WarmupPhase,
 };
 use crate::model::chat::{Conversation, Message, Role, ThinkMode};
 
@@ -100,6 +101,8 @@ pub struct Turn {
     pub stats: TurnStats,
     /// Worker note (e.g. "think max needs ctx >= 393216; using high").
     pub note: Option<String>,
+    /// A non-fatal engine error reported during the turn.
+    pub error: Option<String>,
 }
 
 impl Turn {
@@ -113,6 +116,7 @@ impl Turn {
             state: TurnState::Queued,
             stats: TurnStats::default(),
             note: None,
+            error: None,
         }
     }
 
@@ -200,11 +204,18 @@ pub struct Metrics {
     pub last_turn_tps: Option<f64>,
     pub context_used: u32,
     pub generating: bool,
+    /// The worker's latest live snapshot (decode rate, prefill latency, memory).
+    pub live: Option<LiveStats>,
 }
 
 impl Metrics {
     /// Live decode rate over the last few tokens, or the last turn's average when idle.
     pub fn decode_tps(&self) -> Option<f64> {
+        if self.generating
+            && let Some(r) = self.live.as_ref().and_then(|l| l.decode_tps_now)
+        {
+            return Some(r);
+        }
         if self.generating && !self.recent.is_empty() {
             let total: f64 = self.recent.iter().map(|d| d.as_secs_f64()).sum();
             if total > 0.0 {
@@ -425,18 +436,26 @@ impl App {
                     self.phase = Phase::Idle;
                 }
             }
+            Event::Stats(s) => {
+                self.metrics.context_used = s.context_used;
+                self.metrics.live = Some(s);
+            }
             Event::Error { message, fatal } => {
-                self.metrics.prefill = None;
-                self.metrics.generating = false;
-                if let Some(t) = self.current_turn() {
-                    t.state = TurnState::Failed(message.clone());
-                } else if !fatal {
-                    self.note(message.clone(), true);
-                }
                 if fatal {
+                    self.metrics.prefill = None;
+                    self.metrics.generating = false;
+                    if let Some(t) = self.current_turn() {
+                        t.state = TurnState::Failed(message.clone());
+                    }
                     self.phase = Phase::Failed(message);
-                } else if self.is_busy() || self.phase == Phase::Loading {
-                    self.phase = Phase::Idle;
+                } else if let Some(t) = self.current_turn() {
+                    // The worker still ends the turn with `TurnFinished`.
+                    t.error = Some(message);
+                } else {
+                    self.note(message, true);
+                    if self.phase == Phase::Loading {
+                        self.phase = Phase::Idle;
+                    }
                 }
             }
             Event::ShutdownComplete => {}

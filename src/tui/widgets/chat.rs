@@ -193,7 +193,17 @@ fn turn_lines(out: &mut Vec<Line<'static>>, t: &Turn, width: usize, selected: bo
             last.spans.push(Span::styled("▍", Style::default().fg(p.assistant)));
         }
     }
+    if let Some(e) = &t.error {
+        out.extend(wrap_spans(
+            vec![Span::styled(e.clone(), Style::default().fg(p.error))],
+            width,
+            vec![Span::styled("  ✖ ", Style::default().fg(p.error))],
+            vec![Span::raw("    ")],
+        ));
+    }
     match &t.state {
+        TurnState::Done(FinishReason::Cancelled) if t.error.is_some() => {}
+        TurnState::Done(FinishReason::ContextFull) if t.error.is_some() => {}
         TurnState::Queued => out.push(status_line("waiting for the engine…", p.dim)),
         TurnState::Prefill if t.reasoning.is_empty() && t.answer.is_empty() => {
             out.push(status_line("reading the prompt (prefill)…", p.dim))

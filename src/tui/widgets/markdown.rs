@@ -21,10 +21,10 @@ pub fn render(text: &str, width: usize, indent: &str, base: Style, p: &Palette) 
         if let Some(rest) = trimmed.strip_prefix("```") {
             if in_code.is_some() {
                 in_code = None;
-                out.push(code_rule(width, indent, "", p));
+                out.push(code_rule(width, indent, "", false, p));
             } else {
                 let lang = rest.trim().to_string();
-                out.push(code_rule(width, indent, &lang, p));
+                out.push(code_rule(width, indent, &lang, true, p));
                 in_code = Some(lang);
             }
             continue;
@@ -43,7 +43,7 @@ pub fn render(text: &str, width: usize, indent: &str, base: Style, p: &Palette) 
     out
 }
 
-fn code_rule(width: usize, indent: &str, lang: &str, p: &Palette) -> Line<'static> {
+fn code_rule(width: usize, indent: &str, lang: &str, opening: bool, p: &Palette) -> Line<'static> {
     let label = if lang.is_empty() {
         String::new()
     } else {
@@ -52,7 +52,7 @@ fn code_rule(width: usize, indent: &str, lang: &str, p: &Palette) -> Line<'stati
     let avail = width.saturating_sub(indent.len() + 1 + label.chars().count()).min(40);
     Line::from(vec![
         Span::raw(indent.to_string()),
-        Span::styled("╭".to_string(), Style::default().fg(p.dim)),
+        Span::styled(if opening { "╭" } else { "╰" }.to_string(), Style::default().fg(p.dim)),
         Span::styled(label, Style::default().fg(p.accent).add_modifier(Modifier::BOLD)),
         Span::styled("─".repeat(avail), Style::default().fg(p.dim)),
     ])

@@ -67,8 +67,9 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
     ));
     let cfrac = m.context_used as f64 / ctx as f64;
     out.push(gauge_line(cfrac, w, if cfrac > 0.9 { p.error } else { p.good }));
-    if let Some(info) = &m.model {
-        out.push(kv("KV cache", fmt_bytes(info.kv_bytes), p));
+    let kv_bytes = m.live.as_ref().map(|l| l.kv_bytes).filter(|&b| b > 0);
+    if let Some(b) = kv_bytes.or(m.model.as_ref().map(|i| i.kv_bytes)) {
+        out.push(kv("KV cache", fmt_bytes(b), p));
     }
 
     out.push(section("Model", w, p));
@@ -126,8 +127,10 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
         if r.device_bytes > 0 {
             out.push(kv("On GPU", fmt_bytes(r.device_bytes), p));
         }
+    } else if let Some(b) = m.live.as_ref().map(|l| l.device_weight_bytes).filter(|&b| b > 0) {
+        out.push(kv("On GPU", fmt_bytes(b), p));
     }
-    if let Some(dm) = &m.device_memory
+    if let Some(dm) = m.live.as_ref().and_then(|l| l.device_memory).or(m.device_memory)
         && dm.total_bytes > 0
     {
         out.push(kv(
@@ -201,8 +204,13 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, p: &Palette) {
         .skip(rates.len().saturating_sub(n))
         .map(|r| (r * 10.0).round() as u64)
         .collect();
+    // Headroom above the peak so a steady rate reads as a level line, not a solid block.
+    let peak = data.iter().copied().max().unwrap_or(1).max(1);
     frame.render_widget(
-        Sparkline::default().data(&data).style(Style::default().fg(p.good)),
+        Sparkline::default()
+            .data(&data)
+            .max(peak + peak / 4)
+            .style(Style::default().fg(p.good)),
         spark,
     );
     frame.render_widget(Paragraph::new(body_lines(app, w, p)), body);

@@ -28,14 +28,17 @@ pub fn state_text(app: &App) -> String {
 }
 
 /// The right part: key hints for the current state.
-pub fn hints(app: &App) -> &'static str {
+pub fn hints(app: &App, width: u16) -> &'static str {
+    let narrow = width < 100;
     if app.show_help {
         return "any key closes help";
     }
     match app.phase {
         Phase::Failed(_) => "Esc/q quit",
+        Phase::Busy | Phase::Cancelling if narrow => "Esc cancel · F1 help",
         Phase::Busy | Phase::Cancelling => "Esc cancel · PgUp scroll · Tab reasoning · F1 help",
         _ if app.scroll_top.is_some() => "End follow · PgUp/PgDn scroll · F1 help",
+        _ if narrow => "Enter send · F1 help · F2 panel · Esc Esc quit",
         _ => "Enter send · ↑ history · Tab reasoning · F1 help · F2 panel · Esc Esc quit",
     }
 }
@@ -50,7 +53,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, p: &Palette) {
     };
     let right = match &app.status {
         Some(s) => Span::styled(s.clone(), Style::default().fg(p.warn)),
-        None => Span::styled(hints(app), Style::default().fg(p.dim)),
+        None => Span::styled(hints(app, area.width), Style::default().fg(p.dim)),
     };
     let left = format!(" {state} ");
     let used = left.chars().count() + right.content.chars().count() + 1;
