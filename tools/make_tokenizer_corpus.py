@@ -327,10 +327,13 @@ def transcript_cases(tok):
     for name, mode, system in [("high_system", "High", "You are a helpful assistant"),
                                ("max_nosystem", "Max", ""), ("off_system", "Off", "Be terse.")]:
         ids = [ids_of(BOS)]
+        text = BOS
         if mode == "Max":
             ids += enc(MAX_PREFIX)
+            text += MAX_PREFIX
         if system:
             ids += enc(system)
+            text += system
         steps = []
         for user, reply in turns:
             turn = [ids_of(USER)] + enc(user) + [ids_of(ASSISTANT)] + [ids_of(THINK if mode != "Off" else END_THINK)]
@@ -339,7 +342,9 @@ def transcript_cases(tok):
             sampled = enc(r)
             steps.append({"user": user, "sampled": sampled, "prompt_len": len(ids) + len(turn)})
             ids += turn + sampled + [ids_of(EOS)]
-        cases.append({"name": name, "think": mode, "ctx": 400000, "system": system, "turns": steps, "ids": ids})
+            text += USER + user + ASSISTANT + (THINK if mode != "Off" else END_THINK) + r + EOS
+        cases.append({"name": name, "think": mode, "ctx": 400000, "system": system, "turns": steps, "ids": ids,
+                      "text": text})
     return cases
 
 
@@ -385,6 +390,7 @@ def main():
     fixture = {
         "tokenizer_sha256": hashlib.sha256(raw).hexdigest(),
         "max_prefix": MAX_PREFIX,
+        "max_prefix_ids": enc(MAX_PREFIX),
         "server_form": chats,
         "transcript_form": transcript_cases(tok),
         "cli_prompts": cli_prompt_cases(args.vectors),

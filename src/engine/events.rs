@@ -248,6 +248,11 @@ pub enum Event {
         generated: u32,
         context_used: u32,
     },
+    /// Something the user should know that is not an error (e.g. "weights exceed RAM: decoding
+    /// will read from disk").
+    Notice {
+        message: String,
+    },
     /// A failure, as a value. `fatal` means the model is unusable (load failed, worker died).
     Error {
         message: String,

@@ -9,5 +9,6 @@ pub mod memguard;
 pub mod metrics;
 pub mod residency;
 pub mod sampler;
+pub mod session;
 pub mod warmup;
 pub mod worker;

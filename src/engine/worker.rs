@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, EngineError};
-use crate::model::chat::{Conversation, ThinkMode};
+use crate::model::chat::{Conversation, THINK_MAX_MIN_CTX, ThinkMode};
 
 use super::events::{
     Command, Event, FinishReason, LoadRequest, ModelInfo, SamplingParams, TextKind, TurnRequest, WarmupPhase,
@@ -37,9 +37,6 @@ use super::metrics::TurnTimeline;
 use super::residency::{MappedRegion, ResidencyProbe};
 use super::sampler::Sampler;
 use super::warmup::{WarmupJob, default_warmup_threads};
-
-/// Context size from which Think Max is honoured (spec §6.1); below it Max becomes High.
-pub const THINK_MAX_MIN_CTX: u32 = 393_216;
 
 /// Warm-up progress period (5 Hz; the brief asks for at least 4 Hz).
 const WARMUP_TICK: Duration = Duration::from_millis(200);
@@ -510,16 +507,9 @@ impl WorkerState {
             let _ = tx.send(e);
         };
         let ctx = l.session.backend.ctx();
-        let (think, note) = if req.think == ThinkMode::Max && (ctx as u32) < THINK_MAX_MIN_CTX {
-            (
-                ThinkMode::High,
-                Some(format!(
-                    "Think Max needs --ctx {THINK_MAX_MIN_CTX} or more (spec §6.1); using high thinking"
-                )),
-            )
-        } else {
-            (req.think, None)
-        };
+        let think = req.think.for_context(ctx as u32);
+        let note = (think != req.think)
+            .then(|| format!("Think Max needs --ctx {THINK_MAX_MIN_CTX} or more (spec §6.1); using high thinking"));
         let prompt = match l.text.prompt(&req.conversation, think, &l.session.tokens) {
             Ok(p) => p,
             Err(message) => {

@@ -465,7 +465,7 @@ impl HParams {
             ("attention.q_lora_rank", self.q_lora_rank),
             ("attention.output_lora_rank", self.o_lora_rank),
         ] {
-            if v % 32 != 0 {
+            if !v.is_multiple_of(32) {
                 return bad(key, format!("{v} is not a multiple of 32 (Q8_0 rows)"));
             }
         }
