@@ -15,6 +15,8 @@ pub enum PresetArg {
     Tiny,
     /// The real DeepSeek V4 Flash shapes (80.76 GiB with q2 experts).
     Flash,
+    /// The smallest file the loader binds (one layer, no tokenizer; fuzzing and tests).
+    Micro,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -85,6 +87,7 @@ pub fn run(args: Args) -> CliResult {
     let preset = match args.preset {
         PresetArg::Tiny => Preset::Tiny,
         PresetArg::Flash => Preset::Flash,
+        PresetArg::Micro => Preset::Micro,
     };
     let experts = match args.experts {
         ExpertsArg::Q2 => ExpertMix::Q2,

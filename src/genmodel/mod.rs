@@ -39,6 +39,9 @@ pub enum Preset {
     Tiny,
     /// `HParams::flash()`: the real DeepSeek V4 Flash shapes (80.76 GiB with q2 experts).
     Flash,
+    /// `micro_hparams()`: the smallest file the loader binds (one layer, 16-token vocabulary, no
+    /// tokenizer), ~370 KB: fuzz seeds and malformed-file tests.
+    Micro,
 }
 
 impl Preset {
@@ -46,12 +49,14 @@ impl Preset {
         match self {
             Preset::Tiny => HParams::tiny(),
             Preset::Flash => HParams::flash(),
+            Preset::Micro => micro_hparams(),
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             Preset::Tiny => "tiny",
             Preset::Flash => "flash",
+            Preset::Micro => "micro",
         }
     }
 }
@@ -94,6 +99,8 @@ pub struct GenSpec {
     pub seed: u64,
     pub experts: ExpertMix,
     pub name: String,
+    /// Write the `tokenizer.ggml.*` keys (the vendored vocabulary cut to n_vocab).
+    pub tokenizer: bool,
 }
 
 impl GenSpec {
@@ -107,7 +114,34 @@ impl GenSpec {
                 preset.name(),
                 experts.name()
             ),
+            tokenizer: preset != Preset::Micro,
         }
+    }
+}
+
+/// The smallest hyperparameters that pass `HParams::validate` (rows stay whole 256-blocks): one
+/// dense hash-routed layer, E = F = 256, one routed expert, 16 tokens.
+pub fn micro_hparams() -> HParams {
+    HParams {
+        n_layer: 1,
+        n_embd: 256,
+        n_vocab: 16,
+        n_head: 2,
+        head_dim: 128,
+        q_lora_rank: 32,
+        o_lora_rank: 32,
+        n_out_group: 1,
+        n_expert: 1,
+        n_expert_used: 1,
+        n_ff_exp: 256,
+        n_hash_layer: 1,
+        sliding_window: 4,
+        idx_n_head: 1,
+        idx_top_k: 2,
+        n_hc: 2,
+        compress_ratios: vec![0],
+        swiglu_clamp: vec![10.0],
+        ..HParams::tiny()
     }
 }
 
@@ -198,7 +232,9 @@ pub fn hparams_metadata(hp: &HParams, name: &str) -> Vec<(String, MetaValue)> {
 /// `n_vocab`) and provenance.
 pub fn model_metadata(spec: &GenSpec) -> Result<Vec<(String, MetaValue)>, GgufError> {
     let mut m = hparams_metadata(&spec.hp, &spec.name);
-    m.extend(vocab::tokenizer_metadata(vocab::vendored_vocab(spec.hp.n_vocab)?));
+    if spec.tokenizer {
+        m.extend(vocab::tokenizer_metadata(vocab::vendored_vocab(spec.hp.n_vocab)?));
+    }
     m.push(("ds4_chat.generator".into(), MetaValue::String(GENERATOR.into())));
     m.push(("ds4_chat.seed".into(), MetaValue::U64(spec.seed)));
     m.push(("ds4_chat.experts".into(), MetaValue::String(spec.experts.name().into())));
@@ -429,6 +465,11 @@ impl SyntheticModel {
     }
 }
 
+/// The whole file of `spec` in memory.
+pub fn model_bytes(spec: &GenSpec) -> Result<Vec<u8>, GgufError> {
+    Ok(SyntheticModel::new(spec)?.to_bytes())
+}
+
 /// The tiny model (spec §10, real vocabulary) as an in-memory file, for tests and the TUI's --demo.
 pub fn tiny_model(seed: u64, experts: ExpertMix) -> Result<Arc<GgufFile>, GgufError> {
     let bytes = SyntheticModel::new(&GenSpec::new(Preset::Tiny, seed, experts))?.to_bytes();
@@ -495,6 +536,16 @@ mod tests {
             .sum();
         // 153.32 GiB (spec §8.1).
         assert!((q4_bytes as f64 / (1u64 << 30) as f64 - 153.32).abs() < 0.005);
+    }
+
+    #[test]
+    fn micro_model_binds_and_is_small() {
+        let bytes = model_bytes(&GenSpec::new(Preset::Micro, 5, ExpertMix::Q2)).unwrap();
+        assert!(bytes.len() < 400_000, "{}", bytes.len());
+        let f = Arc::new(GgufFile::from_bytes(bytes).unwrap());
+        let m = crate::model::Model::bind(f).unwrap();
+        assert_eq!(m.hp, micro_hparams());
+        assert!(m.file.get("tokenizer.ggml.tokens").is_none());
     }
 
     #[test]

@@ -1,15 +1,15 @@
-<<<<<<< HEAD
-//! Shared helpers of the tokenizer integration tests: a metadata-only GGUF (no tensors) holding the
-//! tokenizer keys, written with the crate's GGUF writer and read back through the reader.
+//! Shared by the integration tests: a metadata-only GGUF holding the tokenizer keys (written with the
+//! crate's GGUF writer), and locating the reference vectors and the case-A model.
 
 #![allow(dead_code)]
-
-use std::sync::OnceLock;
 
 use ds4_chat::gguf::reader::vt;
 use ds4_chat::gguf::writer::GgufLayout;
 use ds4_chat::gguf::{GgufFile, MetaValue};
 use ds4_chat::model::tokenizer::{Tokenizer, VocabTables};
+use ds4_chat::model::weights::Model;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 /// GGUF v3 bytes with `general.architecture` and the tokenizer tables, no tensors.
 pub fn tokenizer_gguf_bytes(arch: &str, tables: &VocabTables) -> Vec<u8> {
@@ -51,15 +51,7 @@ pub fn tokenizer_gguf_file(name: &str, arch: &str) -> std::path::PathBuf {
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     std::fs::write(&path, tokenizer_gguf_bytes(arch, vendored_tables())).expect("write test GGUF");
     path
-=======
-//! Shared by the integration tests: locating the reference vectors and the case-A model.
-
-#![allow(dead_code)]
-
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
-
-use ds4_chat::model::weights::Model;
+}
 
 const TINY_A_SHA256: &str = "78e4ad2fa157c5f8be6f2332d32e849a67fbc4a24195cbcdc62ad2391b15a57f";
 
@@ -136,5 +128,4 @@ pub fn model() -> Option<Arc<Model>> {
         Some(Arc::new(Model::open(&path).expect("open tiny_a.gguf")))
     })
     .clone()
->>>>>>> h3-cpu-engine
 }
