@@ -132,10 +132,10 @@ fn config_path(a: &Args) -> Option<PathBuf> {
     a.config.clone().or_else(config::config_path)
 }
 
-/// Starts the engine worker for `load`.
-pub fn spawn_engine(load: &LoadRequest) -> Result<EngineLink, String> {
-    let _ = load;
-    Err("the engine worker is not part of this build yet".into())
+/// Starts the engine worker (it loads the model when it receives `Command::Load`).
+pub fn spawn_engine() -> Result<EngineLink, String> {
+    // The application loader (engine::loader) is not registered in engine/mod.rs yet.
+    Err("the engine's model loader is not part of this build yet".into())
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -179,7 +179,7 @@ pub fn run(args: Args) -> CliResult {
                 weights: cfg.weights,
                 threads: cfg.threads,
             };
-            match spawn_engine(&load) {
+            match spawn_engine() {
                 Ok(link) => {
                     let _ = link.commands.send(Command::Load(load.clone()));
                     let _ = link.commands.send(Command::SetSampling(cfg.sampling.clone()));
@@ -189,6 +189,11 @@ pub fn run(args: Args) -> CliResult {
             }
         }
     };
+    if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        return Err(setup_error.unwrap_or_else(|| {
+            "the chat app needs a terminal (stdout is not a tty); `ds4-chat run` generates headlessly".into()
+        }));
+    }
     let app = tui::run(app, engine)?;
     if let Some(e) = setup_error {
         return Err(e);

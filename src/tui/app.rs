@@ -436,6 +436,7 @@ impl App {
                     self.phase = Phase::Idle;
                 }
             }
+            Event::Notice { message } => self.note(message, false),
             Event::Stats(s) => {
                 self.metrics.context_used = s.context_used;
                 self.metrics.live = Some(s);

@@ -87,16 +87,12 @@ impl EventHub {
     }
 
     /// Forwards the engine's events into the channel, then `EngineGone`.
-    pub fn spawn_engine_forwarder(&self, events: Receiver<Event>) {
+    pub fn spawn_engine_forwarder(&self, pump: super::EventPump) {
         let tx = self.tx.clone();
         thread::Builder::new()
             .name("tui-engine-events".into())
             .spawn(move || {
-                for ev in events {
-                    if tx.send(AppEvent::Engine(ev)).is_err() {
-                        return;
-                    }
-                }
+                pump(&mut |ev| tx.send(AppEvent::Engine(ev)).is_ok());
                 let _ = tx.send(AppEvent::EngineGone);
             })
             .expect("spawn engine forwarder");

@@ -24,10 +24,44 @@ pub const FRAME: Duration = Duration::from_millis(33);
 /// How long an idle loop sleeps on the channel before looking again.
 pub const IDLE_WAIT: Duration = Duration::from_secs(1);
 
+/// Runs on the forwarder thread and hands every engine event to the callback until the engine's
+/// channel closes or the callback returns false.
+pub type EventPump = Box<dyn FnOnce(&mut dyn FnMut(Event) -> bool) + Send>;
+
 /// The two ends of a running engine worker.
 pub struct EngineLink {
     pub commands: Sender<Command>,
-    pub events: Receiver<Event>,
+    pub events: EventPump,
+}
+
+impl EngineLink {
+    /// A link over plain channels (tests, scripted engines).
+    pub fn from_channels(commands: Sender<Command>, events: Receiver<Event>) -> EngineLink {
+        EngineLink {
+            commands,
+            events: Box::new(move |f| {
+                for ev in events {
+                    if !f(ev) {
+                        return;
+                    }
+                }
+            }),
+        }
+    }
+
+    /// A link owning the engine worker (it lives on the forwarder thread until its events end).
+    pub fn from_worker(worker: crate::engine::worker::Worker) -> EngineLink {
+        EngineLink {
+            commands: worker.sender(),
+            events: Box::new(move |f| {
+                for ev in worker.events().iter() {
+                    if !f(ev) {
+                        return;
+                    }
+                }
+            }),
+        }
+    }
 }
 
 /// Runs the app until the user quits or a signal arrives; the terminal is restored on every path.
