@@ -42,9 +42,16 @@ impl InputState {
         self.cursor += c.len_utf8();
     }
 
-    /// Inserts pasted text; CRLF and CR become LF, tabs become four spaces.
+    /// Inserts pasted text; CRLF and CR become LF, tabs become four spaces, other control
+    /// characters are dropped.
     pub fn insert_str(&mut self, s: &str) {
-        let clean = s.replace("\r\n", "\n").replace('\r', "\n").replace('\t', "    ");
+        let clean: String = s
+            .replace("\r\n", "\n")
+            .replace('\r', "\n")
+            .replace('\t', "    ")
+            .chars()
+            .filter(|&c| c == '\n' || !c.is_control())
+            .collect();
         self.text.insert_str(self.cursor, &clean);
         self.cursor += clean.len();
     }

@@ -201,9 +201,10 @@ pub fn wrap_spans(
     first: Vec<Span<'static>>,
     cont: Vec<Span<'static>>,
 ) -> Vec<Line<'static>> {
+    // Control characters (a random demo token can be ESC or BEL) never reach the terminal.
     let chars: Vec<(char, Style)> = spans
         .iter()
-        .flat_map(|s| s.content.chars().map(move |c| (c, s.style)))
+        .flat_map(|s| s.content.chars().filter(|c| !c.is_control()).map(move |c| (c, s.style)))
         .collect();
     // Split into alternating runs of whitespace and non-whitespace.
     let mut words: Vec<&[(char, Style)]> = Vec::new();
@@ -278,7 +279,7 @@ pub fn wrap_chars(text: &str, style: Style, width: usize, prefix: Vec<Span<'stat
     let mut lines = Vec::new();
     let mut cur = String::new();
     let mut used = 0;
-    for c in text.chars() {
+    for c in text.chars().filter(|c| !c.is_control()) {
         let cw = char_width(c);
         if used + cw > avail && used > 0 {
             let mut l = prefix.clone();
@@ -335,6 +336,14 @@ mod tests {
         assert_eq!(t[0], "Title");
         assert!(t[1].starts_with("╭ rust ─"), "{:?}", t[1]);
         assert_eq!(t[2], "│     let x = 1;");
+    }
+
+    #[test]
+    fn control_characters_are_dropped() {
+        let lines = wrap_spans(vec![Span::raw("a\u{1b}[2Jb\u{7}c")], 20, vec![], vec![]);
+        assert_eq!(plain(&lines), vec!["a[2Jbc"]);
+        let lines = wrap_chars("x\u{1b}y", Style::default(), 20, vec![]);
+        assert_eq!(plain(&lines), vec!["xy"]);
     }
 
     #[test]
