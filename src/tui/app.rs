@@ -433,6 +433,9 @@ impl App {
                     }
                 }
                 if self.is_busy() {
+                    if self.phase == Phase::Cancelling {
+                        self.status = None;
+                    }
                     self.phase = Phase::Idle;
                 }
             }
