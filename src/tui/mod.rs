@@ -101,6 +101,10 @@ fn event_loop(
             terminal.draw(|f| ui::draw(f, app)).map_err(io)?;
             last_draw = Instant::now();
             dirty = false;
+            // Lets the end-to-end test check that a panic restores the terminal.
+            if std::env::var_os("DS4_CHAT_TEST_PANIC").is_some() {
+                panic!("test panic requested by DS4_CHAT_TEST_PANIC");
+            }
         }
         if app.should_quit {
             return Ok(());
