@@ -61,7 +61,9 @@ pub fn layout(area: Rect, app: &App) -> Option<Areas> {
 
 /// Inner (text) area of the chat pane.
 pub fn chat_inner(chat: Rect) -> Rect {
-    chat_block("").inner(chat)
+    // One column of margin on the right so text never touches the side panel.
+    let r = chat_block("").inner(chat);
+    Rect::new(r.x, r.y, r.width.saturating_sub(1), r.height)
 }
 
 fn chat_block(title: &str) -> Block<'_> {
@@ -93,7 +95,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
     };
     let title = format!(" ds4-chat · {} ", app.model_label);
     let block = chat_block(&title).border_style(Style::default().fg(p.dim));
-    let inner = block.inner(a.chat);
+    let inner = chat_inner(a.chat);
     frame.render_widget(block, a.chat);
     widgets::chat::render(frame, inner, app, &p);
     if let Some(panel) = a.panel {
