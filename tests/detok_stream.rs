@@ -26,7 +26,7 @@ impl Rng {
 /// The one-shot reference: lossy decode of all bytes, then split at the tags (earliest first).
 fn reference(text: &str, mut kind: TextKind) -> Vec<(TextKind, String)> {
     let mut out: Vec<(TextKind, String)> = Vec::new();
-    let mut push = |k: TextKind, s: &str, out: &mut Vec<(TextKind, String)>| {
+    let push = |k: TextKind, s: &str, out: &mut Vec<(TextKind, String)>| {
         if s.is_empty() {
             return;
         }
@@ -85,7 +85,7 @@ fn streaming_equals_one_shot_decode() {
     .iter()
     .flat_map(|p| tok.encode_plain(p))
     .collect();
-    let mut rng = Rng(0x5EED_D5_4C4A7);
+    let mut rng = Rng(0x05EE_DD54_C4A7);
     let mut n_events = 0usize;
     for case in 0..3000 {
         let len = rng.below(48);

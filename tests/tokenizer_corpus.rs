@@ -73,6 +73,10 @@ fn hello_example_gives_official_ids() {
 
 #[test]
 fn specials_resolve_by_string() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Tokenizer>(); // the worker thread and the UI share one
+    assert_eq!(common::gguf_tokenizer().token_id("<think>"), Some(128821));
+    assert_eq!(common::gguf_tokenizer().token_id("no such token"), None);
     let s = *common::gguf_tokenizer().specials();
     // Ids of the official tokenizer.json added_tokens.
     assert_eq!((s.bos, s.eos, s.user, s.assistant), (0, 1, 128803, 128804));
@@ -185,4 +189,34 @@ fn build_from_gguf_is_fast_and_rejects_bad_metadata() {
     .unwrap();
     let err = Tokenizer::from_gguf(&g).unwrap_err().to_string();
     assert!(err.contains("tokenizer.ggml.tokens"), "{err}");
+}
+
+#[test]
+fn token_bytes_and_json_text_match_ds4_logprob_dumps() {
+    // Every token ds4's CLI printed in the case A --dump-logprobs files, with ds4's own bytes and text.
+    let s = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/ds4_token_bytes.json"
+    ))
+    .unwrap();
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&s).unwrap();
+    assert!(entries.len() > 1000);
+    let tok = common::gguf_tokenizer();
+    let mut partial = 0;
+    for e in &entries {
+        let id = e["id"].as_u64().unwrap() as u32;
+        let hex = e["bytes"].as_str().unwrap();
+        let want: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(tok.token_bytes(id), want, "token {id}");
+        assert_eq!(
+            ds4_chat::cli::tokenize::json_token_text(&want),
+            e["text"].as_str().unwrap(),
+            "token {id}"
+        );
+        partial += usize::from(std::str::from_utf8(&want).is_err());
+    }
+    assert!(partial > 0, "no partial-UTF-8 token exercised");
 }

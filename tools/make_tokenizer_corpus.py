@@ -13,6 +13,7 @@ Deterministic: a fixed seed, sorted inputs, gzip with mtime 0. Regenerate with
 
 Writes
   tokenizer_corpus.jsonl.gz  one {"text": ..., "ids": [...]} per line (>= 5000 lines)
+  ds4_token_bytes.json       id, bytes and JSON text of every token in ds4's case A logprob dumps
   chat_render_cases.json     chat conversations with the exact rendered text (written by hand
                              below, following ds4_server.c render_chat_prompt_text) and the official ids,
                              plus live-transcript cases (ids concatenated piece by piece) and the
@@ -359,6 +360,19 @@ def cli_prompt_cases(vectors_dir):
     return out
 
 
+def ds4_token_bytes(vectors_dir):
+    """Every token ds4's own CLI printed in its --dump-logprobs files (case A): id, bytes and JSON text,
+    as ds4 decoded them (spec 5.4 and 7.3)."""
+    import glob
+    seen = {}
+    for f in sorted(glob.glob(os.path.join(vectors_dir, "case_a", "cli", "*.dump_logprobs.json"))):
+        d = json.load(open(f, encoding="utf-8"))
+        for st in d["steps"]:
+            for e in [st["selected"]] + [x["token"] for x in st["top_logprobs"]]:
+                seen[e["id"]] = {"id": e["id"], "bytes": bytes(e["bytes"]).hex(), "text": e["text"]}
+    return [seen[i] for i in sorted(seen)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokenizer", required=True)
@@ -396,6 +410,12 @@ def main():
         "cli_prompts": cli_prompt_cases(args.vectors),
         "hello_example": {"text": "Hello! 毕老师！1 + 1 = 2", "ids": enc("Hello! 毕老师！1 + 1 = 2")},
     }
+    path = os.path.join(args.out_dir, "ds4_token_bytes.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(ds4_token_bytes(args.vectors), f, ensure_ascii=False, indent=0)
+        f.write("\n")
+    print(f"{path}: ds4's decoding of the tokens in its logprob dumps")
+
     path = os.path.join(args.out_dir, "chat_render_cases.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(fixture, f, ensure_ascii=False, indent=1)

@@ -3,10 +3,11 @@
 //!
 //! Prefix reuse: the session cache cannot be rolled back (spec §4.3), so the prompt of every turn must
 //! extend the tokens already cached. The live transcript does exactly that: the sampled tokens
-//! (reasoning included) stay in it verbatim and each turn only appends. When the client's
-//! conversation no longer matches what the transcript holds (an edited or retried message, a loaded
-//! chat), the transcript is rebuilt from the conversation in the same live form — assistant messages
-//! re-tokenized from their text — so later turns append to it again.
+//! (reasoning included) stay in it verbatim and each turn only appends. A snapshot of the transcript
+//! is kept at every turn boundary; a conversation continues from the longest snapshot it starts with
+//! (the last one in a plain chat; an earlier one after a retry or an edit, whose prefix the session
+//! restores from its checkpoint), and whatever the snapshots do not cover (a loaded chat, an edited
+//! assistant message) is replayed in the same live form, assistant messages re-tokenized from text.
 //!
 //! Owns only the glue; rendering rules live in `model::chat`, decoding in `model::detok`. Must not
 //! touch the session.
@@ -15,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::model::Model;
 use crate::model::chat::{Conversation, Message, Role, ThinkMode, Transcript};
-use crate::model::detok::StreamDecoder;
+use crate::model::detok::{StreamDecoder, TextDelta};
 use crate::model::tokenizer::Tokenizer;
 
 use super::events::{FinishReason, TextKind};
@@ -28,12 +29,19 @@ struct Streamed {
     answer: String,
 }
 
+/// Most turn snapshots kept (token vectors only, so cheap).
+const MAX_SNAPSHOTS: usize = 256;
+
 pub struct ChatAdapter {
     tok: Arc<Tokenizer>,
     ctx: u32,
-    transcript: Option<Transcript>,
-    /// The messages the transcript holds, ending with our assistant reply once a turn is done.
-    committed: Vec<Message>,
+    /// Transcripts at turn boundaries with the messages they stand for (each ends with our
+    /// assistant reply), oldest first. A new conversation continues from the longest one whose
+    /// messages it starts with, so retries and edits reuse the exact sampled ids and the session
+    /// can restore its checkpoint of that prefix.
+    snapshots: Vec<(Vec<Message>, Transcript)>,
+    /// The turn in flight: the messages of its prompt and its transcript (turn open).
+    open: Option<(Vec<Message>, Transcript)>,
     streamed: Arc<Mutex<Streamed>>,
 }
 
@@ -50,33 +58,32 @@ fn same_message(a: &Message, b: &Message) -> bool {
     a.role == b.role && a.content.trim() == b.content.trim() && r(a) == r(b)
 }
 
+fn starts_with(history: &[Message], prefix: &[Message]) -> bool {
+    history.len() >= prefix.len() && history.iter().zip(prefix).all(|(a, b)| same_message(a, b))
+}
+
 impl ChatAdapter {
-    /// `ctx` decides whether Think Max is honoured (spec §6.1); the worker sets the session's value.
+    /// `ctx` decides whether Think Max is honoured (spec §6.1).
     pub fn new(tok: Arc<Tokenizer>, ctx: u32) -> ChatAdapter {
         ChatAdapter {
             tok,
             ctx,
-            transcript: None,
-            committed: Vec::new(),
+            snapshots: Vec::new(),
+            open: None,
             streamed: Arc::default(),
         }
     }
 
-    /// A transcript of `history` (no open turn) in the live form.
-    fn rebuild(&self, history: &[Message], think: ThinkMode) -> Transcript {
+    /// Append `messages` (no open turn) to `t` in the live form: user turns opened with the mode
+    /// their reply used, assistant replies re-tokenized from their text.
+    fn replay(&self, t: &mut Transcript, messages: &[Message], think: ThinkMode) {
         let tok = &*self.tok;
-        let system: Vec<&str> = history
-            .iter()
-            .filter(|m| m.role == Role::System)
-            .map(|m| m.content.as_str())
-            .collect();
-        let mut t = Transcript::new(tok, &system.join("\n\n"), think, self.ctx);
-        for (i, m) in history.iter().enumerate() {
+        for (i, m) in messages.iter().enumerate() {
             match m.role {
+                // System text is only taken at the start (Transcript::new).
                 Role::System => {}
                 Role::User => {
-                    // The past turn's mode: thinking when its reply carries reasoning.
-                    let thought = history
+                    let thought = messages
                         .get(i + 1)
                         .is_some_and(|n| n.role == Role::Assistant && n.reasoning.is_some());
                     let mode = match (thought, think) {
@@ -91,8 +98,8 @@ impl ChatAdapter {
                         for id in tok.encode_plain(r) {
                             t.push_sampled(id);
                         }
+                        t.push_sampled(tok.specials().think_end);
                     }
-                    t.push_sampled(tok.specials().think_end);
                     for id in tok.encode_plain(&m.content) {
                         t.push_sampled(id);
                     }
@@ -102,6 +109,31 @@ impl ChatAdapter {
                 Role::Assistant => {}
             }
         }
+        if t.turn_open() {
+            t.end_turn(tok, false);
+        }
+    }
+
+    /// The transcript of `history`: from the longest matching snapshot, else from scratch.
+    fn transcript_for(&self, history: &[Message], think: ThinkMode) -> Transcript {
+        let best = self
+            .snapshots
+            .iter()
+            .filter(|(m, _)| starts_with(history, m))
+            .max_by_key(|(m, _)| m.len());
+        let (mut t, done) = match best {
+            Some((m, t)) => (t.clone(), m.len()),
+            None => {
+                let system: Vec<&str> = history
+                    .iter()
+                    .take_while(|m| m.role == Role::System)
+                    .map(|m| m.content.as_str())
+                    .collect();
+                let n = system.len();
+                (Transcript::new(&self.tok, &system.join("\n\n"), think, self.ctx), n)
+            }
+        };
+        self.replay(&mut t, &history[done..], think);
         t
     }
 }
@@ -114,43 +146,44 @@ impl ChatText for ChatAdapter {
         if last.role != Role::User {
             return Err("the conversation must end with a user message".into());
         }
-        let continues = self.transcript.is_some()
-            && history.len() == self.committed.len()
-            && history.iter().zip(&self.committed).all(|(a, b)| same_message(a, b));
-        if !continues {
-            self.transcript = Some(self.rebuild(history, think));
-        }
-        let t = self.transcript.as_mut().expect("set above");
+        let mut t = self.transcript_for(history, think);
         t.begin_turn(&self.tok, &last.content, think, self.ctx);
-        self.committed = conv.messages.clone();
+        let ids = t.ids().to_vec();
+        self.open = Some((conv.messages.clone(), t));
         *self.streamed.lock().unwrap_or_else(|e| e.into_inner()) = Streamed::default();
-        Ok(t.ids().to_vec())
+        Ok(ids)
     }
 
     fn turn_done(&mut self, _conv: &Conversation, generated: &[u32], reason: FinishReason) {
-        let Some(t) = &mut self.transcript else { return };
+        let Some((mut messages, mut t)) = self.open.take() else {
+            return;
+        };
         for &id in generated {
             t.push_sampled(id);
         }
         let interrupted = reason == FinishReason::Cancelled;
         t.end_turn(&self.tok, interrupted);
         if interrupted && generated.is_empty() {
-            // The transcript dropped the turn; so does the history it stands for.
-            self.committed.pop();
-        } else {
-            let s = self.streamed.lock().unwrap_or_else(|e| e.into_inner());
-            let thinking = t.ids().contains(&self.tok.specials().think_start) || !s.reasoning.is_empty();
-            self.committed.push(Message {
-                role: Role::Assistant,
-                content: s.answer.clone(),
-                reasoning: thinking.then(|| s.reasoning.clone()),
-            });
+            // The transcript dropped the turn (ds4 run_chat_turn); nothing new to remember.
+            return;
         }
+        let s = self.streamed.lock().unwrap_or_else(|e| e.into_inner());
+        let thinking = generated.contains(&self.tok.specials().think_end) || !s.reasoning.is_empty();
+        messages.push(Message {
+            role: Role::Assistant,
+            content: s.answer.clone(),
+            reasoning: thinking.then(|| s.reasoning.clone()),
+        });
+        drop(s);
+        if self.snapshots.len() == MAX_SNAPSHOTS {
+            self.snapshots.remove(0);
+        }
+        self.snapshots.push((messages, t));
     }
 
     fn forget(&mut self) {
-        self.transcript = None;
-        self.committed.clear();
+        self.snapshots.clear();
+        self.open = None;
     }
 
     fn eos(&self) -> u32 {
@@ -159,7 +192,8 @@ impl ChatText for ChatAdapter {
 
     fn stream(&self, think: ThinkMode) -> Box<dyn TextStream> {
         Box::new(AdapterStream {
-            dec: StreamDecoder::new(self.tok.clone(), think.thinking()),
+            dec: StreamDecoder::new(&self.tok, think),
+            tok: self.tok.clone(),
             record: self.streamed.clone(),
         })
     }
@@ -167,31 +201,31 @@ impl ChatText for ChatAdapter {
 
 struct AdapterStream {
     dec: StreamDecoder,
+    tok: Arc<Tokenizer>,
     record: Arc<Mutex<Streamed>>,
 }
 
 impl AdapterStream {
-    fn record(&self, pieces: &[(TextKind, String)]) {
+    fn forward(&self, deltas: Vec<TextDelta>, out: &mut Vec<(TextKind, String)>) {
         let mut r = self.record.lock().unwrap_or_else(|e| e.into_inner());
-        for (k, s) in pieces {
-            match k {
-                TextKind::Reasoning => r.reasoning.push_str(s),
-                TextKind::Answer => r.answer.push_str(s),
+        for d in deltas {
+            match d.kind {
+                TextKind::Reasoning => r.reasoning.push_str(&d.text),
+                TextKind::Answer => r.answer.push_str(&d.text),
             }
+            out.push((d.kind, d.text));
         }
     }
 }
 
 impl TextStream for AdapterStream {
     fn push(&mut self, token: u32, out: &mut Vec<(TextKind, String)>) {
-        let start = out.len();
-        self.dec.push(token, out);
-        self.record(&out[start..]);
+        let d = self.dec.push(&self.tok, token);
+        self.forward(d, out);
     }
 
     fn finish(&mut self, out: &mut Vec<(TextKind, String)>) {
-        let start = out.len();
-        self.dec.finish(out);
-        self.record(&out[start..]);
+        let d = self.dec.finish();
+        self.forward(d, out);
     }
 }

@@ -216,6 +216,9 @@ pub enum Event {
     Residency(Residency),
     DeviceMemory(DeviceMemory),
     /// A turn was accepted; `think` is the mode actually used (max may drop to high, spec §6.1).
+    /// `reused_tokens` is the live cache prefix the prompt extends; when the session restores a
+    /// turn checkpoint instead (retry, edit), `PrefillDone::tokens` (the tokens actually evaluated)
+    /// is the authoritative figure.
     TurnStarted {
         prompt_tokens: u32,
         reused_tokens: u32,
@@ -227,6 +230,7 @@ pub enum Event {
         total: u32,
         elapsed: Duration,
     },
+    /// `tokens`: prompt tokens evaluated (the reused prefix excluded).
     PrefillDone {
         tokens: u32,
         elapsed: Duration,

@@ -125,3 +125,171 @@ impl ModelLoader for EngineLoader {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::engine::events::{Command, SamplingParams, TextKind, TurnRequest};
+    use crate::engine::worker::Worker;
+    use crate::model::chat::{Conversation, Message, ThinkMode};
+
+    const WAIT: Duration = Duration::from_secs(60);
+
+    fn until(w: &Worker, stop: impl Fn(&Event) -> bool) -> Vec<Event> {
+        let mut out = Vec::new();
+        loop {
+            let e = w.recv_timeout(WAIT).expect("worker went quiet");
+            let done = stop(&e);
+            out.push(e);
+            if done {
+                return out;
+            }
+        }
+    }
+
+    fn finished(e: &Event) -> bool {
+        matches!(e, Event::TurnFinished { .. })
+    }
+
+    fn request(source: ModelSource, ctx: u32) -> LoadRequest {
+        LoadRequest {
+            source,
+            ctx,
+            backend: BackendChoice::Cpu,
+            weights: Default::default(),
+            threads: 2,
+        }
+    }
+
+    fn turn(messages: Vec<Message>, think: ThinkMode, max_tokens: u32) -> TurnRequest {
+        TurnRequest {
+            conversation: Conversation { messages },
+            think,
+            sampling: SamplingParams {
+                temperature: 0.0,
+                ..Default::default()
+            },
+            max_tokens,
+        }
+    }
+
+    /// (reused, evaluated, generated, context used, reasoning, answer, prompt tokens) of a turn.
+    fn summary(ev: &[Event]) -> (u32, u32, u32, u32, String, String, u32) {
+        let (mut reused, mut evaluated, mut generated, mut used, mut prompt) = (0, 0, 0, 0, 0);
+        let (mut r, mut a) = (String::new(), String::new());
+        for e in ev {
+            match e {
+                Event::TurnStarted {
+                    reused_tokens,
+                    prompt_tokens,
+                    ..
+                } => (reused, prompt) = (*reused_tokens, *prompt_tokens),
+                Event::PrefillDone { tokens, .. } => evaluated = *tokens,
+                Event::Text {
+                    kind: TextKind::Reasoning,
+                    text,
+                } => r.push_str(text),
+                Event::Text {
+                    kind: TextKind::Answer,
+                    text,
+                } => a.push_str(text),
+                Event::TurnFinished {
+                    generated: g,
+                    context_used,
+                    ..
+                } => (generated, used) = (*g, *context_used),
+                _ => {}
+            }
+        }
+        (reused, evaluated, generated, used, r, a, prompt)
+    }
+
+    /// The demo model end to end: real tokenizer, live transcript, CPU backend. A follow-up turn
+    /// reuses the whole cache; a retry restores the checkpoint of its prompt; an edit of the last
+    /// user message reuses the first turn.
+    #[test]
+    fn demo_model_chat_reuses_the_cache() {
+        let w = Worker::spawn(Box::new(EngineLoader::new()));
+        w.send(Command::Load(request(ModelSource::Demo { seed: 3 }, 512)));
+        let ev = until(&w, |e| matches!(e, Event::Loaded(_) | Event::Error { .. }));
+        let Some(Event::Loaded(info)) = ev.last() else {
+            panic!("{ev:?}")
+        };
+        assert!(info.is_demo && info.backend == "cpu" && info.ctx == 512 && info.n_layer == 6);
+        assert!(info.weight_bytes_per_token > 0 && info.kv_bytes == cpu_kv_bytes(&crate::model::HParams::tiny(), 512));
+
+        let q1 = vec![Message::user("What is the capital of France?")];
+        w.send(Command::Submit(turn(q1.clone(), ThinkMode::High, 6)));
+        let (reused, evaluated, generated, used, r, a, _) = summary(&until(&w, finished));
+        assert_eq!((reused, generated), (0, 6));
+        assert_eq!(used, evaluated + generated);
+
+        let mut q2 = q1.clone();
+        q2.push(Message::assistant(a, Some(r)));
+        q2.push(Message::user("And of Italy?"));
+        w.send(Command::Submit(turn(q2.clone(), ThinkMode::High, 4)));
+        let first = summary(&until(&w, finished));
+        assert_eq!(first.0, used, "follow-up did not extend the cache");
+
+        // Retry the same turn: the checkpoint after its prompt is restored, nothing re-evaluated,
+        // and greedy sampling writes the same text.
+        w.send(Command::Submit(turn(q2.clone(), ThinkMode::High, 4)));
+        let retry = summary(&until(&w, finished));
+        assert_eq!(retry.1, 0);
+        assert_eq!((&retry.4, &retry.5), (&first.4, &first.5));
+
+        // Edit the last user message: the checkpoint after turn 1's prompt is restored, so only
+        // what follows it is evaluated (turn 1's answer, EOS and the edited turn).
+        let mut edited = q2.clone();
+        edited.last_mut().unwrap().content = "And of Spain?".into();
+        w.send(Command::Submit(turn(edited.clone(), ThinkMode::High, 1)));
+        let e = summary(&until(&w, finished));
+        assert_eq!(e.1, e.6 - evaluated, "edit evaluated {} of {}", e.1, e.6);
+    }
+
+    /// A model file: memory guard passes, the mapping is warmed up and probed.
+    #[test]
+    fn model_file_is_warmed_and_probed() {
+        use crate::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-scratch");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("tiny-{}.gguf", std::process::id()));
+        let m = SyntheticModel::new(&GenSpec::new(Preset::Tiny, 5, ExpertMix::Q2)).unwrap();
+        m.write_file(&path, 2, |_| {}).unwrap();
+        let w = Worker::spawn(Box::new(EngineLoader::new()));
+        w.send(Command::Load(request(ModelSource::File(path.clone()), 256)));
+        let ev = until(&w, |e| matches!(e, Event::WarmupDone { .. } | Event::Error { .. }));
+        let Some(Event::WarmupDone { total_bytes, .. }) = ev.last() else {
+            panic!("{ev:?}")
+        };
+        let file_bytes = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(*total_bytes, file_bytes);
+        let Some(Event::Loaded(info)) = ev.iter().find(|e| matches!(e, Event::Loaded(_))) else {
+            panic!()
+        };
+        assert_eq!((info.file_bytes, info.is_demo), (file_bytes, false));
+        // After the warm-up the whole file is resident; per-group totals cover the tensor bytes.
+        let tensor_bytes: u64 = Model::open(&path)
+            .unwrap()
+            .grouped_tensors()
+            .iter()
+            .map(|(_, t)| t.nbytes)
+            .sum();
+        let r = loop {
+            let e = until(&w, |e| matches!(e, Event::Residency(_)));
+            if let Some(Event::Residency(r)) = e.last()
+                && r.resident_bytes == r.total_bytes
+            {
+                break r.clone();
+            }
+        };
+        assert_eq!(r.total_bytes, file_bytes);
+        assert_eq!(r.routed_experts.1 + r.dense.1 + r.embed_head.1, tensor_bytes);
+        assert_eq!(r.routed_experts.0, r.routed_experts.1);
+        assert_eq!(r.embed_head.0, r.embed_head.1);
+        drop(w);
+        std::fs::remove_file(path).unwrap();
+    }
+}

@@ -3,7 +3,9 @@
 //! Owns the session lifecycle and the message boundary to clients. Must not draw anything (`tui::`)
 //! and must not contain kernels (`backend::`).
 
+pub mod chat_text;
 pub mod events;
+pub mod loader;
 pub mod logprobs;
 pub mod memguard;
 pub mod metrics;

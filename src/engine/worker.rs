@@ -36,6 +36,7 @@ use super::events::{
 use super::metrics::TurnTimeline;
 use super::residency::{MappedRegion, ResidencyProbe};
 use super::sampler::Sampler;
+use super::session::Session;
 use super::warmup::{WarmupJob, default_warmup_threads};
 
 /// Warm-up progress period (5 Hz; the brief asks for at least 4 Hz).
@@ -84,57 +85,12 @@ pub trait ModelLoader: Send {
     fn load(&mut self, req: &LoadRequest, notice: &mut dyn FnMut(Event)) -> Result<LoadedModel, String>;
 }
 
-/// The live session over a backend: the token ids in its cache and prefix reuse (spec §4.4).
-struct LiveSession {
-    backend: Box<dyn Backend>,
-    tokens: Vec<u32>,
-}
-
-impl LiveSession {
-    fn common_prefix(&self, prompt: &[u32]) -> usize {
-        self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count()
-    }
-
-    /// Tokens of `prompt` that `sync` will keep: the whole cache when it is a prefix of the prompt,
-    /// else none, because the cache cannot be rolled back (spec §4.3: no KV history is kept).
-    fn reusable(&self, prompt: &[u32]) -> usize {
-        let common = self.common_prefix(prompt);
-        if common == self.tokens.len() { common } else { 0 }
-    }
-
-    /// Make the cache hold exactly `prompt`: evaluate only the suffix when the cache is a prefix of
-    /// it, else start over. Returns the reused token count. On cancel the cache holds the prompt's
-    /// first tokens up to where it stopped (and the logits after them).
-    fn sync(&mut self, prompt: &[u32], progress: &mut dyn FnMut(usize, usize) -> bool) -> Result<usize, EngineError> {
-        let reuse = self.reusable(prompt);
-        if reuse == 0 {
-            self.reset();
-        }
-        let suffix = &prompt[reuse..];
-        let base = self.tokens.len();
-        let r = self.backend.eval(suffix, &mut |d, _t| progress(d, suffix.len()));
-        self.tokens.truncate(base);
-        self.tokens
-            .extend_from_slice(&suffix[..self.backend.n_past().saturating_sub(base).min(suffix.len())]);
-        r.map(|_| reuse)
-    }
-
-    fn decode(&mut self, token: u32) -> Result<(), EngineError> {
-        let r = self.backend.eval(&[token], &mut |_, _| true);
-        if r.is_ok() {
-            self.tokens.push(token);
-        }
-        r
-    }
-
-    fn reset(&mut self) {
-        self.backend.reset();
-        self.tokens.clear();
-    }
-}
+/// Turn-boundary checkpoints the session keeps for retried or edited conversations. Each holds the
+/// live cache rows (spec §4.3), up to the KV size at a full context, so keep few.
+pub const SESSION_CHECKPOINTS: usize = 2;
 
 struct Loaded {
-    session: LiveSession,
+    session: Session,
     text: Box<dyn ChatText>,
 }
 
@@ -380,19 +336,38 @@ impl WorkerState {
                     l.text.forget();
                 }
             }
-            Command::Rewind { keep_tokens } => {
-                if let Some(l) = &mut self.loaded
-                    && (keep_tokens as usize) < l.session.tokens.len()
-                {
-                    // KV history cannot be rolled back (spec §4.3); the kept prefix is
-                    // re-evaluated by the next turn's sync.
-                    l.session.reset();
-                    l.text.forget();
-                }
-            }
+            Command::Rewind { keep_tokens } => self.rewind(keep_tokens as usize),
             Command::SetSampling(p) => self.sampling_override = Some(p),
         }
         Flow::Continue
+    }
+
+    /// Shorten the session (after /edit or /retry). The session rebuilds the shorter state from a
+    /// checkpoint or by evaluating the kept tokens again; that evaluation is cancellable. The chat
+    /// text needs no notice: it matches the next conversation against its own turn snapshots.
+    fn rewind(&mut self, keep: usize) {
+        let WorkerState {
+            rx,
+            tx,
+            loaded,
+            pending,
+            sampling_override,
+            ..
+        } = self;
+        let Some(l) = loaded else { return };
+        let r = l.session.rewind(keep, &mut |_, _| {
+            Self::poll_during_turn(rx, pending, sampling_override) == Interrupt::None
+        });
+        match r {
+            Ok(()) | Err(EngineError::Cancelled { .. }) => {}
+            Err(e) => {
+                l.session.reset();
+                let _ = tx.send(Event::Error {
+                    message: format!("rewind failed, the session starts over: {e}"),
+                    fatal: false,
+                });
+            }
+        }
     }
 
     fn load(&mut self, req: LoadRequest) {
@@ -420,10 +395,7 @@ impl WorkerState {
                     self.emit(Event::DeviceMemory(dm));
                 }
                 self.loaded = Some(Loaded {
-                    session: LiveSession {
-                        backend: m.backend,
-                        tokens: Vec::new(),
-                    },
+                    session: Session::new(m.backend, SESSION_CHECKPOINTS),
                     text: m.text,
                 });
                 if let Some(region) = m.warmup {
@@ -480,7 +452,7 @@ impl WorkerState {
         }
         self.sampling_override = None;
         let reason = self.run_turn(&req, submitted);
-        let context_used = self.loaded.as_ref().map_or(0, |l| l.session.tokens.len() as u32);
+        let context_used = self.loaded.as_ref().map_or(0, |l| l.session.tokens().len() as u32);
         let (generated, reason) = reason;
         self.emit(Event::TurnFinished {
             reason,
@@ -506,11 +478,11 @@ impl WorkerState {
         let emit = |e: Event| {
             let _ = tx.send(e);
         };
-        let ctx = l.session.backend.ctx();
+        let ctx = l.session.ctx();
         let think = req.think.for_context(ctx as u32);
         let note = (think != req.think)
             .then(|| format!("Think Max needs --ctx {THINK_MAX_MIN_CTX} or more (spec §6.1); using high thinking"));
-        let prompt = match l.text.prompt(&req.conversation, think, &l.session.tokens) {
+        let prompt = match l.text.prompt(&req.conversation, think, l.session.tokens()) {
             Ok(p) => p,
             Err(message) => {
                 emit(Event::Error { message, fatal: false });
@@ -528,7 +500,10 @@ impl WorkerState {
             });
             return (0, FinishReason::ContextFull);
         }
-        let reused = l.session.reusable(&prompt);
+        // The live prefix the sync will keep. (When the session restores a checkpoint instead, the
+        // reuse shows in PrefillDone: fewer tokens evaluated than prompt − reused.)
+        let live = l.session.tokens();
+        let reused = if prompt.starts_with(live) { live.len() } else { 0 };
         emit(Event::TurnStarted {
             prompt_tokens: prompt.len() as u32,
             reused_tokens: reused as u32,
@@ -554,9 +529,8 @@ impl WorkerState {
             stopped = Self::poll_during_turn(rx, pending, sampling_override) == Interrupt::Stop;
             !stopped
         });
-        let evaluated = prompt.len() - reused;
-        match sync {
-            Ok(_) => {}
+        let evaluated = match sync {
+            Ok(report) => report.evaluated,
             Err(EngineError::Cancelled { .. }) => {
                 // The cache keeps what was evaluated; the next turn's prompt reuses it.
                 l.text.turn_done(&req.conversation, &[], FinishReason::Cancelled);
@@ -579,7 +553,7 @@ impl WorkerState {
                 l.text.forget();
                 return (0, FinishReason::Cancelled);
             }
-        }
+        };
         tl.prefill_finished(submitted.elapsed(), evaluated as u32);
         emit(Event::PrefillDone {
             tokens: evaluated as u32,
@@ -601,7 +575,11 @@ impl WorkerState {
         let mut last_stats = Instant::now();
         let max_tokens = req.max_tokens as usize;
         let stats = |tl: &TurnTimeline, l: &Loaded| {
-            Event::Stats(tl.stats(l.session.tokens.len() as u32, ctx as u32, &l.session.backend.memory()))
+            Event::Stats(tl.stats(
+                l.session.tokens().len() as u32,
+                ctx as u32,
+                &l.session.backend().memory(),
+            ))
         };
         emit(stats(&tl, l));
         let reason = loop {
@@ -610,14 +588,14 @@ impl WorkerState {
             }
             // Each sampled token must fit in the cache: generation stops one token before the
             // context is full (pitfall 23, §6.4: at most ctx − prompt − 1 new tokens).
-            if l.session.tokens.len() + 1 >= ctx {
+            if l.session.tokens().len() + 1 >= ctx {
                 break FinishReason::ContextFull;
             }
             let step_start = Instant::now();
             if let Some(p) = sampling_override.take() {
                 params = p;
             }
-            let token = sampler.sample(l.session.backend.logits(), &params);
+            let token = sampler.sample(l.session.logits(), &params);
             tl.token_sampled(submitted.elapsed());
             if token == eos {
                 break FinishReason::Eos;

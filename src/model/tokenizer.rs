@@ -447,6 +447,11 @@ impl Tokenizer {
         self.tokens.get(id as usize).map(String::as_str).unwrap_or("")
     }
 
+    /// The id of a vocabulary string (exact match; added tokens included).
+    pub fn token_id(&self, s: &str) -> Option<u32> {
+        self.hf.token_to_id(s)
+    }
+
     /// Whether the id is an added token (matched inside text before BPE).
     pub fn is_added(&self, id: u32) -> bool {
         self.is_added.get(id as usize).copied().unwrap_or(false)

@@ -124,10 +124,15 @@ impl Backend for FakeBackend {
         self.logits.fill(0.0);
     }
     fn save_state(&self) -> Vec<u8> {
-        Vec::new()
+        self.tokens.iter().flat_map(|t| t.to_le_bytes()).collect()
     }
-    fn load_state(&mut self, _: &[u8]) -> Result<(), EngineError> {
-        Err(EngineError::Other("toy backend has no state".into()))
+    fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
+        self.tokens = bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        self.set_logits();
+        Ok(())
     }
     fn memory(&self) -> MemoryReport {
         MemoryReport {
@@ -671,4 +676,37 @@ fn real_tiny_model_cancel_latency_and_prefix_reuse() {
     eprintln!(
         "real tiny model: {generated} tokens ({used} in context), decode steps {steps:?}; cancel latency: decode {decode_latency:?}, prefill {prefill_latency:?}"
     );
+}
+
+fn prefill_evaluated(ev: &[Event]) -> u32 {
+    ev.iter()
+        .find_map(|e| match e {
+            Event::PrefillDone { tokens, .. } => Some(*tokens),
+            _ => None,
+        })
+        .expect("PrefillDone")
+}
+
+#[test]
+fn retry_restores_a_checkpoint_and_rewind_keeps_a_prefix() {
+    let cfg = FakeConfig::default();
+    let w = started(cfg);
+    let req = turn(vec![user("same question")], ThinkMode::High);
+    let prompt_len = render(&req.conversation, ThinkMode::High).len() as u32;
+    w.send(Command::Submit(req.clone()));
+    let first = collect_until(&w, is_finished);
+    // Retry: the prompt is not an extension of the cache (which holds the answer too), so the
+    // session restores the checkpoint taken after the prompt: nothing is evaluated again and greedy
+    // sampling writes the same answer.
+    w.send(Command::Submit(req.clone()));
+    let retry = collect_until(&w, is_finished);
+    assert_eq!(prefill_evaluated(&retry), 0);
+    assert_eq!(texts(&retry), texts(&first));
+    // Rewind to 3 tokens: the next turn reuses exactly those.
+    w.send(Command::Rewind { keep_tokens: 3 });
+    w.send(Command::Submit(req));
+    let after = collect_until(&w, is_finished);
+    assert_eq!(reused(&after), 3);
+    assert_eq!(prefill_evaluated(&after), prompt_len - 3);
+    assert_eq!(texts(&after), texts(&first));
 }
