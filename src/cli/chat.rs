@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use super::CliResult;
 use crate::engine::events::{Command, LoadRequest, ModelSource};
+use crate::engine::loader::EngineLoader;
+use crate::engine::worker::Worker;
 use crate::model::chat::ThinkMode;
 use crate::tui::app::App;
 use crate::tui::config::{self, Config};
@@ -132,10 +134,9 @@ fn config_path(a: &Args) -> Option<PathBuf> {
     a.config.clone().or_else(config::config_path)
 }
 
-/// Starts the engine worker (it loads the model when it receives `Command::Load`).
-pub fn spawn_engine() -> Result<EngineLink, String> {
-    // The application loader (engine::loader) is not registered in engine/mod.rs yet.
-    Err("the engine's model loader is not part of this build yet".into())
+/// Starts the engine worker with the application loader; it loads the model on `Command::Load`.
+pub fn spawn_engine() -> EngineLink {
+    EngineLink::from_worker(Worker::spawn(Box::new(EngineLoader::new())))
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -179,14 +180,10 @@ pub fn run(args: Args) -> CliResult {
                 weights: cfg.weights,
                 threads: cfg.threads,
             };
-            match spawn_engine() {
-                Ok(link) => {
-                    let _ = link.commands.send(Command::Load(load.clone()));
-                    let _ = link.commands.send(Command::SetSampling(cfg.sampling.clone()));
-                    (App::new(cfg, label, Some(load)), Some(link), None)
-                }
-                Err(e) => (App::failed(cfg, label, e.clone()), None, Some(e)),
-            }
+            let link = spawn_engine();
+            let _ = link.commands.send(Command::Load(load.clone()));
+            let _ = link.commands.send(Command::SetSampling(cfg.sampling.clone()));
+            (App::new(cfg, label, Some(load)), Some(link), None)
         }
     };
     if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
