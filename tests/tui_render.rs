@@ -225,3 +225,32 @@ fn resize_mid_stream_keeps_rendering() {
         stream(&mut app, TextKind::Answer, &["more text "], Duration::from_millis(10));
     }
 }
+
+#[test]
+fn live_stats_and_small_models_use_fitting_units() {
+    let mut app = file_app();
+    app.on_engine_event(Event::Loaded(model_info()));
+    send(&mut app, "hi");
+    full_turn(&mut app, &[], &["ok"], Duration::from_millis(20));
+    app.on_engine_event(Event::Stats(ds4_chat::engine::events::LiveStats {
+        prefill_tps: Some(50.0),
+        prefill_latency: Some(Duration::from_millis(450)),
+        context_used: 23,
+        context_size: 32768,
+        kv_bytes: 5 << 20,
+        ..Default::default()
+    }));
+    app.on_engine_event(Event::Residency(ds4_chat::engine::events::Residency {
+        total_bytes: 120 << 20,
+        resident_bytes: 30 << 20,
+        embed_head: (30 << 20, 60 << 20),
+        ..Default::default()
+    }));
+    let s = screen(&app, W, H);
+    assert!(s.contains("Latency  450 ms 1st token"), "{s}");
+    assert!(s.contains("50.0 t/s"), "{s}");
+    assert!(s.contains("KV cache 5.0 MiB"), "{s}");
+    assert!(s.contains("Resident 30.0/120.0 MiB"), "{s}");
+    assert!(s.contains("embed+head 30.0/60.0 MiB"), "{s}");
+    assert!(s.contains("Context  23 / 32k"), "{s}");
+}
