@@ -254,3 +254,28 @@ fn live_stats_and_small_models_use_fitting_units() {
     assert!(s.contains("embed+head 30.0/60.0 MiB"), "{s}");
     assert!(s.contains("Context  23 / 32k"), "{s}");
 }
+
+#[test]
+fn cached_finished_turns_follow_tab_retry_and_resize() {
+    let mut app = file_app();
+    app.on_engine_event(Event::Loaded(model_info()));
+    send(&mut app, "first question");
+    full_turn(&mut app, &["secret plan"], &["first answer"], Duration::from_millis(10));
+    let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(W, H)).unwrap();
+    let s = draw_text(&mut t, &app);
+    assert!(s.contains("first answer") && !s.contains("secret plan"), "{s}");
+    app.on_key(key(KeyCode::Tab));
+    let s = draw_text(&mut t, &app);
+    assert!(s.contains("│ secret plan"), "Tab must re-render a cached turn:\n{s}");
+    send(&mut app, "/retry");
+    full_turn(&mut app, &["other plan"], &["second answer"], Duration::from_millis(10));
+    let s = draw_text(&mut t, &app);
+    assert!(s.contains("second answer") && !s.contains("first answer"), "{s}");
+    app.on_resize(70, 20);
+    let mut narrow = ratatui::Terminal::new(ratatui::backend::TestBackend::new(70, 20)).unwrap();
+    let s = draw_text(&mut narrow, &app);
+    assert!(
+        s.contains("second answer") && s.lines().all(|l| l.chars().count() <= 70),
+        "{s}"
+    );
+}

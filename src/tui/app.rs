@@ -91,6 +91,8 @@ impl TurnStats {
 /// One exchange: a user message and the assistant's reasoning and answer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Turn {
+    /// Unique within the app run (keys the render cache).
+    pub id: u64,
     pub user: String,
     pub reasoning: String,
     pub answer: String,
@@ -108,6 +110,7 @@ pub struct Turn {
 impl Turn {
     pub fn new(user: String, think: ThinkMode) -> Turn {
         Turn {
+            id: 0,
             user,
             reasoning: String::new(),
             answer: String::new(),
@@ -254,7 +257,15 @@ pub struct App {
     pub should_quit: bool,
     /// Text for the loop to copy through OSC 52.
     pub clipboard: Option<String>,
+    next_turn_id: u64,
+    /// Rendered lines of finished turns (see `widgets::chat`); a cache, not state.
+    pub chat_cache: ChatCache,
 }
+
+/// Key of a cached turn rendering: (turn id, width, selected, last item, reasoning shown, theme).
+pub type ChatCacheKey = (u64, usize, bool, bool, bool, bool);
+pub type ChatCache = std::cell::RefCell<std::collections::HashMap<ChatCacheKey, ChatLines>>;
+pub type ChatLines = std::sync::Arc<Vec<ratatui::text::Line<'static>>>;
 
 impl App {
     pub fn new(config: Config, model_label: String, load: Option<LoadRequest>) -> App {
@@ -277,6 +288,8 @@ impl App {
             quit_armed: false,
             should_quit: false,
             clipboard: None,
+            next_turn_id: 1,
+            chat_cache: Default::default(),
         }
     }
 
@@ -509,7 +522,10 @@ impl App {
 
     fn submit(&mut self, text: String) -> Vec<Command> {
         let conversation = self.conversation(Some(&text));
-        self.items.push(Item::Turn(Turn::new(text, self.config.think)));
+        let mut turn = Turn::new(text, self.config.think);
+        turn.id = self.next_turn_id;
+        self.next_turn_id += 1;
+        self.items.push(Item::Turn(turn));
         self.phase = Phase::Busy;
         self.scroll_top = None;
         self.selected = None;

@@ -77,7 +77,7 @@ pub fn chat_geometry(app: &App) -> (usize, usize) {
         Some(a) => {
             let inner = chat_inner(a.chat);
             (
-                widgets::chat::lines(app, inner.width as usize).len(),
+                widgets::chat::line_count(app, inner.width as usize),
                 inner.height as usize,
             )
         }

@@ -148,8 +148,15 @@ pub fn screen(app: &App, w: u16, h: u16) -> String {
     let mut app = app.clone();
     app.on_resize(w, h);
     let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    t.draw(|f| ds4_chat::tui::ui::draw(f, &app)).unwrap();
+    draw_text(&mut t, &app)
+}
+
+/// Draws `app` on an existing test terminal (its render cache persists between calls) and returns
+/// the screen as plain text.
+pub fn draw_text(t: &mut Terminal<TestBackend>, app: &App) -> String {
+    t.draw(|f| ds4_chat::tui::ui::draw(f, app)).unwrap();
     let buf = t.backend().buffer().clone();
+    let (w, h) = (buf.area.width, buf.area.height);
     let mut out = String::new();
     for y in 0..h {
         let mut row = String::new();

@@ -10,7 +10,9 @@ use ratatui::widgets::Paragraph;
 use super::markdown::{self, wrap_spans};
 use super::{Palette, fmt_count, fmt_secs};
 use crate::engine::events::{FinishReason, ModelSource};
-use crate::tui::app::{App, Item, Phase, Turn, TurnState};
+use crate::tui::app::{App, ChatLines, Item, Phase, Turn, TurnState};
+use crate::tui::config::Theme;
+use std::sync::Arc;
 
 const INDENT: &str = "  ";
 
@@ -25,8 +27,20 @@ pub fn is_demo(app: &App) -> bool {
 
 /// All chat lines at `width` columns, oldest first.
 pub fn lines(app: &App, width: usize) -> Vec<Line<'static>> {
+    blocks(app, width).iter().flat_map(|b| b.iter().cloned()).collect()
+}
+
+/// Number of chat lines at `width` columns.
+pub fn line_count(app: &App, width: usize) -> usize {
+    blocks(app, width).iter().map(|b| b.len()).sum()
+}
+
+/// The chat as consecutive blocks of lines. Finished turns come from the app's render cache, so a
+/// long history costs a lookup per turn per frame, not a markdown pass.
+pub fn blocks(app: &App, width: usize) -> Vec<ChatLines> {
     let p = Palette::for_theme(app.config.theme);
     let p = &p;
+    let mut blocks: Vec<ChatLines> = Vec::new();
     let mut out: Vec<Line<'static>> = Vec::new();
     let text = |s: &str, style: Style| wrap_spans(vec![Span::styled(s.to_string(), style)], width, vec![], vec![]);
     if is_demo(app) {
@@ -69,7 +83,33 @@ pub fn lines(app: &App, width: usize) -> Vec<Line<'static>> {
             }
             Item::Turn(t) => {
                 let is_last = i + 1 == app.items.len();
-                turn_lines(&mut out, t, width, selected == Some(i), is_last, p);
+                let sel = selected == Some(i);
+                if t.in_flight() {
+                    turn_lines(&mut out, t, width, sel, is_last, p);
+                    continue;
+                }
+                let key = (
+                    t.id,
+                    width,
+                    sel,
+                    is_last,
+                    t.reasoning_visible(),
+                    app.config.theme == Theme::Light,
+                );
+                let mut cache = app.chat_cache.borrow_mut();
+                if cache.len() > 4096 {
+                    cache.clear();
+                }
+                let cached = cache
+                    .entry(key)
+                    .or_insert_with(|| {
+                        let mut v = Vec::new();
+                        turn_lines(&mut v, t, width, sel, is_last, p);
+                        Arc::new(v)
+                    })
+                    .clone();
+                blocks.push(Arc::new(std::mem::take(&mut out)));
+                blocks.push(cached);
             }
         }
     }
@@ -83,7 +123,8 @@ pub fn lines(app: &App, width: usize) -> Vec<Line<'static>> {
         ));
         out.extend(text("Press Esc, q or Ctrl+C to quit.", Style::default().fg(p.dim)));
     }
-    out
+    blocks.push(Arc::new(out));
+    blocks
 }
 
 fn turn_lines(out: &mut Vec<Line<'static>>, t: &Turn, width: usize, selected: bool, is_last: bool, p: &Palette) {
@@ -235,11 +276,18 @@ fn status_line(s: &str, color: ratatui::style::Color) -> Line<'static> {
 
 /// Draws the visible window of the chat into `area` (the pane's inner area).
 pub fn render(frame: &mut Frame, area: Rect, app: &App, p: &Palette) {
-    let all = lines(app, area.width as usize);
+    let blocks = blocks(app, area.width as usize);
+    let total: usize = blocks.iter().map(|b| b.len()).sum();
     let h = area.height as usize;
-    let max_top = all.len().saturating_sub(h);
+    let max_top = total.saturating_sub(h);
     let top = app.scroll_top.unwrap_or(max_top).min(max_top);
-    let visible: Vec<Line> = all.into_iter().skip(top).take(h).collect();
+    let visible: Vec<Line> = blocks
+        .iter()
+        .flat_map(|b| b.iter())
+        .skip(top)
+        .take(h)
+        .cloned()
+        .collect();
     frame.render_widget(Paragraph::new(visible), area);
     if top < max_top && area.height > 0 {
         let msg = format!(" ↓ {} more lines · End follows ", max_top - top);
