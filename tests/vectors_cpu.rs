@@ -139,15 +139,17 @@ fn run_prompt(name: &str) {
     let mut greedy_ok = 0;
     let mut greedy_diverged = None;
     for (i, step) in steps.iter().enumerate() {
+        // From the first near tie on (ds4 margin12 ≤ 0.25) the sequences may legitimately part,
+        // that step included.
+        if step["margin12"].as_f64().unwrap() <= 0.25 {
+            break;
+        }
         let tok = argmax(b.logits()) as u32;
         if tok != greedy[i] {
             greedy_diverged = Some(i);
             break;
         }
         greedy_ok += 1;
-        if step["margin12"].as_f64().unwrap() <= 0.25 {
-            break; // after a near tie the sequences may part legitimately
-        }
         if i + 1 < steps.len() {
             b.eval(&[tok], &mut |_, _| true).unwrap();
         }

@@ -1,10 +1,444 @@
-//! `ds4-chat run` (placeholder until its issue lands).
+//! `ds4-chat run`: one-shot headless generation (spec §6.1, §6.4, §7), like ds4's CLI with `-p`.
+//!
+//! Renders the one-shot prompt (or takes raw ids), prefills, then samples and streams the answer to
+//! stdout (reasoning to stderr) until EOS, `-n`, or the context is full. `--dump-logprobs` instead
+//! writes ds4's greedy logprob dump (§7.3). Owns argument handling and printing only.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
 
 use super::CliResult;
+use crate::backend::Backend;
+use crate::engine::backend_open::{open_backend, parse_backend_choice};
+use crate::engine::events::TextKind;
+use crate::engine::events::{BackendChoice, SamplingParams, WeightPlacement};
+use crate::engine::logprobs::{self, LogprobDump};
+use crate::engine::sampler::{Sampler, argmax};
+use crate::model::chat::{ThinkMode, one_shot_prompt};
+use crate::model::detok::StreamDecoder;
+use crate::model::tokenizer::Tokenizer;
+use crate::model::weights::Model;
+
+/// Open and bind a model file; the error is one line naming the file.
+pub fn open_model(path: &Path) -> Result<Arc<Model>, String> {
+    Model::open(path).map(Arc::new).map_err(|e| e.to_string())
+}
+
+/// A backend session for `model` (engine::backend_open's policy); a CPU fallback's reason goes to
+/// stderr.
+pub fn open_session_backend(
+    model: Arc<Model>,
+    choice: BackendChoice,
+    ctx: usize,
+    threads: usize,
+) -> Result<Box<dyn Backend>, String> {
+    let opened = open_backend(model, choice, WeightPlacement::Auto, ctx, threads)?;
+    if let Some(reason) = &opened.fallback_reason {
+        eprintln!("ds4-chat: using the CPU backend: {reason}");
+    }
+    Ok(opened.backend)
+}
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Model file (ds4 GGUF).
+    #[arg(short = 'm', long)]
+    pub model: PathBuf,
+    /// Prompt text (a user message; if it starts with the BOS string it is taken as fully rendered).
+    #[arg(short = 'p', long)]
+    pub prompt: Option<String>,
+    /// Read the prompt text from this file.
+    #[arg(long, conflicts_with = "prompt")]
+    pub prompt_file: Option<PathBuf>,
+    /// Feed these comma-separated token ids instead of a rendered prompt.
+    #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with = "prompt")]
+    pub tokens: Option<Vec<u32>>,
+    /// System prompt ("" for none).
+    #[arg(
+        long = "system",
+        visible_alias = "sys",
+        default_value = "You are a helpful assistant"
+    )]
+    pub system: String,
+    /// No reasoning: the prompt ends with `</think>`.
+    #[arg(long, conflicts_with_all = ["think", "think_max"])]
+    pub nothink: bool,
+    /// Reasoning (the default): the prompt ends with `<think>`.
+    #[arg(long, conflicts_with = "think_max")]
+    pub think: bool,
+    /// Maximum reasoning effort (needs --ctx >= 393216, else plain thinking).
+    #[arg(long)]
+    pub think_max: bool,
+    /// Most tokens to generate.
+    #[arg(short = 'n', long = "max-tokens", default_value_t = 50000)]
+    pub max_tokens: usize,
+    /// Temperature; 0 or below is greedy.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub temp: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// 0 disables top-k.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: u32,
+    /// Minimum probability relative to the top token.
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
+    pub min_p: f32,
+    /// Sampler seed (default: from the clock and pid).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Context size in tokens.
+    #[arg(short = 'c', long, default_value_t = 32768)]
+    pub ctx: usize,
+    /// Write ds4's greedy logprob dump (JSON) here instead of sampling.
+    #[arg(long)]
+    pub dump_logprobs: Option<PathBuf>,
+    /// Entries per step in the dump (at most 128).
+    #[arg(long, default_value_t = 20)]
+    pub logprobs_top_k: usize,
+    /// CPU threads (0 = all cores).
+    #[arg(short = 't', long, default_value_t = 0)]
+    pub threads: usize,
+    /// auto (GPU when usable, else CPU), hip or cpu.
+    #[arg(long, default_value = "auto", value_parser = parse_backend_choice)]
+    pub backend: BackendChoice,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err("'run' is not implemented yet".into())
+/// Most new tokens that fit: `-n`, and the context keeps one slot free (spec §6.4, pitfall 23).
+pub fn generation_budget(max_tokens: usize, ctx: usize, n_past: usize) -> usize {
+    let room = ctx.saturating_sub(n_past);
+    if room <= 1 { 0 } else { max_tokens.min(room - 1) }
+}
+
+/// Why a generation loop ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    Eos,
+    /// `-n` or the context room ran out.
+    Budget,
+}
+
+/// Sample up to `budget` tokens after the prefilled state in `backend`, handing each to `emit`; EOS
+/// ends the loop and is not emitted. Returns the number of tokens emitted and why it stopped.
+pub fn sample_loop(
+    backend: &mut dyn Backend,
+    sampler: &mut Sampler,
+    params: &SamplingParams,
+    budget: usize,
+    eos: u32,
+    emit: &mut dyn FnMut(u32) -> Result<(), String>,
+) -> Result<(usize, StopReason), String> {
+    let mut none = |_: usize, _: usize| true;
+    for generated in 0..budget {
+        let token = sampler.sample(backend.logits(), params);
+        if token == eos {
+            return Ok((generated, StopReason::Eos));
+        }
+        emit(token)?;
+        // The last token's logits are never needed: skip its evaluation.
+        if generated + 1 < budget {
+            backend
+                .eval(&[token], &mut none)
+                .map_err(|e| format!("decode failed: {e}"))?;
+        }
+    }
+    Ok((budget, StopReason::Budget))
+}
+
+/// ds4's `--dump-logprobs` (spec §7.3): from the prefilled state, a greedy continuation of up to
+/// `budget` steps, each recording the selected token and the top-`k` logprobs; the step that selects
+/// EOS is written and ends the dump.
+pub fn greedy_logprob_dump(
+    backend: &mut dyn Backend,
+    prompt_tokens: usize,
+    k: usize,
+    budget: usize,
+    eos: u32,
+    token_bytes: &dyn Fn(u32) -> Vec<u8>,
+) -> Result<String, String> {
+    let k = k.clamp(1, logprobs::MAX_DUMP_TOP_K);
+    let mut dump = LogprobDump::new(prompt_tokens, backend.ctx(), k);
+    let mut none = |_: usize, _: usize| true;
+    for _ in 0..budget {
+        let top = logprobs::top_logprobs(backend.logits(), k);
+        let token = argmax(backend.logits());
+        dump.push_step(token, &top, token_bytes);
+        if token == eos {
+            break;
+        }
+        backend
+            .eval(&[token], &mut none)
+            .map_err(|e| format!("decode failed while dumping logprobs: {e}"))?;
+    }
+    Ok(dump.finish())
+}
+
+pub fn run(args: Args) -> CliResult {
+    let model = open_model(&args.model)?;
+    let tok = Tokenizer::from_gguf(&model.file).map_err(|e| e.to_string())?;
+    let specials = *tok.specials();
+    let ctx = args.ctx;
+    let requested = if args.nothink {
+        ThinkMode::Off
+    } else if args.think_max {
+        ThinkMode::Max
+    } else {
+        ThinkMode::High
+    };
+
+    let prompt_text = match (&args.prompt, &args.prompt_file) {
+        (Some(p), None) => Some(p.clone()),
+        (None, Some(f)) => {
+            Some(std::fs::read_to_string(f).map_err(|e| format!("cannot read --prompt-file {}: {e}", f.display()))?)
+        }
+        (None, None) => None,
+        (Some(_), Some(_)) => return Err("give only one of -p and --prompt-file".into()),
+    };
+    let prompt: Vec<u32> = match (&args.tokens, prompt_text) {
+        (Some(ids), None) => ids.clone(),
+        (None, Some(text)) => one_shot_prompt(&tok, &args.system, &text, requested, ctx as u32).ids,
+        (Some(_), Some(_)) => return Err("give either a prompt or --tokens, not both".into()),
+        (None, None) => return Err("no prompt: give -p TEXT, --prompt-file FILE or --tokens IDS".into()),
+    };
+    if prompt.is_empty() {
+        return Err("the prompt has no tokens".into());
+    }
+    let n_vocab = model.hp.n_vocab;
+    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= n_vocab) {
+        return Err(format!("token id {bad} is outside the vocabulary (n_vocab {n_vocab})"));
+    }
+    // A prompt must be strictly shorter than the context (pitfall 23).
+    if prompt.len() >= ctx {
+        return Err(format!(
+            "the prompt has {} tokens and does not fit a context of {ctx} (raise --ctx)",
+            prompt.len()
+        ));
+    }
+
+    let mut backend = open_session_backend(model, args.backend, ctx, args.threads)?;
+    let t_prefill = Instant::now();
+    backend
+        .eval(&prompt, &mut |_, _| true)
+        .map_err(|e| format!("prompt processing failed: {e}"))?;
+    let prefill_s = t_prefill.elapsed().as_secs_f64();
+    let budget = generation_budget(args.max_tokens, ctx, backend.n_past());
+
+    if let Some(path) = &args.dump_logprobs {
+        // Greedy regardless of --temp, as ds4 does.
+        let text = greedy_logprob_dump(
+            backend.as_mut(),
+            prompt.len(),
+            args.logprobs_top_k,
+            budget,
+            specials.eos,
+            &|id| tok.token_bytes(id),
+        )?;
+        std::fs::write(path, text).map_err(|e| format!("cannot write --dump-logprobs {}: {e}", path.display()))?;
+        return Ok(());
+    }
+
+    let params = SamplingParams {
+        temperature: args.temp,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        min_p: args.min_p,
+        seed: args.seed,
+    };
+    let mut sampler = Sampler::new(args.seed);
+    // Reasoning runs from an opening `<think>` at the end of the prompt until `</think>`; it goes to
+    // stderr so stdout carries only the answer. The decoder keeps output whole UTF-8 and drops tags.
+    let start = if prompt.last() == Some(&specials.think_start) {
+        TextKind::Reasoning
+    } else {
+        TextKind::Answer
+    };
+    let mut decoder = StreamDecoder::with_kind(specials.eos, start);
+    let mut answer_ends_with_newline = true;
+    let mut reasoning_ends_with_newline = true;
+    let mut write_deltas = |deltas: Vec<crate::model::detok::TextDelta>| -> Result<(), String> {
+        for d in deltas {
+            let result = match d.kind {
+                TextKind::Reasoning => {
+                    reasoning_ends_with_newline = d.text.ends_with('\n');
+                    let mut e = std::io::stderr().lock();
+                    e.write_all(d.text.as_bytes()).and_then(|_| e.flush())
+                }
+                TextKind::Answer => {
+                    answer_ends_with_newline = d.text.ends_with('\n');
+                    let mut o = std::io::stdout().lock();
+                    o.write_all(d.text.as_bytes()).and_then(|_| o.flush())
+                }
+            };
+            result.map_err(|e| format!("cannot write output: {e}"))?;
+        }
+        Ok(())
+    };
+    let t_decode = Instant::now();
+    let (generated, _why) = sample_loop(
+        backend.as_mut(),
+        &mut sampler,
+        &params,
+        budget,
+        specials.eos,
+        &mut |t| write_deltas(decoder.push(&tok, t)),
+    )?;
+    write_deltas(decoder.finish())?;
+    let decode_s = t_decode.elapsed().as_secs_f64();
+    if !answer_ends_with_newline {
+        let _ = std::io::stdout().lock().write_all(b"\n");
+    }
+    if !reasoning_ends_with_newline {
+        eprintln!();
+    }
+    eprintln!(
+        "ds4-chat: prompt {} tokens, prefill {:.2} t/s, generation {:.2} t/s ({generated} tokens)",
+        prompt.len(),
+        prompt.len() as f64 / prefill_s.max(1e-9),
+        generated as f64 / decode_s.max(1e-9),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{EngineError, MemoryReport, Progress};
+
+    /// A backend whose next-token logits are a fixed function of the position: at position p the
+    /// logit of token `script[p]` is 5 and every other token's is 0 (vocabulary of 8).
+    struct ScriptedBackend {
+        script: Vec<u32>,
+        n_past: usize,
+        evals: Vec<Vec<u32>>,
+        logits: Vec<f32>,
+        ctx: usize,
+    }
+
+    impl ScriptedBackend {
+        fn new(script: &[u32], ctx: usize) -> Self {
+            ScriptedBackend {
+                script: script.to_vec(),
+                n_past: 0,
+                evals: vec![],
+                logits: vec![0.0; 8],
+                ctx,
+            }
+        }
+        fn refresh(&mut self) {
+            self.logits = vec![0.0; 8];
+            if let Some(&t) = self.script.get(self.n_past) {
+                self.logits[t as usize] = 5.0;
+            }
+        }
+    }
+
+    impl Backend for ScriptedBackend {
+        fn name(&self) -> &'static str {
+            "scripted"
+        }
+        fn device_name(&self) -> String {
+            "test".into()
+        }
+        fn ctx(&self) -> usize {
+            self.ctx
+        }
+        fn n_past(&self) -> usize {
+            self.n_past
+        }
+        fn eval(&mut self, tokens: &[u32], _progress: Progress<'_>) -> Result<(), EngineError> {
+            if self.n_past + tokens.len() > self.ctx {
+                return Err(EngineError::ContextFull {
+                    needed: self.n_past + tokens.len(),
+                    ctx: self.ctx,
+                });
+            }
+            self.evals.push(tokens.to_vec());
+            self.n_past += tokens.len();
+            self.refresh();
+            Ok(())
+        }
+        fn logits(&self) -> &[f32] {
+            &self.logits
+        }
+        fn reset(&mut self) {
+            self.n_past = 0;
+            self.refresh();
+        }
+        fn save_state(&self) -> Vec<u8> {
+            Vec::new()
+        }
+        fn load_state(&mut self, _bytes: &[u8]) -> Result<(), EngineError> {
+            Ok(())
+        }
+        fn memory(&self) -> MemoryReport {
+            MemoryReport::default()
+        }
+    }
+
+    fn greedy() -> SamplingParams {
+        SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        }
+    }
+
+    #[test]
+    fn budget_keeps_one_context_slot_free() {
+        assert_eq!(generation_budget(100, 10, 4), 5);
+        assert_eq!(generation_budget(3, 10, 4), 3);
+        assert_eq!(generation_budget(100, 10, 9), 0);
+        assert_eq!(generation_budget(100, 10, 10), 0);
+    }
+
+    #[test]
+    fn sample_loop_stops_at_eos_without_emitting_it() {
+        // Prompt of 2 tokens, then the script says 3, 4, EOS(7).
+        let mut b = ScriptedBackend::new(&[0, 0, 3, 4, 7, 5], 64);
+        b.eval(&[1, 2], &mut |_, _| true).unwrap();
+        let mut out = vec![];
+        let mut s = Sampler::new(Some(1));
+        let (n, why) = sample_loop(&mut b, &mut s, &greedy(), 50, 7, &mut |t| {
+            out.push(t);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((n, why, out), (2, StopReason::Eos, vec![3, 4]));
+    }
+
+    #[test]
+    fn sample_loop_honours_the_budget() {
+        let mut b = ScriptedBackend::new(&[0, 3, 4, 5, 6, 2], 64);
+        b.eval(&[1], &mut |_, _| true).unwrap();
+        let mut out = vec![];
+        let mut s = Sampler::new(Some(1));
+        let (n, why) = sample_loop(&mut b, &mut s, &greedy(), 3, 7, &mut |t| {
+            out.push(t);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((n, why, out), (3, StopReason::Budget, vec![3, 4, 5]));
+        // The last sampled token is not evaluated: prompt + 2 decodes.
+        assert_eq!(b.n_past(), 3);
+    }
+
+    #[test]
+    fn dump_records_greedy_steps_through_eos() {
+        let mut b = ScriptedBackend::new(&[0, 3, 7, 5], 64);
+        b.eval(&[1], &mut |_, _| true).unwrap();
+        let text = greedy_logprob_dump(&mut b, 1, 2, 10, 7, &|id| vec![b'a' + id as u8]).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let steps = v["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), 2, "the EOS step is written, then the dump ends");
+        assert_eq!(steps[0]["selected"]["id"], 3);
+        assert_eq!(steps[1]["selected"]["id"], 7);
+        assert_eq!(steps[1]["selected"]["text"], "h");
+        // Logits (5, then seven 0s): logprob of the top = 5 − ln(e^5 + 7) = −0.00670.
+        let lp = steps[0]["top_logprobs"][0]["logprob"].as_f64().unwrap();
+        assert!((lp - (5.0 - (5f64.exp() + 7.0).ln())).abs() < 1e-6, "{lp}");
+        // Second entry: the first of the tied zeros, id 0.
+        assert_eq!(steps[0]["top_logprobs"][1]["token"]["id"], 0);
+        assert_eq!(v["ctx"], 64);
+        assert_eq!(v["top_k"], 2);
+    }
 }

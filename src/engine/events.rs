@@ -89,14 +89,18 @@ pub enum Command {
     Load(LoadRequest),
     Submit(TurnRequest),
     /// Stop the prefill or generation in flight; honoured between two tokens or prefill chunks.
+    /// With no turn in flight it stops a running warm-up (a last `WarmupProgress` says how far it
+    /// got; no `WarmupDone` follows).
     Cancel,
     /// Forget the session (next turn prefills from scratch).
     Reset,
-    /// Keep only the first `keep_tokens` tokens of the live session (after /edit or /retry).
+    /// Keep only the first `keep_tokens` tokens of the live session. /edit and /retry do not need it:
+    /// submitting the edited conversation makes the session restore its matching turn checkpoint.
     Rewind {
         keep_tokens: u32,
     },
-    /// Change sampling defaults for later turns.
+    /// Change the sampling of the turn in flight from its next token (each `Submit` brings its
+    /// own settings, which replace this).
     SetSampling(SamplingParams),
     Shutdown,
 }
@@ -203,6 +207,8 @@ pub enum Event {
         what: String,
     },
     Loaded(ModelInfo),
+    /// At 5 Hz while the weights are faulted in (or copied to the device); GiB/s and ETA come from
+    /// `engine::metrics::transfer_rate`. `elapsed` excludes the pauses while turns ran.
     WarmupProgress {
         phase: WarmupPhase,
         done_bytes: u64,

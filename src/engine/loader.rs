@@ -1,23 +1,21 @@
-//! The application's model loader: opens a GGUF file (or generates the in-memory demo model), checks
-//! memory before anything large is allocated (memguard.rs), creates the backend and the chat text,
-//! and hands the worker the mapping to warm up and probe.
+//! The application's model loader: opens a GGUF file (or generates the in-memory demo model), creates
+//! the backend and the chat text, checks memory before the cache is ever written (memguard.rs), and
+//! hands the worker the mapping to warm up and probe.
 //!
-//! Owns the choice of backend for a `LoadRequest`. GPU backends hook in here (feature `hip`). Must
-//! not run turns (worker.rs) or compute kernels.
+//! Owns the order of a load. The backend choice and its CPU fallback are `backend_open`'s. Must not
+//! run turns (worker.rs) or compute kernels.
 
 use std::sync::Arc;
 
-use crate::backend::Backend;
-use crate::backend::cpu::{CpuBackend, PREFILL_CHUNK};
+use crate::backend::MemoryReport;
 use crate::model::Model;
 use crate::model::accounting::{table_from_model, weight_bytes_per_token};
 
-use super::events::{BackendChoice, Event, LoadRequest, ModelInfo, ModelSource};
-use super::memguard::{
-    MemoryNeed, MemoryVerdict, WeightResidence, check_memory, cpu_kv_bytes, cpu_scratch_estimate, read_host_memory,
-};
+use super::backend_open::open_backend;
+use super::events::{Event, LoadRequest, ModelInfo, ModelSource};
+use super::memguard::{MemoryNeed, MemoryVerdict, WeightResidence, check_memory, read_host_memory};
 use super::residency::{MappedRegion, ResidencyProbe};
-use super::worker::{ChatText, LoadedModel, ModelLoader};
+use super::worker::{ChatText, LoadedModel, ModelLoader, SESSION_CHECKPOINTS};
 
 /// Builds the chat text (tokenizer, renderer, streaming detokenizer) of a bound model.
 pub type ChatTextFactory = fn(&Model, u32) -> Result<Box<dyn ChatText>, String>;
@@ -41,8 +39,10 @@ impl Default for EngineLoader {
     }
 }
 
-/// The memory a CPU load of `model` with `ctx` will need (weights mapped from the file).
-pub fn cpu_memory_need(model: &Model, ctx: u64) -> MemoryNeed {
+/// The memory a load of `model` on the CPU backend holds, from the backend's own report (weights
+/// mapped from the file). Checked after the backend is created and before anything touches the
+/// cache: its buffers are zero pages until written, so creating it commits almost no RAM.
+pub fn cpu_memory_need(model: &Model, mem: &MemoryReport) -> MemoryNeed {
     MemoryNeed {
         // An in-memory (demo) model is already allocated: only the cache is new.
         weight_bytes: if model.file.is_mapped() {
@@ -51,9 +51,10 @@ pub fn cpu_memory_need(model: &Model, ctx: u64) -> MemoryNeed {
             0
         },
         residence: WeightResidence::MappedFile,
-        kv_bytes: cpu_kv_bytes(&model.hp, ctx),
-        scratch_bytes: cpu_scratch_estimate(&model.hp, PREFILL_CHUNK as u64),
+        kv_bytes: mem.kv_bytes,
+        scratch_bytes: mem.scratch_bytes,
         kv_on_device: false,
+        checkpoint_bytes: SESSION_CHECKPOINTS as u64 * mem.kv_bytes,
     }
 }
 
@@ -74,28 +75,26 @@ impl ModelLoader for EngineLoader {
                 model.hp.context_length
             ));
         }
-        let fallback_reason = match req.backend {
-            BackendChoice::Cpu => None,
-            BackendChoice::Auto => Some("no GPU backend in this build (built without the hip feature)".to_string()),
-            BackendChoice::Hip => {
-                return Err("this build has no HIP backend: rebuild with --features hip, or use --backend cpu".into());
-            }
-        };
-        let need = cpu_memory_need(&model, ctx);
-        match read_host_memory() {
-            Ok(host) => match check_memory(&need, &host, None, &model.hp, ctx) {
-                MemoryVerdict::Fits => {}
-                MemoryVerdict::Slow(message) => notice(Event::Notice { message }),
-                MemoryVerdict::Refuse(message) => return Err(message),
-            },
-            Err(e) => notice(Event::Notice {
-                message: format!("memory check skipped: {e}"),
-            }),
-        }
         let text = (self.chat_text)(&model, ctx as u32)?;
         let per_token = weight_bytes_per_token(&model.hp, &table_from_model(&model)).total();
         let model = Arc::new(model);
-        let backend = CpuBackend::new(model.clone(), ctx as usize, req.threads).map_err(|e| e.to_string())?;
+        let opened = open_backend(model.clone(), req.backend, req.weights, ctx as usize, req.threads)?;
+        let backend = opened.backend;
+        // GPU backends check device memory themselves when they place weights (memguard's
+        // `check_memory` with `GpuMemory`); the CPU cache lives in host RAM and is checked here.
+        if backend.name() == "cpu" {
+            let need = cpu_memory_need(&model, &backend.memory());
+            match read_host_memory() {
+                Ok(host) => match check_memory(&need, &host, None, &model.hp, ctx) {
+                    MemoryVerdict::Fits => {}
+                    MemoryVerdict::Warn(message) => notice(Event::Notice { message }),
+                    MemoryVerdict::Refuse(message) => return Err(message),
+                },
+                Err(e) => notice(Event::Notice {
+                    message: format!("memory check skipped: {e}"),
+                }),
+            }
+        }
         let mapped = model.file.is_mapped();
         let info = ModelInfo {
             name: model
@@ -110,14 +109,14 @@ impl ModelLoader for EngineLoader {
             ctx: ctx as u32,
             backend: backend.name().to_string(),
             device: backend.device_name(),
-            fallback_reason,
+            fallback_reason: opened.fallback_reason,
             weight_bytes_per_token: per_token,
             is_demo,
             ..Default::default()
         };
         let region: Option<Arc<dyn MappedRegion>> = mapped.then(|| model.file.clone() as Arc<dyn MappedRegion>);
         Ok(LoadedModel {
-            backend: Box::new(backend),
+            backend,
             text,
             info,
             warmup: region,
@@ -131,7 +130,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::engine::events::{Command, SamplingParams, TextKind, TurnRequest};
+    use crate::engine::events::{BackendChoice, Command, SamplingParams, TextKind, TurnRequest};
+    use crate::engine::memguard::cpu_kv_bytes;
     use crate::engine::worker::Worker;
     use crate::model::chat::{Conversation, Message, ThinkMode};
 

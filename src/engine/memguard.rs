@@ -75,6 +75,9 @@ pub struct MemoryNeed {
     pub scratch_bytes: u64,
     /// The KV and scratch live in device memory (GPU backends) rather than host RAM.
     pub kv_on_device: bool,
+    /// Host RAM the session's turn checkpoints can reach when the context is full (each holds the
+    /// live cache rows, spec §4.3). Only warned about: short chats never get there.
+    pub checkpoint_bytes: u64,
 }
 
 /// Host memory from /proc/meminfo, in bytes.
@@ -97,8 +100,9 @@ pub struct GpuMemory {
 #[derive(Clone, Debug, PartialEq)]
 pub enum MemoryVerdict {
     Fits,
-    /// It will run, but slowly; the line says why.
-    Slow(String),
+    /// It will run, with a caveat the user should see (slow decoding, memory tight at a full
+    /// context); the line says why.
+    Warn(String),
     /// Loading would exhaust memory; the line gives the numbers and the fix.
     Refuse(String),
 }
@@ -199,10 +203,22 @@ pub fn check_memory(
                     suggest(room)
                 ));
             }
+            if cache + need.checkpoint_bytes > room {
+                return MemoryVerdict::Warn(format!(
+                    "memory is tight for a full context: KV cache {} + scratch {} + turn checkpoints {} = {}, \
+                     {} available; long chats may exhaust it ({})",
+                    gib(need.kv_bytes),
+                    gib(need.scratch_bytes),
+                    gib(need.checkpoint_bytes),
+                    gib(cache + need.checkpoint_bytes),
+                    gib(room),
+                    suggest(room / 3)
+                ));
+            }
             let anon = if need.kv_on_device { 0 } else { cache };
             let cacheable = host.total.saturating_sub(anon + headroom(host.total));
             if need.weight_bytes > cacheable {
-                return MemoryVerdict::Slow(format!(
+                return MemoryVerdict::Warn(format!(
                     "weights {} exceed the {} of RAM left for the page cache: decoding will re-read weights \
                      from disk every token (slow)",
                     gib(need.weight_bytes),
@@ -334,10 +350,11 @@ mod tests {
             kv_bytes: cpu_kv_bytes(&hp, ctx),
             scratch_bytes: cpu_scratch_estimate(&hp, 64),
             kv_on_device: false,
+            checkpoint_bytes: 0,
         };
-        // 32K context: KV ≈ 0.47 GB fits; 81 GiB of weights cannot stay cached in 24 GiB → Slow.
+        // 32K context: KV ≈ 0.47 GB fits; 81 GiB of weights cannot stay cached in 24 GiB → Warn.
         match check_memory(&need(32768), &host, None, &hp, 32768) {
-            MemoryVerdict::Slow(m) => assert!(m.contains("80.8 GiB"), "{m}"),
+            MemoryVerdict::Warn(m) => assert!(m.contains("80.8 GiB"), "{m}"),
             v => panic!("{v:?}"),
         }
         // 1M context needs ≈ 14.5 GB of KV: refused on a host with 4 GiB available.
@@ -356,6 +373,35 @@ mod tests {
     }
 
     #[test]
+    fn checkpoints_that_could_exhaust_ram_are_warned_about() {
+        let hp = HParams::flash();
+        let host = HostMemory {
+            total: gib_u(64.0),
+            available: gib_u(20.0),
+        };
+        // 512K context: KV 6.7 GiB fits the 16.8 GiB left (20 minus 3.2 GiB headroom), two full
+        // checkpoints on top do not; 256K (3.4 GiB, three copies 10.1 GiB) would.
+        let kv = cpu_kv_bytes(&hp, 524_288);
+        let need = MemoryNeed {
+            weight_bytes: gib_u(1.0),
+            residence: WeightResidence::MappedFile,
+            kv_bytes: kv,
+            scratch_bytes: 0,
+            kv_on_device: false,
+            checkpoint_bytes: 2 * kv,
+        };
+        match check_memory(&need, &host, None, &hp, 524_288) {
+            MemoryVerdict::Warn(m) => assert!(m.contains("turn checkpoints") && m.contains("--ctx 262144"), "{m}"),
+            v => panic!("{v:?}"),
+        }
+        let roomy = HostMemory {
+            total: gib_u(64.0),
+            available: gib_u(40.0),
+        };
+        assert_eq!(check_memory(&need, &roomy, None, &hp, 524_288), MemoryVerdict::Fits);
+    }
+
+    #[test]
     fn unified_copy_checks_gtt_and_ram() {
         let hp = HParams::flash();
         let need = MemoryNeed {
@@ -364,6 +410,7 @@ mod tests {
             kv_bytes: cpu_kv_bytes(&hp, 32768),
             scratch_bytes: 0,
             kv_on_device: true,
+            checkpoint_bytes: 0,
         };
         let host = HostMemory {
             total: gib_u(128.0),

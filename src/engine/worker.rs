@@ -39,6 +39,11 @@ use super::sampler::Sampler;
 use super::session::Session;
 use super::warmup::{WarmupJob, default_warmup_threads};
 
+/// Name of the worker thread. A process-wide panic hook (the TUI's terminal-restoring one) must
+/// leave panics on this thread alone: they are caught and reported as `Event::Error{fatal}` while
+/// the UI keeps running, so restoring the terminal or printing to it there would break the screen.
+pub const WORKER_THREAD: &str = "ds4-worker";
+
 /// Warm-up progress period (5 Hz; the brief asks for at least 4 Hz).
 const WARMUP_TICK: Duration = Duration::from_millis(200);
 /// Least time between two prefill progress events, and between two live stats while decoding.
@@ -107,7 +112,7 @@ impl Worker {
         let (tx, cmd_rx) = mpsc::channel();
         let (ev_tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
-            .name("ds4-worker".into())
+            .name(WORKER_THREAD.into())
             .spawn(move || WorkerState::new(loader, cmd_rx, ev_tx).run())
             .expect("spawn the engine worker thread");
         Worker {

@@ -3,6 +3,8 @@
 //! `load_tokenizer` does: ids are indices, added tokens override the BPE vocabulary at their ids,
 //! gaps (none in the official file) become `[PADi]` with type 5.
 
+use std::sync::Mutex;
+
 use serde_json::Value;
 
 use crate::gguf::{GgufError, MetaValue, reader::vt};
@@ -18,6 +20,7 @@ pub const BOS_TEXT: &str = "<｜begin▁of▁sentence｜>";
 pub const EOS_TEXT: &str = "<｜end▁of▁sentence｜>";
 
 /// Vocabulary as GGUF arrays.
+#[derive(Clone)]
 pub struct VocabMeta {
     pub tokens: Vec<String>,
     pub types: Vec<i32>,
@@ -99,9 +102,24 @@ pub fn vocab_from_tokenizer_json(json: &[u8], n_vocab: usize) -> Result<VocabMet
     })
 }
 
-/// The vendored tokenizer's vocabulary cut to `n_vocab`.
+/// The vendored tokenizer's vocabulary cut to `n_vocab` (parsed once per size and cached: tests and
+/// `--demo` build several models).
 pub fn vendored_vocab(n_vocab: usize) -> Result<VocabMeta, GgufError> {
-    vocab_from_tokenizer_json(&vendored_tokenizer_json(), n_vocab)
+    static CACHE: Mutex<Vec<(usize, VocabMeta)>> = Mutex::new(Vec::new());
+    if let Some((_, v)) = CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(n, _)| *n == n_vocab)
+    {
+        return Ok(v.clone());
+    }
+    let v = vocab_from_tokenizer_json(&vendored_tokenizer_json(), n_vocab)?;
+    CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((n_vocab, v.clone()));
+    Ok(v)
 }
 
 /// The `tokenizer.ggml.*` metadata entries.

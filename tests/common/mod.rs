@@ -1,17 +1,15 @@
 //! Shared by the integration tests: a metadata-only GGUF holding the tokenizer keys (written with the
-//! crate's GGUF writer and read back through the reader), and locating the reference vectors and the
-//! case-A model.
+//! crate's GGUF writer), and locating the reference vectors and the case-A model.
 
 #![allow(dead_code)]
-
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
 
 use ds4_chat::gguf::reader::vt;
 use ds4_chat::gguf::writer::GgufLayout;
 use ds4_chat::gguf::{GgufFile, MetaValue};
 use ds4_chat::model::tokenizer::{Tokenizer, VocabTables};
 use ds4_chat::model::weights::Model;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 /// GGUF v3 bytes with `general.architecture` and the tokenizer tables, no tensors.
 pub fn tokenizer_gguf_bytes(arch: &str, tables: &VocabTables) -> Vec<u8> {

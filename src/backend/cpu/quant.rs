@@ -25,10 +25,17 @@ fn le_f16(t: &[f32], b: &[u8], off: usize) -> f32 {
     t[u16::from_le_bytes([b[off], b[off + 1]]) as usize]
 }
 
-/// Round half to even, as C's `lrintf` in the default rounding mode.
+/// Round half to even, as C's `lrintf` in the default rounding mode. For |x| < 2^22 adding and
+/// removing 1.5·2^23 rounds exactly that way (IEEE round-to-nearest-even addition) without a libm
+/// call; larger magnitudes (never produced by the quantizers, which clamp to ±128) fall back.
 #[inline]
 fn lrint(x: f32) -> i32 {
-    x.round_ties_even() as i32
+    const MAGIC: f32 = 12_582_912.0;
+    if x.abs() < 4_194_304.0 {
+        ((x + MAGIC) - MAGIC) as i32
+    } else {
+        x.round_ties_even() as i32
+    }
 }
 
 /// A Q8_0-quantized activation row: per 32 elements an f32 scale (not f16-rounded) and int8 codes.
@@ -48,8 +55,14 @@ impl Q8_0Act {
     }
 }
 
-/// Q8_0 activation quantization (spec §2.2): d = amax/127, q = clamp(rint(x/d)). A trailing partial
-/// block is zero padded. `out` must have been made with `Q8_0Act::with_len(x.len())` or larger.
+/// 1/127 rounded to f32. ds4 is compiled with -ffast-math, which turns its `amax / 127` into
+/// `amax * (1/127)` and `1 / d` into `127 / amax` (checked in the x86 assembly gcc emits); doing
+/// the same keeps our int8 codes on the same side of every rounding boundary.
+const RCP127: f32 = (1.0f64 / 127.0) as f32;
+
+/// Q8_0 activation quantization (spec §2.2): d = amax/127, q = clamp(rint(x/d)) — evaluated as
+/// d = amax·(1/127), x·(127/amax) like the reference binary. A trailing partial block is zero padded.
+/// `out` must have been made with `Q8_0Act::with_len(x.len())` or larger.
 pub fn quantize_q8_0(x: &[f32], out: &mut Q8_0Act) {
     let nb = x.len().div_ceil(QK8_0);
     for b in 0..nb {
@@ -57,8 +70,8 @@ pub fn quantize_q8_0(x: &[f32], out: &mut Q8_0Act) {
         let hi = (lo + QK8_0).min(x.len());
         let blk = &x[lo..hi];
         let amax = blk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let d = amax * RCP127;
+        let id = if d != 0.0 { 127.0 / amax } else { 0.0 };
         out.scales[b] = d;
         let q = &mut out.qs[lo..lo + QK8_0];
         for (i, qv) in q.iter_mut().enumerate() {
@@ -109,7 +122,8 @@ pub fn quantize_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
         for (s, chunk) in y.bsums.iter_mut().zip(y.qs.chunks_exact(16)) {
             *s = chunk.iter().map(|&q| q as i16).sum();
         }
-        y.d = 1.0 / iscale;
+        // d = 1/iscale, which the reference binary evaluates as max·(−1/127).
+        y.d = max * -RCP127;
     }
 }
 
@@ -190,25 +204,29 @@ unsafe fn axpy_fma_x86(y: &mut [f32], x: &[f32], a: f32) {
     }
 }
 
-/// The IQ2_XXS grid expanded to signed-less byte values, one row of 8 per grid index.
+/// The IQ2_XXS grid as signed bytes, one row of 8 per grid index.
 fn iq2_grid_bytes() -> &'static [[i8; 8]; 256] {
     static G: OnceLock<[[i8; 8]; 256]> = OnceLock::new();
-    G.get_or_init(|| {
-        let mut g = [[0i8; 8]; 256];
-        for (i, row) in g.iter_mut().enumerate() {
-            let v = IQ2XXS_GRID[i].to_le_bytes();
-            for j in 0..8 {
-                row[j] = v[j] as i8;
-            }
-        }
-        g
+    G.get_or_init(|| std::array::from_fn(|i| IQ2XXS_GRID[i].to_le_bytes().map(|b| b as i8)))
+}
+
+/// The 128 sign patterns of `ksigns_iq2xs` as ±1 per element.
+fn iq2_sign_rows() -> &'static [[i8; 8]; 128] {
+    static S: OnceLock<[[i8; 8]; 128]> = OnceLock::new();
+    S.get_or_init(|| {
+        std::array::from_fn(|s| {
+            let bits = ksigns_iq2xs(s as u8);
+            std::array::from_fn(|j| if bits & (1 << j) != 0 { -1 } else { 1 })
+        })
     })
 }
 
 /// IQ2_XXS weight row · Q8_K activation (spec §2.3): Σ (2·ls+1)·Σ(±grid·q8) per 32, × d·y.d, × 1/8.
+/// (Checked bit-identical to ds4's x86 -O3 -ffast-math build on 2000 random 3-block rows.)
 pub fn dot_iq2_xxs(row: &[u8], x: &[BlockQ8K]) -> f32 {
     let t = f16_table();
     let grid = iq2_grid_bytes();
+    let signs = iq2_sign_rows();
     let mut acc = 0.0f32;
     for (blk, y) in row.chunks_exact(66).zip(x) {
         let d = le_f16(t, blk, 0) * y.d;
@@ -222,10 +240,10 @@ pub fn dot_iq2_xxs(row: &[u8], x: &[BlockQ8K]) -> f32 {
             let mut sumi = 0i32;
             for k in 0..4 {
                 let g = &grid[a0[k] as usize];
-                let signs = ksigns_iq2xs(((a1 >> (7 * k)) & 127) as u8);
+                let sg = &signs[((a1 >> (7 * k)) & 127) as usize];
+                let q = &q8[8 * k..8 * k + 8];
                 for j in 0..8 {
-                    let v = g[j] as i32 * q8[8 * k + j] as i32;
-                    sumi += if signs & (1 << j) != 0 { -v } else { v };
+                    sumi += (g[j] * sg[j]) as i32 * q[j] as i32;
                 }
             }
             bsum += sumi * (2 * ls + 1);
@@ -262,23 +280,15 @@ pub fn dot_q2_k(row: &[u8], x: &[BlockQ8K]) -> f32 {
                 }
             }
         }
-        acc += y.d * d * isum as f32 - y.d * dmin * summs as f32;
+        // Grouped as ds4's x86 build computes it (checked bit for bit against the compiled
+        // reference): fma(isum, y.d·d, −(summs·y.d)·dmin).
+        acc += (isum as f32).mul_add(y.d * d, -((summs as f32 * y.d) * dmin));
     }
     acc
 }
 
-/// 6-bit scale and min of Q4_K sub-block `j` (spec §2.1).
-#[inline]
-pub fn q4_k_scale_min(scales: &[u8], j: usize) -> (u8, u8) {
-    if j < 4 {
-        (scales[j] & 63, scales[j + 4] & 63)
-    } else {
-        (
-            (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4),
-            (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4),
-        )
-    }
-}
+/// 6-bit scale and min of Q4_K sub-block `j` (spec §2.1): the format's own unpacking.
+pub use crate::gguf::dequant::q4_k_scale_min;
 
 /// Q4_K weight row · Q8_K activation (spec §2.3, the CUDA formula; ds4's CPU path has none).
 pub fn dot_q4_k(row: &[u8], x: &[BlockQ8K]) -> f32 {
@@ -313,6 +323,7 @@ pub fn dot_q4_k(row: &[u8], x: &[BlockQ8K]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf::GgmlType;
     use crate::gguf::half::f32_to_f16;
 
     /// Deterministic pseudo-random bytes (xorshift).
@@ -335,51 +346,18 @@ mod tests {
         b.copy_from_slice(&f32_to_f16(v).to_le_bytes());
     }
 
-    // Reference dequantization straight from the block formulas of spec §2.1, element by element.
+    // Reference dequantization: gguf::dequant, proven bit-exact against the `gguf` Python package.
+    fn deq(ty: GgmlType, blk: &[u8]) -> Vec<f32> {
+        crate::gguf::dequant::dequantize(ty, blk, 256).unwrap()
+    }
     fn deq_q2_k(blk: &[u8]) -> Vec<f32> {
-        let d = f16_to_f32(u16::from_le_bytes([blk[80], blk[81]]));
-        let dmin = f16_to_f32(u16::from_le_bytes([blk[82], blk[83]]));
-        (0..256)
-            .map(|e| {
-                let (k, j, l) = (e / 128, (e % 128) / 32, e % 32);
-                let q = (blk[16 + 32 * k + l] >> (2 * j)) & 3;
-                let s = blk[8 * k + 2 * j + usize::from(l >= 16)];
-                d * (s & 15) as f32 * q as f32 - dmin * (s >> 4) as f32
-            })
-            .collect()
+        deq(GgmlType::Q2K, blk)
     }
-
     fn deq_q4_k(blk: &[u8]) -> Vec<f32> {
-        let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
-        let dmin = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
-        (0..256)
-            .map(|e| {
-                let (c, h, l) = (e / 64, (e % 64) / 32, e % 32);
-                let (sc, m) = q4_k_scale_min(&blk[4..16], 2 * c + h);
-                let b = blk[16 + 32 * c + l];
-                let q = if h == 0 { b & 15 } else { b >> 4 };
-                d * sc as f32 * q as f32 - dmin * m as f32
-            })
-            .collect()
+        deq(GgmlType::Q4K, blk)
     }
-
     fn deq_iq2_xxs(blk: &[u8]) -> Vec<f32> {
-        let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
-        let mut out = Vec::with_capacity(256);
-        for ib in 0..8 {
-            let q = &blk[2 + 8 * ib..2 + 8 * ib + 8];
-            let a1 = u32::from_le_bytes([q[4], q[5], q[6], q[7]]);
-            let ls = (a1 >> 28) as f32;
-            for k in 0..4 {
-                let grid = IQ2XXS_GRID[q[k] as usize].to_le_bytes();
-                let signs = ksigns_iq2xs(((a1 >> (7 * k)) & 127) as u8);
-                for (j, &g) in grid.iter().enumerate() {
-                    let s = if signs & (1 << j) != 0 { -1.0 } else { 1.0 };
-                    out.push(d * (0.5 + ls) * 0.25 * g as f32 * s);
-                }
-            }
-        }
-        out
+        deq(GgmlType::Iq2Xxs, blk)
     }
 
     fn deq_q8k(b: &[BlockQ8K]) -> Vec<f32> {
@@ -476,7 +454,8 @@ mod tests {
         assert!((got - exact).abs() <= 1e-5 * mag);
         // Q8_0 codes: the block maximum maps to ±127 and the scale is not f16-rounded.
         let amax = x[..32].iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        assert_eq!(xq.scales[0], amax / 127.0);
+        assert_eq!(xq.scales[0], amax * RCP127);
+        assert!((xq.scales[0] - amax / 127.0).abs() <= f32::EPSILON * amax / 127.0);
 
         let hw: Vec<f32> = rand_f32s(n, 5);
         let mut h = vec![0u8; 2 * n];
@@ -488,6 +467,12 @@ mod tests {
             .sum();
         let mag: f64 = (0..n).map(|i| (hw[i] as f64 * x[i] as f64).abs()).sum();
         assert!((dot_f16(&h, &x) as f64 - want).abs() <= 1e-5 * mag);
+    }
+
+    /// The reciprocal constant is the one in ds4's compiled quantizers (f32 bits 0x3c010204).
+    #[test]
+    fn rcp127_matches_reference_constant() {
+        assert_eq!(RCP127.to_bits(), 1_006_699_012);
     }
 
     #[test]

@@ -1,0 +1,448 @@
+//! Shared pieces of the reference-vector harness (tests/vectors.rs): locating the vectors, rebuilding
+//! and caching tiny_a.gguf with the recipe shipped next to them, reading `.npy` logits, and the
+//! comparison figures of /work/shared/vectors/README.md as plain functions over numbers (so they can be
+//! tested on synthetic data without any model).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// sha256 of the case A model file the vectors were recorded on (README "Rebuild the exact file").
+pub const TINY_A_SHA256: &str = "78e4ad2fa157c5f8be6f2332d32e849a67fbc4a24195cbcdc62ad2391b15a57f";
+
+/// The README's required tolerances (stricter than ds4's own noise floor by a safe factor).
+#[derive(Clone, Copy, Debug)]
+pub struct Tolerances {
+    /// Mean |Δ next-token logprob| over all positions.
+    pub next_mean: f64,
+    /// Max |Δ next-token logprob|, and max |Δ logprob| over ds4's top-20 ids.
+    pub max_abs: f64,
+    /// Argmax must agree where ds4's top1−top2 margin exceeds this; greedy must agree up to the
+    /// first step whose margin is at most this.
+    pub margin: f64,
+    /// Last prompt position, full vector: rms Δ logprob and KL(ds4‖ours).
+    pub last_rms: f64,
+    pub last_kl: f64,
+}
+
+pub const README_TOLERANCES: Tolerances = Tolerances {
+    next_mean: 0.10,
+    max_abs: 0.50,
+    margin: 0.25,
+    last_rms: 0.10,
+    last_kl: 0.01,
+};
+
+/// Where the vectors are: `$DS4_VECTORS`, else `../shared/vectors` next to the crate (CI's layout),
+/// else `../../shared/vectors` (a worktree one level deeper).
+pub fn vectors_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("DS4_VECTORS").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ci_layout = root.join("../shared/vectors");
+    let deeper = root.join("../../shared/vectors");
+    if !ci_layout.is_dir() && deeper.join("case_a/prompts").is_dir() {
+        deeper
+    } else {
+        ci_layout
+    }
+}
+
+/// True when running under CI (`CI=true`), where missing vectors are a failure, not a skip.
+pub fn in_ci() -> bool {
+    std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
+}
+
+/// The vectors directory if it holds case A; `None` (after printing why) when it is absent outside
+/// CI. Panics under CI, where the vectors must be present.
+pub fn require_vectors() -> Option<PathBuf> {
+    let dir = vectors_dir();
+    if dir.join("case_a/prompts").is_dir() && dir.join("gen_tiny_gguf.py").is_file() {
+        return Some(dir);
+    }
+    let msg = format!(
+        "reference vectors not found at {} (set DS4_VECTORS to the vectors directory)",
+        dir.display()
+    );
+    if in_ci() {
+        panic!("{msg}; CI=true, so this is a failure");
+    }
+    eprintln!("SKIPPED: {msg}");
+    None
+}
+
+fn cache_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("ds4-vectors")
+}
+
+/// sha256 of a file via coreutils `sha256sum` (present wherever the recipe's python runs).
+pub fn sha256_file(path: &Path) -> Result<String, String> {
+    let out = Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .map_err(|e| format!("cannot run sha256sum on {}: {e}", path.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "sha256sum {} failed: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .next()
+        .map(str::to_string)
+        .ok_or_else(|| format!("sha256sum printed nothing for {}", path.display()))
+}
+
+/// tiny_a.gguf, rebuilt with the vectors' recipe on first use and cached in target/ds4-vectors/,
+/// verified against `TINY_A_SHA256` every time.
+pub fn tiny_a_model(vectors: &Path) -> Result<PathBuf, String> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = cache_dir();
+    let model = dir.join("tiny_a.gguf");
+    if model.is_file() {
+        let sha = sha256_file(&model)?;
+        if sha == TINY_A_SHA256 {
+            return Ok(model);
+        }
+        eprintln!(
+            "cached {} has sha256 {sha}, expected {TINY_A_SHA256}: rebuilding",
+            model.display()
+        );
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+
+    let probe = Command::new("python3").args(["-c", "import numpy, gguf"]).output();
+    match probe {
+        Err(e) => {
+            return Err(format!(
+                "python3 not found ({e}): needed to rebuild tiny_a.gguf (pip install numpy gguf)"
+            ));
+        }
+        Ok(o) if !o.status.success() => {
+            return Err(format!(
+                "python3 lacks numpy/gguf, needed to rebuild tiny_a.gguf (pip install numpy gguf): {}",
+                String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
+            ));
+        }
+        Ok(_) => {}
+    }
+
+    // The recipe wants the official tokenizer.json; ours is vendored (gzip) and has the same sha256
+    // as the one the vectors were made with.
+    let tokenizer = dir.join("tokenizer.json");
+    std::fs::write(&tokenizer, ds4_chat::model::tokenizer::vendored_tokenizer_json())
+        .map_err(|e| format!("cannot write {}: {e}", tokenizer.display()))?;
+    let tmp = dir.join(format!("tiny_a.gguf.{}.tmp", std::process::id()));
+    let t0 = std::time::Instant::now();
+    let out = Command::new("python3")
+        .arg(vectors.join("gen_tiny_gguf.py"))
+        .arg("--config")
+        .arg(vectors.join("case_a.json"))
+        .arg("--tokenizer")
+        .arg(&tokenizer)
+        .arg("--out")
+        .arg(&tmp)
+        .output()
+        .map_err(|e| format!("cannot run python3 gen_tiny_gguf.py: {e}"))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!(
+            "gen_tiny_gguf.py failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+        ));
+    }
+    let sha = sha256_file(&tmp)?;
+    if sha != TINY_A_SHA256 {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!(
+            "rebuilt tiny_a.gguf has sha256 {sha}, expected {TINY_A_SHA256}"
+        ));
+    }
+    std::fs::rename(&tmp, &model).map_err(|e| format!("cannot move {} into place: {e}", tmp.display()))?;
+    eprintln!(
+        "built {} in {:.1}s (sha256 verified)",
+        model.display(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(model)
+}
+
+/// A little-endian float32 `.npy` array (version 1–3, C order): its shape and data.
+pub fn read_npy_f32(path: &Path) -> Result<(Vec<usize>, Vec<f32>), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    parse_npy_f32(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+pub fn parse_npy_f32(bytes: &[u8]) -> Result<(Vec<usize>, Vec<f32>), String> {
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return Err("not a .npy file (bad magic)".into());
+    }
+    let major = bytes[6];
+    let (header_len, header_start) = match major {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize, 12),
+        _ => return Err(format!("unsupported .npy version {major}")),
+    };
+    let data_start = header_start + header_len;
+    let header = bytes
+        .get(header_start..data_start)
+        .ok_or("header runs past the end of the file")?;
+    let header = std::str::from_utf8(header).map_err(|_| "header is not text")?;
+    if !header.contains("'descr': '<f4'") {
+        return Err(format!("expected dtype '<f4', header is {}", header.trim()));
+    }
+    if header.contains("'fortran_order': True") {
+        return Err("Fortran-order arrays are not supported".into());
+    }
+    let shape_text = header
+        .split("'shape': (")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .ok_or("header has no shape")?;
+    let shape: Vec<usize> = shape_text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>().map_err(|_| format!("bad shape entry '{s}'")))
+        .collect::<Result<_, _>>()?;
+    let n: usize = shape.iter().product();
+    let data = &bytes[data_start..];
+    if data.len() != n * 4 {
+        return Err(format!(
+            "shape {shape:?} needs {} data bytes, file has {}",
+            n * 4,
+            data.len()
+        ));
+    }
+    let values = data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    Ok((shape, values))
+}
+
+/// Write a little-endian float32 C-order `.npy` (version 1.0), e.g. for compare_to_oracle.py.
+pub fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<(), String> {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape_text = if dims.len() == 1 {
+        format!("{},", dims[0])
+    } else {
+        dims.join(", ")
+    };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({shape_text}), }}");
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = Vec::with_capacity(10 + header.len() + data.len() * 4);
+    bytes.extend_from_slice(b"\x93NUMPY\x01\x00");
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    for v in data {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// log-softmax in f64 over all entries (the oracle's logits are all finite).
+pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&v| (v as f64 - max).exp()).sum();
+    let lse = max + sum.ln();
+    logits.iter().map(|&v| v as f64 - lse).collect()
+}
+
+/// The oracle's record of one teacher-forced position.
+#[derive(Clone, Debug)]
+pub struct OraclePosition {
+    pub argmax: u32,
+    pub margin12: f64,
+    pub next_token: u32,
+    pub next_logprob: f64,
+    /// ds4's top-20 as (id, logit, logprob).
+    pub top: Vec<(u32, f64, f64)>,
+}
+
+impl OraclePosition {
+    pub fn from_json(v: &Value) -> Result<OraclePosition, String> {
+        let num = |k: &str| v[k].as_f64().ok_or_else(|| format!("position lacks number '{k}'"));
+        let top = v["top"]
+            .as_array()
+            .ok_or("position lacks 'top'")?
+            .iter()
+            .map(|t| match (t[0].as_u64(), t[1].as_f64(), t[2].as_f64()) {
+                (Some(id), Some(logit), Some(lp)) => Ok((id as u32, logit, lp)),
+                _ => Err(format!("bad top entry {t}")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(OraclePosition {
+            argmax: num("argmax")? as u32,
+            margin12: num("margin12")?,
+            next_token: num("next_token")? as u32,
+            next_logprob: num("next_logprob")?,
+            top,
+        })
+    }
+}
+
+/// How one of our positions differs from the oracle's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PositionDelta {
+    pub next_abs: f64,
+    pub top_max_abs: f64,
+    pub our_argmax: u32,
+}
+
+pub fn position_delta(oracle: &OraclePosition, logits: &[f32]) -> PositionDelta {
+    let lp = log_softmax(logits);
+    let next_abs = (lp[oracle.next_token as usize] - oracle.next_logprob).abs();
+    let top_max_abs = oracle
+        .top
+        .iter()
+        .map(|&(id, _, l)| (lp[id as usize] - l).abs())
+        .fold(0.0, f64::max);
+    PositionDelta {
+        next_abs,
+        top_max_abs,
+        our_argmax: ds4_chat::engine::sampler::argmax(logits),
+    }
+}
+
+/// The teacher-forced figures over all positions and their verdict.
+#[derive(Clone, Debug, Default)]
+pub struct PositionsReport {
+    pub n: usize,
+    pub next_mean: f64,
+    pub next_max: f64,
+    pub next_worst_pos: usize,
+    pub top_max: f64,
+    pub top_worst_pos: usize,
+    /// (position, ds4 argmax, our argmax, ds4 margin12) where ds4's margin exceeded the tolerance.
+    pub hard_argmax: Vec<(usize, u32, u32, f64)>,
+    pub near_tie_argmax: usize,
+}
+
+impl PositionsReport {
+    pub fn passes(&self, tol: &Tolerances) -> bool {
+        self.n > 0
+            && self.next_mean <= tol.next_mean
+            && self.next_max <= tol.max_abs
+            && self.top_max <= tol.max_abs
+            && self.hard_argmax.is_empty()
+    }
+}
+
+pub fn summarize_positions(oracle: &[OraclePosition], deltas: &[PositionDelta], tol: &Tolerances) -> PositionsReport {
+    let mut r = PositionsReport {
+        n: deltas.len(),
+        ..Default::default()
+    };
+    let mut sum = 0.0;
+    for (i, (o, d)) in oracle.iter().zip(deltas).enumerate() {
+        sum += d.next_abs;
+        if d.next_abs > r.next_max {
+            r.next_max = d.next_abs;
+            r.next_worst_pos = i;
+        }
+        if d.top_max_abs > r.top_max {
+            r.top_max = d.top_max_abs;
+            r.top_worst_pos = i;
+        }
+        if d.our_argmax != o.argmax {
+            if o.margin12 > tol.margin {
+                r.hard_argmax.push((i, o.argmax, d.our_argmax, o.margin12));
+            } else {
+                r.near_tie_argmax += 1;
+            }
+        }
+    }
+    if r.n > 0 {
+        r.next_mean = sum / r.n as f64;
+    }
+    r
+}
+
+/// Full-vector figures at one position: rms Δ logprob, max |Δ|, KL(reference ‖ ours).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FullVectorReport {
+    pub rms: f64,
+    pub max_abs: f64,
+    pub kl: f64,
+    pub argmax_equal: bool,
+}
+
+impl FullVectorReport {
+    pub fn passes(&self, tol: &Tolerances) -> bool {
+        self.rms <= tol.last_rms && self.kl <= tol.last_kl
+    }
+}
+
+pub fn compare_full_vector(reference: &[f32], ours: &[f32]) -> FullVectorReport {
+    assert_eq!(reference.len(), ours.len(), "vector lengths differ");
+    let lr = log_softmax(reference);
+    let lo = log_softmax(ours);
+    let (mut sq, mut max_abs, mut kl) = (0.0, 0.0f64, 0.0);
+    for (&a, &b) in lr.iter().zip(&lo) {
+        let d = b - a;
+        sq += d * d;
+        max_abs = max_abs.max(d.abs());
+        kl += a.exp() * (a - b);
+    }
+    FullVectorReport {
+        rms: (sq / lr.len() as f64).sqrt(),
+        max_abs,
+        kl,
+        argmax_equal: ds4_chat::engine::sampler::argmax(reference) == ds4_chat::engine::sampler::argmax(ours),
+    }
+}
+
+/// Greedy agreement: tokens must match up to and including the first step whose ds4 margin12 is at
+/// most `margin`; a mismatch at such a near-tie step is allowed, and nothing after it is compared.
+/// Returns (ok, steps agreeing before the comparison stopped).
+pub fn greedy_agreement(ours: &[u32], reference: &[u32], margins: &[f64], margin: f64) -> (bool, usize) {
+    let near_tie = |i: usize| margins.get(i).copied().unwrap_or(0.0) <= margin;
+    for (i, &b) in reference.iter().enumerate() {
+        // A missing token (ours stopped early) counts as a mismatch.
+        if ours.get(i) != Some(&b) {
+            return (near_tie(i), i);
+        }
+        if near_tie(i) {
+            return (true, i + 1);
+        }
+    }
+    (true, reference.len())
+}
+
+/// Steps of ds4's greedy continuation that any correct engine must reproduce: all steps before the
+/// first one whose margin12 is at most `margin` (that step itself may differ).
+pub fn must_match_prefix(margins: &[f64], margin: f64) -> usize {
+    margins.iter().position(|&m| m <= margin).unwrap_or(margins.len())
+}
+
+pub fn load_json(path: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: bad JSON: {e}", path.display()))
+}
+
+pub fn u32_list(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect())
+        .unwrap_or_default()
+}
+
+pub fn hex_bytes(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok())
+        .collect()
+}
