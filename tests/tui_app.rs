@@ -320,3 +320,17 @@ fn key_release_events_are_ignored() {
     app.on_key(k);
     assert!(app.input.is_empty());
 }
+
+#[test]
+fn a_message_sent_while_loading_is_queued_behind_the_load() {
+    let mut app = file_app();
+    assert_eq!(app.phase, Phase::Loading);
+    let cmds = send(&mut app, "early");
+    assert_eq!(submitted(&cmds).conversation.messages.last().unwrap().content, "early");
+    assert_eq!(app.phase, Phase::Busy);
+    // The load events that follow do not end the queued turn.
+    loaded_warming(&mut app);
+    assert_eq!(app.phase, Phase::Busy);
+    full_turn(&mut app, &[], &["answer"], Duration::from_millis(10));
+    assert_eq!(app.phase, Phase::Idle);
+}

@@ -327,7 +327,8 @@ impl App {
         match ev {
             Event::LoadStarted { what } => {
                 self.metrics.loading = Some(what);
-                if !matches!(self.phase, Phase::Failed(_)) {
+                // A turn submitted during the load keeps the app busy.
+                if self.phase == Phase::Idle {
                     self.phase = Phase::Loading;
                 }
             }
@@ -856,10 +857,7 @@ impl App {
             return self.slash(&text);
         }
         match self.phase {
-            Phase::Loading => {
-                self.status = Some("the model is still loading".into());
-                Vec::new()
-            }
+            // While loading the turn is queued behind `Load` in the worker's command channel.
             Phase::Busy | Phase::Cancelling => {
                 self.status = Some("generating — Esc cancels".into());
                 Vec::new()

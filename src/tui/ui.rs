@@ -118,7 +118,7 @@ fn input_title(app: &App, p: &Palette) -> (Line<'static>, String) {
     let (label, hint) = match &app.phase {
         Phase::Loading => (
             " Message (model loading) ",
-            "type your message; it can be sent once the model is loaded",
+            "Enter sends; the answer starts once the model is loaded",
         ),
         Phase::Busy => (" Message ", "generating… Esc cancels"),
         Phase::Cancelling => (" Message ", "cancelling…"),
