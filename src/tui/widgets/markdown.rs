@@ -7,6 +7,7 @@
 
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
+use unicode_segmentation::UnicodeSegmentation;
 use unicode_width::UnicodeWidthChar;
 
 use super::Palette;
@@ -193,6 +194,35 @@ fn to_spans(chars: &[(char, Style)]) -> Vec<Span<'static>> {
     spans
 }
 
+/// True for characters that join the preceding one into a grapheme (combining and spacing marks,
+/// ZWJ, variation selectors), found by asking the grapheme segmenter about "a" + `c`.
+fn attaches(c: char) -> bool {
+    if (c as u32) < 0x300 {
+        return false;
+    }
+    let mut buf = [0u8; 8];
+    buf[0] = b'a';
+    let n = 1 + c.encode_utf8(&mut buf[1..]).len();
+    std::str::from_utf8(&buf[..n]).is_ok_and(|s| s.graphemes(true).count() == 1)
+}
+
+/// Drops what terminals disagree about: control characters (a random demo token can be ESC or BEL)
+/// and marks with nothing to attach to (at the start or after a space: terminals and
+/// `unicode-width` size such orphans differently, which shifts the rest of the row).
+fn displayable(chars: Vec<(char, Style)>) -> Vec<(char, Style)> {
+    let mut out: Vec<(char, Style)> = Vec::with_capacity(chars.len());
+    for (c, st) in chars {
+        if c.is_control() {
+            continue;
+        }
+        if attaches(c) && out.last().is_none_or(|p| p.0.is_whitespace()) {
+            continue;
+        }
+        out.push((c, st));
+    }
+    out
+}
+
 /// Greedy word wrap of styled spans to `width` columns. The first row starts with `first`, later
 /// rows with `cont` (hanging indent). Words longer than a row are split by character.
 pub fn wrap_spans(
@@ -201,11 +231,11 @@ pub fn wrap_spans(
     first: Vec<Span<'static>>,
     cont: Vec<Span<'static>>,
 ) -> Vec<Line<'static>> {
-    // Control characters (a random demo token can be ESC or BEL) never reach the terminal.
     let chars: Vec<(char, Style)> = spans
         .iter()
-        .flat_map(|s| s.content.chars().filter(|c| !c.is_control()).map(move |c| (c, s.style)))
+        .flat_map(|s| s.content.chars().map(move |c| (c, s.style)))
         .collect();
+    let chars = displayable(chars);
     // Split into alternating runs of whitespace and non-whitespace.
     let mut words: Vec<&[(char, Style)]> = Vec::new();
     let mut start = 0;
@@ -279,7 +309,7 @@ pub fn wrap_chars(text: &str, style: Style, width: usize, prefix: Vec<Span<'stat
     let mut lines = Vec::new();
     let mut cur = String::new();
     let mut used = 0;
-    for c in text.chars().filter(|c| !c.is_control()) {
+    for (c, _) in displayable(text.chars().map(|c| (c, style)).collect()) {
         let cw = char_width(c);
         if used + cw > avail && used > 0 {
             let mut l = prefix.clone();
@@ -344,6 +374,18 @@ mod tests {
         assert_eq!(plain(&lines), vec!["a[2Jbc"]);
         let lines = wrap_chars("x\u{1b}y", Style::default(), 20, vec![]);
         assert_eq!(plain(&lines), vec!["xy"]);
+    }
+
+    #[test]
+    fn orphan_combining_marks_are_dropped() {
+        // U+0C41 (Telugu vowel sign U) after a consonant stays; after a space or first it is dropped.
+        let lines = wrap_spans(
+            vec![Span::raw("\u{0C41}x \u{0C15}\u{0C41} \u{0C41}\u{0C41}y")],
+            40,
+            vec![],
+            vec![],
+        );
+        assert_eq!(plain(&lines), vec!["x \u{0C15}\u{0C41} y"]);
     }
 
     #[test]
