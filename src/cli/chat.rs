@@ -1,16 +1,202 @@
-//! The default command: `ds4-chat MODEL.gguf` opens the TUI (placeholder until its issue lands).
+//! The default command: `ds4-chat MODEL.gguf` (or `--demo`) opens the chat TUI.
+//!
+//! Owns the flags, their merge over the config file, the no-model message and starting the worker.
+//! The UI itself is `tui::`.
+
+use std::path::PathBuf;
 
 use super::CliResult;
+use crate::engine::events::{Command, LoadRequest, ModelSource};
+use crate::engine::loader::EngineLoader;
+use crate::engine::worker::Worker;
+use crate::model::chat::ThinkMode;
+use crate::tui::app::App;
+use crate::tui::config::{self, Config};
+use crate::tui::{self, EngineLink};
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Default)]
 pub struct Args {
     /// GGUF model file.
     pub model: Option<std::path::PathBuf>,
     /// Run on a tiny generated model of the real architecture (random answers).
     #[arg(long)]
     pub demo: bool,
+    /// Seed of the generated demo model.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub demo_seed: u64,
+    /// Context size in tokens.
+    #[arg(long, value_name = "N")]
+    pub ctx: Option<i64>,
+    /// Compute backend: auto, hip or cpu.
+    #[arg(long, value_name = "auto|hip|cpu")]
+    pub backend: Option<String>,
+    /// GPU weight placement: auto, copy or map.
+    #[arg(long, value_name = "auto|copy|map")]
+    pub weights: Option<String>,
+    /// CPU threads (0 = all cores).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Reasoning off.
+    #[arg(long, conflicts_with_all = ["think", "think_max"])]
+    pub nothink: bool,
+    /// Reasoning on (high).
+    #[arg(long, conflicts_with = "think_max")]
+    pub think: bool,
+    /// Maximum reasoning (needs --ctx >= 393216, else high).
+    #[arg(long)]
+    pub think_max: bool,
+    /// System prompt ("" for none).
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, value_name = "X")]
+    pub temp: Option<f64>,
+    #[arg(long, value_name = "X")]
+    pub top_p: Option<f64>,
+    #[arg(long, value_name = "N")]
+    pub top_k: Option<u32>,
+    #[arg(long, value_name = "X")]
+    pub min_p: Option<f64>,
+    /// Sampling seed (default: time-seeded).
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Most tokens per answer.
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u32>,
+    /// Config file (default: the path printed by --print-config).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the config file path and exit.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
-pub fn run(_args: Args) -> CliResult {
-    Err("the TUI is not implemented yet".into())
+/// How to get a model, printed when none is given.
+pub const NO_MODEL_HELP: &str = "no model given.
+  Get the GGUF from Hugging Face (antirez/deepseek-v4-gguf; the q2 file, ~81 GiB):
+    hf download antirez/deepseek-v4-gguf \\
+      DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2-imatrix.gguf --local-dir .
+  then run:  ds4-chat DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2-imatrix.gguf
+  or try the app on a tiny generated model (random answers):  ds4-chat --demo";
+
+/// Applies the flags over `c` (flags win). Errors name the flag.
+pub fn apply_flags(mut c: Config, a: &Args) -> Result<Config, String> {
+    if let Some(v) = a.ctx {
+        c.ctx = config::parse_ctx(v).map_err(|e| format!("--ctx: {e}"))?;
+    }
+    if let Some(v) = &a.backend {
+        c.backend = config::parse_backend(v).map_err(|e| format!("--backend: {e}"))?;
+    }
+    if let Some(v) = &a.weights {
+        c.weights = config::parse_weights(v).map_err(|e| format!("--weights: {e}"))?;
+    }
+    if let Some(v) = a.threads {
+        c.threads = v;
+    }
+    if a.nothink {
+        c.think = ThinkMode::Off;
+    } else if a.think_max {
+        c.think = ThinkMode::Max;
+    } else if a.think {
+        c.think = ThinkMode::High;
+    }
+    if let Some(v) = &a.system {
+        c.system = v.clone();
+    }
+    if let Some(v) = a.temp {
+        c.sampling.temperature = config::check_temp(v).map_err(|e| format!("--temp: {e}"))?;
+    }
+    if let Some(v) = a.top_p {
+        c.sampling.top_p = config::check_top_p(v).map_err(|e| format!("--top-p: {e}"))?;
+    }
+    if let Some(v) = a.top_k {
+        if v > 1024 {
+            return Err(format!("--top-k: {v} is out of range (0 ..= 1024)"));
+        }
+        c.sampling.top_k = v;
+    }
+    if let Some(v) = a.min_p {
+        c.sampling.min_p = config::check_min_p(v).map_err(|e| format!("--min-p: {e}"))?;
+    }
+    if let Some(v) = a.seed {
+        c.sampling.seed = Some(v);
+    }
+    if let Some(v) = a.max_tokens {
+        if v == 0 {
+            return Err("--max-tokens: must be at least 1".into());
+        }
+        c.max_tokens = v;
+    }
+    Ok(c)
+}
+
+fn config_path(a: &Args) -> Option<PathBuf> {
+    a.config.clone().or_else(config::config_path)
+}
+
+/// Starts the engine worker with the application loader; it loads the model on `Command::Load`.
+pub fn spawn_engine() -> EngineLink {
+    EngineLink::from_worker(Worker::spawn(Box::new(EngineLoader::new())))
+}
+
+pub fn run(args: Args) -> CliResult {
+    if args.print_config {
+        match config_path(&args) {
+            Some(p) => println!("{}", p.display()),
+            None => return Err("no home directory: cannot place the config file (use --config FILE)".into()),
+        }
+        return Ok(());
+    }
+    let source = match (&args.model, args.demo) {
+        (Some(_), true) => return Err("give either a model file or --demo, not both".into()),
+        (Some(p), false) => ModelSource::File(p.clone()),
+        (None, true) => ModelSource::Demo { seed: args.demo_seed },
+        (None, false) => return Err(NO_MODEL_HELP.into()),
+    };
+    if let ModelSource::File(p) = &source
+        && !p.is_file()
+    {
+        return Err(format!("{}: no such model file", p.display()));
+    }
+    let label = match &source {
+        ModelSource::File(p) => p
+            .file_name()
+            .map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into()),
+        ModelSource::Demo { seed } => format!("demo model (seed {seed})"),
+    };
+    // A bad config file or flag opens the UI with the error (and the same error on exit).
+    let loaded = match config_path(&args) {
+        Some(p) => config::load(&p),
+        None => Ok(Config::default()),
+    };
+    let config = loaded.and_then(|c| apply_flags(c, &args));
+    let (app, engine, setup_error) = match config {
+        Err(e) => (App::failed(Config::default(), label, e.clone()), None, Some(e)),
+        Ok(cfg) => {
+            let load = LoadRequest {
+                source,
+                ctx: cfg.ctx,
+                backend: cfg.backend,
+                weights: cfg.weights,
+                threads: cfg.threads,
+            };
+            let link = spawn_engine();
+            let _ = link.commands.send(Command::Load(load.clone()));
+            let _ = link.commands.send(Command::SetSampling(cfg.sampling.clone()));
+            (App::new(cfg, label, Some(load)), Some(link), None)
+        }
+    };
+    if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        return Err(setup_error.unwrap_or_else(|| {
+            "the chat app needs a terminal (stdout is not a tty); `ds4-chat run` generates headlessly".into()
+        }));
+    }
+    let app = tui::run(app, engine)?;
+    if let Some(e) = setup_error {
+        return Err(e);
+    }
+    if let tui::app::Phase::Failed(e) = app.phase {
+        return Err(e);
+    }
+    Ok(())
 }

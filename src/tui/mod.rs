@@ -1,1 +1,171 @@
-//! The terminal UI. Filled in by the TUI work.
+//! The terminal UI: `App` state updated by pure functions, one event channel, a pure render
+//! function and one file per widget (the ratatui template's app / event / tui / ui split).
+//!
+//! Owns everything drawn on the terminal. Talks to the engine only through
+//! `engine::events::{Command, Event}`; never blocks on it (the worker runs on its own thread).
+
+pub mod app;
+pub mod config;
+pub mod event;
+pub mod terminal;
+pub mod ui;
+pub mod widgets;
+
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+use app::App;
+use event::{AppEvent, EventHub};
+
+use crate::engine::events::{Command, Event};
+
+/// Frame interval while something changes (30 fps cap).
+pub const FRAME: Duration = Duration::from_millis(33);
+/// How long an idle loop sleeps on the channel before looking again.
+pub const IDLE_WAIT: Duration = Duration::from_secs(1);
+
+/// Runs on the forwarder thread and hands every engine event to the callback until the engine's
+/// channel closes or the callback returns false.
+pub type EventPump = Box<dyn FnOnce(&mut dyn FnMut(Event) -> bool) + Send>;
+
+/// The two ends of a running engine worker.
+pub struct EngineLink {
+    pub commands: Sender<Command>,
+    pub events: EventPump,
+}
+
+impl EngineLink {
+    /// A link over plain channels (tests, scripted engines).
+    pub fn from_channels(commands: Sender<Command>, events: Receiver<Event>) -> EngineLink {
+        EngineLink {
+            commands,
+            events: Box::new(move |f| {
+                for ev in events {
+                    if !f(ev) {
+                        return;
+                    }
+                }
+            }),
+        }
+    }
+
+    /// A link owning the engine worker (it lives on the forwarder thread until its events end).
+    pub fn from_worker(worker: crate::engine::worker::Worker) -> EngineLink {
+        EngineLink {
+            commands: worker.sender(),
+            events: Box::new(move |f| {
+                for ev in worker.events().iter() {
+                    if !f(ev) {
+                        return;
+                    }
+                }
+            }),
+        }
+    }
+}
+
+/// Runs the app until the user quits or a signal arrives; the terminal is restored on every path.
+/// Returns the final state (for the exit message).
+pub fn run(mut app: App, engine: Option<EngineLink>) -> Result<App, String> {
+    let mut terminal = terminal::init().map_err(|e| format!("cannot set up the terminal: {e}"))?;
+    let mut hub = EventHub::new();
+    hub.spawn_input();
+    if let Err(e) = hub.spawn_signals() {
+        app.status = Some(format!("signal handling unavailable: {e}"));
+    }
+    let commands = engine.map(|e| {
+        hub.spawn_engine_forwarder(e.events);
+        e.commands
+    });
+    let result = event_loop(&mut terminal, &mut app, &hub, commands.as_ref());
+    if let Some(c) = &commands {
+        let _ = c.send(Command::Shutdown);
+    }
+    let restored = terminal::restore().map_err(|e| format!("cannot restore the terminal: {e}"));
+    result.and(restored).map(|()| app)
+}
+
+fn event_loop(
+    terminal: &mut terminal::Tui,
+    app: &mut App,
+    hub: &EventHub,
+    commands: Option<&Sender<Command>>,
+) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("terminal: {e}");
+    let size = terminal.size().map_err(io)?;
+    app.on_resize(size.width, size.height);
+    let mut dirty = true;
+    let mut last_draw = Instant::now() - FRAME;
+    loop {
+        if dirty && last_draw.elapsed() >= FRAME {
+            terminal.draw(|f| ui::draw(f, app)).map_err(io)?;
+            last_draw = Instant::now();
+            dirty = false;
+            // Lets the end-to-end test check that a panic restores the terminal.
+            if std::env::var_os("DS4_CHAT_TEST_PANIC").is_some() {
+                panic!("test panic requested by DS4_CHAT_TEST_PANIC");
+            }
+        }
+        if app.should_quit {
+            return Ok(());
+        }
+        let wait = if dirty {
+            FRAME.saturating_sub(last_draw.elapsed())
+        } else {
+            IDLE_WAIT
+        };
+        let Some(first) = hub.next(wait) else { continue };
+        // Apply everything already queued before drawing again (a token burst is one frame).
+        let mut ev = Some(first);
+        let mut n = 0;
+        while let Some(e) = ev {
+            for cmd in handle(app, e) {
+                if let Some(c) = commands
+                    && c.send(cmd).is_err()
+                    && !matches!(app.phase, app::Phase::Failed(_))
+                {
+                    app.phase = app::Phase::Failed("the engine worker has stopped".into());
+                }
+            }
+            n += 1;
+            ev = if n < 4096 { hub.try_next() } else { None };
+        }
+        if let Some(text) = app.clipboard.take() {
+            let _ = terminal::copy_to_clipboard(&text);
+        }
+        dirty = true;
+    }
+}
+
+/// Applies one event to the app; returns commands for the worker.
+pub fn handle(app: &mut App, ev: AppEvent) -> Vec<Command> {
+    match ev {
+        AppEvent::Key(k) => app.on_key(k),
+        AppEvent::Paste(s) => {
+            app.on_paste(&s);
+            Vec::new()
+        }
+        AppEvent::Mouse(m) => {
+            app.on_mouse(m);
+            Vec::new()
+        }
+        AppEvent::Resize(c, r) => {
+            app.on_resize(c, r);
+            Vec::new()
+        }
+        AppEvent::Engine(e) => {
+            app.on_engine_event(e);
+            Vec::new()
+        }
+        AppEvent::EngineGone => {
+            if !app.should_quit && !matches!(app.phase, app::Phase::Failed(_)) {
+                app.phase = app::Phase::Failed("the engine worker has stopped".into());
+            }
+            Vec::new()
+        }
+        AppEvent::Signal(_) => {
+            app.should_quit = true;
+            Vec::new()
+        }
+    }
+}

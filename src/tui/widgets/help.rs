@@ -1,0 +1,70 @@
+//! The help overlay (F1 / `?`): keys and slash commands in a centred two-column box.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+
+use super::Palette;
+use crate::tui::app::SLASH_COMMANDS;
+
+const KEYS: &[(&str, &str)] = &[
+    ("Enter", "send"),
+    ("Alt+Enter", "new line (or Ctrl+J)"),
+    ("Up/Down", "history (empty box)"),
+    ("Esc", "cancel; twice: quit"),
+    ("Ctrl+C", "cancel, quit if idle"),
+    ("PgUp/PgDn", "scroll (or wheel)"),
+    ("End", "follow the stream"),
+    ("Tab", "show/hide reasoning"),
+    ("Ctrl+Up/Dn", "select turn for Tab"),
+    ("Ctrl+Y", "copy answer (OSC 52)"),
+    ("Ctrl+L", "clear conversation"),
+    ("F1, ?", "this help"),
+    ("F2", "side panel on/off"),
+    ("", "paste keeps newlines"),
+];
+
+pub fn render(frame: &mut Frame, area: Rect, p: &Palette) {
+    let key_style = Style::default().fg(p.accent).add_modifier(Modifier::BOLD);
+    let head = Style::default().add_modifier(Modifier::BOLD);
+    let mut keys = vec![Line::from(Span::styled("Keys", head))];
+    keys.extend(
+        KEYS.iter()
+            .map(|(k, v)| Line::from(vec![Span::styled(format!("{k:<11}"), key_style), Span::raw(*v)])),
+    );
+    let mut cmds = vec![Line::from(Span::styled("Commands", head))];
+    cmds.extend(SLASH_COMMANDS.iter().map(|(name, arg, help)| {
+        Line::from(vec![
+            Span::styled(format!("{:<13}", format!("{name} {arg}")), key_style),
+            Span::raw(*help),
+        ])
+    }));
+    let two_cols = area.width >= 78;
+    let rows = if two_cols {
+        keys.len().max(cmds.len())
+    } else {
+        keys.len() + cmds.len() + 1
+    };
+    let w = if two_cols { 78 } else { area.width.min(40) };
+    let h = (rows as u16 + 2).min(area.height);
+    let r = Rect::new(area.x + (area.width - w) / 2, area.y + (area.height - h) / 2, w, h);
+    frame.render_widget(Clear, r);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(Style::default().fg(p.accent))
+        .title(" Help · any key closes ");
+    let inner = block.inner(r);
+    frame.render_widget(block, r);
+    let inner = Rect::new(inner.x + 1, inner.y, inner.width.saturating_sub(1), inner.height);
+    if two_cols {
+        let [a, b] = Layout::horizontal([Constraint::Length(38), Constraint::Min(0)]).areas(inner);
+        frame.render_widget(Paragraph::new(keys), a);
+        frame.render_widget(Paragraph::new(cmds), b);
+    } else {
+        keys.push(Line::default());
+        keys.extend(cmds);
+        frame.render_widget(Paragraph::new(keys), inner);
+    }
+}

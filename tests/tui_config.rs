@@ -1,0 +1,116 @@
+//! The config file: documented defaults, one-line errors naming the key, flags over the file.
+
+use ds4_chat::cli::chat::{Args, apply_flags};
+use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
+use ds4_chat::model::chat::ThinkMode;
+use ds4_chat::tui::config::{self, Config, Theme};
+
+#[test]
+fn documented_defaults_match_the_built_in_defaults() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml")).unwrap();
+    assert_eq!(config::parse(&text).unwrap(), Config::default());
+    // And the built-in defaults are ds4's (spec §6.1, §7.1).
+    let d = Config::default();
+    assert_eq!(d.system, "You are a helpful assistant");
+    assert_eq!(
+        (
+            d.sampling.temperature,
+            d.sampling.top_p,
+            d.sampling.top_k,
+            d.sampling.min_p
+        ),
+        (1.0, 1.0, 0, 0.05)
+    );
+    assert_eq!(d.sampling.seed, None);
+    assert_eq!(d.think, ThinkMode::High);
+}
+
+#[test]
+fn values_are_read() {
+    let c = config::parse(
+        "ctx = 8192\nbackend = \"cpu\"\nweights = \"map\"\nthink = \"off\"\nsystem = \"\"\ntemp = 0\n\
+         top_p = 0.9\ntop_k = 40\nmin_p = 0\nseed = 5\nmax_tokens = 100\nside_panel = false\ntheme = \"light\"\nthreads = 2\n",
+    )
+    .unwrap();
+    assert_eq!(c.ctx, 8192);
+    assert_eq!(c.backend, BackendChoice::Cpu);
+    assert_eq!(c.weights, WeightPlacement::Map);
+    assert_eq!(c.think, ThinkMode::Off);
+    assert_eq!(c.system, "");
+    assert_eq!(c.sampling.temperature, 0.0);
+    assert_eq!(c.sampling.top_p, 0.9);
+    assert_eq!(c.sampling.top_k, 40);
+    assert_eq!(c.sampling.seed, Some(5));
+    assert_eq!(c.max_tokens, 100);
+    assert!(!c.side_panel);
+    assert_eq!(c.theme, Theme::Light);
+    assert_eq!(c.threads, 2);
+}
+
+fn err(text: &str) -> String {
+    let e = config::parse(text).unwrap_err();
+    assert!(!e.contains('\n'), "error must be one line: {e:?}");
+    e
+}
+
+#[test]
+fn unknown_keys_and_bad_values_name_the_key() {
+    let e = err("ctx = 4096\ntemperature = 0.5\n");
+    assert!(e.contains("line 2") && e.contains("temperature"), "{e}");
+    let e = err("ctx = 100\n");
+    assert!(e.contains("`ctx`") && e.contains("100"), "{e}");
+    let e = err("backend = \"cuda\"\n");
+    assert!(e.contains("`backend`") && e.contains("cuda"), "{e}");
+    let e = err("temp = -1\n");
+    assert!(e.contains("`temp`"), "{e}");
+    let e = err("top_p = 0\n");
+    assert!(e.contains("`top_p`"), "{e}");
+    let e = err("think = \"maybe\"\n");
+    assert!(e.contains("`think`") && e.contains("maybe"), "{e}");
+    let e = err("ctx = \"big\"\n");
+    assert!(e.contains("line 1"), "{e}");
+    let e = err("seed = -3\n");
+    assert!(e.contains("`seed`"), "{e}");
+    let e = err("theme = \"neon\"\n");
+    assert!(e.contains("neon"), "{e}");
+}
+
+#[test]
+fn missing_file_gives_defaults_and_load_names_the_file() {
+    let dir = std::env::temp_dir().join(format!("ds4-chat-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("none.toml");
+    assert_eq!(config::load(&missing).unwrap(), Config::default());
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "colour = 1\n").unwrap();
+    let e = config::load(&bad).unwrap_err();
+    assert!(e.contains("bad.toml") && e.contains("colour"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn flags_override_the_file() {
+    let file = config::parse("ctx = 8192\ntemp = 0.3\nthink = \"off\"\n").unwrap();
+    let args = Args {
+        ctx: Some(65536),
+        think_max: true,
+        temp: Some(0.8),
+        backend: Some("cpu".into()),
+        ..Default::default()
+    };
+    let c = apply_flags(file.clone(), &args).unwrap();
+    assert_eq!(c.ctx, 65536);
+    assert_eq!(c.think, ThinkMode::Max);
+    assert_eq!(c.sampling.temperature, 0.8);
+    assert_eq!(c.backend, BackendChoice::Cpu);
+    let bad = Args {
+        top_p: Some(1.5),
+        ..Default::default()
+    };
+    assert!(apply_flags(file.clone(), &bad).unwrap_err().starts_with("--top-p"));
+    let bad = Args {
+        weights: Some("mmap".into()),
+        ..Default::default()
+    };
+    assert!(apply_flags(file, &bad).unwrap_err().starts_with("--weights"));
+}

@@ -1,0 +1,281 @@
+//! Render tests of the TUI on ratatui's TestBackend: each scenario feeds synthetic worker events to
+//! `App`, checks the figures it must show (computed here from the event values) and compares the
+//! whole screen with a committed plain-text snapshot (tests/snapshots/; UPDATE_SNAPSHOTS=1 rewrites).
+
+mod tui_common;
+
+use std::time::Duration;
+
+use crossterm::event::KeyCode;
+use ds4_chat::engine::events::{Event, ModelSource, TextKind};
+use ds4_chat::tui::app::{App, Phase};
+use tui_common::*;
+
+const W: u16 = 110;
+const H: u16 = 32;
+
+#[test]
+fn warmup_screen_shows_progress_rate_and_eta() {
+    let mut app = file_app();
+    loaded_warming(&mut app);
+    let s = screen(&app, W, H);
+    // 30 GiB of 81 GiB in 10 s: 37%, 3.00 GiB/s, ETA 51 GiB / 3 GiB/s = 17.0 s.
+    assert!(s.contains("Warm-up  37% ETA 17.0 s"), "{s}");
+    assert!(s.contains("30.0/81.0 GiB 3.00 GiB/s"), "{s}");
+    assert!(s.contains("Resident 30.0/81.0 GiB"), "{s}");
+    assert!(s.contains("experts    26.0/75.0 GiB"), "{s}");
+    assert!(s.contains("Radeon 8060S (gfx1151)"), "{s}");
+    assert_snapshot("warmup", &s);
+}
+
+#[test]
+fn idle_screen_after_one_turn() {
+    let mut app = file_app();
+    loaded_warming(&mut app);
+    warm_done(&mut app);
+    send(&mut app, "What is 2+2?");
+    full_turn(
+        &mut app,
+        &["The user asks ", "a sum."],
+        &["# Answer\n", "It is **4**.\n", "- one\n- two"],
+        Duration::from_millis(25),
+    );
+    assert_eq!(app.phase, Phase::Idle);
+    let s = screen(&app, W, H);
+    // 5 tokens of 25 ms each: 40.0 t/s; prefill 20 tokens in 400 ms.
+    assert!(s.contains("40.0 t/s"), "{s}");
+    assert!(s.contains("20 tok in 400 ms"), "{s}");
+    assert!(s.contains("▸ Reasoning · 5 words"), "{s}");
+    assert!(s.contains("• one"), "{s}");
+    assert!(s.contains("Context  25 / 32k"), "{s}");
+    assert!(s.contains("● ready"), "{s}");
+    assert_snapshot("idle", &s);
+}
+
+#[test]
+fn prefill_in_progress_shows_bar_and_eta() {
+    let mut app = file_app();
+    loaded_warming(&mut app);
+    warm_done(&mut app);
+    send(&mut app, "Summarise this long document please.");
+    app.on_engine_event(Event::TurnStarted {
+        prompt_tokens: 4096,
+        reused_tokens: 0,
+        think: ds4_chat::model::chat::ThinkMode::High,
+        note: None,
+    });
+    app.on_engine_event(Event::PrefillProgress {
+        done: 1024,
+        total: 4096,
+        elapsed: Duration::from_secs(2),
+    });
+    let s = screen(&app, W, H);
+    // 1024 of 4096 in 2 s: 25%, ETA 3072 / 512 t/s = 6.0 s.
+    assert!(s.contains("Prefill  25% ETA 6.0 s"), "{s}");
+    assert!(s.contains("1.0k / 4.1k tok"), "{s}");
+    assert!(s.contains("◐ prefill 25%"), "{s}");
+    assert_snapshot("prefill", &s);
+}
+
+fn streaming_app() -> App {
+    let mut app = file_app();
+    loaded_warming(&mut app);
+    warm_done(&mut app);
+    send(&mut app, "Write hello world in Rust.");
+    app.on_engine_event(Event::TurnStarted {
+        prompt_tokens: 30,
+        reused_tokens: 0,
+        think: ds4_chat::model::chat::ThinkMode::High,
+        note: None,
+    });
+    app.on_engine_event(Event::PrefillDone {
+        tokens: 30,
+        elapsed: Duration::from_millis(600),
+    });
+    stream(
+        &mut app,
+        TextKind::Reasoning,
+        &["The user wants ", "a Rust program.\n", "Use println!."],
+        Duration::from_millis(50),
+    );
+    app
+}
+
+#[test]
+fn streaming_reasoning_is_open_while_thinking() {
+    let app = streaming_app();
+    let s = screen(&app, W, H);
+    assert!(s.contains("▾ Thinking…"), "{s}");
+    assert!(s.contains("│ The user wants a Rust program."), "{s}");
+    // Three steps of 50 ms: 20.0 t/s live.
+    assert!(s.contains("Decode   20.0 t/s live"), "{s}");
+    assert!(s.contains("◉ generating 20.0 t/s"), "{s}");
+    assert_snapshot("streaming_reasoning", &s);
+}
+
+#[test]
+fn reasoning_collapses_when_the_answer_streams_and_tab_reopens_it() {
+    let mut app = streaming_app();
+    stream(
+        &mut app,
+        TextKind::Answer,
+        &[
+            "Here you go:\n",
+            "```rust\n",
+            "fn main() {\n",
+            "    println!(\"hi\");\n",
+            "}\n",
+            "```\n",
+            "Run it with `cargo run`.",
+        ],
+        Duration::from_millis(50),
+    );
+    let s = screen(&app, W, H);
+    assert!(s.contains("▸ Reasoning · 8 words · Tab shows"), "{s}");
+    assert!(!s.contains("│ The user wants"), "{s}");
+    assert!(s.contains("╭ rust ─"), "{s}");
+    assert!(s.contains("│     println!(\"hi\");"), "{s}");
+    assert!(s.contains("╰────"), "{s}");
+    assert_snapshot("streaming_collapsed", &s);
+    app.on_key(key(KeyCode::Tab));
+    let s = screen(&app, W, H);
+    assert!(s.contains("│ The user wants a Rust program."), "{s}");
+}
+
+#[test]
+fn help_overlay() {
+    let mut app = file_app();
+    loaded_warming(&mut app);
+    warm_done(&mut app);
+    app.on_key(key(KeyCode::F(1)));
+    assert!(app.show_help);
+    let s = screen(&app, W, H);
+    assert!(s.contains("Help · any key closes"), "{s}");
+    assert!(s.contains("/retry"), "{s}");
+    assert!(s.contains("Ctrl+Y"), "{s}");
+    assert_snapshot("help", &s);
+    app.on_key(key(KeyCode::Char('x')));
+    assert!(!app.show_help);
+    assert!(app.input.is_empty(), "the closing key must not be typed");
+}
+
+#[test]
+fn small_terminal_notice() {
+    let mut app = file_app();
+    loaded_warming(&mut app);
+    let s = screen(&app, 59, 14);
+    assert!(s.contains("terminal too small"), "{s}");
+    assert!(s.contains("59×14, need 60×15"), "{s}");
+    assert_snapshot("small", &s);
+    // 60×15 is enough, and the panel becomes a one-line strip below 100 columns.
+    let s = screen(&app, 60, 15);
+    assert!(!s.contains("terminal too small"), "{s}");
+    assert!(s.contains("ctx 0/32k"), "{s}");
+}
+
+#[test]
+fn fatal_error_is_shown_and_only_quit_works() {
+    let mut app = file_app();
+    app.on_engine_event(Event::LoadStarted {
+        what: "DeepSeek-V4-Flash-q2.gguf".into(),
+    });
+    app.on_engine_event(Event::Error {
+        message: "/models/DeepSeek-V4-Flash-q2.gguf: not a GGUF file (magic 0x00000000 at offset 0)".into(),
+        fatal: true,
+    });
+    let s = screen(&app, W, H);
+    assert!(
+        s.contains("✖ error: /models/DeepSeek-V4-Flash-q2.gguf: not a GGUF file"),
+        "{s}"
+    );
+    assert!(s.contains("Press Esc, q or Ctrl+C to quit."), "{s}");
+    assert_snapshot("error", &s);
+    assert!(send(&mut app, "hello").is_empty());
+    assert!(app.should_quit, "Enter quits in the failed state");
+}
+
+#[test]
+fn demo_banner_and_narrow_strip() {
+    let load = ds4_chat::engine::events::LoadRequest {
+        source: ModelSource::Demo { seed: 1 },
+        ctx: 4096,
+        backend: Default::default(),
+        weights: Default::default(),
+        threads: 0,
+    };
+    let mut app = App::new(config(), "demo model (seed 1)".into(), Some(load));
+    let mut info = model_info();
+    info.is_demo = true;
+    info.backend = "cpu".into();
+    info.ctx = 4096;
+    app.on_engine_event(Event::Loaded(info));
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("DEMO: a tiny random model"), "{s}");
+    assert!(s.contains("Its answers are random text"), "{s}");
+    assert!(s.contains("– t/s │ ctx 0/4.1k │ cpu │ think high"), "{s}");
+    assert_snapshot("demo_narrow", &s);
+}
+
+#[test]
+fn resize_mid_stream_keeps_rendering() {
+    let mut app = streaming_app();
+    for (w, h) in [(200, 60), (60, 15), (59, 30), (100, 15), (120, 40)] {
+        let s = screen(&app, w, h);
+        assert_eq!(s.lines().count(), h as usize);
+        stream(&mut app, TextKind::Answer, &["more text "], Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn live_stats_and_small_models_use_fitting_units() {
+    let mut app = file_app();
+    app.on_engine_event(Event::Loaded(model_info()));
+    send(&mut app, "hi");
+    full_turn(&mut app, &[], &["ok"], Duration::from_millis(20));
+    app.on_engine_event(Event::Stats(ds4_chat::engine::events::LiveStats {
+        prefill_tps: Some(50.0),
+        prefill_latency: Some(Duration::from_millis(450)),
+        context_used: 23,
+        context_size: 32768,
+        kv_bytes: 5 << 20,
+        ..Default::default()
+    }));
+    app.on_engine_event(Event::Residency(ds4_chat::engine::events::Residency {
+        total_bytes: 120 << 20,
+        resident_bytes: 30 << 20,
+        embed_head: (30 << 20, 60 << 20),
+        ..Default::default()
+    }));
+    let s = screen(&app, W, H);
+    assert!(s.contains("Latency  450 ms 1st token"), "{s}");
+    assert!(s.contains("50.0 t/s"), "{s}");
+    assert!(s.contains("KV cache 5.0 MiB"), "{s}");
+    assert!(s.contains("Resident 30.0/120.0 MiB"), "{s}");
+    assert!(s.contains("embed+head 30.0/60.0 MiB"), "{s}");
+    assert!(s.contains("Context  23 / 32k"), "{s}");
+}
+
+#[test]
+fn cached_finished_turns_follow_tab_retry_and_resize() {
+    let mut app = file_app();
+    app.on_engine_event(Event::Loaded(model_info()));
+    send(&mut app, "first question");
+    full_turn(&mut app, &["secret plan"], &["first answer"], Duration::from_millis(10));
+    let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(W, H)).unwrap();
+    let s = draw_text(&mut t, &app);
+    assert!(s.contains("first answer") && !s.contains("secret plan"), "{s}");
+    app.on_key(key(KeyCode::Tab));
+    let s = draw_text(&mut t, &app);
+    assert!(s.contains("│ secret plan"), "Tab must re-render a cached turn:\n{s}");
+    send(&mut app, "/retry");
+    full_turn(&mut app, &["other plan"], &["second answer"], Duration::from_millis(10));
+    let s = draw_text(&mut t, &app);
+    assert!(s.contains("second answer") && !s.contains("first answer"), "{s}");
+    app.on_resize(70, 20);
+    let mut narrow = ratatui::Terminal::new(ratatui::backend::TestBackend::new(70, 20)).unwrap();
+    let s = draw_text(&mut narrow, &app);
+    assert!(
+        s.contains("second answer") && s.lines().all(|l| l.chars().count() <= 70),
+        "{s}"
+    );
+}

@@ -1,0 +1,236 @@
+//! End-to-end test of the real binary in tmux with `--demo` (real worker, real CPU engine, tiny
+//! generated model): type a prompt, see streamed text and a non-zero decode rate, cancel with Esc,
+//! /clear, resize the pane mid-session, quit, and check the terminal left the alternate screen.
+//!
+//! Skipped with a message when tmux is missing, except under CI (CI=true), where it must run.
+//! The mid-stream screen is written to target/tui-demo-screen.txt.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> String {
+        // CI may run without TERM; the tmux client refuses to start without a usable one.
+        let out = Command::new("tmux")
+            .env("TERM", "xterm-256color")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-t", "e2e"])
+    }
+
+    fn alternate_on(&self) -> String {
+        self.run(&["display", "-p", "-t", "e2e", "#{alternate_on}"])
+            .trim()
+            .to_string()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "e2e"];
+        args.extend_from_slice(keys);
+        self.run(&args);
+    }
+
+    fn literal(&self, text: &str) {
+        self.run(&["send-keys", "-t", "e2e", "-l", text]);
+    }
+
+    /// Polls the screen until `pred` holds; panics with the last screen after `secs`.
+    fn wait(&self, what: &str, secs: u64, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            if start.elapsed() > Duration::from_secs(secs) {
+                panic!("timed out after {secs} s waiting for {what}; screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+/// The decode rate the side panel shows ("Decode   12.3 t/s").
+fn panel_rate(screen: &str) -> Option<f64> {
+    screen.lines().find_map(|l| {
+        let i = l.find("Decode")?;
+        let rest = l[i + "Decode".len()..].trim_start();
+        rest.split_whitespace().next()?.parse::<f64>().ok()
+    })
+}
+
+/// Tokens of the answer in flight, from its header ("DeepSeek  12 tok").
+fn tokens_shown(screen: &str) -> u32 {
+    screen
+        .lines()
+        .filter_map(|l| {
+            let i = l.find("DeepSeek  ")?;
+            l[i + 10..].split_whitespace().next()?.parse().ok()
+        })
+        .next_back()
+        .unwrap_or(0)
+}
+
+/// Starts `ds4-chat --demo EXTRA` in a fresh tmux server (120×36); `None` (after printing why) when
+/// tmux is missing outside CI.
+fn start(test: &str, env: &str, extra: &str) -> Option<Tmux> {
+    let have_tmux = Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_tmux {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("tmux is required in CI for the TUI end-to-end tests");
+        }
+        eprintln!("SKIPPED {test}: tmux is not installed");
+        return None;
+    }
+    let bin = env!("CARGO_BIN_EXE_ds4-chat");
+    // A config path that does not exist: the built-in defaults, whatever the user's file says.
+    let config = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tui-e2e-no-config.toml");
+    let t = Tmux {
+        socket: format!("ds4chat-{test}-{}", std::process::id()),
+    };
+    t.run(&["new-session", "-d", "-s", "e2e", "-x", "120", "-y", "36", "sh"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let cmd = format!(
+        "{env} TERM=xterm-256color {bin} --demo --config {} {extra}; echo EXIT=$?",
+        config.display()
+    );
+    t.literal(&cmd);
+    t.keys(&["Enter"]);
+    Some(t)
+}
+
+/// The pid of `parent`'s child process called `name` (from /proc/PID/stat: "pid (comm) state ppid ...").
+fn child_named(parent: i32, name: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        let (head, tail) = stat.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1;
+        let ppid: i32 = tail.split_whitespace().nth(1)?.parse().ok()?;
+        (ppid == parent && comm == name).then_some(pid)
+    })
+}
+
+/// The shell's "EXIT=n" line once the app has ended.
+fn exit_line(s: &str) -> Option<String> {
+    s.lines()
+        .find(|l| l.starts_with("EXIT=") && l[5..].starts_with(|c: char| c.is_ascii_digit()))
+        .map(str::to_string)
+}
+
+#[test]
+fn sigterm_and_sighup_restore_the_terminal() {
+    for sig in ["TERM", "HUP"] {
+        let Some(t) = start(&format!("sig{sig}"), "", "") else {
+            return;
+        };
+        t.wait("the app to start", 120, |s| s.contains("ds4-chat · demo model"));
+        assert_eq!(t.alternate_on(), "1");
+        let pid = t.run(&["display", "-p", "-t", "e2e", "#{pane_pid}"]);
+        // The app is the pane shell's child.
+        let app = child_named(pid.trim().parse().unwrap(), "ds4-chat").expect("ds4-chat runs in the pane");
+        let signal = if sig == "TERM" { libc::SIGTERM } else { libc::SIGHUP };
+        // SAFETY: kill(2) on the pid of the app this test started, with a valid signal number.
+        assert_eq!(unsafe { libc::kill(app, signal) }, 0);
+        let s = t.wait("the app to exit", 30, |s| exit_line(s).is_some());
+        assert_eq!(
+            t.alternate_on(),
+            "0",
+            "SIG{sig}: the terminal must leave the alternate screen\n{s}"
+        );
+    }
+}
+
+#[test]
+fn panic_restores_the_terminal() {
+    let Some(t) = start("panic", "DS4_CHAT_TEST_PANIC=1", "") else {
+        return;
+    };
+    let s = t.wait("the app to exit", 120, |s| exit_line(s).is_some());
+    assert_eq!(t.alternate_on(), "0", "{s}");
+    assert!(
+        s.contains("DS4_CHAT_TEST_PANIC"),
+        "the panic message must show on the normal screen:\n{s}"
+    );
+    assert_ne!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
+}
+
+#[test]
+fn demo_chat_in_tmux() {
+    let Some(t) = start("chat", "", "--ctx 4096 --nothink --seed 3 --threads 2") else {
+        return;
+    };
+
+    // Loaded: the demo banner and the ready state, on the alternate screen.
+    t.wait("the app to be ready", 120, |s| {
+        s.contains("● ready") && s.contains("DEMO")
+    });
+    assert_eq!(t.alternate_on(), "1", "the app must use the alternate screen");
+
+    // A prompt streams an answer and the panel shows a non-zero decode rate.
+    t.literal("Tell me about the sea.");
+    t.keys(&["Enter"]);
+    let mid = t.wait("streamed text and a decode rate", 120, |s| {
+        s.contains("◉ generating") && panel_rate(s).is_some_and(|r| r > 0.0) && s.contains("▍") && tokens_shown(s) >= 8
+    });
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/tui-demo-screen.txt");
+    let _ = std::fs::write(&out, &mid);
+    eprintln!("mid-stream screen (also in {}):\n{mid}", out.display());
+
+    // Esc cancels.
+    t.keys(&["Escape"]);
+    t.wait("the cancel to land", 60, |s| {
+        s.contains("[cancelled]") && s.contains("● ready")
+    });
+
+    // /clear forgets the conversation.
+    t.literal("/clear");
+    t.keys(&["Enter"]);
+    t.wait("the conversation to clear", 30, |s| {
+        s.contains("conversation cleared") && !s.contains("Tell me about the sea.")
+    });
+
+    // Resize: below 100 columns the panel becomes a one-line strip.
+    t.run(&["resize-window", "-t", "e2e", "-x", "80", "-y", "24"]);
+    t.wait("the narrow layout", 30, |s| {
+        s.lines().count() <= 24 && s.contains(" t/s │ ") && s.contains("│ ctx ") && !s.contains("Performance (F2)")
+    });
+    // Too small, then big again.
+    t.run(&["resize-window", "-t", "e2e", "-x", "50", "-y", "12"]);
+    t.wait("the too-small notice", 30, |s| s.contains("terminal too small"));
+    t.run(&["resize-window", "-t", "e2e", "-x", "120", "-y", "36"]);
+    t.wait("the wide layout", 30, |s| s.contains("Performance (F2)"));
+
+    // Quit with Esc twice: the shell is back and the alternate screen is left.
+    t.keys(&["Escape"]);
+    std::thread::sleep(Duration::from_millis(200));
+    t.keys(&["Escape"]);
+    let s = t.wait("the app to exit", 30, |s| exit_line(s).is_some());
+    assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
+    assert_eq!(t.alternate_on(), "0", "the terminal must leave the alternate screen");
+}
