@@ -7,6 +7,9 @@
 
 use std::time::Instant;
 
+use super::kernel_checks::run_kernel_checks;
+use super::kernel_module::KernelModule;
+use super::kernels;
 use super::runtime::{CaptureMode, HipContext, HipResult, HostRegistration, KernelArgs, LaunchDims, PinnedBuffer};
 
 /// Outcome of one check.
@@ -43,7 +46,7 @@ impl CheckResult {
         }
     }
 
-    fn error(name: &str, err: impl std::fmt::Display) -> CheckResult {
+    pub(crate) fn error(name: &str, err: impl std::fmt::Display) -> CheckResult {
         CheckResult {
             name: name.to_string(),
             max_abs: f64::NAN,
@@ -172,6 +175,26 @@ pub fn run_all(ctx: &HipContext, opts: &CheckOptions, report: &mut dyn FnMut(&Ch
         for r in check_test_kernels(ctx, &mut rng) {
             emit(r, &mut results);
         }
+    }
+    match KernelModule::load(ctx) {
+        Ok(module) => {
+            let r = CheckResult {
+                name: "kernel.module_load".into(),
+                max_abs: 0.0,
+                max_rel: 0.0,
+                tol: 0.0,
+                verdict: Verdict::Pass,
+                note: format!(
+                    "{} kernels for {} ({})",
+                    kernels::ALL_KERNELS.len(),
+                    module.target,
+                    module.source
+                ),
+            };
+            emit(r, &mut results);
+            run_kernel_checks(ctx, &module, &mut rng, &mut |r| emit(r, &mut results));
+        }
+        Err(e) => emit(CheckResult::error("kernel.module_load", e), &mut results),
     }
     results
 }

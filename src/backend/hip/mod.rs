@@ -7,7 +7,9 @@
 //!   falls back to the CPU backend.
 //! * `kernels` — the kernels' C ABI: names, parameter lists, typed launch builders, embedded code
 //!   objects (kernels/*.hip; owned by the kernel work).
-//! * `checks` — the GPU selftest (runtime smoke checks; kernels against the CPU reference).
+//! * `kernel_module` — loads the kernel image that fits the device and runs `kernels::Launch` values.
+//! * `checks`, `kernel_checks` — the GPU selftest: runtime smoke checks; every kernel against the CPU
+//!   reference on random inputs.
 //!
 //! Kernel images: AMD code objects are embedded by build.rs; on the NVIDIA test shim
 //! (tests/hip-on-cuda) they come from `$DS4_KERNEL_DIR/<stem>.sm_<cc>.cubin`
@@ -15,6 +17,8 @@
 
 pub mod checks;
 pub mod ffi;
+pub mod kernel_checks;
+pub mod kernel_module;
 pub mod kernels;
 pub mod runtime;
 

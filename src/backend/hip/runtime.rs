@@ -835,10 +835,18 @@ impl Function {
     /// pointer among them must stay valid until the kernel has run.
     pub unsafe fn launch(&self, stream: &Stream, dims: LaunchDims, args: &mut KernelArgs) -> HipResult<()> {
         let mut ptrs = args.pointers();
-        let params = if ptrs.is_empty() {
+        unsafe { self.launch_raw(stream, dims, &mut ptrs) }
+    }
+
+    /// Enqueue one launch with a ready `kernelParams` array (one pointer per argument).
+    ///
+    /// # Safety
+    /// As `launch`; additionally each pointer must address the argument's bytes until this returns.
+    pub unsafe fn launch_raw(&self, stream: &Stream, dims: LaunchDims, params: &mut [*mut c_void]) -> HipResult<()> {
+        let params = if params.is_empty() {
             std::ptr::null_mut()
         } else {
-            ptrs.as_mut_ptr()
+            params.as_mut_ptr()
         };
         check("hipModuleLaunchKernel", unsafe {
             (self.module.ctx.api().hipModuleLaunchKernel)(

@@ -1,0 +1,694 @@
+//! Kernel checks of the GPU selftest: each kernel of `kernels/*.hip` on random inputs (every weight
+//! format, odd sizes) against the CPU reference (`backend::cpu::{quant, ops, moe}`).
+//!
+//! Owns the inputs, the reference composition and the tolerances. The reference math itself is the
+//! CPU backend's; nothing here re-derives a format.
+//!
+//! Tolerances: the GPU reduces in a different order (warp trees) than the CPU (sequential / 8 lanes),
+//! so float results differ by rounding only. Matvec-style outputs are compared with
+//! max|gpu − cpu| ≤ tol · max|cpu| over the whole output (tol 1e-4: rounding of a few-thousand-term
+//! f32 sum is ~1e-6 of its magnitude, while a wrong block, scale or row gives errors of order 1).
+//! Quantized codes may differ by one where x·(1/d) lands within an ulp of a rounding tie; such
+//! codes are counted and allowed up to 1 % of the codes, never by more than one step.
+
+use crate::backend::cpu::moe::{swiglu, top_k_desc};
+use crate::backend::cpu::ops::{rms_norm, softplus};
+use crate::backend::cpu::quant::{
+    BlockQ8K, Q8_0Act, QK_K, dot_f16, dot_iq2_xxs, dot_q2_k, dot_q4_k, dot_q8_0, quantize_q8_0, quantize_q8_k,
+};
+use crate::gguf::half::f32_to_f16;
+
+use super::checks::{CheckResult, CheckRng, Verdict};
+use super::kernel_module::KernelModule;
+use super::kernels::{self, ExpertFormat, Launch, Q8K, QuantOut};
+use super::runtime::{DeviceBuffer, DeviceCopy, HipContext, HipResult, Stream};
+
+/// Relative tolerance of matvec-style outputs (see the module comment).
+const TOL_MATVEC: f64 = 1e-4;
+
+struct Gpu<'a> {
+    ctx: &'a HipContext,
+    kernels: &'a KernelModule,
+    stream: Stream,
+}
+
+impl Gpu<'_> {
+    fn up<T: DeviceCopy>(&self, data: &[T]) -> HipResult<DeviceBuffer> {
+        self.ctx.upload(data)
+    }
+
+    /// A device buffer of `n` T's filled with a poison pattern (0xFF bytes: NaN for f32), so that
+    /// unwritten outputs fail the comparison.
+    fn poisoned<T: DeviceCopy>(&self, n: usize) -> HipResult<DeviceBuffer> {
+        let mut b = self.ctx.alloc(n * std::mem::size_of::<T>())?;
+        let len = b.len_bytes();
+        b.fill_bytes_async(0, len, 0xFF, &self.stream)?;
+        self.stream.synchronize()?;
+        Ok(b)
+    }
+
+    fn run(&self, launch: &Launch) -> HipResult<()> {
+        // SAFETY: every check sizes its buffers for the shapes it passes (documented per kernel).
+        unsafe { self.kernels.launch(&self.stream, launch)? };
+        self.stream.synchronize()
+    }
+}
+
+/// Scaled comparison: passes when max|got − want| ≤ tol · max|want| and nothing is NaN.
+fn close_scaled(name: &str, got: &[f32], want: &[f32], tol: f64, note: String) -> CheckResult {
+    let scale = want
+        .iter()
+        .fold(0f64, |m, &v| m.max((v as f64).abs()))
+        .max(f64::MIN_POSITIVE);
+    let mut max_abs = 0f64;
+    let mut max_rel = 0f64;
+    let mut ok = got.len() == want.len();
+    for (&g, &w) in got.iter().zip(want) {
+        let d = (g as f64 - w as f64).abs();
+        if !d.is_finite() {
+            ok = false;
+            max_abs = f64::INFINITY;
+            continue;
+        }
+        max_abs = max_abs.max(d);
+        if (w as f64).abs() > 1e-3 * scale {
+            max_rel = max_rel.max(d / (w as f64).abs());
+        }
+    }
+    ok &= max_abs <= tol * scale;
+    CheckResult {
+        name: name.to_string(),
+        max_abs,
+        max_rel,
+        tol,
+        verdict: if ok { Verdict::Pass } else { Verdict::Fail },
+        note: format!("{note}; scale max|ref| {scale:.3e}"),
+    }
+}
+
+/// Code comparison: differing codes must be off by one and at most 1 % of all codes.
+fn codes_close(name: &str, got: &[i8], want: &[i8], note: String) -> CheckResult {
+    let mut off = 0usize;
+    let mut max_step = 0i32;
+    for (&g, &w) in got.iter().zip(want) {
+        let d = (g as i32 - w as i32).abs();
+        if d != 0 {
+            off += 1;
+            max_step = max_step.max(d);
+        }
+    }
+    let ok = got.len() == want.len() && max_step <= 1 && off * 100 <= got.len();
+    CheckResult {
+        name: name.to_string(),
+        max_abs: max_step as f64,
+        max_rel: off as f64 / got.len().max(1) as f64,
+        tol: 0.01,
+        verdict: if ok { Verdict::Pass } else { Verdict::Fail },
+        note: format!("{note}; {off} of {} codes differ (max step {max_step})", got.len()),
+    }
+}
+
+/// Random weight rows of `n_out` × `n_in` in a GGUF block format (GGML type id), as file bytes.
+/// Every byte pattern is a valid block except the f16 scales, which are set to finite small values.
+fn random_weights(rng: &mut CheckRng, ggml_type: u32, n_in: usize, n_out: usize) -> Vec<u8> {
+    let f16 = |v: f32| f32_to_f16(v).to_le_bytes();
+    let (block_elems, block_bytes) = match ggml_type {
+        1 => (1, 2),      // F16
+        8 => (32, 34),    // Q8_0
+        10 => (256, 84),  // Q2_K
+        12 => (256, 144), // Q4_K
+        16 => (256, 66),  // IQ2_XXS
+        t => panic!("random_weights: type {t}"),
+    };
+    assert_eq!(n_in % block_elems, 0);
+    let mut out = vec![0u8; n_out * n_in / block_elems * block_bytes];
+    rng.fill_bytes(&mut out);
+    for blk in out.chunks_exact_mut(block_bytes) {
+        let d = (0.002 + 0.01 * (rng.next_f32() + 1.0)) * if rng.next_u64() & 1 == 1 { -1.0 } else { 1.0 };
+        let dmin = 0.004 * (rng.next_f32() + 1.0);
+        match ggml_type {
+            1 => blk.copy_from_slice(&f16(rng.next_f32())),
+            8 | 16 => blk[0..2].copy_from_slice(&f16(d)),
+            10 => {
+                blk[80..82].copy_from_slice(&f16(d.abs()));
+                blk[82..84].copy_from_slice(&f16(dmin));
+            }
+            12 => {
+                blk[0..2].copy_from_slice(&f16(d.abs()));
+                blk[2..4].copy_from_slice(&f16(dmin));
+            }
+            _ => unreachable!(),
+        }
+    }
+    out
+}
+
+fn row_bytes(ggml_type: u32, n_in: usize) -> usize {
+    match ggml_type {
+        1 => 2 * n_in,
+        8 => n_in / 32 * 34,
+        10 => n_in / 256 * 84,
+        12 => n_in / 256 * 144,
+        16 => n_in / 256 * 66,
+        t => panic!("row_bytes: type {t}"),
+    }
+}
+
+fn expert_dot(fmt: ExpertFormat, row: &[u8], x: &[BlockQ8K]) -> f32 {
+    match fmt {
+        ExpertFormat::Iq2Xxs => dot_iq2_xxs(row, x),
+        ExpertFormat::Q2K => dot_q2_k(row, x),
+        ExpertFormat::Q4K => dot_q4_k(row, x),
+    }
+}
+
+fn fmt_type(fmt: ExpertFormat) -> u32 {
+    match fmt {
+        ExpertFormat::Iq2Xxs => 16,
+        ExpertFormat::Q2K => 10,
+        ExpertFormat::Q4K => 12,
+    }
+}
+
+fn fmt_name(fmt: ExpertFormat) -> &'static str {
+    match fmt {
+        ExpertFormat::Iq2Xxs => "iq2_xxs",
+        ExpertFormat::Q2K => "q2_k",
+        ExpertFormat::Q4K => "q4_k",
+    }
+}
+
+/// Q8_K activation planes for the GPU: codes, scales, block sums (`kernels::Q8K` layout).
+struct Q8kPlanes {
+    q: Vec<i8>,
+    d: Vec<f32>,
+    bsums: Vec<i16>,
+}
+
+fn q8k_planes(blocks: &[BlockQ8K]) -> Q8kPlanes {
+    Q8kPlanes {
+        q: blocks.iter().flat_map(|b| b.qs).collect(),
+        d: blocks.iter().map(|b| b.d).collect(),
+        bsums: blocks.iter().flat_map(|b| b.bsums).collect(),
+    }
+}
+
+fn random_vec(rng: &mut CheckRng, n: usize, amp: f32) -> Vec<f32> {
+    (0..n).map(|_| amp * rng.next_f32()).collect()
+}
+
+/// Run every kernel check, reporting each as it finishes.
+pub fn run_kernel_checks(
+    ctx: &HipContext,
+    kernels: &KernelModule,
+    rng: &mut CheckRng,
+    emit: &mut dyn FnMut(CheckResult),
+) {
+    let gpu = match ctx.stream() {
+        Ok(stream) => Gpu { ctx, kernels, stream },
+        Err(e) => return emit(CheckResult::error("kernel.stream", e)),
+    };
+    let wrap = |name: &str, r: HipResult<CheckResult>| r.unwrap_or_else(|e| CheckResult::error(name, e));
+
+    emit(wrap("kernel.fill_f32", check_fill(&gpu, rng)));
+    let r = check_rms_norm_quant(&gpu, rng, &mut *emit);
+    emit(wrap("kernel.rms_norm_quant", r));
+    for (n_in, n_out, rows_per_group) in [(4096, 1029, 1029), (1024, 96, 24)] {
+        let name = format!("kernel.matvec_q8_0[{n_in}x{n_out},group {rows_per_group}]");
+        emit(wrap(
+            &name,
+            check_matvec_q8_0(&gpu, rng, &name, n_in, n_out, rows_per_group),
+        ));
+    }
+    let name = "kernel.matvec_f16[2056x77]";
+    emit(wrap(name, check_matvec_f16(&gpu, rng, name, 2056, 77)));
+    for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
+        let name = format!("kernel.matvec_{}[4096x203]", fmt_name(fmt));
+        emit(wrap(&name, check_matvec_k(&gpu, rng, &name, fmt, 4096, 203)));
+    }
+    for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
+        let name = format!("kernel.moe_gate_up_{}", fmt_name(fmt));
+        emit(wrap(&name, check_moe_gate_up(&gpu, rng, &name, fmt)));
+        let name = format!("kernel.moe_down_{}", fmt_name(fmt));
+        emit(wrap(&name, check_moe_down(&gpu, rng, &name, fmt)));
+    }
+    for hash in [false, true] {
+        let name = if hash {
+            "kernel.router[hash]"
+        } else {
+            "kernel.router[topk+bias]"
+        };
+        emit(wrap(name, check_router(&gpu, rng, name, hash)));
+    }
+    emit(wrap("kernel.argmax", check_argmax(&gpu, rng)));
+}
+
+fn check_fill(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
+    let n = 1_000_003usize;
+    let v = rng.next_f32() * 100.0;
+    let buf = gpu.poisoned::<f32>(n)?;
+    gpu.run(&kernels::fill_f32(buf.ptr().0, n as u64, v))?;
+    let got = buf.to_vec::<f32>()?;
+    Ok(CheckResult::close(
+        "kernel.fill_f32",
+        &got,
+        &vec![v; n],
+        0.0,
+        format!("n={n}"),
+    ))
+}
+
+/// RMSNorm + both activation quantizations of 3 rows (n = 4096, row stride 4100), with weight.
+/// The normed output is compared with the CPU RMSNorm; the quantized outputs with the CPU
+/// quantization of the GPU's own normed rows (isolating quantization from norm rounding).
+fn check_rms_norm_quant(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) -> HipResult<CheckResult> {
+    let (rows, n, stride, eps) = (3usize, 4096usize, 4100usize, 1e-6f32);
+    let x = random_vec(rng, rows * stride, 3.0);
+    let w: Vec<f32> = (0..n).map(|_| 1.0 + 0.2 * rng.next_f32()).collect();
+    let (x_d, w_d) = (gpu.up(&x)?, gpu.up(&w)?);
+    let out = gpu.poisoned::<f32>(rows * n)?;
+    let q0_q = gpu.poisoned::<i8>(rows * n)?;
+    let q0_d = gpu.poisoned::<f32>(rows * n / 32)?;
+    let qk_q = gpu.poisoned::<i8>(rows * n)?;
+    let qk_d = gpu.poisoned::<f32>(rows * n / 256)?;
+    let qk_bs = gpu.poisoned::<i16>(rows * n / 16)?;
+    let o = QuantOut {
+        out: out.ptr().0,
+        q8_0_q: q0_q.ptr().0,
+        q8_0_d: q0_d.ptr().0,
+        q8_k_q: qk_q.ptr().0,
+        q8_k_d: qk_d.ptr().0,
+        q8_k_bs: qk_bs.ptr().0,
+    };
+    gpu.run(&kernels::rms_norm_quant(
+        o,
+        x_d.ptr().0,
+        w_d.ptr().0,
+        n as u32,
+        stride as u32,
+        rows as u32,
+        kernels::NQ_NORM,
+        eps,
+    ))?;
+    let got_out = out.to_vec::<f32>()?;
+    let mut want_out = vec![0f32; rows * n];
+    for r in 0..rows {
+        rms_norm(
+            &mut want_out[r * n..(r + 1) * n],
+            &x[r * stride..r * stride + n],
+            Some(&w),
+            eps,
+        );
+    }
+    // Quantization of the GPU's normed rows on the CPU.
+    let (g0q, g0d) = (q0_q.to_vec::<i8>()?, q0_d.to_vec::<f32>()?);
+    let (gkq, gkd, gkb) = (qk_q.to_vec::<i8>()?, qk_d.to_vec::<f32>()?, qk_bs.to_vec::<i16>()?);
+    let (mut w0q, mut w0d, mut wk) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..rows {
+        let row = &got_out[r * n..(r + 1) * n];
+        let mut a = Q8_0Act::with_len(n);
+        quantize_q8_0(row, &mut a);
+        w0q.extend_from_slice(&a.qs);
+        w0d.extend_from_slice(&a.scales);
+        let mut b = vec![BlockQ8K::default(); n / QK_K];
+        quantize_q8_k(row, &mut b);
+        wk.extend(b);
+    }
+    let wkp = q8k_planes(&wk);
+    emit(codes_close(
+        "kernel.rms_norm_quant.q8_0_codes",
+        &g0q,
+        &w0q,
+        format!("{rows}x{n}"),
+    ));
+    emit(CheckResult::close(
+        "kernel.rms_norm_quant.q8_0_scales",
+        &g0d,
+        &w0d,
+        1e-6,
+        String::new(),
+    ));
+    emit(codes_close(
+        "kernel.rms_norm_quant.q8_k_codes",
+        &gkq,
+        &wkp.q,
+        format!("{rows}x{n}"),
+    ));
+    emit(CheckResult::close(
+        "kernel.rms_norm_quant.q8_k_scales",
+        &gkd,
+        &wkp.d,
+        1e-6,
+        String::new(),
+    ));
+    // The block sums must be exactly the sums of the GPU's own codes.
+    let sums: Vec<f32> = gkq
+        .chunks_exact(16)
+        .map(|c| c.iter().map(|&q| q as f32).sum())
+        .collect();
+    let gkb_f: Vec<f32> = gkb.iter().map(|&s| s as f32).collect();
+    emit(CheckResult::close(
+        "kernel.rms_norm_quant.q8_k_bsums",
+        &gkb_f,
+        &sums,
+        0.0,
+        "vs own codes".into(),
+    ));
+    Ok(CheckResult::close(
+        "kernel.rms_norm_quant.out",
+        &got_out,
+        &want_out,
+        1e-5,
+        format!("{rows} rows of {n}, stride {stride}, with weight"),
+    ))
+}
+
+/// Q8_0 matvec over 2 tokens; `rows_per_group < n_out` exercises the grouped output projection.
+fn check_matvec_q8_0(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    n_in: usize,
+    n_out: usize,
+    rows_per_group: usize,
+) -> HipResult<CheckResult> {
+    let n_tok = 2usize;
+    let groups = n_out / rows_per_group;
+    let x_stride = groups * n_in;
+    let w = random_weights(rng, 8, n_in, n_out);
+    let x = random_vec(rng, n_tok * x_stride, 2.0);
+    let mut act = Q8_0Act::with_len(n_tok * x_stride);
+    quantize_q8_0(&x, &mut act);
+    let (w_d, xq_d, xd_d) = (gpu.up(&w)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
+    let y = gpu.poisoned::<f32>(n_tok * n_out)?;
+    gpu.run(&kernels::matvec_q8_0(
+        y.ptr().0,
+        w_d.ptr().0,
+        xq_d.ptr().0,
+        xd_d.ptr().0,
+        n_in as u32,
+        n_out as u32,
+        rows_per_group as u32,
+        x_stride as u32,
+        n_tok as u32,
+    ))?;
+    let got = y.to_vec::<f32>()?;
+    let rb = row_bytes(8, n_in);
+    let mut want = vec![0f32; n_tok * n_out];
+    for t in 0..n_tok {
+        for r in 0..n_out {
+            let off = t * x_stride + (r / rows_per_group) * n_in;
+            want[t * n_out + r] = dot_q8_0(
+                &w[r * rb..(r + 1) * rb],
+                &act.qs[off..off + n_in],
+                &act.scales[off / 32..(off + n_in) / 32],
+            );
+        }
+    }
+    Ok(close_scaled(name, &got, &want, TOL_MATVEC, format!("{n_tok} tokens")))
+}
+
+fn check_matvec_f16(gpu: &Gpu, rng: &mut CheckRng, name: &str, n_in: usize, n_out: usize) -> HipResult<CheckResult> {
+    let n_tok = 3usize;
+    let x_stride = n_in + 4;
+    let w = random_weights(rng, 1, n_in, n_out);
+    let x = random_vec(rng, n_tok * x_stride, 2.0);
+    let (w_d, x_d) = (gpu.up(&w)?, gpu.up(&x)?);
+    let y = gpu.poisoned::<f32>(n_tok * n_out)?;
+    gpu.run(&kernels::matvec_f16(
+        y.ptr().0,
+        w_d.ptr().0,
+        x_d.ptr().0,
+        n_in as u32,
+        n_out as u32,
+        x_stride as u32,
+        n_tok as u32,
+    ))?;
+    let got = y.to_vec::<f32>()?;
+    let rb = row_bytes(1, n_in);
+    let mut want = vec![0f32; n_tok * n_out];
+    for t in 0..n_tok {
+        for r in 0..n_out {
+            want[t * n_out + r] = dot_f16(&w[r * rb..(r + 1) * rb], &x[t * x_stride..t * x_stride + n_in]);
+        }
+    }
+    Ok(close_scaled(
+        name,
+        &got,
+        &want,
+        TOL_MATVEC,
+        format!("{n_tok} tokens, x stride {x_stride}"),
+    ))
+}
+
+fn check_matvec_k(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    fmt: ExpertFormat,
+    n_in: usize,
+    n_out: usize,
+) -> HipResult<CheckResult> {
+    let n_tok = 2usize;
+    let w = random_weights(rng, fmt_type(fmt), n_in, n_out);
+    let x = random_vec(rng, n_tok * n_in, 2.0);
+    let mut blocks = vec![BlockQ8K::default(); n_tok * n_in / QK_K];
+    quantize_q8_k(&x, &mut blocks);
+    let p = q8k_planes(&blocks);
+    let (w_d, q_d, d_d, b_d) = (gpu.up(&w)?, gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
+    let y = gpu.poisoned::<f32>(n_tok * n_out)?;
+    let xk = Q8K {
+        q: q_d.ptr().0,
+        d: d_d.ptr().0,
+        bsums: b_d.ptr().0,
+    };
+    gpu.run(&kernels::matvec_k(
+        fmt,
+        y.ptr().0,
+        w_d.ptr().0,
+        xk,
+        n_in as u32,
+        n_out as u32,
+        n_tok as u32,
+    ))?;
+    let got = y.to_vec::<f32>()?;
+    let rb = row_bytes(fmt_type(fmt), n_in);
+    let bpt = n_in / QK_K;
+    let mut want = vec![0f32; n_tok * n_out];
+    for t in 0..n_tok {
+        for r in 0..n_out {
+            want[t * n_out + r] = expert_dot(fmt, &w[r * rb..(r + 1) * rb], &blocks[t * bpt..(t + 1) * bpt]);
+        }
+    }
+    Ok(close_scaled(name, &got, &want, TOL_MATVEC, format!("{n_tok} tokens")))
+}
+
+/// Distinct random experts per token and positive weights.
+fn random_selection(rng: &mut CheckRng, n_tok: usize, n_used: usize, n_expert: usize) -> (Vec<u32>, Vec<f32>) {
+    let mut sel = Vec::new();
+    for _ in 0..n_tok {
+        let mut chosen: Vec<u32> = Vec::new();
+        while chosen.len() < n_used {
+            let e = rng.int_in(0, n_expert as i64 - 1) as u32;
+            if !chosen.contains(&e) {
+                chosen.push(e);
+            }
+        }
+        sel.extend(chosen);
+    }
+    let selw = (0..n_tok * n_used)
+        .map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0))
+        .collect();
+    (sel, selw)
+}
+
+const MOE_SHAPE: (usize, usize, usize, usize, usize) = (768, 512, 8, 3, 2); // n_in, n_ff, n_expert, n_used, n_tok
+
+fn check_moe_gate_up(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -> HipResult<CheckResult> {
+    let (n_in, n_ff, n_expert, n_used, n_tok) = MOE_SHAPE;
+    let limit = 2.0f32; // small enough that some gate/up values clamp
+    let ty = fmt_type(fmt);
+    let gate = random_weights(rng, ty, n_in, n_ff * n_expert);
+    let up = random_weights(rng, ty, n_in, n_ff * n_expert);
+    let x = random_vec(rng, n_tok * n_in, 2.0);
+    let mut blocks = vec![BlockQ8K::default(); n_tok * n_in / QK_K];
+    quantize_q8_k(&x, &mut blocks);
+    let p = q8k_planes(&blocks);
+    let (sel, selw) = random_selection(rng, n_tok, n_used, n_expert);
+    let (g_d, u_d) = (gpu.up(&gate)?, gpu.up(&up)?);
+    let (q_d, d_d, b_d) = (gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
+    let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
+    let mid = gpu.poisoned::<f32>(n_tok * n_used * n_ff)?;
+    let xk = Q8K {
+        q: q_d.ptr().0,
+        d: d_d.ptr().0,
+        bsums: b_d.ptr().0,
+    };
+    gpu.run(&kernels::moe_gate_up(
+        fmt,
+        mid.ptr().0,
+        g_d.ptr().0,
+        u_d.ptr().0,
+        xk,
+        s_d.ptr().0,
+        sw_d.ptr().0,
+        n_in as u32,
+        n_ff as u32,
+        n_used as u32,
+        limit,
+        n_tok as u32,
+    ))?;
+    let got = mid.to_vec::<f32>()?;
+    let rb = row_bytes(ty, n_in);
+    let bpt = n_in / QK_K;
+    let mut want = vec![0f32; n_tok * n_used * n_ff];
+    for t in 0..n_tok {
+        let xb = &blocks[t * bpt..(t + 1) * bpt];
+        for k in 0..n_used {
+            let e = sel[t * n_used + k] as usize;
+            for r in 0..n_ff {
+                let row = (e * n_ff + r) * rb;
+                let g = expert_dot(fmt, &gate[row..row + rb], xb);
+                let u = expert_dot(fmt, &up[row..row + rb], xb);
+                want[(t * n_used + k) * n_ff + r] = swiglu(g, u, limit) * selw[t * n_used + k];
+            }
+        }
+    }
+    Ok(close_scaled(
+        name,
+        &got,
+        &want,
+        TOL_MATVEC,
+        format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_in}->{n_ff}, limit {limit}"),
+    ))
+}
+
+fn check_moe_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -> HipResult<CheckResult> {
+    let (_, n_ff, n_expert, n_used, n_tok) = MOE_SHAPE;
+    let n_out = 203usize;
+    let ty = fmt_type(fmt);
+    let down = random_weights(rng, ty, n_ff, n_out * n_expert);
+    let mids = random_vec(rng, n_tok * n_used * n_ff, 1.5);
+    let mut blocks = vec![BlockQ8K::default(); n_tok * n_used * n_ff / QK_K];
+    quantize_q8_k(&mids, &mut blocks);
+    let p = q8k_planes(&blocks);
+    let (sel, _) = random_selection(rng, n_tok, n_used, n_expert);
+    let dn_d = gpu.up(&down)?;
+    let (q_d, d_d, b_d) = (gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
+    let s_d = gpu.up(&sel)?;
+    let out = gpu.poisoned::<f32>(n_tok * n_out)?;
+    let mk = Q8K {
+        q: q_d.ptr().0,
+        d: d_d.ptr().0,
+        bsums: b_d.ptr().0,
+    };
+    gpu.run(&kernels::moe_down(
+        fmt,
+        out.ptr().0,
+        dn_d.ptr().0,
+        mk,
+        s_d.ptr().0,
+        n_ff as u32,
+        n_out as u32,
+        n_used as u32,
+        n_tok as u32,
+    ))?;
+    let got = out.to_vec::<f32>()?;
+    let rb = row_bytes(ty, n_ff);
+    let bpr = n_ff / QK_K;
+    let mut want = vec![0f32; n_tok * n_out];
+    for t in 0..n_tok {
+        for r in 0..n_out {
+            let mut acc = 0f32;
+            for k in 0..n_used {
+                let e = sel[t * n_used + k] as usize;
+                let row = (e * n_out + r) * rb;
+                let m = &blocks[(t * n_used + k) * bpr..(t * n_used + k + 1) * bpr];
+                acc += expert_dot(fmt, &down[row..row + rb], m);
+            }
+            want[t * n_out + r] = acc;
+        }
+    }
+    Ok(close_scaled(
+        name,
+        &got,
+        &want,
+        TOL_MATVEC,
+        format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_ff}->{n_out}"),
+    ))
+}
+
+/// Router (spec §3.9): top-k of sqrt(softplus(logit)) + bias, or hash-table experts; weights are
+/// the unbiased probs normalised by their sum and scaled. Ids must match exactly; weights to 1e-5.
+fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, hash: bool) -> HipResult<CheckResult> {
+    let (n_expert, n_used, n_tok, scale) = (256usize, 6usize, 3usize, 1.5f32);
+    let logits = random_vec(rng, n_tok * n_expert, 4.0);
+    let bias = random_vec(rng, n_expert, 0.05);
+    let tokens: Vec<u32> = (0..n_tok).map(|_| rng.int_in(0, 99) as u32).collect();
+    let table: Vec<u32> = (0..100 * n_used)
+        .map(|_| rng.int_in(0, n_expert as i64 - 1) as u32)
+        .collect();
+    let (l_d, b_d, t_d, tab_d) = (gpu.up(&logits)?, gpu.up(&bias)?, gpu.up(&tokens)?, gpu.up(&table)?);
+    let sel = gpu.poisoned::<u32>(n_tok * n_used)?;
+    let selw = gpu.poisoned::<f32>(n_tok * n_used)?;
+    gpu.run(&kernels::router(
+        sel.ptr().0,
+        selw.ptr().0,
+        l_d.ptr().0,
+        if hash { kernels::NULL } else { b_d.ptr().0 },
+        if hash { tab_d.ptr().0 } else { kernels::NULL },
+        t_d.ptr().0,
+        n_expert as u32,
+        n_used as u32,
+        scale,
+        n_tok as u32,
+    ))?;
+    let (got_sel, got_w) = (sel.to_vec::<u32>()?, selw.to_vec::<f32>()?);
+    let mut want_sel = Vec::new();
+    let mut want_w = Vec::new();
+    for t in 0..n_tok {
+        let probs: Vec<f32> = logits[t * n_expert..(t + 1) * n_expert]
+            .iter()
+            .map(|&z| softplus(z).sqrt())
+            .collect();
+        let ids: Vec<usize> = if hash {
+            table[tokens[t] as usize * n_used..(tokens[t] as usize + 1) * n_used]
+                .iter()
+                .map(|&e| e as usize)
+                .collect()
+        } else {
+            let biased: Vec<f32> = probs.iter().zip(&bias).map(|(p, b)| p + b).collect();
+            let mut idx = vec![0usize; n_used];
+            top_k_desc(&biased, n_used, &mut idx);
+            idx
+        };
+        let sum = ids.iter().map(|&e| probs[e]).sum::<f32>().max(6.103_515_6e-5);
+        want_sel.extend(ids.iter().map(|&e| e as u32));
+        want_w.extend(ids.iter().map(|&e| probs[e] / sum * scale));
+    }
+    let mut r = CheckResult::close(name, &got_w, &want_w, 1e-5, format!("{n_tok} tok, {n_used}/{n_expert}"));
+    if got_sel != want_sel {
+        r.verdict = Verdict::Fail;
+        r.note = format!("expert ids differ: gpu {got_sel:?} cpu {want_sel:?}");
+    }
+    Ok(r)
+}
+
+fn check_argmax(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
+    let n = 129_280usize;
+    let mut logits = random_vec(rng, n, 10.0);
+    let at = rng.int_in(0, n as i64 - 1) as usize;
+    logits[at] = 11.0; // above every other draw (|x| < 10)
+    logits[(at + 17) % n] = f32::NAN; // non-finite logits are skipped
+    let l_d = gpu.up(&logits)?;
+    let out = gpu.poisoned::<u32>(1)?;
+    gpu.run(&kernels::argmax(out.ptr().0, l_d.ptr().0, n as u32))?;
+    let got = out.to_vec::<u32>()?[0];
+    Ok(CheckResult::close(
+        "kernel.argmax",
+        &[got as f32],
+        &[at as f32],
+        0.0,
+        format!("n={n}, max at {at}, one NaN"),
+    ))
+}
