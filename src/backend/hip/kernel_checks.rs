@@ -11,6 +11,7 @@
 //! Quantized codes may differ by one where x·(1/d) lands within an ulp of a rounding tie; such
 //! codes are counted and allowed up to 1 % of the codes, never by more than one step.
 
+use crate::backend::cpu::hc::{post as hc_post_ref, split_sinkhorn, weighted_sum};
 use crate::backend::cpu::moe::{swiglu, top_k_desc};
 use crate::backend::cpu::ops::{rms_norm, softplus};
 use crate::backend::cpu::quant::{
@@ -222,6 +223,19 @@ pub fn run_kernel_checks(
     }
     let name = "kernel.matvec_f16[2056x77]";
     emit(wrap(name, check_matvec_f16(&gpu, rng, name, 2056, 77)));
+    emit(wrap("kernel.matvec_f16_pair", check_matvec_f16_pair(&gpu, rng)));
+    emit(wrap("kernel.matvec_q8_0_swiglu", check_matvec_q8_0_swiglu(&gpu, rng)));
+    emit(wrap("kernel.embed_hc", check_embed_hc(&gpu, rng)));
+    let r = check_hc_pre(&gpu, rng, &mut *emit);
+    emit(wrap("kernel.hc_pre.x_out", r));
+    for with_y2 in [false, true] {
+        let name = if with_y2 {
+            "kernel.hc_post[y+y2]"
+        } else {
+            "kernel.hc_post[y]"
+        };
+        emit(wrap(name, check_hc_post(&gpu, rng, name, with_y2)));
+    }
     for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
         let name = format!("kernel.matvec_{}[4096x203]", fmt_name(fmt));
         emit(wrap(&name, check_matvec_k(&gpu, rng, &name, fmt, 4096, 203)));
@@ -690,5 +704,246 @@ fn check_argmax(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
         &[at as f32],
         0.0,
         format!("n={n}, max at {at}, one NaN"),
+    ))
+}
+
+fn check_matvec_f16_pair(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
+    let (n_in, n_out, n_tok) = (1024usize, 37usize, 2usize);
+    let w0 = random_weights(rng, 1, n_in, n_out);
+    let w1 = random_weights(rng, 1, n_in, n_out);
+    let x = random_vec(rng, n_tok * n_in, 2.0);
+    let (w0_d, w1_d, x_d) = (gpu.up(&w0)?, gpu.up(&w1)?, gpu.up(&x)?);
+    let (y0, y1) = (gpu.poisoned::<f32>(n_tok * n_out)?, gpu.poisoned::<f32>(n_tok * n_out)?);
+    gpu.run(&kernels::matvec_f16_pair(
+        y0.ptr().0,
+        y1.ptr().0,
+        w0_d.ptr().0,
+        w1_d.ptr().0,
+        x_d.ptr().0,
+        n_in as u32,
+        n_out as u32,
+        n_in as u32,
+        n_tok as u32,
+    ))?;
+    let mut got = y0.to_vec::<f32>()?;
+    got.extend(y1.to_vec::<f32>()?);
+    let rb = row_bytes(1, n_in);
+    let mut want = Vec::new();
+    for w in [&w0, &w1] {
+        for t in 0..n_tok {
+            for r in 0..n_out {
+                want.push(dot_f16(&w[r * rb..(r + 1) * rb], &x[t * n_in..(t + 1) * n_in]));
+            }
+        }
+    }
+    Ok(close_scaled(
+        "kernel.matvec_f16_pair",
+        &got,
+        &want,
+        TOL_MATVEC,
+        format!("2 x {n_in}x{n_out}, {n_tok} tok"),
+    ))
+}
+
+fn check_matvec_q8_0_swiglu(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
+    let (n_in, n_ff, n_tok, limit) = (2048usize, 101usize, 2usize, 3.0f32);
+    let wg = random_weights(rng, 8, n_in, n_ff);
+    let wu = random_weights(rng, 8, n_in, n_ff);
+    let x = random_vec(rng, n_tok * n_in, 2.0);
+    let mut act = Q8_0Act::with_len(n_tok * n_in);
+    quantize_q8_0(&x, &mut act);
+    let (g_d, u_d, xq_d, xd_d) = (gpu.up(&wg)?, gpu.up(&wu)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
+    let mid = gpu.poisoned::<f32>(n_tok * n_ff)?;
+    gpu.run(&kernels::matvec_q8_0_swiglu(
+        mid.ptr().0,
+        g_d.ptr().0,
+        u_d.ptr().0,
+        xq_d.ptr().0,
+        xd_d.ptr().0,
+        n_in as u32,
+        n_ff as u32,
+        limit,
+        n_tok as u32,
+    ))?;
+    let got = mid.to_vec::<f32>()?;
+    let rb = row_bytes(8, n_in);
+    let mut want = vec![0f32; n_tok * n_ff];
+    for t in 0..n_tok {
+        let (q, d) = (
+            &act.qs[t * n_in..(t + 1) * n_in],
+            &act.scales[t * n_in / 32..(t + 1) * n_in / 32],
+        );
+        for r in 0..n_ff {
+            let g = dot_q8_0(&wg[r * rb..(r + 1) * rb], q, d);
+            let u = dot_q8_0(&wu[r * rb..(r + 1) * rb], q, d);
+            want[t * n_ff + r] = swiglu(g, u, limit);
+        }
+    }
+    Ok(close_scaled(
+        "kernel.matvec_q8_0_swiglu",
+        &got,
+        &want,
+        TOL_MATVEC,
+        format!("{n_in}->{n_ff}, {n_tok} tok, limit {limit}"),
+    ))
+}
+
+fn check_embed_hc(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
+    let (n_vocab, n_embd, n_hc) = (1000usize, 520usize, 4usize);
+    let emb = random_weights(rng, 1, n_embd, n_vocab);
+    // The last id is out of range: the kernel writes zeros for it.
+    let tokens: Vec<u32> = vec![0, 999, rng.int_in(1, 998) as u32, n_vocab as u32];
+    let n_tok = tokens.len();
+    let (e_d, t_d) = (gpu.up(&emb)?, gpu.up(&tokens)?);
+    let hc = gpu.poisoned::<f32>(n_tok * n_hc * n_embd)?;
+    gpu.run(&kernels::embed_hc(
+        hc.ptr().0,
+        e_d.ptr().0,
+        t_d.ptr().0,
+        n_embd as u32,
+        n_hc as u32,
+        n_vocab as u32,
+        n_tok as u32,
+    ))?;
+    let got = hc.to_vec::<f32>()?;
+    let mut want = Vec::new();
+    for &tok in &tokens {
+        let row: Vec<f32> = if (tok as usize) < n_vocab {
+            let b = &emb[tok as usize * n_embd * 2..(tok as usize + 1) * n_embd * 2];
+            b.chunks_exact(2)
+                .map(|h| crate::gguf::half::f16_to_f32(u16::from_le_bytes([h[0], h[1]])))
+                .collect()
+        } else {
+            vec![0.0; n_embd]
+        };
+        for _ in 0..n_hc {
+            want.extend_from_slice(&row);
+        }
+    }
+    Ok(CheckResult::close(
+        "kernel.embed_hc",
+        &got,
+        &want,
+        0.0,
+        format!("{n_tok} tokens (one out of range)"),
+    ))
+}
+
+/// HC pre step (spec §3.2): unweighted RMSNorm of the flattened streams, F16 control matvec, Sinkhorn
+/// split, weighted stream sum, through ds4_hc_mix_partial + ds4_hc_pre_finish. Flash shape per token
+/// with a smaller n_embd.
+fn check_hc_pre(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) -> HipResult<CheckResult> {
+    let (n_hc, n_embd, n_tok, iters, eps_rms, eps_hc) = (4usize, 1024usize, 2usize, 20usize, 1e-6f32, 1e-6f32);
+    let n_in = n_hc * n_embd;
+    let n_mix = 2 * n_hc + n_hc * n_hc;
+    let hc = random_vec(rng, n_tok * n_in, 2.0);
+    let fn_w = random_weights(rng, 1, n_in, n_mix);
+    let scale: Vec<f32> = (0..3).map(|_| 0.5 + 0.5 * (rng.next_f32() + 1.0)).collect();
+    let base = random_vec(rng, n_mix, 0.5);
+    let n_split = kernels::hc_mix_splits(n_in as u32);
+    let (hc_d, fn_d, sc_d, b_d) = (gpu.up(&hc)?, gpu.up(&fn_w)?, gpu.up(&scale)?, gpu.up(&base)?);
+    let part = gpu.poisoned::<f32>(kernels::hc_part_floats(n_tok as u32, n_split, n_mix as u32))?;
+    let x_out = gpu.poisoned::<f32>(n_tok * n_embd)?;
+    let split = gpu.poisoned::<f32>(n_tok * n_mix)?;
+    gpu.run(&kernels::hc_mix_partial(
+        part.ptr().0,
+        hc_d.ptr().0,
+        fn_d.ptr().0,
+        n_in as u32,
+        n_mix as u32,
+        n_split,
+        n_tok as u32,
+    ))?;
+    gpu.run(&kernels::hc_pre_finish(
+        x_out.ptr().0,
+        split.ptr().0,
+        part.ptr().0,
+        hc_d.ptr().0,
+        sc_d.ptr().0,
+        b_d.ptr().0,
+        n_embd as u32,
+        n_hc as u32,
+        n_split,
+        iters as u32,
+        eps_rms,
+        eps_hc,
+        n_tok as u32,
+    ))?;
+    let (got_x, got_split) = (x_out.to_vec::<f32>()?, split.to_vec::<f32>()?);
+    let rb = row_bytes(1, n_in);
+    let (mut want_x, mut want_split) = (Vec::new(), Vec::new());
+    for t in 0..n_tok {
+        let xs = &hc[t * n_in..(t + 1) * n_in];
+        let mut normed = vec![0f32; n_in];
+        rms_norm(&mut normed, xs, None, eps_rms);
+        let mix: Vec<f32> = (0..n_mix)
+            .map(|o| dot_f16(&fn_w[o * rb..(o + 1) * rb], &normed))
+            .collect();
+        let (mut pre, mut post, mut comb) = (vec![0f32; n_hc], vec![0f32; n_hc], vec![0f32; n_hc * n_hc]);
+        split_sinkhorn(&mix, &scale, &base, n_hc, iters, eps_hc, &mut pre, &mut post, &mut comb);
+        let mut x = vec![0f32; n_embd];
+        weighted_sum(&mut x, xs, &pre, n_embd);
+        want_x.extend(x);
+        want_split.extend(pre.iter().chain(&post).chain(&comb));
+    }
+    emit(close_scaled(
+        "kernel.hc_pre.split",
+        &got_split,
+        &want_split,
+        TOL_MATVEC,
+        format!("pre|post|comb, {iters} Sinkhorn iterations, {n_split} column slices"),
+    ));
+    Ok(close_scaled(
+        "kernel.hc_pre.x_out",
+        &got_x,
+        &want_x,
+        TOL_MATVEC,
+        format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}"),
+    ))
+}
+
+/// HC post (spec §3.3) with a random split (post weights and combine matrix), y2 optional.
+fn check_hc_post(gpu: &Gpu, rng: &mut CheckRng, name: &str, with_y2: bool) -> HipResult<CheckResult> {
+    let (n_hc, n_embd, n_tok) = (4usize, 1000usize, 3usize);
+    let n_mix = 2 * n_hc + n_hc * n_hc;
+    let hc_in = random_vec(rng, n_tok * n_hc * n_embd, 2.0);
+    let y = random_vec(rng, n_tok * n_embd, 1.0);
+    let y2 = random_vec(rng, n_tok * n_embd, 1.0);
+    let split: Vec<f32> = (0..n_tok * n_mix).map(|_| rng.next_f32() + 1.0).collect();
+    let (h_d, y_d, y2_d, s_d) = (gpu.up(&hc_in)?, gpu.up(&y)?, gpu.up(&y2)?, gpu.up(&split)?);
+    let out = gpu.poisoned::<f32>(n_tok * n_hc * n_embd)?;
+    gpu.run(&kernels::hc_post(
+        out.ptr().0,
+        h_d.ptr().0,
+        y_d.ptr().0,
+        if with_y2 { y2_d.ptr().0 } else { kernels::NULL },
+        s_d.ptr().0,
+        n_embd as u32,
+        n_hc as u32,
+        n_tok as u32,
+    ))?;
+    let got = out.to_vec::<f32>()?;
+    let mut want = vec![0f32; n_tok * n_hc * n_embd];
+    for t in 0..n_tok {
+        let sp = &split[t * n_mix..(t + 1) * n_mix];
+        let yt: Vec<f32> = (0..n_embd)
+            .map(|d| y[t * n_embd + d] + if with_y2 { y2[t * n_embd + d] } else { 0.0 })
+            .collect();
+        let base = t * n_hc * n_embd;
+        hc_post_ref(
+            &mut want[base..base + n_hc * n_embd],
+            &yt,
+            &hc_in[base..base + n_hc * n_embd],
+            &sp[n_hc..2 * n_hc],
+            &sp[2 * n_hc..],
+            n_embd,
+        );
+    }
+    Ok(close_scaled(
+        name,
+        &got,
+        &want,
+        1e-5,
+        format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}"),
     ))
 }
