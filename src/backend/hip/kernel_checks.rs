@@ -13,11 +13,13 @@
 
 use crate::backend::cpu::hc::{post as hc_post_ref, split_sinkhorn, weighted_sum};
 use crate::backend::cpu::moe::{swiglu, top_k_desc};
-use crate::backend::cpu::ops::{rms_norm, softplus};
+use crate::backend::cpu::ops::{Rope, fp8_kv_round_trip, indexer_qat, rms_norm, softplus};
 use crate::backend::cpu::quant::{
     BlockQ8K, Q8_0Act, QK_K, dot_f16, dot_iq2_xxs, dot_q2_k, dot_q4_k, dot_q8_0, quantize_q8_0, quantize_q8_k,
 };
 use crate::gguf::half::f32_to_f16;
+use crate::gguf::half::round_f16;
+use crate::model::hparams::HParams;
 
 use super::checks::{CheckResult, CheckRng, Verdict};
 use super::kernel_module::KernelModule;
@@ -255,6 +257,16 @@ pub fn run_kernel_checks(
         emit(wrap(name, check_router(&gpu, rng, name, hash)));
     }
     emit(wrap("kernel.argmax", check_argmax(&gpu, rng)));
+    for v in [
+        RowsVariant::Q,
+        RowsVariant::QInverse,
+        RowsVariant::Kv,
+        RowsVariant::Indexer,
+    ] {
+        let name = format!("kernel.rows_finish[{v:?}]");
+        let r = check_rows_finish(&gpu, rng, &name, v, &mut *emit);
+        emit(wrap(&name, r));
+    }
 }
 
 fn check_fill(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
@@ -946,4 +958,150 @@ fn check_hc_post(gpu: &Gpu, rng: &mut CheckRng, name: &str, with_y2: bool) -> Hi
         1e-5,
         format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}"),
     ))
+}
+
+/// Scaled comparison for outputs that pass through a quantizer (E4M3, FP4): an input that lands
+/// within rounding of a quantization boundary may round to the neighbouring code, so up to
+/// `max_frac` of the elements may exceed `tol · max|want|`; NaN never passes.
+fn close_mostly(name: &str, got: &[f32], want: &[f32], tol: f64, max_frac: f64, note: String) -> CheckResult {
+    let mut r = close_scaled(name, got, want, tol, note);
+    let scale = want
+        .iter()
+        .fold(0f64, |m, &v| m.max((v as f64).abs()))
+        .max(f64::MIN_POSITIVE);
+    let off = got
+        .iter()
+        .zip(want)
+        .filter(|(g, w)| !((**g as f64 - **w as f64).abs() <= tol * scale))
+        .count();
+    let frac = off as f64 / want.len().max(1) as f64;
+    let ok = got.len() == want.len() && got.iter().all(|g| g.is_finite()) && frac <= max_frac;
+    r.verdict = if ok { Verdict::Pass } else { Verdict::Fail };
+    r.note = format!(
+        "{}; {off} of {} elements beyond tol (allowed {:.1} %)",
+        r.note,
+        want.len(),
+        max_frac * 100.0
+    );
+    r
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum RowsVariant {
+    /// Attention q rows: RMSNorm (no weight) + plain RoPE (dense layer).
+    Q,
+    /// Inverse RoPE (attention output de-rotation, spec §3.4).
+    QInverse,
+    /// KV row of a compressed layer: RMSNorm with weight, YaRN RoPE, E4M3 on the non-rope dims, f16
+    /// rounding, stored into the raw ring (spec §3.4, §3.6, §4.2).
+    Kv,
+    /// Indexer q rows: YaRN RoPE + Hadamard-128 and FP4 (spec §3.6, §3.8).
+    Indexer,
+}
+
+fn check_rows_finish(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    v: RowsVariant,
+    emit: &mut dyn FnMut(CheckResult),
+) -> HipResult<CheckResult> {
+    use kernels::row_flags as f;
+    let hp = HParams::flash();
+    let eps = 1e-6f32;
+    let (n_head, head_dim, n_tok, pos0, flags, compressed) = match v {
+        RowsVariant::Q => (3usize, hp.head_dim, 2usize, 1000usize, f::NORM | f::ROPE, false),
+        RowsVariant::QInverse => (2, hp.head_dim, 2, 77, f::ROPE | f::ROPE_INVERSE, false),
+        RowsVariant::Kv => (
+            1,
+            hp.head_dim,
+            3,
+            300,
+            f::NORM | f::ROPE | f::E4M3 | f::ROUND_F16 | f::STORE_RING,
+            true,
+        ),
+        RowsVariant::Indexer => (4, hp.idx_head_dim, 2, 4100, f::ROPE | f::HADAMARD_FP4, true),
+    };
+    let ring_cap = 256usize;
+    let x = random_vec(rng, n_tok * n_head * head_dim, 3.0);
+    let w: Vec<f32> = (0..head_dim).map(|_| 1.0 + 0.3 * rng.next_f32()).collect();
+    let use_w = v == RowsVariant::Kv;
+    let x_d = gpu.up(&x)?;
+    let w_d = gpu.up(&w)?;
+    let ring = gpu.poisoned::<f32>(ring_cap * head_dim)?;
+    let rope = if compressed {
+        kernels::RopeParams::yarn(
+            hp.n_rot as u32,
+            hp.compress_rope_freq_base,
+            hp.rope_scaling_factor,
+            hp.rope_orig_ctx as u32,
+            hp.yarn_beta_fast,
+            hp.yarn_beta_slow,
+        )
+    } else {
+        kernels::RopeParams::plain(hp.n_rot as u32, hp.rope_freq_base)
+    };
+    gpu.run(&kernels::rows_finish(
+        x_d.ptr().0,
+        if flags & f::STORE_RING != 0 {
+            ring.ptr().0
+        } else {
+            kernels::NULL
+        },
+        if use_w { w_d.ptr().0 } else { kernels::NULL },
+        n_head as u32,
+        head_dim as u32,
+        flags,
+        pos0 as u32,
+        1,
+        ring_cap as u32,
+        rope,
+        eps,
+        n_tok as u32,
+    ))?;
+    let got = x_d.to_vec::<f32>()?;
+    let cpu_rope = Rope::for_layer(&hp, compressed);
+    let mut want = x.clone();
+    for t in 0..n_tok {
+        for h in 0..n_head {
+            let row = &mut want[(t * n_head + h) * head_dim..(t * n_head + h + 1) * head_dim];
+            if flags & f::NORM != 0 {
+                let src = row.to_vec();
+                rms_norm(row, &src, if use_w { Some(&w) } else { None }, eps);
+            }
+            cpu_rope.apply(row, head_dim, pos0 + t, flags & f::ROPE_INVERSE != 0);
+            if flags & f::E4M3 != 0 {
+                fp8_kv_round_trip(row, head_dim - hp.n_rot);
+            }
+            if flags & f::HADAMARD_FP4 != 0 {
+                indexer_qat(row);
+            }
+            if flags & f::ROUND_F16 != 0 {
+                row.iter_mut().for_each(|x| *x = round_f16(*x));
+            }
+        }
+    }
+    let quantized = flags & (f::E4M3 | f::HADAMARD_FP4) != 0;
+    let note = format!("{n_tok} tok x {n_head} heads x {head_dim}, pos {pos0}");
+    if flags & f::STORE_RING != 0 {
+        let ring_all = ring.to_vec::<f32>()?;
+        let mut got_ring = Vec::new();
+        for t in 0..n_tok {
+            let r = (pos0 + t) % ring_cap;
+            got_ring.extend_from_slice(&ring_all[r * head_dim..(r + 1) * head_dim]);
+        }
+        emit(close_mostly(
+            &format!("{name}.ring"),
+            &got_ring,
+            &want,
+            1e-4,
+            0.005,
+            format!("rows at pos % {ring_cap}"),
+        ));
+    }
+    Ok(if quantized {
+        close_mostly(name, &got, &want, 1e-4, 0.005, note)
+    } else {
+        close_scaled(name, &got, &want, 1e-5, note)
+    })
 }
