@@ -11,6 +11,7 @@
 //! Quantized codes may differ by one where x·(1/d) lands within an ulp of a rounding tie; such
 //! codes are counted and allowed up to 1 % of the codes, never by more than one step.
 
+use crate::backend::cpu::attention::{Visible, attend};
 use crate::backend::cpu::hc::{post as hc_post_ref, split_sinkhorn, weighted_sum};
 use crate::backend::cpu::moe::{swiglu, top_k_desc};
 use crate::backend::cpu::ops::{Rope, fp8_kv_round_trip, indexer_qat, rms_norm, softplus};
@@ -257,6 +258,16 @@ pub fn run_kernel_checks(
         emit(wrap(name, check_router(&gpu, rng, name, hash)));
     }
     emit(wrap("kernel.argmax", check_argmax(&gpu, rng)));
+    for (label, n_tok, pos0, ratio, n_comp_avail, top_k) in [
+        ("decode dense", 1usize, 200usize, 0usize, 0usize, 0usize),
+        ("decode ratio4 +indexer sel", 1, 1000, 4, 250, 64),
+        ("prefill 20 tok ratio128", 20, 130, 128, 1, 0),
+        ("prefill 3 tok ratio4", 3, 37, 4, 9, 0),
+    ] {
+        let name = format!("kernel.attention[{label}]");
+        let shape = (n_tok, pos0, ratio, n_comp_avail, top_k);
+        emit(wrap(&name, check_attention(&gpu, rng, &name, shape)));
+    }
     for v in [
         RowsVariant::Q,
         RowsVariant::QInverse,
@@ -1104,4 +1115,126 @@ fn check_rows_finish(
     } else {
         close_scaled(name, &got, &want, 1e-5, note)
     })
+}
+
+/// Attention with sinks over the raw ring and the compressed rows (spec §3.4, pitfall 8) against the
+/// CPU `attend`, for decode (split rows + combine) and batched prefill, with and without the
+/// indexer's row selection. `shape` = (n_tok, pos0, ratio, n_comp_avail, top_k; 0 = no selection).
+fn check_attention(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    shape: (usize, usize, usize, usize, usize),
+) -> HipResult<CheckResult> {
+    let (n_tok, pos0, ratio, n_comp_avail, top_k) = shape;
+    let (n_head, head_dim, window, ring_cap) = (16usize, 512usize, 128usize, 256usize);
+    let q = random_vec(rng, n_tok * n_head * head_dim, 1.0);
+    let ring = random_vec(rng, ring_cap * head_dim, 1.0);
+    let comp = random_vec(rng, n_comp_avail.max(1) * head_dim, 1.0);
+    let sinks = random_vec(rng, n_head, 2.0);
+    // Ascending distinct selections of top_k rows among the visible compressed rows of each token.
+    let mut sel: Vec<u32> = Vec::new();
+    let visible_comp = |p: usize| {
+        if ratio == 0 {
+            0
+        } else {
+            ((p + 1) / ratio).min(n_comp_avail)
+        }
+    };
+    for t in 0..n_tok {
+        let n_c = visible_comp(pos0 + t);
+        let mut rows: Vec<u32> = Vec::new();
+        if top_k > 0 {
+            let mut all: Vec<u32> = (0..n_c as u32).collect();
+            for i in (1..all.len()).rev() {
+                all.swap(i, rng.int_in(0, i as i64) as usize);
+            }
+            rows = all.into_iter().take(top_k.min(n_c)).collect();
+            rows.sort_unstable();
+            rows.resize(top_k, 0);
+        }
+        sel.extend(rows);
+    }
+    let att = kernels::AttentionShape {
+        n_head: n_head as u32,
+        head_dim: head_dim as u32,
+        ring_cap: ring_cap as u32,
+        window: window as u32,
+        ratio: ratio as u32,
+        top_k: top_k as u32,
+    };
+    let selected = top_k > 0;
+    let (_, n_split) = att.splits(pos0 as u32, n_tok as u32, n_comp_avail as u32, selected);
+    let (q_d, r_d, c_d, s_d) = (gpu.up(&q)?, gpu.up(&ring)?, gpu.up(&comp)?, gpu.up(&sinks)?);
+    let sel_d = gpu.up(&if sel.is_empty() { vec![0u32] } else { sel.clone() })?;
+    let out = gpu.poisoned::<f32>(n_tok * n_head * head_dim)?;
+    let part = gpu.poisoned::<f32>(att.part_floats(n_tok as u32, n_split).max(1))?;
+    let (main, combine) = kernels::attention(
+        &att,
+        out.ptr().0,
+        part.ptr().0,
+        q_d.ptr().0,
+        r_d.ptr().0,
+        c_d.ptr().0,
+        if selected { sel_d.ptr().0 } else { kernels::NULL },
+        s_d.ptr().0,
+        n_comp_avail as u32,
+        pos0 as u32,
+        n_tok as u32,
+    );
+    gpu.run(&main)?;
+    if let Some(c) = &combine {
+        gpu.run(c)?;
+    }
+    let got = out.to_vec::<f32>()?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("1-thread pool");
+    let mut want = vec![0f32; n_tok * n_head * head_dim];
+    for t in 0..n_tok {
+        let p = pos0 + t;
+        let first = (p + 1).saturating_sub(window);
+        let raw: Vec<f32> = (first..=p)
+            .flat_map(|pos| {
+                ring[(pos % ring_cap) * head_dim..(pos % ring_cap + 1) * head_dim]
+                    .iter()
+                    .copied()
+            })
+            .collect();
+        let n_c = visible_comp(p);
+        let allowed: Option<Vec<bool>> = (selected && n_c > top_k).then(|| {
+            let mut a = vec![false; n_c];
+            for &r in &sel[t * top_k..(t + 1) * top_k] {
+                a[r as usize] = true;
+            }
+            a
+        });
+        let vis = Visible {
+            raw: &raw,
+            comp: &comp[..n_c * head_dim],
+            allowed: allowed.as_deref(),
+        };
+        let mut scores = vec![0f32; n_head * (raw.len() / head_dim + n_c).max(1)];
+        let qt = &q[t * n_head * head_dim..(t + 1) * n_head * head_dim];
+        attend(
+            &pool,
+            qt,
+            &vis,
+            &sinks,
+            head_dim,
+            &mut want[t * n_head * head_dim..(t + 1) * n_head * head_dim],
+            &mut scores,
+        );
+    }
+    Ok(close_scaled(
+        name,
+        &got,
+        &want,
+        TOL_MATVEC,
+        format!(
+            "{n_tok} tok at {pos0}, {n_head}x{head_dim}, {n_split} split(s){}",
+            if combine.is_some() { " + combine" } else { "" }
+        ),
+    ))
 }
