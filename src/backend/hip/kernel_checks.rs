@@ -983,7 +983,10 @@ fn close_mostly(name: &str, got: &[f32], want: &[f32], tol: f64, max_frac: f64, 
     let off = got
         .iter()
         .zip(want)
-        .filter(|(g, w)| !((**g as f64 - **w as f64).abs() <= tol * scale))
+        .filter(|(g, w)| {
+            let d = (**g as f64 - **w as f64).abs();
+            d.is_nan() || d > tol * scale
+        })
         .count();
     let frac = off as f64 / want.len().max(1) as f64;
     let ok = got.len() == want.len() && got.iter().all(|g| g.is_finite()) && frac <= max_frac;
@@ -1134,13 +1137,7 @@ fn check_attention(
     let sinks = random_vec(rng, n_head, 2.0);
     // Ascending distinct selections of top_k rows among the visible compressed rows of each token.
     let mut sel: Vec<u32> = Vec::new();
-    let visible_comp = |p: usize| {
-        if ratio == 0 {
-            0
-        } else {
-            ((p + 1) / ratio).min(n_comp_avail)
-        }
-    };
+    let visible_comp = |p: usize| (p + 1).checked_div(ratio).map_or(0, |c| c.min(n_comp_avail));
     for t in 0..n_tok {
         let n_c = visible_comp(pos0 + t);
         let mut rows: Vec<u32> = Vec::new();
