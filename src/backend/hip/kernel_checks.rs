@@ -12,9 +12,12 @@
 //! codes are counted and allowed up to 1 % of the codes, never by more than one step.
 
 use crate::backend::cpu::attention::{Visible, attend};
+use crate::backend::cpu::compressor::{CompressorState, NEG_INF};
 use crate::backend::cpu::hc::{post as hc_post_ref, split_sinkhorn, weighted_sum};
+use crate::backend::cpu::indexer::top_k_mask;
 use crate::backend::cpu::moe::{swiglu, top_k_desc};
-use crate::backend::cpu::ops::{Rope, fp8_kv_round_trip, indexer_qat, rms_norm, softplus};
+use crate::backend::cpu::ops::{Rope, fp8_kv_round_trip, indexer_qat, rms_norm, sigmoid_stable, softplus};
+use crate::backend::cpu::quant::dot_f32;
 use crate::backend::cpu::quant::{
     BlockQ8K, Q8_0Act, QK_K, dot_f16, dot_iq2_xxs, dot_q2_k, dot_q4_k, dot_q8_0, quantize_q8_0, quantize_q8_k,
 };
@@ -258,6 +261,18 @@ pub fn run_kernel_checks(
         emit(wrap(name, check_router(&gpu, rng, name, hash)));
     }
     emit(wrap("kernel.argmax", check_argmax(&gpu, rng)));
+    emit(wrap("kernel.sample_min_p", check_sample_min_p(&gpu, rng)));
+    emit(wrap("kernel.hc_head_finish", check_hc_head(&gpu, rng)));
+    for (ratio, head_dim, pos0, n_tok) in [(4usize, 512usize, 5usize, 11usize), (4, 128, 0, 1), (128, 512, 120, 10)] {
+        let name = format!("kernel.compressor_pool[ratio {ratio}, {n_tok} tok at {pos0}]");
+        let r = check_compressor(&gpu, rng, &name, (ratio, head_dim, pos0, n_tok), &mut *emit);
+        emit(wrap(&name, r));
+    }
+    for (n_tok, pos0, top_k) in [(1usize, 1203usize, 64usize), (5, 600, 100)] {
+        let name = format!("kernel.indexer[{n_tok} tok at {pos0}, top {top_k}]");
+        let r = check_indexer(&gpu, rng, &name, (n_tok, pos0, top_k), &mut *emit);
+        emit(wrap(&format!("{name}.topk"), r));
+    }
     for (label, n_tok, pos0, ratio, n_comp_avail, top_k) in [
         ("decode dense", 1usize, 200usize, 0usize, 0usize, 0usize),
         ("decode ratio4 +indexer sel", 1, 1000, 4, 250, 64),
@@ -1234,4 +1249,285 @@ fn check_attention(
             if combine.is_some() { " + combine" } else { "" }
         ),
     ))
+}
+
+/// Default sampler path (spec §7.2) on two finite logits (every other logit −inf, so skipped): the
+/// draw must pick the first id when u01·(p_a + p_b) ≤ p_a and the second otherwise; min_p = 1 keeps
+/// only the maximum. Exact ids.
+fn check_sample_min_p(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
+    let n = 50_000usize;
+    let (a, b) = (rng.int_in(0, 20_000) as usize, rng.int_in(30_000, 49_999) as usize);
+    let mut logits = vec![f32::NEG_INFINITY; n];
+    let (la, lb, temp) = (1.0f32, 0.5f32, 0.8f32);
+    logits[a] = la;
+    logits[b] = lb;
+    let pb = ((lb - la) / temp).exp(); // p_a = 1 (the maximum)
+    let boundary = 1.0 / (1.0 + pb); // u01 below it picks a
+    let l_d = gpu.up(&logits)?;
+    let out = gpu.poisoned::<u32>(1)?;
+    let mut got = Vec::new();
+    let mut want = Vec::new();
+    for (u01, min_p) in [
+        (boundary * 0.5, 0.0f32),
+        (boundary + (1.0 - boundary) * 0.5, 0.0),
+        (0.99, 1.0),
+    ] {
+        gpu.run(&kernels::sample_min_p(
+            out.ptr().0,
+            l_d.ptr().0,
+            n as u32,
+            temp,
+            min_p,
+            u01,
+        ))?;
+        got.push(out.to_vec::<u32>()?[0] as f32);
+        want.push(if u01 <= boundary || min_p >= 1.0 {
+            a as f32
+        } else {
+            b as f32
+        });
+    }
+    Ok(CheckResult::close(
+        "kernel.sample_min_p",
+        &got,
+        &want,
+        0.0,
+        format!("ids {a}/{b}, boundary u01 {boundary:.4}; draws below, above, and min_p=1"),
+    ))
+}
+
+/// Output-head HC reduction (spec §3.10): unweighted RMSNorm of the streams, F16 head control,
+/// stable sigmoid weights + eps, weighted stream sum.
+fn check_hc_head(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
+    let (n_hc, n_embd, n_tok, eps_rms, eps_hc) = (4usize, 1024usize, 2usize, 1e-6f32, 1e-6f32);
+    let n_in = n_hc * n_embd;
+    let hc = random_vec(rng, n_tok * n_in, 2.0);
+    let fn_w = random_weights(rng, 1, n_in, n_hc);
+    let scale = vec![0.5 + 0.5 * (rng.next_f32() + 1.0)];
+    let base = random_vec(rng, n_hc, 0.5);
+    let n_split = kernels::hc_mix_splits(n_in as u32);
+    let (hc_d, fn_d, sc_d, b_d) = (gpu.up(&hc)?, gpu.up(&fn_w)?, gpu.up(&scale)?, gpu.up(&base)?);
+    let part = gpu.poisoned::<f32>(kernels::hc_part_floats(n_tok as u32, n_split, n_hc as u32))?;
+    let x_out = gpu.poisoned::<f32>(n_tok * n_embd)?;
+    gpu.run(&kernels::hc_mix_partial(
+        part.ptr().0,
+        hc_d.ptr().0,
+        fn_d.ptr().0,
+        n_in as u32,
+        n_hc as u32,
+        n_split,
+        n_tok as u32,
+    ))?;
+    gpu.run(&kernels::hc_head_finish(
+        x_out.ptr().0,
+        part.ptr().0,
+        hc_d.ptr().0,
+        sc_d.ptr().0,
+        b_d.ptr().0,
+        n_embd as u32,
+        n_hc as u32,
+        n_split,
+        eps_rms,
+        eps_hc,
+        n_tok as u32,
+    ))?;
+    let got = x_out.to_vec::<f32>()?;
+    let rb = row_bytes(1, n_in);
+    let mut want = Vec::new();
+    for t in 0..n_tok {
+        let xs = &hc[t * n_in..(t + 1) * n_in];
+        let mut normed = vec![0f32; n_in];
+        rms_norm(&mut normed, xs, None, eps_rms);
+        let w: Vec<f32> = (0..n_hc)
+            .map(|h| sigmoid_stable(dot_f16(&fn_w[h * rb..(h + 1) * rb], &normed) * scale[0] + base[h]) + eps_hc)
+            .collect();
+        let mut x = vec![0f32; n_embd];
+        weighted_sum(&mut x, xs, &w, n_embd);
+        want.extend(x);
+    }
+    Ok(close_scaled(
+        "kernel.hc_head_finish",
+        &got,
+        &want,
+        TOL_MATVEC,
+        format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}"),
+    ))
+}
+
+/// Compressor state update and pooling (spec §3.7) against `CompressorState::push`, starting from a
+/// random mid-stream state; checks the emitted rows and the final kv/score state.
+fn check_compressor(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    shape: (usize, usize, usize, usize),
+    emit: &mut dyn FnMut(CheckResult),
+) -> HipResult<CheckResult> {
+    let (ratio, head_dim, pos0, n_tok) = shape;
+    let comp_cap = 64usize;
+    let mut cpu = CompressorState::new(ratio, head_dim);
+    let w = cpu.width();
+    // A state as left by earlier tokens: random rows, some never-written rows (NEG_INF scores).
+    for (k, s) in cpu.kv.iter_mut().zip(cpu.score.iter_mut()) {
+        *k = rng.next_f32();
+        *s = if rng.next_u64() % 5 == 0 {
+            NEG_INF
+        } else {
+            2.0 * rng.next_f32()
+        };
+    }
+    let kv_cur = random_vec(rng, n_tok * w, 1.0);
+    let sc_cur = random_vec(rng, n_tok * w, 2.0);
+    let ape_bits: Vec<u16> = (0..ratio * w).map(|_| f32_to_f16(0.5 * rng.next_f32())).collect();
+    let ape: Vec<f32> = ape_bits.iter().map(|&h| crate::gguf::half::f16_to_f32(h)).collect();
+    let (skv_d, ssc_d) = (gpu.up(&cpu.kv)?, gpu.up(&cpu.score)?);
+    let (kv_d, sc_d, ape_d) = (gpu.up(&kv_cur)?, gpu.up(&sc_cur)?, gpu.up(&ape_bits)?);
+    let comp = gpu.poisoned::<f32>(comp_cap * head_dim)?;
+    gpu.run(&kernels::compressor_pool(
+        comp.ptr().0,
+        skv_d.ptr().0,
+        ssc_d.ptr().0,
+        kv_d.ptr().0,
+        sc_d.ptr().0,
+        ape_d.ptr().0,
+        head_dim as u32,
+        ratio as u32,
+        pos0 as u32,
+        n_tok as u32,
+        comp_cap as u32,
+    ))?;
+    let comp_all = comp.to_vec::<f32>()?;
+    let (mut got_rows, mut want_rows) = (Vec::new(), Vec::new());
+    let mut row = vec![0f32; head_dim];
+    for t in 0..n_tok {
+        let p = pos0 + t;
+        if cpu.push(
+            &kv_cur[t * w..(t + 1) * w],
+            &sc_cur[t * w..(t + 1) * w],
+            &ape,
+            p,
+            &mut row,
+        ) {
+            let r = (p + 1) / ratio - 1;
+            want_rows.extend_from_slice(&row);
+            got_rows.extend_from_slice(&comp_all[r * head_dim..(r + 1) * head_dim]);
+        }
+    }
+    let (got_kv, got_sc) = (skv_d.to_vec::<f32>()?, ssc_d.to_vec::<f32>()?);
+    let mut state_got = got_kv;
+    state_got.extend(got_sc);
+    let mut state_want = cpu.kv.clone();
+    state_want.extend(&cpu.score);
+    emit(CheckResult::close(
+        &format!("{name}.state"),
+        &state_got,
+        &state_want,
+        0.0,
+        "kv|score".into(),
+    ));
+    let emitted = want_rows.len() / head_dim;
+    Ok(close_scaled(
+        name,
+        &got_rows,
+        &want_rows,
+        TOL_MATVEC,
+        format!("{emitted} rows emitted, head_dim {head_dim}"),
+    ))
+}
+
+/// Lightning indexer (spec §3.8): scores Σ_h max(0, k·q_h)·w_h·scale over the visible compressed rows
+/// (against the CPU formula with `dot_f32`), then the top-k selection of the GPU's own scores
+/// against `top_k_mask` (ties to the lower row), exact.
+fn check_indexer(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    shape: (usize, usize, usize),
+    emit: &mut dyn FnMut(CheckResult),
+) -> HipResult<CheckResult> {
+    let (n_tok, pos0, top_k) = shape;
+    let (n_head, head_dim, ratio) = (64usize, 128usize, 4usize);
+    let n_comp_avail = (pos0 + n_tok) / ratio;
+    let score_stride = n_comp_avail + 3;
+    let qi = random_vec(rng, n_tok * n_head * head_dim, 1.0);
+    let w = random_vec(rng, n_tok * n_head, 1.0);
+    let mut krows = random_vec(rng, n_comp_avail * head_dim, 1.0);
+    // Two identical rows give an exact score tie for the selection's tie rule.
+    let dup = krows[..head_dim].to_vec();
+    krows[head_dim..2 * head_dim].copy_from_slice(&dup);
+    let w_scale = 1.0 / ((head_dim * n_head) as f32).sqrt();
+    let (q_d, w_d, k_d) = (gpu.up(&qi)?, gpu.up(&w)?, gpu.up(&krows)?);
+    let scores = gpu.poisoned::<f32>(n_tok * score_stride)?;
+    let sel = gpu.poisoned::<u32>(n_tok * top_k)?;
+    gpu.run(&kernels::indexer_scores(
+        scores.ptr().0,
+        q_d.ptr().0,
+        w_d.ptr().0,
+        k_d.ptr().0,
+        n_head as u32,
+        n_comp_avail as u32,
+        ratio as u32,
+        pos0 as u32,
+        score_stride as u32,
+        w_scale,
+        n_tok as u32,
+    ))?;
+    gpu.run(&kernels::indexer_topk(
+        sel.ptr().0,
+        scores.ptr().0,
+        score_stride as u32,
+        n_comp_avail as u32,
+        ratio as u32,
+        top_k as u32,
+        pos0 as u32,
+        n_tok as u32,
+    ))?;
+    let (got_scores_all, got_sel) = (scores.to_vec::<f32>()?, sel.to_vec::<u32>()?);
+    let (mut got_s, mut want_s) = (Vec::new(), Vec::new());
+    let mut sel_mismatch = Vec::new();
+    for t in 0..n_tok {
+        let n_c = ((pos0 + t + 1) / ratio).min(n_comp_avail);
+        let row_scores = &got_scores_all[t * score_stride..t * score_stride + n_c];
+        got_s.extend_from_slice(row_scores);
+        for c in 0..n_c {
+            let k = &krows[c * head_dim..(c + 1) * head_dim];
+            let mut acc = 0f32;
+            for h in 0..n_head {
+                let q = &qi[(t * n_head + h) * head_dim..(t * n_head + h + 1) * head_dim];
+                acc += dot_f32(k, q).max(0.0) * (w[t * n_head + h] * w_scale);
+            }
+            want_s.push(acc);
+        }
+        if n_c > top_k {
+            let mut allowed = vec![false; n_c];
+            top_k_mask(row_scores, top_k, &mut allowed);
+            let want_sel: Vec<u32> = (0..n_c as u32).filter(|&c| allowed[c as usize]).collect();
+            if got_sel[t * top_k..(t + 1) * top_k] != want_sel[..] {
+                sel_mismatch.push(t);
+            }
+        }
+    }
+    emit(close_scaled(
+        &format!("{name}.scores"),
+        &got_s,
+        &want_s,
+        TOL_MATVEC,
+        format!("{n_tok} tok, {n_head} heads, {n_comp_avail} rows"),
+    ));
+    Ok(CheckResult {
+        name: format!("{name}.topk"),
+        max_abs: sel_mismatch.len() as f64,
+        max_rel: 0.0,
+        tol: 0.0,
+        verdict: if sel_mismatch.is_empty() {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+        note: if sel_mismatch.is_empty() {
+            format!("selection of the GPU scores equals top_k_mask for all {n_tok} tokens")
+        } else {
+            format!("selection differs for tokens {sel_mismatch:?}")
+        },
+    })
 }
