@@ -1370,7 +1370,7 @@ fn check_compressor(
     // A state as left by earlier tokens: random rows, some never-written rows (NEG_INF scores).
     for (k, s) in cpu.kv.iter_mut().zip(cpu.score.iter_mut()) {
         *k = rng.next_f32();
-        *s = if rng.next_u64() % 5 == 0 {
+        *s = if rng.next_u64().is_multiple_of(5) {
             NEG_INF
         } else {
             2.0 * rng.next_f32()
