@@ -11,3 +11,4 @@
 #include "compressor.hip"
 #include "indexer.hip"
 #include "sample.hip"
+#include "gemm.hip"

@@ -65,16 +65,6 @@ DS4_DEV void load_act_k(const i8* xq, const float* xd, const i16* xbs, u32 c, Ac
     a.bs1 = xbs[2 * c + 1];
 }
 
-// ---- Q8_0 weight chunk (one 34-byte block) · Q8_0 activation chunk (spec §2.3)
-DS4_DEV float dot_chunk_q8_0(const u8* wrow, u32 c, const int x[8], float xd) {
-    const u8* blk = wrow + (u64)c * 34;
-    float d = f16_to_f32(*(const u16*)blk);
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) s = dot4_i8((int)load_u32_2a(blk + 2 + 4 * i), x[i], s);
-    return d * xd * (float)s;
-}
-
 // ---- Q4_K chunk c = sub-block j of block c/8 (spec §2.1, §2.3)
 DS4_DEV float dot_chunk_q4_k(const u8* wrow, u32 c, const ActK& a) {
     const u8* blk = wrow + (u64)(c / 8) * 144;
@@ -179,16 +169,30 @@ DS4_DEV float warp_dot_row_k(const u8* wrow, const i8* xq, const float* xd, cons
     return warp_sum(acc);
 }
 
-// Full row dot for one warp: Q8_0 weight row · Q8_0 activation row.
+// Full row dot for one warp: Q8_0 weight row · Q8_0 activation row. Eight lanes share a 34-byte
+// block (lane sub = lane % 8 takes its 4-byte quarter-word of codes), so one warp-wide load touches
+// DS4_WARP/8 consecutive blocks instead of 32 blocks 34 bytes apart; four blocks per lane are in
+// flight per iteration.
+DS4_DEV float q8_0_quarter(const u8* wrow, const i8* xq, const float* xd, u32 b, u32 sub) {
+    const u8* blk = wrow + (u64)b * 34;
+    const float d = f16_to_f32(*(const u16*)blk);
+    const int q = (int)load_u32_2a(blk + 2 + 4 * sub);
+    const int x = *(const int*)(xq + (u64)b * 32 + 4 * sub);
+    return d * xd[b] * (float)dot4_i8(q, x, 0);
+}
 DS4_DEV float warp_dot_row_q8_0(const u8* wrow, const i8* xq, const float* xd, u32 n) {
-    const u32 nc = n / 32;
-    float acc = 0.0f;
-    for (u32 c = lane_id(); c < nc; c += DS4_WARP) {
-        int x[8];
-        load_act_chunk(xq, c, x);
-        acc += dot_chunk_q8_0(wrow, c, x, xd[c]);
+    constexpr u32 BPW = DS4_WARP / 8;  // blocks per warp step
+    const u32 nb = n / 32, sub = lane_id() % 8;
+    u32 b = lane_id() / 8;
+    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    for (; b + 3 * BPW < nb; b += 4 * BPW) {
+        a0 += q8_0_quarter(wrow, xq, xd, b, sub);
+        a1 += q8_0_quarter(wrow, xq, xd, b + BPW, sub);
+        a2 += q8_0_quarter(wrow, xq, xd, b + 2 * BPW, sub);
+        a3 += q8_0_quarter(wrow, xq, xd, b + 3 * BPW, sub);
     }
-    return warp_sum(acc);
+    for (; b < nb; b += BPW) a0 += q8_0_quarter(wrow, xq, xd, b, sub);
+    return warp_sum((a0 + a1) + (a2 + a3));
 }
 
 // SwiGLU with the asymmetric clamp of spec §3.9 (gate <= limit, up in [-limit, limit], applied

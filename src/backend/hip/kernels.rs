@@ -167,6 +167,27 @@ kernel_defs! {
     /// kernels/sample.hip
     ARGMAX = "ds4_argmax"(out: Ptr, logits: Ptr, n: U32);
     SAMPLE_MIN_P = "ds4_sample_min_p"(out: Ptr, logits: Ptr, n: U32, temp: F32, min_p: F32, u01: F32);
+    /// kernels/gemm.hip
+    GEMM_Q8_0 = "ds4_gemm_q8_0"(y: Ptr, w: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_out: U32, rows_per_group: U32,
+        x_stride: U32, n_tok: U32);
+    GEMM_Q8_0_SWIGLU = "ds4_gemm_q8_0_swiglu"(mid: Ptr, wg: Ptr, wu: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_ff: U32,
+        limit: F32, n_tok: U32);
+    MOE_GROUP = "ds4_moe_group"(pairs: Ptr, tiles: Ptr, n_tiles: Ptr, sel: Ptr, n_tok: U32, n_used: U32,
+        n_expert: U32);
+    MOE_GEMM_GATE_UP_IQ2_XXS = "ds4_moe_gemm_gate_up_iq2_xxs"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr,
+        xbs: Ptr, pairs: Ptr, tiles: Ptr, n_tiles: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32, limit: F32);
+    MOE_GEMM_GATE_UP_Q2_K = "ds4_moe_gemm_gate_up_q2_k"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr, xbs: Ptr,
+        pairs: Ptr, tiles: Ptr, n_tiles: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32, limit: F32);
+    MOE_GEMM_GATE_UP_Q4_K = "ds4_moe_gemm_gate_up_q4_k"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr, xbs: Ptr,
+        pairs: Ptr, tiles: Ptr, n_tiles: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32, limit: F32);
+    MOE_GEMM_DOWN_IQ2_XXS = "ds4_moe_gemm_down_iq2_xxs"(outp: Ptr, down: Ptr, mq: Ptr, md: Ptr, mbs: Ptr,
+        pairs: Ptr, tiles: Ptr, n_tiles: Ptr, n_ff: U32, n_out: U32, n_used: U32);
+    MOE_GEMM_DOWN_Q2_K = "ds4_moe_gemm_down_q2_k"(outp: Ptr, down: Ptr, mq: Ptr, md: Ptr, mbs: Ptr, pairs: Ptr,
+        tiles: Ptr, n_tiles: Ptr, n_ff: U32, n_out: U32, n_used: U32);
+    MOE_GEMM_DOWN_Q4_K = "ds4_moe_gemm_down_q4_k"(outp: Ptr, down: Ptr, mq: Ptr, md: Ptr, mbs: Ptr, pairs: Ptr,
+        tiles: Ptr, n_tiles: Ptr, n_ff: U32, n_out: U32, n_used: U32);
+    MOE_SUM = "ds4_moe_sum"(out: Ptr, outp: Ptr, n_out: U32, n_used: U32);
+    GEMM_F16 = "ds4_gemm_f16"(y: Ptr, w: Ptr, x: Ptr, n_in: U32, n_out: U32, x_stride: U32, n_tok: U32);
 }
 
 /// Look a kernel up by name.
@@ -207,6 +228,32 @@ impl Launch {
         PackedArgs {
             slots: self.args.iter().map(|a| a.slot()).collect(),
         }
+    }
+}
+
+/// Bridge to the runtime (`runtime.rs`): the launch shape and the arguments in its types, so a
+/// launch runs as `module.function(l.kernel.name)?.launch(&stream, l.dims(), &mut l.kernel_args())`.
+#[cfg(feature = "hip")]
+impl Launch {
+    pub fn dims(&self) -> super::runtime::LaunchDims {
+        super::runtime::LaunchDims {
+            grid: self.grid,
+            block: self.block,
+            shared_bytes: self.shared_bytes,
+        }
+    }
+
+    pub fn kernel_args(&self) -> super::runtime::KernelArgs {
+        let mut a = super::runtime::KernelArgs::new();
+        for arg in &self.args {
+            match *arg {
+                Arg::Ptr(p) => a.push(super::runtime::DevicePtr(p)),
+                Arg::U32(v) => a.push(v),
+                Arg::U64(v) => a.push(v),
+                Arg::F32(v) => a.push(v),
+            };
+        }
+        a
     }
 }
 
@@ -468,6 +515,22 @@ impl ExpertFormat {
             ExpertFormat::Iq2Xxs => &MOE_DOWN_IQ2_XXS,
             ExpertFormat::Q2K => &MOE_DOWN_Q2_K,
             ExpertFormat::Q4K => &MOE_DOWN_Q4_K,
+        }
+    }
+
+    fn gemm_gate_up(self) -> &'static KernelDef {
+        match self {
+            ExpertFormat::Iq2Xxs => &MOE_GEMM_GATE_UP_IQ2_XXS,
+            ExpertFormat::Q2K => &MOE_GEMM_GATE_UP_Q2_K,
+            ExpertFormat::Q4K => &MOE_GEMM_GATE_UP_Q4_K,
+        }
+    }
+
+    fn gemm_down(self) -> &'static KernelDef {
+        match self {
+            ExpertFormat::Iq2Xxs => &MOE_GEMM_DOWN_IQ2_XXS,
+            ExpertFormat::Q2K => &MOE_GEMM_DOWN_Q2_K,
+            ExpertFormat::Q4K => &MOE_GEMM_DOWN_Q4_K,
         }
     }
 
@@ -1014,6 +1077,204 @@ pub fn sample_min_p(out: DevPtr, logits: DevPtr, n: u32, temp: f32, min_p: f32, 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Prefill GEMMs (kernels/gemm.hip): 64 x 64 output tiles.
+// ---------------------------------------------------------------------------------------------
+
+/// Output tile edge of the GEMM kernels (DS4_GM_ROWS = DS4_GM_TOKS).
+pub const GEMM_TILE: u32 = 64;
+
+/// `ds4_gemm_q8_0`: batched Q8_0 projection with Q8_0 activations (grouped like
+/// [`matvec_q8_0`]; rows_per_group must be a multiple of 64). Grid (ceil(n_out/64), ceil(n_tok/64)).
+pub fn gemm_q8_0(
+    y: DevPtr,
+    w: DevPtr,
+    xq: DevPtr,
+    xd: DevPtr,
+    n_in: u32,
+    n_out: u32,
+    rows_per_group: u32,
+    x_stride: u32,
+    n_tok: u32,
+) -> Launch {
+    assert!(
+        rows_per_group.is_multiple_of(GEMM_TILE),
+        "gemm_q8_0: rows_per_group {rows_per_group} % 64 != 0"
+    );
+    Launch::new(
+        &GEMM_Q8_0,
+        [blocks(n_out, GEMM_TILE), blocks(n_tok, GEMM_TILE), 1],
+        vec![
+            ptr(y),
+            ptr(w),
+            ptr(xq),
+            ptr(xd),
+            u(n_in),
+            u(n_out),
+            u(rows_per_group),
+            u(x_stride),
+            u(n_tok),
+        ],
+    )
+}
+
+/// `ds4_gemm_q8_0_swiglu`: batched shared-expert gate/up + SwiGLU. Grid (ceil(n_ff/64), ceil(n_tok/64)).
+pub fn gemm_q8_0_swiglu(
+    mid: DevPtr,
+    wg: DevPtr,
+    wu: DevPtr,
+    xq: DevPtr,
+    xd: DevPtr,
+    n_in: u32,
+    n_ff: u32,
+    limit: f32,
+    n_tok: u32,
+) -> Launch {
+    Launch::new(
+        &GEMM_Q8_0_SWIGLU,
+        [blocks(n_ff, GEMM_TILE), blocks(n_tok, GEMM_TILE), 1],
+        vec![
+            ptr(mid),
+            ptr(wg),
+            ptr(wu),
+            ptr(xq),
+            ptr(xd),
+            u(n_in),
+            u(n_ff),
+            f(limit),
+            u(n_tok),
+        ],
+    )
+}
+
+/// Upper bound of the expert tiles of a batch: ceil(n_pairs/64) + n_expert (each expert adds at most
+/// one partial tile). Size `tiles` as 3 * this many u32.
+pub fn moe_max_tiles(n_tok: u32, n_used: u32, n_expert: u32) -> u32 {
+    (n_tok * n_used).div_ceil(GEMM_TILE) + n_expert
+}
+
+/// `ds4_moe_group`: pairs sorted by expert, tiles and the tile count, all on the device. Grid (1).
+pub fn moe_group(
+    pairs: DevPtr,
+    tiles: DevPtr,
+    n_tiles: DevPtr,
+    sel: DevPtr,
+    n_tok: u32,
+    n_used: u32,
+    n_expert: u32,
+) -> Launch {
+    assert!(n_expert <= 1024, "moe_group: n_expert {n_expert} > 1024");
+    Launch::new(
+        &MOE_GROUP,
+        [1, 1, 1],
+        vec![
+            ptr(pairs),
+            ptr(tiles),
+            ptr(n_tiles),
+            ptr(sel),
+            u(n_tok),
+            u(n_used),
+            u(n_expert),
+        ],
+    )
+}
+
+/// Device buffers made by [`moe_group`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExpertTiles {
+    pub pairs: DevPtr,
+    pub tiles: DevPtr,
+    pub n_tiles: DevPtr,
+    /// [`moe_max_tiles`] of the batch (the launch grid's second dimension).
+    pub max_tiles: u32,
+}
+
+/// `ds4_moe_gemm_gate_up_<fmt>`: grouped gate/up + SwiGLU, mid [n_tok][n_used][n_ff].
+/// Grid (ceil(n_ff/64), max_tiles).
+pub fn moe_gemm_gate_up(
+    fmt: ExpertFormat,
+    mid: DevPtr,
+    gate: DevPtr,
+    up: DevPtr,
+    x: Q8K,
+    t: ExpertTiles,
+    selw: DevPtr,
+    n_in: u32,
+    n_ff: u32,
+    n_used: u32,
+    limit: f32,
+) -> Launch {
+    Launch::new(
+        fmt.gemm_gate_up(),
+        [blocks(n_ff, GEMM_TILE), t.max_tiles.max(1), 1],
+        vec![
+            ptr(mid),
+            ptr(gate),
+            ptr(up),
+            ptr(x.q),
+            ptr(x.d),
+            ptr(x.bsums),
+            ptr(t.pairs),
+            ptr(t.tiles),
+            ptr(t.n_tiles),
+            ptr(selw),
+            u(n_in),
+            u(n_ff),
+            u(n_used),
+            f(limit),
+        ],
+    )
+}
+
+/// `ds4_moe_gemm_down_<fmt>`: grouped down projection per pair, outp [n_tok * n_used][n_out]; then
+/// [`moe_sum`]. Grid (ceil(n_out/64), max_tiles).
+pub fn moe_gemm_down(
+    fmt: ExpertFormat,
+    outp: DevPtr,
+    down: DevPtr,
+    mid: Q8K,
+    t: ExpertTiles,
+    n_ff: u32,
+    n_out: u32,
+    n_used: u32,
+) -> Launch {
+    Launch::new(
+        fmt.gemm_down(),
+        [blocks(n_out, GEMM_TILE), t.max_tiles.max(1), 1],
+        vec![
+            ptr(outp),
+            ptr(down),
+            ptr(mid.q),
+            ptr(mid.d),
+            ptr(mid.bsums),
+            ptr(t.pairs),
+            ptr(t.tiles),
+            ptr(t.n_tiles),
+            u(n_ff),
+            u(n_out),
+            u(n_used),
+        ],
+    )
+}
+
+/// `ds4_moe_sum`: out[t] = Σ_k outp[t*n_used + k] in slot order. Grid (ceil(n_out/256), n_tok).
+pub fn moe_sum(out: DevPtr, outp: DevPtr, n_out: u32, n_used: u32, n_tok: u32) -> Launch {
+    Launch::new(
+        &MOE_SUM,
+        [blocks(n_out, BLOCK), n_tok, 1],
+        vec![ptr(out), ptr(outp), u(n_out), u(n_used)],
+    )
+}
+
+/// `ds4_gemm_f16`: batched F16-weight projection, f32 activations. Grid (ceil(n_out/64), ceil(n_tok/64)).
+pub fn gemm_f16(y: DevPtr, w: DevPtr, x: DevPtr, n_in: u32, n_out: u32, x_stride: u32, n_tok: u32) -> Launch {
+    Launch::new(
+        &GEMM_F16,
+        [blocks(n_out, GEMM_TILE), blocks(n_tok, GEMM_TILE), 1],
+        vec![ptr(y), ptr(w), ptr(x), u(n_in), u(n_out), u(x_stride), u(n_tok)],
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
 // Code objects
 // ---------------------------------------------------------------------------------------------
 
@@ -1204,7 +1465,20 @@ mod tests {
             launches.push(moe_gate_up(fmt, 1, 2, 3, q8k, 4, 5, 4096, 2048, 6, 10.0, 1));
             launches.push(moe_down(fmt, 1, 2, q8k, 4, 2048, 4096, 6, 1));
             launches.push(matvec_k(fmt, 1, 2, q8k, 4096, 4096, 1));
+            let t = ExpertTiles {
+                pairs: 1,
+                tiles: 2,
+                n_tiles: 3,
+                max_tiles: moe_max_tiles(2048, 6, 256),
+            };
+            launches.push(moe_gemm_gate_up(fmt, 1, 2, 3, q8k, t, 4, 4096, 2048, 6, 10.0));
+            launches.push(moe_gemm_down(fmt, 1, 2, q8k, t, 2048, 4096, 6));
         }
+        launches.push(gemm_q8_0(1, 2, 3, 4, 4096, 1024, 1024, 4096, 2048));
+        launches.push(gemm_q8_0_swiglu(1, 2, 3, 4, 5, 4096, 2048, 10.0, 2048));
+        launches.push(moe_group(1, 2, 3, 4, 2048, 6, 256));
+        launches.push(moe_sum(1, 2, 4096, 6, 2048));
+        launches.push(gemm_f16(1, 2, 3, 4096, 1024, 4096, 2048));
         let mut names: Vec<&str> = launches.iter().map(|l| l.kernel.name).collect();
         names.sort();
         names.dedup();
@@ -1229,6 +1503,9 @@ mod tests {
         let l = moe_gate_up(ExpertFormat::Q4K, 1, 2, 3, Q8K::default(), 4, 5, 4096, 2048, 6, 10.0, 2);
         assert_eq!(l.grid, [256, 6, 2]);
         assert_eq!(hc_mix_splits(16384), 32);
+        // Prefill: 2048 tokens x 6 slots = 192 full tiles + at most one partial tile per expert.
+        assert_eq!(moe_max_tiles(2048, 6, 256), 192 + 256);
+        assert_eq!(gemm_q8_0(1, 2, 3, 4, 4096, 32768, 32768, 1024, 2048).grid, [512, 32, 1]);
         assert_eq!(hc_mix_splits(1024), 2);
         assert_eq!(hc_mix_splits(6), 1);
     }
