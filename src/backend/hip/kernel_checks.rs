@@ -204,6 +204,23 @@ fn random_vec(rng: &mut CheckRng, n: usize, amp: f32) -> Vec<f32> {
     (0..n).map(|_| amp * rng.next_f32()).collect()
 }
 
+/// Run one check; a device error or a panic (e.g. a launch builder's shape assertion) becomes a FAIL
+/// line instead of ending the selftest.
+fn guard(name: &str, check: impl FnOnce() -> HipResult<CheckResult>) -> CheckResult {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => CheckResult::error(name, e),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".to_string());
+            CheckResult::error(name, format!("panicked: {msg}"))
+        }
+    }
+}
+
 /// Run every kernel check, reporting each as it finishes.
 pub fn run_kernel_checks(
     ctx: &HipContext,
@@ -215,42 +232,56 @@ pub fn run_kernel_checks(
         Ok(stream) => Gpu { ctx, kernels, stream },
         Err(e) => return emit(CheckResult::error("kernel.stream", e)),
     };
-    let wrap = |name: &str, r: HipResult<CheckResult>| r.unwrap_or_else(|e| CheckResult::error(name, e));
 
-    emit(wrap("kernel.fill_f32", check_fill(&gpu, rng)));
-    let r = check_rms_norm_quant(&gpu, rng, &mut *emit);
-    emit(wrap("kernel.rms_norm_quant", r));
-    for (n_in, n_out, rows_per_group) in [(4096, 1029, 1029), (1024, 96, 24)] {
-        let name = format!("kernel.matvec_q8_0[{n_in}x{n_out},group {rows_per_group}]");
-        emit(wrap(
-            &name,
-            check_matvec_q8_0(&gpu, rng, &name, n_in, n_out, rows_per_group),
-        ));
+    emit(guard("kernel.fill_f32", || check_fill(&gpu, rng)));
+    let r = guard("kernel.rms_norm_quant", || check_rms_norm_quant(&gpu, rng, &mut *emit));
+    emit(r);
+    for (n_in, n_out, rows_per_group, n_tok, gemm) in [
+        (4096usize, 1029usize, 1029usize, 2usize, false),
+        (1024, 96, 24, 2, false),
+        (4096, 1029, 1088, 70, true),
+        (1024, 512, 128, 33, true),
+    ] {
+        let kind = if gemm { "gemm" } else { "matvec" };
+        let name = format!("kernel.{kind}_q8_0[{n_in}x{n_out},group {rows_per_group},{n_tok} tok]");
+        let shape = (n_in, n_out, rows_per_group, n_tok);
+        emit(guard(&name, || check_matvec_q8_0(&gpu, rng, &name, shape, gemm)));
     }
-    let name = "kernel.matvec_f16[2056x77]";
-    emit(wrap(name, check_matvec_f16(&gpu, rng, name, 2056, 77)));
-    emit(wrap("kernel.matvec_f16_pair", check_matvec_f16_pair(&gpu, rng)));
-    emit(wrap("kernel.matvec_q8_0_swiglu", check_matvec_q8_0_swiglu(&gpu, rng)));
-    emit(wrap("kernel.embed_hc", check_embed_hc(&gpu, rng)));
-    let r = check_hc_pre(&gpu, rng, &mut *emit);
-    emit(wrap("kernel.hc_pre.x_out", r));
+    for (n_in, n_out, n_tok, gemm) in [(2056usize, 77usize, 3usize, false), (2056, 77, 70, true)] {
+        let kind = if gemm { "gemm" } else { "matvec" };
+        let name = format!("kernel.{kind}_f16[{n_in}x{n_out},{n_tok} tok]");
+        let shape = (n_in, n_out, n_tok);
+        emit(guard(&name, || check_matvec_f16(&gpu, rng, &name, shape, gemm)));
+    }
+    for (n_tok, gemm) in [(2usize, false), (67, true)] {
+        let kind = if gemm { "gemm" } else { "matvec" };
+        let name = format!("kernel.{kind}_q8_0_swiglu[{n_tok} tok]");
+        emit(guard(&name, || check_matvec_q8_0_swiglu(&gpu, rng, &name, n_tok, gemm)));
+    }
+    emit(guard("kernel.matvec_f16_pair", || check_matvec_f16_pair(&gpu, rng)));
+    emit(guard("kernel.embed_hc", || check_embed_hc(&gpu, rng)));
+    let r = guard("kernel.hc_pre.x_out", || check_hc_pre(&gpu, rng, &mut *emit));
+    emit(r);
     for with_y2 in [false, true] {
         let name = if with_y2 {
             "kernel.hc_post[y+y2]"
         } else {
             "kernel.hc_post[y]"
         };
-        emit(wrap(name, check_hc_post(&gpu, rng, name, with_y2)));
+        emit(guard(name, || check_hc_post(&gpu, rng, name, with_y2)));
     }
     for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
         let name = format!("kernel.matvec_{}[4096x203]", fmt_name(fmt));
-        emit(wrap(&name, check_matvec_k(&gpu, rng, &name, fmt, 4096, 203)));
+        emit(guard(&name, || check_matvec_k(&gpu, rng, &name, fmt, 4096, 203)));
     }
-    for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
-        let name = format!("kernel.moe_gate_up_{}", fmt_name(fmt));
-        emit(wrap(&name, check_moe_gate_up(&gpu, rng, &name, fmt)));
-        let name = format!("kernel.moe_down_{}", fmt_name(fmt));
-        emit(wrap(&name, check_moe_down(&gpu, rng, &name, fmt)));
+    for (n_tok, gemm) in [(2usize, false), (45, true)] {
+        let kind = if gemm { "moe_gemm" } else { "moe" };
+        for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
+            let name = format!("kernel.{kind}_gate_up_{}[{n_tok} tok]", fmt_name(fmt));
+            emit(guard(&name, || check_moe_gate_up(&gpu, rng, &name, fmt, n_tok, gemm)));
+            let name = format!("kernel.{kind}_down_{}[{n_tok} tok]", fmt_name(fmt));
+            emit(guard(&name, || check_moe_down(&gpu, rng, &name, fmt, n_tok, gemm)));
+        }
     }
     for hash in [false, true] {
         let name = if hash {
@@ -258,20 +289,24 @@ pub fn run_kernel_checks(
         } else {
             "kernel.router[topk+bias]"
         };
-        emit(wrap(name, check_router(&gpu, rng, name, hash)));
+        emit(guard(name, || check_router(&gpu, rng, name, hash)));
     }
-    emit(wrap("kernel.argmax", check_argmax(&gpu, rng)));
-    emit(wrap("kernel.sample_min_p", check_sample_min_p(&gpu, rng)));
-    emit(wrap("kernel.hc_head_finish", check_hc_head(&gpu, rng)));
+    emit(guard("kernel.argmax", || check_argmax(&gpu, rng)));
+    emit(guard("kernel.sample_min_p", || check_sample_min_p(&gpu, rng)));
+    emit(guard("kernel.hc_head_finish", || check_hc_head(&gpu, rng)));
     for (ratio, head_dim, pos0, n_tok) in [(4usize, 512usize, 5usize, 11usize), (4, 128, 0, 1), (128, 512, 120, 10)] {
         let name = format!("kernel.compressor_pool[ratio {ratio}, {n_tok} tok at {pos0}]");
-        let r = check_compressor(&gpu, rng, &name, (ratio, head_dim, pos0, n_tok), &mut *emit);
-        emit(wrap(&name, r));
+        let r = guard(&name, || {
+            check_compressor(&gpu, rng, &name, (ratio, head_dim, pos0, n_tok), &mut *emit)
+        });
+        emit(r);
     }
     for (n_tok, pos0, top_k) in [(1usize, 1203usize, 64usize), (5, 600, 100)] {
         let name = format!("kernel.indexer[{n_tok} tok at {pos0}, top {top_k}]");
-        let r = check_indexer(&gpu, rng, &name, (n_tok, pos0, top_k), &mut *emit);
-        emit(wrap(&format!("{name}.topk"), r));
+        let r = guard(&format!("{name}.topk"), || {
+            check_indexer(&gpu, rng, &name, (n_tok, pos0, top_k), &mut *emit)
+        });
+        emit(r);
     }
     for (label, n_tok, pos0, ratio, n_comp_avail, top_k) in [
         ("decode dense", 1usize, 200usize, 0usize, 0usize, 0usize),
@@ -281,7 +316,7 @@ pub fn run_kernel_checks(
     ] {
         let name = format!("kernel.attention[{label}]");
         let shape = (n_tok, pos0, ratio, n_comp_avail, top_k);
-        emit(wrap(&name, check_attention(&gpu, rng, &name, shape)));
+        emit(guard(&name, || check_attention(&gpu, rng, &name, shape)));
     }
     for v in [
         RowsVariant::Q,
@@ -290,8 +325,8 @@ pub fn run_kernel_checks(
         RowsVariant::Indexer,
     ] {
         let name = format!("kernel.rows_finish[{v:?}]");
-        let r = check_rows_finish(&gpu, rng, &name, v, &mut *emit);
-        emit(wrap(&name, r));
+        let r = guard(&name, || check_rows_finish(&gpu, rng, &name, v, &mut *emit));
+        emit(r);
     }
 }
 
@@ -420,12 +455,10 @@ fn check_matvec_q8_0(
     gpu: &Gpu,
     rng: &mut CheckRng,
     name: &str,
-    n_in: usize,
-    n_out: usize,
-    rows_per_group: usize,
+    (n_in, n_out, rows_per_group, n_tok): (usize, usize, usize, usize),
+    gemm: bool,
 ) -> HipResult<CheckResult> {
-    let n_tok = 2usize;
-    let groups = n_out / rows_per_group;
+    let groups = n_out.div_ceil(rows_per_group);
     let x_stride = groups * n_in;
     let w = random_weights(rng, 8, n_in, n_out);
     let x = random_vec(rng, n_tok * x_stride, 2.0);
@@ -433,7 +466,8 @@ fn check_matvec_q8_0(
     quantize_q8_0(&x, &mut act);
     let (w_d, xq_d, xd_d) = (gpu.up(&w)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
     let y = gpu.poisoned::<f32>(n_tok * n_out)?;
-    gpu.run(&kernels::matvec_q8_0(
+    let build = if gemm { kernels::gemm_q8_0 } else { kernels::matvec_q8_0 };
+    gpu.run(&build(
         y.ptr().0,
         w_d.ptr().0,
         xq_d.ptr().0,
@@ -460,14 +494,20 @@ fn check_matvec_q8_0(
     Ok(close_scaled(name, &got, &want, TOL_MATVEC, format!("{n_tok} tokens")))
 }
 
-fn check_matvec_f16(gpu: &Gpu, rng: &mut CheckRng, name: &str, n_in: usize, n_out: usize) -> HipResult<CheckResult> {
-    let n_tok = 3usize;
+fn check_matvec_f16(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    (n_in, n_out, n_tok): (usize, usize, usize),
+    gemm: bool,
+) -> HipResult<CheckResult> {
     let x_stride = n_in + 4;
     let w = random_weights(rng, 1, n_in, n_out);
     let x = random_vec(rng, n_tok * x_stride, 2.0);
     let (w_d, x_d) = (gpu.up(&w)?, gpu.up(&x)?);
     let y = gpu.poisoned::<f32>(n_tok * n_out)?;
-    gpu.run(&kernels::matvec_f16(
+    let build = if gemm { kernels::gemm_f16 } else { kernels::matvec_f16 };
+    gpu.run(&build(
         y.ptr().0,
         w_d.ptr().0,
         x_d.ptr().0,
@@ -554,10 +594,47 @@ fn random_selection(rng: &mut CheckRng, n_tok: usize, n_used: usize, n_expert: u
     (sel, selw)
 }
 
-const MOE_SHAPE: (usize, usize, usize, usize, usize) = (768, 512, 8, 3, 2); // n_in, n_ff, n_expert, n_used, n_tok
+const MOE_SHAPE: (usize, usize, usize, usize) = (768, 512, 8, 3); // n_in, n_ff, n_expert, n_used
 
-fn check_moe_gate_up(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -> HipResult<CheckResult> {
-    let (n_in, n_ff, n_expert, n_used, n_tok) = MOE_SHAPE;
+/// Runs ds4_moe_group for `sel` and returns the tile buffers (kept alive by the caller).
+fn expert_tiles(
+    gpu: &Gpu,
+    sel: &DeviceBuffer,
+    n_tok: usize,
+    n_used: usize,
+    n_expert: usize,
+) -> HipResult<(kernels::ExpertTiles, [DeviceBuffer; 3])> {
+    let max_tiles = kernels::moe_max_tiles(n_tok as u32, n_used as u32, n_expert as u32);
+    let pairs = gpu.poisoned::<u32>(n_tok * n_used)?;
+    let tiles = gpu.poisoned::<u32>(3 * max_tiles as usize)?;
+    let n_tiles = gpu.poisoned::<u32>(1)?;
+    gpu.run(&kernels::moe_group(
+        pairs.ptr().0,
+        tiles.ptr().0,
+        n_tiles.ptr().0,
+        sel.ptr().0,
+        n_tok as u32,
+        n_used as u32,
+        n_expert as u32,
+    ))?;
+    let t = kernels::ExpertTiles {
+        pairs: pairs.ptr().0,
+        tiles: tiles.ptr().0,
+        n_tiles: n_tiles.ptr().0,
+        max_tiles,
+    };
+    Ok((t, [pairs, tiles, n_tiles]))
+}
+
+fn check_moe_gate_up(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    fmt: ExpertFormat,
+    n_tok: usize,
+    gemm: bool,
+) -> HipResult<CheckResult> {
+    let (n_in, n_ff, n_expert, n_used) = MOE_SHAPE;
     let limit = 2.0f32; // small enough that some gate/up values clamp
     let ty = fmt_type(fmt);
     let gate = random_weights(rng, ty, n_in, n_ff * n_expert);
@@ -576,20 +653,37 @@ fn check_moe_gate_up(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertForma
         d: d_d.ptr().0,
         bsums: b_d.ptr().0,
     };
-    gpu.run(&kernels::moe_gate_up(
-        fmt,
-        mid.ptr().0,
-        g_d.ptr().0,
-        u_d.ptr().0,
-        xk,
-        s_d.ptr().0,
-        sw_d.ptr().0,
-        n_in as u32,
-        n_ff as u32,
-        n_used as u32,
-        limit,
-        n_tok as u32,
-    ))?;
+    if gemm {
+        let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert)?;
+        gpu.run(&kernels::moe_gemm_gate_up(
+            fmt,
+            mid.ptr().0,
+            g_d.ptr().0,
+            u_d.ptr().0,
+            xk,
+            tiles,
+            sw_d.ptr().0,
+            n_in as u32,
+            n_ff as u32,
+            n_used as u32,
+            limit,
+        ))?;
+    } else {
+        gpu.run(&kernels::moe_gate_up(
+            fmt,
+            mid.ptr().0,
+            g_d.ptr().0,
+            u_d.ptr().0,
+            xk,
+            s_d.ptr().0,
+            sw_d.ptr().0,
+            n_in as u32,
+            n_ff as u32,
+            n_used as u32,
+            limit,
+            n_tok as u32,
+        ))?;
+    }
     let got = mid.to_vec::<f32>()?;
     let rb = row_bytes(ty, n_in);
     let bpt = n_in / QK_K;
@@ -615,8 +709,15 @@ fn check_moe_gate_up(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertForma
     ))
 }
 
-fn check_moe_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -> HipResult<CheckResult> {
-    let (_, n_ff, n_expert, n_used, n_tok) = MOE_SHAPE;
+fn check_moe_down(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    fmt: ExpertFormat,
+    n_tok: usize,
+    gemm: bool,
+) -> HipResult<CheckResult> {
+    let (_, n_ff, n_expert, n_used) = MOE_SHAPE;
     let n_out = 203usize;
     let ty = fmt_type(fmt);
     let down = random_weights(rng, ty, n_ff, n_out * n_expert);
@@ -634,17 +735,39 @@ fn check_moe_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) 
         d: d_d.ptr().0,
         bsums: b_d.ptr().0,
     };
-    gpu.run(&kernels::moe_down(
-        fmt,
-        out.ptr().0,
-        dn_d.ptr().0,
-        mk,
-        s_d.ptr().0,
-        n_ff as u32,
-        n_out as u32,
-        n_used as u32,
-        n_tok as u32,
-    ))?;
+    if gemm {
+        let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert)?;
+        let outp = gpu.poisoned::<f32>(n_tok * n_used * n_out)?;
+        gpu.run(&kernels::moe_gemm_down(
+            fmt,
+            outp.ptr().0,
+            dn_d.ptr().0,
+            mk,
+            tiles,
+            n_ff as u32,
+            n_out as u32,
+            n_used as u32,
+        ))?;
+        gpu.run(&kernels::moe_sum(
+            out.ptr().0,
+            outp.ptr().0,
+            n_out as u32,
+            n_used as u32,
+            n_tok as u32,
+        ))?;
+    } else {
+        gpu.run(&kernels::moe_down(
+            fmt,
+            out.ptr().0,
+            dn_d.ptr().0,
+            mk,
+            s_d.ptr().0,
+            n_ff as u32,
+            n_out as u32,
+            n_used as u32,
+            n_tok as u32,
+        ))?;
+    }
     let got = out.to_vec::<f32>()?;
     let rb = row_bytes(ty, n_ff);
     let bpr = n_ff / QK_K;
@@ -783,8 +906,14 @@ fn check_matvec_f16_pair(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult
     ))
 }
 
-fn check_matvec_q8_0_swiglu(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
-    let (n_in, n_ff, n_tok, limit) = (2048usize, 101usize, 2usize, 3.0f32);
+fn check_matvec_q8_0_swiglu(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    n_tok: usize,
+    gemm: bool,
+) -> HipResult<CheckResult> {
+    let (n_in, n_ff, limit) = (2048usize, 101usize, 3.0f32);
     let wg = random_weights(rng, 8, n_in, n_ff);
     let wu = random_weights(rng, 8, n_in, n_ff);
     let x = random_vec(rng, n_tok * n_in, 2.0);
@@ -792,7 +921,12 @@ fn check_matvec_q8_0_swiglu(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckRes
     quantize_q8_0(&x, &mut act);
     let (g_d, u_d, xq_d, xd_d) = (gpu.up(&wg)?, gpu.up(&wu)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
     let mid = gpu.poisoned::<f32>(n_tok * n_ff)?;
-    gpu.run(&kernels::matvec_q8_0_swiglu(
+    let build = if gemm {
+        kernels::gemm_q8_0_swiglu
+    } else {
+        kernels::matvec_q8_0_swiglu
+    };
+    gpu.run(&build(
         mid.ptr().0,
         g_d.ptr().0,
         u_d.ptr().0,
@@ -818,7 +952,7 @@ fn check_matvec_q8_0_swiglu(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckRes
         }
     }
     Ok(close_scaled(
-        "kernel.matvec_q8_0_swiglu",
+        name,
         &got,
         &want,
         TOL_MATVEC,
