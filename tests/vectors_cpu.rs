@@ -6,90 +6,14 @@
 //! `DS4_TINY_A`, else built once into target/ds4-vectors/ with the vectors' own generator. Skips
 //! (printing why) when the vectors or python3+gguf are unavailable.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+mod common;
 
+use std::path::{Path, PathBuf};
+
+use common::{model, vectors_dir};
 use ds4_chat::backend::Backend;
 use ds4_chat::backend::cpu::CpuBackend;
-use ds4_chat::model::weights::Model;
 use serde_json::Value;
-
-const TINY_A_SHA256: &str = "78e4ad2fa157c5f8be6f2332d32e849a67fbc4a24195cbcdc62ad2391b15a57f";
-
-fn vectors_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("DS4_VECTORS") {
-        return Some(PathBuf::from(d));
-    }
-    // The repository checkout sits next to shared/ (worktrees one level deeper).
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    ["../shared/vectors", "../../shared/vectors"]
-        .iter()
-        .map(|r| root.join(r))
-        .find(|d| d.join("case_a/manifest.json").exists())
-}
-
-fn build_tiny_a(vectors: &Path) -> Result<PathBuf, String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ds4-vectors");
-    let out = dir.join("tiny_a.gguf");
-    if out.exists() {
-        return Ok(out);
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let tok_gz = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/deepseek-v4-tokenizer.json.gz");
-    let tok = dir.join("tokenizer.json");
-    let mut s = String::new();
-    use std::io::Read;
-    flate2::read::GzDecoder::new(std::fs::File::open(&tok_gz).map_err(|e| format!("{}: {e}", tok_gz.display()))?)
-        .read_to_string(&mut s)
-        .map_err(|e| format!("{}: {e}", tok_gz.display()))?;
-    std::fs::write(&tok, s).map_err(|e| e.to_string())?;
-    let tmp = dir.join(format!("tiny_a.{}.tmp", std::process::id()));
-    let st = std::process::Command::new("python3")
-        .arg(vectors.join("gen_tiny_gguf.py"))
-        .arg("--config")
-        .arg(vectors.join("case_a.json"))
-        .arg("--tokenizer")
-        .arg(&tok)
-        .arg("--out")
-        .arg(&tmp)
-        .status()
-        .map_err(|e| format!("python3: {e}"))?;
-    if !st.success() {
-        return Err(format!(
-            "gen_tiny_gguf.py failed ({st}); needs `pip install numpy gguf`"
-        ));
-    }
-    std::fs::rename(&tmp, &out).map_err(|e| e.to_string())?;
-    Ok(out)
-}
-
-fn model() -> Option<Arc<Model>> {
-    static M: OnceLock<Option<Arc<Model>>> = OnceLock::new();
-    M.get_or_init(|| {
-        let path = match std::env::var_os("DS4_TINY_A") {
-            Some(p) => PathBuf::from(p),
-            None => {
-                let v = vectors_dir()?;
-                match build_tiny_a(&v) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        eprintln!("SKIP: cannot build tiny_a.gguf: {e}");
-                        return None;
-                    }
-                }
-            }
-        };
-        let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        assert_eq!(
-            bytes,
-            145_854_528,
-            "{}: not the case-A model (sha256 {TINY_A_SHA256})",
-            path.display()
-        );
-        Some(Arc::new(Model::open(&path).expect("open tiny_a.gguf")))
-    })
-    .clone()
-}
 
 fn load_prompt(name: &str) -> Option<(Value, PathBuf)> {
     let Some(v) = vectors_dir() else {
@@ -298,4 +222,19 @@ fn case_a_chat_long() {
 #[test]
 fn case_a_ids_long() {
     run_prompt("ids_long");
+}
+
+#[test]
+fn case_a_text_mixed() {
+    run_prompt("text_mixed");
+}
+
+#[test]
+fn case_a_chat_think() {
+    run_prompt("chat_think");
+}
+
+#[test]
+fn case_a_rendered_multiturn() {
+    run_prompt("rendered_multiturn");
 }

@@ -1,10 +1,272 @@
-//! `ds4-chat bench` (placeholder until its issue lands).
+//! `ds4-chat bench`: prefill and decode speed at growing context frontiers, as a CSV shaped like
+//! ds4-bench's, plus the decode step's weight bytes per token and the fraction of the memory
+//! bandwidth roofline it reaches (spec §8.2).
+//!
+//! Owns the measurement loop only: the backend is opened by `engine::backend_open`, byte counts come
+//! from `model::accounting`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
 
 use super::CliResult;
+use crate::backend::Backend;
+use crate::engine::backend_open::{open_backend, parse_backend_choice, parse_weight_placement};
+use crate::model::Model;
+use crate::model::accounting::{table_from_model, weight_bytes_per_token};
+use crate::model::tokenizer::Tokenizer;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// GGUF model file.
+    #[arg(long, short = 'm')]
+    pub model: PathBuf,
+    /// auto, hip or cpu.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// GPU weight placement: auto, copy or map.
+    #[arg(long, default_value = "auto")]
+    pub weights: String,
+    /// First context frontier (tokens prefilled before the first decode measurement).
+    #[arg(long, default_value_t = 2048)]
+    pub ctx_start: usize,
+    /// Last context frontier.
+    #[arg(long, default_value_t = 8192)]
+    pub ctx_max: usize,
+    /// Frontier increment.
+    #[arg(long, default_value_t = 2048)]
+    pub step_incr: usize,
+    /// Tokens decoded at each frontier.
+    #[arg(long, default_value_t = 64)]
+    pub gen_tokens: usize,
+    /// Text whose tokens form the prompt; without it a deterministic token stream is used.
+    #[arg(long)]
+    pub prompt_file: Option<PathBuf>,
+    /// CPU threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Peak memory bandwidth in GB/s for the roofline column (default: measured on CPU).
+    #[arg(long)]
+    pub peak_gbps: Option<f64>,
+    /// Write the CSV here instead of stdout.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err("'bench' is not implemented yet".into())
+/// One CSV row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchRow {
+    pub ctx_tokens: usize,
+    pub prefill_tokens: usize,
+    pub prefill_tps: f64,
+    pub gen_tokens: usize,
+    pub gen_tps: f64,
+    pub kvcache_bytes: u64,
+}
+
+pub const CSV_HEADER: &str = "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,weight_bytes_per_token,decode_gbps,roofline_pct";
+
+impl BenchRow {
+    /// The CSV line: ds4-bench's six columns, then bytes/token, achieved GB/s and % of `peak_gbps`.
+    pub fn csv(&self, weight_bytes_per_token: u64, peak_gbps: f64) -> String {
+        let gbps = weight_bytes_per_token as f64 * self.gen_tps / 1e9;
+        let pct = if peak_gbps > 0.0 { 100.0 * gbps / peak_gbps } else { 0.0 };
+        format!(
+            "{},{},{:.2},{},{:.2},{},{},{:.1},{:.2}",
+            self.ctx_tokens,
+            self.prefill_tokens,
+            self.prefill_tps,
+            self.gen_tokens,
+            self.gen_tps,
+            self.kvcache_bytes,
+            weight_bytes_per_token,
+            gbps,
+            pct
+        )
+    }
+}
+
+/// Frontiers ctx_start, ctx_start+step, …, ending exactly at ctx_max.
+pub fn frontiers(start: usize, max: usize, step: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut f = start.min(max);
+    loop {
+        v.push(f);
+        if f >= max {
+            return v;
+        }
+        f = (f + step.max(1)).min(max);
+    }
+}
+
+/// A deterministic stream of ordinary (non-added) token ids, for benches without a prompt file.
+fn synthetic_tokens(tok: &Tokenizer, n: usize) -> Vec<u32> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        let id = (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as u32 % tok.n_vocab() as u32;
+        if !tok.is_added(id) {
+            out.push(id);
+        }
+    }
+    out
+}
+
+/// Greedy argmax that never picks `exclude` (decode keeps going past EOS, as ds4-bench does).
+fn argmax_excluding(logits: &[f32], exclude: u32) -> u32 {
+    let mut best = (f32::NEG_INFINITY, 0u32);
+    for (i, &l) in logits.iter().enumerate() {
+        if i as u32 != exclude && l > best.0 {
+            best = (l, i as u32);
+        }
+    }
+    best.1
+}
+
+/// Streaming read bandwidth of this machine's memory in GB/s (sum over a 1 GiB buffer, all cores).
+fn measure_host_read_gbps() -> f64 {
+    use rayon::prelude::*;
+    let words = (1usize << 30) / 8;
+    let buf: Vec<u64> = (0..words as u64).into_par_iter().collect();
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let s: u64 = buf
+            .par_chunks(1 << 16)
+            .map(|c| c.iter().fold(0u64, |a, &b| a.wrapping_add(b)))
+            .sum();
+        let secs = t.elapsed().as_secs_f64();
+        std::hint::black_box(s);
+        best = best.max((words * 8) as f64 / secs / 1e9);
+    }
+    best
+}
+
+pub fn run(args: Args) -> CliResult {
+    if args.ctx_start == 0 || args.ctx_start > args.ctx_max {
+        return Err(format!(
+            "--ctx-start {} must be in 1..=--ctx-max {}",
+            args.ctx_start, args.ctx_max
+        ));
+    }
+    let model = Arc::new(Model::open(&args.model).map_err(|e| e.to_string())?);
+    let tok = Tokenizer::from_gguf(&model.file).map_err(|e| e.to_string())?;
+    let per_token = weight_bytes_per_token(&model.hp, &table_from_model(&model)).total();
+    let ctx_alloc = args.ctx_max + args.gen_tokens + 1;
+    let prompt = match &args.prompt_file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let ids = tok.encode_plain(&text);
+            if ids.len() < args.ctx_max {
+                return Err(format!(
+                    "{}: prompt has {} tokens, need at least --ctx-max={}",
+                    p.display(),
+                    ids.len(),
+                    args.ctx_max
+                ));
+            }
+            ids
+        }
+        None => synthetic_tokens(&tok, args.ctx_max),
+    };
+    let opened = open_backend(
+        model.clone(),
+        parse_backend_choice(&args.backend)?,
+        parse_weight_placement(&args.weights)?,
+        ctx_alloc,
+        args.threads,
+    )?;
+    if let Some(why) = &opened.fallback_reason {
+        eprintln!("ds4-chat bench: using the CPU backend: {why}");
+    }
+    let mut backend: Box<dyn Backend> = opened.backend;
+    let (peak, peak_src) = match args.peak_gbps {
+        Some(p) => (p, "given"),
+        None if backend.name() == "cpu" => (measure_host_read_gbps(), "measured host read"),
+        None => (0.0, "unknown: pass --peak-gbps"),
+    };
+    eprintln!(
+        "ds4-chat bench: backend {} ({}), ctx {}, weight bytes per decoded token {} ({:.2} GiB), peak {:.1} GB/s ({})",
+        backend.name(),
+        backend.device_name(),
+        ctx_alloc,
+        per_token,
+        per_token as f64 / (1u64 << 30) as f64,
+        peak,
+        peak_src
+    );
+    let eos = tok.specials().eos;
+    let mut out: Box<dyn Write> = match &args.csv {
+        Some(p) => Box::new(std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?),
+        None => Box::new(std::io::stdout()),
+    };
+    writeln!(out, "{CSV_HEADER}").map_err(|e| e.to_string())?;
+    let mut previous = 0usize;
+    for frontier in frontiers(args.ctx_start, args.ctx_max, args.step_incr) {
+        let t = Instant::now();
+        backend
+            .eval(&prompt[previous..frontier], &mut |_, _| true)
+            .map_err(|e| e.to_string())?;
+        let prefill_secs = t.elapsed().as_secs_f64();
+        let snapshot = backend.save_state();
+        let t = Instant::now();
+        for _ in 0..args.gen_tokens {
+            let next = argmax_excluding(backend.logits(), eos);
+            backend.eval(&[next], &mut |_, _| true).map_err(|e| e.to_string())?;
+        }
+        let gen_secs = t.elapsed().as_secs_f64();
+        backend.load_state(&snapshot).map_err(|e| e.to_string())?;
+        let row = BenchRow {
+            ctx_tokens: frontier,
+            prefill_tokens: frontier - previous,
+            prefill_tps: (frontier - previous) as f64 / prefill_secs.max(1e-9),
+            gen_tokens: args.gen_tokens,
+            gen_tps: args.gen_tokens as f64 / gen_secs.max(1e-9),
+            kvcache_bytes: snapshot.len() as u64,
+        };
+        writeln!(out, "{}", row.csv(per_token, peak)).map_err(|e| e.to_string())?;
+        out.flush().map_err(|e| e.to_string())?;
+        previous = frontier;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frontiers_end_exactly_at_max() {
+        assert_eq!(frontiers(2048, 8192, 2048), vec![2048, 4096, 6144, 8192]);
+        assert_eq!(frontiers(100, 250, 100), vec![100, 200, 250]);
+        assert_eq!(frontiers(64, 64, 10), vec![64]);
+    }
+
+    #[test]
+    fn csv_row_reports_bandwidth_fraction() {
+        let row = BenchRow {
+            ctx_tokens: 2048,
+            prefill_tokens: 2048,
+            prefill_tps: 1000.0,
+            gen_tokens: 64,
+            gen_tps: 50.0,
+            kvcache_bytes: 123,
+        };
+        // 9.56e9 B/token × 50 t/s = 478 GB/s = 9.96% of 4800 GB/s.
+        assert_eq!(
+            row.csv(9_560_000_000, 4800.0),
+            "2048,2048,1000.00,64,50.00,123,9560000000,478.0,9.96"
+        );
+        assert_eq!(CSV_HEADER.split(',').count(), row.csv(1, 1.0).split(',').count());
+    }
+
+    #[test]
+    fn argmax_skips_the_excluded_token() {
+        assert_eq!(argmax_excluding(&[0.0, 5.0, 3.0], 1), 2);
+        assert_eq!(argmax_excluding(&[0.0, 5.0, 3.0], 0), 1);
+    }
 }

@@ -1,10 +1,129 @@
-//! `ds4-chat gen-model` (placeholder until its issue lands).
+//! `ds4-chat gen-model`: write a synthetic ds4-layout GGUF with deterministic random weights
+//! (`genmodel`), streamed to disk from several threads with a progress line on stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
 
 use super::CliResult;
+use crate::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum PresetArg {
+    /// Spec §10 tiny model with the real vocabulary (~110 MB).
+    Tiny,
+    /// The real DeepSeek V4 Flash shapes (80.76 GiB with q2 experts).
+    Flash,
+    /// The smallest file the loader binds (one layer, no tokenizer; fuzzing and tests).
+    Micro,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ExpertsArg {
+    /// IQ2_XXS gate/up + Q2_K down (the shipped q2 file).
+    Q2,
+    /// Q4_K experts (the shipped q4 file).
+    Q4,
+    /// Q4_K experts on the last third of the layers, q2 elsewhere.
+    Mixed,
+}
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Model shape.
+    #[arg(long, value_enum, default_value = "tiny")]
+    pub preset: PresetArg,
+    /// Seed of the deterministic weights (same seed, same bytes).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Routed-expert quantization.
+    #[arg(long, value_enum, default_value = "q2")]
+    pub experts: ExpertsArg,
+    /// Writer threads (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err("'gen-model' is not implemented yet".into())
+/// A throttled one-line progress display on stderr: bytes, GiB/s, ETA.
+struct Progress {
+    total: u64,
+    start: Instant,
+    last: Mutex<Instant>,
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+impl Progress {
+    fn update(&self, done: u64) {
+        let now = Instant::now();
+        let Ok(mut last) = self.last.try_lock() else { return };
+        if now.duration_since(*last).as_secs_f64() < 0.25 && done < self.total {
+            return;
+        }
+        *last = now;
+        let secs = now.duration_since(self.start).as_secs_f64().max(1e-9);
+        let rate = done as f64 / secs;
+        let eta = if rate > 0.0 {
+            (self.total - done.min(self.total)) as f64 / rate
+        } else {
+            0.0
+        };
+        eprint!(
+            "\r  {:8.2} / {:.2} GiB  {:6.2} GiB/s  ETA {:5.0} s ",
+            done as f64 / GIB,
+            self.total as f64 / GIB,
+            rate / GIB,
+            eta
+        );
+        let _ = std::io::stderr().flush();
+    }
+}
+
+pub fn run(args: Args) -> CliResult {
+    let preset = match args.preset {
+        PresetArg::Tiny => Preset::Tiny,
+        PresetArg::Flash => Preset::Flash,
+        PresetArg::Micro => Preset::Micro,
+    };
+    let experts = match args.experts {
+        ExpertsArg::Q2 => ExpertMix::Q2,
+        ExpertsArg::Q4 => ExpertMix::Q4,
+        ExpertsArg::Mixed => ExpertMix::Mixed,
+    };
+    let model = SyntheticModel::new(&GenSpec::new(preset, args.seed, experts)).map_err(|e| e.to_string())?;
+    let lay = &model.layout;
+    eprintln!(
+        "writing {} ({} preset, {} experts, seed {}): {} tensors, {:.2} GiB",
+        args.out.display(),
+        preset.name(),
+        experts.name(),
+        args.seed,
+        lay.tensors.len(),
+        lay.file_size as f64 / GIB
+    );
+    let start = Instant::now();
+    let progress = Progress {
+        total: lay.header.len() as u64 + lay.tensor_bytes(),
+        start,
+        last: Mutex::new(start),
+    };
+    model
+        .write_file(&args.out, args.threads, |d| progress.update(d))
+        .map_err(|e| e.to_string())?;
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!();
+    println!(
+        "wrote {}: {} tensors, {} bytes ({:.2} GiB) in {:.1} s ({:.2} GiB/s)",
+        args.out.display(),
+        lay.tensors.len(),
+        lay.file_size,
+        lay.file_size as f64 / GIB,
+        secs,
+        lay.file_size as f64 / GIB / secs.max(1e-9)
+    );
+    Ok(())
 }

@@ -3,4 +3,6 @@
 //! Owns the session lifecycle and the message boundary to clients. Must not draw anything (`tui::`)
 //! and must not contain kernels (`backend::`).
 
+pub mod backend_open;
 pub mod events;
+pub mod session;

@@ -1,9 +1,19 @@
 //! Chat conversation type and rendering to the exact DS4 prompt bytes and ids (spec §6).
 //!
-//! Owns the conversation model and the two rendering forms (from scratch, §6.2; live append, §6.3).
-//! Must not touch sessions or backends.
+//! Owns the conversation model and the three rendering forms: the one-shot CLI prompt (§6.1, `run`),
+//! the from-scratch multi-turn prompt of the ds4 API server (§6.2) and the live token transcript of the
+//! ds4 CLI REPL (§6.3), which only ever appends so a cached session never re-prefills. Must not touch
+//! sessions or backends.
+//!
+//! Text → ids: the server form renders text and tokenizes it with added-token recognition
+//! ([`Tokenizer::encode`], the official tokenizer's behaviour; ds4 itself recognizes only the seven role
+//! strings of §5.2 there). The CLI forms tokenize each piece as plain text ([`Tokenizer::encode_plain`],
+//! ds4's `bpe_tokenize_text`) and push the role ids directly, so a user typing `<think>` cannot inject a
+//! control token.
 
 use serde::{Deserialize, Serialize};
+
+use super::tokenizer::{ASSISTANT_STR, BOS_STR, EOS_STR, THINK_END_STR, THINK_START_STR, Tokenizer, USER_STR};
 
 /// Reasoning mode of a turn (spec §6.1): off renders `</think>`, high and max render `<think>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -13,6 +23,52 @@ pub enum ThinkMode {
     High,
     /// Honoured only when ctx >= 393216; otherwise it becomes High.
     Max,
+}
+
+/// Smallest context for which Think Max is honoured (ds4: 384K tokens).
+pub const THINK_MAX_MIN_CTX: u32 = 393_216;
+
+/// The Think Max instruction inserted right after BOS (spec §6.1, exact bytes).
+pub const THINK_MAX_PREFIX: &str = concat!(
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n",
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to resolve the root ",
+    "cause, rigorously stress-testing your logic against all potential paths, edge cases, and adversarial ",
+    "scenarios.\n",
+    "Explicitly write out your entire deliberation process, documenting every intermediate step, considered ",
+    "alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n\n"
+);
+
+/// System prompt of the one-shot CLI when none is given (no final period, as in ds4).
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant";
+
+impl ThinkMode {
+    /// The mode actually used with a context of `ctx` tokens: Max below [`THINK_MAX_MIN_CTX`] becomes
+    /// High (ds4_think_mode_for_context).
+    pub fn for_context(self, ctx: u32) -> ThinkMode {
+        if self == ThinkMode::Max && ctx < THINK_MAX_MIN_CTX {
+            ThinkMode::High
+        } else {
+            self
+        }
+    }
+
+    /// Whether the assistant turn opens with `<think>`.
+    pub fn thinking(self) -> bool {
+        self != ThinkMode::Off
+    }
+
+    fn tag(self) -> &'static str {
+        if self.thinking() {
+            THINK_START_STR
+        } else {
+            THINK_END_STR
+        }
+    }
+
+    fn tag_id(self, tok: &Tokenizer) -> u32 {
+        let s = tok.specials();
+        if self.thinking() { s.think_start } else { s.think_end }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,8 +87,297 @@ pub struct Message {
     pub reasoning: Option<String>,
 }
 
+impl Message {
+    pub fn system(content: impl Into<String>) -> Message {
+        Message {
+            role: Role::System,
+            content: content.into(),
+            reasoning: None,
+        }
+    }
+
+    pub fn user(content: impl Into<String>) -> Message {
+        Message {
+            role: Role::User,
+            content: content.into(),
+            reasoning: None,
+        }
+    }
+
+    pub fn assistant(content: impl Into<String>, reasoning: Option<String>) -> Message {
+        Message {
+            role: Role::Assistant,
+            content: content.into(),
+            reasoning,
+        }
+    }
+}
+
 /// A whole chat: system prompt and alternating turns.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Conversation {
     pub messages: Vec<Message>,
+}
+
+/// A prompt ready to prefill.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderedPrompt {
+    /// The prompt as text (what the ids spell, role markers included).
+    pub text: String,
+    pub ids: Vec<u32>,
+    /// The think mode actually used (Max may have become High, spec §6.1).
+    pub think: ThinkMode,
+}
+
+impl Conversation {
+    pub fn new() -> Conversation {
+        Conversation::default()
+    }
+
+    pub fn push(&mut self, m: Message) -> &mut Self {
+        self.messages.push(m);
+        self
+    }
+
+    /// The server-form prompt text (spec §6.2, ds4_server.c render_chat_prompt_text) for an already
+    /// effective think mode: BOS, [Think Max prefix], all system texts joined by "\n\n", then the turns.
+    /// An assistant turn directly after a user turn opens with `<｜Assistant｜>` and, when thinking and it
+    /// is the last assistant turn after the last user message, its reasoning inside `<think>…</think>`;
+    /// earlier reasoning is dropped (`</think>` only). Every assistant turn ends with EOS. A conversation
+    /// ending on a user message ends with `<｜Assistant｜>` and the think tag.
+    pub fn render_text(&self, think: ThinkMode) -> String {
+        let mut out = String::from(BOS_STR);
+        if think == ThinkMode::Max {
+            out.push_str(THINK_MAX_PREFIX);
+        }
+        let system: Vec<&str> = self
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::System)
+            .map(|m| m.content.as_str())
+            .collect();
+        out.push_str(&system.join("\n\n"));
+        let last_user = self.messages.iter().rposition(|m| m.role == Role::User);
+        let mut pending_assistant = false;
+        for (i, m) in self.messages.iter().enumerate() {
+            match m.role {
+                Role::System => {}
+                Role::User => {
+                    out.push_str(USER_STR);
+                    out.push_str(&m.content);
+                    pending_assistant = true;
+                }
+                Role::Assistant => {
+                    if pending_assistant {
+                        out.push_str(ASSISTANT_STR);
+                        // Tools are out of scope, so only "after the last user message" keeps reasoning.
+                        if think.thinking() && last_user.is_none_or(|u| i > u) {
+                            out.push_str(THINK_START_STR);
+                            out.push_str(m.reasoning.as_deref().unwrap_or(""));
+                            out.push_str(THINK_END_STR);
+                        } else {
+                            out.push_str(THINK_END_STR);
+                        }
+                    }
+                    out.push_str(&m.content);
+                    out.push_str(EOS_STR);
+                    pending_assistant = false;
+                }
+            }
+        }
+        if pending_assistant {
+            out.push_str(ASSISTANT_STR);
+            out.push_str(think.tag());
+        }
+        out
+    }
+
+    /// Render from scratch (spec §6.2) with the mode the context allows, tokenized with added-token
+    /// recognition.
+    pub fn render(&self, tok: &Tokenizer, requested: ThinkMode, ctx: u32) -> RenderedPrompt {
+        let think = requested.for_context(ctx);
+        let text = self.render_text(think);
+        let ids = tok.encode(&text);
+        RenderedPrompt { text, ids, think }
+    }
+}
+
+/// The one-shot CLI prompt (spec §6.1, ds4_cli.c build_prompt): BOS, [Think Max prefix], [system],
+/// `<｜User｜>`, prompt, `<｜Assistant｜>`, think tag, each text piece tokenized on its own as plain text.
+/// A prompt that starts with the BOS string is taken as fully rendered and tokenized with added-token
+/// recognition (its think mode is then whatever it spells; `think` reports the requested one).
+pub fn one_shot_prompt(tok: &Tokenizer, system: &str, prompt: &str, requested: ThinkMode, ctx: u32) -> RenderedPrompt {
+    let think = requested.for_context(ctx);
+    if prompt.starts_with(BOS_STR) {
+        return RenderedPrompt {
+            text: prompt.to_string(),
+            ids: tok.encode(prompt),
+            think,
+        };
+    }
+    let s = tok.specials();
+    let mut text = String::from(BOS_STR);
+    let mut ids = vec![s.bos];
+    if think == ThinkMode::Max {
+        text.push_str(THINK_MAX_PREFIX);
+        ids.extend(tok.encode_plain(THINK_MAX_PREFIX));
+    }
+    if !system.is_empty() {
+        text.push_str(system);
+        ids.extend(tok.encode_plain(system));
+    }
+    text.push_str(USER_STR);
+    ids.push(s.user);
+    text.push_str(prompt);
+    ids.extend(tok.encode_plain(prompt));
+    text.push_str(ASSISTANT_STR);
+    ids.push(s.assistant);
+    text.push_str(think.tag());
+    ids.push(think.tag_id(tok));
+    RenderedPrompt { text, ids, think }
+}
+
+/// What [`Transcript::begin_turn`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TurnStart {
+    /// The think mode actually used.
+    pub think: ThinkMode,
+    /// Tokens before this index are unchanged from before the call (a cached session may keep them);
+    /// it is smaller than the old length only when the Think Max prefix was inserted or removed.
+    pub first_changed: usize,
+}
+
+/// The live token transcript of a chat (spec §6.3, ds4 CLI REPL): BOS, [Think Max prefix], [system];
+/// then per turn `<｜User｜>` + user text + `<｜Assistant｜>` + think tag, every sampled token (reasoning
+/// included, never re-rendered) and EOS. It only grows, except that switching Think Max on or off
+/// inserts or removes the prefix after BOS (which invalidates the cache from position 1) and an
+/// interrupted turn that produced nothing is rolled back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transcript {
+    ids: Vec<u32>,
+    /// Tokens of the Think Max prefix right after BOS (0 when absent).
+    max_prefix_len: usize,
+    /// Length before the open turn's user tokens (None when no turn is open).
+    open_turn: Option<usize>,
+    /// Tokens sampled in the open turn.
+    generated: usize,
+}
+
+impl Transcript {
+    /// BOS, then the Think Max prefix if `requested` is honoured at `ctx`, then the system text (if any).
+    pub fn new(tok: &Tokenizer, system: &str, requested: ThinkMode, ctx: u32) -> Transcript {
+        let mut t = Transcript {
+            ids: vec![tok.specials().bos],
+            max_prefix_len: 0,
+            open_turn: None,
+            generated: 0,
+        };
+        t.set_max_prefix(tok, requested.for_context(ctx) == ThinkMode::Max);
+        if !system.is_empty() {
+            t.ids.extend(tok.encode_plain(system));
+        }
+        t
+    }
+
+    fn set_max_prefix(&mut self, tok: &Tokenizer, on: bool) -> Option<usize> {
+        if on && self.max_prefix_len == 0 {
+            let prefix = tok.encode_plain(THINK_MAX_PREFIX);
+            self.max_prefix_len = prefix.len();
+            self.ids.splice(1..1, prefix);
+            Some(1)
+        } else if !on && self.max_prefix_len > 0 {
+            self.ids.drain(1..1 + self.max_prefix_len);
+            self.max_prefix_len = 0;
+            Some(1)
+        } else {
+            None
+        }
+    }
+
+    /// Append a user turn and the assistant opening. A turn still open is closed first (as
+    /// [`Transcript::end_turn`] with `interrupted = false`).
+    pub fn begin_turn(&mut self, tok: &Tokenizer, user_text: &str, requested: ThinkMode, ctx: u32) -> TurnStart {
+        if self.open_turn.is_some() {
+            self.end_turn(tok, false);
+        }
+        let think = requested.for_context(ctx);
+        let old_len = self.ids.len();
+        let first_changed = self.set_max_prefix(tok, think == ThinkMode::Max).unwrap_or(old_len);
+        self.open_turn = Some(self.ids.len());
+        self.generated = 0;
+        let s = tok.specials();
+        self.ids.push(s.user);
+        self.ids.extend(tok.encode_plain(user_text));
+        self.ids.push(s.assistant);
+        self.ids.push(think.tag_id(tok));
+        TurnStart { think, first_changed }
+    }
+
+    /// Append one sampled token (EOS is not pushed here: [`Transcript::end_turn`] does).
+    pub fn push_sampled(&mut self, id: u32) {
+        self.ids.push(id);
+        self.generated += 1;
+    }
+
+    /// Close the open turn: EOS is appended, unless the turn was interrupted before any token was
+    /// sampled, in which case the whole turn is removed (ds4 run_chat_turn).
+    pub fn end_turn(&mut self, tok: &Tokenizer, interrupted: bool) {
+        let Some(start) = self.open_turn.take() else {
+            return;
+        };
+        if interrupted && self.generated == 0 {
+            self.ids.truncate(start);
+        } else {
+            self.ids.push(tok.specials().eos);
+        }
+        self.generated = 0;
+    }
+
+    /// Whether a turn is open (begun and not yet ended).
+    pub fn turn_open(&self) -> bool {
+        self.open_turn.is_some()
+    }
+
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_needs_384k_context() {
+        assert_eq!(ThinkMode::Max.for_context(393_215), ThinkMode::High);
+        assert_eq!(ThinkMode::Max.for_context(393_216), ThinkMode::Max);
+        assert_eq!(ThinkMode::Off.for_context(1), ThinkMode::Off);
+        assert_eq!(ThinkMode::High.for_context(1 << 20), ThinkMode::High);
+    }
+
+    #[test]
+    fn max_prefix_has_three_line_ends_plus_one() {
+        assert_eq!(THINK_MAX_PREFIX.matches('\n').count(), 4);
+        assert!(THINK_MAX_PREFIX.ends_with("unchecked.\n\n"));
+        assert!(THINK_MAX_PREFIX.starts_with("Reasoning Effort: Absolute maximum"));
+    }
+
+    #[test]
+    fn assistant_without_a_user_turn_has_no_assistant_marker() {
+        let mut c = Conversation::new();
+        c.push(Message::assistant("hi", None))
+            .push(Message::assistant("again", None));
+        assert_eq!(
+            c.render_text(ThinkMode::Off),
+            format!("{BOS_STR}hi{EOS_STR}again{EOS_STR}")
+        );
+    }
 }

@@ -3,6 +3,7 @@
 //!
 //! Owns what the model *is*; must not execute it (that is `backend::` and `engine::`).
 
+pub mod accounting;
 pub mod chat;
 pub mod detok;
 pub mod hparams;

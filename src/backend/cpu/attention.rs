@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use super::compressor::NEG_INF;
-use super::quant::dot_f32;
+use super::quant::{axpy_fma, dot_f32};
 
 /// Rows one token attends to.
 pub struct Visible<'a> {
@@ -35,24 +35,24 @@ pub fn attend(
     let per_head = |(h, (oh, sc)): (usize, (&mut [f32], &mut [f32]))| {
         let qh = &q[h * head_dim..(h + 1) * head_dim];
         let mut m = sinks[h];
-        for r in 0..n_rows {
+        for (r, slot) in sc.iter_mut().enumerate().take(n_rows) {
             let s = if r < n_raw {
                 dot_f32(qh, &vis.raw[r * head_dim..(r + 1) * head_dim]) * kq_scale
             } else {
                 let c = r - n_raw;
                 if vis.allowed.is_some_and(|a| !a[c]) {
-                    sc[r] = NEG_INF;
+                    *slot = NEG_INF;
                     continue;
                 }
                 dot_f32(qh, &vis.comp[c * head_dim..(c + 1) * head_dim]) * kq_scale
             };
-            sc[r] = s;
+            *slot = s;
             m = m.max(s);
         }
         oh.fill(0.0);
         let mut den = (sinks[h] - m).exp();
-        for r in 0..n_rows {
-            if sc[r] <= NEG_INF * 0.5 {
+        for (r, &score) in sc.iter().enumerate().take(n_rows) {
+            if score <= NEG_INF * 0.5 {
                 continue;
             }
             let row = if r < n_raw {
@@ -61,11 +61,9 @@ pub fn attend(
                 let c = r - n_raw;
                 &vis.comp[c * head_dim..(c + 1) * head_dim]
             };
-            let wgt = (sc[r] - m).exp();
+            let wgt = (score - m).exp();
             den += wgt;
-            for (o, &v) in oh.iter_mut().zip(row) {
-                *o += wgt * v;
-            }
+            axpy_fma(oh, row, wgt);
         }
         let inv = 1.0 / den;
         oh.iter_mut().for_each(|v| *v *= inv);

@@ -100,13 +100,21 @@ impl CompressorState {
                 *o = 0.0;
                 continue;
             }
+            // Summation order as the reference: per window slot, both candidates' weights together.
             let mut den = 0.0f32;
             let mut sum = 0.0f32;
             for i in 0..r {
-                for &(rb, col) in &cs[..halves] {
-                    let e = (self.score[(rb + i) * w + col] - m).exp();
-                    den += e;
-                    sum += e * self.kv[(rb + i) * w + col];
+                let (rb, col) = cs[0];
+                let wp = (self.score[(rb + i) * w + col] - m).exp();
+                if halves == 2 {
+                    let (rc, colc) = cs[1];
+                    let wc = (self.score[(rc + i) * w + colc] - m).exp();
+                    den += wp + wc;
+                    sum += wp * self.kv[(rb + i) * w + col];
+                    sum += wc * self.kv[(rc + i) * w + colc];
+                } else {
+                    den += wp;
+                    sum += wp * self.kv[(rb + i) * w + col];
                 }
             }
             *o = if den > 0.0 { sum / den } else { 0.0 };

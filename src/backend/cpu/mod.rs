@@ -97,6 +97,11 @@ impl CpuBackend {
         &self.tokens
     }
 
+    /// Per-layer caches (read-only; for inspection and component tests).
+    pub fn caches(&self) -> &[LayerCache] {
+        &self.caches
+    }
+
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
     }

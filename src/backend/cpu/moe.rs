@@ -55,12 +55,12 @@ pub fn swiglu(g: f32, u: f32, clamp: f32) -> f32 {
 }
 
 /// Insertion top-k in descending order; an element must be strictly greater to move ahead, so
-/// ties keep the lower index first.
+/// ties keep the lower index first. (Router scores are finite, so `<=` is the negation of `>`.)
 pub fn top_k_desc(score: &[f32], k: usize, idx: &mut [usize]) {
     let mut n = 0usize;
     for (i, &s) in score.iter().enumerate() {
         let mut j = 0;
-        while j < n && !(s > score[idx[j]]) {
+        while j < n && s <= score[idx[j]] {
             j += 1;
         }
         if j < k {

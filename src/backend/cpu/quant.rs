@@ -133,40 +133,61 @@ pub fn dot_q8_0(row: &[u8], xq: &[i8], xs: &[f32]) -> f32 {
     acc
 }
 
-/// F16 weight row · f32 activation (spec §2.3): plain float accumulation (8 lanes, fast-math order).
+/// F16 weight row · f32 activation (spec §2.3): one sequential float accumulator, multiply then
+/// add — the order ds4's x86 build executes (its f16 conversion keeps the loop scalar).
 pub fn dot_f16(row: &[u8], x: &[f32]) -> f32 {
     let t = f16_table();
-    let mut lanes = [0.0f32; 8];
-    let n = x.len();
-    let full = n / 8 * 8;
-    for i in (0..full).step_by(8) {
-        for k in 0..8 {
-            lanes[k] += le_f16(t, row, 2 * (i + k)) * x[i + k];
-        }
-    }
-    let mut acc = lanes.iter().sum::<f32>();
-    for i in full..n {
-        acc += le_f16(t, row, 2 * i) * x[i];
+    let mut acc = 0.0f32;
+    for (i, &xv) in x.iter().enumerate() {
+        acc += le_f16(t, row, 2 * i) * xv;
     }
     acc
 }
 
-/// f32 dot product with 8 lanes (attention scores, indexer scores).
+/// f32 dot product (attention and indexer scores) in the order of an 8-lane vectorized reduction:
+/// lane k sums elements ≡ k (mod 8), then the lanes fold as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)),
+/// and a tail is added last. This is how ds4's scalar loop compiles with -O3 -ffast-math on AVX2;
+/// matching it keeps our activations a few ulps closer to the reference.
 #[inline]
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
+    let mut l = [0.0f32; 8];
     let n = a.len().min(b.len());
     let full = n / 8 * 8;
     for i in (0..full).step_by(8) {
         for k in 0..8 {
-            lanes[k] += a[i + k] * b[i + k];
+            l[k] += a[i + k] * b[i + k];
         }
     }
-    let mut acc = lanes.iter().sum::<f32>();
+    let s = [l[0] + l[4], l[1] + l[5], l[2] + l[6], l[3] + l[7]];
+    let mut acc = (s[0] + s[2]) + (s[1] + s[3]);
     for i in full..n {
-        acc += a[i] * b[i];
+        acc = a[i].mul_add(b[i], acc);
     }
     acc
+}
+
+/// y += a·x with fused multiply-adds (ds4's axpy contracts to FMA).
+#[inline]
+pub fn axpy_fma(y: &mut [f32], x: &[f32], a: f32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports FMA (checked just above).
+            unsafe { axpy_fma_x86(y, x, a) };
+            return;
+        }
+    }
+    for (yv, &xv) in y.iter_mut().zip(x) {
+        *yv = a.mul_add(xv, *yv);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn axpy_fma_x86(y: &mut [f32], x: &[f32], a: f32) {
+    for (yv, &xv) in y.iter_mut().zip(x) {
+        *yv = a.mul_add(xv, *yv);
+    }
 }
 
 /// The IQ2_XXS grid expanded to signed-less byte values, one row of 8 per grid index.
@@ -224,8 +245,8 @@ pub fn dot_q2_k(row: &[u8], x: &[BlockQ8K]) -> f32 {
         let d = le_f16(t, blk, 80);
         let dmin = le_f16(t, blk, 82);
         let mut summs = 0i32;
-        for s in 0..16 {
-            summs += y.bsums[s] as i32 * (scales[s] >> 4) as i32;
+        for (&b, &sc) in y.bsums.iter().zip(scales) {
+            summs += b as i32 * (sc >> 4) as i32;
         }
         let mut isum = 0i32;
         for k in 0..2 {

@@ -1,0 +1,179 @@
+//! A chat session over one backend (spec §4.3–§4.4): the live token list that mirrors the backend's
+//! cache, prefix reuse when a new prompt extends what is cached, and checkpoints at turn boundaries so
+//! an edited or retried conversation restores the longest saved prefix instead of prefilling again.
+//!
+//! Owns the token bookkeeping and the checkpoint list; the math and the cache format belong to the
+//! backend (`Backend::save_state` / `load_state`). Must not know about text, chat templates or sampling.
+
+use crate::backend::{Backend, EngineError, Progress};
+
+/// A saved backend state and the exact token prefix it holds.
+struct Checkpoint {
+    tokens: Vec<u32>,
+    state: Vec<u8>,
+}
+
+/// What `sync` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Tokens already in the cache (live prefix or restored checkpoint) and not evaluated again.
+    pub reused: usize,
+    /// Tokens evaluated by this call.
+    pub evaluated: usize,
+    /// The cache came from a checkpoint.
+    pub restored: bool,
+}
+
+pub struct Session {
+    backend: Box<dyn Backend>,
+    tokens: Vec<u32>,
+    checkpoints: Vec<Checkpoint>,
+    max_checkpoints: usize,
+}
+
+impl Session {
+    /// `max_checkpoints`: how many turn-boundary states to keep (oldest dropped first; 0 = none).
+    /// A Flash checkpoint holds every compressed row, so it can be hundreds of MB at long contexts.
+    pub fn new(mut backend: Box<dyn Backend>, max_checkpoints: usize) -> Session {
+        backend.reset();
+        Session {
+            backend,
+            tokens: Vec::new(),
+            checkpoints: Vec::new(),
+            max_checkpoints,
+        }
+    }
+
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
+    pub fn ctx(&self) -> usize {
+        self.backend.ctx()
+    }
+
+    /// Tokens in the cache, in order.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Next-token logits after the last token (meaningless while `tokens()` is empty).
+    pub fn logits(&self) -> &[f32] {
+        self.backend.logits()
+    }
+
+    /// Number of checkpoints held.
+    pub fn checkpoints(&self) -> usize {
+        self.checkpoints.len()
+    }
+
+    /// Make the cache hold exactly `prompt`: evaluate only what the live tokens (or else the longest
+    /// checkpoint that is a prefix of `prompt`) lack; otherwise start over. Afterwards the state is
+    /// saved as a turn-boundary checkpoint. On `Cancelled { done }` the cache holds the prefix that
+    /// was evaluated (`tokens()` says which).
+    pub fn sync(&mut self, prompt: &[u32], progress: Progress<'_>) -> Result<SyncReport, EngineError> {
+        if prompt.len() >= self.backend.ctx() {
+            return Err(EngineError::ContextFull {
+                needed: prompt.len(),
+                ctx: self.backend.ctx(),
+            });
+        }
+        let mut report = SyncReport::default();
+        if !prompt.starts_with(&self.tokens) {
+            self.restore_best(prompt, &mut report)?;
+        }
+        report.reused = self.tokens.len();
+        let suffix = &prompt[self.tokens.len()..];
+        report.evaluated = suffix.len();
+        self.eval_tracked(suffix, progress)?;
+        if report.evaluated > 0 {
+            self.checkpoint();
+        }
+        Ok(report)
+    }
+
+    /// Evaluate one more token (generation).
+    pub fn decode(&mut self, token: u32) -> Result<(), EngineError> {
+        self.eval_tracked(&[token], &mut |_, _| true)
+    }
+
+    /// Keep only the first `keep_tokens` tokens. The backend cannot drop cache rows, so the shorter
+    /// state is rebuilt: from the longest checkpoint that is a prefix of it, else from scratch, then
+    /// the remaining kept tokens are evaluated.
+    pub fn rewind(&mut self, keep_tokens: usize, progress: Progress<'_>) -> Result<(), EngineError> {
+        if keep_tokens >= self.tokens.len() {
+            return Ok(());
+        }
+        let keep: Vec<u32> = self.tokens[..keep_tokens].to_vec();
+        let mut report = SyncReport::default();
+        self.restore_best(&keep, &mut report)?;
+        let suffix = keep[self.tokens.len()..].to_vec();
+        self.eval_tracked(&suffix, progress)
+    }
+
+    /// Drop the cache and every checkpoint.
+    pub fn reset(&mut self) {
+        self.backend.reset();
+        self.tokens.clear();
+        self.checkpoints.clear();
+    }
+
+    /// Save the current state as a checkpoint (also done automatically at the end of `sync`).
+    pub fn checkpoint(&mut self) {
+        if self.max_checkpoints == 0 || self.tokens.is_empty() {
+            return;
+        }
+        self.checkpoints.retain(|c| c.tokens != self.tokens);
+        if self.checkpoints.len() == self.max_checkpoints {
+            self.checkpoints.remove(0);
+        }
+        self.checkpoints.push(Checkpoint {
+            tokens: self.tokens.clone(),
+            state: self.backend.save_state(),
+        });
+    }
+
+    /// Load the longest checkpoint that is a prefix of `want`, or leave the session empty.
+    fn restore_best(&mut self, want: &[u32], report: &mut SyncReport) -> Result<(), EngineError> {
+        let best = self
+            .checkpoints
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| want.starts_with(&c.tokens))
+            .max_by_key(|(_, c)| c.tokens.len())
+            .map(|(i, _)| i);
+        self.tokens.clear();
+        if let Some(i) = best {
+            let c = &self.checkpoints[i];
+            match self.backend.load_state(&c.state) {
+                Ok(()) => {
+                    self.tokens = c.tokens.clone();
+                    report.restored = true;
+                }
+                Err(e) => {
+                    // A checkpoint that no longer loads is useless: drop it and start over.
+                    self.checkpoints.remove(i);
+                    self.backend.reset();
+                    if !matches!(e, EngineError::BadCheckpoint(_)) {
+                        return Err(e);
+                    }
+                }
+            }
+        } else {
+            self.backend.reset();
+        }
+        Ok(())
+    }
+
+    /// Evaluate and keep `tokens` equal to the backend's cache, also when cancelled or failing.
+    fn eval_tracked(&mut self, toks: &[u32], progress: Progress<'_>) -> Result<(), EngineError> {
+        if toks.is_empty() {
+            return Ok(());
+        }
+        let before = self.tokens.len();
+        let r = self.backend.eval(toks, progress);
+        let done = self.backend.n_past().saturating_sub(before).min(toks.len());
+        self.tokens.extend_from_slice(&toks[..done]);
+        r
+    }
+}
