@@ -36,6 +36,12 @@ step() { echo; echo "== $* ($(date -u +%T))"; }
   LD_LIBRARY_PATH="$work/lib" "$bin" selftest --backend hip --kernels-only --seed 2
   echo "selftest rc=$?"
 
+  step "weights: generate the tiny model, upload through pinned staging, read back"
+  "$bin" gen-model --preset tiny --out /tmp/ds4-tiny.gguf 2>&1 | tail -1
+  DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" "$bin" selftest --backend hip --kernels-only --seed 4 \
+    --model /tmp/ds4-tiny.gguf | grep -v '^PASS kernel\.'
+  echo "selftest rc=${PIPESTATUS[0]}"
+
   if command -v compute-sanitizer >/dev/null; then
     step "compute-sanitizer memcheck, kernels only"
     DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" timeout 240 compute-sanitizer --tool memcheck --print-limit 20 \

@@ -152,6 +152,8 @@ pub struct CheckOptions {
     /// Skip the runtime smoke checks; run only the kernel checks.
     pub kernels_only: bool,
     pub seed: u64,
+    /// A model whose weights are uploaded and read back (device residency check).
+    pub model: Option<std::sync::Arc<crate::model::Model>>,
 }
 
 /// Name stem of the shim's own test kernels (tests/hip-on-cuda/selftest_kernels.hip).
@@ -195,6 +197,9 @@ pub fn run_all(ctx: &HipContext, opts: &CheckOptions, report: &mut dyn FnMut(&Ch
             run_kernel_checks(ctx, &module, &mut rng, &mut |r| emit(r, &mut results));
         }
         Err(e) => emit(CheckResult::error("kernel.module_load", e), &mut results),
+    }
+    if let Some(model) = &opts.model {
+        emit(check_weight_upload(ctx, model), &mut results);
     }
     results
 }
@@ -419,6 +424,43 @@ fn check_test_kernels(ctx: &HipContext, rng: &mut CheckRng) -> Vec<CheckResult> 
         ))
     }));
     out
+}
+
+/// Upload a model's tensor data through the pinned staging path and read every bound tensor back,
+/// byte-exact.
+fn check_weight_upload(ctx: &HipContext, model: &crate::model::Model) -> CheckResult {
+    let name = "weights.upload_readback";
+    let w = match super::weights::DeviceWeights::upload(ctx, model, &mut |_, _| {}) {
+        Ok(w) => w,
+        Err(e) => return CheckResult::error(name, e),
+    };
+    let mut differing = 0usize;
+    let mut tensors = 0usize;
+    for (_, t) in model.grouped_tensors() {
+        let mut back = vec![0u8; t.nbytes as usize];
+        if let Err(e) = w.read_back(t, &mut back) {
+            return CheckResult::error(name, e);
+        }
+        tensors += 1;
+        differing += back.iter().zip(model.data(t)).filter(|(a, b)| a != b).count();
+    }
+    CheckResult {
+        name: name.into(),
+        max_abs: differing as f64,
+        max_rel: 0.0,
+        tol: 0.0,
+        verdict: if differing == 0 && tensors > 0 {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+        note: format!(
+            "{tensors} tensors, {:.1} MiB in {:.3} s = {:.2} GB/s (pinned staging); {differing} bytes differ",
+            w.len_bytes() as f64 / (1u64 << 20) as f64,
+            w.upload_seconds,
+            w.len_bytes() as f64 / w.upload_seconds.max(1e-9) / 1e9
+        ),
+    }
 }
 
 #[cfg(test)]

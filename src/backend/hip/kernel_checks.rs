@@ -37,6 +37,8 @@ struct Gpu<'a> {
     ctx: &'a HipContext,
     kernels: &'a KernelModule,
     stream: Stream,
+    /// Names of the kernels launched so far (the coverage check lists the rest).
+    launched: std::cell::RefCell<std::collections::BTreeSet<&'static str>>,
 }
 
 impl Gpu<'_> {
@@ -55,6 +57,7 @@ impl Gpu<'_> {
     }
 
     fn run(&self, launch: &Launch) -> HipResult<()> {
+        self.launched.borrow_mut().insert(launch.kernel.name);
         // SAFETY: every check sizes its buffers for the shapes it passes (documented per kernel).
         unsafe { self.kernels.launch(&self.stream, launch)? };
         self.stream.synchronize()
@@ -229,7 +232,12 @@ pub fn run_kernel_checks(
     emit: &mut dyn FnMut(CheckResult),
 ) {
     let gpu = match ctx.stream() {
-        Ok(stream) => Gpu { ctx, kernels, stream },
+        Ok(stream) => Gpu {
+            ctx,
+            kernels,
+            stream,
+            launched: Default::default(),
+        },
         Err(e) => return emit(CheckResult::error("kernel.stream", e)),
     };
 
@@ -328,6 +336,29 @@ pub fn run_kernel_checks(
         let r = guard(&name, || check_rows_finish(&gpu, rng, &name, v, &mut *emit));
         emit(r);
     }
+    // Every kernel of the module must have been exercised by some check above.
+    let launched = gpu.launched.borrow();
+    let missing: Vec<&str> = kernels::ALL_KERNELS
+        .iter()
+        .map(|k| k.name)
+        .filter(|n| !launched.contains(n))
+        .collect();
+    emit(CheckResult {
+        name: "kernel.coverage".into(),
+        max_abs: missing.len() as f64,
+        max_rel: 0.0,
+        tol: 0.0,
+        verdict: if missing.is_empty() {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+        note: if missing.is_empty() {
+            format!("all {} kernels exercised", kernels::ALL_KERNELS.len())
+        } else {
+            format!("not exercised: {}", missing.join(", "))
+        },
+    });
 }
 
 fn check_fill(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {

@@ -1,0 +1,32 @@
+//! Opening the HIP backend for a model (the entry point `engine::backend_open` calls).
+//!
+//! Owns the checks made before any weights move: runtime and device present, kernels that load on
+//! it, the weight placement supported. The device forward pass (`backend::Backend` on the GPU:
+//! resident weights from `weights.rs`, activations and the KV ring on the device, one captured graph
+//! per decode step) is not written yet, so opening fails with that reason after the checks and the
+//! engine falls back to the CPU backend, saying why.
+
+use std::sync::Arc;
+
+use crate::backend::Backend;
+use crate::engine::events::WeightPlacement;
+use crate::model::Model;
+
+use super::kernel_module::KernelModule;
+use super::runtime::HipContext;
+
+/// Open the HIP backend for `model` with a cache of `ctx` tokens, or give the one-line reason it
+/// cannot run here.
+pub fn open_backend(model: Arc<Model>, weights: WeightPlacement, ctx: usize) -> Result<Box<dyn Backend>, String> {
+    let hip = HipContext::new().map_err(|e| e.to_string())?;
+    let kernels = KernelModule::load(&hip)?;
+    if weights == WeightPlacement::Map {
+        return Err("--weights map (zero-copy registered file mapping) is not supported by the HIP backend yet".into());
+    }
+    let _ = (model, ctx);
+    Err(format!(
+        "the HIP forward pass is not implemented yet ({} is usable and its kernels for {} load; selftest --backend hip checks them)",
+        hip.name(),
+        kernels.target
+    ))
+}
