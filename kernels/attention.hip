@@ -13,6 +13,7 @@
 // visible rows of one token; q of its 8 heads is staged in shared memory so each row is read once
 // per 8 heads. With one split (gridDim.y == 1) the block writes the final output; otherwise it
 // writes partial (m, l, acc) and ds4_attention_combine merges the splits.
+#pragma once
 #include "formats.h"
 
 #define DS4_ATT_HEADS 8

@@ -9,6 +9,7 @@
 // rows emitted by this batch (RMSNorm * norm weight, RoPE at row * ratio, E4M3 or Hadamard+FP4,
 // f16 rounding) -- it knows them from pos0 and n_tok:
 //   first row c0 = pos0 / ratio, count = (pos0 + n_tok) / ratio - pos0 / ratio.
+#pragma once
 #include "formats.h"
 
 // comp_rows: f32 [comp_cap][head_dim]; state_kv, state_score: f32 [c * ratio][c * head_dim]

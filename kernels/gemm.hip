@@ -14,6 +14,7 @@
 //
 // Tiles: 64 weight rows x 64 tokens (or expert pairs), 4 chunks (128 elements) per shared-memory
 // stage, 256 threads each owning 4 rows x 4 tokens.
+#pragma once
 #include "formats.h"
 
 #define DS4_GM_ROWS 64

@@ -7,7 +7,9 @@
 //                       squares of X (RMSNorm without weight is a scalar: mix = rs * (fn · X)).
 //   ds4_hc_pre_finish / ds4_hc_head_finish: one block per token sums the slices, applies the
 //                       norm scale, the split (Sinkhorn) and the weighted stream sum.
+#pragma once
 #include "formats.h"
+#include "norm_quant.hip"
 
 #define DS4_HC_MAX_MIX 24  // 2*n_hc + n_hc^2 for n_hc = 4 (spec §0.2); n_hc <= 4 supported
 #define DS4_HC_MAX 4
@@ -16,8 +18,7 @@
 // [s * n_in / n_split, (s + 1) * n_in / n_split), entry n_mix the partial sum of X^2.
 // hc: f32 [n_tok][n_in] (n_in = n_hc * n_embd); fn: F16 [n_mix][n_in]. n_in / n_split must be even.
 // Launch: grid (n_split, n_tok), block 256.
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_mix_partial(float* part, const float* hc, const u16* fn_w,
-                                                                     u32 n_in, u32 n_mix, u32 n_split) {
+DS4_DEV void hc_mix_partial_block(float* part, const float* hc, const u16* fn_w, u32 n_in, u32 n_mix, u32 n_split) {
     __shared__ float red[DS4_HC_MAX_MIX + 1][DS4_WARPS_PER_BLOCK];
     const u32 s = blockIdx.x, t = blockIdx.y;
     const u32 slice = n_in / n_split;
@@ -55,11 +56,17 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_mix_partial(float* part,
     }
 }
 
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_mix_partial(float* part, const float* hc, const u16* fn_w,
+                                                                     u32 n_in, u32 n_mix, u32 n_split) {
+    hc_mix_partial_block(part, hc, fn_w, n_in, n_mix, n_split);
+}
+
 // Sums the slices of one token into mix[0..n_mix) (already scaled by the RMS factor); returns
 // through shared memory. Call from all threads.
 DS4_DEV void hc_gather_mix(float* mix, const float* part, u32 t, u32 n_split, u32 n_mix, u32 n_in, float eps_rms) {
     __shared__ float ssum;
-    const float* pr = part + (u64)t * n_split * (n_mix + 1);
+    // volatile: in ds4_hc_pre_fused the partials were written by other blocks of the same launch.
+    const volatile float* pr = part + (u64)t * n_split * (n_mix + 1);
     if (threadIdx.x <= n_mix) {
         float v = 0.0f;
         for (u32 s = 0; s < n_split; ++s) v += pr[(u64)s * (n_mix + 1) + threadIdx.x];
@@ -83,14 +90,11 @@ DS4_DEV float plain_sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 // split_out: f32 [n_tok][n_mix] = [pre | post | M row-major (src a, dst b)], consumed by ds4_hc_post.
 // part: from ds4_hc_mix_partial with the same n_split; hc: f32 [n_tok][n_hc * n_embd].
 // Launch: grid (n_tok), block 256.
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_finish(float* x_out, float* split_out, const float* part,
-                                                                    const float* hc, const float* scale,
-                                                                    const float* base, u32 n_embd, u32 n_hc,
-                                                                    u32 n_split, u32 iters, float eps_rms,
-                                                                    float eps_hc) {
+DS4_DEV void hc_pre_finish_token(u32 t, float* x_out, float* split_out, const float* part, const float* hc,
+                                 const float* scale, const float* base, u32 n_embd, u32 n_hc, u32 n_split, u32 iters,
+                                 float eps_rms, float eps_hc) {
     __shared__ float mix[DS4_HC_MAX_MIX];
     __shared__ float pre[DS4_HC_MAX];
-    const u32 t = blockIdx.x;
     const u32 n_mix = 2 * n_hc + n_hc * n_hc;
     hc_gather_mix(mix, part, t, n_split, n_mix, n_hc * n_embd, eps_rms);
     if (threadIdx.x == 0) {
@@ -138,8 +142,51 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_finish(float* x_out,
     for (u32 d = threadIdx.x; d < n_embd; d += DS4_BLOCK) {
         float v = 0.0f;
         for (u32 h = 0; h < n_hc; ++h) v += pre[h] * x[(u64)h * n_embd + d];
-        x_out[(u64)t * n_embd + d] = v;
+        x_out[d] = v;
     }
+}
+
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_finish(float* x_out, float* split_out, const float* part,
+                                                                    const float* hc, const float* scale,
+                                                                    const float* base, u32 n_embd, u32 n_hc,
+                                                                    u32 n_split, u32 iters, float eps_rms,
+                                                                    float eps_hc) {
+    const u32 t = blockIdx.x;
+    hc_pre_finish_token(t, x_out + (u64)t * n_embd, split_out, part, hc, scale, base, n_embd, n_hc, n_split, iters,
+                        eps_rms, eps_hc);
+}
+
+// The whole HC pre step and the sublayer's input norm in one launch (spec §3.2 + §3.4 step 2 /
+// §3.9 step 2): ds4_hc_mix_partial's blocks, of which the last one to finish for a token (an atomic
+// counter per token) performs ds4_hc_pre_finish and then ds4_rms_norm_quant's NORM on x with
+// norm_w, writing the same outputs those kernels write (x itself stays in shared memory):
+//   split_out [n_tok][n_mix]; xn [n_tok][n_embd] (may be null); Q8_0 and/or Q8_K planes of xn (null
+//   = not wanted). part: as ds4_hc_mix_partial; counter: u32 [n_tok], zero before the first launch
+//   (the last block resets its token's counter, so captured graphs can be replayed). n_embd <= 4096.
+// Launch: grid (n_split, n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_fused(float* split_out, float* xn, i8* q0_q, float* q0_d,
+                                                                   i8* qk_q, float* qk_d, i16* qk_bs, float* part,
+                                                                   u32* counter, const float* hc, const u16* fn_w,
+                                                                   const float* scale, const float* base,
+                                                                   const float* norm_w, u32 n_embd, u32 n_hc,
+                                                                   u32 n_split, u32 iters, float eps_rms,
+                                                                   float eps_hc, float eps_norm) {
+    __shared__ float xs[4096];
+    __shared__ u32 is_last;
+    const u32 t = blockIdx.y;
+    const u32 n_mix = 2 * n_hc + n_hc * n_hc;
+    if (n_embd > 4096) return;
+    hc_mix_partial_block(part, hc, fn_w, n_hc * n_embd, n_mix, n_split);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) is_last = atomicAdd(&counter[t], 1u) == n_split - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    if (threadIdx.x == 0) counter[t] = 0;
+    hc_pre_finish_token(t, xs, split_out, part, hc, scale, base, n_embd, n_hc, n_split, iters, eps_rms, eps_hc);
+    __syncthreads();
+    norm_quant_row(t, xs, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, norm_w, n_embd, DS4_NQ_NORM, eps_norm);
 }
 
 // Output-head HC reduction (spec §3.10 steps 1-3 up to y): with mix from ds4_hc_mix_partial

@@ -3,6 +3,7 @@
 // ds4_rows_finish(ROPE | HADAMARD_FP4); the head weights from ds4_matvec_f16 (indexer.proj · xn).
 // The host launches these only for tokens whose visible row count can exceed top_k; tokens of a
 // batch that see <= top_k rows are handled by ds4_attention without a selection.
+#pragma once
 #include "formats.h"
 
 #define DS4_IDX_MAX_HEADS 64

@@ -2,6 +2,7 @@
 // each lane handling 32-element chunks, warp-sum at the end. Weight rows are read once per token,
 // 16-byte loads where the format's alignment allows (F16, Q4_K, activations) and 2/4-byte loads
 // for the 34-byte Q8_0 blocks.
+#pragma once
 #include "formats.h"
 
 #define DS4_MV_ROWS 8  // output rows per block of every matvec kernel (independent of wave size)

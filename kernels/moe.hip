@@ -1,5 +1,6 @@
 // Mixture of experts: router and routed experts (spec §3.9). Expert ids and weights stay in device
 // buffers (sel / selw) so a decode step needs no host synchronisation between router and experts.
+#pragma once
 #include "formats.h"
 
 #define DS4_MOE_ROWS 8  // output rows per block
@@ -8,7 +9,7 @@
 //   prob_e = sqrt(softplus(logit_e)), softplus(z) = z if z > 20, exp(z) if z < -20, else log1p(exp(z));
 //   hash layers (tid2eid != null): experts = tid2eid[token * n_used + i], i < n_used (as stored);
 //   otherwise the n_used highest prob_e + bias_e (bias may be null) in descending order, ties to the
-//   lower expert index; weights = prob / max(sum of selected probs, 6.103515625e-5) * weight_scale
+//   lower expert index; weights = prob * weight_scale / max(sum of selected probs, 6.103515625e-5)
 //   (always the unbiased probs).
 // logits: f32 [n_tok][n_expert]; tokens: u32 [n_tok] (read only for hash layers);
 // sel: u32 [n_tok][n_used]; selw: f32 [n_tok][n_used]. n_expert <= 1024, n_used <= 16.
@@ -81,12 +82,19 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router(u32* sel, float* sel
         }
     }
     if (threadIdx.x == 0) {
+        // Sum and normalisation grouped as ds4's compiled code does (and the CPU reference): pairwise
+        // for 6 experts, and p * scale * (1/sum) rather than p / sum * scale.
         float sum = 0.0f;
-        for (u32 k = 0; k < n_used; ++k) sum += prob[chosen[k]];
-        sum = fmaxf(sum, 6.103515625e-5f);
+        if (n_used == 6) {
+            const float* p6 = prob;
+            sum = ((p6[chosen[0]] + p6[chosen[1]]) + (p6[chosen[2]] + p6[chosen[3]])) + (p6[chosen[4]] + p6[chosen[5]]);
+        } else {
+            for (u32 k = 0; k < n_used; ++k) sum += prob[chosen[k]];
+        }
+        const float inv = 1.0f / fmaxf(sum, 6.103515625e-5f);
         for (u32 k = 0; k < n_used; ++k) {
             sel[(u64)t * n_used + k] = chosen[k];
-            selw[(u64)t * n_used + k] = prob[chosen[k]] / sum * weight_scale;
+            selw[(u64)t * n_used + k] = prob[chosen[k]] * weight_scale * inv;
         }
     }
 }

@@ -1,4 +1,5 @@
 // Embedding lookup, RMSNorm and activation quantization (spec §2.2, §3.1).
+#pragma once
 #include "formats.h"
 
 // Embedding row (F16) replicated into the n_hc streams of the HC state (spec §3.1 steps 1-2).
@@ -27,23 +28,13 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_fill_f32(float* x, u64 n, f
 // Flags of ds4_rms_norm_quant.
 #define DS4_NQ_NORM 1u  // apply RMSNorm (else the input passes through unscaled)
 
-// One row of n floats per block: optional RMSNorm (ss summed in double, scale = 1/sqrtf(ss/n + eps),
-// times w when w != null; spec §3.1), then any of three outputs (null = not wanted):
-//   out      f32 [rows][n]                       the normed row
-//   q8_0     q [rows][n] int8, d [rows][n/32]    Q8_0 activation (spec §2.2), n % 32 == 0
-//   q8_k     q [rows][n] int8, d [rows][n/256], bsums [rows][n/16]   Q8_K (spec §2.2), n % 256 == 0
-// Row r of x starts at x + r*x_stride (x_stride >= n) so heads/slices of a wider buffer can be used.
-// Launch: grid (rows), block 256.
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rms_norm_quant(float* out, i8* q0_q, float* q0_d, i8* qk_q,
-                                                                     float* qk_d, i16* qk_bs, const float* x,
-                                                                     const float* w, u32 n, u32 x_stride,
-                                                                     u32 flags, float eps) {
+// The body of ds4_rms_norm_quant for output row `row` (one block; all threads call it).
+DS4_DEV void norm_quant_row(u64 row, const float* xr, float* out, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d,
+                            i16* qk_bs, const float* w, u32 n, u32 flags, float eps) {
     __shared__ double dscratch[DS4_WARPS_PER_BLOCK];
     __shared__ float fscratch[DS4_WARPS_PER_BLOCK];
     __shared__ int iscratch[DS4_WARPS_PER_BLOCK];
-    const u32 row = blockIdx.x;
     const u32 tid = threadIdx.x;
-    const float* xr = x + (u64)row * x_stride;
 
     float scale = 1.0f;
     if (flags & DS4_NQ_NORM) {
@@ -65,9 +56,10 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rms_norm_quant(float* out, 
         if (live && out) out[(u64)row * n + i] = v;
 
         if (q0_q) {
+            // d = amax/127 and 1/d evaluated as amax * (1/127) and 127/amax (DS4_RCP127).
             const float amax = group32_max(fabsf(v));
-            const float d = amax / 127.0f;
-            const float id = d != 0.0f ? 1.0f / d : 0.0f;
+            const float d = amax * DS4_RCP127;
+            const float id = d != 0.0f ? 127.0f / amax : 0.0f;
             if (live) {
                 int q = round_even_i(v * id);
                 q = q < -128 ? -128 : (q > 127 ? 127 : q);
@@ -113,7 +105,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rms_norm_quant(float* out, 
                 const float iscale = -127.0f / m;
                 q = round_even_i(iscale * v);
                 q = q < -128 ? -128 : (q > 127 ? 127 : q);
-                d = 1.0f / iscale;
+                d = m * -DS4_RCP127;  // = 1/iscale, as the reference evaluates it
             }
             // 16-element sums (aligned groups of 16 lanes).
             int s = q;
@@ -127,4 +119,20 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rms_norm_quant(float* out, 
             __syncthreads();
         }
     }
+}
+
+// One row of n floats per block: optional RMSNorm (ss summed in double, scale = 1/sqrtf(ss/n + eps),
+// times w when w != null; spec §3.1), then any of three outputs (null = not wanted):
+//   out      f32 [rows][n]                       the normed row
+//   q8_0     q [rows][n] int8, d [rows][n/32]    Q8_0 activation (spec §2.2), n % 32 == 0
+//   q8_k     q [rows][n] int8, d [rows][n/256], bsums [rows][n/16]   Q8_K (spec §2.2), n % 256 == 0
+// Row r of x starts at x + r*x_stride (x_stride >= n) so heads/slices of a wider buffer can be used.
+// Plain quantization of a long row (no NORM flag) can be launched as several shorter rows (e.g. the
+// 64 x 512 attention output as 64 rows): the Q8_0/Q8_K blocks never cross a row, the layout is the same.
+// Launch: grid (rows), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rms_norm_quant(float* out, i8* q0_q, float* q0_d, i8* qk_q,
+                                                                     float* qk_d, i16* qk_bs, const float* x,
+                                                                     const float* w, u32 n, u32 x_stride,
+                                                                     u32 flags, float eps) {
+    norm_quant_row(blockIdx.x, x + (u64)blockIdx.x * x_stride, out, q0_q, q0_d, qk_q, qk_d, qk_bs, w, n, flags, eps);
 }

@@ -28,7 +28,10 @@ typedef int8_t i8;
 // ---------------------------------------------------------------------------------------------
 // Wave size
 // ---------------------------------------------------------------------------------------------
-#if defined(__HIP_PLATFORM_NVIDIA__) || defined(__CUDACC__)
+#if defined(DS4_EMU)
+// CPU emulation for tests (kernels/emu): the emulated wave size is a build parameter.
+#define DS4_WARP DS4_EMU_WARP
+#elif defined(__HIP_PLATFORM_NVIDIA__) || defined(__CUDACC__)
 #define DS4_NVIDIA 1
 #define DS4_WARP 32
 #elif defined(__AMDGCN_WAVEFRONT_SIZE)
@@ -78,7 +81,9 @@ DS4_DEV float group32_max(float v) {
 
 // Orders shared-memory writes of a warp before reads by other lanes of the same warp.
 DS4_DEV void ds4_sync_warp() {
-#if defined(DS4_NVIDIA)
+#if defined(DS4_EMU)
+    ds4emu_warp_sync();
+#elif defined(DS4_NVIDIA)
     __syncwarp();
 #else
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
@@ -172,6 +177,13 @@ DS4_DEV u32 load_u32_2a(const u8* p) {
     const u16* q = (const u16*)p;
     return (u32)q[0] | ((u32)q[1] << 16);
 }
+
+// Reciprocals as ds4's -ffast-math build evaluates its divisions by constants (x/127 becomes
+// x * (float)(1/127), etc.); the CPU reference (src/backend/cpu/quant.rs, ops.rs) does the same, so
+// activation codes and FP8/FP4 block scales land on the same side of every rounding boundary.
+#define DS4_RCP127 ((float)(1.0 / 127.0))
+#define DS4_RCP448 ((float)(1.0 / 448.0))
+#define DS4_RCP6 ((float)(1.0 / 6.0))
 
 // The "negative infinity" sentinel of the model (spec §0.2, DS4_NEG_INF): a finite float.
 #define DS4_NEG_INF (-1.0e30f)

@@ -1,6 +1,7 @@
 // Per-row post-processing shared by attention q/kv, compressed rows and the indexer (spec §3.4-§3.8):
 // RMSNorm, partial RoPE on the tail (interleaved pairs, YaRN blend), the E4M3 round trip on the
 // non-rope dims, Hadamard-128 + E2M1 (FP4) round trip, f16 rounding and the raw-ring store.
+#pragma once
 #include "formats.h"
 
 #define DS4_ROW_NORM 1u         // RMSNorm (eps), times w when w != null
@@ -36,7 +37,8 @@ DS4_DEV float e2m1_round(float x) {
     return copysignf(r, x);
 }
 
-DS4_DEV float pow2_ceil_log2(float v) { return exp2f(ceilf(log2f(v))); }
+// Power-of-two block scale 2^ceil(log2(amax / limit)), the division taken as amax * (1/limit).
+DS4_DEV float pow2_scale(float amax, float rcp_limit) { return exp2f(ceilf(log2f(amax * rcp_limit))); }
 
 // RoPE rotation angle of pair k (spec §3.5): theta_extrap = pos * theta_scale^k as an iterated
 // float product, then the YaRN blend theta = fs*te*(1 - ramp*ext) + te*(ramp*ext).
@@ -91,7 +93,7 @@ DS4_DEV void row_ops_smem(float* s, const RowOps& op) {
                 if (i < n_nope) am = fmaxf(am, fabsf(s[i]));
             }
             am = warp_max(am);
-            const float scale = pow2_ceil_log2(fmaxf(am, 1.0e-4f) / 448.0f);
+            const float scale = pow2_scale(fmaxf(am, 1.0e-4f), DS4_RCP448);
             for (u32 j = lane_id(); j < 64; j += DS4_WARP) {
                 const u32 i = b * 64 + j;
                 if (i < n_nope) s[i] = e4m3_round(fminf(448.0f, fmaxf(-448.0f, s[i] / scale))) * scale;
@@ -116,7 +118,7 @@ DS4_DEV void row_ops_smem(float* s, const RowOps& op) {
             const u32 i = base + tid;
             const float v = i < hd ? s[i] * 0.08838834764831845f : 0.0f;
             const float am = group32_max(fabsf(v));
-            const float scale = pow2_ceil_log2(fmaxf(am, 7.052966104933725e-38f) / 6.0f);
+            const float scale = pow2_scale(fmaxf(am, 7.052966104933725e-38f), DS4_RCP6);
             if (i < hd) s[i] = e2m1_round(fminf(6.0f, fmaxf(-6.0f, v / scale))) * scale;
         }
         __syncthreads();

@@ -2,6 +2,7 @@
 // ds4_embed_hc without waiting for the host. The random number is drawn by the host from its own
 // xorshift64* stream (it does not depend on the logits) and passed in as `u01`. Paths that need a
 // sort (top_k > 0 or top_p < 1) stay on the host.
+#pragma once
 #include "formats.h"
 
 // out[0] = first index of the maximal finite logit (greedy, spec §7.1 "--temp 0"); 0 when none.

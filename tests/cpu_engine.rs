@@ -167,11 +167,11 @@ fn context_limit_and_bad_checkpoints_are_errors() {
         return;
     };
     let mut b = CpuBackend::new(model.clone(), 16, 1).unwrap();
-    // A prompt must be strictly shorter than the context (pitfall 23).
-    let toks = ids(16, 7, model.hp.n_vocab);
+    // No token may sit at a position ≥ ctx.
+    let toks = ids(17, 7, model.hp.n_vocab);
     assert_eq!(
         b.eval(&toks, &mut |_, _| true),
-        Err(EngineError::ContextFull { needed: 16, ctx: 16 })
+        Err(EngineError::ContextFull { needed: 17, ctx: 16 })
     );
     assert_eq!(b.n_past(), 0);
     assert!(matches!(
@@ -180,7 +180,7 @@ fn context_limit_and_bad_checkpoints_are_errors() {
     ));
     b.eval(&toks[..15], &mut |_, _| true).unwrap();
     assert!(matches!(
-        b.eval(&toks[..1], &mut |_, _| true),
+        b.eval(&toks[..2], &mut |_, _| true),
         Err(EngineError::ContextFull { .. })
     ));
 
@@ -201,6 +201,9 @@ fn context_limit_and_bad_checkpoints_are_errors() {
     assert_eq!(other.n_past(), 0, "a rejected payload leaves the state alone");
     other.load_state(&state).unwrap();
     assert_eq!(other.n_past(), 15);
+    // The 16th token still fits (position 15 < ctx).
+    other.eval(&toks[15..16], &mut |_, _| true).unwrap();
+    assert_eq!(other.n_past(), 16);
     other.reset();
     assert_eq!(other.n_past(), 0);
 }
@@ -283,4 +286,28 @@ fn session_reuses_prefixes_and_restores_checkpoints() {
         s.sync(&ids(ctx, 6, v), &mut |_, _| true),
         Err(EngineError::ContextFull { .. })
     ));
+}
+
+/// Generic dimensions: a second synthetic model with other widths (E 512, 8 heads of 256, 4 groups,
+/// 3 of 8 experts, window 16, indexer 2 heads / top-4, 7 Sinkhorn iterations, 2 hash layers) made by
+/// the vectors' generator. Opt-in (`DS4_TINY_B=path`, e.g. from a config like case_a.json with those
+/// dims: tests/data/tiny_b_config.json) because generating it takes ~30 s. Checks the pass runs, stays finite and prefill = decode.
+#[test]
+fn other_dimensions_run_and_prefill_equals_decode() {
+    let Some(path) = std::env::var_os("DS4_TINY_B") else {
+        eprintln!("SKIP: set DS4_TINY_B to a second synthetic model to check generic dimensions");
+        return;
+    };
+    let model = std::sync::Arc::new(ds4_chat::model::weights::Model::open(std::path::Path::new(&path)).unwrap());
+    let toks = ids(140, 9, model.hp.n_vocab);
+    let mut pre = CpuBackend::new(model.clone(), 300, 0).unwrap();
+    pre.eval(&toks, &mut |_, _| true).unwrap();
+    assert!(pre.logits().iter().all(|v| v.is_finite()));
+    let mut dec = CpuBackend::new(model.clone(), 300, 0).unwrap();
+    decode_all(&mut dec, &toks);
+    assert_eq!(pre.logits(), dec.logits());
+    let state = dec.save_state();
+    let mut r = CpuBackend::new(model, 300, 0).unwrap();
+    r.load_state(&state).unwrap();
+    assert_eq!(r.save_state(), state);
 }

@@ -7,6 +7,8 @@
 //! Owns the preallocated scratch (no allocation per token) and the chunk driver. Must not know about
 //! sessions, checkpoints or progress reporting (`mod.rs`).
 
+use rayon::prelude::*;
+
 use crate::model::hparams::HParams;
 
 use super::attention::{self, Visible};
@@ -50,7 +52,8 @@ pub struct Scratch {
     idx_row: Vec<f32>,
     att_scores: Vec<f32>,
     idx: IndexerScratch,
-    moe: MoeScratch,
+    /// One routed-MoE scratch per chunk token: a prefill runs its tokens' experts in parallel.
+    moe: Vec<MoeScratch>,
     head_pre: Vec<f32>,
     head_y: Vec<f32>,
 }
@@ -101,13 +104,13 @@ impl Scratch {
             y: vec![0.0; n * e],
             sh_gate: vec![0.0; n * hp.n_ff_exp],
             sh_up: vec![0.0; n * hp.n_ff_exp],
-            moe_out: vec![0.0; e],
+            moe_out: vec![0.0; n * e],
             q8: (0..n).map(|_| Q8_0Act::with_len(q8_width)).collect(),
             comp_row: vec![0.0; hp.head_dim],
             idx_row: vec![0.0; hp.idx_head_dim],
             att_scores: vec![0.0; hp.n_head * rows.max(1)],
             idx: IndexerScratch::new(hp.idx_n_head, hp.idx_head_dim, comp_cap.max(1)),
-            moe: MoeScratch::new(hp),
+            moe: (0..n).map(|_| MoeScratch::new(hp)).collect(),
             head_pre: vec![0.0; hp.n_hc],
             head_y: vec![0.0; 2 * e],
         }
@@ -386,21 +389,34 @@ impl Engine<'_> {
             *g = moe::swiglu(*g, u, lw.clamp);
         }
         matmul(self.pool, self.file, &lw.down_sh, &s.sh_gate, n, &mut s.y, &mut s.q8);
-        // Routed experts per token; ffn_out = moe + shared.
-        for (t, &tok) in tokens.iter().enumerate() {
+        // Routed experts per token (in parallel over the tokens of a prefill, each token's arithmetic
+        // unchanged); ffn_out = moe + shared.
+        let xn = &s.xn;
+        let routed = |t: usize, ms: &mut MoeScratch, out: &mut [f32]| {
             moe::routed(
                 self.pool,
                 self.file,
                 hp,
                 lw,
-                &s.xn[t * e..(t + 1) * e],
-                tok,
-                &mut s.moe,
-                &mut s.moe_out,
+                &xn[t * e..(t + 1) * e],
+                tokens[t],
+                ms,
+                out,
             );
-            for (y, &m) in s.y[t * e..(t + 1) * e].iter_mut().zip(&s.moe_out) {
-                *y += m;
-            }
+        };
+        if n == 1 {
+            routed(0, &mut s.moe[0], &mut s.moe_out[..e]);
+        } else {
+            let (moe, out) = (&mut s.moe[..n], &mut s.moe_out[..n * e]);
+            self.pool.install(|| {
+                moe.par_iter_mut()
+                    .zip(out.par_chunks_mut(e))
+                    .enumerate()
+                    .for_each(|(t, (ms, o))| routed(t, ms, o));
+            });
+        }
+        for (y, &m) in s.y[..n * e].iter_mut().zip(&s.moe_out[..n * e]) {
+            *y += m;
         }
         self.hc_post(n, s);
     }

@@ -84,7 +84,9 @@ where
             }
         }
     };
-    if n_chunks <= 1 || pool.current_num_threads() <= 1 {
+    // Already on a pool worker (e.g. the per-token MoE of a prefill runs tokens in parallel): stay
+    // serial rather than nest.
+    if n_chunks <= 1 || pool.current_num_threads() <= 1 || rayon::current_thread_index().is_some() {
         (0..n_chunks).for_each(work);
     } else {
         pool.install(|| (0..n_chunks).into_par_iter().for_each(work));

@@ -153,14 +153,15 @@ impl Backend for CpuBackend {
         self.tokens.len()
     }
 
-    /// Positions must stay below ctx − 1: like ds4, a prompt must be strictly shorter than the
-    /// context (pitfall 23), so at most ctx − 1 tokens are ever cached.
+    /// Every position must be below ctx: a token that would sit at position ≥ ctx is refused with
+    /// `ContextFull` before anything is evaluated. (That a *prompt* must be strictly shorter than
+    /// ctx, pitfall 23, is the session's rule: `Session::sync`.)
     fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), EngineError> {
         if tokens.is_empty() {
             return Ok(());
         }
         let needed = self.tokens.len() + tokens.len();
-        if needed >= self.ctx {
+        if needed > self.ctx {
             return Err(EngineError::ContextFull { needed, ctx: self.ctx });
         }
         let n_vocab = self.model.hp.n_vocab;

@@ -108,14 +108,20 @@ pub fn routed(
             top_k_desc(&s.sel_score, k, &mut s.selected);
         }
     }
-    let mut sum = 0.0f32;
     for i in 0..k {
         s.weights[i] = s.probs[s.selected[i]];
-        sum += s.weights[i];
     }
-    let sum = sum.max(ROUTE_SUM_FLOOR);
+    // Sum and normalisation in the grouping ds4's -ffast-math build uses: pairwise for 6 experts,
+    // and w·scale·(1/sum) instead of w/sum·scale.
+    let w = &s.weights;
+    let sum = if k == 6 {
+        ((w[0] + w[1]) + (w[2] + w[3])) + (w[4] + w[5])
+    } else {
+        w.iter().sum::<f32>()
+    };
+    let inv = 1.0 / sum.max(ROUTE_SUM_FLOOR);
     for w in s.weights.iter_mut() {
-        *w = *w / sum * hp.expert_weights_scale;
+        *w = *w * hp.expert_weights_scale * inv;
     }
 
     quantize_q8_k(xn, &mut s.xq);

@@ -183,10 +183,12 @@ pub fn e4m3_round(x: f32) -> f32 {
     sign * t[best]
 }
 
-/// Power-of-two block scale 2^ceil(log2(amax/limit)).
+/// Power-of-two block scale 2^ceil(log2(amax/limit)); the division is taken as a multiplication by
+/// the f32 reciprocal, as ds4's -ffast-math build computes it.
 #[inline]
 fn pow2_scale(amax: f32, limit: f32) -> f32 {
-    let e = (amax / limit).log2().ceil() as i32;
+    let rcp = (1.0f64 / limit as f64) as f32;
+    let e = (amax * rcp).log2().ceil() as i32;
     (2.0f32).powi(e)
 }
 

@@ -25,10 +25,17 @@ fn le_f16(t: &[f32], b: &[u8], off: usize) -> f32 {
     t[u16::from_le_bytes([b[off], b[off + 1]]) as usize]
 }
 
-/// Round half to even, as C's `lrintf` in the default rounding mode.
+/// Round half to even, as C's `lrintf` in the default rounding mode. For |x| < 2^22 adding and
+/// removing 1.5·2^23 rounds exactly that way (IEEE round-to-nearest-even addition) without a libm
+/// call; larger magnitudes (never produced by the quantizers, which clamp to ±128) fall back.
 #[inline]
 fn lrint(x: f32) -> i32 {
-    x.round_ties_even() as i32
+    const MAGIC: f32 = 12_582_912.0;
+    if x.abs() < 4_194_304.0 {
+        ((x + MAGIC) - MAGIC) as i32
+    } else {
+        x.round_ties_even() as i32
+    }
 }
 
 /// A Q8_0-quantized activation row: per 32 elements an f32 scale (not f16-rounded) and int8 codes.
@@ -48,8 +55,14 @@ impl Q8_0Act {
     }
 }
 
-/// Q8_0 activation quantization (spec §2.2): d = amax/127, q = clamp(rint(x/d)). A trailing partial
-/// block is zero padded. `out` must have been made with `Q8_0Act::with_len(x.len())` or larger.
+/// 1/127 rounded to f32. ds4 is compiled with -ffast-math, which turns its `amax / 127` into
+/// `amax * (1/127)` and `1 / d` into `127 / amax` (checked in the x86 assembly gcc emits); doing
+/// the same keeps our int8 codes on the same side of every rounding boundary.
+const RCP127: f32 = (1.0f64 / 127.0) as f32;
+
+/// Q8_0 activation quantization (spec §2.2): d = amax/127, q = clamp(rint(x/d)) — evaluated as
+/// d = amax·(1/127), x·(127/amax) like the reference binary. A trailing partial block is zero padded.
+/// `out` must have been made with `Q8_0Act::with_len(x.len())` or larger.
 pub fn quantize_q8_0(x: &[f32], out: &mut Q8_0Act) {
     let nb = x.len().div_ceil(QK8_0);
     for b in 0..nb {
@@ -57,8 +70,8 @@ pub fn quantize_q8_0(x: &[f32], out: &mut Q8_0Act) {
         let hi = (lo + QK8_0).min(x.len());
         let blk = &x[lo..hi];
         let amax = blk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let d = amax * RCP127;
+        let id = if d != 0.0 { 127.0 / amax } else { 0.0 };
         out.scales[b] = d;
         let q = &mut out.qs[lo..lo + QK8_0];
         for (i, qv) in q.iter_mut().enumerate() {
@@ -109,7 +122,8 @@ pub fn quantize_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
         for (s, chunk) in y.bsums.iter_mut().zip(y.qs.chunks_exact(16)) {
             *s = chunk.iter().map(|&q| q as i16).sum();
         }
-        y.d = 1.0 / iscale;
+        // d = 1/iscale, which the reference binary evaluates as max·(−1/127).
+        y.d = max * -RCP127;
     }
 }
 
@@ -190,18 +204,20 @@ unsafe fn axpy_fma_x86(y: &mut [f32], x: &[f32], a: f32) {
     }
 }
 
-/// The IQ2_XXS grid expanded to signed-less byte values, one row of 8 per grid index.
+/// The IQ2_XXS grid as signed bytes, one row of 8 per grid index.
 fn iq2_grid_bytes() -> &'static [[i8; 8]; 256] {
     static G: OnceLock<[[i8; 8]; 256]> = OnceLock::new();
-    G.get_or_init(|| {
-        let mut g = [[0i8; 8]; 256];
-        for (i, row) in g.iter_mut().enumerate() {
-            let v = IQ2XXS_GRID[i].to_le_bytes();
-            for j in 0..8 {
-                row[j] = v[j] as i8;
-            }
-        }
-        g
+    G.get_or_init(|| std::array::from_fn(|i| IQ2XXS_GRID[i].to_le_bytes().map(|b| b as i8)))
+}
+
+/// The 128 sign patterns of `ksigns_iq2xs` as ±1 per element.
+fn iq2_sign_rows() -> &'static [[i8; 8]; 128] {
+    static S: OnceLock<[[i8; 8]; 128]> = OnceLock::new();
+    S.get_or_init(|| {
+        std::array::from_fn(|s| {
+            let bits = ksigns_iq2xs(s as u8);
+            std::array::from_fn(|j| if bits & (1 << j) != 0 { -1 } else { 1 })
+        })
     })
 }
 
@@ -209,6 +225,7 @@ fn iq2_grid_bytes() -> &'static [[i8; 8]; 256] {
 pub fn dot_iq2_xxs(row: &[u8], x: &[BlockQ8K]) -> f32 {
     let t = f16_table();
     let grid = iq2_grid_bytes();
+    let signs = iq2_sign_rows();
     let mut acc = 0.0f32;
     for (blk, y) in row.chunks_exact(66).zip(x) {
         let d = le_f16(t, blk, 0) * y.d;
@@ -222,10 +239,10 @@ pub fn dot_iq2_xxs(row: &[u8], x: &[BlockQ8K]) -> f32 {
             let mut sumi = 0i32;
             for k in 0..4 {
                 let g = &grid[a0[k] as usize];
-                let signs = ksigns_iq2xs(((a1 >> (7 * k)) & 127) as u8);
+                let sg = &signs[((a1 >> (7 * k)) & 127) as usize];
+                let q = &q8[8 * k..8 * k + 8];
                 for j in 0..8 {
-                    let v = g[j] as i32 * q8[8 * k + j] as i32;
-                    sumi += if signs & (1 << j) != 0 { -v } else { v };
+                    sumi += (g[j] * sg[j]) as i32 * q[j] as i32;
                 }
             }
             bsum += sumi * (2 * ls + 1);
@@ -476,7 +493,8 @@ mod tests {
         assert!((got - exact).abs() <= 1e-5 * mag);
         // Q8_0 codes: the block maximum maps to ±127 and the scale is not f16-rounded.
         let amax = x[..32].iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        assert_eq!(xq.scales[0], amax / 127.0);
+        assert_eq!(xq.scales[0], amax * RCP127);
+        assert!((xq.scales[0] - amax / 127.0).abs() <= f32::EPSILON * amax / 127.0);
 
         let hw: Vec<f32> = rand_f32s(n, 5);
         let mut h = vec![0u8; 2 * n];
@@ -488,6 +506,12 @@ mod tests {
             .sum();
         let mag: f64 = (0..n).map(|i| (hw[i] as f64 * x[i] as f64).abs()).sum();
         assert!((dot_f16(&h, &x) as f64 - want).abs() <= 1e-5 * mag);
+    }
+
+    /// The reciprocal constant is the one in ds4's compiled quantizers (f32 bits 0x3c010204).
+    #[test]
+    fn rcp127_matches_reference_constant() {
+        assert_eq!(RCP127.to_bits(), 1_006_699_012);
     }
 
     #[test]

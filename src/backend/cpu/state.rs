@@ -5,7 +5,7 @@
 //! Owns serialization and its validation; a rejected payload leaves the backend untouched.
 
 use super::cache::{self, Rows};
-use super::{CpuBackend, EngineError, PREFILL_CHUNK};
+use super::{CpuBackend, EngineError};
 
 const MAGIC: u32 = 0x3456_5344; // "DSV4"
 const VERSION: u32 = 1;
@@ -153,10 +153,10 @@ pub fn load(b: &mut CpuBackend, bytes: &[u8]) -> Result<(), EngineError> {
             b.ctx
         ));
     }
-    if n >= b.ctx {
+    if n > b.ctx {
         return bad(format!("{n} tokens do not fit context {}", b.ctx));
     }
-    if h[3] as usize != PREFILL_CHUNK.min(b.ctx) && h[3] != want[3] {
+    if h[3] != want[3] {
         return bad(format!(
             "prefill chunk {} differs from this session's {}",
             h[3], want[3]

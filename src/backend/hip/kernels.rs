@@ -143,6 +143,9 @@ kernel_defs! {
     HC_MIX_PARTIAL = "ds4_hc_mix_partial"(part: Ptr, hc: Ptr, fn_w: Ptr, n_in: U32, n_mix: U32, n_split: U32);
     HC_PRE_FINISH = "ds4_hc_pre_finish"(x_out: Ptr, split_out: Ptr, part: Ptr, hc: Ptr, scale: Ptr, base: Ptr,
         n_embd: U32, n_hc: U32, n_split: U32, iters: U32, eps_rms: F32, eps_hc: F32);
+    HC_PRE_FUSED = "ds4_hc_pre_fused"(split_out: Ptr, xn: Ptr, q0_q: Ptr, q0_d: Ptr, qk_q: Ptr, qk_d: Ptr,
+        qk_bs: Ptr, part: Ptr, counter: Ptr, hc: Ptr, fn_w: Ptr, scale: Ptr, base: Ptr, norm_w: Ptr, n_embd: U32,
+        n_hc: U32, n_split: U32, iters: U32, eps_rms: F32, eps_hc: F32, eps_norm: F32);
     HC_HEAD_FINISH = "ds4_hc_head_finish"(x_out: Ptr, part: Ptr, hc: Ptr, scale: Ptr, base: Ptr, n_embd: U32,
         n_hc: U32, n_split: U32, eps_rms: F32, eps_hc: F32);
     HC_POST = "ds4_hc_post"(hc_out: Ptr, hc_in: Ptr, y: Ptr, y2: Ptr, split: Ptr, n_embd: U32, n_hc: U32);
@@ -693,6 +696,69 @@ pub fn hc_pre_finish(
             u(iters),
             f(eps_rms),
             f(eps_hc),
+        ],
+    )
+}
+
+/// Eps values of the fused HC pre step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HcEps {
+    /// RMS eps of the HC state norm, HC eps of the split, eps of the sublayer's input RMSNorm.
+    pub rms: f32,
+    pub hc: f32,
+    pub norm: f32,
+}
+
+/// `ds4_hc_pre_fused`: the whole HC pre step (mix, Sinkhorn split, weighted sum) plus the sublayer's
+/// input RMSNorm * norm_w and its quantizations, in one launch. `o.out` receives xn (may be NULL),
+/// `o.q8_0_*` / `o.q8_k_*` its activations (NULL = not wanted). counter: u32 [n_tok], zeroed once
+/// before first use. n_embd <= 4096. Grid (n_split, n_tok).
+pub fn hc_pre_fused(
+    split_out: DevPtr,
+    o: QuantOut,
+    part: DevPtr,
+    counter: DevPtr,
+    hc: DevPtr,
+    fn_w: DevPtr,
+    scale: DevPtr,
+    base: DevPtr,
+    norm_w: DevPtr,
+    n_embd: u32,
+    n_hc: u32,
+    n_split: u32,
+    iters: u32,
+    eps: HcEps,
+    n_tok: u32,
+) -> Launch {
+    assert!(
+        n_embd <= 4096 && n_hc <= 4,
+        "hc_pre_fused: n_embd {n_embd} > 4096 or n_hc {n_hc} > 4"
+    );
+    Launch::new(
+        &HC_PRE_FUSED,
+        [n_split, n_tok, 1],
+        vec![
+            ptr(split_out),
+            ptr(o.out),
+            ptr(o.q8_0_q),
+            ptr(o.q8_0_d),
+            ptr(o.q8_k_q),
+            ptr(o.q8_k_d),
+            ptr(o.q8_k_bs),
+            ptr(part),
+            ptr(counter),
+            ptr(hc),
+            ptr(fn_w),
+            ptr(scale),
+            ptr(base),
+            ptr(norm_w),
+            u(n_embd),
+            u(n_hc),
+            u(n_split),
+            u(iters),
+            f(eps.rms),
+            f(eps.hc),
+            f(eps.norm),
         ],
     )
 }
@@ -1312,6 +1378,11 @@ pub fn embedded_targets() -> Vec<&'static str> {
     EMBEDDED_CODE_OBJECTS.iter().map(|(t, _)| *t).collect()
 }
 
+// The emulator tests run once per CI pass: in the default (CPU) build only.
+#[cfg(all(test, not(feature = "hip")))]
+#[path = "kernels_emu_tests.rs"]
+mod emu_tests;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1438,6 +1509,27 @@ mod tests {
             hc_mix_partial(1, 2, 3, 16384, 24, hc_mix_splits(16384), 1),
             hc_pre_finish(1, 2, 3, 4, 5, 6, 4096, 4, 32, 20, 1e-6, 1e-6, 1),
             hc_head_finish(1, 2, 3, 4, 5, 4096, 4, 32, 1e-6, 1e-6, 1),
+            hc_pre_fused(
+                1,
+                QuantOut::default(),
+                2,
+                3,
+                4,
+                5,
+                6,
+                7,
+                8,
+                4096,
+                4,
+                32,
+                20,
+                HcEps {
+                    rms: 1e-6,
+                    hc: 1e-6,
+                    norm: 1e-6,
+                },
+                1,
+            ),
             hc_post(1, 1, 2, 0, 3, 4096, 4, 1),
             rows_finish(
                 1,

@@ -1,0 +1,92 @@
+// CPU emulation of the device-side HIP names the ds4 kernels use, for tests on machines without a
+// GPU (src/backend/hip/kernels_emu_tests.rs). Selected by -DDS4_EMU with -Ikernels/emu, so that
+// kernels/prelude.h's `#include <hip/hip_runtime.h>` lands here.
+//
+// Model: the blocks of a launch run one after another; the threads of a block are cooperative
+// fibers (ucontext) on one OS thread, switching only at __syncthreads, shuffles and warp syncs. So
+// `__shared__` can simply be `static` (one block alive at a time), atomics need no locking, and a
+// kernel whose threads do not all reach a barrier deadlocks loudly instead of silently working.
+// DS4_EMU_WARP (32 or 64) sets the emulated wave size.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
+
+#ifndef DS4_EMU_WARP
+#define DS4_EMU_WARP 32
+#endif
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+
+struct ds4emu_dim3 {
+    unsigned x, y, z;
+};
+extern ds4emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+void __syncthreads();
+void ds4emu_warp_sync();
+void ds4emu_shfl_exchange(uint64_t mine, unsigned src_thread, uint64_t* out);
+
+template <typename T>
+inline T __shfl_xor(T v, int mask, int width = DS4_EMU_WARP) {
+    static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
+    uint64_t bits = 0, got = 0;
+    memcpy(&bits, &v, sizeof(T));
+    const unsigned lane = threadIdx.x % DS4_EMU_WARP;
+    const unsigned seg = lane / (unsigned)width * (unsigned)width;
+    const unsigned src = seg + ((lane - seg) ^ (unsigned)mask) % (unsigned)width;
+    ds4emu_shfl_exchange(bits, threadIdx.x - lane + src, &got);
+    T r;
+    memcpy(&r, &got, sizeof(T));
+    return r;
+}
+
+template <typename A, typename B>
+inline typename std::common_type<A, B>::type min(A a, B b) {
+    typedef typename std::common_type<A, B>::type C;
+    return (C)a < (C)b ? (C)a : (C)b;
+}
+template <typename A, typename B>
+inline typename std::common_type<A, B>::type max(A a, B b) {
+    typedef typename std::common_type<A, B>::type C;
+    return (C)a > (C)b ? (C)a : (C)b;
+}
+
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+    unsigned o = *p;
+    *p = o + v;
+    return o;
+}
+inline void __threadfence() {}
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+struct alignas(16) int4 {
+    int x, y, z, w;
+};
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct alignas(8) int2 {
+    int x, y;
+};
+struct alignas(8) float2 {
+    float x, y;
+};
+inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+inline int2 make_int2(int x, int y) { return int2{x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
