@@ -270,6 +270,8 @@ pub fn run_kernel_checks(
     emit(guard("kernel.embed_hc", || check_embed_hc(&gpu, rng)));
     let r = guard("kernel.hc_pre.x_out", || check_hc_pre(&gpu, rng, &mut *emit));
     emit(r);
+    let r = guard("kernel.hc_pre_fused.xn", || check_hc_pre_fused(&gpu, rng, &mut *emit));
+    emit(r);
     for with_y2 in [false, true] {
         let name = if with_y2 {
             "kernel.hc_post[y+y2]"
@@ -1102,6 +1104,131 @@ fn check_hc_pre(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)
         &want_x,
         TOL_MATVEC,
         format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}"),
+    ))
+}
+
+/// Fused HC pre step + sublayer input norm + activation quantization (one launch), against the CPU
+/// chain RMSNorm → F16 control matvec → Sinkhorn → weighted sum → RMSNorm·w; the quantized planes
+/// against the CPU quantization of the GPU's own xn. Launched twice with the outputs poisoned in
+/// between: the second launch must give the same results (its per-token counters were reset by
+/// the first, which captured-graph replay relies on).
+fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) -> HipResult<CheckResult> {
+    let (n_hc, n_embd, n_tok, iters) = (4usize, 1024usize, 2usize, 20usize);
+    let eps = kernels::HcEps {
+        rms: 1e-6,
+        hc: 1e-6,
+        norm: 1e-6,
+    };
+    let n_in = n_hc * n_embd;
+    let n_mix = 2 * n_hc + n_hc * n_hc;
+    let hc = random_vec(rng, n_tok * n_in, 2.0);
+    let fn_w = random_weights(rng, 1, n_in, n_mix);
+    let scale: Vec<f32> = (0..3).map(|_| 0.5 + 0.5 * (rng.next_f32() + 1.0)).collect();
+    let base = random_vec(rng, n_mix, 0.5);
+    let norm_w: Vec<f32> = (0..n_embd).map(|_| 1.0 + 0.2 * rng.next_f32()).collect();
+    let n_split = kernels::hc_mix_splits(n_in as u32);
+    let (hc_d, fn_d, sc_d, b_d, nw_d) = (
+        gpu.up(&hc)?,
+        gpu.up(&fn_w)?,
+        gpu.up(&scale)?,
+        gpu.up(&base)?,
+        gpu.up(&norm_w)?,
+    );
+    let part = gpu.poisoned::<f32>(kernels::hc_part_floats(n_tok as u32, n_split, n_mix as u32))?;
+    let counter = gpu.up(&vec![0u32; n_tok])?;
+    let split = gpu.poisoned::<f32>(n_tok * n_mix)?;
+    let xn = gpu.poisoned::<f32>(n_tok * n_embd)?;
+    let q0_q = gpu.poisoned::<i8>(n_tok * n_embd)?;
+    let q0_d = gpu.poisoned::<f32>(n_tok * n_embd / 32)?;
+    let qk_q = gpu.poisoned::<i8>(n_tok * n_embd)?;
+    let qk_d = gpu.poisoned::<f32>(n_tok * n_embd / 256)?;
+    let qk_bs = gpu.poisoned::<i16>(n_tok * n_embd / 16)?;
+    let o = QuantOut {
+        out: xn.ptr().0,
+        q8_0_q: q0_q.ptr().0,
+        q8_0_d: q0_d.ptr().0,
+        q8_k_q: qk_q.ptr().0,
+        q8_k_d: qk_d.ptr().0,
+        q8_k_bs: qk_bs.ptr().0,
+    };
+    let launch = kernels::hc_pre_fused(
+        split.ptr().0,
+        o,
+        part.ptr().0,
+        counter.ptr().0,
+        hc_d.ptr().0,
+        fn_d.ptr().0,
+        sc_d.ptr().0,
+        b_d.ptr().0,
+        nw_d.ptr().0,
+        n_embd as u32,
+        n_hc as u32,
+        n_split,
+        iters as u32,
+        eps,
+        n_tok as u32,
+    );
+    gpu.run(&launch)?;
+    // Poison every output, then launch again.
+    let mut outs = [split, xn, q0_q, q0_d, qk_q, qk_d, qk_bs];
+    for b in outs.iter_mut() {
+        let n = b.len_bytes();
+        b.fill_bytes_async(0, n, 0xFF, &gpu.stream)?;
+    }
+    gpu.run(&launch)?;
+    let [split, xn, q0_q, _q0_d, qk_q, _qk_d, _qk_bs] = outs;
+    let (got_split, got_xn) = (split.to_vec::<f32>()?, xn.to_vec::<f32>()?);
+    let (got_q0, got_qk) = (q0_q.to_vec::<i8>()?, qk_q.to_vec::<i8>()?);
+    let rb = row_bytes(1, n_in);
+    let (mut want_split, mut want_xn, mut want_q0, mut want_qk) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for t in 0..n_tok {
+        let xs = &hc[t * n_in..(t + 1) * n_in];
+        let mut normed = vec![0f32; n_in];
+        rms_norm(&mut normed, xs, None, eps.rms);
+        let mix: Vec<f32> = (0..n_mix)
+            .map(|o| dot_f16(&fn_w[o * rb..(o + 1) * rb], &normed))
+            .collect();
+        let (mut pre, mut post, mut comb) = (vec![0f32; n_hc], vec![0f32; n_hc], vec![0f32; n_hc * n_hc]);
+        split_sinkhorn(&mix, &scale, &base, n_hc, iters, eps.hc, &mut pre, &mut post, &mut comb);
+        let mut x = vec![0f32; n_embd];
+        weighted_sum(&mut x, xs, &pre, n_embd);
+        let mut x_n = vec![0f32; n_embd];
+        rms_norm(&mut x_n, &x, Some(&norm_w), eps.norm);
+        want_xn.extend(x_n);
+        want_split.extend(pre.iter().chain(&post).chain(&comb));
+        let row = &got_xn[t * n_embd..(t + 1) * n_embd];
+        let mut a = Q8_0Act::with_len(n_embd);
+        quantize_q8_0(row, &mut a);
+        want_q0.extend(a.qs);
+        let mut b = vec![BlockQ8K::default(); n_embd / QK_K];
+        quantize_q8_k(row, &mut b);
+        want_qk.extend(q8k_planes(&b).q);
+    }
+    emit(close_scaled(
+        "kernel.hc_pre_fused.split",
+        &got_split,
+        &want_split,
+        TOL_MATVEC,
+        "second launch".into(),
+    ));
+    emit(codes_close(
+        "kernel.hc_pre_fused.q8_0_codes",
+        &got_q0,
+        &want_q0,
+        "of the GPU's xn".into(),
+    ));
+    emit(codes_close(
+        "kernel.hc_pre_fused.q8_k_codes",
+        &got_qk,
+        &want_qk,
+        "of the GPU's xn".into(),
+    ));
+    Ok(close_scaled(
+        "kernel.hc_pre_fused.xn",
+        &got_xn,
+        &want_xn,
+        TOL_MATVEC,
+        format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}, {n_split} splits, second launch"),
     ))
 }
 
