@@ -20,10 +20,7 @@ use super::runtime::HipContext;
 pub fn open_backend(model: Arc<Model>, weights: WeightPlacement, ctx: usize) -> Result<Box<dyn Backend>, String> {
     let hip = HipContext::new().map_err(|e| e.to_string())?;
     let kernels = KernelModule::load(&hip)?;
-    if weights == WeightPlacement::Map {
-        return Err("--weights map (zero-copy registered file mapping) is not supported by the HIP backend yet".into());
-    }
-    let _ = (model, ctx);
+    let _ = (model, ctx, weights);
     Err(format!(
         "the HIP forward pass is not implemented yet ({} is usable and its kernels for {} load; selftest --backend hip checks them)",
         hip.name(),
@@ -43,15 +40,12 @@ mod tests {
         // the reason is that the forward pass is not written yet. Either way the engine falls back.
         let bytes = model_bytes(&GenSpec::new(Preset::Micro, 1, ExpertMix::Q2)).unwrap();
         let model = Arc::new(Model::bind(Arc::new(GgufFile::from_bytes(bytes).unwrap())).unwrap());
-        for placement in [WeightPlacement::Auto, WeightPlacement::Map] {
+        for placement in [WeightPlacement::Auto, WeightPlacement::Map, WeightPlacement::Copy] {
             match open_backend(model.clone(), placement, 64) {
                 Ok(_) => panic!("the HIP backend has no forward pass yet and must not open"),
                 Err(e) => {
                     eprintln!("{e}");
-                    assert!(
-                        e.starts_with("no AMD GPU: ") || e.contains("not implemented") || e.contains("not supported"),
-                        "{e}"
-                    );
+                    assert!(e.starts_with("no AMD GPU: ") || e.contains("not implemented"), "{e}");
                     assert!(!e.contains('\n'), "{e}");
                 }
             }

@@ -199,7 +199,8 @@ pub fn run_all(ctx: &HipContext, opts: &CheckOptions, report: &mut dyn FnMut(&Ch
         Err(e) => emit(CheckResult::error("kernel.module_load", e), &mut results),
     }
     if let Some(model) = &opts.model {
-        emit(check_weight_upload(ctx, model), &mut results);
+        emit(check_weight_upload(ctx, model, false), &mut results);
+        emit(check_weight_upload(ctx, model, true), &mut results);
     }
     results
 }
@@ -428,9 +429,18 @@ fn check_test_kernels(ctx: &HipContext, rng: &mut CheckRng) -> Vec<CheckResult> 
 
 /// Upload a model's tensor data through the pinned staging path and read every bound tensor back,
 /// byte-exact.
-fn check_weight_upload(ctx: &HipContext, model: &crate::model::Model) -> CheckResult {
-    let name = "weights.upload_readback";
-    let w = match super::weights::DeviceWeights::upload(ctx, model, &mut |_, _| {}) {
+fn check_weight_upload(ctx: &HipContext, model: &crate::model::Model, mapped: bool) -> CheckResult {
+    let name = if mapped {
+        "weights.map_readback"
+    } else {
+        "weights.upload_readback"
+    };
+    let placed = if mapped {
+        super::weights::DeviceWeights::map(ctx, model)
+    } else {
+        super::weights::DeviceWeights::upload(ctx, model, &mut |_, _| {})
+    };
+    let w = match placed {
         Ok(w) => w,
         Err(e) => return CheckResult::error(name, e),
     };
@@ -438,7 +448,7 @@ fn check_weight_upload(ctx: &HipContext, model: &crate::model::Model) -> CheckRe
     let mut tensors = 0usize;
     for (_, t) in model.grouped_tensors() {
         let mut back = vec![0u8; t.nbytes as usize];
-        if let Err(e) = w.read_back(t, &mut back) {
+        if let Err(e) = w.read_back(ctx, t, &mut back) {
             return CheckResult::error(name, e);
         }
         tensors += 1;
@@ -455,10 +465,15 @@ fn check_weight_upload(ctx: &HipContext, model: &crate::model::Model) -> CheckRe
             Verdict::Fail
         },
         note: format!(
-            "{tensors} tensors, {:.1} MiB in {:.3} s = {:.2} GB/s (pinned staging); {differing} bytes differ",
+            "{tensors} tensors, {:.1} MiB placed in {:.3} s = {:.2} GB/s ({}); {differing} bytes differ",
             w.len_bytes() as f64 / (1u64 << 20) as f64,
             w.upload_seconds,
-            w.len_bytes() as f64 / w.upload_seconds.max(1e-9) / 1e9
+            w.len_bytes() as f64 / w.upload_seconds.max(1e-9) / 1e9,
+            if mapped {
+                "registered file mapping"
+            } else {
+                "pinned staging"
+            }
         ),
     }
 }
