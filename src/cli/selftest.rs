@@ -17,6 +17,9 @@ pub struct Args {
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Also upload this model's weights to the device and read them back.
+    #[arg(long)]
+    pub model: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -39,9 +42,16 @@ fn run_hip(args: &Args) -> CliResult {
 
     let ctx = HipContext::new().map_err(|e| format!("selftest: {e}"))?;
     println!("selftest: {}", ctx.info().summary());
+    let model = match &args.model {
+        Some(path) => Some(std::sync::Arc::new(
+            crate::model::Model::open(path).map_err(|e| format!("selftest: {e}"))?,
+        )),
+        None => None,
+    };
     let opts = CheckOptions {
         kernels_only: args.kernels_only,
         seed: args.seed,
+        model,
     };
     let print = |r: &CheckResult| {
         let status = match &r.verdict {

@@ -20,6 +20,7 @@ if [ -z "$cuda_home" ] && [ -n "$nvcc" ]; then cuda_home="$(dirname "$(dirname "
 g++ -O2 -std=gnu++17 -shared -fPIC -fvisibility=hidden -Wall -Wextra -I"$cuda_home/include" \
   -Wl,-soname,libamdhip64.so.5 -Wl,--version-script="$here/hip_amd.map" -Wl,--no-undefined \
   -o "$out/lib/libamdhip64.so.5" "$here/hip_on_cuda.cpp" -ldl
+ln -sf libamdhip64.so.5 "$out/lib/libamdhip64.so"  # found first by the runtime's search, as on a ROCm install
 echo "hip-on-cuda: built $out/lib/libamdhip64.so.5"
 
 # Every symbol the Rust runtime resolves (HIP_SYMBOLS, from the hip_api! table) must be exported.

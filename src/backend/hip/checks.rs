@@ -7,6 +7,9 @@
 
 use std::time::Instant;
 
+use super::kernel_checks::run_kernel_checks;
+use super::kernel_module::KernelModule;
+use super::kernels;
 use super::runtime::{CaptureMode, HipContext, HipResult, HostRegistration, KernelArgs, LaunchDims, PinnedBuffer};
 
 /// Outcome of one check.
@@ -43,7 +46,7 @@ impl CheckResult {
         }
     }
 
-    fn error(name: &str, err: impl std::fmt::Display) -> CheckResult {
+    pub(crate) fn error(name: &str, err: impl std::fmt::Display) -> CheckResult {
         CheckResult {
             name: name.to_string(),
             max_abs: f64::NAN,
@@ -149,6 +152,8 @@ pub struct CheckOptions {
     /// Skip the runtime smoke checks; run only the kernel checks.
     pub kernels_only: bool,
     pub seed: u64,
+    /// A model whose weights are uploaded and read back (device residency check).
+    pub model: Option<std::sync::Arc<crate::model::Model>>,
 }
 
 /// Name stem of the shim's own test kernels (tests/hip-on-cuda/selftest_kernels.hip).
@@ -172,6 +177,30 @@ pub fn run_all(ctx: &HipContext, opts: &CheckOptions, report: &mut dyn FnMut(&Ch
         for r in check_test_kernels(ctx, &mut rng) {
             emit(r, &mut results);
         }
+    }
+    match KernelModule::load(ctx) {
+        Ok(module) => {
+            let r = CheckResult {
+                name: "kernel.module_load".into(),
+                max_abs: 0.0,
+                max_rel: 0.0,
+                tol: 0.0,
+                verdict: Verdict::Pass,
+                note: format!(
+                    "{} kernels for {} ({})",
+                    kernels::ALL_KERNELS.len(),
+                    module.target,
+                    module.source
+                ),
+            };
+            emit(r, &mut results);
+            run_kernel_checks(ctx, &module, &mut rng, &mut |r| emit(r, &mut results));
+        }
+        Err(e) => emit(CheckResult::error("kernel.module_load", e), &mut results),
+    }
+    if let Some(model) = &opts.model {
+        emit(check_weight_upload(ctx, model, false), &mut results);
+        emit(check_weight_upload(ctx, model, true), &mut results);
     }
     results
 }
@@ -396,6 +425,57 @@ fn check_test_kernels(ctx: &HipContext, rng: &mut CheckRng) -> Vec<CheckResult> 
         ))
     }));
     out
+}
+
+/// Upload a model's tensor data through the pinned staging path and read every bound tensor back,
+/// byte-exact.
+fn check_weight_upload(ctx: &HipContext, model: &crate::model::Model, mapped: bool) -> CheckResult {
+    let name = if mapped {
+        "weights.map_readback"
+    } else {
+        "weights.upload_readback"
+    };
+    let placed = if mapped {
+        super::weights::DeviceWeights::map(ctx, model)
+    } else {
+        super::weights::DeviceWeights::upload(ctx, model, &mut |_, _| {})
+    };
+    let w = match placed {
+        Ok(w) => w,
+        Err(e) => return CheckResult::error(name, e),
+    };
+    let mut differing = 0usize;
+    let mut tensors = 0usize;
+    for (_, t) in model.grouped_tensors() {
+        let mut back = vec![0u8; t.nbytes as usize];
+        if let Err(e) = w.read_back(ctx, t, &mut back) {
+            return CheckResult::error(name, e);
+        }
+        tensors += 1;
+        differing += back.iter().zip(model.data(t)).filter(|(a, b)| a != b).count();
+    }
+    CheckResult {
+        name: name.into(),
+        max_abs: differing as f64,
+        max_rel: 0.0,
+        tol: 0.0,
+        verdict: if differing == 0 && tensors > 0 {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+        note: format!(
+            "{tensors} tensors, {:.1} MiB placed in {:.3} s = {:.2} GB/s ({}); {differing} bytes differ",
+            w.len_bytes() as f64 / (1u64 << 20) as f64,
+            w.upload_seconds,
+            w.len_bytes() as f64 / w.upload_seconds.max(1e-9) / 1e9,
+            if mapped {
+                "registered file mapping"
+            } else {
+                "pinned staging"
+            }
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -50,6 +50,9 @@ pub const EVENT_DISABLE_TIMING: c_uint = 0x2;
 pub const HOST_REGISTER_DEFAULT: c_uint = 0x0;
 pub const HOST_REGISTER_PORTABLE: c_uint = 0x1;
 pub const HOST_REGISTER_MAPPED: c_uint = 0x2;
+/// hipHostRegisterReadOnly in ROCm >= 6; the same bit is hipExtHostRegisterCoarseGrained in 5.x, which
+/// also suits memory the device only reads (toolchain notes §4).
+pub const HOST_REGISTER_READ_ONLY: c_uint = 0x8;
 
 /// Library names tried in order: the unversioned development link first (a ROCm install or a user's
 /// override), then the SONAMEs of ROCm 7, 6 and 5 (Debian bookworm ships .so.5).

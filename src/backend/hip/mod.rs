@@ -7,20 +7,27 @@
 //!   falls back to the CPU backend.
 //! * `kernels` — the kernels' C ABI: names, parameter lists, typed launch builders, embedded code
 //!   objects (kernels/*.hip; owned by the kernel work).
-//! * `checks` — the GPU selftest (runtime smoke checks; kernels against the CPU reference).
+//! * `kernel_module` — loads the kernel image that fits the device and runs `kernels::Launch` values.
+//! * `weights` — the model's tensor data copied to the device through pinned staging buffers.
+//! * `backend` — `open_backend`, called by `engine::backend_open` (the GPU forward pass is not written
+//!   yet: it fails with that reason and the engine falls back to the CPU).
+//! * `checks`, `kernel_checks` — the GPU selftest: runtime smoke checks; every kernel against the CPU
+//!   reference on random inputs.
 //!
 //! Kernel images: AMD code objects are embedded by build.rs; on the NVIDIA test shim
 //! (tests/hip-on-cuda) they come from `$DS4_KERNEL_DIR/<stem>.sm_<cc>.cubin`
 //! (`HipContext::kernel_image_override`).
 
+pub mod backend;
 pub mod checks;
 pub mod ffi;
+pub mod kernel_checks;
+pub mod kernel_module;
 pub mod kernels;
-pub mod open;
 pub mod runtime;
+pub mod weights;
 
-pub use open::open_backend;
-
+pub use backend::open_backend;
 pub use runtime::{
     CaptureMode, DeviceAttribute, DeviceBuffer, DeviceCopy, DeviceInfo, DevicePtr, Event, Function, Graph, GraphExec,
     HipContext, HipError, HipResult, HipUnavailable, HostRegistration, KernelArgs, LaunchDims, Module, PinnedBuffer,

@@ -314,6 +314,21 @@ impl HipContext {
         check("hipDeviceSynchronize", unsafe { (self.api().hipDeviceSynchronize)() })
     }
 
+    /// Copy from any device address (a buffer, a mapped registration) into `dst` and wait for it.
+    ///
+    /// # Safety
+    /// `src..src+dst.len()` must be readable device memory.
+    pub unsafe fn copy_device_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> HipResult<()> {
+        check("hipMemcpy", unsafe {
+            (self.api().hipMemcpy)(
+                dst.as_mut_ptr().cast(),
+                src.as_mut_ptr(),
+                dst.len(),
+                ffi::MEMCPY_DEVICE_TO_HOST,
+            )
+        })
+    }
+
     /// Allocate `bytes` of device memory (uninitialised).
     pub fn alloc(&self, bytes: usize) -> HipResult<DeviceBuffer> {
         let mut ptr: *mut c_void = std::ptr::null_mut();
@@ -835,10 +850,18 @@ impl Function {
     /// pointer among them must stay valid until the kernel has run.
     pub unsafe fn launch(&self, stream: &Stream, dims: LaunchDims, args: &mut KernelArgs) -> HipResult<()> {
         let mut ptrs = args.pointers();
-        let params = if ptrs.is_empty() {
+        unsafe { self.launch_raw(stream, dims, &mut ptrs) }
+    }
+
+    /// Enqueue one launch with a ready `kernelParams` array (one pointer per argument).
+    ///
+    /// # Safety
+    /// As `launch`; additionally each pointer must address the argument's bytes until this returns.
+    pub unsafe fn launch_raw(&self, stream: &Stream, dims: LaunchDims, params: &mut [*mut c_void]) -> HipResult<()> {
+        let params = if params.is_empty() {
             std::ptr::null_mut()
         } else {
-            ptrs.as_mut_ptr()
+            params.as_mut_ptr()
         };
         check("hipModuleLaunchKernel", unsafe {
             (self.module.ctx.api().hipModuleLaunchKernel)(
@@ -975,14 +998,20 @@ pub struct HostRegistration<'a> {
     _borrow: std::marker::PhantomData<&'a mut [u8]>,
 }
 
+// SAFETY: a registration is an address range known to the runtime; it may be used and dropped on
+// any thread (the borrow, for the safe constructor, keeps the memory itself in place).
+unsafe impl Send for HostRegistration<'_> {}
+unsafe impl Sync for HostRegistration<'_> {}
+
 impl<'a> HostRegistration<'a> {
     /// Register `memory`; with `mapped` the device can read it through `device_ptr` (zero-copy).
     pub fn new(ctx: &HipContext, memory: &'a mut [u8], mapped: bool) -> HipResult<HostRegistration<'a>> {
         // SAFETY: the borrow keeps the memory alive and unaliased while registered.
-        unsafe { Self::from_raw(ctx, memory.as_mut_ptr().cast(), memory.len(), mapped) }
+        unsafe { Self::from_raw(ctx, memory.as_mut_ptr().cast(), memory.len(), mapped, false) }
     }
 
-    /// Register a raw host range (e.g. a read-only file mapping).
+    /// Register a raw host range (e.g. a read-only file mapping; `read_only` then tells the runtime
+    /// the device only reads it).
     ///
     /// # Safety
     /// `ptr..ptr+len` must stay mapped for the lifetime `'a` and must not be unmapped while registered.
@@ -991,12 +1020,15 @@ impl<'a> HostRegistration<'a> {
         ptr: *mut c_void,
         len: usize,
         mapped: bool,
+        read_only: bool,
     ) -> HipResult<HostRegistration<'a>> {
-        let flags = if mapped {
-            ffi::HOST_REGISTER_MAPPED | ffi::HOST_REGISTER_PORTABLE
-        } else {
-            ffi::HOST_REGISTER_PORTABLE
-        };
+        let mut flags = ffi::HOST_REGISTER_PORTABLE;
+        if mapped {
+            flags |= ffi::HOST_REGISTER_MAPPED;
+        }
+        if read_only {
+            flags |= ffi::HOST_REGISTER_READ_ONLY;
+        }
         check("hipHostRegister", unsafe {
             (ctx.api().hipHostRegister)(ptr, len, flags)
         })?;
