@@ -21,6 +21,11 @@ pub fn init() -> io::Result<Tui> {
     PANIC_HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
+            // The engine worker catches its own panics and reports them as an error event (the UI
+            // lives on), so restoring the terminal or printing over the live screen would be wrong.
+            if std::thread::current().name() == Some(crate::engine::worker::WORKER_THREAD) {
+                return;
+            }
             let _ = restore();
             previous(info);
         }));
