@@ -93,7 +93,10 @@ fn flags_override_the_file() {
     let file = config::parse("ctx = 8192\ntemp = 0.3\nthink = \"off\"\n").unwrap();
     let args = Args {
         ctx: Some(65536),
-        think_max: true,
+        think: ds4_chat::cli::ThinkArgs {
+            think_max: true,
+            ..Default::default()
+        },
         temp: Some(0.8),
         backend: Some("cpu".into()),
         ..Default::default()

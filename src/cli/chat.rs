@@ -9,7 +9,6 @@ use super::CliResult;
 use crate::engine::events::{Command, LoadRequest, ModelSource};
 use crate::engine::loader::EngineLoader;
 use crate::engine::worker::Worker;
-use crate::model::chat::ThinkMode;
 use crate::tui::app::App;
 use crate::tui::config::{self, Config};
 use crate::tui::{self, EngineLink};
@@ -36,15 +35,8 @@ pub struct Args {
     /// CPU threads (0 = all cores).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
-    /// Reasoning off.
-    #[arg(long, conflicts_with_all = ["think", "think_max"])]
-    pub nothink: bool,
-    /// Reasoning on (high).
-    #[arg(long, conflicts_with = "think_max")]
-    pub think: bool,
-    /// Maximum reasoning (needs --ctx >= 393216, else high).
-    #[arg(long)]
-    pub think_max: bool,
+    #[command(flatten)]
+    pub think: super::ThinkArgs,
     /// System prompt ("" for none).
     #[arg(long, value_name = "TEXT")]
     pub system: Option<String>,
@@ -93,12 +85,8 @@ pub fn apply_flags(mut c: Config, a: &Args) -> Result<Config, String> {
     if let Some(v) = a.threads {
         c.threads = v;
     }
-    if a.nothink {
-        c.think = ThinkMode::Off;
-    } else if a.think_max {
-        c.think = ThinkMode::Max;
-    } else if a.think {
-        c.think = ThinkMode::High;
+    if let Some(mode) = a.think.requested() {
+        c.think = mode;
     }
     if let Some(v) = &a.system {
         c.system = v.clone();

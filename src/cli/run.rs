@@ -62,15 +62,8 @@ pub struct Args {
         default_value = "You are a helpful assistant"
     )]
     pub system: String,
-    /// No reasoning: the prompt ends with `</think>`.
-    #[arg(long, conflicts_with_all = ["think", "think_max"])]
-    pub nothink: bool,
-    /// Reasoning (the default): the prompt ends with `<think>`.
-    #[arg(long, conflicts_with = "think_max")]
-    pub think: bool,
-    /// Maximum reasoning effort (needs --ctx >= 393216, else plain thinking).
-    #[arg(long)]
-    pub think_max: bool,
+    #[command(flatten)]
+    pub think: super::ThinkArgs,
     /// Most tokens to generate.
     #[arg(short = 'n', long = "max-tokens", default_value_t = 50000)]
     pub max_tokens: usize,
@@ -179,13 +172,8 @@ pub fn run(args: Args) -> CliResult {
     let tok = Tokenizer::from_gguf(&model.file).map_err(|e| e.to_string())?;
     let specials = *tok.specials();
     let ctx = args.ctx;
-    let requested = if args.nothink {
-        ThinkMode::Off
-    } else if args.think_max {
-        ThinkMode::Max
-    } else {
-        ThinkMode::High
-    };
+    // ds4's CLI thinks by default.
+    let requested = args.think.requested().unwrap_or(ThinkMode::High);
 
     let prompt_text = match (&args.prompt, &args.prompt_file) {
         (Some(p), None) => Some(p.clone()),
