@@ -84,6 +84,15 @@ pub fn comp_cap(ctx: usize, ratio: usize) -> usize {
     ctx / ratio + 2
 }
 
+/// Compressed-row capacity of the most compressing-often layer (smallest nonzero ratio): the most
+/// compressed rows any layer holds, 0 when no layer compresses (spec §4.1, §4.3 header field).
+pub fn max_comp_cap(hp: &HParams, ctx: usize) -> usize {
+    match hp.compress_ratios.iter().copied().filter(|&r| r != 0).min() {
+        Some(r) => comp_cap(ctx, r as usize),
+        None => 0,
+    }
+}
+
 impl LayerCache {
     pub fn new(hp: &HParams, layer: usize, ctx: usize) -> LayerCache {
         let ratio = hp.ratio(layer) as usize;

@@ -64,18 +64,7 @@ impl Scratch {
         let e = hp.n_embd;
         let hcd = hp.hc_dim();
         let qd = hp.q_dim();
-        let min_ratio = hp
-            .compress_ratios
-            .iter()
-            .copied()
-            .filter(|&r| r != 0)
-            .min()
-            .unwrap_or(0) as usize;
-        let comp_cap = if min_ratio == 0 {
-            0
-        } else {
-            cache::comp_cap(ctx, min_ratio)
-        };
+        let comp_cap = cache::max_comp_cap(hp, ctx);
         let rows = cache::raw_cap(hp, ctx) + comp_cap;
         let q8_width = [e, hp.q_lora_rank, qd, hp.n_out_group * hp.o_lora_rank, hp.n_ff_exp]
             .into_iter()

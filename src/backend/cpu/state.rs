@@ -22,19 +22,6 @@ fn put_f32s(out: &mut Vec<u8>, v: &[f32]) {
 }
 
 /// Compressed-row capacity reported in the header: that of the smallest nonzero ratio.
-fn header_comp_cap(b: &CpuBackend) -> usize {
-    let r = b
-        .model
-        .hp
-        .compress_ratios
-        .iter()
-        .copied()
-        .filter(|&r| r != 0)
-        .min()
-        .unwrap_or(0) as usize;
-    if r == 0 { 0 } else { cache::comp_cap(b.ctx, r) }
-}
-
 fn header(b: &CpuBackend) -> [u32; HEADER_WORDS] {
     let hp = &b.model.hp;
     let n = b.tokens.len();
@@ -46,7 +33,7 @@ fn header(b: &CpuBackend) -> [u32; HEADER_WORDS] {
         b.scratch.n_max as u32,
         raw_cap as u32,
         hp.sliding_window.min(b.ctx) as u32,
-        header_comp_cap(b) as u32,
+        cache::max_comp_cap(&b.model.hp, b.ctx) as u32,
         n as u32,
         hp.n_layer as u32,
         hp.head_dim as u32,
