@@ -1,4 +1,4 @@
-//! `ds4-chat selftest --backend hip [--kernels-only]`: checks the GPU runtime and every kernel against
+//! `ds4-chat selftest --backend hip [--kernels-only] [--model FILE [--forward N]]`: checks the GPU runtime and every kernel against
 //! the CPU reference on random inputs, one line per check (max abs/rel error vs tolerance, PASS/FAIL);
 //! fails (non-zero exit) if any check fails.
 //!
@@ -20,6 +20,13 @@ pub struct Args {
     /// Also upload this model's weights to the device and read them back.
     #[arg(long)]
     pub model: Option<std::path::PathBuf>,
+    /// Run the device forward pass against the CPU engine on --model: N prompt tokens, then a greedy
+    /// continuation of --greedy tokens (only this check runs).
+    #[arg(long, value_name = "N")]
+    pub forward: Option<usize>,
+    /// Greedy continuation length of --forward.
+    #[arg(long, default_value_t = 32)]
+    pub greedy: usize,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -48,6 +55,15 @@ fn run_hip(args: &Args) -> CliResult {
         )),
         None => None,
     };
+    if let Some(n) = args.forward {
+        let model = model.ok_or("selftest --forward needs --model FILE")?;
+        drop(ctx);
+        let ok = crate::backend::hip::forward_check::run_forward_check(model, n.max(1), args.greedy, args.seed, &mut |l| {
+            println!("{l}")
+        })
+        .map_err(|e| format!("selftest --forward: {e}"))?;
+        return if ok { Ok(()) } else { Err("selftest --forward: the device forward pass differs from the CPU engine".into()) };
+    }
     let opts = CheckOptions {
         kernels_only: args.kernels_only,
         seed: args.seed,

@@ -20,6 +20,8 @@
 
 pub mod backend;
 pub mod checks;
+pub mod forward;
+pub mod forward_check;
 pub mod ffi;
 pub mod kernel_checks;
 pub mod kernel_module;
