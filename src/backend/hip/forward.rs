@@ -92,6 +92,10 @@ pub struct HipBackend {
     kv_bytes: u64,
     scratch_bytes: u64,
     ropes: Vec<RopeParams>,
+    /// Diagnostics (selftest only): read back router and indexer scores after each launch and keep
+    /// the smallest selection margins of the last token (`selection_margins`).
+    probe: bool,
+    margins: std::cell::Cell<(f32, f32)>,
     weights: DeviceWeights,
     stream: Stream,
     kernels: KernelModule,
@@ -130,7 +134,7 @@ impl HipBackend {
         let hp = &model.hp;
         for (l, lw) in model.w.layers.iter().enumerate() {
             for t in [&lw.ffn_gate_exps, &lw.ffn_up_exps, &lw.ffn_down_exps] {
-                if ExpertFormat::from_ggml_type(t.ty() as u32).is_none() {
+                if ExpertFormat::from_ggml_type(t.ty().id()).is_none() {
                     return Err(format!(
                         "layer {l}: expert tensor {} has type {:?}, which the GPU kernels do not support",
                         t.t.name,
@@ -259,6 +263,8 @@ impl HipBackend {
             kv_bytes,
             scratch_bytes,
             ropes,
+            probe: false,
+            margins: std::cell::Cell::new((f32::INFINITY, f32::INFINITY)),
             weights,
             stream,
             kernels,
@@ -266,6 +272,40 @@ impl HipBackend {
         };
         backend.clear_state().map_err(|e| e.to_string())?;
         Ok(backend)
+    }
+
+    /// Turn on the selection-margin probe (slow: one synchronization per routed layer).
+    pub fn set_probe(&mut self, on: bool) {
+        self.probe = on;
+    }
+
+    /// Smallest gap of the last evaluated token between the K-th and (K+1)-th biased router score
+    /// over the score-routed layers, and between the top_k-th and next indexer score (relative to
+    /// the largest) over the selecting layers: where these are ~0, float noise may flip a
+    /// selection (a near tie, legitimately different between backends).
+    pub fn selection_margins(&self) -> (f32, f32) {
+        self.margins.get()
+    }
+
+    fn read_f32(&self, ptr: DevPtr, n: usize) -> Result<Vec<f32>, EngineError> {
+        self.stream.synchronize().map_err(dev)?;
+        let mut bytes = vec![0u8; 4 * n];
+        // SAFETY: callers pass a live device buffer or weight tensor of at least n floats.
+        unsafe { self.hip.copy_device_to_host(super::runtime::DevicePtr(ptr), &mut bytes) }.map_err(dev)?;
+        Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    fn note_margin(&self, scores: &mut [f32], k: usize, relative: bool, router: bool) {
+        if scores.len() <= k {
+            return;
+        }
+        scores.sort_by(|a, b| b.total_cmp(a));
+        let mut m = scores[k - 1] - scores[k];
+        if relative {
+            m /= scores[0].abs().max(1e-30);
+        }
+        let (r, i) = self.margins.get();
+        self.margins.set(if router { (r.min(m), i) } else { (r, i.min(m)) });
     }
 
     fn run(&self, launch: &kernels::Launch) -> Result<(), EngineError> {
@@ -307,6 +347,7 @@ impl HipBackend {
     /// One decode step for the token already in `acts.tokens` at position `p`.
     fn decode_step(&self, p: usize, want_logits: bool) -> Result<(), EngineError> {
         let hp = &self.model.hp;
+        self.margins.set((f32::INFINITY, f32::INFINITY));
         let a = &self.acts;
         let (ne, d, di) = (hp.n_embd as u32, hp.head_dim as u32, hp.idx_head_dim as u32);
         let nhc = hp.n_hc as u32;
@@ -515,6 +556,10 @@ impl HipBackend {
                         1.0 / ((di * hi) as f32).sqrt(),
                         1,
                     ))?;
+                    if self.probe {
+                        let mut sc = self.read_f32(p0(&a.scores), n_comp as usize)?;
+                        self.note_margin(&mut sc, hp.idx_top_k, true, false);
+                    }
                     self.run(&kernels::indexer_topk(
                         p0(&a.sel),
                         p0(&a.scores),
@@ -681,8 +726,21 @@ impl HipBackend {
                 hp.expert_weights_scale,
                 1,
             ))?;
+            if self.probe && lw.ffn_gate_tid2eid.is_none() {
+                let rl = self.read_f32(p0(&a.rl), hp.n_expert)?;
+                let bias = match &lw.exp_probs_b {
+                    Some(t) => self.read_f32(self.w(t), hp.n_expert)?,
+                    None => vec![0.0; hp.n_expert],
+                };
+                let mut sc: Vec<f32> = rl
+                    .iter()
+                    .zip(&bias)
+                    .map(|(&l, &b)| (l.max(0.0) + (-l.abs()).exp().ln_1p()).sqrt() + b)
+                    .collect();
+                self.note_margin(&mut sc, hp.n_expert_used, false, true);
+            }
             let fmt = |t: &crate::model::weights::ExpertTensor| {
-                ExpertFormat::from_ggml_type(t.ty() as u32).expect("checked in new")
+                ExpertFormat::from_ggml_type(t.ty().id()).expect("checked in new")
             };
             let clamp = hp.swiglu_clamp[l];
             self.run(&kernels::moe_gate_up(

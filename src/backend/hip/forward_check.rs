@@ -108,10 +108,12 @@ pub fn run_forward_check(
         gpu.memory().device_weight_bytes as f64 / (1 << 20) as f64,
         gpu.memory().kv_bytes as f64 / (1 << 20) as f64,
     ));
+    gpu.set_probe(true);
     let mut cpu = CpuBackend::new(model.clone(), ctx, 0).map_err(|e| e.to_string())?;
     let mut all_ok = true;
     let (mut worst_logit, mut worst_lp, mut worst_at) = (0f64, 0f64, 0usize);
     let mut row = String::new();
+    let mut near_ties = Vec::new();
     let (mut gpu_s, mut cpu_s) = (0f64, 0f64);
     for (p, &tok) in tokens.iter().enumerate() {
         let t = Instant::now();
@@ -135,6 +137,8 @@ pub fn run_forward_check(
             line(format!("forward: |dlogprob| by position:{row}"));
             row.clear();
         }
+        let (rm, im) = gpu.selection_margins();
+        near_ties.push((p, d.max_logprob, rm, im));
         if !d.pass() {
             all_ok = false;
         }
@@ -145,6 +149,28 @@ pub fn run_forward_check(
         1e3 * gpu_s / n_prompt.max(1) as f64,
         1e3 * cpu_s / n_prompt.max(1) as f64,
     ));
+    // Where the comparison fails, the GPU's selection margins say whether a router or indexer near
+    // tie explains it; the margins of the passing positions are the baseline.
+    let fmt_m = |v: f32| if v.is_finite() { format!("{v:.2e}") } else { "-".into() };
+    for &(p, lp, rm, im) in near_ties.iter().filter(|t| t.1 > TOL_LOGPROB) {
+        line(format!(
+            "forward: position {p}: |dlogprob| {lp:.3}, router margin {}, indexer rel margin {}",
+            fmt_m(rm),
+            fmt_m(im)
+        ));
+    }
+    let ok_min = |f: fn(&(usize, f64, f32, f32)) -> f32| {
+        near_ties.iter().filter(|t| t.1 <= TOL_LOGPROB).map(f).fold(f32::INFINITY, f32::min)
+    };
+    let mut ok_r: Vec<f32> = near_ties.iter().filter(|t| t.1 <= TOL_LOGPROB).map(|t| t.2).collect();
+    ok_r.sort_by(f32::total_cmp);
+    line(format!(
+        "forward: passing positions: smallest router margin {}, 5th smallest {}, smallest indexer rel margin {}",
+        fmt_m(ok_min(|t| t.2)),
+        fmt_m(ok_r.get(4).copied().unwrap_or(f32::INFINITY)),
+        fmt_m(ok_min(|t| t.3))
+    ));
+    gpu.set_probe(false);
     // Greedy continuation: each backend follows its own argmax.
     let (mut g_seq, mut c_seq) = (Vec::new(), Vec::new());
     let mut first_diff = None;
