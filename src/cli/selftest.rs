@@ -58,11 +58,16 @@ fn run_hip(args: &Args) -> CliResult {
     if let Some(n) = args.forward {
         let model = model.ok_or("selftest --forward needs --model FILE")?;
         drop(ctx);
-        let ok = crate::backend::hip::forward_check::run_forward_check(model, n.max(1), args.greedy, args.seed, &mut |l| {
-            println!("{l}")
-        })
-        .map_err(|e| format!("selftest --forward: {e}"))?;
-        return if ok { Ok(()) } else { Err("selftest --forward: the device forward pass differs from the CPU engine".into()) };
+        let ok =
+            crate::backend::hip::forward_check::run_forward_check(model, n.max(1), args.greedy, args.seed, &mut |l| {
+                println!("{l}")
+            })
+            .map_err(|e| format!("selftest --forward: {e}"))?;
+        return if ok {
+            Ok(())
+        } else {
+            Err("selftest --forward: the device forward pass differs from the CPU engine".into())
+        };
     }
     let opts = CheckOptions {
         kernels_only: args.kernels_only,

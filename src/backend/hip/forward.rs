@@ -157,7 +157,12 @@ impl HipBackend {
         for l in 0..hp.n_layer {
             let ratio = hp.ratio(l) as usize;
             let c = hp.compress_overlap(l);
-            let comp_cap = if ratio == 0 { 0 } else { ctx / ratio + 2 };
+            // Capacity ctx/ratio + 2 as the CPU cache (spec §4.1).
+            let comp_cap = if ratio == 0 {
+                0
+            } else {
+                crate::backend::cpu::cache::comp_cap(ctx, ratio)
+            };
             max_comp_cap = max_comp_cap.max(comp_cap);
             let ring = f32s(raw_cap * d)?;
             kv_bytes += ring.len_bytes() as u64;
@@ -292,7 +297,10 @@ impl HipBackend {
         let mut bytes = vec![0u8; 4 * n];
         // SAFETY: callers pass a live device buffer or weight tensor of at least n floats.
         unsafe { self.hip.copy_device_to_host(super::runtime::DevicePtr(ptr), &mut bytes) }.map_err(dev)?;
-        Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 
     fn note_margin(&self, scores: &mut [f32], k: usize, relative: bool, router: bool) {

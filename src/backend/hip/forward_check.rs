@@ -117,10 +117,12 @@ pub fn run_forward_check(
     let (mut gpu_s, mut cpu_s) = (0f64, 0f64);
     for (p, &tok) in tokens.iter().enumerate() {
         let t = Instant::now();
-        gpu.eval(&[tok], &mut |_, _| true).map_err(|e| format!("HIP eval at {p}: {e}"))?;
+        gpu.eval(&[tok], &mut |_, _| true)
+            .map_err(|e| format!("HIP eval at {p}: {e}"))?;
         gpu_s += t.elapsed().as_secs_f64();
         let t = Instant::now();
-        cpu.eval(&[tok], &mut |_, _| true).map_err(|e| format!("CPU eval at {p}: {e}"))?;
+        cpu.eval(&[tok], &mut |_, _| true)
+            .map_err(|e| format!("CPU eval at {p}: {e}"))?;
         cpu_s += t.elapsed().as_secs_f64();
         let d = compare_logits(gpu.logits(), cpu.logits());
         if d.max_logprob > worst_lp || !d.max_logprob.is_finite() {
@@ -128,11 +130,7 @@ pub fn run_forward_check(
         }
         worst_lp = worst_lp.max(d.max_logprob);
         worst_logit = worst_logit.max(d.max_logit);
-        row.push_str(&format!(
-            " {p}:{:.3}{}",
-            d.max_logprob,
-            if d.pass() { "" } else { "!" }
-        ));
+        row.push_str(&format!(" {p}:{:.3}{}", d.max_logprob, if d.pass() { "" } else { "!" }));
         if (p + 1) % 12 == 0 || p + 1 == n_prompt {
             line(format!("forward: |dlogprob| by position:{row}"));
             row.clear();
@@ -160,7 +158,11 @@ pub fn run_forward_check(
         ));
     }
     let ok_min = |f: fn(&(usize, f64, f32, f32)) -> f32| {
-        near_ties.iter().filter(|t| t.1 <= TOL_LOGPROB).map(f).fold(f32::INFINITY, f32::min)
+        near_ties
+            .iter()
+            .filter(|t| t.1 <= TOL_LOGPROB)
+            .map(f)
+            .fold(f32::INFINITY, f32::min)
     };
     let mut ok_r: Vec<f32> = near_ties.iter().filter(|t| t.1 <= TOL_LOGPROB).map(|t| t.2).collect();
     ok_r.sort_by(f32::total_cmp);
@@ -188,8 +190,10 @@ pub fn run_forward_check(
             first_diff = Some(step);
             tie_at_diff = d.cpu_margin <= TIE_MARGIN;
         }
-        gpu.eval(&[gt], &mut |_, _| true).map_err(|e| format!("HIP eval (greedy {step}): {e}"))?;
-        cpu.eval(&[ct], &mut |_, _| true).map_err(|e| format!("CPU eval (greedy {step}): {e}"))?;
+        gpu.eval(&[gt], &mut |_, _| true)
+            .map_err(|e| format!("HIP eval (greedy {step}): {e}"))?;
+        cpu.eval(&[ct], &mut |_, _| true)
+            .map_err(|e| format!("CPU eval (greedy {step}): {e}"))?;
     }
     let greedy_ok = first_diff.is_none() || tie_at_diff;
     line(format!(
@@ -202,7 +206,11 @@ pub fn run_forward_check(
                 " (diverged at step {s}: GPU {} CPU {}, {})",
                 g_seq[s],
                 c_seq[s],
-                if tie_at_diff { "a CPU near tie" } else { "CPU margin > tie" }
+                if tie_at_diff {
+                    "a CPU near tie"
+                } else {
+                    "CPU margin > tie"
+                }
             ),
         }
     ));

@@ -9,8 +9,11 @@
 //!   objects (kernels/*.hip; owned by the kernel work).
 //! * `kernel_module` — loads the kernel image that fits the device and runs `kernels::Launch` values.
 //! * `weights` — the model's tensor data copied to the device through pinned staging buffers.
-//! * `backend` — `open_backend`, called by `engine::backend_open` (the GPU forward pass is not written
-//!   yet: it fails with that reason and the engine falls back to the CPU).
+//! * `forward` — `HipBackend`, the device forward pass (decode steps; prefill loops them for now).
+//! * `backend` — `open_backend`, called by `engine::backend_open`: opens `HipBackend` only with
+//!   `DS4_HIP_FORWARD=1` (not yet validated: see `forward_check`); otherwise it fails with that reason
+//!   and the engine falls back to the CPU.
+//! * `forward_check` — `selftest --forward N`: `HipBackend` against the CPU engine on a model.
 //! * `checks`, `kernel_checks` — the GPU selftest: runtime smoke checks; every kernel against the CPU
 //!   reference on random inputs.
 //!
@@ -20,9 +23,9 @@
 
 pub mod backend;
 pub mod checks;
+pub mod ffi;
 pub mod forward;
 pub mod forward_check;
-pub mod ffi;
 pub mod kernel_checks;
 pub mod kernel_module;
 pub mod kernels;
