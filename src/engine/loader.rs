@@ -133,24 +133,13 @@ mod tests {
     use crate::engine::events::{BackendChoice, Command, SamplingParams, TextKind, TurnRequest};
     use crate::engine::memguard::cpu_kv_bytes;
     use crate::engine::worker::Worker;
+    use crate::engine::worker::tests::{collect_until_within, is_finished};
     use crate::model::chat::{Conversation, Message, ThinkMode};
 
     const WAIT: Duration = Duration::from_secs(60);
 
     fn until(w: &Worker, stop: impl Fn(&Event) -> bool) -> Vec<Event> {
-        let mut out = Vec::new();
-        loop {
-            let e = w.recv_timeout(WAIT).expect("worker went quiet");
-            let done = stop(&e);
-            out.push(e);
-            if done {
-                return out;
-            }
-        }
-    }
-
-    fn finished(e: &Event) -> bool {
-        matches!(e, Event::TurnFinished { .. })
+        collect_until_within(w, WAIT, stop)
     }
 
     fn request(source: ModelSource, ctx: u32) -> LoadRequest {
@@ -222,7 +211,7 @@ mod tests {
 
         let q1 = vec![Message::user("What is the capital of France?")];
         w.send(Command::Submit(turn(q1.clone(), ThinkMode::High, 6)));
-        let (reused, evaluated, generated, used, r, a, _) = summary(&until(&w, finished));
+        let (reused, evaluated, generated, used, r, a, _) = summary(&until(&w, is_finished));
         assert_eq!((reused, generated), (0, 6));
         assert_eq!(used, evaluated + generated);
 
@@ -230,13 +219,13 @@ mod tests {
         q2.push(Message::assistant(a, Some(r)));
         q2.push(Message::user("And of Italy?"));
         w.send(Command::Submit(turn(q2.clone(), ThinkMode::High, 4)));
-        let first = summary(&until(&w, finished));
+        let first = summary(&until(&w, is_finished));
         assert_eq!(first.0, used, "follow-up did not extend the cache");
 
         // Retry the same turn: the checkpoint after its prompt is restored, nothing re-evaluated,
         // and greedy sampling writes the same text.
         w.send(Command::Submit(turn(q2.clone(), ThinkMode::High, 4)));
-        let retry = summary(&until(&w, finished));
+        let retry = summary(&until(&w, is_finished));
         assert_eq!(retry.1, 0);
         assert_eq!((&retry.4, &retry.5), (&first.4, &first.5));
 
@@ -245,7 +234,7 @@ mod tests {
         let mut edited = q2.clone();
         edited.last_mut().unwrap().content = "And of Spain?".into();
         w.send(Command::Submit(turn(edited.clone(), ThinkMode::High, 1)));
-        let e = summary(&until(&w, finished));
+        let e = summary(&until(&w, is_finished));
         assert_eq!(e.1, e.6 - evaluated, "edit evaluated {} of {}", e.1, e.6);
     }
 

@@ -657,4 +657,4 @@ impl WorkerState {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -276,9 +276,15 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// Events up to and including the first one `stop` accepts.
 fn collect_until(w: &Worker, stop: impl Fn(&Event) -> bool) -> Vec<Event> {
+    collect_until_within(w, WAIT, stop)
+}
+
+/// Events up to and including the first one `stop` accepts, each within `wait` of the last (shared
+/// with the loader's end-to-end tests, which wait longer for a real model).
+pub(crate) fn collect_until_within(w: &Worker, wait: Duration, stop: impl Fn(&Event) -> bool) -> Vec<Event> {
     let mut out = Vec::new();
     loop {
-        let e = w.recv_timeout(WAIT).expect("worker went quiet");
+        let e = w.recv_timeout(wait).expect("worker went quiet");
         let done = stop(&e);
         out.push(e);
         if done {
@@ -287,7 +293,7 @@ fn collect_until(w: &Worker, stop: impl Fn(&Event) -> bool) -> Vec<Event> {
     }
 }
 
-fn is_finished(e: &Event) -> bool {
+pub(crate) fn is_finished(e: &Event) -> bool {
     matches!(e, Event::TurnFinished { .. })
 }
 
