@@ -182,7 +182,15 @@ fn case_a_engine_matches_ds4() {
     let Some(vectors) = require_vectors() else { return };
     let model_path = tiny_a_model(&vectors).unwrap_or_else(|e| panic!("tiny_a.gguf: {e}"));
     let model = open_model(&model_path).unwrap_or_else(|e| panic!("{e}"));
-    let mut backend = open_session_backend(model, BackendChoice::Cpu, VECTOR_CTX, 0).unwrap_or_else(|e| panic!("{e}"));
+    // DS4_VECTORS_BACKEND=hip checks the GPU backend instead (a build with `--features hip`, on a
+    // GPU or on the kernel emulator's HIP runtime, tools/build-hip-emu.sh).
+    let choice = match std::env::var("DS4_VECTORS_BACKEND").as_deref() {
+        Ok("hip") => BackendChoice::Hip,
+        Ok("cpu") | Ok("") | Err(_) => BackendChoice::Cpu,
+        Ok(other) => panic!("DS4_VECTORS_BACKEND={other}: expected cpu or hip"),
+    };
+    let mut backend = open_session_backend(model, choice, VECTOR_CTX, 0).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("case A engine check on the {} backend ({})", backend.name(), backend.device_name());
     let t0 = Instant::now();
     let mut failures = Vec::new();
     for name in prompt_names(&vectors) {

@@ -139,11 +139,17 @@ std::function<void(void**)> caller(void (*f)(A...)) {
     return [f](void** a) { call_impl(f, a, std::index_sequence_for<A...>{}); };
 }
 
+template <typename... A>
+std::vector<size_t> arg_sizes(void (*)(A...)) {
+    return {sizeof(typename std::remove_reference<A>::type)...};
+}
+
 struct Entry {
     const char* name;
     std::function<void(void**)> call;
+    std::vector<size_t> arg_bytes;  // size of each argument, for copying launches (hip_api.cpp graphs)
 };
-#define K(name) Entry{#name, caller(&name)}
+#define K(name) Entry{#name, caller(&name), arg_sizes(&name)}
 const std::vector<Entry>& registry() {
     static const std::vector<Entry> r = {
         K(ds4_embed_hc), K(ds4_fill_f32), K(ds4_rms_norm_quant), K(ds4_matvec_q8_0), K(ds4_matvec_q8_0_swiglu),
