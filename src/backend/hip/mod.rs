@@ -9,7 +9,10 @@
 //!   objects (kernels/*.hip; owned by the kernel work).
 //! * `kernel_module` — loads the kernel image that fits the device and runs `kernels::Launch` values.
 //! * `weights` — the model's tensor data copied to the device through pinned staging buffers.
-//! * `forward` — `HipBackend`, the device forward pass (decode steps; prefill loops them for now).
+//! * `forward` — `HipBackend`, the device forward pass: session state and `eval` (decode steps,
+//!   prefill chunks).
+//! * `prefill` — the launch sequence for n tokens (decode n = 1; prefill chunks with batched GEMMs and
+//!   experts grouped by id) and the activation buffers sized for the largest chunk.
 //! * `backend` — `open_backend`, called by `engine::backend_open`: opens `HipBackend` only with
 //!   `DS4_HIP_FORWARD=1` (not yet validated: see `forward_check`); otherwise it fails with that reason
 //!   and the engine falls back to the CPU.
@@ -29,6 +32,7 @@ pub mod forward_check;
 pub mod kernel_checks;
 pub mod kernel_module;
 pub mod kernels;
+pub mod prefill;
 pub mod runtime;
 pub mod weights;
 

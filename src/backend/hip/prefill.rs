@@ -1,0 +1,1088 @@
+//! The device launch sequence for `n` consecutive tokens (kernels/README.md "Forward-pass recipe"),
+//! shared by decode (`n == 1`) and the batched prefill (a chunk of up to `Acts::n_max` tokens).
+//!
+//! A prefill chunk runs one launch sequence per layer (spec §3.11, the semantics of the CPU engine's
+//! `forward_chunk`): the wide products as GEMMs that read every weight once per chunk (`gemm_q8_0`,
+//! `gemm_q8_0_swiglu`, `gemm_f16`), the routed experts grouped by expert id (`moe_group` →
+//! `moe_gemm_gate_up` → `rms_norm_quant` over K_e·n rows → `moe_gemm_down` → `moe_sum`), and the
+//! causal parts with the kernels' token-count forms: the chunk's kv rows go into the raw ring
+//! before attention (the ring holds window + n_max − 1 rows, spec §4.2), `compressor_pool` walks the
+//! chunk in token order, the indexer scores every token of the chunk and `indexer_topk` / `attention`
+//! use a token's list only when it sees more than T_k rows. The head runs on the last token only.
+//! With `n == 1` the same code issues the decode launches (matvecs, per-token expert kernels).
+//!
+//! Owns the activation buffers (allocated once for the largest chunk) and the launch order; the
+//! session state (ring, compressed rows, compressor states) and `eval` live in `forward.rs`.
+
+use crate::backend::EngineError;
+use crate::model::hparams::HParams;
+use crate::model::weights::{CompressorWeights, ExpertTensor};
+
+use super::forward::HipBackend;
+use super::kernels::{
+    self, AttentionShape, DevPtr, ExpertFormat, ExpertTiles, GEMM_TILE, HcEps, NQ_NORM, NULL, Q8K, QuantOut, RopeParams,
+};
+use super::runtime::{DeviceBuffer, HipContext};
+
+use kernels::row_flags as rf;
+
+/// Tokens per prefill chunk. 256 = four 64-token GEMM tiles, so every non-expert weight is read
+/// once per 256 tokens instead of once per token; the routed experts see 256·K_e pairs per chunk
+/// (6 pairs per expert on average for Flash's 256 experts × 6), enough to share most expert weight
+/// reads. The chunk's cost in memory is small next to the weights (see `Acts::len_bytes`: about
+/// 0.2 GiB for Flash at 64k context, growing with ctx through the attention partials) and a chunk
+/// stays well under 100 ms on an H200, so cancellation (checked between chunks) stays prompt.
+/// `DS4_HIP_PREFILL_CHUNK` overrides it (for tuning; 1 = decode steps only).
+pub const PREFILL_CHUNK: usize = 256;
+
+/// Environment variable overriding [`PREFILL_CHUNK`].
+pub const PREFILL_CHUNK_ENV: &str = "DS4_HIP_PREFILL_CHUNK";
+
+/// The chunk size to allocate for a session of `ctx` tokens: `DS4_HIP_PREFILL_CHUNK` when set to a
+/// positive integer, else [`PREFILL_CHUNK`]; never more than ctx.
+pub fn prefill_chunk(ctx: usize) -> Result<usize, String> {
+    let n = match std::env::var(PREFILL_CHUNK_ENV) {
+        Ok(s) => match s.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => return Err(format!("{PREFILL_CHUNK_ENV}={s}: expected a positive token count")),
+        },
+        Err(_) => PREFILL_CHUNK,
+    };
+    Ok(n.min(ctx.max(1)))
+}
+
+/// Raw-ring rows for chunks of up to `n_max` tokens: a chunk stores all its kv rows before its
+/// attention, and its first token still needs the window - 1 rows before it (spec §4.2).
+pub fn ring_rows(hp: &HParams, n_max: usize) -> usize {
+    hp.sliding_window.max(1) + n_max - 1
+}
+
+/// Activations of up to `n_max` tokens, planar per token (kernels/README.md layouts), allocated once.
+pub(super) struct Acts {
+    pub(super) n_max: usize,
+    pub(super) tokens: DeviceBuffer,
+    hc: DeviceBuffer,
+    split_a: DeviceBuffer,
+    split_f: DeviceBuffer,
+    part: DeviceBuffer,
+    pub(super) counter: DeviceBuffer,
+    xn: DeviceBuffer,
+    xq: DeviceBuffer,
+    xd: DeviceBuffer,
+    kq: DeviceBuffer,
+    kd: DeviceBuffer,
+    kbs: DeviceBuffer,
+    qr: DeviceBuffer,
+    qrn: DeviceBuffer,
+    qq: DeviceBuffer,
+    qd: DeviceBuffer,
+    q: DeviceBuffer,
+    kv: DeviceBuffer,
+    ckv: DeviceBuffer,
+    csc: DeviceBuffer,
+    qi: DeviceBuffer,
+    iw: DeviceBuffer,
+    scores: DeviceBuffer,
+    sel: DeviceBuffer,
+    att: DeviceBuffer,
+    att_part: DeviceBuffer,
+    aq: DeviceBuffer,
+    ad: DeviceBuffer,
+    low: DeviceBuffer,
+    lq: DeviceBuffer,
+    ld: DeviceBuffer,
+    y: DeviceBuffer,
+    rl: DeviceBuffer,
+    sel_e: DeviceBuffer,
+    selw: DeviceBuffer,
+    mid: DeviceBuffer,
+    mq: DeviceBuffer,
+    md: DeviceBuffer,
+    mbs: DeviceBuffer,
+    moe: DeviceBuffer,
+    /// Expert grouping of a chunk (`moe_group`): pair ids, tiles, tile count; per-pair down outputs.
+    pairs: DeviceBuffer,
+    tiles: DeviceBuffer,
+    n_tiles: DeviceBuffer,
+    outp: DeviceBuffer,
+    smid: DeviceBuffer,
+    sq: DeviceBuffer,
+    sd: DeviceBuffer,
+    yh: DeviceBuffer,
+    pub(super) logits: DeviceBuffer,
+}
+
+impl Acts {
+    /// Buffers for chunks of up to `n_max` tokens of a session whose layers hold at most
+    /// `max_comp_cap` compressed rows, with a raw ring of `raw_cap` rows.
+    pub(super) fn new(
+        hip: &HipContext,
+        hp: &HParams,
+        n_max: usize,
+        max_comp_cap: usize,
+        raw_cap: usize,
+    ) -> Result<Acts, String> {
+        let n = n_max.max(1);
+        let e = |r: super::runtime::HipResult<DeviceBuffer>| r.map_err(|e| e.to_string());
+        let f32s = |k: usize| e(hip.alloc(4 * k.max(1)));
+        let bytes = |k: usize| e(hip.alloc(k.max(1)));
+        let (ne, d, di) = (hp.n_embd, hp.head_dim, hp.idx_head_dim);
+        let n_mix = hp.hc_mix();
+        let n_split = kernels::hc_mix_splits(hp.hc_dim() as u32);
+        let qdim = hp.q_dim();
+        let low = hp.n_out_group * hp.o_lora_rank;
+        let ke_f = hp.n_expert_used * hp.n_ff_exp;
+        let ke = hp.n_expert_used;
+        let max_tiles = kernels::moe_max_tiles(n as u32, ke as u32, hp.n_expert as u32) as usize;
+        let att_part = attention_part_floats(hp, n, raw_cap, max_comp_cap);
+        // Only a chunk (n > 1) uses the grouped-expert buffers.
+        let chunk = |k: usize| if n > 1 { k } else { 1 };
+        Ok(Acts {
+            n_max: n,
+            tokens: bytes(4 * n)?,
+            hc: f32s(n * hp.hc_dim())?,
+            split_a: f32s(n * n_mix)?,
+            split_f: f32s(n * n_mix)?,
+            part: f32s(kernels::hc_part_floats(n as u32, n_split, n_mix as u32))?,
+            // Zeroed by HipBackend::clear_state before the first launch.
+            counter: bytes(4 * n)?,
+            xn: f32s(n * ne)?,
+            xq: bytes(n * ne)?,
+            xd: f32s(n * ne / 32)?,
+            kq: bytes(n * ne)?,
+            kd: f32s(n * ne / 256)?,
+            kbs: bytes(2 * (n * ne / 16))?,
+            qr: f32s(n * hp.q_lora_rank)?,
+            qrn: f32s(n * hp.q_lora_rank)?,
+            qq: bytes(n * hp.q_lora_rank)?,
+            qd: f32s(n * hp.q_lora_rank / 32)?,
+            q: f32s(n * qdim)?,
+            kv: f32s(n * d)?,
+            ckv: f32s(n * 2 * d.max(di))?,
+            csc: f32s(n * 2 * d.max(di))?,
+            qi: f32s(n * hp.idx_n_head * di)?,
+            iw: f32s(n * hp.idx_n_head)?,
+            scores: f32s(n * max_comp_cap)?,
+            sel: bytes(4 * n * hp.idx_top_k)?,
+            att: f32s(n * qdim)?,
+            att_part: f32s(att_part)?,
+            aq: bytes(n * qdim)?,
+            ad: f32s(n * qdim / 32)?,
+            low: f32s(n * low)?,
+            lq: bytes(n * low)?,
+            ld: f32s(n * low / 32)?,
+            y: f32s(n * ne)?,
+            rl: f32s(n * hp.n_expert)?,
+            sel_e: bytes(4 * n * ke)?,
+            selw: f32s(n * ke)?,
+            mid: f32s(n * ke_f)?,
+            mq: bytes(n * ke_f)?,
+            md: f32s(n * ke_f / 256)?,
+            mbs: bytes(2 * (n * ke_f / 16))?,
+            moe: f32s(n * ne)?,
+            pairs: bytes(chunk(4 * n * ke))?,
+            tiles: bytes(chunk(4 * 3 * max_tiles))?,
+            n_tiles: bytes(4)?,
+            outp: f32s(chunk(n * ke * ne))?,
+            smid: f32s(n * hp.n_ff_exp)?,
+            sq: bytes(n * hp.n_ff_exp)?,
+            sd: f32s(n * hp.n_ff_exp / 32)?,
+            yh: f32s(ne)?,
+            logits: f32s(hp.n_vocab)?,
+        })
+    }
+
+    /// Device bytes of every activation buffer.
+    pub(super) fn len_bytes(&self) -> u64 {
+        [
+            &self.tokens,
+            &self.hc,
+            &self.split_a,
+            &self.split_f,
+            &self.part,
+            &self.counter,
+            &self.xn,
+            &self.xq,
+            &self.xd,
+            &self.kq,
+            &self.kd,
+            &self.kbs,
+            &self.qr,
+            &self.qrn,
+            &self.qq,
+            &self.qd,
+            &self.q,
+            &self.kv,
+            &self.ckv,
+            &self.csc,
+            &self.qi,
+            &self.iw,
+            &self.scores,
+            &self.sel,
+            &self.att,
+            &self.att_part,
+            &self.aq,
+            &self.ad,
+            &self.low,
+            &self.lq,
+            &self.ld,
+            &self.y,
+            &self.rl,
+            &self.sel_e,
+            &self.selw,
+            &self.mid,
+            &self.mq,
+            &self.md,
+            &self.mbs,
+            &self.moe,
+            &self.pairs,
+            &self.tiles,
+            &self.n_tiles,
+            &self.outp,
+            &self.smid,
+            &self.sq,
+            &self.sd,
+            &self.yh,
+            &self.logits,
+        ]
+        .iter()
+        .map(|b| b.len_bytes() as u64)
+        .sum()
+    }
+}
+
+/// Floats of the attention partials for batches of 1..=n_max tokens seeing at most
+/// `raw_cap + max_comp_cap` rows: `AttentionShape::splits` uses 32..256-row spans below 16 tokens
+/// and 256-row spans from 16 on, so the two extremes bound every batch.
+fn attention_part_floats(hp: &HParams, n_max: usize, raw_cap: usize, max_comp_cap: usize) -> usize {
+    let shape = AttentionShape {
+        n_head: hp.n_head as u32,
+        head_dim: hp.head_dim as u32,
+        ring_cap: raw_cap as u32,
+        // Every ring row and every compressed row visible (ratio 1, no selection): the worst case.
+        window: raw_cap as u32,
+        ratio: 1,
+        top_k: u32::MAX,
+    };
+    let far = u32::MAX / 2;
+    let comp = max_comp_cap as u32;
+    let small = (n_max as u32).min(15);
+    let (_, s_small) = shape.splits(far, small, comp, false);
+    let (_, s_big) = shape.splits(far, n_max as u32, comp, false);
+    shape
+        .part_floats(small, s_small.max(2))
+        .max(shape.part_floats(n_max as u32, s_big))
+}
+
+fn expert_format(t: &ExpertTensor) -> ExpertFormat {
+    ExpertFormat::from_ggml_type(t.ty().id()).expect("expert types are checked in HipBackend::new")
+}
+
+fn p0(b: &DeviceBuffer) -> DevPtr {
+    b.ptr().0
+}
+
+impl HipBackend {
+    /// Launch the forward pass of the `n` tokens already in `acts.tokens`, at positions `pos0..`,
+    /// through every layer (the session cache must hold positions `< pos0`); with `want_logits`,
+    /// the head on the last token writes `acts.logits`. Nothing is synchronized.
+    pub(super) fn forward_tokens(&self, pos0: usize, n: usize, want_logits: bool) -> Result<(), EngineError> {
+        let hp = &self.model.hp;
+        let a = &self.acts;
+        assert!(
+            n >= 1 && n <= a.n_max,
+            "forward_tokens: {n} tokens, buffers for {}",
+            a.n_max
+        );
+        if self.probe {
+            self.margins.set((f32::INFINITY, f32::INFINITY));
+        }
+        let mw = &self.model.w;
+        self.run(&kernels::embed_hc(
+            p0(&a.hc),
+            self.w(&mw.token_embd),
+            p0(&a.tokens),
+            hp.n_embd as u32,
+            hp.n_hc as u32,
+            hp.n_vocab as u32,
+            n as u32,
+        ))?;
+        for l in 0..hp.n_layer {
+            self.attention_sublayer(l, pos0, n)?;
+            self.ffn_sublayer(l, n)?;
+        }
+        if want_logits { self.head(n - 1) } else { Ok(()) }
+    }
+
+    fn hc_eps(&self) -> HcEps {
+        let hp = &self.model.hp;
+        HcEps {
+            rms: hp.hc_eps,
+            hc: hp.hc_eps,
+            norm: hp.rms_eps,
+        }
+    }
+
+    /// y[t] = W · x_t for Q8_0 weights and Q8_0 activations: a matvec for one token, the tiled GEMM
+    /// for a chunk (when the group size fits its 64-row tiles).
+    #[allow(clippy::too_many_arguments)]
+    fn proj_q8_0(
+        &self,
+        y: DevPtr,
+        w: DevPtr,
+        xq: DevPtr,
+        xd: DevPtr,
+        n_in: u32,
+        n_out: u32,
+        rows_per_group: u32,
+        x_stride: u32,
+        n: u32,
+    ) -> Result<(), EngineError> {
+        if n == 1 || !rows_per_group.is_multiple_of(GEMM_TILE) {
+            self.run(&kernels::matvec_q8_0(
+                y,
+                w,
+                xq,
+                xd,
+                n_in,
+                n_out,
+                rows_per_group,
+                x_stride,
+                n,
+            ))
+        } else {
+            self.run(&kernels::gemm_q8_0(
+                y,
+                w,
+                xq,
+                xd,
+                n_in,
+                n_out,
+                rows_per_group,
+                x_stride,
+                n,
+            ))
+        }
+    }
+
+    /// y[t] = W · x_t for F16 weights and f32 activations (matvec for one token, GEMM for a chunk).
+    #[allow(clippy::too_many_arguments)]
+    fn proj_f16(
+        &self,
+        y: DevPtr,
+        w: DevPtr,
+        x: DevPtr,
+        n_in: u32,
+        n_out: u32,
+        x_stride: u32,
+        n: u32,
+    ) -> Result<(), EngineError> {
+        if n == 1 {
+            self.run(&kernels::matvec_f16(y, w, x, n_in, n_out, x_stride, 1))
+        } else {
+            self.run(&kernels::gemm_f16(y, w, x, n_in, n_out, x_stride, n))
+        }
+    }
+
+    /// The attention sublayer of layer `l` for tokens at `pos0..pos0 + n` (spec §3.4).
+    fn attention_sublayer(&self, l: usize, pos0: usize, n: usize) -> Result<(), EngineError> {
+        let hp = &self.model.hp;
+        let a = &self.acts;
+        let lw = &self.model.w.layers[l];
+        let ls = &self.layers[l];
+        let rope = self.ropes[l];
+        let ratio = hp.ratio(l);
+        let nt = n as u32;
+        let (ne, d, di) = (hp.n_embd as u32, hp.head_dim as u32, hp.idx_head_dim as u32);
+        let nhc = hp.n_hc as u32;
+        let (qr_w, h, hi) = (hp.q_lora_rank as u32, hp.n_head as u32, hp.idx_n_head as u32);
+        let (g, or) = (hp.n_out_group as u32, hp.o_lora_rank as u32);
+        let eps = hp.rms_eps;
+        let pu = pos0 as u32;
+        let raw_cap = ring_rows(hp, a.n_max) as u32;
+        self.run(&kernels::hc_pre_fused(
+            p0(&a.split_a),
+            QuantOut {
+                out: p0(&a.xn),
+                q8_0_q: p0(&a.xq),
+                q8_0_d: p0(&a.xd),
+                ..Default::default()
+            },
+            p0(&a.part),
+            p0(&a.counter),
+            p0(&a.hc),
+            self.w(&lw.hc_attn_fn),
+            self.w(&lw.hc_attn_scale),
+            self.w(&lw.hc_attn_base),
+            self.w(&lw.attn_norm),
+            ne,
+            nhc,
+            kernels::hc_mix_splits(nhc * ne),
+            hp.sinkhorn_iters as u32,
+            self.hc_eps(),
+            nt,
+        ))?;
+        // Query (steps 3, 5).
+        self.proj_q8_0(
+            p0(&a.qr),
+            self.w(&lw.attn_q_a),
+            p0(&a.xq),
+            p0(&a.xd),
+            ne,
+            qr_w,
+            qr_w,
+            ne,
+            nt,
+        )?;
+        self.run(&kernels::rms_norm_quant(
+            QuantOut {
+                out: p0(&a.qrn),
+                q8_0_q: p0(&a.qq),
+                q8_0_d: p0(&a.qd),
+                ..Default::default()
+            },
+            p0(&a.qr),
+            self.w(&lw.attn_q_a_norm),
+            qr_w,
+            qr_w,
+            nt,
+            NQ_NORM,
+            eps,
+        ))?;
+        self.proj_q8_0(
+            p0(&a.q),
+            self.w(&lw.attn_q_b),
+            p0(&a.qq),
+            p0(&a.qd),
+            qr_w,
+            h * d,
+            h * d,
+            qr_w,
+            nt,
+        )?;
+        self.run(&kernels::rows_finish(
+            p0(&a.q),
+            NULL,
+            NULL,
+            h,
+            d,
+            rf::NORM | rf::ROPE,
+            pu,
+            1,
+            1,
+            rope,
+            eps,
+            nt,
+        ))?;
+        // KV (steps 4-7): every token's row enters the ring before the attention of the batch.
+        self.proj_q8_0(p0(&a.kv), self.w(&lw.attn_kv), p0(&a.xq), p0(&a.xd), ne, d, d, ne, nt)?;
+        self.run(&kernels::rows_finish(
+            p0(&a.kv),
+            p0(&ls.ring),
+            self.w(&lw.attn_kv_a_norm),
+            1,
+            d,
+            rf::NORM | rf::ROPE | rf::E4M3 | rf::STORE_RING,
+            pu,
+            1,
+            raw_cap,
+            rope,
+            eps,
+            nt,
+        ))?;
+        // Compressors (spec §3.7), then the indexer's selection (§3.8). n_comp = rows emitted up to
+        // the batch's last token; the kernels limit each token to its own floor((p + 1) / ratio).
+        let mut n_comp = 0u32;
+        let mut sel = NULL;
+        if let (Some(cw), Some(st)) = (&lw.compressor, &ls.comp) {
+            let c = hp.compress_overlap(l) as u32;
+            let flags = rf::NORM | rf::ROPE | rf::E4M3 | rf::ROUND_F16;
+            self.compress(cw, st, ls.comp_cap as u32, c * d, d, ratio, pu, nt, flags, rope)?;
+            n_comp = ((pu + nt) / ratio).min(ls.comp_cap as u32);
+        }
+        if let (Some(iwt), Some(st)) = (&lw.indexer, &ls.index) {
+            let c = hp.compress_overlap(l) as u32;
+            let flags = rf::NORM | rf::ROPE | rf::HADAMARD_FP4 | rf::ROUND_F16;
+            self.compress(
+                &iwt.compressor,
+                st,
+                ls.comp_cap as u32,
+                c * di,
+                di,
+                ratio,
+                pu,
+                nt,
+                flags,
+                rope,
+            )?;
+            if n_comp > hp.idx_top_k as u32 {
+                self.proj_f16(p0(&a.qi), self.w(&iwt.q_b), p0(&a.qrn), qr_w, hi * di, qr_w, nt)?;
+                self.run(&kernels::rows_finish(
+                    p0(&a.qi),
+                    NULL,
+                    NULL,
+                    hi,
+                    di,
+                    rf::ROPE | rf::HADAMARD_FP4,
+                    pu,
+                    1,
+                    1,
+                    rope,
+                    eps,
+                    nt,
+                ))?;
+                self.proj_f16(p0(&a.iw), self.w(&iwt.proj), p0(&a.xn), ne, hi, ne, nt)?;
+                let stride = ls.comp_cap as u32;
+                self.run(&kernels::indexer_scores(
+                    p0(&a.scores),
+                    p0(&a.qi),
+                    p0(&a.iw),
+                    p0(&st[0]),
+                    hi,
+                    n_comp,
+                    ratio,
+                    pu,
+                    stride,
+                    1.0 / ((di * hi) as f32).sqrt(),
+                    nt,
+                ))?;
+                if self.probe && n == 1 {
+                    let mut sc = self.read_f32(p0(&a.scores), n_comp as usize)?;
+                    self.note_margin(&mut sc, hp.idx_top_k, true, false);
+                }
+                self.run(&kernels::indexer_topk(
+                    p0(&a.sel),
+                    p0(&a.scores),
+                    stride,
+                    n_comp,
+                    ratio,
+                    hp.idx_top_k as u32,
+                    pu,
+                    nt,
+                ))?;
+                sel = p0(&a.sel);
+            }
+        }
+        // Attention (steps 10-11).
+        let shape = AttentionShape {
+            n_head: h,
+            head_dim: d,
+            ring_cap: raw_cap,
+            window: hp.sliding_window as u32,
+            ratio,
+            top_k: hp.idx_top_k as u32,
+        };
+        let comp_rows = ls.comp.as_ref().map_or(NULL, |st| p0(&st[0]));
+        let (main, combine) = kernels::attention(
+            &shape,
+            p0(&a.att),
+            p0(&a.att_part),
+            p0(&a.q),
+            p0(&ls.ring),
+            comp_rows,
+            sel,
+            self.w(&lw.attn_sinks),
+            n_comp,
+            pu,
+            nt,
+        );
+        let (_, splits) = shape.splits(pu, nt, n_comp, sel != NULL);
+        if shape.part_floats(nt, splits) * 4 > a.att_part.len_bytes() {
+            return Err(EngineError::Device(format!(
+                "attention partials for {splits} splits of {n} tokens exceed the preallocated buffer (layer {l}, position {pos0})"
+            )));
+        }
+        self.run(&main)?;
+        if let Some(c) = combine {
+            self.run(&c)?;
+        }
+        self.run(&kernels::rows_finish(
+            p0(&a.att),
+            NULL,
+            NULL,
+            h,
+            d,
+            rf::ROPE | rf::ROPE_INVERSE,
+            pu,
+            1,
+            1,
+            rope,
+            eps,
+            nt,
+        ))?;
+        // Grouped output projection (step 12): the H heads of every token as H rows of D.
+        self.run(&kernels::rms_norm_quant(
+            QuantOut {
+                q8_0_q: p0(&a.aq),
+                q8_0_d: p0(&a.ad),
+                ..Default::default()
+            },
+            p0(&a.att),
+            NULL,
+            d,
+            d,
+            h * nt,
+            0,
+            0.0,
+        ))?;
+        self.proj_q8_0(
+            p0(&a.low),
+            self.w(&lw.attn_output_a),
+            p0(&a.aq),
+            p0(&a.ad),
+            h * d / g,
+            g * or,
+            or,
+            h * d,
+            nt,
+        )?;
+        self.run(&kernels::rms_norm_quant(
+            QuantOut {
+                q8_0_q: p0(&a.lq),
+                q8_0_d: p0(&a.ld),
+                ..Default::default()
+            },
+            p0(&a.low),
+            NULL,
+            g * or,
+            g * or,
+            nt,
+            0,
+            0.0,
+        ))?;
+        self.proj_q8_0(
+            p0(&a.y),
+            self.w(&lw.attn_output_b),
+            p0(&a.lq),
+            p0(&a.ld),
+            g * or,
+            ne,
+            ne,
+            g * or,
+            nt,
+        )?;
+        self.run(&kernels::hc_post(
+            p0(&a.hc),
+            p0(&a.hc),
+            p0(&a.y),
+            NULL,
+            p0(&a.split_a),
+            ne,
+            nhc,
+            nt,
+        ))
+    }
+
+    /// The FFN sublayer of layer `l` for `n` tokens (spec §3.9).
+    fn ffn_sublayer(&self, l: usize, n: usize) -> Result<(), EngineError> {
+        let hp = &self.model.hp;
+        let a = &self.acts;
+        let lw = &self.model.w.layers[l];
+        let nt = n as u32;
+        let ne = hp.n_embd as u32;
+        let nhc = hp.n_hc as u32;
+        let (ff, ke, nex) = (hp.n_ff_exp as u32, hp.n_expert_used as u32, hp.n_expert as u32);
+        let clamp = hp.swiglu_clamp[l];
+        self.run(&kernels::hc_pre_fused(
+            p0(&a.split_f),
+            QuantOut {
+                out: p0(&a.xn),
+                q8_0_q: p0(&a.xq),
+                q8_0_d: p0(&a.xd),
+                q8_k_q: p0(&a.kq),
+                q8_k_d: p0(&a.kd),
+                q8_k_bs: p0(&a.kbs),
+            },
+            p0(&a.part),
+            p0(&a.counter),
+            p0(&a.hc),
+            self.w(&lw.hc_ffn_fn),
+            self.w(&lw.hc_ffn_scale),
+            self.w(&lw.hc_ffn_base),
+            self.w(&lw.ffn_norm),
+            ne,
+            nhc,
+            kernels::hc_mix_splits(nhc * ne),
+            hp.sinkhorn_iters as u32,
+            self.hc_eps(),
+            nt,
+        ))?;
+        // Router (steps 3-4).
+        self.proj_f16(p0(&a.rl), self.w(&lw.ffn_gate_inp), p0(&a.xn), ne, nex, ne, nt)?;
+        self.run(&kernels::router(
+            p0(&a.sel_e),
+            p0(&a.selw),
+            p0(&a.rl),
+            lw.exp_probs_b.as_ref().map_or(NULL, |t| self.w(t)),
+            lw.ffn_gate_tid2eid.as_ref().map_or(NULL, |t| self.w(t)),
+            p0(&a.tokens),
+            nex,
+            ke,
+            hp.expert_weights_scale,
+            nt,
+        ))?;
+        if self.probe && n == 1 && lw.ffn_gate_tid2eid.is_none() {
+            let rl = self.read_f32(p0(&a.rl), hp.n_expert)?;
+            let bias = match &lw.exp_probs_b {
+                Some(t) => self.read_f32(self.w(t), hp.n_expert)?,
+                None => vec![0.0; hp.n_expert],
+            };
+            let mut sc: Vec<f32> = rl
+                .iter()
+                .zip(&bias)
+                .map(|(&l, &b)| (l.max(0.0) + (-l.abs()).exp().ln_1p()).sqrt() + b)
+                .collect();
+            self.note_margin(&mut sc, hp.n_expert_used, false, true);
+        }
+        // Routed experts (step 5): per token for a decode step, grouped by expert for a chunk.
+        let x = Q8K {
+            q: p0(&a.kq),
+            d: p0(&a.kd),
+            bsums: p0(&a.kbs),
+        };
+        let m = Q8K {
+            q: p0(&a.mq),
+            d: p0(&a.md),
+            bsums: p0(&a.mbs),
+        };
+        let (fmt_gu, fmt_down) = (expert_format(&lw.ffn_gate_exps), expert_format(&lw.ffn_down_exps));
+        let (gate, up, down) = (
+            self.w(&lw.ffn_gate_exps.t),
+            self.w(&lw.ffn_up_exps.t),
+            self.w(&lw.ffn_down_exps.t),
+        );
+        let mid_quant = kernels::rms_norm_quant(
+            QuantOut {
+                q8_k_q: m.q,
+                q8_k_d: m.d,
+                q8_k_bs: m.bsums,
+                ..Default::default()
+            },
+            p0(&a.mid),
+            NULL,
+            ff,
+            ff,
+            ke * nt,
+            0,
+            0.0,
+        );
+        if n == 1 {
+            self.run(&kernels::moe_gate_up(
+                fmt_gu,
+                p0(&a.mid),
+                gate,
+                up,
+                x,
+                p0(&a.sel_e),
+                p0(&a.selw),
+                ne,
+                ff,
+                ke,
+                clamp,
+                1,
+            ))?;
+            self.run(&mid_quant)?;
+            self.run(&kernels::moe_down(
+                fmt_down,
+                p0(&a.moe),
+                down,
+                m,
+                p0(&a.sel_e),
+                ff,
+                ne,
+                ke,
+                1,
+            ))?;
+        } else {
+            let tiles = ExpertTiles {
+                pairs: p0(&a.pairs),
+                tiles: p0(&a.tiles),
+                n_tiles: p0(&a.n_tiles),
+                max_tiles: kernels::moe_max_tiles(nt, ke, nex),
+            };
+            self.run(&kernels::moe_group(
+                tiles.pairs,
+                tiles.tiles,
+                tiles.n_tiles,
+                p0(&a.sel_e),
+                nt,
+                ke,
+                nex,
+            ))?;
+            self.run(&kernels::moe_gemm_gate_up(
+                fmt_gu,
+                p0(&a.mid),
+                gate,
+                up,
+                x,
+                tiles,
+                p0(&a.selw),
+                ne,
+                ff,
+                ke,
+                clamp,
+            ))?;
+            self.run(&mid_quant)?;
+            self.run(&kernels::moe_gemm_down(
+                fmt_down,
+                p0(&a.outp),
+                down,
+                m,
+                tiles,
+                ff,
+                ne,
+                ke,
+            ))?;
+            self.run(&kernels::moe_sum(p0(&a.moe), p0(&a.outp), ne, ke, nt))?;
+        }
+        // Shared expert (step 6), then HC post of moe + shared (steps 7-8).
+        let (wg, wu) = (self.w(&lw.ffn_gate_shexp), self.w(&lw.ffn_up_shexp));
+        if n == 1 {
+            self.run(&kernels::matvec_q8_0_swiglu(
+                p0(&a.smid),
+                wg,
+                wu,
+                p0(&a.xq),
+                p0(&a.xd),
+                ne,
+                ff,
+                clamp,
+                1,
+            ))?;
+        } else {
+            self.run(&kernels::gemm_q8_0_swiglu(
+                p0(&a.smid),
+                wg,
+                wu,
+                p0(&a.xq),
+                p0(&a.xd),
+                ne,
+                ff,
+                clamp,
+                nt,
+            ))?;
+        }
+        self.run(&kernels::rms_norm_quant(
+            QuantOut {
+                q8_0_q: p0(&a.sq),
+                q8_0_d: p0(&a.sd),
+                ..Default::default()
+            },
+            p0(&a.smid),
+            NULL,
+            ff,
+            ff,
+            nt,
+            0,
+            0.0,
+        ))?;
+        self.proj_q8_0(
+            p0(&a.y),
+            self.w(&lw.ffn_down_shexp),
+            p0(&a.sq),
+            p0(&a.sd),
+            ff,
+            ne,
+            ne,
+            ff,
+            nt,
+        )?;
+        self.run(&kernels::hc_post(
+            p0(&a.hc),
+            p0(&a.hc),
+            p0(&a.moe),
+            p0(&a.y),
+            p0(&a.split_f),
+            ne,
+            nhc,
+            nt,
+        ))
+    }
+
+    /// Output head (spec §3.10) on the HC state of batch token `t`: writes `acts.logits`.
+    pub(super) fn head(&self, t: usize) -> Result<(), EngineError> {
+        let hp = &self.model.hp;
+        let a = &self.acts;
+        let mw = &self.model.w;
+        let (ne, nhc, v) = (hp.n_embd as u32, hp.n_hc as u32, hp.n_vocab as u32);
+        let n_split = kernels::hc_mix_splits(nhc * ne);
+        let hc = p0(&a.hc) + (t * hp.hc_dim() * 4) as u64;
+        self.run(&kernels::hc_mix_partial(
+            p0(&a.part),
+            hc,
+            self.w(&mw.output_hc_fn),
+            nhc * ne,
+            nhc,
+            n_split,
+            1,
+        ))?;
+        self.run(&kernels::hc_head_finish(
+            p0(&a.yh),
+            p0(&a.part),
+            hc,
+            self.w(&mw.output_hc_scale),
+            self.w(&mw.output_hc_base),
+            ne,
+            nhc,
+            n_split,
+            hp.rms_eps,
+            hp.hc_eps,
+            1,
+        ))?;
+        self.run(&kernels::rms_norm_quant(
+            QuantOut {
+                q8_0_q: p0(&a.xq),
+                q8_0_d: p0(&a.xd),
+                ..Default::default()
+            },
+            p0(&a.yh),
+            self.w(&mw.output_norm),
+            ne,
+            ne,
+            1,
+            NQ_NORM,
+            hp.rms_eps,
+        ))?;
+        self.run(&kernels::matvec_q8_0(
+            p0(&a.logits),
+            self.w(&mw.output),
+            p0(&a.xq),
+            p0(&a.xd),
+            ne,
+            v,
+            v,
+            ne,
+            1,
+        ))
+    }
+
+    /// One compressor of a layer (attention rows or indexer rows) for the tokens at `p..p + n`:
+    /// projections, the state walk in token order, then the finishing of the rows it emitted.
+    #[allow(clippy::too_many_arguments)]
+    fn compress(
+        &self,
+        cw: &CompressorWeights,
+        st: &[DeviceBuffer; 3],
+        comp_cap: u32,
+        width: u32,
+        hd: u32,
+        ratio: u32,
+        p: u32,
+        n: u32,
+        flags: u32,
+        rope: RopeParams,
+    ) -> Result<(), EngineError> {
+        let a = &self.acts;
+        let ne = self.model.hp.n_embd as u32;
+        if n == 1 {
+            self.run(&kernels::matvec_f16_pair(
+                p0(&a.ckv),
+                p0(&a.csc),
+                self.w(&cw.kv),
+                self.w(&cw.gate),
+                p0(&a.xn),
+                ne,
+                width,
+                ne,
+                1,
+            ))?;
+        } else {
+            self.run(&kernels::gemm_f16(
+                p0(&a.ckv),
+                self.w(&cw.kv),
+                p0(&a.xn),
+                ne,
+                width,
+                ne,
+                n,
+            ))?;
+            self.run(&kernels::gemm_f16(
+                p0(&a.csc),
+                self.w(&cw.gate),
+                p0(&a.xn),
+                ne,
+                width,
+                ne,
+                n,
+            ))?;
+        }
+        self.run(&kernels::compressor_pool(
+            p0(&st[0]),
+            p0(&st[1]),
+            p0(&st[2]),
+            p0(&a.ckv),
+            p0(&a.csc),
+            self.w(&cw.ape),
+            hd,
+            ratio,
+            p,
+            n,
+            comp_cap,
+        ))?;
+        let (first, count) = kernels::compressor_emitted(ratio, p, n);
+        // compressor_pool skips rows past comp_cap; so does the finishing.
+        let count = count.min(comp_cap.saturating_sub(first));
+        if count > 0 {
+            self.run(&kernels::rows_finish(
+                p0(&st[0]) + (first as u64) * (hd as u64) * 4,
+                NULL,
+                self.w(&cw.norm),
+                1,
+                hd,
+                flags,
+                first * ratio,
+                ratio,
+                1,
+                rope,
+                self.model.hp.rms_eps,
+                count,
+            ))?;
+        }
+        Ok(())
+    }
+}
+
+/// One layer's device cache read back for inspection (tests, diagnostics), laid out like the CPU
+/// engine's `LayerCache`: rows as f32, oldest first.
+#[derive(Clone, Debug, Default)]
+pub struct LayerCacheView {
+    /// Raw rows of the last min(n_past, window) positions, [rows][head_dim].
+    pub raw: Vec<f32>,
+    /// Compressed attention rows emitted so far, [rows][head_dim] (ratio != 0).
+    pub comp: Vec<f32>,
+    /// Indexer rows emitted so far, [rows][idx_head_dim] (ratio 4).
+    pub index: Vec<f32>,
+    /// Compressor kv and score state of the attention rows, then of the indexer rows.
+    pub state: Vec<f32>,
+}
+
+impl HipBackend {
+    /// The session cache of every layer (synchronizes the stream; slow, for tests and diagnostics).
+    pub fn read_cache(&self) -> Result<Vec<LayerCacheView>, EngineError> {
+        let hp = &self.model.hp;
+        let n_past = crate::backend::Backend::n_past(self);
+        let rows = ring_rows(hp, self.acts.n_max);
+        let d = hp.head_dim;
+        let mut out = Vec::with_capacity(hp.n_layer);
+        for (l, ls) in self.layers.iter().enumerate() {
+            let mut v = LayerCacheView::default();
+            let ring = self.read_f32(p0(&ls.ring), rows * d)?;
+            for pos in n_past.saturating_sub(hp.sliding_window)..n_past {
+                let r = pos % rows;
+                v.raw.extend_from_slice(&ring[r * d..(r + 1) * d]);
+            }
+            let ratio = hp.ratio(l) as usize;
+            let n_comp = n_past.checked_div(ratio).unwrap_or(0).min(ls.comp_cap);
+            for (st, width, dst) in [(&ls.comp, d, &mut v.comp), (&ls.index, hp.idx_head_dim, &mut v.index)] {
+                if let Some(st) = st {
+                    dst.extend(self.read_f32(p0(&st[0]), n_comp * width)?);
+                    for b in &st[1..] {
+                        v.state.extend(self.read_f32(p0(b), b.len_bytes() / 4)?);
+                    }
+                }
+            }
+            out.push(v);
+        }
+        Ok(out)
+    }
+}
