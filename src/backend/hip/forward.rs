@@ -105,7 +105,6 @@ impl HipBackend {
         let raw_cap = prefill::ring_rows(hp, n_max);
         let mut layers = Vec::with_capacity(hp.n_layer);
         let mut kv_bytes = 0u64;
-        let mut max_comp_cap = 1usize;
         for l in 0..hp.n_layer {
             let ratio = hp.ratio(l) as usize;
             let c = hp.compress_overlap(l);
@@ -115,7 +114,6 @@ impl HipBackend {
             } else {
                 crate::backend::cpu::cache::comp_cap(ctx, ratio)
             };
-            max_comp_cap = max_comp_cap.max(comp_cap);
             let ring = f32s(raw_cap * d)?;
             kv_bytes += ring.len_bytes() as u64;
             let mut state = |width: usize| -> Result<[DeviceBuffer; 3], String> {
@@ -134,7 +132,7 @@ impl HipBackend {
                 comp_cap,
             });
         }
-        let acts = Acts::new(&hip, hp, n_max, max_comp_cap, raw_cap)?;
+        let acts = Acts::new(&hip, hp, n_max, ctx)?;
         let scratch_bytes = acts.len_bytes();
         let ropes = (0..hp.n_layer).map(|l| layer_rope(hp, l)).collect();
         let mut backend = HipBackend {

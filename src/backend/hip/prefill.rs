@@ -14,7 +14,10 @@
 //! Owns the activation buffers (allocated once for the largest chunk) and the launch order; the
 //! session state (ring, compressed rows, compressor states) and `eval` live in `forward.rs`.
 
+use std::cell::Cell;
+
 use crate::backend::EngineError;
+use crate::backend::cpu::cache::comp_cap;
 use crate::model::hparams::HParams;
 use crate::model::weights::{CompressorWeights, ExpertTensor};
 
@@ -58,74 +61,83 @@ pub fn ring_rows(hp: &HParams, n_max: usize) -> usize {
 }
 
 /// Activations of up to `n_max` tokens, planar per token (kernels/README.md layouts), allocated once.
-pub(super) struct Acts {
+/// Generic over the buffer so the same size plan gives device buffers (`Acts`) and byte counts
+/// (`activation_bytes`, no device needed).
+pub(super) struct ActsOf<B> {
     pub(super) n_max: usize,
-    pub(super) tokens: DeviceBuffer,
-    hc: DeviceBuffer,
-    split_a: DeviceBuffer,
-    split_f: DeviceBuffer,
-    part: DeviceBuffer,
-    pub(super) counter: DeviceBuffer,
-    xn: DeviceBuffer,
-    xq: DeviceBuffer,
-    xd: DeviceBuffer,
-    kq: DeviceBuffer,
-    kd: DeviceBuffer,
-    kbs: DeviceBuffer,
-    qr: DeviceBuffer,
-    qrn: DeviceBuffer,
-    qq: DeviceBuffer,
-    qd: DeviceBuffer,
-    q: DeviceBuffer,
-    kv: DeviceBuffer,
-    ckv: DeviceBuffer,
-    csc: DeviceBuffer,
-    qi: DeviceBuffer,
-    iw: DeviceBuffer,
-    scores: DeviceBuffer,
-    sel: DeviceBuffer,
-    att: DeviceBuffer,
-    att_part: DeviceBuffer,
-    aq: DeviceBuffer,
-    ad: DeviceBuffer,
-    low: DeviceBuffer,
-    lq: DeviceBuffer,
-    ld: DeviceBuffer,
-    y: DeviceBuffer,
-    rl: DeviceBuffer,
-    sel_e: DeviceBuffer,
-    selw: DeviceBuffer,
-    mid: DeviceBuffer,
-    mq: DeviceBuffer,
-    md: DeviceBuffer,
-    mbs: DeviceBuffer,
-    moe: DeviceBuffer,
+    /// Kernel launches issued through `HipBackend::launch` (diagnostics).
+    launches: Cell<u64>,
+    pub(super) tokens: B,
+    hc: B,
+    split_a: B,
+    split_f: B,
+    part: B,
+    pub(super) counter: B,
+    xn: B,
+    xq: B,
+    xd: B,
+    kq: B,
+    kd: B,
+    kbs: B,
+    qr: B,
+    qrn: B,
+    qq: B,
+    qd: B,
+    q: B,
+    kv: B,
+    ckv: B,
+    csc: B,
+    qi: B,
+    iw: B,
+    scores: B,
+    sel: B,
+    att: B,
+    att_part: B,
+    aq: B,
+    ad: B,
+    low: B,
+    lq: B,
+    ld: B,
+    y: B,
+    rl: B,
+    sel_e: B,
+    selw: B,
+    mid: B,
+    mq: B,
+    md: B,
+    mbs: B,
+    moe: B,
     /// Expert grouping of a chunk (`moe_group`): pair ids, tiles, tile count; per-pair down outputs.
-    pairs: DeviceBuffer,
-    tiles: DeviceBuffer,
-    n_tiles: DeviceBuffer,
-    outp: DeviceBuffer,
-    smid: DeviceBuffer,
-    sq: DeviceBuffer,
-    sd: DeviceBuffer,
-    yh: DeviceBuffer,
-    pub(super) logits: DeviceBuffer,
+    pairs: B,
+    tiles: B,
+    n_tiles: B,
+    outp: B,
+    smid: B,
+    sq: B,
+    sd: B,
+    yh: B,
+    pub(super) logits: B,
 }
 
-impl Acts {
-    /// Buffers for chunks of up to `n_max` tokens of a session whose layers hold at most
-    /// `max_comp_cap` compressed rows, with a raw ring of `raw_cap` rows.
-    pub(super) fn new(
-        hip: &HipContext,
+/// The activation buffers on the device.
+pub(super) type Acts = ActsOf<DeviceBuffer>;
+
+impl<B> ActsOf<B> {
+    /// The buffers for chunks of up to `n_max` tokens of a session of `ctx` tokens; `alloc` makes
+    /// a buffer of the given bytes.
+    fn build(
         hp: &HParams,
         n_max: usize,
-        max_comp_cap: usize,
-        raw_cap: usize,
-    ) -> Result<Acts, String> {
+        ctx: usize,
+        alloc: &mut dyn FnMut(usize) -> Result<B, String>,
+    ) -> Result<ActsOf<B>, String> {
+        fn f32s<B>(alloc: &mut dyn FnMut(usize) -> Result<B, String>, k: usize) -> Result<B, String> {
+            alloc(4 * k.max(1))
+        }
+        fn bytes<B>(alloc: &mut dyn FnMut(usize) -> Result<B, String>, k: usize) -> Result<B, String> {
+            alloc(k.max(1))
+        }
         let n = n_max.max(1);
-        let e = |r: super::runtime::HipResult<DeviceBuffer>| r.map_err(|e| e.to_string());
-        let f32s = |k: usize| e(hip.alloc(4 * k.max(1)));
-        let bytes = |k: usize| e(hip.alloc(k.max(1)));
         let (ne, d, di) = (hp.n_embd, hp.head_dim, hp.idx_head_dim);
         let n_mix = hp.hc_mix();
         let n_split = kernels::hc_mix_splits(hp.hc_dim() as u32);
@@ -134,66 +146,73 @@ impl Acts {
         let ke_f = hp.n_expert_used * hp.n_ff_exp;
         let ke = hp.n_expert_used;
         let max_tiles = kernels::moe_max_tiles(n as u32, ke as u32, hp.n_expert as u32) as usize;
-        let att_part = attention_part_floats(hp, n, raw_cap, max_comp_cap);
+        let att_part = attention_part_floats(hp, n, ctx);
+        // Indexer scores: one row of the layer's compressed-row capacity per token.
+        let max_comp_cap = (0..hp.n_layer)
+            .filter(|&l| hp.has_indexer(l))
+            .map(|l| comp_cap(ctx, hp.ratio(l) as usize))
+            .max()
+            .unwrap_or(1);
         // Only a chunk (n > 1) uses the grouped-expert buffers.
         let chunk = |k: usize| if n > 1 { k } else { 1 };
-        Ok(Acts {
+        Ok(ActsOf {
             n_max: n,
-            tokens: bytes(4 * n)?,
-            hc: f32s(n * hp.hc_dim())?,
-            split_a: f32s(n * n_mix)?,
-            split_f: f32s(n * n_mix)?,
-            part: f32s(kernels::hc_part_floats(n as u32, n_split, n_mix as u32))?,
+            launches: Cell::new(0),
+            tokens: bytes(alloc, 4 * n)?,
+            hc: f32s(alloc, n * hp.hc_dim())?,
+            split_a: f32s(alloc, n * n_mix)?,
+            split_f: f32s(alloc, n * n_mix)?,
+            part: f32s(alloc, kernels::hc_part_floats(n as u32, n_split, n_mix as u32))?,
             // Zeroed by HipBackend::clear_state before the first launch.
-            counter: bytes(4 * n)?,
-            xn: f32s(n * ne)?,
-            xq: bytes(n * ne)?,
-            xd: f32s(n * ne / 32)?,
-            kq: bytes(n * ne)?,
-            kd: f32s(n * ne / 256)?,
-            kbs: bytes(2 * (n * ne / 16))?,
-            qr: f32s(n * hp.q_lora_rank)?,
-            qrn: f32s(n * hp.q_lora_rank)?,
-            qq: bytes(n * hp.q_lora_rank)?,
-            qd: f32s(n * hp.q_lora_rank / 32)?,
-            q: f32s(n * qdim)?,
-            kv: f32s(n * d)?,
-            ckv: f32s(n * 2 * d.max(di))?,
-            csc: f32s(n * 2 * d.max(di))?,
-            qi: f32s(n * hp.idx_n_head * di)?,
-            iw: f32s(n * hp.idx_n_head)?,
-            scores: f32s(n * max_comp_cap)?,
-            sel: bytes(4 * n * hp.idx_top_k)?,
-            att: f32s(n * qdim)?,
-            att_part: f32s(att_part)?,
-            aq: bytes(n * qdim)?,
-            ad: f32s(n * qdim / 32)?,
-            low: f32s(n * low)?,
-            lq: bytes(n * low)?,
-            ld: f32s(n * low / 32)?,
-            y: f32s(n * ne)?,
-            rl: f32s(n * hp.n_expert)?,
-            sel_e: bytes(4 * n * ke)?,
-            selw: f32s(n * ke)?,
-            mid: f32s(n * ke_f)?,
-            mq: bytes(n * ke_f)?,
-            md: f32s(n * ke_f / 256)?,
-            mbs: bytes(2 * (n * ke_f / 16))?,
-            moe: f32s(n * ne)?,
-            pairs: bytes(chunk(4 * n * ke))?,
-            tiles: bytes(chunk(4 * 3 * max_tiles))?,
-            n_tiles: bytes(4)?,
-            outp: f32s(chunk(n * ke * ne))?,
-            smid: f32s(n * hp.n_ff_exp)?,
-            sq: bytes(n * hp.n_ff_exp)?,
-            sd: f32s(n * hp.n_ff_exp / 32)?,
-            yh: f32s(ne)?,
-            logits: f32s(hp.n_vocab)?,
+            counter: bytes(alloc, 4 * n)?,
+            xn: f32s(alloc, n * ne)?,
+            xq: bytes(alloc, n * ne)?,
+            xd: f32s(alloc, n * ne / 32)?,
+            kq: bytes(alloc, n * ne)?,
+            kd: f32s(alloc, n * ne / 256)?,
+            kbs: bytes(alloc, 2 * (n * ne / 16))?,
+            qr: f32s(alloc, n * hp.q_lora_rank)?,
+            qrn: f32s(alloc, n * hp.q_lora_rank)?,
+            qq: bytes(alloc, n * hp.q_lora_rank)?,
+            qd: f32s(alloc, n * hp.q_lora_rank / 32)?,
+            q: f32s(alloc, n * qdim)?,
+            kv: f32s(alloc, n * d)?,
+            ckv: f32s(alloc, n * 2 * d.max(di))?,
+            csc: f32s(alloc, n * 2 * d.max(di))?,
+            qi: f32s(alloc, n * hp.idx_n_head * di)?,
+            iw: f32s(alloc, n * hp.idx_n_head)?,
+            scores: f32s(alloc, n * max_comp_cap)?,
+            sel: bytes(alloc, 4 * n * hp.idx_top_k)?,
+            att: f32s(alloc, n * qdim)?,
+            att_part: f32s(alloc, att_part)?,
+            aq: bytes(alloc, n * qdim)?,
+            ad: f32s(alloc, n * qdim / 32)?,
+            low: f32s(alloc, n * low)?,
+            lq: bytes(alloc, n * low)?,
+            ld: f32s(alloc, n * low / 32)?,
+            y: f32s(alloc, n * ne)?,
+            rl: f32s(alloc, n * hp.n_expert)?,
+            sel_e: bytes(alloc, 4 * n * ke)?,
+            selw: f32s(alloc, n * ke)?,
+            mid: f32s(alloc, n * ke_f)?,
+            mq: bytes(alloc, n * ke_f)?,
+            md: f32s(alloc, n * ke_f / 256)?,
+            mbs: bytes(alloc, 2 * (n * ke_f / 16))?,
+            moe: f32s(alloc, n * ne)?,
+            pairs: bytes(alloc, chunk(4 * n * ke))?,
+            tiles: bytes(alloc, chunk(4 * 3 * max_tiles))?,
+            n_tiles: bytes(alloc, 4)?,
+            outp: f32s(alloc, chunk(n * ke * ne))?,
+            smid: f32s(alloc, n * hp.n_ff_exp)?,
+            sq: bytes(alloc, n * hp.n_ff_exp)?,
+            sd: f32s(alloc, n * hp.n_ff_exp / 32)?,
+            yh: f32s(alloc, ne)?,
+            logits: f32s(alloc, hp.n_vocab)?,
         })
     }
 
-    /// Device bytes of every activation buffer.
-    pub(super) fn len_bytes(&self) -> u64 {
+    /// Every buffer.
+    fn buffers(&self) -> [&B; 49] {
         [
             &self.tokens,
             &self.hc,
@@ -245,33 +264,62 @@ impl Acts {
             &self.yh,
             &self.logits,
         ]
-        .iter()
-        .map(|b| b.len_bytes() as u64)
-        .sum()
     }
 }
 
-/// Floats of the attention partials for batches of 1..=n_max tokens seeing at most
-/// `raw_cap + max_comp_cap` rows: `AttentionShape::splits` uses 32..256-row spans below 16 tokens
-/// and 256-row spans from 16 on, so the two extremes bound every batch.
-fn attention_part_floats(hp: &HParams, n_max: usize, raw_cap: usize, max_comp_cap: usize) -> usize {
-    let shape = AttentionShape {
+impl Acts {
+    /// Device buffers (see [`ActsOf::build`]).
+    pub(super) fn new(hip: &HipContext, hp: &HParams, n_max: usize, ctx: usize) -> Result<Acts, String> {
+        Acts::build(hp, n_max, ctx, &mut |b| hip.alloc(b).map_err(|e| e.to_string()))
+    }
+
+    /// Device bytes of every activation buffer.
+    pub(super) fn len_bytes(&self) -> u64 {
+        self.buffers().iter().map(|b| b.len_bytes() as u64).sum()
+    }
+}
+
+/// Device bytes of the activations for chunks of up to `n_max` tokens (the plan of `Acts::new`).
+pub fn activation_bytes(hp: &HParams, n_max: usize, ctx: usize) -> u64 {
+    let plan = ActsOf::<usize>::build(hp, n_max, ctx, &mut |b| Ok(b)).expect("sizes only");
+    plan.buffers().iter().map(|&&b| b as u64).sum()
+}
+
+/// Floats of the attention partials for batches of 1..=n_max tokens in a session of `ctx` tokens.
+/// A token sees at most window raw rows plus, per layer, the compressed rows: all of them
+/// (ctx/ratio + 2) without an indexer, at most top_k with one (the list is used above top_k rows,
+/// fewer rows are all visible). `AttentionShape::splits` uses 256-row spans from 16 tokens on (the
+/// split count grows with the rows) and 32..256-row spans below (not monotonic in the rows: every
+/// row count is tried).
+fn attention_part_floats(hp: &HParams, n_max: usize, ctx: usize) -> usize {
+    let comp_rows = (0..hp.n_layer)
+        .filter(|&l| hp.ratio(l) != 0)
+        .map(|l| {
+            let cap = comp_cap(ctx, hp.ratio(l) as usize);
+            if hp.has_indexer(l) { cap.min(hp.idx_top_k) } else { cap }
+        })
+        .max()
+        .unwrap_or(0);
+    // A dense shape whose window is the row count: a far position sees exactly `rows` rows.
+    let shape = |rows: usize| AttentionShape {
         n_head: hp.n_head as u32,
         head_dim: hp.head_dim as u32,
-        ring_cap: raw_cap as u32,
-        // Every ring row and every compressed row visible (ratio 1, no selection): the worst case.
-        window: raw_cap as u32,
-        ratio: 1,
+        ring_cap: ring_rows(hp, n_max) as u32,
+        window: rows as u32,
+        ratio: 0,
         top_k: u32::MAX,
     };
     let far = u32::MAX / 2;
-    let comp = max_comp_cap as u32;
+    let max_rows = hp.sliding_window + comp_rows;
     let small = (n_max as u32).min(15);
-    let (_, s_small) = shape.splits(far, small, comp, false);
-    let (_, s_big) = shape.splits(far, n_max as u32, comp, false);
-    shape
-        .part_floats(small, s_small.max(2))
-        .max(shape.part_floats(n_max as u32, s_big))
+    let s_small = (1..=max_rows)
+        .map(|r| shape(r).splits(far, small, 0, false).1)
+        .max()
+        .unwrap_or(1);
+    let s_big = shape(max_rows).splits(far, n_max as u32, 0, false).1;
+    let s = shape(max_rows);
+    s.part_floats(small, s_small.max(2))
+        .max(s.part_floats(n_max as u32, s_big))
 }
 
 fn expert_format(t: &ExpertTensor) -> ExpertFormat {
@@ -298,7 +346,7 @@ impl HipBackend {
             self.margins.set((f32::INFINITY, f32::INFINITY));
         }
         let mw = &self.model.w;
-        self.run(&kernels::embed_hc(
+        self.launch(&kernels::embed_hc(
             p0(&a.hc),
             self.w(&mw.token_embd),
             p0(&a.tokens),
@@ -312,6 +360,22 @@ impl HipBackend {
             self.ffn_sublayer(l, n)?;
         }
         if want_logits { self.head(n - 1) } else { Ok(()) }
+    }
+
+    /// Every launch of the sequence goes through here (counted for `launch_count`).
+    fn launch(&self, l: &kernels::Launch) -> Result<(), EngineError> {
+        self.acts.launches.set(self.acts.launches.get() + 1);
+        self.run(l)
+    }
+
+    /// Kernel launches issued by `forward_tokens` and `head` since the backend was made.
+    pub fn launch_count(&self) -> u64 {
+        self.acts.launches.get()
+    }
+
+    /// Device bytes of the activation buffers (sized for the largest prefill chunk).
+    pub fn activation_bytes(&self) -> u64 {
+        self.acts.len_bytes()
     }
 
     fn hc_eps(&self) -> HcEps {
@@ -339,7 +403,7 @@ impl HipBackend {
         n: u32,
     ) -> Result<(), EngineError> {
         if n == 1 || !rows_per_group.is_multiple_of(GEMM_TILE) {
-            self.run(&kernels::matvec_q8_0(
+            self.launch(&kernels::matvec_q8_0(
                 y,
                 w,
                 xq,
@@ -351,7 +415,7 @@ impl HipBackend {
                 n,
             ))
         } else {
-            self.run(&kernels::gemm_q8_0(
+            self.launch(&kernels::gemm_q8_0(
                 y,
                 w,
                 xq,
@@ -378,9 +442,9 @@ impl HipBackend {
         n: u32,
     ) -> Result<(), EngineError> {
         if n == 1 {
-            self.run(&kernels::matvec_f16(y, w, x, n_in, n_out, x_stride, 1))
+            self.launch(&kernels::matvec_f16(y, w, x, n_in, n_out, x_stride, 1))
         } else {
-            self.run(&kernels::gemm_f16(y, w, x, n_in, n_out, x_stride, n))
+            self.launch(&kernels::gemm_f16(y, w, x, n_in, n_out, x_stride, n))
         }
     }
 
@@ -400,7 +464,7 @@ impl HipBackend {
         let eps = hp.rms_eps;
         let pu = pos0 as u32;
         let raw_cap = ring_rows(hp, a.n_max) as u32;
-        self.run(&kernels::hc_pre_fused(
+        self.launch(&kernels::hc_pre_fused(
             p0(&a.split_a),
             QuantOut {
                 out: p0(&a.xn),
@@ -434,7 +498,7 @@ impl HipBackend {
             ne,
             nt,
         )?;
-        self.run(&kernels::rms_norm_quant(
+        self.launch(&kernels::rms_norm_quant(
             QuantOut {
                 out: p0(&a.qrn),
                 q8_0_q: p0(&a.qq),
@@ -460,7 +524,7 @@ impl HipBackend {
             qr_w,
             nt,
         )?;
-        self.run(&kernels::rows_finish(
+        self.launch(&kernels::rows_finish(
             p0(&a.q),
             NULL,
             NULL,
@@ -476,7 +540,7 @@ impl HipBackend {
         ))?;
         // KV (steps 4-7): every token's row enters the ring before the attention of the batch.
         self.proj_q8_0(p0(&a.kv), self.w(&lw.attn_kv), p0(&a.xq), p0(&a.xd), ne, d, d, ne, nt)?;
-        self.run(&kernels::rows_finish(
+        self.launch(&kernels::rows_finish(
             p0(&a.kv),
             p0(&ls.ring),
             self.w(&lw.attn_kv_a_norm),
@@ -517,7 +581,7 @@ impl HipBackend {
             )?;
             if n_comp > hp.idx_top_k as u32 {
                 self.proj_f16(p0(&a.qi), self.w(&iwt.q_b), p0(&a.qrn), qr_w, hi * di, qr_w, nt)?;
-                self.run(&kernels::rows_finish(
+                self.launch(&kernels::rows_finish(
                     p0(&a.qi),
                     NULL,
                     NULL,
@@ -533,7 +597,7 @@ impl HipBackend {
                 ))?;
                 self.proj_f16(p0(&a.iw), self.w(&iwt.proj), p0(&a.xn), ne, hi, ne, nt)?;
                 let stride = ls.comp_cap as u32;
-                self.run(&kernels::indexer_scores(
+                self.launch(&kernels::indexer_scores(
                     p0(&a.scores),
                     p0(&a.qi),
                     p0(&a.iw),
@@ -550,7 +614,7 @@ impl HipBackend {
                     let mut sc = self.read_f32(p0(&a.scores), n_comp as usize)?;
                     self.note_margin(&mut sc, hp.idx_top_k, true, false);
                 }
-                self.run(&kernels::indexer_topk(
+                self.launch(&kernels::indexer_topk(
                     p0(&a.sel),
                     p0(&a.scores),
                     stride,
@@ -592,11 +656,11 @@ impl HipBackend {
                 "attention partials for {splits} splits of {n} tokens exceed the preallocated buffer (layer {l}, position {pos0})"
             )));
         }
-        self.run(&main)?;
+        self.launch(&main)?;
         if let Some(c) = combine {
-            self.run(&c)?;
+            self.launch(&c)?;
         }
-        self.run(&kernels::rows_finish(
+        self.launch(&kernels::rows_finish(
             p0(&a.att),
             NULL,
             NULL,
@@ -611,7 +675,7 @@ impl HipBackend {
             nt,
         ))?;
         // Grouped output projection (step 12): the H heads of every token as H rows of D.
-        self.run(&kernels::rms_norm_quant(
+        self.launch(&kernels::rms_norm_quant(
             QuantOut {
                 q8_0_q: p0(&a.aq),
                 q8_0_d: p0(&a.ad),
@@ -636,7 +700,7 @@ impl HipBackend {
             h * d,
             nt,
         )?;
-        self.run(&kernels::rms_norm_quant(
+        self.launch(&kernels::rms_norm_quant(
             QuantOut {
                 q8_0_q: p0(&a.lq),
                 q8_0_d: p0(&a.ld),
@@ -661,7 +725,7 @@ impl HipBackend {
             g * or,
             nt,
         )?;
-        self.run(&kernels::hc_post(
+        self.launch(&kernels::hc_post(
             p0(&a.hc),
             p0(&a.hc),
             p0(&a.y),
@@ -683,7 +747,7 @@ impl HipBackend {
         let nhc = hp.n_hc as u32;
         let (ff, ke, nex) = (hp.n_ff_exp as u32, hp.n_expert_used as u32, hp.n_expert as u32);
         let clamp = hp.swiglu_clamp[l];
-        self.run(&kernels::hc_pre_fused(
+        self.launch(&kernels::hc_pre_fused(
             p0(&a.split_f),
             QuantOut {
                 out: p0(&a.xn),
@@ -709,7 +773,7 @@ impl HipBackend {
         ))?;
         // Router (steps 3-4).
         self.proj_f16(p0(&a.rl), self.w(&lw.ffn_gate_inp), p0(&a.xn), ne, nex, ne, nt)?;
-        self.run(&kernels::router(
+        self.launch(&kernels::router(
             p0(&a.sel_e),
             p0(&a.selw),
             p0(&a.rl),
@@ -767,7 +831,7 @@ impl HipBackend {
             0.0,
         );
         if n == 1 {
-            self.run(&kernels::moe_gate_up(
+            self.launch(&kernels::moe_gate_up(
                 fmt_gu,
                 p0(&a.mid),
                 gate,
@@ -781,8 +845,8 @@ impl HipBackend {
                 clamp,
                 1,
             ))?;
-            self.run(&mid_quant)?;
-            self.run(&kernels::moe_down(
+            self.launch(&mid_quant)?;
+            self.launch(&kernels::moe_down(
                 fmt_down,
                 p0(&a.moe),
                 down,
@@ -800,7 +864,7 @@ impl HipBackend {
                 n_tiles: p0(&a.n_tiles),
                 max_tiles: kernels::moe_max_tiles(nt, ke, nex),
             };
-            self.run(&kernels::moe_group(
+            self.launch(&kernels::moe_group(
                 tiles.pairs,
                 tiles.tiles,
                 tiles.n_tiles,
@@ -809,7 +873,7 @@ impl HipBackend {
                 ke,
                 nex,
             ))?;
-            self.run(&kernels::moe_gemm_gate_up(
+            self.launch(&kernels::moe_gemm_gate_up(
                 fmt_gu,
                 p0(&a.mid),
                 gate,
@@ -822,8 +886,8 @@ impl HipBackend {
                 ke,
                 clamp,
             ))?;
-            self.run(&mid_quant)?;
-            self.run(&kernels::moe_gemm_down(
+            self.launch(&mid_quant)?;
+            self.launch(&kernels::moe_gemm_down(
                 fmt_down,
                 p0(&a.outp),
                 down,
@@ -833,12 +897,12 @@ impl HipBackend {
                 ne,
                 ke,
             ))?;
-            self.run(&kernels::moe_sum(p0(&a.moe), p0(&a.outp), ne, ke, nt))?;
+            self.launch(&kernels::moe_sum(p0(&a.moe), p0(&a.outp), ne, ke, nt))?;
         }
         // Shared expert (step 6), then HC post of moe + shared (steps 7-8).
         let (wg, wu) = (self.w(&lw.ffn_gate_shexp), self.w(&lw.ffn_up_shexp));
         if n == 1 {
-            self.run(&kernels::matvec_q8_0_swiglu(
+            self.launch(&kernels::matvec_q8_0_swiglu(
                 p0(&a.smid),
                 wg,
                 wu,
@@ -850,7 +914,7 @@ impl HipBackend {
                 1,
             ))?;
         } else {
-            self.run(&kernels::gemm_q8_0_swiglu(
+            self.launch(&kernels::gemm_q8_0_swiglu(
                 p0(&a.smid),
                 wg,
                 wu,
@@ -862,7 +926,7 @@ impl HipBackend {
                 nt,
             ))?;
         }
-        self.run(&kernels::rms_norm_quant(
+        self.launch(&kernels::rms_norm_quant(
             QuantOut {
                 q8_0_q: p0(&a.sq),
                 q8_0_d: p0(&a.sd),
@@ -887,7 +951,7 @@ impl HipBackend {
             ff,
             nt,
         )?;
-        self.run(&kernels::hc_post(
+        self.launch(&kernels::hc_post(
             p0(&a.hc),
             p0(&a.hc),
             p0(&a.moe),
@@ -907,7 +971,7 @@ impl HipBackend {
         let (ne, nhc, v) = (hp.n_embd as u32, hp.n_hc as u32, hp.n_vocab as u32);
         let n_split = kernels::hc_mix_splits(nhc * ne);
         let hc = p0(&a.hc) + (t * hp.hc_dim() * 4) as u64;
-        self.run(&kernels::hc_mix_partial(
+        self.launch(&kernels::hc_mix_partial(
             p0(&a.part),
             hc,
             self.w(&mw.output_hc_fn),
@@ -916,7 +980,7 @@ impl HipBackend {
             n_split,
             1,
         ))?;
-        self.run(&kernels::hc_head_finish(
+        self.launch(&kernels::hc_head_finish(
             p0(&a.yh),
             p0(&a.part),
             hc,
@@ -929,7 +993,7 @@ impl HipBackend {
             hp.hc_eps,
             1,
         ))?;
-        self.run(&kernels::rms_norm_quant(
+        self.launch(&kernels::rms_norm_quant(
             QuantOut {
                 q8_0_q: p0(&a.xq),
                 q8_0_d: p0(&a.xd),
@@ -943,7 +1007,7 @@ impl HipBackend {
             NQ_NORM,
             hp.rms_eps,
         ))?;
-        self.run(&kernels::matvec_q8_0(
+        self.launch(&kernels::matvec_q8_0(
             p0(&a.logits),
             self.w(&mw.output),
             p0(&a.xq),
@@ -975,7 +1039,7 @@ impl HipBackend {
         let a = &self.acts;
         let ne = self.model.hp.n_embd as u32;
         if n == 1 {
-            self.run(&kernels::matvec_f16_pair(
+            self.launch(&kernels::matvec_f16_pair(
                 p0(&a.ckv),
                 p0(&a.csc),
                 self.w(&cw.kv),
@@ -987,7 +1051,7 @@ impl HipBackend {
                 1,
             ))?;
         } else {
-            self.run(&kernels::gemm_f16(
+            self.launch(&kernels::gemm_f16(
                 p0(&a.ckv),
                 self.w(&cw.kv),
                 p0(&a.xn),
@@ -996,7 +1060,7 @@ impl HipBackend {
                 ne,
                 n,
             ))?;
-            self.run(&kernels::gemm_f16(
+            self.launch(&kernels::gemm_f16(
                 p0(&a.csc),
                 self.w(&cw.gate),
                 p0(&a.xn),
@@ -1006,7 +1070,7 @@ impl HipBackend {
                 n,
             ))?;
         }
-        self.run(&kernels::compressor_pool(
+        self.launch(&kernels::compressor_pool(
             p0(&st[0]),
             p0(&st[1]),
             p0(&st[2]),
@@ -1023,7 +1087,7 @@ impl HipBackend {
         // compressor_pool skips rows past comp_cap; so does the finishing.
         let count = count.min(comp_cap.saturating_sub(first));
         if count > 0 {
-            self.run(&kernels::rows_finish(
+            self.launch(&kernels::rows_finish(
                 p0(&st[0]) + (first as u64) * (hd as u64) * 4,
                 NULL,
                 self.w(&cw.norm),
@@ -1084,5 +1148,72 @@ impl HipBackend {
             out.push(v);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The attention partial buffer covers every batch the backend launches: any chunk size
+    /// 1..=n_max at any position, with the indexer selection exactly when `attention_sublayer` uses
+    /// it, for each kind of Flash layer (checked against `AttentionShape::splits`, which picks the
+    /// launch's split count).
+    #[test]
+    fn attention_partials_cover_every_batch() {
+        let hp = HParams::flash();
+        for (ctx, n_max) in [(4096usize, 256usize), (65536, 256), (65536, 16), (300, 7)] {
+            let bound = attention_part_floats(&hp, n_max, ctx);
+            for l in [0, 2, 3] {
+                let ratio = hp.ratio(l);
+                let shape = AttentionShape {
+                    n_head: hp.n_head as u32,
+                    head_dim: hp.head_dim as u32,
+                    ring_cap: ring_rows(&hp, n_max) as u32,
+                    window: hp.sliding_window as u32,
+                    ratio,
+                    top_k: hp.idx_top_k as u32,
+                };
+                let cap = if ratio == 0 {
+                    0
+                } else {
+                    comp_cap(ctx, ratio as usize) as u32
+                };
+                for n in 1..=n_max {
+                    for p0 in (0..ctx - n + 1).step_by(97).chain([ctx - n]) {
+                        let n_comp = ((p0 + n) as u32).checked_div(ratio).unwrap_or(0).min(cap);
+                        let sel = hp.has_indexer(l) && n_comp > hp.idx_top_k as u32;
+                        let (_, s) = shape.splits(p0 as u32, n as u32, n_comp, sel);
+                        let need = shape.part_floats(n as u32, s);
+                        assert!(
+                            need <= bound,
+                            "ctx {ctx}, chunk {n_max}: {n} tokens at {p0} (layer {l}) need {need} > {bound}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The activation memory of a chunk, for the report (kernels/README.md): Flash with 256-token
+    /// chunks. Grows with ctx only through the indexer scores and the attention partials.
+    #[test]
+    fn activation_bytes_for_flash() {
+        let hp = HParams::flash();
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let mut last = 0;
+        for ctx in [4096usize, 65536, 1 << 20] {
+            let decode = activation_bytes(&hp, 1, ctx);
+            let chunk = activation_bytes(&hp, PREFILL_CHUNK, ctx);
+            eprintln!(
+                "Flash ctx {ctx}: activations {:.1} MiB for {PREFILL_CHUNK}-token chunks, {:.1} MiB for decode only",
+                mib(chunk),
+                mib(decode)
+            );
+            // A chunk holds at least n_max tokens' worth of the per-token rows (q: H*D floats).
+            assert!(chunk >= (PREFILL_CHUNK * hp.q_dim() * 4) as u64 && chunk > decode);
+            assert!(chunk >= last);
+            last = chunk;
+        }
     }
 }
