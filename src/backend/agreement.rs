@@ -15,7 +15,8 @@
 //! structural mistake (RoPE, routing, a cache offset, a quantizer) instead moves most positions after
 //! it by far more. So a run passes when the median position is within [`MEDIAN_LOGPROB`], at least
 //! [`WITHIN_SHARE`] of the positions are within [`POSITION_LOGPROB`], and the argmax agrees wherever
-//! the reference is confident (top-2 margin > [`CONFIDENT_MARGIN`]) except at [`FLIP_SHARE`] of them.
+//! the reference is confident (top-2 margin > [`CONFIDENT_MARGIN`]) except at one plus [`FLIP_SHARE`]
+//! of them.
 
 /// How many of the reference's most likely tokens the log-probability comparison covers.
 pub const TOP: usize = 20;
@@ -27,7 +28,9 @@ pub const POSITION_LOGPROB: f64 = 0.3;
 pub const WITHIN_SHARE: f64 = 0.75;
 /// Reference top-1/top-2 logit margin above which the argmax must agree.
 pub const CONFIDENT_MARGIN: f32 = 1.0;
-/// Largest share of confident positions allowed to pick another argmax.
+/// Largest share of confident positions allowed to pick another argmax, beyond one: a single routing
+/// flip at a confident position is the noise mechanism itself (measured on the H200, mixed tiny model,
+/// position 69: CPU margin > 1, |Δ logprob| 1.99), and runs have only ~10 confident positions.
 pub const FLIP_SHARE: f64 = 0.05;
 
 /// Comparison of one logits vector with the reference's.
@@ -169,7 +172,7 @@ impl Agreement {
                 100.0 * WITHIN_SHARE
             ));
         }
-        if self.confident_flips() as f64 > FLIP_SHARE * self.confident() as f64 {
+        if self.confident_flips() as f64 > 1.0 + FLIP_SHARE * self.confident() as f64 {
             fails.push(format!(
                 "{} argmax flips among {} confident positions",
                 self.confident_flips(),
@@ -233,7 +236,10 @@ mod tests {
         (0..40).for_each(|_| b.push(d(0.4, 1.5, true)));
         let e = b.verdict().unwrap_err();
         assert!(e.contains("median") && e.contains("within"), "{e}");
-        // Confident argmax flips at 3 of 40 positions: fails on the flips alone.
+        // One confident flip passes; confident argmax flips at 4 of 40 positions fail on the flips alone.
+        let mut one = Agreement::default();
+        (0..40).for_each(|i| one.push(d(0.1, 1.5, i != 7)));
+        assert_eq!(one.verdict(), Ok(()), "{}", one.summary());
         let mut c = Agreement::default();
         (0..40).for_each(|i| c.push(d(0.1, 1.5, i % 13 != 0)));
         let e = c.verdict().unwrap_err();
