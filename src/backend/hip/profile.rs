@@ -17,11 +17,14 @@ struct Totals {
     ms: f64,
 }
 
+/// Start and stop events of one launch, and the kernel's name.
+type Bracket = (Event, Event, &'static str);
+
 /// Launch timings; inert unless enabled.
 pub struct LaunchProfile {
     ctx: Option<HipContext>,
     /// Event pairs, reused across steps; `used` of them are recorded and not yet read.
-    events: RefCell<(Vec<(Event, Event, &'static str)>, usize)>,
+    events: RefCell<(Vec<Bracket>, usize)>,
     totals: RefCell<BTreeMap<&'static str, Totals>>,
 }
 
