@@ -18,6 +18,7 @@ use crate::model::weights::TensorRef;
 use super::kernel_module::KernelModule;
 use super::kernels::{self, DevPtr, ExpertFormat, RopeParams};
 use super::prefill::{self, Acts};
+use super::profile::LaunchProfile;
 use super::runtime::{DeviceBuffer, HipContext, Stream};
 use super::weights::DeviceWeights;
 
@@ -49,6 +50,8 @@ pub struct HipBackend {
     /// the smallest selection margins of the last token (`selection_margins`).
     pub(super) probe: bool,
     pub(super) margins: std::cell::Cell<(f32, f32)>,
+    /// DS4_HIP_PROFILE=1: device time per kernel, printed when the backend is dropped.
+    profile: LaunchProfile,
     weights: DeviceWeights,
     stream: Stream,
     kernels: KernelModule,
@@ -148,6 +151,7 @@ impl HipBackend {
             ropes,
             probe: false,
             margins: std::cell::Cell::new((f32::INFINITY, f32::INFINITY)),
+            profile: LaunchProfile::from_env(&hip),
             weights,
             stream,
             kernels,
@@ -204,7 +208,10 @@ impl HipBackend {
     pub(super) fn run(&self, launch: &kernels::Launch) -> Result<(), EngineError> {
         // SAFETY: every buffer was sized in `new` for the model's shapes and `ctx` (positions are
         // checked against ctx in `eval`), and the weight pointers address tensors of the uploaded file.
-        unsafe { self.kernels.launch(&self.stream, launch) }
+        self.profile
+            .time(launch.kernel.name, &self.stream, || unsafe {
+                self.kernels.launch(&self.stream, launch)
+            })
             .map_err(|e| EngineError::Device(format!("{}: {e}", launch.kernel.name)))
     }
 
@@ -290,6 +297,7 @@ impl Backend for HipBackend {
                 .map_err(dev)?;
             self.forward_tokens(self.n_past, n, done + n == total)?;
             self.stream.synchronize().map_err(dev)?;
+            self.profile.collect();
             self.n_past += n;
             done += n;
             prev = n;

@@ -16,6 +16,7 @@
 //! * `backend` — `open_backend`, called by `engine::backend_open`: opens `HipBackend` only with
 //!   `DS4_HIP_FORWARD=1` (not yet validated: see `forward_check`); otherwise it fails with that reason
 //!   and the engine falls back to the CPU.
+//! * `profile` — `DS4_HIP_PROFILE=1`: device time per kernel of the forward pass.
 //! * `forward_check` — `selftest --forward N`: `HipBackend` against the CPU engine on a model.
 //! * `checks`, `kernel_checks` — the GPU selftest: runtime smoke checks; every kernel against the CPU
 //!   reference on random inputs.
@@ -33,6 +34,7 @@ pub mod kernel_checks;
 pub mod kernel_module;
 pub mod kernels;
 pub mod prefill;
+pub mod profile;
 pub mod runtime;
 pub mod weights;
 
