@@ -6,7 +6,9 @@
 //! top 20, argmax agreement). Then both continue greedily on their own argmax for G tokens and the
 //! sequences are compared up to the first position where the CPU is not confident. Tolerances and
 //! why they are statistical: `backend::agreement`. After a reset the first token must give exactly
-//! the logits it gave the first time (the device cache is really cleared).
+//! the logits it gave the first time (the device cache is really cleared). Finally both prefill the
+//! N tokens in one eval (the GPU's chunked prefill, `prefill.rs`) and decode up to 8 of the CPU's
+//! greedy tokens after it, compared the same way, with the prefill times.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -181,5 +183,37 @@ pub fn run_forward_check(
         d.max_logit,
         gpu.n_past()
     ));
-    Ok(all_ok && greedy_ok && reset_ok)
+    // Prefill: the prompt in one eval on both (the GPU in chunks of batched GEMMs, prefill.rs; the
+    // CPU in its layer-major chunks), then the CPU's greedy tokens as decode steps on both.
+    gpu.reset();
+    cpu.reset();
+    let t = Instant::now();
+    gpu.eval(&tokens, &mut |_, _| true)
+        .map_err(|e| format!("HIP prefill: {e}"))?;
+    let gpu_prefill_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    cpu.eval(&tokens, &mut |_, _| true)
+        .map_err(|e| format!("CPU prefill: {e}"))?;
+    let cpu_prefill_s = t.elapsed().as_secs_f64();
+    let mut prefill = Agreement::default();
+    prefill.push(compare_logits(gpu.logits(), cpu.logits()));
+    for (step, &tok) in c_seq.iter().take(8).enumerate() {
+        gpu.eval(&[tok], &mut |_, _| true)
+            .map_err(|e| format!("HIP decode after prefill ({step}): {e}"))?;
+        cpu.eval(&[tok], &mut |_, _| true)
+            .map_err(|e| format!("CPU decode after prefill ({step}): {e}"))?;
+        prefill.push(compare_logits(gpu.logits(), cpu.logits()));
+    }
+    let prefill_ok = prefill.verdict().is_ok();
+    line(format!(
+        "{} forward.prefill        {n_prompt} tokens in one eval, then {} decode steps: {}{}; prefill {:.1} ms ({:.0} tokens/s) GPU, {:.1} ms CPU",
+        if prefill_ok { "PASS" } else { "FAIL" },
+        prefill.positions.len() - 1,
+        prefill.summary(),
+        prefill.verdict().err().map(|e| format!(" ({e})")).unwrap_or_default(),
+        1e3 * gpu_prefill_s,
+        n_prompt as f64 / gpu_prefill_s.max(1e-9),
+        1e3 * cpu_prefill_s,
+    ));
+    Ok(all_ok && greedy_ok && reset_ok && prefill_ok)
 }
