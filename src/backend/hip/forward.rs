@@ -16,8 +16,8 @@ use crate::model::hparams::HParams;
 use crate::model::weights::TensorRef;
 
 use super::kernel_module::KernelModule;
-use super::profile::LaunchProfile;
 use super::kernels::{self, AttentionShape, DevPtr, ExpertFormat, HcEps, NQ_NORM, NULL, Q8K, QuantOut, RopeParams};
+use super::profile::LaunchProfile;
 use super::runtime::{DeviceBuffer, HipContext, Stream};
 use super::weights::DeviceWeights;
 
@@ -324,7 +324,9 @@ impl HipBackend {
         // SAFETY: every buffer was sized in `new` for the model's shapes and `ctx` (positions are
         // checked against ctx in `eval`), and the weight pointers address tensors of the uploaded file.
         self.profile
-            .time(launch.kernel.name, &self.stream, || unsafe { self.kernels.launch(&self.stream, launch) })
+            .time(launch.kernel.name, &self.stream, || unsafe {
+                self.kernels.launch(&self.stream, launch)
+            })
             .map_err(|e| EngineError::Device(format!("{}: {e}", launch.kernel.name)))
     }
 
@@ -633,19 +635,15 @@ impl HipBackend {
                 1,
             ))?;
             // Grouped output projection (spec §3.4 step 12), HC post.
-            self.run(&kernels::rms_norm_quant(
+            self.run(&kernels::quantize_rows(
                 QuantOut {
                     q8_0_q: p0(&a.aq),
                     q8_0_d: p0(&a.ad),
                     ..Default::default()
                 },
                 p0(&a.att),
-                NULL,
-                d,
                 d,
                 h,
-                0,
-                0.0,
             ))?;
             self.run(&kernels::matvec_q8_0(
                 p0(&a.low),
@@ -658,19 +656,15 @@ impl HipBackend {
                 h * d,
                 1,
             ))?;
-            self.run(&kernels::rms_norm_quant(
+            self.run(&kernels::quantize_rows(
                 QuantOut {
                     q8_0_q: p0(&a.lq),
                     q8_0_d: p0(&a.ld),
                     ..Default::default()
                 },
                 p0(&a.low),
-                NULL,
-                g * or,
                 g * or,
                 1,
-                0,
-                0.0,
             ))?;
             self.run(&kernels::matvec_q8_0(
                 p0(&a.y),
@@ -774,7 +768,7 @@ impl HipBackend {
                 clamp,
                 1,
             ))?;
-            self.run(&kernels::rms_norm_quant(
+            self.run(&kernels::quantize_rows(
                 QuantOut {
                     q8_k_q: p0(&a.mq),
                     q8_k_d: p0(&a.md),
@@ -782,12 +776,8 @@ impl HipBackend {
                     ..Default::default()
                 },
                 p0(&a.mid),
-                NULL,
-                ff,
                 ff,
                 ke,
-                0,
-                0.0,
             ))?;
             self.run(&kernels::moe_down(
                 fmt(&lw.ffn_down_exps),
@@ -815,19 +805,15 @@ impl HipBackend {
                 clamp,
                 1,
             ))?;
-            self.run(&kernels::rms_norm_quant(
+            self.run(&kernels::quantize_rows(
                 QuantOut {
                     q8_0_q: p0(&a.sq),
                     q8_0_d: p0(&a.sd),
                     ..Default::default()
                 },
                 p0(&a.smid),
-                NULL,
-                ff,
                 ff,
                 1,
-                0,
-                0.0,
             ))?;
             self.run(&kernels::matvec_q8_0(
                 p0(&a.y),
