@@ -370,7 +370,7 @@ pub fn rms_norm_quant(
 /// one block looping over a long row (a single 8192-wide row took ~9 us of mostly serial chunks).
 pub fn quantize_rows(o: QuantOut, x: DevPtr, n: u32, rows: u32) -> Launch {
     debug_assert!(o.out == NULL, "quantize_rows writes only the quantized planes");
-    let (n, rows) = if n % 256 == 0 {
+    let (n, rows) = if n.is_multiple_of(256) {
         (256, rows * (n / 256))
     } else {
         (n, rows)

@@ -43,7 +43,12 @@ impl LaunchProfile {
     }
 
     /// Time `launch` (which enqueues one kernel on `stream`) under `name`.
-    pub fn time<T, E>(&self, name: &'static str, stream: &Stream, launch: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    pub fn time<T, E>(
+        &self,
+        name: &'static str,
+        stream: &Stream,
+        launch: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
         let Some(ctx) = &self.ctx else { return launch() };
         let mut ev = self.events.borrow_mut();
         let i = ev.1;
