@@ -190,7 +190,11 @@ fn case_a_engine_matches_ds4() {
         Ok(other) => panic!("DS4_VECTORS_BACKEND={other}: expected cpu or hip"),
     };
     let mut backend = open_session_backend(model, choice, VECTOR_CTX, 0).unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("case A engine check on the {} backend ({})", backend.name(), backend.device_name());
+    eprintln!(
+        "case A engine check on the {} backend ({})",
+        backend.name(),
+        backend.device_name()
+    );
     let t0 = Instant::now();
     let mut failures = Vec::new();
     for name in prompt_names(&vectors) {

@@ -66,6 +66,49 @@ pub struct MemoryReport {
     pub device_total: Option<u64>,
 }
 
+/// Where a GPU backend placed the model's weights (`--weights`), for the side panel, logs and `bench`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightsPlacement {
+    /// Copied into device memory (true) or read in place through the registered file mapping.
+    pub copied: bool,
+    /// Bytes copied or mapped.
+    pub bytes: u64,
+    /// Time the copy (or the registration) took.
+    pub seconds: f64,
+    /// Why this placement: auto's reason, or why the one asked for was not possible. Empty when the
+    /// placement asked for was used as it is.
+    pub reason: String,
+}
+
+impl WeightsPlacement {
+    /// "copy" or "map".
+    pub fn mode(&self) -> &'static str {
+        if self.copied { "copy" } else { "map" }
+    }
+
+    /// One line: "copy: 12.3 GiB in 4.1 s (3.0 GB/s)", then the reason if any.
+    pub fn summary(&self) -> String {
+        let gib = self.bytes as f64 / (1u64 << 30) as f64;
+        let mut s = if self.copied {
+            format!(
+                "copy: {gib:.2} GiB to device memory in {:.2} s ({:.2} GB/s)",
+                self.seconds,
+                self.bytes as f64 / self.seconds.max(1e-9) / 1e9
+            )
+        } else {
+            format!(
+                "map: {gib:.2} GiB read in place (zero-copy), registered in {:.2} s",
+                self.seconds
+            )
+        };
+        if !self.reason.is_empty() {
+            s.push_str("; ");
+            s.push_str(&self.reason);
+        }
+        s
+    }
+}
+
 /// Progress callback for long evaluations: `(done, total)` tokens; return `false` to stop at the next
 /// chunk/token boundary (the backend then returns `EngineError::Cancelled`).
 pub type Progress<'a> = &'a mut dyn FnMut(usize, usize) -> bool;
@@ -93,4 +136,9 @@ pub trait Backend: Send {
     /// Restore a state made by `save_state` of the same model and context.
     fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError>;
     fn memory(&self) -> MemoryReport;
+    /// Where the weights live on a GPU backend; `None` for backends that read the file mapping on
+    /// the host (the CPU).
+    fn weights_placement(&self) -> Option<WeightsPlacement> {
+        None
+    }
 }

@@ -5,12 +5,11 @@
 //! decode steps for now; the batched GEMM prefill and graph capture of the step come later). The
 //! semantics are those of the CPU engine (`backend::cpu::forward`, spec §3): the selftest's
 //! `--forward` check compares the two on the same model. Owns the device buffers of one session and
-//! the launch order; must not know about chat, sampling or checkpoints (save/load are not supported
-//! on the device yet).
+//! the launch order; must not know about chat or sampling (the checkpoint payload is `state.rs`'s).
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, EngineError, MemoryReport, Progress};
+use crate::backend::{Backend, EngineError, MemoryReport, Progress, WeightsPlacement};
 use crate::model::Model;
 use crate::model::hparams::HParams;
 use crate::model::weights::TensorRef;
@@ -21,6 +20,9 @@ use super::runtime::{DeviceBuffer, HipContext, Stream};
 use super::weights::DeviceWeights;
 
 use kernels::row_flags as rf;
+
+/// The checkpoint payload of the device state (a child module: it reads the private buffers).
+mod state;
 
 /// Device state of one layer (spec §4.1): the raw ring, compressed rows and compressor states.
 struct LayerState {
@@ -97,6 +99,7 @@ pub struct HipBackend {
     probe: bool,
     margins: std::cell::Cell<(f32, f32)>,
     weights: DeviceWeights,
+    placement: WeightsPlacement,
     stream: Stream,
     kernels: KernelModule,
     hip: HipContext,
@@ -128,10 +131,120 @@ fn layer_rope(hp: &HParams, l: usize) -> RopeParams {
     }
 }
 
+/// Device memory of one session besides the weights: the KV ring, compressed rows and
+/// compressor/indexer state (`kv`), and the per-token activations (`scratch`). Computed from the
+/// shapes alone, so the memory guard can check it before anything is allocated; it is exactly what
+/// `HipBackend::with_weights` allocates (a test compares the two).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionBytes {
+    pub kv: u64,
+    pub scratch: u64,
+}
+
+/// The session's device bytes for `ctx` tokens (see `SessionBytes`); mirrors the allocations of
+/// `HipBackend::with_weights` buffer by buffer.
+pub fn session_bytes(hp: &HParams, ctx: usize) -> SessionBytes {
+    let f32s = |n: usize| 4 * n.max(1) as u64;
+    let bytes = |n: usize| n.max(1) as u64;
+    let (ne, d, di) = (hp.n_embd, hp.head_dim, hp.idx_head_dim);
+    let raw_cap = hp.sliding_window.max(1);
+    let mut kv = 0u64;
+    let mut max_comp_cap = 1usize;
+    for l in 0..hp.n_layer {
+        let ratio = hp.ratio(l) as usize;
+        let c = hp.compress_overlap(l);
+        let comp_cap = if ratio == 0 {
+            0
+        } else {
+            crate::backend::cpu::cache::comp_cap(ctx, ratio)
+        };
+        max_comp_cap = max_comp_cap.max(comp_cap);
+        kv += f32s(raw_cap * d);
+        let state = |width: usize| f32s(comp_cap * width) + 2 * f32s(c * ratio * c * width);
+        if ratio != 0 {
+            kv += state(d);
+        }
+        if hp.has_indexer(l) {
+            kv += state(di);
+        }
+    }
+    let n_mix = hp.hc_mix();
+    let n_split = kernels::hc_mix_splits(hp.hc_dim() as u32);
+    let qdim = hp.q_dim();
+    let low = hp.n_out_group * hp.o_lora_rank;
+    let ke_f = hp.n_expert_used * hp.n_ff_exp;
+    let att_part = attention_part_floats(hp, max_comp_cap);
+    let scratch = [
+        bytes(4),
+        f32s(hp.hc_dim()),
+        f32s(n_mix),
+        f32s(n_mix),
+        f32s(kernels::hc_part_floats(1, n_split, n_mix as u32)),
+        bytes(4),
+        f32s(ne),
+        bytes(ne),
+        f32s(ne / 32),
+        bytes(ne),
+        f32s(ne / 256),
+        bytes(2 * (ne / 16)),
+        f32s(hp.q_lora_rank),
+        f32s(hp.q_lora_rank),
+        bytes(hp.q_lora_rank),
+        f32s(hp.q_lora_rank / 32),
+        f32s(qdim),
+        f32s(d),
+        f32s(2 * d.max(di)),
+        f32s(2 * d.max(di)),
+        f32s(hp.idx_n_head * di),
+        f32s(hp.idx_n_head),
+        f32s(max_comp_cap),
+        bytes(4 * hp.idx_top_k),
+        f32s(qdim),
+        f32s(att_part),
+        bytes(qdim),
+        f32s(qdim / 32),
+        f32s(low),
+        bytes(low),
+        f32s(low / 32),
+        f32s(ne),
+        f32s(hp.n_expert),
+        bytes(4 * hp.n_expert_used),
+        f32s(hp.n_expert_used),
+        f32s(ke_f),
+        bytes(ke_f),
+        f32s(ke_f / 256),
+        bytes(2 * (ke_f / 16)),
+        f32s(ne),
+        f32s(hp.n_ff_exp),
+        bytes(hp.n_ff_exp),
+        f32s(hp.n_ff_exp / 32),
+        f32s(ne),
+        f32s(hp.n_vocab),
+    ]
+    .iter()
+    .sum();
+    SessionBytes { kv, scratch }
+}
+
+/// Floats of the attention partials buffer: the most splits any position up to the largest
+/// compressed-row count can need.
+fn attention_part_floats(hp: &HParams, max_comp_cap: usize) -> usize {
+    let raw_cap = hp.sliding_window.max(1);
+    let shape_max = AttentionShape {
+        n_head: hp.n_head as u32,
+        head_dim: hp.head_dim as u32,
+        ring_cap: raw_cap as u32,
+        window: hp.sliding_window as u32,
+        ratio: 1,
+        top_k: u32::MAX,
+    };
+    let max_rows = (raw_cap + max_comp_cap) as u32;
+    shape_max.part_floats(1, max_rows.div_ceil(32).max(2))
+}
+
 impl HipBackend {
-    /// Upload `model`'s weights (copy) and allocate a session of `ctx` tokens on the device.
-    pub fn new(hip: HipContext, kernels: KernelModule, model: Arc<Model>, ctx: usize) -> Result<HipBackend, String> {
-        let hp = &model.hp;
+    /// Fail with a one-line reason when the model has tensors the GPU kernels cannot run.
+    pub fn check_model(model: &Model) -> Result<(), String> {
         for (l, lw) in model.w.layers.iter().enumerate() {
             for t in [&lw.ffn_gate_exps, &lw.ffn_up_exps, &lw.ffn_down_exps] {
                 if ExpertFormat::from_ggml_type(t.ty().id()).is_none() {
@@ -143,9 +256,36 @@ impl HipBackend {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Upload `model`'s weights (copy) and allocate a session of `ctx` tokens on the device.
+    pub fn new(hip: HipContext, kernels: KernelModule, model: Arc<Model>, ctx: usize) -> Result<HipBackend, String> {
+        Self::check_model(&model)?;
         let weights = DeviceWeights::upload(&hip, &model, &mut |_, _| {})?;
+        Self::with_weights(hip, kernels, model, ctx, weights, String::new())
+    }
+
+    /// Allocate a session of `ctx` tokens on the device for weights already placed (`reason`: why
+    /// that placement, for `weights_placement`).
+    pub fn with_weights(
+        hip: HipContext,
+        kernels: KernelModule,
+        model: Arc<Model>,
+        ctx: usize,
+        weights: DeviceWeights,
+        reason: String,
+    ) -> Result<HipBackend, String> {
+        Self::check_model(&model)?;
+        let placement = super::backend::placement_of(&weights, reason);
+        let hp = &model.hp;
         let stream = hip.stream().map_err(|e| e.to_string())?;
-        let e = |r: super::runtime::HipResult<DeviceBuffer>| r.map_err(|e| e.to_string());
+        let allocated = std::cell::Cell::new(0u64);
+        let e = |r: super::runtime::HipResult<DeviceBuffer>| {
+            let b = r.map_err(|e| e.to_string())?;
+            allocated.set(allocated.get() + b.len_bytes() as u64);
+            Ok::<_, String>(b)
+        };
         let f32s = |n: usize| e(hip.alloc(4 * n.max(1)));
         let bytes = |n: usize| e(hip.alloc(n.max(1)));
         let (ne, d, di) = (hp.n_embd, hp.head_dim, hp.idx_head_dim);
@@ -186,16 +326,7 @@ impl HipBackend {
         let qdim = hp.q_dim();
         let low = hp.n_out_group * hp.o_lora_rank;
         let ke_f = hp.n_expert_used * hp.n_ff_exp;
-        let shape_max = AttentionShape {
-            n_head: hp.n_head as u32,
-            head_dim: d as u32,
-            ring_cap: raw_cap as u32,
-            window: hp.sliding_window as u32,
-            ratio: 1,
-            top_k: u32::MAX,
-        };
-        let max_rows = (raw_cap + max_comp_cap) as u32;
-        let att_part = shape_max.part_floats(1, max_rows.div_ceil(32).max(2));
+        let att_part = attention_part_floats(hp, max_comp_cap);
         let acts = Acts {
             tokens: bytes(4)?,
             hc: f32s(hp.hc_dim())?,
@@ -243,20 +374,8 @@ impl HipBackend {
             yh: f32s(ne)?,
             logits: f32s(hp.n_vocab)?,
         };
-        let scratch_bytes = [
-            &acts.hc,
-            &acts.part,
-            &acts.q,
-            &acts.att,
-            &acts.att_part,
-            &acts.mid,
-            &acts.mq,
-            &acts.logits,
-            &acts.scores,
-        ]
-        .iter()
-        .map(|b| b.len_bytes() as u64)
-        .sum();
+        // Everything allocated after the KV state is per-token scratch.
+        let scratch_bytes = allocated.get() - kv_bytes;
         let ropes = (0..hp.n_layer).map(|l| layer_rope(hp, l)).collect();
         let mut backend = HipBackend {
             logits: vec![0.0; hp.n_vocab],
@@ -271,6 +390,7 @@ impl HipBackend {
             probe: false,
             margins: std::cell::Cell::new((f32::INFINITY, f32::INFINITY)),
             weights,
+            placement,
             stream,
             kernels,
             hip,
@@ -1020,11 +1140,15 @@ impl Backend for HipBackend {
     }
 
     fn save_state(&self) -> Vec<u8> {
-        Vec::new()
+        // The trait has no error channel here; a device failure yields an empty payload, which
+        // `load_state` rejects (the session then re-evaluates instead of restoring).
+        let _ = self.hip.bind_thread();
+        state::save(self).unwrap_or_default()
     }
 
-    fn load_state(&mut self, _bytes: &[u8]) -> Result<(), EngineError> {
-        Err(EngineError::Other("checkpoints are not supported on HIP yet".into()))
+    fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
+        self.hip.bind_thread().map_err(dev)?;
+        state::load(self, bytes)
     }
 
     fn memory(&self) -> MemoryReport {
@@ -1035,9 +1159,18 @@ impl Backend for HipBackend {
         MemoryReport {
             kv_bytes: self.kv_bytes,
             scratch_bytes: self.scratch_bytes,
-            device_weight_bytes: self.weights.len_bytes() as u64,
+            // Zero-copy weights stay in host memory (MemoryReport's convention).
+            device_weight_bytes: if self.placement.copied {
+                self.weights.len_bytes() as u64
+            } else {
+                0
+            },
             device_used: used,
             device_total: total,
         }
+    }
+
+    fn weights_placement(&self) -> Option<WeightsPlacement> {
+        Some(self.placement.clone())
     }
 }
