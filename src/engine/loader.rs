@@ -116,7 +116,8 @@ impl ModelLoader for EngineLoader {
                 });
             }
             // Say so when the placement is not the plain answer to the request.
-            if !p.reason.is_empty() && !(p.copied && req.weights == WeightPlacement::Auto) {
+            let plain = p.reason.is_empty() || (p.copied && req.weights == WeightPlacement::Auto);
+            if !plain {
                 notice(Event::Notice {
                     message: format!("weights: {}", p.summary()),
                 });

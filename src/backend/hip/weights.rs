@@ -191,6 +191,9 @@ impl DeviceWeights {
     }
 }
 
+/// Writes bytes `offset..offset + chunk.len()` of the data to place into `chunk`.
+pub type ChunkReader<'a> = dyn FnMut(usize, &mut [u8]) -> Result<(), String> + 'a;
+
 /// Fill a new device buffer of `total` bytes chunk by chunk: `read(offset, chunk)` writes bytes
 /// `offset..offset+chunk.len()` into a pinned staging buffer, which the device then copies while the
 /// host fills the other one (the event of each buffer's last copy says when it is free again).
@@ -198,7 +201,7 @@ impl DeviceWeights {
 pub fn upload_with(
     ctx: &HipContext,
     total: usize,
-    read: &mut dyn FnMut(usize, &mut [u8]) -> Result<(), String>,
+    read: &mut ChunkReader<'_>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<DeviceBuffer, String> {
     let hip = |e: super::runtime::HipError| e.to_string();
