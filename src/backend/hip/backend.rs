@@ -20,7 +20,8 @@ use crate::engine::events::WeightPlacement;
 use crate::engine::memguard::{self, MemoryNeed, MemoryVerdict, WeightResidence};
 use crate::model::Model;
 
-use super::forward::{HipBackend, SessionBytes, session_bytes};
+use super::footprint::{SessionBytes, session_bytes};
+use super::forward::HipBackend;
 use super::kernel_module::KernelModule;
 use super::runtime::HipContext;
 use super::weights::{DeviceWeights, data_section_bytes};

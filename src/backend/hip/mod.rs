@@ -15,6 +15,7 @@
 //! * `backend` — `open_backend`, called by `engine::backend_open`: the forward-pass gate
 //!   (`FORWARD_VALIDATED`, `DS4_HIP_FORWARD`), the device memory guard and the weight placement
 //!   policy; a failure is one line and `--backend auto` falls back to the CPU with it.
+//! * `footprint` — a session's device bytes (KV + scratch) from the shapes, for the memory guard.
 //! * `bandwidth` — peak device bandwidth (a timed device-to-device copy) for `bench`.
 //! * `forward_check` — `selftest --forward N`: `HipBackend` against the CPU engine on a model.
 //! * `checks`, `kernel_checks` — the GPU selftest: runtime smoke checks; every kernel against the CPU
@@ -28,6 +29,7 @@ pub mod backend;
 pub mod bandwidth;
 pub mod checks;
 pub mod ffi;
+pub mod footprint;
 pub mod forward;
 pub mod forward_check;
 pub mod kernel_checks;

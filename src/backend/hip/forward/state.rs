@@ -5,7 +5,8 @@
 //! * header, u32 words: magic "DS4H", version, ctx, n_past, n_layer, n_embd, head_dim,
 //!   idx_head_dim, n_vocab, raw ring rows, n_hc;
 //! * the next-token logits (n_vocab f32) and the HC split counter (4 bytes);
-//! * per layer: the raw KV ring (all rows: it is small and its slots are position mod ring size);
+//! * per layer: the raw KV ring (all rows: it is small and its slots are position mod ring size; a
+//!   ring of another length, from a session with another prefill chunk, is remapped on load);
 //!   then, for the compressed rows and for the indexer rows where the layer has them: the live row
 //!   count (n_past / ratio, spec §3.7), those rows, the compressor kv state and score state.
 //!
@@ -34,9 +35,29 @@ fn header(b: &HipBackend) -> [u32; HEADER_WORDS] {
         hp.head_dim as u32,
         hp.idx_head_dim as u32,
         hp.n_vocab as u32,
-        hp.sliding_window.max(1) as u32,
+        ring_rows(b) as u32,
         hp.n_hc as u32,
     ]
+}
+
+/// Rows of the raw KV rings of this session (all layers alike; the row of position p is p % rows).
+fn ring_rows(b: &HipBackend) -> usize {
+    b.layers
+        .first()
+        .map_or(0, |l| l.ring.len_bytes() / (4 * b.model.hp.head_dim))
+}
+
+/// The ring of a session with `dst_rows` rows holding what a ring of `src_rows` rows holds after
+/// `n_past` tokens: the newest min(src, dst, n_past) positions moved to their rows, the rest zero.
+/// Attention reads only the sliding window (spec §4.1), so rings at least that long carry over.
+fn remap_ring(src: &[u8], src_rows: usize, dst_rows: usize, n_past: usize) -> Vec<u8> {
+    let row = src.len() / src_rows.max(1);
+    let mut dst = vec![0u8; row * dst_rows];
+    for p in n_past - n_past.min(src_rows).min(dst_rows)..n_past {
+        let (s, d) = (p % src_rows, p % dst_rows);
+        dst[d * row..(d + 1) * row].copy_from_slice(&src[s * row..(s + 1) * row]);
+    }
+    dst
 }
 
 /// Compressed (or indexer) rows a layer of compression `ratio` holds after `n_past` tokens.
@@ -131,11 +152,11 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
         "head dim",
         "indexer head dim",
         "vocabulary",
-        "raw ring rows",
+        "",
         "HC streams",
     ];
     for (k, name) in (4..HEADER_WORDS).zip(names) {
-        if h[k] != want[k] {
+        if k != 9 && h[k] != want[k] {
             return bad(format!("{name} {} does not match the model ({})", h[k], want[k]));
         }
     }
@@ -144,6 +165,16 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
         return bad(format!("{n_past} tokens do not fit this session's context {}", b.ctx));
     }
     let hp = &b.model.hp;
+    // Rings of another length (sessions whose prefill chunk differs) carry over when both hold
+    // the sliding window.
+    let (saved_rows, rows_here) = (h[9] as usize, want[9] as usize);
+    if saved_rows == 0 || (saved_rows != rows_here && saved_rows.min(rows_here) < hp.sliding_window) {
+        return bad(format!(
+            "raw ring of {saved_rows} rows cannot be restored into this session's {rows_here} (window {})",
+            hp.sliding_window
+        ));
+    }
+    let mut remapped = Vec::new();
     let logits: Vec<f32> = r
         .take(4 * hp.n_vocab, "logits")?
         .chunks_exact(4)
@@ -151,38 +182,29 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
         .collect();
     let counter = r.take(4, "HC counter")?;
     let mut writes = Vec::new();
-    for (l, ls) in b.layers.iter().enumerate() {
-        let ring = r.take(ls.ring.len_bytes(), &format!("layer {l} raw ring"))?;
+    let row_bytes = 4 * hp.head_dim;
+    let mut rings = Vec::new();
+    for l in 0..b.layers.len() {
+        rings.push(r.take(saved_rows * row_bytes, &format!("layer {l} raw ring"))?);
+        layer_states(&mut r, b, l, n_past, &mut writes)?;
+    }
+    for (l, ring) in rings.into_iter().enumerate() {
+        if saved_rows == rows_here {
+            writes.push(Write {
+                layer: l,
+                slot: (0, 0),
+                bytes: ring,
+            });
+        } else {
+            remapped.push((l, remap_ring(ring, saved_rows, rows_here, n_past)));
+        }
+    }
+    for (l, ring) in &remapped {
         writes.push(Write {
-            layer: l,
+            layer: *l,
             slot: (0, 0),
             bytes: ring,
         });
-        let ratio = hp.ratio(l);
-        for (kind, (st, width)) in [(&ls.comp, hp.head_dim), (&ls.index, hp.idx_head_dim)]
-            .into_iter()
-            .enumerate()
-        {
-            let Some(st) = st else { continue };
-            let name = if kind == 0 { "compressed" } else { "indexer" };
-            let rows = r.u32(&format!("layer {l} {name} row count"))? as usize;
-            if rows != live_rows(ratio, n_past) || rows > ls.comp_cap {
-                return bad(format!(
-                    "layer {l}: {rows} {name} rows for {n_past} tokens (expected {}, capacity {})",
-                    live_rows(ratio, n_past),
-                    ls.comp_cap
-                ));
-            }
-            let lens = [rows * width * 4, st[1].len_bytes(), st[2].len_bytes()];
-            for (i, (n, what)) in lens.into_iter().zip(["rows", "state kv", "state score"]).enumerate() {
-                let bytes = r.take(n, &format!("layer {l} {name} {what}"))?;
-                writes.push(Write {
-                    layer: l,
-                    slot: (kind as u8 + 1, i),
-                    bytes,
-                });
-            }
-        }
     }
     if r.at != payload.len() {
         return bad(format!("{} bytes after the last layer", payload.len() - r.at));
@@ -195,6 +217,46 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
     }
     b.n_past = n_past;
     b.logits = logits;
+    Ok(())
+}
+
+/// Read and check layer `l`'s compressed and indexer row counts, rows and states (they follow
+/// its ring in the payload).
+fn layer_states<'a>(
+    r: &mut Reader<'a>,
+    b: &HipBackend,
+    l: usize,
+    n_past: usize,
+    writes: &mut Vec<Write<'a>>,
+) -> Result<(), EngineError> {
+    let bad = |m: String| Err(EngineError::BadCheckpoint(m));
+    let hp = &b.model.hp;
+    let ls = &b.layers[l];
+    let ratio = hp.ratio(l);
+    for (kind, (st, width)) in [(&ls.comp, hp.head_dim), (&ls.index, hp.idx_head_dim)]
+        .into_iter()
+        .enumerate()
+    {
+        let Some(st) = st else { continue };
+        let name = if kind == 0 { "compressed" } else { "indexer" };
+        let rows = r.u32(&format!("layer {l} {name} row count"))? as usize;
+        if rows != live_rows(ratio, n_past) || rows > ls.comp_cap {
+            return bad(format!(
+                "layer {l}: {rows} {name} rows for {n_past} tokens (expected {}, capacity {})",
+                live_rows(ratio, n_past),
+                ls.comp_cap
+            ));
+        }
+        let lens = [rows * width * 4, st[1].len_bytes(), st[2].len_bytes()];
+        for (i, (n, what)) in lens.into_iter().zip(["rows", "state kv", "state score"]).enumerate() {
+            let bytes = r.take(n, &format!("layer {l} {name} {what}"))?;
+            writes.push(Write {
+                layer: l,
+                slot: (kind as u8 + 1, i),
+                bytes,
+            });
+        }
+    }
     Ok(())
 }
 
@@ -215,4 +277,37 @@ fn write_all(b: &mut HipBackend, writes: &[Write<'_>], counter: &[u8]) -> Result
         }
     }
     b.stream.synchronize().map_err(dev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remap_ring;
+
+    /// Rows tagged with their position: ring of 4 after 10 tokens holds positions 6..10 at rows
+    /// p % 4 = 2, 3, 0, 1.
+    fn ring(rows: usize, n_past: usize) -> Vec<u8> {
+        let mut v = vec![0u8; rows * 2];
+        for p in n_past.saturating_sub(rows)..n_past {
+            v[(p % rows) * 2] = p as u8 + 1;
+            v[(p % rows) * 2 + 1] = 0xAA;
+        }
+        v
+    }
+
+    #[test]
+    fn rings_of_another_length_keep_the_newest_positions() {
+        // Same length: unchanged.
+        assert_eq!(remap_ring(&ring(4, 10), 4, 4, 10), ring(4, 10));
+        // Longer destination: the 4 newest positions at p % 6, the rows of positions 4, 5 stay zero.
+        let mut want = ring(6, 10);
+        for p in [4usize, 5] {
+            want[(p % 6) * 2] = 0;
+            want[(p % 6) * 2 + 1] = 0;
+        }
+        assert_eq!(remap_ring(&ring(4, 10), 4, 6, 10), want);
+        // Shorter destination: exactly the ring a 3-row session holds.
+        assert_eq!(remap_ring(&ring(6, 10), 6, 3, 10), ring(3, 10));
+        // Fewer tokens than rows.
+        assert_eq!(remap_ring(&ring(6, 2), 6, 4, 2), ring(4, 2));
+    }
 }
