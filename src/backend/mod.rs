@@ -86,18 +86,22 @@ impl WeightsPlacement {
         if self.copied { "copy" } else { "map" }
     }
 
-    /// One line: "copy: 12.3 GiB in 4.1 s (3.0 GB/s)", then the reason if any.
+    /// One line: "copy: 12.30 GiB to device memory in 4.10 s (3.22 GB/s)", then the reason if any.
     pub fn summary(&self) -> String {
-        let gib = self.bytes as f64 / (1u64 << 30) as f64;
+        let size = if self.bytes >= 1 << 30 {
+            format!("{:.2} GiB", self.bytes as f64 / (1u64 << 30) as f64)
+        } else {
+            format!("{:.1} MiB", self.bytes as f64 / (1u64 << 20) as f64)
+        };
         let mut s = if self.copied {
             format!(
-                "copy: {gib:.2} GiB to device memory in {:.2} s ({:.2} GB/s)",
+                "copy: {size} to device memory in {:.2} s ({:.2} GB/s)",
                 self.seconds,
                 self.bytes as f64 / self.seconds.max(1e-9) / 1e9
             )
         } else {
             format!(
-                "map: {gib:.2} GiB read in place (zero-copy), registered in {:.2} s",
+                "map: {size} read in place (zero-copy), registered in {:.2} s",
                 self.seconds
             )
         };
@@ -140,5 +144,36 @@ pub trait Backend: Send {
     /// the host (the CPU).
     fn weights_placement(&self) -> Option<WeightsPlacement> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WeightsPlacement;
+
+    #[test]
+    fn placement_summary_is_one_line_with_size_time_and_reason() {
+        let p = WeightsPlacement {
+            copied: true,
+            bytes: 3 << 30,
+            seconds: 1.5,
+            reason: "auto: fits".into(),
+        };
+        // 3 GiB = 3.221 GB in 1.5 s = 2.15 GB/s.
+        assert_eq!(
+            p.summary(),
+            "copy: 3.00 GiB to device memory in 1.50 s (2.15 GB/s); auto: fits"
+        );
+        let m = WeightsPlacement {
+            copied: false,
+            bytes: 10 << 20,
+            seconds: 0.004,
+            reason: String::new(),
+        };
+        assert_eq!(
+            m.summary(),
+            "map: 10.0 MiB read in place (zero-copy), registered in 0.00 s"
+        );
+        assert_eq!((p.mode(), m.mode()), ("copy", "map"));
     }
 }
