@@ -367,13 +367,13 @@ fn bench_on_the_gpu(path: &Path, lib: &Path) {
         .arg(path)
         .args([
             "--ctx-start",
-            "3",
+            "2",
             "--ctx-max",
-            "5",
+            "3",
             "--step-incr",
-            "2",
+            "1",
             "--gen-tokens",
-            "2",
+            "1",
         ])
         .env("DS4_HIP_LIBRARY", lib)
         .env("DS4_HIP_FORWARD", "1")
