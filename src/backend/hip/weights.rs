@@ -221,8 +221,7 @@ fn pread_parallel(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a read thread panicked".into())))
-            .collect::<Result<(), String>>()
+            .try_for_each(|h| h.join().unwrap_or_else(|_| Err("a read thread panicked".into())))
     })
 }
 
