@@ -3,11 +3,14 @@
 //! through pinned staging, zero-copy map, auto), the device memory guard, save/load of the device
 //! session, the worker's upload events, `bench --backend hip` and the forward-pass gate.
 //!
-//! One test function: the emulator is selected through process environment variables
-//! (DS4_HIP_LIBRARY, DS4_HIP_FORWARD, DS4_EMU_MEM_MIB), which are set here before the HIP runtime is
-//! first loaded; with a single test in this binary no other thread reads the environment meanwhile.
-//! Skipped with a message when no C++ compiler is present. Run with `--features hip`.
+//! One test function: the emulator is selected through process environment variables (tests/hip_emu
+//! sets DS4_HIP_LIBRARY and DS4_HIP_FORWARD before the HIP runtime is first loaded; this test then
+//! changes DS4_EMU_MEM_MIB and DS4_HIP_FORWARD); with a single test in this binary no other thread
+//! reads the environment meanwhile. Skipped with a message when no C++ compiler is present. Run with
+//! `--features hip`.
 #![cfg(feature = "hip")]
+
+mod hip_emu;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,32 +32,6 @@ fn scratch_dir() -> PathBuf {
     let d = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/test-scratch/hip-emu-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-/// Build the emulated runtime; None (after saying so) without a C++ compiler.
-fn build_emulator(dir: &Path) -> Option<PathBuf> {
-    let has_cxx = ["clang++-19", "clang++", "g++"].iter().any(|c| {
-        Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if !has_cxx {
-        eprintln!("hip_emu_product: SKIPPED (no clang++-19, clang++ or g++ to build the HIP emulator)");
-        return None;
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/build-hip-emu.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .arg(dir)
-        .output()
-        .expect("run build-hip-emu.sh");
-    assert!(
-        out.status.success(),
-        "build-hip-emu.sh failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(dir.join("libamdhip64.so.5"))
 }
 
 /// The tiny architecture cut down for the emulator's speed: a 512-token vocabulary and three
@@ -93,12 +70,10 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 #[test]
 fn hip_backend_product_features_on_the_emulator() {
-    let dir = scratch_dir();
-    let Some(lib) = build_emulator(&dir.join("emu")) else {
+    let Some(lib) = hip_emu::use_emulated_hip() else {
         return;
     };
-    set_env("DS4_HIP_LIBRARY", lib.to_str().unwrap());
-    set_env("DS4_HIP_FORWARD", "1");
+    let dir = scratch_dir();
     set_env("DS4_EMU_MEM_MIB", "16384");
     let path = dir.join("tiny512.gguf");
     write_model(&path, 7);

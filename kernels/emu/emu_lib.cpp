@@ -23,7 +23,9 @@ ds4emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 namespace {
 
 // A fiber starts once through makecontext/swapcontext; afterwards every switch is _setjmp /
-// _longjmp, which (unlike swapcontext) makes no signal-mask system call.
+// _longjmp, which (unlike swapcontext) makes no signal-mask system call. Fibers persist across
+// blocks and launches: after the kernel body returns, a fiber parks and is resumed for the next
+// block, so a block costs no system call at all (a deadlocked block's fibers are restarted).
 struct Fiber {
     ucontext_t ctx;
     jmp_buf jb;
@@ -34,6 +36,7 @@ struct Fiber {
 ucontext_t g_sched;
 jmp_buf g_sched_jb;
 std::vector<Fiber> g_fibers;
+unsigned g_nthreads = 0;  // threads of the running block (g_fibers may hold more, parked)
 unsigned g_cur = 0;
 const std::function<void()>* g_body = nullptr;
 bool g_progress = false;
@@ -53,7 +56,7 @@ void yield_to_scheduler() {
 
 unsigned live_in(unsigned first, unsigned n) {
     unsigned live = 0;
-    for (unsigned i = first; i < first + n && i < g_fibers.size(); ++i) live += !g_fibers[i].done;
+    for (unsigned i = first; i < first + n && i < g_nthreads; ++i) live += !g_fibers[i].done;
     return live;
 }
 
@@ -70,12 +73,13 @@ void barrier_wait(Barrier& b, unsigned first, unsigned n) {
 }
 
 void fiber_entry() {
+  for (;;) {
     (*g_body)();
     g_fibers[g_cur].done = true;
     g_progress = true;
     // Threads waiting at a barrier for this one may now be complete.
     for (auto* b : {&g_block_bar}) {
-        if (b->count > 0 && b->count >= live_in(0, (unsigned)g_fibers.size())) {
+        if (b->count > 0 && b->count >= live_in(0, g_nthreads)) {
             b->count = 0;
             ++b->gen;
         }
@@ -86,13 +90,18 @@ void fiber_entry() {
         wb.count = 0;
         ++wb.gen;
     }
-    _longjmp(g_sched_jb, 2);
+    // Park; the scheduler resumes here (with g_cur set) to run the body for the next block.
+    if (!_setjmp(g_fibers[g_cur].jb)) _longjmp(g_sched_jb, 2);
+  }
 }
 
 // Runs one block: returns false on deadlock.
 bool run_block(unsigned nthreads) {
     const size_t stack_bytes = 256 * 1024;
-    g_fibers.resize(nthreads);
+    // Reserved once so parked fibers never move (blocks have at most 1024 threads).
+    if (g_fibers.capacity() < 1024) g_fibers.reserve(1024);
+    if (g_fibers.size() < nthreads) g_fibers.resize(nthreads);
+    g_nthreads = nthreads;
     g_warp_bar.assign((nthreads + DS4_EMU_WARP - 1) / DS4_EMU_WARP, Barrier{});
     g_shfl.assign(2 * (size_t)nthreads, 0);
     g_shfl_phase.assign(nthreads, 0);
@@ -100,7 +109,7 @@ bool run_block(unsigned nthreads) {
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber& f = g_fibers[i];
         f.done = false;
-        f.started = false;
+        if (f.started) continue;
         if (f.stack.size() != stack_bytes) f.stack.assign(stack_bytes, 0);
         getcontext(&f.ctx);
         f.ctx.uc_stack.ss_sp = f.stack.data();
@@ -126,7 +135,11 @@ bool run_block(unsigned nthreads) {
             }
         }
         if (!any) return true;
-        if (!g_progress) return false;
+        if (!g_progress) {
+            // Deadlock: the stuck fibers' stacks are mid-kernel; start every fiber afresh next time.
+            for (auto& f : g_fibers) f.started = false;
+            return false;
+        }
     }
 }
 
@@ -168,7 +181,7 @@ const std::vector<Entry>& registry() {
 
 }  // namespace
 
-void __syncthreads() { barrier_wait(g_block_bar, 0, (unsigned)g_fibers.size()); }
+void __syncthreads() { barrier_wait(g_block_bar, 0, g_nthreads); }
 
 void ds4emu_warp_sync() {
     const unsigned w = threadIdx.x / DS4_EMU_WARP;

@@ -3,6 +3,7 @@
 //! Owns the execution of the forward pass on a device behind one narrow trait, shaped like ds4.h's
 //! engine/session boundary. Must not know about chat, text or the UI; token ids in, logits out.
 
+pub mod agreement;
 pub mod cpu;
 #[cfg(feature = "hip")]
 pub mod hip;

@@ -16,6 +16,7 @@ use crate::model::weights::TensorRef;
 
 use super::kernel_module::KernelModule;
 use super::kernels::{self, AttentionShape, DevPtr, ExpertFormat, HcEps, NQ_NORM, NULL, Q8K, QuantOut, RopeParams};
+use super::profile::LaunchProfile;
 use super::runtime::{DeviceBuffer, HipContext, Stream};
 use super::weights::DeviceWeights;
 
@@ -98,6 +99,8 @@ pub struct HipBackend {
     /// the smallest selection margins of the last token (`selection_margins`).
     probe: bool,
     margins: std::cell::Cell<(f32, f32)>,
+    /// DS4_HIP_PROFILE=1: device time per kernel, printed when the backend is dropped.
+    profile: LaunchProfile,
     weights: DeviceWeights,
     placement: WeightsPlacement,
     stream: Stream,
@@ -294,6 +297,7 @@ impl HipBackend {
             ropes,
             probe: false,
             margins: std::cell::Cell::new((f32::INFINITY, f32::INFINITY)),
+            profile: LaunchProfile::from_env(&hip),
             weights,
             placement,
             stream,
@@ -344,7 +348,10 @@ impl HipBackend {
     fn run(&self, launch: &kernels::Launch) -> Result<(), EngineError> {
         // SAFETY: every buffer was sized in `new` for the model's shapes and `ctx` (positions are
         // checked against ctx in `eval`), and the weight pointers address tensors of the uploaded file.
-        unsafe { self.kernels.launch(&self.stream, launch) }
+        self.profile
+            .time(launch.kernel.name, &self.stream, || unsafe {
+                self.kernels.launch(&self.stream, launch)
+            })
             .map_err(|e| EngineError::Device(format!("{}: {e}", launch.kernel.name)))
     }
 
@@ -1024,6 +1031,7 @@ impl Backend for HipBackend {
             let last = i + 1 == tokens.len();
             self.decode_step(self.n_past, last)?;
             self.stream.synchronize().map_err(dev)?;
+            self.profile.collect();
             self.n_past += 1;
         }
         if !tokens.is_empty() {

@@ -17,6 +17,7 @@
 //!   policy; a failure is one line and `--backend auto` falls back to the CPU with it.
 //! * `footprint` — a session's device bytes (KV + scratch) from the shapes, for the memory guard.
 //! * `bandwidth` — peak device bandwidth (a timed device-to-device copy) for `bench`.
+//! * `profile` — `DS4_HIP_PROFILE=1`: device time per kernel of the forward pass.
 //! * `forward_check` — `selftest --forward N`: `HipBackend` against the CPU engine on a model.
 //! * `checks`, `kernel_checks` — the GPU selftest: runtime smoke checks; every kernel against the CPU
 //!   reference on random inputs.
@@ -35,6 +36,7 @@ pub mod forward_check;
 pub mod kernel_checks;
 pub mod kernel_module;
 pub mod kernels;
+pub mod profile;
 pub mod runtime;
 pub mod weights;
 

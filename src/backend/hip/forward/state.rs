@@ -4,7 +4,7 @@
 //!
 //! * header, u32 words: magic "DS4H", version, ctx, n_past, n_layer, n_embd, head_dim,
 //!   idx_head_dim, n_vocab, raw ring rows, n_hc;
-//! * the next-token logits (n_vocab f32) and the HC split counter (4 bytes);
+//! * the next-token logits (n_vocab f32); the byte length of the HC split counters, then the counters;
 //! * per layer: the raw KV ring (all rows: it is small and its slots are position mod ring size; a
 //!   ring of another length, from a session with another prefill chunk, is remapped on load);
 //!   then, for the compressed rows and for the indexer rows where the layer has them: the live row
@@ -79,7 +79,9 @@ pub fn save(b: &HipBackend) -> Result<Vec<u8>, EngineError> {
         out.resize(at + n, 0);
         buf.copy_to_host(0, &mut out[at..]).map_err(dev)
     };
-    append(&b.acts.counter, 4, &mut out)?;
+    let counter = b.acts.counter.len_bytes();
+    out.extend_from_slice(&(counter as u32).to_le_bytes());
+    append(&b.acts.counter, counter, &mut out)?;
     for (l, ls) in b.layers.iter().enumerate() {
         append(&ls.ring, ls.ring.len_bytes(), &mut out)?;
         let ratio = b.model.hp.ratio(l);
@@ -180,7 +182,8 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    let counter = r.take(4, "HC counter")?;
+    let counter_len = r.u32("HC counter length")? as usize;
+    let counter = r.take(counter_len, "HC counters")?;
     let mut writes = Vec::new();
     let row_bytes = 4 * hp.head_dim;
     let mut rings = Vec::new();
@@ -262,7 +265,13 @@ fn layer_states<'a>(
 
 fn write_all(b: &mut HipBackend, writes: &[Write<'_>], counter: &[u8]) -> Result<(), EngineError> {
     b.stream.synchronize().map_err(dev)?;
-    b.acts.counter.copy_from_host(0, counter).map_err(dev)?;
+    // Sessions with other prefill chunks have more or fewer per-token counters; the rest start at 0.
+    let n = counter.len().min(b.acts.counter.len_bytes());
+    b.acts.counter.copy_from_host(0, &counter[..n]).map_err(dev)?;
+    let rest = b.acts.counter.len_bytes() - n;
+    if rest > 0 {
+        b.acts.counter.fill_bytes_async(n, rest, 0, &b.stream).map_err(dev)?;
+    }
     for w in writes {
         let ls = &mut b.layers[w.layer];
         let buf = match w.slot {

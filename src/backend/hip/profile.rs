@@ -1,0 +1,112 @@
+//! Per-kernel device time of the HIP forward pass, for performance work: with `DS4_HIP_PROFILE=1`
+//! every launch is bracketed by two timing events, and when the backend is dropped a table of
+//! device milliseconds per kernel (calls, total, share) goes to stderr. Costs two event records per
+//! launch, so it is off by default. Owns only the timing; must not change what is launched.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use super::runtime::{Event, HipContext, Stream};
+
+/// Environment variable that turns the profile on.
+pub const PROFILE_ENV: &str = "DS4_HIP_PROFILE";
+
+#[derive(Default)]
+struct Totals {
+    calls: u64,
+    ms: f64,
+}
+
+/// Start and stop events of one launch, and the kernel's name.
+type Bracket = (Event, Event, &'static str);
+
+/// Launch timings; inert unless enabled.
+pub struct LaunchProfile {
+    ctx: Option<HipContext>,
+    /// Event pairs, reused across steps; `used` of them are recorded and not yet read.
+    events: RefCell<(Vec<Bracket>, usize)>,
+    totals: RefCell<BTreeMap<&'static str, Totals>>,
+}
+
+impl LaunchProfile {
+    pub fn from_env(ctx: &HipContext) -> LaunchProfile {
+        let on = std::env::var(PROFILE_ENV).as_deref() == Ok("1");
+        LaunchProfile {
+            ctx: on.then(|| ctx.clone()),
+            events: RefCell::new((Vec::new(), 0)),
+            totals: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.ctx.is_some()
+    }
+
+    /// Time `launch` (which enqueues one kernel on `stream`) under `name`.
+    pub fn time<T, E>(
+        &self,
+        name: &'static str,
+        stream: &Stream,
+        launch: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let Some(ctx) = &self.ctx else { return launch() };
+        let mut ev = self.events.borrow_mut();
+        let i = ev.1;
+        if i == ev.0.len() {
+            match (ctx.event(true), ctx.event(true)) {
+                (Ok(a), Ok(b)) => ev.0.push((a, b, name)),
+                _ => return launch(),
+            }
+        }
+        ev.0[i].2 = name;
+        let _ = ev.0[i].0.record(stream);
+        let r = launch();
+        let _ = ev.0[i].1.record(stream);
+        ev.1 += 1;
+        r
+    }
+
+    /// Fold the recorded launches into the totals (after the stream was synchronized).
+    pub fn collect(&self) {
+        if self.ctx.is_none() {
+            return;
+        }
+        let mut ev = self.events.borrow_mut();
+        let mut totals = self.totals.borrow_mut();
+        for (start, stop, name) in &ev.0[..ev.1] {
+            if let Ok(ms) = stop.elapsed_ms_since(start) {
+                let t = totals.entry(name).or_default();
+                t.calls += 1;
+                t.ms += ms as f64;
+            }
+        }
+        ev.1 = 0;
+    }
+
+    /// The table, largest total first.
+    pub fn report(&self) -> String {
+        let totals = self.totals.borrow();
+        let sum: f64 = totals.values().map(|t| t.ms).sum();
+        let mut rows: Vec<_> = totals.iter().collect();
+        rows.sort_by(|a, b| b.1.ms.total_cmp(&a.1.ms));
+        let mut out = format!("{PROFILE_ENV}: device time per kernel ({sum:.1} ms in all)\n");
+        for (name, t) in rows {
+            out.push_str(&format!(
+                "  {name:<28} {:>8} calls {:>10.2} ms {:>6.1}% {:>8.2} us/call\n",
+                t.calls,
+                t.ms,
+                100.0 * t.ms / sum.max(1e-9),
+                1e3 * t.ms / t.calls.max(1) as f64
+            ));
+        }
+        out
+    }
+}
+
+impl Drop for LaunchProfile {
+    fn drop(&mut self) {
+        if self.enabled() && !self.totals.borrow().is_empty() {
+            eprint!("{}", self.report());
+        }
+    }
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The H200 validation of the HIP backend in one device call (issue #7 item 6): shim + kernels built
+# there, every kernel against the CPU reference, the device forward pass against the CPU engine on
+# the tiny q2/q4/mixed models, the shared reference vectors (case A) on the HIP backend, and
+# `run --backend hip` against `run --backend cpu`. Logs go to $OUT (default ./out).
+#   run-validation.sh BIN TREE [VECTORS_TEST_BIN VECTORS_DIR]
+# BIN: a `--features hip` release ds4-chat; TREE: this repository; VECTORS_TEST_BIN: the vectors
+# integration test binary (`cargo test --release --features hip --test vectors --no-run`);
+# VECTORS_DIR: a copy of shared/vectors. Rebuilding tiny_a.gguf there needs python3 with numpy and
+# gguf (carry the gguf wheel: PYTHONPATH).
+set -uo pipefail
+bin="$(readlink -f "${1:?usage: run-validation.sh BIN TREE [VECTORS_TEST_BIN VECTORS_DIR]}")"
+tree="$(readlink -f "${2:?usage: run-validation.sh BIN TREE [VECTORS_TEST_BIN VECTORS_DIR]}")"
+vbin="${3:-}"; vdir="${4:-}"
+out="${OUT:-$PWD/out}"
+work=/tmp/ds4-hip-on-cuda
+mkdir -p "$out"
+export PATH="$PATH:/usr/local/cuda/bin"
+step() { echo; echo "== $* ($(date -u +%T))"; }
+{
+  step device
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  step "build shim + project kernels"
+  bash "$tree/tests/hip-on-cuda/build.sh" "$work" sm_90 >/dev/null || { echo "SHIM BUILD FAILED"; exit 1; }
+  bash "$tree/tools/build-kernels-nvcc.sh" "$work/kernels" sm_90 || { echo "PROJECT KERNEL BUILD FAILED"; exit 1; }
+  export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_HIP_FORWARD=1
+  step "every kernel against the CPU reference"
+  timeout 120 "$bin" selftest --backend hip; echo "selftest rc=$?"
+  for e in q2 q4 mixed; do
+    step "tiny model, $e experts: forward 136 tokens + 64 greedy, GPU vs CPU"
+    "$bin" gen-model --preset tiny --experts "$e" --out "/tmp/tiny-$e.gguf" 2>&1 | tail -1
+    timeout 120 "$bin" selftest --backend hip --model "/tmp/tiny-$e.gguf" --forward 136 --greedy 64
+    echo "forward rc=$?"
+  done
+  if [ -n "$vbin" ]; then
+    step "shared reference vectors, case A, HIP backend"
+    CARGO_TARGET_DIR=/tmp/ds4-vectors-target DS4_VECTORS="$(readlink -f "$vdir")" DS4_VECTORS_BACKEND=hip CI=true \
+      timeout 240 "$(readlink -f "$vbin")" case_a_engine_matches_ds4 --nocapture --test-threads 1
+    echo "vectors rc=$?"
+    m=/tmp/ds4-vectors-target/ds4-vectors/tiny_a.gguf
+    if [ -f "$m" ]; then
+      step "run --backend hip vs --backend cpu on tiny_a.gguf: 64 greedy tokens"
+      for b in hip cpu; do
+        timeout 120 "$bin" run --model "$m" --backend "$b" -p "Write a haiku about the sea." -n 64 --temp 0 --nothink \
+          --dump-logprobs "$out/run-$b.json" --logprobs-top-k 5 > "$out/run-$b.txt" 2> "$out/run-$b.err"
+        echo "run $b rc=$?"; tail -2 "$out/run-$b.err"
+      done
+      python3 - "$out/run-hip.json" "$out/run-cpu.json" <<'PY'
+import json, sys
+h, c = (json.load(open(p)) for p in sys.argv[1:])
+th = [s["selected"]["id"] for s in h["steps"]]; tc = [s["selected"]["id"] for s in c["steps"]]
+same = next((i for i, (a, b) in enumerate(zip(th, tc)) if a != b), min(len(th), len(tc)))
+print(f"run: hip {len(th)} tokens, cpu {len(tc)} tokens, identical for the first {same}; identical overall: {th == tc}")
+print("hip:", th); print("cpu:", tc)
+PY
+      cmp -s "$out/run-hip.txt" "$out/run-cpu.txt" && echo "run: the answers' text is identical" || echo "run: the answers' text differs"
+    fi
+  fi
+  step done
+} 2>&1 | tee "$out/validation-log.txt"
