@@ -67,6 +67,53 @@ pub struct MemoryReport {
     pub device_total: Option<u64>,
 }
 
+/// Where a GPU backend placed the model's weights (`--weights`), for the side panel, logs and `bench`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightsPlacement {
+    /// Copied into device memory (true) or read in place through the registered file mapping.
+    pub copied: bool,
+    /// Bytes copied or mapped.
+    pub bytes: u64,
+    /// Time the copy (or the registration) took.
+    pub seconds: f64,
+    /// Why this placement: auto's reason, or why the one asked for was not possible. Empty when the
+    /// placement asked for was used as it is.
+    pub reason: String,
+}
+
+impl WeightsPlacement {
+    /// "copy" or "map".
+    pub fn mode(&self) -> &'static str {
+        if self.copied { "copy" } else { "map" }
+    }
+
+    /// One line: "copy: 12.30 GiB to device memory in 4.10 s (3.22 GB/s)", then the reason if any.
+    pub fn summary(&self) -> String {
+        let size = if self.bytes >= 1 << 30 {
+            format!("{:.2} GiB", self.bytes as f64 / (1u64 << 30) as f64)
+        } else {
+            format!("{:.1} MiB", self.bytes as f64 / (1u64 << 20) as f64)
+        };
+        let mut s = if self.copied {
+            format!(
+                "copy: {size} to device memory in {:.2} s ({:.2} GB/s)",
+                self.seconds,
+                self.bytes as f64 / self.seconds.max(1e-9) / 1e9
+            )
+        } else {
+            format!(
+                "map: {size} read in place (zero-copy), registered in {:.2} s",
+                self.seconds
+            )
+        };
+        if !self.reason.is_empty() {
+            s.push_str("; ");
+            s.push_str(&self.reason);
+        }
+        s
+    }
+}
+
 /// Progress callback for long evaluations: `(done, total)` tokens; return `false` to stop at the next
 /// chunk/token boundary (the backend then returns `EngineError::Cancelled`).
 pub type Progress<'a> = &'a mut dyn FnMut(usize, usize) -> bool;
@@ -94,4 +141,40 @@ pub trait Backend: Send {
     /// Restore a state made by `save_state` of the same model and context.
     fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError>;
     fn memory(&self) -> MemoryReport;
+    /// Where the weights live on a GPU backend; `None` for backends that read the file mapping on
+    /// the host (the CPU).
+    fn weights_placement(&self) -> Option<WeightsPlacement> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WeightsPlacement;
+
+    #[test]
+    fn placement_summary_is_one_line_with_size_time_and_reason() {
+        let p = WeightsPlacement {
+            copied: true,
+            bytes: 3 << 30,
+            seconds: 1.5,
+            reason: "auto: fits".into(),
+        };
+        // 3 GiB = 3.221 GB in 1.5 s = 2.15 GB/s.
+        assert_eq!(
+            p.summary(),
+            "copy: 3.00 GiB to device memory in 1.50 s (2.15 GB/s); auto: fits"
+        );
+        let m = WeightsPlacement {
+            copied: false,
+            bytes: 10 << 20,
+            seconds: 0.004,
+            reason: String::new(),
+        };
+        assert_eq!(
+            m.summary(),
+            "map: 10.0 MiB read in place (zero-copy), registered in 0.00 s"
+        );
+        assert_eq!((p.mode(), m.mode()), ("copy", "map"));
+    }
 }

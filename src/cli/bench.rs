@@ -46,7 +46,8 @@ pub struct Args {
     /// CPU threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// Peak memory bandwidth in GB/s for the roofline column (default: measured on CPU).
+    /// Peak memory bandwidth in GB/s for the roofline column (default: measured, a streaming read
+    /// of host memory on the CPU, a device-to-device copy counting read + written bytes on a GPU).
     #[arg(long)]
     pub peak_gbps: Option<f64>,
     /// Write the CSV here instead of stdout.
@@ -100,16 +101,17 @@ pub fn frontiers(start: usize, max: usize, step: usize) -> Vec<usize> {
     }
 }
 
-/// A deterministic stream of ordinary (non-added) token ids, for benches without a prompt file.
-fn synthetic_tokens(tok: &Tokenizer, n: usize) -> Vec<u32> {
+/// A deterministic stream of ordinary (non-added) token ids, for benches without a prompt file. A
+/// model without tokenizer metadata (synthetic test models) draws from its whole vocabulary.
+fn synthetic_tokens(tok: Option<&Tokenizer>, n_vocab: usize, n: usize) -> Vec<u32> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
         x ^= x >> 12;
         x ^= x << 25;
         x ^= x >> 27;
-        let id = (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as u32 % tok.n_vocab() as u32;
-        if !tok.is_added(id) {
+        let id = (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as u32 % n_vocab as u32;
+        if !tok.is_some_and(|t| t.is_added(id)) {
             out.push(id);
         }
     }
@@ -146,6 +148,21 @@ fn measure_host_read_gbps() -> f64 {
     best
 }
 
+/// Peak bandwidth of the GPU a backend named `name` runs on: (GB/s, bytes per probe copy).
+#[cfg(feature = "hip")]
+fn measure_device_gbps(name: &str) -> Result<(f64, u64), String> {
+    if name != "hip" {
+        return Err(format!("no bandwidth probe for the {name} backend"));
+    }
+    let ctx = crate::backend::hip::HipContext::new().map_err(|e| e.to_string())?;
+    crate::backend::hip::bandwidth::measure_copy_gbps(&ctx)
+}
+
+#[cfg(not(feature = "hip"))]
+fn measure_device_gbps(name: &str) -> Result<(f64, u64), String> {
+    Err(format!("no bandwidth probe for the {name} backend in this build"))
+}
+
 pub fn run(args: Args) -> CliResult {
     if args.ctx_start == 0 || args.ctx_start > args.ctx_max {
         return Err(format!(
@@ -154,12 +171,16 @@ pub fn run(args: Args) -> CliResult {
         ));
     }
     let model = Arc::new(Model::open(&args.model).map_err(|e| e.to_string())?);
-    let tok = Tokenizer::from_gguf(&model.file).map_err(|e| e.to_string())?;
+    // The tokenizer is only needed for --prompt-file (and to skip EOS while decoding).
+    let tok = Tokenizer::from_gguf(&model.file);
     let per_token = weight_bytes_per_token(&model.hp, &table_from_model(&model)).total();
     let ctx_alloc = args.ctx_max + args.gen_tokens + 1;
     let prompt = match &args.prompt_file {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let tok = tok
+                .as_ref()
+                .map_err(|e| format!("--prompt-file needs the model's tokenizer: {e}"))?;
             let ids = tok.encode_plain(&text);
             if ids.len() < args.ctx_max {
                 return Err(format!(
@@ -171,8 +192,9 @@ pub fn run(args: Args) -> CliResult {
             }
             ids
         }
-        None => synthetic_tokens(&tok, args.ctx_max),
+        None => synthetic_tokens(tok.as_ref().ok(), model.hp.n_vocab, args.ctx_max),
     };
+    let t_open = Instant::now();
     let opened = open_backend(
         model.clone(),
         parse_backend_choice(&args.backend)?,
@@ -180,14 +202,28 @@ pub fn run(args: Args) -> CliResult {
         ctx_alloc,
         args.threads,
     )?;
+    let open_secs = t_open.elapsed().as_secs_f64();
     if let Some(why) = &opened.fallback_reason {
         eprintln!("ds4-chat bench: using the CPU backend: {why}");
     }
     let mut backend: Box<dyn Backend> = opened.backend;
+    match backend.weights_placement() {
+        Some(p) => eprintln!(
+            "ds4-chat bench: weights {}; backend ready in {open_secs:.2} s",
+            p.summary()
+        ),
+        None => eprintln!("ds4-chat bench: weights mapped from the file (host); backend ready in {open_secs:.2} s"),
+    }
     let (peak, peak_src) = match args.peak_gbps {
-        Some(p) => (p, "given"),
-        None if backend.name() == "cpu" => (measure_host_read_gbps(), "measured host read"),
-        None => (0.0, "unknown: pass --peak-gbps"),
+        Some(p) => (p, "given".to_string()),
+        None if backend.name() == "cpu" => (measure_host_read_gbps(), "measured host read".to_string()),
+        None => match measure_device_gbps(backend.name()) {
+            Ok((gbps, bytes)) => (
+                gbps,
+                format!("measured device copy of {} MiB, read + written", bytes >> 20),
+            ),
+            Err(e) => (0.0, format!("unknown: {e}; pass --peak-gbps")),
+        },
     };
     eprintln!(
         "ds4-chat bench: backend {} ({}), ctx {}, weight bytes per decoded token {} ({:.2} GiB), peak {:.1} GB/s ({})",
@@ -199,7 +235,7 @@ pub fn run(args: Args) -> CliResult {
         peak,
         peak_src
     );
-    let eos = tok.specials().eos;
+    let eos = tok.as_ref().map_or(u32::MAX, |t| t.specials().eos);
     let mut out: Box<dyn Write> = match &args.csv {
         Some(p) => Box::new(std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?),
         None => Box::new(std::io::stdout()),

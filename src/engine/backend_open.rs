@@ -27,9 +27,21 @@ pub fn open_backend(
     ctx: usize,
     threads: usize,
 ) -> Result<OpenedBackend, String> {
+    open_backend_with_progress(model, choice, weights, ctx, threads, &mut |_, _| {})
+}
+
+/// `open_backend` reporting a GPU weight copy: `upload(done, total)` bytes after every chunk.
+pub fn open_backend_with_progress(
+    model: Arc<Model>,
+    choice: BackendChoice,
+    weights: WeightPlacement,
+    ctx: usize,
+    threads: usize,
+    upload: &mut dyn FnMut(u64, u64),
+) -> Result<OpenedBackend, String> {
     let gpu_unavailable = match choice {
         BackendChoice::Cpu => None,
-        BackendChoice::Hip | BackendChoice::Auto => match open_gpu(&model, weights, ctx) {
+        BackendChoice::Hip | BackendChoice::Auto => match open_gpu(&model, weights, ctx, upload) {
             Ok(backend) => {
                 return Ok(OpenedBackend {
                     backend,
@@ -48,12 +60,22 @@ pub fn open_backend(
 }
 
 #[cfg(feature = "hip")]
-fn open_gpu(model: &Arc<Model>, weights: WeightPlacement, ctx: usize) -> Result<Box<dyn Backend>, String> {
-    crate::backend::hip::open_backend(model.clone(), weights, ctx)
+fn open_gpu(
+    model: &Arc<Model>,
+    weights: WeightPlacement,
+    ctx: usize,
+    upload: &mut dyn FnMut(u64, u64),
+) -> Result<Box<dyn Backend>, String> {
+    crate::backend::hip::backend::open_backend_with_progress(model.clone(), weights, ctx, upload)
 }
 
 #[cfg(not(feature = "hip"))]
-fn open_gpu(_model: &Arc<Model>, _weights: WeightPlacement, _ctx: usize) -> Result<Box<dyn Backend>, String> {
+fn open_gpu(
+    _model: &Arc<Model>,
+    _weights: WeightPlacement,
+    _ctx: usize,
+    _upload: &mut dyn FnMut(u64, u64),
+) -> Result<Box<dyn Backend>, String> {
     Err("this build has no GPU backend (rebuild with `--features hip`)".to_string())
 }
 

@@ -166,6 +166,8 @@ pub struct ModelInfo {
     pub is_demo: bool,
     /// The think mode actually used when the request asked for one the context cannot hold.
     pub think_max_available: bool,
+    /// Where a GPU backend placed the weights (copy or map, bytes, time, why); None on the CPU.
+    pub weights: Option<crate::backend::WeightsPlacement>,
 }
 
 /// Device memory figures when the backend knows them.

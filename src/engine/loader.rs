@@ -6,16 +6,20 @@
 //! run turns (worker.rs) or compute kernels.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::backend::MemoryReport;
 use crate::model::Model;
 use crate::model::accounting::{table_from_model, weight_bytes_per_token};
 
-use super::backend_open::open_backend;
-use super::events::{Event, LoadRequest, ModelInfo, ModelSource};
+use super::backend_open::open_backend_with_progress;
+use super::events::{Event, LoadRequest, ModelInfo, ModelSource, WarmupPhase, WeightPlacement};
 use super::memguard::{MemoryNeed, MemoryVerdict, WeightResidence, check_memory, read_host_memory};
 use super::residency::{MappedRegion, ResidencyProbe};
 use super::worker::{ChatText, LoadedModel, ModelLoader, SESSION_CHECKPOINTS};
+
+/// Least time between two weight-copy progress events (5 Hz, as the page-in warm-up).
+const UPLOAD_TICK: Duration = Duration::from_millis(200);
 
 /// Builds the chat text (tokenizer, renderer, streaming detokenizer) of a bound model.
 pub type ChatTextFactory = fn(&Model, u32) -> Result<Box<dyn ChatText>, String>;
@@ -78,8 +82,49 @@ impl ModelLoader for EngineLoader {
         let text = (self.chat_text)(&model, ctx as u32)?;
         let per_token = weight_bytes_per_token(&model.hp, &table_from_model(&model)).total();
         let model = Arc::new(model);
-        let opened = open_backend(model.clone(), req.backend, req.weights, ctx as usize, req.threads)?;
+        // A GPU weight copy streams through the warm-up events (phase CopyToDevice), at most every
+        // UPLOAD_TICK and once at the end.
+        let upload_start = Instant::now();
+        let mut last_report: Option<Instant> = None;
+        let mut upload = |done: u64, total: u64| {
+            if done < total && last_report.is_some_and(|t| t.elapsed() < UPLOAD_TICK) {
+                return;
+            }
+            last_report = Some(Instant::now());
+            notice(Event::WarmupProgress {
+                phase: WarmupPhase::CopyToDevice,
+                done_bytes: done,
+                total_bytes: total,
+                elapsed: upload_start.elapsed(),
+            });
+        };
+        let opened = open_backend_with_progress(
+            model.clone(),
+            req.backend,
+            req.weights,
+            ctx as usize,
+            req.threads,
+            &mut upload,
+        )?;
         let backend = opened.backend;
+        let placement = backend.weights_placement();
+        if let Some(p) = &placement {
+            if p.copied {
+                notice(Event::WarmupDone {
+                    total_bytes: p.bytes,
+                    elapsed: Duration::from_secs_f64(p.seconds),
+                });
+            }
+            // Say so when the placement is not the plain answer to the request.
+            let plain = p.reason.is_empty() || (p.copied && req.weights == WeightPlacement::Auto);
+            if !plain {
+                notice(Event::Notice {
+                    message: format!("weights: {}", p.summary()),
+                });
+            }
+        }
+        // Copied weights never read the mapping again: no page-in warm-up.
+        let copied = placement.as_ref().is_some_and(|p| p.copied);
         // GPU backends check device memory themselves when they place weights (memguard's
         // `check_memory` with `GpuMemory`); the CPU cache lives in host RAM and is checked here.
         if backend.name() == "cpu" {
@@ -112,15 +157,22 @@ impl ModelLoader for EngineLoader {
             fallback_reason: opened.fallback_reason,
             weight_bytes_per_token: per_token,
             is_demo,
+            weights: placement.clone(),
             ..Default::default()
         };
-        let region: Option<Arc<dyn MappedRegion>> = mapped.then(|| model.file.clone() as Arc<dyn MappedRegion>);
+        let region: Option<Arc<dyn MappedRegion>> =
+            (mapped && !copied).then(|| model.file.clone() as Arc<dyn MappedRegion>);
+        let residency = mapped.then(|| {
+            let mut probe = ResidencyProbe::for_model(&model);
+            probe.device_bytes = placement.as_ref().filter(|p| p.copied).map_or(0, |p| p.bytes);
+            probe
+        });
         Ok(LoadedModel {
             backend,
             text,
             info,
             warmup: region,
-            residency: mapped.then(|| ResidencyProbe::for_model(&model)),
+            residency,
         })
     }
 }

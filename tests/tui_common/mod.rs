@@ -77,6 +77,7 @@ pub fn model_info() -> ModelInfo {
         weight_bytes_per_token: 6 * GIB,
         is_demo: false,
         think_max_available: false,
+        weights: None,
     }
 }
 

@@ -6,11 +6,11 @@
 //! recipe"; batched GEMMs and grouped experts for a chunk; graph capture of the step comes later).
 //! The semantics are those of the CPU engine (`backend::cpu::forward`, spec §3): the selftest's
 //! `--forward` check compares the two on the same model. Owns the device buffers of one session;
-//! must not know about chat, sampling or checkpoints (save/load are not supported on the device yet).
+//! must not know about chat or sampling (the checkpoint payload is `state.rs`'s).
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, EngineError, MemoryReport, Progress};
+use crate::backend::{Backend, EngineError, MemoryReport, Progress, WeightsPlacement};
 use crate::model::Model;
 use crate::model::hparams::HParams;
 use crate::model::weights::TensorRef;
@@ -21,6 +21,9 @@ use super::prefill::{self, Acts};
 use super::profile::LaunchProfile;
 use super::runtime::{DeviceBuffer, HipContext, Stream};
 use super::weights::DeviceWeights;
+
+/// The checkpoint payload of the device state (a child module: it reads the private buffers).
+mod state;
 
 /// Device state of one layer (spec §4.1): the raw ring, compressed rows and compressor states.
 pub(super) struct LayerState {
@@ -53,6 +56,7 @@ pub struct HipBackend {
     /// DS4_HIP_PROFILE=1: device time per kernel, printed when the backend is dropped.
     profile: LaunchProfile,
     weights: DeviceWeights,
+    placement: WeightsPlacement,
     stream: Stream,
     kernels: KernelModule,
     hip: HipContext,
@@ -85,9 +89,8 @@ fn layer_rope(hp: &HParams, l: usize) -> RopeParams {
 }
 
 impl HipBackend {
-    /// Upload `model`'s weights (copy) and allocate a session of `ctx` tokens on the device.
-    pub fn new(hip: HipContext, kernels: KernelModule, model: Arc<Model>, ctx: usize) -> Result<HipBackend, String> {
-        let hp = &model.hp;
+    /// Fail with a one-line reason when the model has tensors the GPU kernels cannot run.
+    pub fn check_model(model: &Model) -> Result<(), String> {
         for (l, lw) in model.w.layers.iter().enumerate() {
             for t in [&lw.ffn_gate_exps, &lw.ffn_up_exps, &lw.ffn_down_exps] {
                 if ExpertFormat::from_ggml_type(t.ty().id()).is_none() {
@@ -99,7 +102,29 @@ impl HipBackend {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Upload `model`'s weights (copy) and allocate a session of `ctx` tokens on the device.
+    pub fn new(hip: HipContext, kernels: KernelModule, model: Arc<Model>, ctx: usize) -> Result<HipBackend, String> {
+        Self::check_model(&model)?;
         let weights = DeviceWeights::upload(&hip, &model, &mut |_, _| {})?;
+        Self::with_weights(hip, kernels, model, ctx, weights, String::new())
+    }
+
+    /// Allocate a session of `ctx` tokens on the device for weights already placed (`reason`: why
+    /// that placement, for `weights_placement`).
+    pub fn with_weights(
+        hip: HipContext,
+        kernels: KernelModule,
+        model: Arc<Model>,
+        ctx: usize,
+        weights: DeviceWeights,
+        reason: String,
+    ) -> Result<HipBackend, String> {
+        Self::check_model(&model)?;
+        let placement = super::backend::placement_of(&weights, reason);
+        let hp = &model.hp;
         let stream = hip.stream().map_err(|e| e.to_string())?;
         let e = |r: super::runtime::HipResult<DeviceBuffer>| r.map_err(|e| e.to_string());
         let f32s = |n: usize| e(hip.alloc(4 * n.max(1)));
@@ -153,6 +178,7 @@ impl HipBackend {
             margins: std::cell::Cell::new((f32::INFINITY, f32::INFINITY)),
             profile: LaunchProfile::from_env(&hip),
             weights,
+            placement,
             stream,
             kernels,
             hip,
@@ -321,11 +347,15 @@ impl Backend for HipBackend {
     }
 
     fn save_state(&self) -> Vec<u8> {
-        Vec::new()
+        // The trait has no error channel here; a device failure yields an empty payload, which
+        // `load_state` rejects (the session then re-evaluates instead of restoring).
+        let _ = self.hip.bind_thread();
+        state::save(self).unwrap_or_default()
     }
 
-    fn load_state(&mut self, _bytes: &[u8]) -> Result<(), EngineError> {
-        Err(EngineError::Other("checkpoints are not supported on HIP yet".into()))
+    fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
+        self.hip.bind_thread().map_err(dev)?;
+        state::load(self, bytes)
     }
 
     fn memory(&self) -> MemoryReport {
@@ -336,9 +366,18 @@ impl Backend for HipBackend {
         MemoryReport {
             kv_bytes: self.kv_bytes,
             scratch_bytes: self.scratch_bytes,
-            device_weight_bytes: self.weights.len_bytes() as u64,
+            // Zero-copy weights stay in host memory (MemoryReport's convention).
+            device_weight_bytes: if self.placement.copied {
+                self.weights.len_bytes() as u64
+            } else {
+                0
+            },
             device_used: used,
             device_total: total,
         }
+    }
+
+    fn weights_placement(&self) -> Option<WeightsPlacement> {
+        Some(self.placement.clone())
     }
 }

@@ -170,6 +170,36 @@ pub fn run_forward_check(
     ));
     line(format!("forward: GPU greedy {:?}", &g_seq[..g_seq.len().min(24)]));
     line(format!("forward: CPU greedy {:?}", &c_seq[..c_seq.len().min(24)]));
+    // Checkpoint round trip on the device (save_state / load_state): save, evaluate a few tokens,
+    // restore, evaluate them again. The same kernels on the same restored state give the same logits
+    // (bitwise where every kernel sums in a fixed order); a wrongly restored row or state moves them
+    // by far more than the 1e-3 allowed for run-to-run reduction order.
+    let probe: Vec<u32> = tokens.iter().take(3).copied().collect();
+    let state = gpu.save_state();
+    let mut first = Vec::new();
+    for &t in &probe {
+        gpu.eval(&[t], &mut |_, _| true)
+            .map_err(|e| format!("HIP eval after save: {e}"))?;
+        first.push(gpu.logits().to_vec());
+    }
+    gpu.load_state(&state).map_err(|e| format!("HIP load_state: {e}"))?;
+    let (mut worst, mut bitwise) = (0f64, true);
+    for (&t, want) in probe.iter().zip(&first) {
+        gpu.eval(&[t], &mut |_, _| true)
+            .map_err(|e| format!("HIP eval after load: {e}"))?;
+        for (a, b) in gpu.logits().iter().zip(want) {
+            bitwise &= a.to_bits() == b.to_bits();
+            worst = worst.max((*a as f64 - *b as f64).abs());
+        }
+    }
+    let state_ok = worst <= 1e-3;
+    line(format!(
+        "{} forward.checkpoint     save {:.1} MiB, {} tokens, load, same tokens: max|dlogit| {worst:.2e}{} tol 1e-3",
+        if state_ok { "PASS" } else { "FAIL" },
+        state.len() as f64 / (1u64 << 20) as f64,
+        probe.len(),
+        if bitwise { " (bitwise equal)" } else { "" }
+    ));
     // Reset brings the device cache back to an empty state: the first token again gives the same logits.
     gpu.reset();
     cpu.reset();
@@ -215,5 +245,5 @@ pub fn run_forward_check(
         n_prompt as f64 / gpu_prefill_s.max(1e-9),
         1e3 * cpu_prefill_s,
     ));
-    Ok(all_ok && greedy_ok && reset_ok && prefill_ok)
+    Ok(all_ok && greedy_ok && state_ok && reset_ok && prefill_ok)
 }

@@ -364,6 +364,20 @@ pub fn rms_norm_quant(
     )
 }
 
+/// Plain quantization (no norm, no f32 copy) of `rows` contiguous rows of `n` floats into the Q8_0
+/// and/or Q8_K planes of `o`. The blocks never cross 256 elements, so rows whose length is a multiple
+/// of 256 are launched as 256-element rows: same output layout, one block per 256 values instead of
+/// one block looping over a long row (a single 8192-wide row took ~9 us of mostly serial chunks).
+pub fn quantize_rows(o: QuantOut, x: DevPtr, n: u32, rows: u32) -> Launch {
+    debug_assert!(o.out == NULL, "quantize_rows writes only the quantized planes");
+    let (n, rows) = if n.is_multiple_of(256) {
+        (256, rows * (n / 256))
+    } else {
+        (n, rows)
+    };
+    rms_norm_quant(o, x, NULL, n, n, rows, 0, 0.0)
+}
+
 /// `ds4_matvec_q8_0`: y[t][r] = W[r] · x_t (Q8_0 weights, Q8_0 activations). Plain projection:
 /// `rows_per_group = n_out`, `x_stride = n_in`; grouped output projection (spec §3.4 step 12):
 /// `rows_per_group = O_r`, `x_stride = G * n_in`. Grid (ceil(n_out/8), n_tok).

@@ -8,14 +8,17 @@
 //! * `kernels` — the kernels' C ABI: names, parameter lists, typed launch builders, embedded code
 //!   objects (kernels/*.hip; owned by the kernel work).
 //! * `kernel_module` — loads the kernel image that fits the device and runs `kernels::Launch` values.
-//! * `weights` — the model's tensor data copied to the device through pinned staging buffers.
+//! * `weights` — the model's tensor data on the device: copied (pread through pinned staging buffers)
+//!   or mapped zero-copy (the registered file mapping).
 //! * `forward` — `HipBackend`, the device forward pass: session state and `eval` (decode steps,
-//!   prefill chunks).
+//!   prefill chunks); `forward/state.rs` is its checkpoint payload (save_state / load_state).
 //! * `prefill` — the launch sequence for n tokens (decode n = 1; prefill chunks with batched GEMMs and
 //!   experts grouped by id) and the activation buffers sized for the largest chunk.
-//! * `backend` — `open_backend`, called by `engine::backend_open`: opens `HipBackend` only with
-//!   `DS4_HIP_FORWARD=1` (not yet validated: see `forward_check`); otherwise it fails with that reason
-//!   and the engine falls back to the CPU.
+//! * `backend` — `open_backend`, called by `engine::backend_open`: the forward-pass gate
+//!   (`FORWARD_VALIDATED`, `DS4_HIP_FORWARD`), the device memory guard and the weight placement
+//!   policy; a failure is one line and `--backend auto` falls back to the CPU with it.
+//! * `footprint` — a session's device bytes (KV + scratch) from the shapes, for the memory guard.
+//! * `bandwidth` — peak device bandwidth (a timed device-to-device copy) for `bench`.
 //! * `profile` — `DS4_HIP_PROFILE=1`: device time per kernel of the forward pass.
 //! * `forward_check` — `selftest --forward N`: `HipBackend` against the CPU engine on a model.
 //! * `checks`, `kernel_checks` — the GPU selftest: runtime smoke checks; every kernel against the CPU
@@ -26,8 +29,10 @@
 //! (`HipContext::kernel_image_override`).
 
 pub mod backend;
+pub mod bandwidth;
 pub mod checks;
 pub mod ffi;
+pub mod footprint;
 pub mod forward;
 pub mod forward_check;
 pub mod kernel_checks;

@@ -146,6 +146,9 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
                 format!("{} · vocab {}", info.n_layer, fmt_count(info.n_vocab as u64)),
                 p,
             ));
+            if let Some(wp) = &info.weights {
+                out.push(kv("Weights", format!("{} {}", wp.mode(), fmt_bytes(wp.bytes)), p));
+            }
         }
         None => out.push(kv(
             "Backend",

@@ -1,0 +1,322 @@
+//! The checkpoint payload of `HipBackend` (`Backend::save_state` / `load_state`): what the session's
+//! turn checkpoints (retry, edit, rewind) and `bench` save and restore on the GPU, playing the role
+//! of the CPU's spec §4.3 payload for the device state. Little endian:
+//!
+//! * header, u32 words: magic "DS4H", version, ctx, n_past, n_layer, n_embd, head_dim,
+//!   idx_head_dim, n_vocab, raw ring rows, n_hc;
+//! * the next-token logits (n_vocab f32); the byte length of the HC split counters, then the counters;
+//! * per layer: the raw KV ring (all rows: it is small and its slots are position mod ring size; a
+//!   ring of another length, from a session with another prefill chunk, is remapped on load);
+//!   then, for the compressed rows and for the indexer rows where the layer has them: the live row
+//!   count (n_past / ratio, spec §3.7), those rows, the compressor kv state and score state.
+//!
+//! The device buffers are copied as bytes. A payload is validated completely before anything is
+//! written, so a rejected one leaves the session untouched; rows past the restored count are zeroed,
+//! so a restored session is byte-for-byte the one a fresh evaluation of the same tokens makes.
+//! Owns the format and its validation only.
+
+use super::{HipBackend, dev};
+use crate::backend::EngineError;
+use crate::backend::hip::kernels;
+
+const MAGIC: u32 = u32::from_le_bytes(*b"DS4H");
+const VERSION: u32 = 1;
+const HEADER_WORDS: usize = 11;
+
+fn header(b: &HipBackend) -> [u32; HEADER_WORDS] {
+    let hp = &b.model.hp;
+    [
+        MAGIC,
+        VERSION,
+        b.ctx as u32,
+        b.n_past as u32,
+        hp.n_layer as u32,
+        hp.n_embd as u32,
+        hp.head_dim as u32,
+        hp.idx_head_dim as u32,
+        hp.n_vocab as u32,
+        ring_rows(b) as u32,
+        hp.n_hc as u32,
+    ]
+}
+
+/// Rows of the raw KV rings of this session (all layers alike; the row of position p is p % rows).
+fn ring_rows(b: &HipBackend) -> usize {
+    b.layers
+        .first()
+        .map_or(0, |l| l.ring.len_bytes() / (4 * b.model.hp.head_dim))
+}
+
+/// The ring of a session with `dst_rows` rows holding what a ring of `src_rows` rows holds after
+/// `n_past` tokens: the newest min(src, dst, n_past) positions moved to their rows, the rest zero.
+/// Attention reads only the sliding window (spec §4.1), so rings at least that long carry over.
+fn remap_ring(src: &[u8], src_rows: usize, dst_rows: usize, n_past: usize) -> Vec<u8> {
+    let row = src.len() / src_rows.max(1);
+    let mut dst = vec![0u8; row * dst_rows];
+    for p in n_past - n_past.min(src_rows).min(dst_rows)..n_past {
+        let (s, d) = (p % src_rows, p % dst_rows);
+        dst[d * row..(d + 1) * row].copy_from_slice(&src[s * row..(s + 1) * row]);
+    }
+    dst
+}
+
+/// Compressed (or indexer) rows a layer of compression `ratio` holds after `n_past` tokens.
+fn live_rows(ratio: u32, n_past: usize) -> usize {
+    kernels::compressor_emitted(ratio, 0, n_past as u32).1 as usize
+}
+
+pub fn save(b: &HipBackend) -> Result<Vec<u8>, EngineError> {
+    b.stream.synchronize().map_err(dev)?;
+    let mut out = Vec::new();
+    for w in header(b) {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    for x in &b.logits {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    let append = |buf: &super::DeviceBuffer, n: usize, out: &mut Vec<u8>| -> Result<(), EngineError> {
+        let at = out.len();
+        out.resize(at + n, 0);
+        buf.copy_to_host(0, &mut out[at..]).map_err(dev)
+    };
+    let counter = b.acts.counter.len_bytes();
+    out.extend_from_slice(&(counter as u32).to_le_bytes());
+    append(&b.acts.counter, counter, &mut out)?;
+    for (l, ls) in b.layers.iter().enumerate() {
+        append(&ls.ring, ls.ring.len_bytes(), &mut out)?;
+        let ratio = b.model.hp.ratio(l);
+        for (st, width) in [(&ls.comp, b.model.hp.head_dim), (&ls.index, b.model.hp.idx_head_dim)] {
+            if let Some(st) = st {
+                let rows = live_rows(ratio, b.n_past);
+                out.extend_from_slice(&(rows as u32).to_le_bytes());
+                append(&st[0], rows * width * 4, &mut out)?;
+                append(&st[1], st[1].len_bytes(), &mut out)?;
+                append(&st[2], st[2].len_bytes(), &mut out)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], EngineError> {
+        if self.b.len() - self.at < n {
+            return Err(EngineError::BadCheckpoint(format!(
+                "truncated at byte {} reading {what} ({n} bytes needed, {} left)",
+                self.at,
+                self.b.len() - self.at
+            )));
+        }
+        let s = &self.b[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, EngineError> {
+        let s = self.take(4, what)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+}
+
+/// One device write of a validated payload: `bytes` into `buffer` from offset 0, the rest zeroed.
+struct Write<'a> {
+    layer: usize,
+    /// 0 = ring, 1 = compressed state, 2 = indexer state; then the buffer within the state.
+    slot: (u8, usize),
+    bytes: &'a [u8],
+}
+
+pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
+    let bad = |m: String| Err(EngineError::BadCheckpoint(m));
+    let mut r = Reader { b: payload, at: 0 };
+    let mut h = [0u32; HEADER_WORDS];
+    for (i, w) in h.iter_mut().enumerate() {
+        *w = r.u32(&format!("header word {i}"))?;
+    }
+    let want = header(b);
+    if h[0] != MAGIC {
+        return bad(format!(
+            "magic {:#010x}, expected {MAGIC:#010x} (\"DS4H\", a HIP session)",
+            h[0]
+        ));
+    }
+    if h[1] != VERSION {
+        return bad(format!("version {}, expected {VERSION}", h[1]));
+    }
+    let names = [
+        "layers",
+        "embedding width",
+        "head dim",
+        "indexer head dim",
+        "vocabulary",
+        "",
+        "HC streams",
+    ];
+    for (k, name) in (4..HEADER_WORDS).zip(names) {
+        if k != 9 && h[k] != want[k] {
+            return bad(format!("{name} {} does not match the model ({})", h[k], want[k]));
+        }
+    }
+    let n_past = h[3] as usize;
+    if n_past > b.ctx {
+        return bad(format!("{n_past} tokens do not fit this session's context {}", b.ctx));
+    }
+    let hp = &b.model.hp;
+    // Rings of another length (sessions whose prefill chunk differs) carry over when both hold
+    // the sliding window.
+    let (saved_rows, rows_here) = (h[9] as usize, want[9] as usize);
+    if saved_rows == 0 || (saved_rows != rows_here && saved_rows.min(rows_here) < hp.sliding_window) {
+        return bad(format!(
+            "raw ring of {saved_rows} rows cannot be restored into this session's {rows_here} (window {})",
+            hp.sliding_window
+        ));
+    }
+    let mut remapped = Vec::new();
+    let logits: Vec<f32> = r
+        .take(4 * hp.n_vocab, "logits")?
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let counter_len = r.u32("HC counter length")? as usize;
+    let counter = r.take(counter_len, "HC counters")?;
+    let mut writes = Vec::new();
+    let row_bytes = 4 * hp.head_dim;
+    let mut rings = Vec::new();
+    for l in 0..b.layers.len() {
+        rings.push(r.take(saved_rows * row_bytes, &format!("layer {l} raw ring"))?);
+        layer_states(&mut r, b, l, n_past, &mut writes)?;
+    }
+    for (l, ring) in rings.into_iter().enumerate() {
+        if saved_rows == rows_here {
+            writes.push(Write {
+                layer: l,
+                slot: (0, 0),
+                bytes: ring,
+            });
+        } else {
+            remapped.push((l, remap_ring(ring, saved_rows, rows_here, n_past)));
+        }
+    }
+    for (l, ring) in &remapped {
+        writes.push(Write {
+            layer: *l,
+            slot: (0, 0),
+            bytes: ring,
+        });
+    }
+    if r.at != payload.len() {
+        return bad(format!("{} bytes after the last layer", payload.len() - r.at));
+    }
+    // Validated: write it. A device failure part way leaves an unknown state, so it is cleared.
+    let result = write_all(b, &writes, counter);
+    if let Err(e) = result {
+        let _ = b.clear_state();
+        return Err(e);
+    }
+    b.n_past = n_past;
+    b.logits = logits;
+    Ok(())
+}
+
+/// Read and check layer `l`'s compressed and indexer row counts, rows and states (they follow
+/// its ring in the payload).
+fn layer_states<'a>(
+    r: &mut Reader<'a>,
+    b: &HipBackend,
+    l: usize,
+    n_past: usize,
+    writes: &mut Vec<Write<'a>>,
+) -> Result<(), EngineError> {
+    let bad = |m: String| Err(EngineError::BadCheckpoint(m));
+    let hp = &b.model.hp;
+    let ls = &b.layers[l];
+    let ratio = hp.ratio(l);
+    for (kind, (st, width)) in [(&ls.comp, hp.head_dim), (&ls.index, hp.idx_head_dim)]
+        .into_iter()
+        .enumerate()
+    {
+        let Some(st) = st else { continue };
+        let name = if kind == 0 { "compressed" } else { "indexer" };
+        let rows = r.u32(&format!("layer {l} {name} row count"))? as usize;
+        if rows != live_rows(ratio, n_past) || rows > ls.comp_cap {
+            return bad(format!(
+                "layer {l}: {rows} {name} rows for {n_past} tokens (expected {}, capacity {})",
+                live_rows(ratio, n_past),
+                ls.comp_cap
+            ));
+        }
+        let lens = [rows * width * 4, st[1].len_bytes(), st[2].len_bytes()];
+        for (i, (n, what)) in lens.into_iter().zip(["rows", "state kv", "state score"]).enumerate() {
+            let bytes = r.take(n, &format!("layer {l} {name} {what}"))?;
+            writes.push(Write {
+                layer: l,
+                slot: (kind as u8 + 1, i),
+                bytes,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn write_all(b: &mut HipBackend, writes: &[Write<'_>], counter: &[u8]) -> Result<(), EngineError> {
+    b.stream.synchronize().map_err(dev)?;
+    // Sessions with other prefill chunks have more or fewer per-token counters; the rest start at 0.
+    let n = counter.len().min(b.acts.counter.len_bytes());
+    b.acts.counter.copy_from_host(0, &counter[..n]).map_err(dev)?;
+    let rest = b.acts.counter.len_bytes() - n;
+    if rest > 0 {
+        b.acts.counter.fill_bytes_async(n, rest, 0, &b.stream).map_err(dev)?;
+    }
+    for w in writes {
+        let ls = &mut b.layers[w.layer];
+        let buf = match w.slot {
+            (0, _) => &mut ls.ring,
+            (1, i) => &mut ls.comp.as_mut().expect("validated against this model")[i],
+            (_, i) => &mut ls.index.as_mut().expect("validated against this model")[i],
+        };
+        buf.copy_from_host(0, w.bytes).map_err(dev)?;
+        let rest = buf.len_bytes() - w.bytes.len();
+        if rest > 0 {
+            buf.fill_bytes_async(w.bytes.len(), rest, 0, &b.stream).map_err(dev)?;
+        }
+    }
+    b.stream.synchronize().map_err(dev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remap_ring;
+
+    /// Rows tagged with their position: ring of 4 after 10 tokens holds positions 6..10 at rows
+    /// p % 4 = 2, 3, 0, 1.
+    fn ring(rows: usize, n_past: usize) -> Vec<u8> {
+        let mut v = vec![0u8; rows * 2];
+        for p in n_past.saturating_sub(rows)..n_past {
+            v[(p % rows) * 2] = p as u8 + 1;
+            v[(p % rows) * 2 + 1] = 0xAA;
+        }
+        v
+    }
+
+    #[test]
+    fn rings_of_another_length_keep_the_newest_positions() {
+        // Same length: unchanged.
+        assert_eq!(remap_ring(&ring(4, 10), 4, 4, 10), ring(4, 10));
+        // Longer destination: the 4 newest positions at p % 6, the rows of positions 4, 5 stay zero.
+        let mut want = ring(6, 10);
+        for p in [4usize, 5] {
+            want[(p % 6) * 2] = 0;
+            want[(p % 6) * 2 + 1] = 0;
+        }
+        assert_eq!(remap_ring(&ring(4, 10), 4, 6, 10), want);
+        // Shorter destination: exactly the ring a 3-row session holds.
+        assert_eq!(remap_ring(&ring(6, 10), 6, 3, 10), ring(3, 10));
+        // Fewer tokens than rows.
+        assert_eq!(remap_ring(&ring(6, 2), 6, 4, 2), ring(4, 2));
+    }
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Speed table of issue #7 item 8 in one device call: antirez/ds4's CUDA build and ds4-chat's HIP
+# backend (on the HIP-on-CUDA shim) on the same Flash-shaped file in /dev/shm, same prompt text.
+#   run-bench.sh BIN TREE DS4_SOURCE_TAR PROMPT_FILE
+# Writes $OUT/{ds4-bench.csv,ours-bench.csv,bench-log.txt}. Needs ~82 GiB of RAM for the file.
+set -uo pipefail
+bin="$(readlink -f "${1:?usage: run-bench.sh BIN TREE DS4_SOURCE_TAR PROMPT_FILE}")"
+tree="$(readlink -f "$2")"; tar="$(readlink -f "$3")"; prompt="$(readlink -f "$4")"
+out="${OUT:-$PWD/out}"; mkdir -p "$out"
+work=/tmp/ds4-hip-on-cuda
+model=/dev/shm/flash.gguf
+export PATH="$PATH:/usr/local/cuda/bin"
+step() { echo; echo "== $* ($(date -u +%T))"; }
+{
+  step device
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.memory --format=csv
+  step "build shim + project kernels, ds4"
+  bash "$tree/tests/hip-on-cuda/build.sh" "$work" sm_90 >/dev/null || { echo "SHIM BUILD FAILED"; exit 1; }
+  bash "$tree/tools/build-kernels-nvcc.sh" "$work/kernels" sm_90 || exit 1
+  mkdir -p /tmp/ds4src && tar -xf "$tar" -C /tmp/ds4src
+  (cd /tmp/ds4src && make -j16 ds4 ds4-bench CUDA_ARCH=sm_90 CUDA_HOME="$(dirname "$(dirname "$(which nvcc)")")" >/tmp/ds4-build.log 2>&1) \
+    && echo "ds4 built ($(cd /tmp/ds4src && git log -1 --format=%h 2>/dev/null || echo source tar))" || { tail -20 /tmp/ds4-build.log; exit 1; }
+  export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_HIP_FORWARD=1
+  step "Flash-shaped q2 file in /dev/shm"
+  /usr/bin/time -f "gen-model: %e s wall, max RSS %M KiB" "$bin" gen-model --preset flash --seed 1 --out "$model" 2>&1 | tail -2
+  step "ds4-bench (CUDA, weights copied to the device)"
+  DS4_CUDA_COPY_MODEL=1 timeout 240 /tmp/ds4src/ds4-bench -m "$model" --cuda --prompt-file "$prompt" \
+    --ctx-start 2048 --ctx-max 8192 --step-incr 2048 --gen-tokens 64 > "$out/ds4-bench.csv" 2> "$out/ds4-bench.err"
+  echo "ds4-bench rc=$?"; grep -iE "copy|load|error" "$out/ds4-bench.err" | tail -4; cat "$out/ds4-bench.csv"
+  step "ds4-chat bench --backend hip --weights copy"
+  timeout 300 "$bin" bench --model "$model" --backend hip --weights copy --prompt-file "$prompt" \
+    --ctx-start 2048 --ctx-max 8192 --step-incr 2048 --gen-tokens 64 --peak-gbps 4800 --csv "$out/ours-bench.csv" 2> "$out/ours-bench.err"
+  echo "ours bench rc=$?"; tail -4 "$out/ours-bench.err"; cat "$out/ours-bench.csv"
+  step "ds4-chat run --backend hip, DS4_HIP_PROFILE=1 (device time per kernel; events around every launch)"
+  DS4_HIP_PROFILE=1 timeout 120 "$bin" run --model "$model" --backend hip --weights copy --ctx 4096 \
+    -p "Hello, who are you?" -n 32 --temp 0 --nothink 2>&1 >/dev/null | tail -30
+  step "ds4-chat run --backend hip --weights map (zero copy: the H200 reads the host mapping over PCIe)"
+  /usr/bin/time -f "run (map): %e s wall" timeout 200 "$bin" run --model "$model" --backend hip --weights map --ctx 4096 \
+    -p "Hello, who are you?" -n 8 --temp 0 --nothink 2>&1 >/dev/null | tail -4
+  rm -f "$model"
+  step done
+} 2>&1 | tee "$out/bench-log.txt"
