@@ -675,19 +675,15 @@ impl HipBackend {
             nt,
         ))?;
         // Grouped output projection (step 12): the H heads of every token as H rows of D.
-        self.launch(&kernels::rms_norm_quant(
+        self.launch(&kernels::quantize_rows(
             QuantOut {
                 q8_0_q: p0(&a.aq),
                 q8_0_d: p0(&a.ad),
                 ..Default::default()
             },
             p0(&a.att),
-            NULL,
-            d,
             d,
             h * nt,
-            0,
-            0.0,
         ))?;
         self.proj_q8_0(
             p0(&a.low),
@@ -700,19 +696,15 @@ impl HipBackend {
             h * d,
             nt,
         )?;
-        self.launch(&kernels::rms_norm_quant(
+        self.launch(&kernels::quantize_rows(
             QuantOut {
                 q8_0_q: p0(&a.lq),
                 q8_0_d: p0(&a.ld),
                 ..Default::default()
             },
             p0(&a.low),
-            NULL,
-            g * or,
             g * or,
             nt,
-            0,
-            0.0,
         ))?;
         self.proj_q8_0(
             p0(&a.y),
@@ -815,7 +807,7 @@ impl HipBackend {
             self.w(&lw.ffn_up_exps.t),
             self.w(&lw.ffn_down_exps.t),
         );
-        let mid_quant = kernels::rms_norm_quant(
+        let mid_quant = kernels::quantize_rows(
             QuantOut {
                 q8_k_q: m.q,
                 q8_k_d: m.d,
@@ -823,12 +815,8 @@ impl HipBackend {
                 ..Default::default()
             },
             p0(&a.mid),
-            NULL,
-            ff,
             ff,
             ke * nt,
-            0,
-            0.0,
         );
         if n == 1 {
             self.launch(&kernels::moe_gate_up(
@@ -926,19 +914,15 @@ impl HipBackend {
                 nt,
             ))?;
         }
-        self.launch(&kernels::rms_norm_quant(
+        self.launch(&kernels::quantize_rows(
             QuantOut {
                 q8_0_q: p0(&a.sq),
                 q8_0_d: p0(&a.sd),
                 ..Default::default()
             },
             p0(&a.smid),
-            NULL,
-            ff,
             ff,
             nt,
-            0,
-            0.0,
         ))?;
         self.proj_q8_0(
             p0(&a.y),
