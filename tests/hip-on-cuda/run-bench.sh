@@ -31,6 +31,9 @@ step() { echo; echo "== $* ($(date -u +%T))"; }
   timeout 300 "$bin" bench --model "$model" --backend hip --weights copy --prompt-file "$prompt" \
     --ctx-start 2048 --ctx-max 8192 --step-incr 2048 --gen-tokens 64 --peak-gbps 4800 --csv "$out/ours-bench.csv" 2> "$out/ours-bench.err"
   echo "ours bench rc=$?"; tail -4 "$out/ours-bench.err"; cat "$out/ours-bench.csv"
+  step "Flash-shaped file: HIP backend vs the CPU engine, 16 tokens decoded + prefill (selftest --forward)"
+  timeout 300 "$bin" selftest --backend hip --model "$model" --forward 16 --greedy 4 2>&1 | grep -v "by position"
+  echo "flash forward rc=${PIPESTATUS[0]}"
   step "ds4-chat run --backend hip, DS4_HIP_PROFILE=1 (device time per kernel; events around every launch)"
   DS4_HIP_PROFILE=1 timeout 120 "$bin" run --model "$model" --backend hip --weights copy --ctx 4096 \
     -p "Hello, who are you?" -n 32 --temp 0 --nothink 2>&1 >/dev/null | tail -30
