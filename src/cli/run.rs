@@ -31,10 +31,11 @@ pub fn open_model(path: &Path) -> Result<Arc<Model>, String> {
 pub fn open_session_backend(
     model: Arc<Model>,
     choice: BackendChoice,
+    weights: WeightPlacement,
     ctx: usize,
     threads: usize,
 ) -> Result<Box<dyn Backend>, String> {
-    let opened = open_backend(model, choice, WeightPlacement::Auto, ctx, threads)?;
+    let opened = open_backend(model, choice, weights, ctx, threads)?;
     if let Some(reason) = &opened.fallback_reason {
         eprintln!("ds4-chat: using the CPU backend: {reason}");
     }
@@ -96,6 +97,9 @@ pub struct Args {
     /// auto (GPU when usable, else CPU), hip or cpu.
     #[arg(long, default_value = "auto", value_parser = parse_backend_choice)]
     pub backend: BackendChoice,
+    /// GPU weight placement: auto (copy when device memory holds the weights, else map), copy or map.
+    #[arg(long, default_value = "auto", value_parser = crate::engine::backend_open::parse_weight_placement)]
+    pub weights: WeightPlacement,
 }
 
 /// Most new tokens that fit: `-n`, and the context keeps one slot free (spec §6.4, pitfall 23).
@@ -204,7 +208,7 @@ pub fn run(args: Args) -> CliResult {
         ));
     }
 
-    let mut backend = open_session_backend(model, args.backend, ctx, args.threads)?;
+    let mut backend = open_session_backend(model, args.backend, args.weights, ctx, args.threads)?;
     let t_prefill = Instant::now();
     // Long prefills on a big model take a while: show progress when stderr is a terminal.
     let show_progress = std::io::stderr().is_terminal();

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use super::CliResult;
 use crate::backend::{Backend, EngineError};
+use crate::engine::events::WeightPlacement;
 use crate::engine::logprobs::{self, ScoredPosition};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -95,7 +96,8 @@ pub fn run(args: Args) -> CliResult {
             "--tokens: id {bad} is outside the vocabulary (n_vocab {n_vocab})"
         ));
     }
-    let mut backend = super::run::open_session_backend(model, args.backend, args.ctx, args.threads)?;
+    let mut backend =
+        super::run::open_session_backend(model, args.backend, WeightPlacement::Auto, args.ctx, args.threads)?;
     let k = args.top_k.min(n_vocab);
     let mut positions = Vec::with_capacity(args.tokens.len());
     teacher_forced(backend.as_mut(), &args.tokens, args.path, &mut |i, logits| {

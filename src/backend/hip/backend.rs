@@ -2,9 +2,10 @@
 //!
 //! Owns the checks made before any weights move and the weight placement policy:
 //! * runtime and device present, kernels that load on it, every expert type supported;
-//! * the forward-pass gate (`forward_enabled`): the device forward pass has been validated against
-//!   the CPU engine on NVIDIA through the HIP-on-CUDA shim and on the CPU emulator, not yet on AMD
-//!   hardware, so it opens only with `DS4_HIP_FORWARD=1` until `FORWARD_VALIDATED` is flipped;
+//! * the forward-pass gate (`forward_enabled`): the device forward pass is validated against the
+//!   CPU engine and the shared reference vectors on an NVIDIA H200 through the HIP-on-CUDA shim and
+//!   on the CPU emulator (tests/hip-on-cuda/results/), so it opens by default; `DS4_HIP_FORWARD=0`
+//!   turns it off (the CPU backend is then used, with that reason);
 //! * the memory guard: device memory (`hipMemGetInfo`) must hold the KV cache and scratch, plus the
 //!   weights when they are copied, before anything is allocated ("too little device memory: need X,
 //!   have Y"); on an integrated GPU a copy is pinned system RAM, so memguard's host check applies too;
@@ -30,10 +31,10 @@ use super::weights::{DeviceWeights, data_section_bytes};
 /// turns it off once it is (`0`).
 pub const FORWARD_ENV: &str = "DS4_HIP_FORWARD";
 
-/// Whether the device forward pass has passed validation on AMD hardware (the H200 and gfx1151
-/// runs of `selftest --forward` and the vectors). The one switch the lead flips: with `true`,
-/// `--backend auto` takes the GPU without `DS4_HIP_FORWARD=1`.
-pub const FORWARD_VALIDATED: bool = false;
+/// Whether the device forward pass has passed validation: `selftest --backend hip --forward`, the
+/// kernel checks and the case A reference vectors on the H200 (2026-11-30, through the shim; no AMD
+/// GPU was available). With `true`, `--backend auto` takes the GPU unless `DS4_HIP_FORWARD=0`.
+pub const FORWARD_VALIDATED: bool = true;
 
 /// Device memory kept free next to the weights and the session: allocation rounding, the runtime's
 /// own buffers and the bench's bandwidth probe.
