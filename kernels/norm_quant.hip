@@ -32,8 +32,6 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_fill_f32(float* x, u64 n, f
 DS4_DEV void norm_quant_row(u64 row, const float* xr, float* out, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d,
                             i16* qk_bs, const float* w, u32 n, u32 flags, float eps) {
     __shared__ double dscratch[DS4_WARPS_PER_BLOCK];
-    __shared__ float fscratch[DS4_WARPS_PER_BLOCK];
-    __shared__ int iscratch[DS4_WARPS_PER_BLOCK];
     const u32 tid = threadIdx.x;
 
     float scale = 1.0f;
@@ -47,76 +45,85 @@ DS4_DEV void norm_quant_row(u64 row, const float* xr, float* out, i8* q0_q, floa
         scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
     }
 
-    // Chunks of 256 elements: one Q8_K block, eight Q8_0 blocks (aligned groups of 32 lanes).
-    for (u32 base = 0; base < n; base += DS4_BLOCK) {
-        const u32 i = base + tid;
-        const bool live = i < n;
-        float v = live ? xr[i] * scale : 0.0f;
-        if (live && w) v *= w[i];
-        if (live && out) out[(u64)row * n + i] = v;
-
+    // Chunks of 256 elements (one Q8_K block, eight Q8_0 blocks), one warp per chunk with no block
+    // barrier inside: lane l holds elements base + DS4_WARP * j + l, so at a fixed j the aligned
+    // groups of 32 (Q8_0) and 16 (Q8_K sums) are lanes of one warp. A 4096-wide row is 16 chunks
+    // over 8 warps (it was 16 serial block-wide rounds: most of the fused HC pre's time on the H200).
+    const u32 lane = lane_id();
+    for (u32 base = warp_id() * 256; base < n; base += DS4_WARPS_PER_BLOCK * 256) {
+        float v[256 / DS4_WARP];
+#pragma unroll
+        for (u32 j = 0; j < 256 / DS4_WARP; ++j) {
+            const u32 i = base + DS4_WARP * j + lane;
+            const bool live = i < n;
+            float x = live ? xr[i] * scale : 0.0f;
+            if (live && w) x *= w[i];
+            if (live && out) out[(u64)row * n + i] = x;
+            v[j] = x;
+        }
         if (q0_q) {
-            // d = amax/127 and 1/d evaluated as amax * (1/127) and 127/amax (DS4_RCP127).
-            const float amax = group32_max(fabsf(v));
-            const float d = amax * DS4_RCP127;
-            const float id = d != 0.0f ? 127.0f / amax : 0.0f;
-            if (live) {
-                int q = round_even_i(v * id);
-                q = q < -128 ? -128 : (q > 127 ? 127 : q);
-                q0_q[(u64)row * n + i] = (i8)q;
-                if ((i & 31) == 0) q0_d[(u64)row * (n / 32) + i / 32] = d;
+#pragma unroll
+            for (u32 j = 0; j < 256 / DS4_WARP; ++j) {
+                const u32 i = base + DS4_WARP * j + lane;
+                // d = amax/127 and 1/d evaluated as amax * (1/127) and 127/amax (DS4_RCP127).
+                const float amax = group32_max(fabsf(v[j]));
+                const float d = amax * DS4_RCP127;
+                const float id = d != 0.0f ? 127.0f / amax : 0.0f;
+                if (i < n) {
+                    int q = round_even_i(v[j] * id);
+                    q = q < -128 ? -128 : (q > 127 ? 127 : q);
+                    q0_q[(u64)row * n + i] = (i8)q;
+                    if ((i & 31) == 0) q0_d[(u64)row * (n / 32) + i / 32] = d;
+                }
             }
         }
         if (qk_q) {
-            // Element with the largest |v|, first one on ties (strict > in index order).
-            float best = fabsf(v);
-            int bidx = (int)tid;
+            // The element with the largest |v|, the first one (lowest index) on ties, and its sign.
+            float best = -1.0f, bval = 0.0f;
+            u32 bidx = 0;
+#pragma unroll
+            for (u32 j = 0; j < 256 / DS4_WARP; ++j) {
+                if (fabsf(v[j]) > best) {
+                    best = fabsf(v[j]);
+                    bval = v[j];
+                    bidx = DS4_WARP * j + lane;
+                }
+            }
 #pragma unroll
             for (int o = DS4_WARP / 2; o > 0; o >>= 1) {
                 const float ob = __shfl_xor(best, o, DS4_WARP);
-                const int oi = __shfl_xor(bidx, o, DS4_WARP);
+                const float ov = __shfl_xor(bval, o, DS4_WARP);
+                const u32 oi = __shfl_xor(bidx, o, DS4_WARP);
                 if (ob > best || (ob == best && oi < bidx)) {
                     best = ob;
+                    bval = ov;
                     bidx = oi;
                 }
             }
-            __syncthreads();
-            if (lane_id() == 0) {
-                fscratch[warp_id()] = best;
-                iscratch[warp_id()] = bidx;
-            }
-            __syncthreads();
-            best = fscratch[0];
-            bidx = iscratch[0];
-            for (int wv = 1; wv < DS4_WARPS_PER_BLOCK; ++wv) {
-                if (fscratch[wv] > best || (fscratch[wv] == best && iscratch[wv] < bidx)) {
-                    best = fscratch[wv];
-                    bidx = iscratch[wv];
-                }
-            }
-            // Broadcast the signed extreme value through shared memory.
-            __syncthreads();
-            if ((int)tid == bidx) fscratch[0] = v;
-            __syncthreads();
-            const float m = fscratch[0];
-            int q = 0;
-            float d = 0.0f;
+            const float m = bval;
+            float iscale = 0.0f, d = 0.0f;
             if (best != 0.0f) {
-                const float iscale = -127.0f / m;
-                q = round_even_i(iscale * v);
-                q = q < -128 ? -128 : (q > 127 ? 127 : q);
+                iscale = -127.0f / m;
                 d = m * -DS4_RCP127;  // = 1/iscale, as the reference evaluates it
             }
-            // 16-element sums (aligned groups of 16 lanes).
-            int s = q;
 #pragma unroll
-            for (int o = 8; o > 0; o >>= 1) s += __shfl_xor(s, o, 16);
-            if (live) {
-                qk_q[(u64)row * n + i] = (i8)q;
-                if ((i & 15) == 0) qk_bs[(u64)row * (n / 16) + i / 16] = (i16)s;
-                if ((i & 255) == 0) qk_d[(u64)row * (n / 256) + i / 256] = d;
+            for (u32 j = 0; j < 256 / DS4_WARP; ++j) {
+                const u32 i = base + DS4_WARP * j + lane;
+                int q = 0;
+                if (best != 0.0f) {
+                    q = round_even_i(iscale * v[j]);
+                    q = q < -128 ? -128 : (q > 127 ? 127 : q);
+                }
+                // 16-element sums (aligned groups of 16 lanes).
+                int sum = q;
+#pragma unroll
+                for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor(sum, o, 16);
+                if (i < n) {
+                    qk_q[(u64)row * n + i] = (i8)q;
+                    if ((i & 15) == 0) qk_bs[(u64)row * (n / 16) + i / 16] = (i16)sum;
+                }
             }
-            __syncthreads();
+            if (lane == 0) qk_d[(u64)row * (n / 256) + base / 256] = d;
         }
     }
 }

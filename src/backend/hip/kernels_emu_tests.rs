@@ -281,6 +281,35 @@ fn rms_norm_and_activation_quantization() {
             assert_eq!(&dk[r * n / 256..(r + 1) * n / 256], &d[..], "Q8_K scales row {r}");
             assert_eq!(&bk[r * n / 16..(r + 1) * n / 16], &bs[..], "Q8_K sums row {r}");
         }
+        // A row shorter than one 256-chunk (Q8_0 only: 96 = 3 blocks, lanes past the end idle), and
+        // a Q8_K row whose largest |v| occurs twice with opposite signs (the first one sets the sign).
+        let short = rng.vec(96, 2.0);
+        let (mut q0s, mut d0s) = (vec![0i8; 96], vec![0f32; 3]);
+        let os = QuantOut {
+            q8_0_q: pm(&mut q0s),
+            q8_0_d: pm(&mut d0s),
+            ..Default::default()
+        };
+        e.run(&quantize_rows(os, p(&short), 96, 1));
+        let mut a = quant::Q8_0Act::with_len(96);
+        quant::quantize_q8_0(&short, &mut a);
+        assert_eq!((&q0s[..], &d0s[..]), (&a.qs[..], &a.scales[..]), "short Q8_0 row");
+        let mut tie = rng.vec(256, 1.0);
+        (tie[77], tie[200]) = (-5.0, 5.0);
+        let (mut qt, mut dt, mut bt) = (vec![0i8; 256], vec![0f32; 1], vec![0i16; 16]);
+        let ot = QuantOut {
+            q8_k_q: pm(&mut qt),
+            q8_k_d: pm(&mut dt),
+            q8_k_bs: pm(&mut bt),
+            ..Default::default()
+        };
+        e.run(&quantize_rows(ot, p(&tie), 256, 1));
+        let (q, d, bs) = q8k_planes(&tie, 256);
+        assert_eq!((&qt[..], &dt[..], &bt[..]), (&q[..], &d[..], &bs[..]), "Q8_K tie row");
+        assert!(
+            dt[0] > 0.0 && qt[77] == -127,
+            "the first extreme (-5 at 77) sets the scale: d = m * -1/127"
+        );
     });
 }
 
