@@ -128,36 +128,27 @@ impl HipBackend {
         let stream = hip.stream().map_err(|e| e.to_string())?;
         let e = |r: super::runtime::HipResult<DeviceBuffer>| r.map_err(|e| e.to_string());
         let f32s = |n: usize| e(hip.alloc(4 * n.max(1)));
-        let (d, di) = (hp.head_dim, hp.idx_head_dim);
         let n_max = prefill::prefill_chunk(ctx)?;
-        let raw_cap = prefill::ring_rows(hp, n_max);
         let mut layers = Vec::with_capacity(hp.n_layer);
         let mut kv_bytes = 0u64;
-        for l in 0..hp.n_layer {
-            let ratio = hp.ratio(l) as usize;
-            let c = hp.compress_overlap(l);
-            // Capacity ctx/ratio + 2 as the CPU cache (spec §4.1).
-            let comp_cap = if ratio == 0 {
-                0
-            } else {
-                crate::backend::cpu::cache::comp_cap(ctx, ratio)
-            };
-            let ring = f32s(raw_cap * d)?;
-            kv_bytes += ring.len_bytes() as u64;
-            let mut state = |width: usize| -> Result<[DeviceBuffer; 3], String> {
-                let rows = f32s(comp_cap * width)?;
-                let st = c * ratio * c * width;
-                let b = [rows, f32s(st)?, f32s(st)?];
-                kv_bytes += b.iter().map(|x| x.len_bytes() as u64).sum::<u64>();
+        for plan in super::footprint::layer_plans(hp, ctx, n_max) {
+            let mut alloc = |floats: usize| -> Result<DeviceBuffer, String> {
+                let b = f32s(floats)?;
+                kv_bytes += b.len_bytes() as u64;
                 Ok(b)
             };
-            let comp = if ratio != 0 { Some(state(d)?) } else { None };
-            let index = if hp.has_indexer(l) { Some(state(di)?) } else { None };
+            let ring = alloc(plan.ring)?;
+            let mut state = |s: Option<(usize, usize)>| -> Result<Option<[DeviceBuffer; 3]>, String> {
+                s.map(|(rows, st)| Ok([alloc(rows)?, alloc(st)?, alloc(st)?]))
+                    .transpose()
+            };
+            let comp = state(plan.comp)?;
+            let index = state(plan.index)?;
             layers.push(LayerState {
                 ring,
                 comp,
                 index,
-                comp_cap,
+                comp_cap: plan.comp_cap,
             });
         }
         let acts = Acts::new(&hip, hp, n_max, ctx)?;

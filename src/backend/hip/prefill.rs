@@ -19,7 +19,7 @@ use std::cell::Cell;
 use crate::backend::EngineError;
 use crate::backend::cpu::cache::comp_cap;
 use crate::model::hparams::HParams;
-use crate::model::weights::{CompressorWeights, ExpertTensor};
+use crate::model::weights::{CompressorWeights, ExpertTensor, TensorRef};
 
 use super::forward::HipBackend;
 use super::kernels::{
@@ -378,6 +378,42 @@ impl HipBackend {
         self.acts.len_bytes()
     }
 
+    /// HC pre of a sublayer and its input norm (spec §3.2, §3.4 step 2 / §3.9 step 2), fused: the
+    /// split goes to `split`, the normed input to `xn` and its Q8_0 planes (plus Q8_K for the FFN's
+    /// routed experts when `q8_k`). `w` = [hc fn, hc scale, hc base, norm weight] of the sublayer.
+    fn hc_pre(&self, split: DevPtr, q8_k: bool, w: [&TensorRef; 4], nt: u32) -> Result<(), EngineError> {
+        let hp = &self.model.hp;
+        let a = &self.acts;
+        let p0 = |b: &DeviceBuffer| b.ptr().0;
+        let (ne, nhc) = (hp.n_embd as u32, hp.n_hc as u32);
+        let mut quant = QuantOut {
+            out: p0(&a.xn),
+            q8_0_q: p0(&a.xq),
+            q8_0_d: p0(&a.xd),
+            ..Default::default()
+        };
+        if q8_k {
+            (quant.q8_k_q, quant.q8_k_d, quant.q8_k_bs) = (p0(&a.kq), p0(&a.kd), p0(&a.kbs));
+        }
+        self.launch(&kernels::hc_pre_fused(
+            split,
+            quant,
+            p0(&a.part),
+            p0(&a.counter),
+            p0(&a.hc),
+            self.w(w[0]),
+            self.w(w[1]),
+            self.w(w[2]),
+            self.w(w[3]),
+            ne,
+            nhc,
+            kernels::hc_mix_splits(nhc * ne),
+            hp.sinkhorn_iters as u32,
+            self.hc_eps(),
+            nt,
+        ))
+    }
+
     fn hc_eps(&self) -> HcEps {
         let hp = &self.model.hp;
         HcEps {
@@ -464,28 +500,12 @@ impl HipBackend {
         let eps = hp.rms_eps;
         let pu = pos0 as u32;
         let raw_cap = ring_rows(hp, a.n_max) as u32;
-        self.launch(&kernels::hc_pre_fused(
+        self.hc_pre(
             p0(&a.split_a),
-            QuantOut {
-                out: p0(&a.xn),
-                q8_0_q: p0(&a.xq),
-                q8_0_d: p0(&a.xd),
-                ..Default::default()
-            },
-            p0(&a.part),
-            p0(&a.counter),
-            p0(&a.hc),
-            self.w(&lw.hc_attn_fn),
-            self.w(&lw.hc_attn_scale),
-            self.w(&lw.hc_attn_base),
-            self.w(&lw.attn_norm),
-            ne,
-            nhc,
-            kernels::hc_mix_splits(nhc * ne),
-            hp.sinkhorn_iters as u32,
-            self.hc_eps(),
+            false,
+            [&lw.hc_attn_fn, &lw.hc_attn_scale, &lw.hc_attn_base, &lw.attn_norm],
             nt,
-        ))?;
+        )?;
         // Query (steps 3, 5).
         self.proj_q8_0(
             p0(&a.qr),
@@ -739,30 +759,12 @@ impl HipBackend {
         let nhc = hp.n_hc as u32;
         let (ff, ke, nex) = (hp.n_ff_exp as u32, hp.n_expert_used as u32, hp.n_expert as u32);
         let clamp = hp.swiglu_clamp[l];
-        self.launch(&kernels::hc_pre_fused(
+        self.hc_pre(
             p0(&a.split_f),
-            QuantOut {
-                out: p0(&a.xn),
-                q8_0_q: p0(&a.xq),
-                q8_0_d: p0(&a.xd),
-                q8_k_q: p0(&a.kq),
-                q8_k_d: p0(&a.kd),
-                q8_k_bs: p0(&a.kbs),
-            },
-            p0(&a.part),
-            p0(&a.counter),
-            p0(&a.hc),
-            self.w(&lw.hc_ffn_fn),
-            self.w(&lw.hc_ffn_scale),
-            self.w(&lw.hc_ffn_base),
-            self.w(&lw.ffn_norm),
-            ne,
-            nhc,
-            kernels::hc_mix_splits(nhc * ne),
-            hp.sinkhorn_iters as u32,
-            self.hc_eps(),
+            true,
+            [&lw.hc_ffn_fn, &lw.hc_ffn_scale, &lw.hc_ffn_base, &lw.ffn_norm],
             nt,
-        ))?;
+        )?;
         // Router (steps 3-4).
         self.proj_f16(p0(&a.rl), self.w(&lw.ffn_gate_inp), p0(&a.xn), ne, nex, ne, nt)?;
         self.launch(&kernels::router(
