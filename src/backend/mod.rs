@@ -7,6 +7,7 @@ pub mod agreement;
 pub mod cpu;
 #[cfg(feature = "hip")]
 pub mod hip;
+pub mod payload;
 // The kernel table is plain data: its tests run in builds without the `hip` feature too.
 #[cfg(all(test, not(feature = "hip")))]
 #[path = "hip/kernels.rs"]

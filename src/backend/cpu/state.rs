@@ -6,20 +6,11 @@
 
 use super::cache::{self, Rows};
 use super::{CpuBackend, EngineError};
+use crate::backend::payload::{PayloadReader, put_f32s, put_u32};
 
 const MAGIC: u32 = 0x3456_5344; // "DSV4"
 const VERSION: u32 = 1;
 const HEADER_WORDS: usize = 13;
-
-fn put_u32(out: &mut Vec<u8>, v: u32) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-
-fn put_f32s(out: &mut Vec<u8>, v: &[f32]) {
-    for x in v {
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-}
 
 /// Compressed-row capacity reported in the header: that of the smallest nonzero ratio.
 fn header(b: &CpuBackend) -> [u32; HEADER_WORDS] {
@@ -69,38 +60,7 @@ pub fn save(b: &CpuBackend) -> Vec<u8> {
     out
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl Reader<'_> {
-    fn u32(&mut self, what: &str) -> Result<u32, EngineError> {
-        let s = self.take(4, what)?;
-        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    }
-    fn take(&mut self, n: usize, what: &str) -> Result<&[u8], EngineError> {
-        if self.b.len() - self.at < n {
-            return Err(EngineError::BadCheckpoint(format!(
-                "truncated at byte {} reading {what} ({n} bytes needed, {} left)",
-                self.at,
-                self.b.len() - self.at
-            )));
-        }
-        let s = &self.b[self.at..self.at + n];
-        self.at += n;
-        Ok(s)
-    }
-    fn f32s(&mut self, dst: &mut [f32], what: &str) -> Result<(), EngineError> {
-        let s = self.take(dst.len() * 4, what)?;
-        for (d, c) in dst.iter_mut().zip(s.chunks_exact(4)) {
-            *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        }
-        Ok(())
-    }
-}
-
-fn fill_rows(r: &mut Reader<'_>, rows: &mut Rows, n: usize, what: &str) -> Result<(), EngineError> {
+fn fill_rows(r: &mut PayloadReader<'_>, rows: &mut Rows, n: usize, what: &str) -> Result<(), EngineError> {
     if n > rows.cap {
         return Err(EngineError::BadCheckpoint(format!(
             "{what}: {n} rows exceed the capacity {}",
@@ -115,7 +75,7 @@ fn fill_rows(r: &mut Reader<'_>, rows: &mut Rows, n: usize, what: &str) -> Resul
 
 pub fn load(b: &mut CpuBackend, bytes: &[u8]) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::BadCheckpoint(m));
-    let mut r = Reader { b: bytes, at: 0 };
+    let mut r = PayloadReader::new(bytes);
     let mut h = [0u32; HEADER_WORDS];
     for (i, w) in h.iter_mut().enumerate() {
         *w = r.u32(&format!("header word {i}"))?;
@@ -201,8 +161,8 @@ pub fn load(b: &mut CpuBackend, bytes: &[u8]) -> Result<(), EngineError> {
             }
         }
     }
-    if r.at != bytes.len() {
-        return bad(format!("{} trailing bytes after the payload", bytes.len() - r.at));
+    if r.remaining() != 0 {
+        return bad(format!("{} trailing bytes after the payload", r.remaining()));
     }
     b.caches = caches;
     b.tokens.clear();

@@ -18,6 +18,7 @@
 use super::{HipBackend, dev};
 use crate::backend::EngineError;
 use crate::backend::hip::kernels;
+use crate::backend::payload::{PayloadReader, put_f32s, put_u32};
 
 const MAGIC: u32 = u32::from_le_bytes(*b"DS4H");
 const VERSION: u32 = 1;
@@ -69,18 +70,16 @@ pub fn save(b: &HipBackend) -> Result<Vec<u8>, EngineError> {
     b.stream.synchronize().map_err(dev)?;
     let mut out = Vec::new();
     for w in header(b) {
-        out.extend_from_slice(&w.to_le_bytes());
+        put_u32(&mut out, w);
     }
-    for x in &b.logits {
-        out.extend_from_slice(&x.to_le_bytes());
-    }
+    put_f32s(&mut out, &b.logits);
     let append = |buf: &super::DeviceBuffer, n: usize, out: &mut Vec<u8>| -> Result<(), EngineError> {
         let at = out.len();
         out.resize(at + n, 0);
         buf.copy_to_host(0, &mut out[at..]).map_err(dev)
     };
     let counter = b.acts.counter.len_bytes();
-    out.extend_from_slice(&(counter as u32).to_le_bytes());
+    put_u32(&mut out, counter as u32);
     append(&b.acts.counter, counter, &mut out)?;
     for (l, ls) in b.layers.iter().enumerate() {
         append(&ls.ring, ls.ring.len_bytes(), &mut out)?;
@@ -88,7 +87,7 @@ pub fn save(b: &HipBackend) -> Result<Vec<u8>, EngineError> {
         for (st, width) in [(&ls.comp, b.model.hp.head_dim), (&ls.index, b.model.hp.idx_head_dim)] {
             if let Some(st) = st {
                 let rows = live_rows(ratio, b.n_past);
-                out.extend_from_slice(&(rows as u32).to_le_bytes());
+                put_u32(&mut out, rows as u32);
                 append(&st[0], rows * width * 4, &mut out)?;
                 append(&st[1], st[1].len_bytes(), &mut out)?;
                 append(&st[2], st[2].len_bytes(), &mut out)?;
@@ -96,31 +95,6 @@ pub fn save(b: &HipBackend) -> Result<Vec<u8>, EngineError> {
         }
     }
     Ok(out)
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], EngineError> {
-        if self.b.len() - self.at < n {
-            return Err(EngineError::BadCheckpoint(format!(
-                "truncated at byte {} reading {what} ({n} bytes needed, {} left)",
-                self.at,
-                self.b.len() - self.at
-            )));
-        }
-        let s = &self.b[self.at..self.at + n];
-        self.at += n;
-        Ok(s)
-    }
-
-    fn u32(&mut self, what: &str) -> Result<u32, EngineError> {
-        let s = self.take(4, what)?;
-        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    }
 }
 
 /// One device write of a validated payload: `bytes` into `buffer` from offset 0, the rest zeroed.
@@ -133,7 +107,7 @@ struct Write<'a> {
 
 pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::BadCheckpoint(m));
-    let mut r = Reader { b: payload, at: 0 };
+    let mut r = PayloadReader::new(payload);
     let mut h = [0u32; HEADER_WORDS];
     for (i, w) in h.iter_mut().enumerate() {
         *w = r.u32(&format!("header word {i}"))?;
@@ -209,8 +183,8 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
             bytes: ring,
         });
     }
-    if r.at != payload.len() {
-        return bad(format!("{} bytes after the last layer", payload.len() - r.at));
+    if r.remaining() != 0 {
+        return bad(format!("{} bytes after the last layer", r.remaining()));
     }
     // Validated: write it. A device failure part way leaves an unknown state, so it is cleared.
     let result = write_all(b, &writes, counter);
@@ -226,7 +200,7 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
 /// Read and check layer `l`'s compressed and indexer row counts, rows and states (they follow
 /// its ring in the payload).
 fn layer_states<'a>(
-    r: &mut Reader<'a>,
+    r: &mut PayloadReader<'a>,
     b: &HipBackend,
     l: usize,
     n_past: usize,
