@@ -12,14 +12,24 @@
 //   IQ2_XXS: codes = signed grid bytes, A = d * (2 ls + 1) / 8,       B = 0
 // which is the per-block formula of spec §2.3 regrouped per chunk.
 //
-// Tiles: 64 weight rows x 64 tokens (or expert pairs), 4 chunks (128 elements) per shared-memory
-// stage, 256 threads each owning 4 rows x 4 tokens.
+// Tiles: a block of 256 threads computes ROWS weight rows x COLS columns (tokens, or the expert pairs
+// of one expert), each thread 4 rows x CPT columns. COLS is a template parameter so that a grouped
+// expert tile can be sized to the pairs its expert really has (ds4_moe_group picks it per tile):
+//     COLS  CPT  ROWS  chunks per stage
+//      64    4    64    4      dense GEMMs, full expert tiles
+//      32    4   128    2
+//      16    4   256    1
+//       8    2   256    1
+// Every shape stages 256 (row, chunk) weight slots per stage (the same shared memory), unpacks each
+// weight chunk once per tile for all of its columns, and accumulates every output over the chunks
+// c = 0 .. n_in/32 - 1 in order with the same float expression, so all shapes give bitwise identical
+// outputs; they differ only in how much dp4a work goes to empty columns.
 #pragma once
 #include "formats.h"
 
-#define DS4_GM_ROWS 64
-#define DS4_GM_TOKS 64
-#define DS4_GM_CH 4
+#define DS4_GM_TILE 64       // dense tile edge (rows and tokens); widest expert tile
+#define DS4_GM_MAX_COLS 64   // widest column class
+#define DS4_GM_SLOTS 256     // weight (row, chunk) slots per stage of every tile shape
 
 struct WChunk {
     int q[8];
@@ -110,38 +120,79 @@ DS4_DEV void load_act_any(const i8* xq, const float* xd, const i16* xbs, u32 c, 
     }
 }
 
-// Where the 64 columns (tokens or expert pairs) of a tile come from.
+// Where the columns (tokens or expert pairs) of a tile come from.
 struct TileCols {
-    u32 n;            // live columns in this tile
-    u32 act_row[DS4_GM_TOKS];  // activation row of each column (filled in shared memory)
-    u32 out_row[DS4_GM_TOKS];  // output row of each column
+    u32 n;                         // live columns in this tile
+    u32 act_row[DS4_GM_MAX_COLS];  // activation row of each column
+    u32 out_row[DS4_GM_MAX_COLS];  // output row of each column
 };
 
-// The shared GEMM body. NW = 1 (plain) or 2 (gate + up with SwiGLU). Computes, for the 64 weight
-// rows starting at r0 and the tile's columns, acc[w][i][j] over all n_in / 32 chunks.
-template <int T, bool AK, int NW>
-DS4_DEV void gemm_tile(float (&acc)[NW][4][4], const u8* const* wbase, u64 rb, u32 r0, u32 n_rows, u32 n_in,
-                       const i8* xq, const float* xd, const i16* xbs, u32 x_stride, u32 xg_off,
-                       const TileCols& cols, const u64* grid) {
-    __shared__ int4 ws[NW][DS4_GM_CH][DS4_GM_ROWS][2];
-    __shared__ float4 wf[NW][DS4_GM_CH][DS4_GM_ROWS];
-    __shared__ int4 xs[DS4_GM_CH][DS4_GM_TOKS][2];
-    __shared__ float xf[DS4_GM_CH][DS4_GM_TOKS];
-    __shared__ int2 xb[DS4_GM_CH][DS4_GM_TOKS];
-    const u32 tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+// Shared memory of one GEMM block, the same for every tile shape (slot = chunk-in-stage * ROWS + row
+// for weights, chunk-in-stage * COLS + column for activations). NW = number of weight matrices.
+template <int NW>
+struct GemmSmem {
+    int4 ws[NW][DS4_GM_SLOTS][2];  // 32 weight codes per slot
+    float4 wf[NW][DS4_GM_SLOTS];   // (A0, A1, B0, B1) per slot
+    int4 xs[DS4_GM_SLOTS][2];      // 32 activation codes per slot
+    float xf[DS4_GM_SLOTS];        // activation scale
+    int2 xb[DS4_GM_SLOTS];         // activation 16-element sums (Q8_K)
+    TileCols cols;
+};
+
+template <int COLS>
+struct TileShape {
+    static constexpr int CPT = COLS >= 16 ? 4 : COLS / 4;  // columns per thread
+    static constexpr int TC = COLS / CPT;                   // threads across the columns
+    static constexpr int TR = DS4_BLOCK / TC;               // threads across the rows
+    static constexpr int ROWS = 4 * TR;                     // weight rows per tile
+    static constexpr int CH = DS4_GM_SLOTS / ROWS;          // chunks per stage
+    static_assert(COLS == 8 || COLS == 16 || COLS == 32 || COLS == 64, "tile columns: 8, 16, 32 or 64");
+    static_assert(CH >= 1 && CH * ROWS == DS4_GM_SLOTS && COLS * CH <= DS4_GM_SLOTS, "tile shape");
+};
+
+template <int C>
+struct ColsTag {
+    static constexpr int value = C;
+};
+
+// Calls f(ColsTag<COLS>{}) for a tile's runtime column class (8, 16, 32; anything else is 64).
+template <class F>
+DS4_DEV void with_tile_cols(u32 cols, F&& f) {
+    if (cols == 8) {
+        f(ColsTag<8>{});
+    } else if (cols == 16) {
+        f(ColsTag<16>{});
+    } else if (cols == 32) {
+        f(ColsTag<32>{});
+    } else {
+        f(ColsTag<64>{});
+    }
+}
+
+// The shared GEMM body. NW = 1 (plain) or 2 (gate + up with SwiGLU). For the ROWS weight rows from r0
+// and the columns in sm.cols (set, with a barrier, by the caller), accumulates over all n_in / 32
+// chunks and then calls store(row, column, acc of weight 0, acc of weight NW - 1) for every live
+// output.
+template <int T, bool AK, int NW, int COLS, class Store>
+DS4_DEV void gemm_tile(GemmSmem<NW>& sm, const u8* const (&wbase)[NW], u64 rb, u32 r0, u32 n_rows, u32 n_in,
+                       const i8* xq, const float* xd, const i16* xbs, u32 x_stride, u32 xg_off, const u64* grid,
+                       Store&& store) {
+    using S = TileShape<COLS>;
+    const u32 tid = threadIdx.x, tx = tid % S::TC, ty = tid / S::TC;
     const u32 nc = n_in / 32;
+    float acc[NW][4][S::CPT];
 #pragma unroll
     for (int w = 0; w < NW; ++w)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
-            for (int j = 0; j < 4; ++j) acc[w][i][j] = 0.0f;
+            for (int j = 0; j < S::CPT; ++j) acc[w][i][j] = 0.0f;
 
-    for (u32 c0 = 0; c0 < nc; c0 += DS4_GM_CH) {
-        // Stage: thread -> (row, chunk) of each weight and (column, chunk) of the activations.
+    for (u32 c0 = 0; c0 < nc; c0 += S::CH) {
+        // Stage: thread tid -> weight slot tid (row, chunk) and, while tid < COLS * CH, activation
+        // slot tid (column, chunk).
         {
-            const u32 row = tid % DS4_GM_ROWS, ch = tid / DS4_GM_ROWS;
-            const u32 c = c0 + ch;
+            const u32 row = tid % S::ROWS, c = c0 + tid / S::ROWS;
 #pragma unroll
             for (int w = 0; w < NW; ++w) {
                 WChunk wc;
@@ -152,48 +203,50 @@ DS4_DEV void gemm_tile(float (&acc)[NW][4][4], const u8* const* wbase, u64 rb, u
                     for (int i = 0; i < 8; ++i) wc.q[i] = 0;
                     wc.a0 = wc.a1 = wc.b0 = wc.b1 = 0.0f;
                 }
-                ws[w][ch][row][0] = make_int4(wc.q[0], wc.q[1], wc.q[2], wc.q[3]);
-                ws[w][ch][row][1] = make_int4(wc.q[4], wc.q[5], wc.q[6], wc.q[7]);
-                wf[w][ch][row] = make_float4(wc.a0, wc.a1, wc.b0, wc.b1);
+                sm.ws[w][tid][0] = make_int4(wc.q[0], wc.q[1], wc.q[2], wc.q[3]);
+                sm.ws[w][tid][1] = make_int4(wc.q[4], wc.q[5], wc.q[6], wc.q[7]);
+                sm.wf[w][tid] = make_float4(wc.a0, wc.a1, wc.b0, wc.b1);
             }
-            const u32 col = tid % DS4_GM_TOKS;
+        }
+        if (tid < COLS * S::CH) {
+            const u32 col = tid % COLS, c = c0 + tid / COLS;
             int q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             float d = 0.0f;
             int b0 = 0, b1 = 0;
-            if (c < nc && col < cols.n) {
-                const u64 ar = cols.act_row[col];
+            if (c < nc && col < sm.cols.n) {
+                const u64 ar = sm.cols.act_row[col];
                 load_act_any<AK>(xq + ar * x_stride + xg_off, xd + ar * (x_stride / (AK ? 256 : 32)) +
                                      xg_off / (AK ? 256 : 32),
                                  xbs ? xbs + ar * (x_stride / 16) + xg_off / 16 : nullptr, c, q, d, b0, b1);
             }
-            xs[ch][col][0] = make_int4(q[0], q[1], q[2], q[3]);
-            xs[ch][col][1] = make_int4(q[4], q[5], q[6], q[7]);
-            xf[ch][col] = d;
-            xb[ch][col] = make_int2(b0, b1);
+            sm.xs[tid][0] = make_int4(q[0], q[1], q[2], q[3]);
+            sm.xs[tid][1] = make_int4(q[4], q[5], q[6], q[7]);
+            sm.xf[tid] = d;
+            sm.xb[tid] = make_int2(b0, b1);
         }
         __syncthreads();
 #pragma unroll
-        for (int ch = 0; ch < DS4_GM_CH; ++ch) {
-            int4 xv[4][2];
-            float xd4[4];
-            int2 xb4[4];
+        for (int ch = 0; ch < S::CH; ++ch) {
+            int4 xv[S::CPT][2];
+            float xd4[S::CPT];
+            int2 xb4[S::CPT];
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const u32 col = tx + 16 * j;
-                xv[j][0] = xs[ch][col][0];
-                xv[j][1] = xs[ch][col][1];
-                xd4[j] = xf[ch][col];
-                xb4[j] = xb[ch][col];
+            for (int j = 0; j < S::CPT; ++j) {
+                const u32 slot = ch * COLS + tx + S::TC * j;
+                xv[j][0] = sm.xs[slot][0];
+                xv[j][1] = sm.xs[slot][1];
+                xd4[j] = sm.xf[slot];
+                xb4[j] = sm.xb[slot];
             }
 #pragma unroll
             for (int w = 0; w < NW; ++w) {
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    const u32 row = ty + 16 * i;
-                    const int4 a = ws[w][ch][row][0], b = ws[w][ch][row][1];
-                    const float4 f = wf[w][ch][row];
+                    const u32 slot = ch * S::ROWS + ty + S::TR * i;
+                    const int4 a = sm.ws[w][slot][0], b = sm.ws[w][slot][1];
+                    const float4 f = sm.wf[w][slot];
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) {
+                    for (int j = 0; j < S::CPT; ++j) {
                         int i0 = dot4_i8(a.x, xv[j][0].x, 0);
                         i0 = dot4_i8(a.y, xv[j][0].y, i0);
                         i0 = dot4_i8(a.z, xv[j][0].z, i0);
@@ -210,6 +263,20 @@ DS4_DEV void gemm_tile(float (&acc)[NW][4][4], const u8* const* wbase, u64 rb, u
         }
         __syncthreads();
     }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < S::CPT; ++j) {
+            const u32 r = r0 + ty + S::TR * i, col = tx + S::TC * j;
+            if (r < n_rows && col < sm.cols.n) store(r, col, acc[0][i][j], acc[NW - 1][i][j]);
+        }
+}
+
+// Columns of a dense GEMM tile: tokens t0 .. t0 + 63 (activation row = output row = token).
+DS4_DEV void load_token_cols(TileCols& cols, u32 t0, u32 n_tok) {
+    if (threadIdx.x == 0) cols.n = min(DS4_GM_TILE, n_tok - t0);
+    if (threadIdx.x < DS4_GM_TILE) cols.act_row[threadIdx.x] = cols.out_row[threadIdx.x] = t0 + threadIdx.x;
+    __syncthreads();
 }
 
 // Dense Q8_0 GEMM: y[t][r] = W[r] · x_t for n_tok tokens with Q8_0 activations (planar, x_stride
@@ -218,23 +285,13 @@ DS4_DEV void gemm_tile(float (&acc)[NW][4][4], const u8* const* wbase, u64 rb, u
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0(float* y, const u8* w, const i8* xq, const float* xd,
                                                                 u32 n_in, u32 n_out, u32 rows_per_group,
                                                                 u32 x_stride, u32 n_tok) {
-    __shared__ TileCols cols;
-    const u32 r0 = blockIdx.x * DS4_GM_ROWS, t0 = blockIdx.y * DS4_GM_TOKS;
-    if (threadIdx.x == 0) cols.n = min(DS4_GM_TOKS, n_tok - t0);
-    if (threadIdx.x < DS4_GM_TOKS) cols.act_row[threadIdx.x] = cols.out_row[threadIdx.x] = t0 + threadIdx.x;
-    __syncthreads();
+    __shared__ GemmSmem<1> sm;
+    const u32 r0 = blockIdx.x * DS4_GM_TILE;
+    load_token_cols(sm.cols, blockIdx.y * DS4_GM_TILE, n_tok);
     const u8* wb[1] = {w};
-    float acc[1][4][4];
-    gemm_tile<DS4_T_Q8_0, false, 1>(acc, wb, (u64)(n_in / 32) * 34, r0, n_out, n_in, xq, xd, nullptr, x_stride,
-                                    (r0 / rows_per_group) * n_in, cols, nullptr);
-    const u32 tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const u32 r = r0 + ty + 16 * i, col = tx + 16 * j;
-            if (r < n_out && col < cols.n) y[(u64)cols.out_row[col] * n_out + r] = acc[0][i][j];
-        }
+    gemm_tile<DS4_T_Q8_0, false, 1, DS4_GM_TILE>(
+        sm, wb, (u64)(n_in / 32) * 34, r0, n_out, n_in, xq, xd, nullptr, x_stride, (r0 / rows_per_group) * n_in,
+        nullptr, [&](u32 r, u32 col, float v, float) { y[(u64)sm.cols.out_row[col] * n_out + r] = v; });
 }
 
 // Shared-expert gate/up + clamped SwiGLU for a batch: mid[t][r] = swiglu(Wg[r]·x_t, Wu[r]·x_t).
@@ -242,36 +299,31 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0(float* y, const u
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0_swiglu(float* mid, const u8* wg, const u8* wu,
                                                                        const i8* xq, const float* xd, u32 n_in,
                                                                        u32 n_ff, float limit, u32 n_tok) {
-    __shared__ TileCols cols;
-    const u32 r0 = blockIdx.x * DS4_GM_ROWS, t0 = blockIdx.y * DS4_GM_TOKS;
-    if (threadIdx.x == 0) cols.n = min(DS4_GM_TOKS, n_tok - t0);
-    if (threadIdx.x < DS4_GM_TOKS) cols.act_row[threadIdx.x] = cols.out_row[threadIdx.x] = t0 + threadIdx.x;
-    __syncthreads();
+    __shared__ GemmSmem<2> sm;
+    load_token_cols(sm.cols, blockIdx.y * DS4_GM_TILE, n_tok);
     const u8* wb[2] = {wg, wu};
-    float acc[2][4][4];
-    gemm_tile<DS4_T_Q8_0, false, 2>(acc, wb, (u64)(n_in / 32) * 34, r0, n_ff, n_in, xq, xd, nullptr, n_in, 0, cols,
-                                    nullptr);
-    const u32 tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const u32 r = r0 + ty + 16 * i, col = tx + 16 * j;
-            if (r < n_ff && col < cols.n)
-                mid[(u64)cols.out_row[col] * n_ff + r] = swiglu_clamped(acc[0][i][j], acc[1][i][j], limit);
-        }
+    gemm_tile<DS4_T_Q8_0, false, 2, DS4_GM_TILE>(
+        sm, wb, (u64)(n_in / 32) * 34, blockIdx.x * DS4_GM_TILE, n_ff, n_in, xq, xd, nullptr, n_in, 0, nullptr,
+        [&](u32 r, u32 col, float g, float u) {
+            mid[(u64)sm.cols.out_row[col] * n_ff + r] = swiglu_clamped(g, u, limit);
+        });
 }
 
 // Groups the (token, slot) pairs of a batch by expert for the grouped expert GEMMs.
 //   pairs: u32 [n_tok * n_used]  pair ids p = t * n_used + k, sorted by expert (stable in p);
-//   tiles: u32 [max_tiles][3]    (expert, first index into pairs, count <= 64) per tile;
+//   tiles: u32 [max_tiles][4]    (expert, first index into pairs, count, cols) per tile: an expert's
+//                                pairs in tiles of 64, the rest (count < 64) in one tile whose column
+//                                class cols is the smallest of min_cols, 2 min_cols, ... 64 that holds it;
 //   n_tiles: u32 [1]             number of tiles written (<= max_tiles = ceil(n_pairs/64) + n_expert).
-// Single thread on purpose: deterministic order, and the pair count of a chunk is small.
+// min_cols is 8, 16, 32 or 64 (64: every tile 64 columns wide). Selections >= n_expert are dropped.
+// Tiles are made by one thread (a few hundred experts); the pairs are placed by thread e % 256 for
+// expert e, scanning the selections staged in shared memory, which keeps the order stable in p.
 // Launch: grid (1), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_group(u32* pairs, u32* tiles, u32* n_tiles, const u32* sel,
-                                                                u32 n_tok, u32 n_used, u32 n_expert) {
+                                                                u32 n_tok, u32 n_used, u32 n_expert, u32 min_cols) {
     __shared__ u32 count[1024];
-    __shared__ u32 start[1025];
+    __shared__ u32 next[1024];
+    __shared__ u32 stage[1024];
     if (n_expert > 1024) return;
     for (u32 e = threadIdx.x; e < n_expert; e += DS4_BLOCK) count[e] = 0;
     __syncthreads();
@@ -284,27 +336,37 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_group(u32* pairs, u32* 
     if (threadIdx.x == 0) {
         u32 s = 0, nt = 0;
         for (u32 e = 0; e < n_expert; ++e) {
-            start[e] = s;
-            for (u32 off = 0; off < count[e]; off += DS4_GM_TOKS) {
-                tiles[3 * nt] = e;
-                tiles[3 * nt + 1] = s + off;
-                tiles[3 * nt + 2] = min(DS4_GM_TOKS, count[e] - off);
+            const u32 n = count[e];
+            next[e] = s;
+            for (u32 off = 0; off < n; off += DS4_GM_MAX_COLS) {
+                const u32 left = min(DS4_GM_MAX_COLS, n - off);
+                u32 cols = min_cols;
+                while (cols < left) cols *= 2;
+                tiles[4 * nt] = e;
+                tiles[4 * nt + 1] = s + off;
+                tiles[4 * nt + 2] = left;
+                tiles[4 * nt + 3] = min(cols, (u32)DS4_GM_MAX_COLS);
                 ++nt;
             }
-            s += count[e];
+            s += n;
         }
-        start[n_expert] = s;
         n_tiles[0] = nt;
-        for (u32 p = 0; p < np; ++p) {
-            const u32 e = sel[p];
-            if (e < n_expert) pairs[start[e]++] = p;
+    }
+    for (u32 base = 0; base < np; base += 1024) {
+        const u32 m = min(1024u, np - base);
+        __syncthreads();  // next[] is set; the previous window has been read
+        for (u32 i = threadIdx.x; i < m; i += DS4_BLOCK) stage[i] = sel[base + i];
+        __syncthreads();
+        for (u32 i = 0; i < m; ++i) {
+            const u32 e = stage[i];
+            if (e < n_expert && e % DS4_BLOCK == threadIdx.x) pairs[next[e]++] = base + i;
         }
     }
 }
 
 // Loads the columns of expert tile `tile` (see ds4_moe_group); returns the expert id.
 DS4_DEV u32 load_expert_tile(TileCols& cols, const u32* pairs, const u32* tiles, u32 tile, u32 n_used, bool act_is_pair) {
-    const u32 e = tiles[3 * tile], s = tiles[3 * tile + 1], n = tiles[3 * tile + 2];
+    const u32 e = tiles[4 * tile], s = tiles[4 * tile + 1], n = tiles[4 * tile + 2];
     if (threadIdx.x == 0) cols.n = n;
     if (threadIdx.x < n) {
         const u32 p = pairs[s + threadIdx.x];
@@ -315,62 +377,60 @@ DS4_DEV u32 load_expert_tile(TileCols& cols, const u32* pairs, const u32* tiles,
     return e;
 }
 
+// One block of a grouped expert GEMM: tile blockIdx.y of ds4_moe_group, in the tile's column class,
+// for the weight rows from blockIdx.x * ROWS of that class. The grid is sized for 64-row tiles, so
+// the blocks of narrower (taller) classes past n_rows exit, as do blocks past n_tiles[0]. w[i] are
+// the all-expert weight tensors ([n_expert][n_rows] rows of n_in elements, format T).
+template <int T, int NW, class Store>
+DS4_DEV void moe_gemm_block(GemmSmem<NW>& sm, u64* sgrid, const u8* const (&w)[NW], u32 n_rows, u32 n_in,
+                            const i8* xq, const float* xd, const i16* xbs, const u32* pairs, const u32* tiles,
+                            const u32* n_tiles, u32 n_used, bool act_is_pair, Store&& store) {
+    const u32 tile = blockIdx.y;
+    if (tile >= n_tiles[0]) return;
+    with_tile_cols(tiles[4 * tile + 3], [&](auto tag) {
+        constexpr int COLS = decltype(tag)::value;
+        const u32 r0 = blockIdx.x * TileShape<COLS>::ROWS;
+        if (r0 >= n_rows) return;
+        if constexpr (T == DS4_T_IQ2_XXS) stage_iq2_grid(sgrid);
+        const u32 e = load_expert_tile(sm.cols, pairs, tiles, tile, n_used, act_is_pair);
+        const u64 rb = row_bytes<T>(n_in);
+        const u8* wb[NW];
+#pragma unroll
+        for (int i = 0; i < NW; ++i) wb[i] = w[i] + (u64)e * n_rows * rb;
+        gemm_tile<T, true, NW, COLS>(sm, wb, rb, r0, n_rows, n_in, xq, xd, xbs, n_in, 0, sgrid, store);
+    });
+}
+
 // Grouped routed gate/up + SwiGLU: for each tile (expert e, up to 64 pairs p = t * n_used + k),
 // mid[p][r] = swiglu(gate_e[r]·x_t, up_e[r]·x_t) * selw[p], x = Q8_K activation of token t.
 // Same result layout as ds4_moe_gate_up_<fmt> (mid [n_tok][n_used][n_ff]).
-// Launch: grid (ceil(n_ff / 64), max_tiles), block 256; blocks past n_tiles[0] exit.
+// Launch: grid (ceil(n_ff / 64), max_tiles), block 256; blocks past n_tiles[0] or n_ff exit.
 template <int T>
 DS4_DEV void moe_gemm_gate_up_body(float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd,
                                    const i16* xbs, const u32* pairs, const u32* tiles, const u32* n_tiles,
                                    const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
-    __shared__ TileCols cols;
+    __shared__ GemmSmem<2> sm;
     __shared__ u64 sgrid[256];
-    if (blockIdx.y >= n_tiles[0]) return;
-    if constexpr (T == DS4_T_IQ2_XXS) stage_iq2_grid(sgrid);
-    const u32 e = load_expert_tile(cols, pairs, tiles, blockIdx.y, n_used, false);
-    const u64 rb = row_bytes<T>(n_in);
-    const u8* wb[2] = {gate + (u64)e * n_ff * rb, up + (u64)e * n_ff * rb};
-    const u32 r0 = blockIdx.x * DS4_GM_ROWS;
-    float acc[2][4][4];
-    gemm_tile<T, true, 2>(acc, wb, rb, r0, n_ff, n_in, xq, xd, xbs, n_in, 0, cols, sgrid);
-    const u32 tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const u32 r = r0 + ty + 16 * i, col = tx + 16 * j;
-            if (r < n_ff && col < cols.n) {
-                const u32 p = cols.out_row[col];
-                mid[(u64)p * n_ff + r] = swiglu_clamped(acc[0][i][j], acc[1][i][j], limit) * selw[p];
-            }
-        }
+    const u8* w[2] = {gate, up};
+    moe_gemm_block<T, 2>(sm, sgrid, w, n_ff, n_in, xq, xd, xbs, pairs, tiles, n_tiles, n_used, false,
+                         [&](u32 r, u32 col, float g, float u) {
+                             const u32 p = sm.cols.out_row[col];
+                             mid[(u64)p * n_ff + r] = swiglu_clamped(g, u, limit) * selw[p];
+                         });
 }
 
 // Grouped routed down projection: outp[p][r] = down_e[r] · m_p for the pairs of each tile, m = Q8_K
 // rows of the route-weighted mids (row p). ds4_moe_sum then adds the slots in order.
-// Launch: grid (ceil(n_out / 64), max_tiles), block 256; blocks past n_tiles[0] exit.
+// Launch: grid (ceil(n_out / 64), max_tiles), block 256; blocks past n_tiles[0] or n_out exit.
 template <int T>
 DS4_DEV void moe_gemm_down_body(float* outp, const u8* down, const i8* mq, const float* md, const i16* mbs,
                                 const u32* pairs, const u32* tiles, const u32* n_tiles, u32 n_ff, u32 n_out,
                                 u32 n_used) {
-    __shared__ TileCols cols;
+    __shared__ GemmSmem<1> sm;
     __shared__ u64 sgrid[256];
-    if (blockIdx.y >= n_tiles[0]) return;
-    if constexpr (T == DS4_T_IQ2_XXS) stage_iq2_grid(sgrid);
-    const u32 e = load_expert_tile(cols, pairs, tiles, blockIdx.y, n_used, true);
-    const u64 rb = row_bytes<T>(n_ff);
-    const u8* wb[1] = {down + (u64)e * n_out * rb};
-    const u32 r0 = blockIdx.x * DS4_GM_ROWS;
-    float acc[1][4][4];
-    gemm_tile<T, true, 1>(acc, wb, rb, r0, n_out, n_ff, mq, md, mbs, n_ff, 0, cols, sgrid);
-    const u32 tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const u32 r = r0 + ty + 16 * i, col = tx + 16 * j;
-            if (r < n_out && col < cols.n) outp[(u64)cols.out_row[col] * n_out + r] = acc[0][i][j];
-        }
+    const u8* w[1] = {down};
+    moe_gemm_block<T, 1>(sm, sgrid, w, n_out, n_ff, mq, md, mbs, pairs, tiles, n_tiles, n_used, true,
+                         [&](u32 r, u32 col, float v, float) { outp[(u64)sm.cols.out_row[col] * n_out + r] = v; });
 }
 
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_gate_up_iq2_xxs(
@@ -422,9 +482,9 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_sum(float* out, const f
 // Launch: grid (ceil(n_out / 64), ceil(n_tok / 64)), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_f16(float* y, const u16* w, const float* x, u32 n_in,
                                                                u32 n_out, u32 x_stride, u32 n_tok) {
-    __shared__ float wsm[32][DS4_GM_ROWS + 1];
-    __shared__ float xsm[32][DS4_GM_TOKS + 1];
-    const u32 r0 = blockIdx.x * DS4_GM_ROWS, t0 = blockIdx.y * DS4_GM_TOKS;
+    __shared__ float wsm[32][DS4_GM_TILE + 1];
+    __shared__ float xsm[32][DS4_GM_TILE + 1];
+    const u32 r0 = blockIdx.x * DS4_GM_TILE, t0 = blockIdx.y * DS4_GM_TILE;
     const u32 tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     float acc[4][4];
 #pragma unroll

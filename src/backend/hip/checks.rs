@@ -58,7 +58,7 @@ impl CheckResult {
     }
 
     /// Exact comparison of bytes: max_abs counts differing bytes.
-    fn exact(name: &str, got: &[u8], want: &[u8], note: String) -> CheckResult {
+    pub(super) fn exact(name: &str, got: &[u8], want: &[u8], note: String) -> CheckResult {
         let diff = if got.len() != want.len() {
             got.len().abs_diff(want.len())
         } else {

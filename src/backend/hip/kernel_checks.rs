@@ -28,7 +28,7 @@ use crate::model::hparams::HParams;
 use super::checks::{CheckResult, CheckRng, Verdict};
 use super::kernel_module::KernelModule;
 use super::kernels::{self, ExpertFormat, Launch, Q8K, QuantOut};
-use super::runtime::{DeviceBuffer, DeviceCopy, HipContext, HipResult, Stream};
+use super::runtime::{DeviceBuffer, DeviceCopy, HipContext, HipError, HipResult, Stream};
 
 /// Relative tolerance of matvec-style outputs (see the module comment).
 const TOL_MATVEC: f64 = 1e-4;
@@ -292,6 +292,10 @@ pub fn run_kernel_checks(
             let name = format!("kernel.{kind}_down_{}[{n_tok} tok]", fmt_name(fmt));
             emit(guard(&name, || check_moe_down(&gpu, rng, &name, fmt, n_tok, gemm)));
         }
+    }
+    for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
+        let name = format!("kernel.moe_gemm_tile_classes_{}[bitwise vs 64-wide]", fmt_name(fmt));
+        emit(guard(&name, || check_moe_gemm_tile_classes(&gpu, rng, &name, fmt)));
     }
     for hash in [false, true] {
         let name = if hash {
@@ -629,17 +633,19 @@ fn random_selection(rng: &mut CheckRng, n_tok: usize, n_used: usize, n_expert: u
 
 const MOE_SHAPE: (usize, usize, usize, usize) = (768, 512, 8, 3); // n_in, n_ff, n_expert, n_used
 
-/// Runs ds4_moe_group for `sel` and returns the tile buffers (kept alive by the caller).
+/// Runs ds4_moe_group for `sel` (narrowest column class `min_cols`) and returns the tile buffers
+/// (kept alive by the caller).
 fn expert_tiles(
     gpu: &Gpu,
     sel: &DeviceBuffer,
     n_tok: usize,
     n_used: usize,
     n_expert: usize,
+    min_cols: u32,
 ) -> HipResult<(kernels::ExpertTiles, [DeviceBuffer; 3])> {
     let max_tiles = kernels::moe_max_tiles(n_tok as u32, n_used as u32, n_expert as u32);
     let pairs = gpu.poisoned::<u32>(n_tok * n_used)?;
-    let tiles = gpu.poisoned::<u32>(3 * max_tiles as usize)?;
+    let tiles = gpu.poisoned::<u32>((kernels::MOE_TILE_WORDS * max_tiles) as usize)?;
     let n_tiles = gpu.poisoned::<u32>(1)?;
     gpu.run(&kernels::moe_group(
         pairs.ptr().0,
@@ -649,6 +655,7 @@ fn expert_tiles(
         n_tok as u32,
         n_used as u32,
         n_expert as u32,
+        min_cols,
     ))?;
     let t = kernels::ExpertTiles {
         pairs: pairs.ptr().0,
@@ -687,7 +694,7 @@ fn check_moe_gate_up(
         bsums: b_d.ptr().0,
     };
     if gemm {
-        let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert)?;
+        let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
         gpu.run(&kernels::moe_gemm_gate_up(
             fmt,
             mid.ptr().0,
@@ -769,7 +776,7 @@ fn check_moe_down(
         bsums: b_d.ptr().0,
     };
     if gemm {
-        let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert)?;
+        let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
         let outp = gpu.poisoned::<f32>(n_tok * n_used * n_out)?;
         gpu.run(&kernels::moe_gemm_down(
             fmt,
@@ -824,6 +831,87 @@ fn check_moe_down(
         TOL_MATVEC,
         format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_ff}->{n_out}"),
     ))
+}
+
+/// The grouped expert GEMMs in every column class against the all-64-wide tiling (`min_cols` 64,
+/// the tiling before the classes existed): gate/up mids and per-pair down outputs must be
+/// bitwise identical, because every class accumulates each output over the same chunks in the same
+/// order with the same float expression (kernels/gemm.hip). Pair counts per expert:
+/// [`kernels::TILE_CLASS_COUNTS`]; fails too if the grouping did not use every class.
+fn check_moe_gemm_tile_classes(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -> HipResult<CheckResult> {
+    let (n_in, n_ff, n_out, n_used, limit) = (512usize, 512usize, 203usize, 2usize, 2.0f32);
+    let n_expert = kernels::TILE_CLASS_COUNTS.len();
+    let sel = kernels::selection_with_counts(&kernels::TILE_CLASS_COUNTS, rng.next_u64());
+    let n_tok = sel.len() / n_used;
+    let ty = fmt_type(fmt);
+    let gate = gpu.up(&random_weights(rng, ty, n_in, n_ff * n_expert))?;
+    let up = gpu.up(&random_weights(rng, ty, n_in, n_ff * n_expert))?;
+    let down = gpu.up(&random_weights(rng, ty, n_ff, n_out * n_expert))?;
+    let planes = |v: &[f32]| {
+        let mut blocks = vec![BlockQ8K::default(); v.len() / QK_K];
+        quantize_q8_k(v, &mut blocks);
+        let p = q8k_planes(&blocks);
+        Ok::<_, HipError>([gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?])
+    };
+    let q8k = |b: &[DeviceBuffer; 3]| Q8K {
+        q: b[0].ptr().0,
+        d: b[1].ptr().0,
+        bsums: b[2].ptr().0,
+    };
+    let x = planes(&random_vec(rng, n_tok * n_in, 2.0))?;
+    let mids = planes(&random_vec(rng, n_tok * n_used * n_ff, 1.5))?;
+    let selw: Vec<f32> = (0..sel.len()).map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0)).collect();
+    let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
+    let mut outputs = Vec::new();
+    let mut classes = Vec::new();
+    for min_cols in [64, kernels::MOE_MIN_COLS] {
+        let (tiles, keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, min_cols)?;
+        let mid = gpu.poisoned::<f32>(n_tok * n_used * n_ff)?;
+        let outp = gpu.poisoned::<f32>(n_tok * n_used * n_out)?;
+        gpu.run(&kernels::moe_gemm_gate_up(
+            fmt,
+            mid.ptr().0,
+            gate.ptr().0,
+            up.ptr().0,
+            q8k(&x),
+            tiles,
+            sw_d.ptr().0,
+            n_in as u32,
+            n_ff as u32,
+            n_used as u32,
+            limit,
+        ))?;
+        gpu.run(&kernels::moe_gemm_down(
+            fmt,
+            outp.ptr().0,
+            down.ptr().0,
+            q8k(&mids),
+            tiles,
+            n_ff as u32,
+            n_out as u32,
+            n_used as u32,
+        ))?;
+        let n_tiles = keep[2].to_vec::<u32>()?[0] as usize;
+        let words = keep[1].to_vec::<u32>()?;
+        classes = words.chunks(4).take(n_tiles).map(|t| t[3]).collect();
+        let mut bytes: Vec<u8> = mid.to_vec::<f32>()?.iter().flat_map(|v| v.to_le_bytes()).collect();
+        bytes.extend(outp.to_vec::<f32>()?.iter().flat_map(|v| v.to_le_bytes()));
+        outputs.push(bytes);
+    }
+    let mut r = CheckResult::exact(
+        name,
+        &outputs[1],
+        &outputs[0],
+        format!(
+            "{n_tok} tok x {n_used}, pairs per expert {:?}, tile classes {classes:?}",
+            kernels::TILE_CLASS_COUNTS
+        ),
+    );
+    if !kernels::MOE_TILE_COLS.iter().all(|c| classes.contains(c)) {
+        r.verdict = Verdict::Fail;
+        r.note = format!("grouping did not use every column class: {}", r.note);
+    }
+    Ok(r)
 }
 
 /// Router (spec §3.9): top-k of sqrt(softplus(logit)) + bias, or hash-table experts; weights are

@@ -25,7 +25,8 @@ use crate::model::weights::{CompressorWeights, ExpertTensor, TensorRef};
 
 use super::forward::HipBackend;
 use super::kernels::{
-    self, AttentionShape, DevPtr, ExpertFormat, ExpertTiles, GEMM_TILE, HcEps, NQ_NORM, NULL, Q8K, QuantOut, RopeParams,
+    self, AttentionShape, DevPtr, ExpertFormat, ExpertGrouping, ExpertTiles, GEMM_TILE, HcEps, NQ_NORM, NULL, Q8K,
+    QuantOut, RopeParams, RoutedExperts,
 };
 use super::runtime::{DeviceBuffer, HipContext};
 
@@ -225,7 +226,7 @@ impl<B> ActsOf<B> {
             mbs: bytes(alloc, 2 * (n * ke_f / 16))?,
             moe: f32s(alloc, n * ne)?,
             pairs: bytes(alloc, chunk(4 * n * ke))?,
-            tiles: bytes(alloc, chunk(4 * 3 * max_tiles))?,
+            tiles: bytes(alloc, chunk(4 * kernels::MOE_TILE_WORDS as usize * max_tiles))?,
             n_tiles: bytes(alloc, 4)?,
             outp: f32s(alloc, chunk(n * ke * ne))?,
             smid: f32s(alloc, n * hp.n_ff_exp)?,
@@ -822,102 +823,45 @@ impl HipBackend {
                 .collect();
             self.note_margin(&mut sc, hp.n_expert_used, false, true);
         }
-        // Routed experts (step 5): per token for a decode step, grouped by expert for a chunk.
-        let x = Q8K {
-            q: p0(&a.kq),
-            d: p0(&a.kd),
-            bsums: p0(&a.kbs),
-        };
-        let m = Q8K {
-            q: p0(&a.mq),
-            d: p0(&a.md),
-            bsums: p0(&a.mbs),
-        };
-        let (fmt_gu, fmt_down) = (expert_format(&lw.ffn_gate_exps), expert_format(&lw.ffn_down_exps));
-        let (gate, up, down) = (
-            self.w(&lw.ffn_gate_exps.t),
-            self.w(&lw.ffn_up_exps.t),
-            self.w(&lw.ffn_down_exps.t),
-        );
-        let mid_quant = kernels::quantize_rows(
-            QuantOut {
-                q8_k_q: m.q,
-                q8_k_d: m.d,
-                q8_k_bs: m.bsums,
-                ..Default::default()
+        // Routed experts (step 5): per token for a decode step or a small batch, grouped by expert for a chunk.
+        let experts = RoutedExperts {
+            fmt_gate_up: expert_format(&lw.ffn_gate_exps),
+            fmt_down: expert_format(&lw.ffn_down_exps),
+            gate: self.w(&lw.ffn_gate_exps.t),
+            up: self.w(&lw.ffn_up_exps.t),
+            down: self.w(&lw.ffn_down_exps.t),
+            x: Q8K {
+                q: p0(&a.kq),
+                d: p0(&a.kd),
+                bsums: p0(&a.kbs),
             },
-            p0(&a.mid),
-            ff,
-            ke * nt,
-        );
-        if self.token_wise(nt) {
-            self.launch(&kernels::moe_gate_up(
-                fmt_gu,
-                p0(&a.mid),
-                gate,
-                up,
-                x,
-                p0(&a.sel_e),
-                p0(&a.selw),
-                ne,
-                ff,
-                ke,
-                clamp,
-                nt,
-            ))?;
-            self.launch(&mid_quant)?;
-            self.launch(&kernels::moe_down(
-                fmt_down,
-                p0(&a.moe),
-                down,
-                m,
-                p0(&a.sel_e),
-                ff,
-                ne,
-                ke,
-                nt,
-            ))?;
-        } else {
-            let tiles = ExpertTiles {
+            sel: p0(&a.sel_e),
+            selw: p0(&a.selw),
+            mid: p0(&a.mid),
+            mid_q: Q8K {
+                q: p0(&a.mq),
+                d: p0(&a.md),
+                bsums: p0(&a.mbs),
+            },
+            out: p0(&a.moe),
+            n_in: ne,
+            n_ff: ff,
+            n_used: ke,
+            n_expert: nex,
+            limit: clamp,
+        };
+        let grouping = (!self.token_wise(nt)).then(|| ExpertGrouping {
+            tiles: ExpertTiles {
                 pairs: p0(&a.pairs),
                 tiles: p0(&a.tiles),
                 n_tiles: p0(&a.n_tiles),
                 max_tiles: kernels::moe_max_tiles(nt, ke, nex),
-            };
-            self.launch(&kernels::moe_group(
-                tiles.pairs,
-                tiles.tiles,
-                tiles.n_tiles,
-                p0(&a.sel_e),
-                nt,
-                ke,
-                nex,
-            ))?;
-            self.launch(&kernels::moe_gemm_gate_up(
-                fmt_gu,
-                p0(&a.mid),
-                gate,
-                up,
-                x,
-                tiles,
-                p0(&a.selw),
-                ne,
-                ff,
-                ke,
-                clamp,
-            ))?;
-            self.launch(&mid_quant)?;
-            self.launch(&kernels::moe_gemm_down(
-                fmt_down,
-                p0(&a.outp),
-                down,
-                m,
-                tiles,
-                ff,
-                ne,
-                ke,
-            ))?;
-            self.launch(&kernels::moe_sum(p0(&a.moe), p0(&a.outp), ne, ke, nt))?;
+            },
+            outp: p0(&a.outp),
+            min_cols: kernels::MOE_MIN_COLS,
+        });
+        for l in experts.launches(nt, grouping) {
+            self.launch(&l)?;
         }
         // Shared expert (step 6), then HC post of moe + shared (steps 7-8).
         let (wg, wu) = (self.w(&lw.ffn_gate_shexp), self.w(&lw.ffn_up_shexp));
