@@ -11,8 +11,10 @@
 //
 // Work split (flash-decoding): a block owns 8 heads and a span of up to rows_per_split (<= 256)
 // visible rows of one token; q of its 8 heads is staged in shared memory so each row is read once
-// per 8 heads. With one split (gridDim.y == 1) the block writes the final output; otherwise it
-// writes partial (m, l, acc) and ds4_attention_combine merges the splits.
+// per 8 heads. The split (ds4_att_split) is derived on the device from the batch's position, so a
+// captured decode graph launches the most splits the session can need and the blocks past this
+// step's count exit. With one split the block writes the final output; otherwise it writes partial
+// (m, l, acc) and ds4_attention_combine merges the splits (and exits at once with one split).
 #pragma once
 #include "formats.h"
 
@@ -20,24 +22,48 @@
 #define DS4_ATT_ROWS 256
 #define DS4_ATT_MAX_DIM 512
 
+// Rows per split and split count of a batch of n_tok tokens at pos0..: the visible rows of its last
+// token (after the indexer selection when comp_sel is given), spans of 256 rows from 16 tokens on and
+// of ceil(rows / 16) rounded up to a multiple of 32 (32..256) below, so a decode step still fills the
+// GPU (the same rule as AttentionShape::splits in src/backend/hip/kernels.rs).
+DS4_DEV void ds4_att_split(u32 pos0, u32 n_tok, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k, bool has_sel,
+                           u32* rows_per_split, u32* n_split) {
+    const u32 p = pos0 + n_tok - 1;
+    const u32 n_c = ratio ? min((p + 1) / ratio, n_comp_avail) : 0;
+    u32 rows = min(window, p + 1) + (has_sel && n_c > top_k ? top_k : n_c);
+    rows = max(rows, 1u);
+    u32 rps = DS4_ATT_ROWS;
+    if (n_tok < 16) {
+        rps = (rows + 15) / 16;
+        rps = (rps + 31) / 32 * 32;
+        rps = min(max(rps, 32u), (u32)DS4_ATT_ROWS);
+    }
+    *rows_per_split = rps;
+    *n_split = (rows + rps - 1) / rps;
+}
+
 // out: f32 [n_tok][n_head][head_dim]; part: f32 [n_tok][n_head][n_split][2 + head_dim] (only used
 // when n_split > 1); q: f32 [n_tok][n_head][head_dim]; ring: f32 [ring_cap][head_dim];
-// comp: f32 [n_comp_avail][head_dim]; comp_sel: u32 [n_tok][top_k] or null; sinks: f32 [n_head].
-// Requirements: n_head % 8 == 0, head_dim % 4 == 0, head_dim <= 512, rows_per_split <= 256.
-// Launch: grid (n_head / 8, n_split, n_tok), block 256, with
-//   n_split = ceil(max visible rows of any token in the batch / rows_per_split).
+// comp: f32 [n_comp_avail][head_dim]; comp_sel: u32 [n_tok][top_k] or null; sinks: f32 [n_head];
+// pos: u32 [1] = pos0 (device step parameters).
+// Requirements: n_head % 8 == 0, head_dim % 4 == 0, head_dim <= 512.
+// Launch: grid (n_head / 8, at least n_split of ds4_att_split, n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention(float* out, float* part, const float* q,
                                                                 const float* ring, const float* comp,
-                                                                const u32* comp_sel, const float* sinks, u32 n_head,
-                                                                u32 head_dim, u32 ring_cap, u32 window,
-                                                                u32 n_comp_avail, u32 ratio, u32 top_k, u32 pos0,
-                                                                u32 rows_per_split, float scale) {
+                                                                const u32* comp_sel, const float* sinks,
+                                                                const u32* pos, u32 n_head, u32 head_dim,
+                                                                u32 ring_cap, u32 window, u32 n_comp_avail, u32 ratio,
+                                                                u32 top_k, float scale) {
     __shared__ float4 sq[DS4_ATT_HEADS][DS4_ATT_MAX_DIM / 4];
     __shared__ float sc[DS4_ATT_HEADS][DS4_ATT_ROWS];
     __shared__ const float* srow[DS4_ATT_ROWS];
     __shared__ float sm[DS4_ATT_HEADS], sl[DS4_ATT_HEADS];
 
-    const u32 hg = blockIdx.x, split = blockIdx.y, t = blockIdx.z, n_split = gridDim.y;
+    const u32 hg = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+    const u32 pos0 = pos[0];
+    u32 rows_per_split, n_split;
+    ds4_att_split(pos0, gridDim.z, window, n_comp_avail, ratio, top_k, comp_sel != nullptr, &rows_per_split, &n_split);
+    if (split >= n_split) return;
     const u32 h0 = hg * DS4_ATT_HEADS;
     const u32 D = head_dim, D4 = head_dim / 4;
     const u32 p = pos0 + t;
@@ -158,12 +184,20 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention(float* out, float
     }
 }
 
-// Merges the n_split partials of ds4_attention with the sink (same formula as the one-split path).
+// Merges the n_split partials of ds4_attention with the sink (same formula as the one-split path);
+// the split and its arguments (pos .. top_k, comp_sel as a flag) are those of the ds4_attention
+// launch it follows. Exits when that launch had one split (it wrote the output itself).
 // Launch: grid (n_head, n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_combine(float* out, const float* part,
-                                                                        const float* sinks, u32 n_head,
-                                                                        u32 head_dim, u32 n_split) {
+                                                                        const float* sinks, const u32* comp_sel,
+                                                                        const u32* pos, u32 n_head, u32 head_dim,
+                                                                        u32 window, u32 n_comp_avail, u32 ratio,
+                                                                        u32 top_k) {
     const u32 h = blockIdx.x, t = blockIdx.y;
+    u32 rows_per_split, n_split;
+    ds4_att_split(pos[0], gridDim.y, window, n_comp_avail, ratio, top_k, comp_sel != nullptr, &rows_per_split,
+                  &n_split);
+    if (n_split <= 1) return;
     const float* pp = part + ((u64)t * n_head + h) * n_split * (2 + head_dim);
     const float sink = sinks[h];
     float m = sink;

@@ -5,15 +5,14 @@
 // Every output dim j depends only on state columns j and head_dim + j, so one thread owns one
 // output dim and walks the tokens of the batch in order without any synchronisation: decode
 // (n_tok = 1) and prefill (a whole chunk) use the same kernel. Emitted rows are written raw
-// (pooled, not normalized) into the compressed cache; the host then runs ds4_rows_finish on the
-// rows emitted by this batch (RMSNorm * norm weight, RoPE at row * ratio, E4M3 or Hadamard+FP4,
-// f16 rounding) -- it knows them from pos0 and n_tok:
-//   first row c0 = pos0 / ratio, count = (pos0 + n_tok) / ratio - pos0 / ratio.
+// (pooled, not normalized) into the compressed cache; ds4_rows_finish in its emitted-rows form then
+// finishes the rows this batch emitted (RMSNorm * norm weight, RoPE at row * ratio, E4M3 or
+// Hadamard+FP4, f16 rounding): first row c0 = pos0 / ratio, count = (pos0 + n_tok) / ratio - c0.
 #pragma once
 #include "formats.h"
 
 // comp_rows: f32 [comp_cap][head_dim]; state_kv, state_score: f32 [c * ratio][c * head_dim]
-// (initialised by the host to 0 and DS4_NEG_INF); kv_cur, sc_cur: f32 [n_tok][c * head_dim] (the
+// (initialised by the host to 0 and DS4_NEG_INF); pos: u32 [1] = pos0 (device step parameters); kv_cur, sc_cur: f32 [n_tok][c * head_dim] (the
 // W_kv and W_gate projections of the normed input); ape: F16 [ratio][c * head_dim].
 // Token t (position p = pos0 + t) writes state row (c == 2 ? ratio : 0) + p % ratio with
 // kv = kv_cur, score = sc_cur + ape[p % ratio]; when (p + 1) % ratio == 0 it emits compressed row
@@ -26,10 +25,11 @@
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_compressor_pool(float* comp_rows, float* state_kv,
                                                                       float* state_score, const float* kv_cur,
                                                                       const float* sc_cur, const u16* ape,
-                                                                      u32 head_dim, u32 ratio, u32 pos0, u32 n_tok,
-                                                                      u32 comp_cap) {
+                                                                      const u32* pos, u32 head_dim, u32 ratio,
+                                                                      u32 n_tok, u32 comp_cap) {
     const u32 j = blockIdx.x * DS4_BLOCK + threadIdx.x;
     if (j >= head_dim || ratio == 0) return;
+    const u32 pos0 = pos[0];
     const u32 c = ratio == 4 ? 2 : 1;
     const u32 width = c * head_dim;
     const u32 first = c == 2 ? ratio : 0;

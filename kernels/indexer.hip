@@ -1,8 +1,9 @@
 // Lightning indexer of the ratio-4 layers (spec §3.8): scores of the compressed indexer rows and
 // the top-k selection. The query heads come from ds4_matvec_f16 (indexer.attn_q_b · qrn) followed by
 // ds4_rows_finish(ROPE | HADAMARD_FP4); the head weights from ds4_matvec_f16 (indexer.proj · xn).
-// The host launches these only for tokens whose visible row count can exceed top_k; tokens of a
-// batch that see <= top_k rows are handled by ds4_attention without a selection.
+// Both kernels skip the tokens that see <= top_k rows (ds4_attention then uses every row without a
+// selection), so they may be launched for any batch: a captured decode graph always contains them.
+// pos: u32 [1] = pos0, the batch's first position (device step parameters).
 #pragma once
 #include "formats.h"
 
@@ -11,21 +12,22 @@
 #define DS4_IDX_ROWS 128  // rows per block
 
 // scores[t][c] = sum_h (w[t][h] * w_scale) * max(0, krows[c] · qi[t][h])  for c < n_c(t), where
-// n_c(t) = min(floor((pos0 + t + 1) / ratio), n_comp_avail); entries c >= n_c(t) are not written.
+// n_c(t) = min(floor((pos0 + t + 1) / ratio), n_comp_avail); entries c >= n_c(t) are not written,
+// nor any entry of a token with n_c(t) <= top_k.
 // qi: f32 [n_tok][n_head][128]; w: f32 [n_tok][n_head]; krows: f32 [n_comp_avail][128];
 // scores: f32 [n_tok][score_stride]. w_scale = 1/sqrt(head_dim * n_head) (spec §3.8). n_head <= 64.
 // Launch: grid (ceil(n_comp_avail / 128), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores(float* scores, const float* qi, const float* w,
-                                                                     const float* krows, u32 n_head,
-                                                                     u32 n_comp_avail, u32 ratio, u32 pos0,
-                                                                     u32 score_stride, float w_scale) {
+                                                                     const float* krows, const u32* pos,
+                                                                     u32 n_head, u32 n_comp_avail, u32 ratio,
+                                                                     u32 top_k, u32 score_stride, float w_scale) {
     __shared__ float sq[DS4_IDX_MAX_HEADS][DS4_IDX_DIM + 1];  // +1: conflict-free column reads
     __shared__ float sw[DS4_IDX_MAX_HEADS];
     __shared__ float srow[DS4_WARPS_PER_BLOCK][DS4_IDX_DIM];
     const u32 t = blockIdx.y;
-    const u32 n_c = min((pos0 + t + 1) / ratio, n_comp_avail);
+    const u32 n_c = min((pos[0] + t + 1) / ratio, n_comp_avail);
     const u32 c0 = blockIdx.x * DS4_IDX_ROWS;
-    if (c0 >= n_c || n_head > DS4_IDX_MAX_HEADS) return;
+    if (n_c <= top_k || c0 >= n_c || n_head > DS4_IDX_MAX_HEADS) return;
     for (u32 i = threadIdx.x; i < n_head * DS4_IDX_DIM; i += DS4_BLOCK)
         sq[i / DS4_IDX_DIM][i % DS4_IDX_DIM] = qi[(u64)t * n_head * DS4_IDX_DIM + i];
     for (u32 h = threadIdx.x; h < n_head; h += DS4_BLOCK) sw[h] = w[(u64)t * n_head + h] * w_scale;
@@ -61,14 +63,14 @@ DS4_DEV u32 float_key(float f) {
 // other tokens' lists are left untouched. Radix select of the k-th largest key (4 passes of 8
 // bits), then one ordered pass that keeps every key above it and the lowest-index equal keys.
 // Launch: grid (n_tok), block 256.
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk(u32* sel, const float* scores, u32 score_stride,
-                                                                   u32 n_comp_avail, u32 ratio, u32 top_k,
-                                                                   u32 pos0) {
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk(u32* sel, const float* scores, const u32* pos,
+                                                                   u32 score_stride, u32 n_comp_avail, u32 ratio,
+                                                                   u32 top_k) {
     __shared__ u32 hist[256];
     __shared__ u32 s_prefix, s_need;
     __shared__ u32 cnt_gt[DS4_BLOCK], cnt_eq[DS4_BLOCK];
     const u32 t = blockIdx.x, tid = threadIdx.x;
-    const u32 n = min((pos0 + t + 1) / ratio, n_comp_avail);
+    const u32 n = min((pos[0] + t + 1) / ratio, n_comp_avail);
     if (n <= top_k) return;
     const float* sr = scores + (u64)t * score_stride;
     u32 prefix = 0, mask = 0, need = top_k;

@@ -125,30 +125,46 @@ DS4_DEV void row_ops_smem(float* s, const RowOps& op) {
     }
 }
 
-// Row post-processing, one (row, token) per block. x: f32 [n_tok][n_head][head_dim] (in place).
-// Row (t, h) is at position pos0 + t * pos_step (pos_step = 1 for token rows; = ratio for the
-// compressed rows emitted by a batch, whose RoPE position is the first token of their window).
-// ring (with DS4_ROW_STORE_RING, n_head must be 1): f32 [ring_cap][head_dim], row position % ring_cap.
-// w: f32 [head_dim] or null. head_dim <= 1024 (multiple of 128 with DS4_ROW_HADAMARD_FP4).
+// Row post-processing, one row per block, in two forms sharing one kernel:
+// - token rows (emit_ratio == 0): x f32 [n_tok][n_head][head_dim] (in place), row (t, h) at position
+//   pos0 + t; grid (n_head, n_tok).
+// - the compressed rows a batch emitted (emit_ratio = ratio, n_head = 1; spec §3.7): x is the whole
+//   compressed cache [row_cap][head_dim]; the n_tok tokens at pos0 emitted rows c0 = pos0 / ratio up
+//   to min((pos0 + n_tok) / ratio, row_cap), row c at RoPE position c * ratio (the first token of its
+//   window); grid (1, most rows any batch of n_tok emits), blocks past this batch's count exit.
+// pos: u32 [1] = pos0 in device memory (the step parameters: a captured decode graph reads each
+// step's position there). ring (with DS4_ROW_STORE_RING, token rows, n_head must be 1):
+// f32 [ring_cap][head_dim], row position % ring_cap. w: f32 [head_dim] or null. head_dim <= 1024
+// (multiple of 128 with DS4_ROW_HADAMARD_FP4).
 // RoPE parameters (spec §3.5): theta_scale = base^(-2/n_rot) computed by the host, freq_scale
 // (1 or 1/16), ext_factor (0 = no YaRN, 1 = YaRN), corr_low/high (YaRN corr dims).
-// Launch: grid (n_head, n_tok), block 256.
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish(float* x, float* ring, const float* w, u32 n_head,
-                                                                  u32 head_dim, u32 n_rot, u32 flags, u32 pos0,
-                                                                  u32 pos_step, u32 ring_cap, float theta_scale,
-                                                                  float freq_scale, float ext_factor, float corr_low,
-                                                                  float corr_high, float eps) {
+// Launch: block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish(float* x, float* ring, const float* w, const u32* pos,
+                                                                  u32 n_head, u32 head_dim, u32 n_rot, u32 flags,
+                                                                  u32 n_tok, u32 emit_ratio, u32 row_cap,
+                                                                  u32 ring_cap, float theta_scale, float freq_scale,
+                                                                  float ext_factor, float corr_low, float corr_high,
+                                                                  float eps) {
     __shared__ float s[1024];
     const u32 h = blockIdx.x, t = blockIdx.y;
     if (head_dim > 1024) return;
-    float* xr = x + ((u64)t * n_head + h) * head_dim;
+    const u32 pos0 = pos[0];
+    u32 row = t, row_pos = pos0 + t;
+    if (emit_ratio) {
+        const u32 first = pos0 / emit_ratio;
+        const u32 end = min((pos0 + n_tok) / emit_ratio, row_cap);
+        if (first + t >= end) return;
+        row = first + t;
+        row_pos = row * emit_ratio;
+    }
+    float* xr = x + ((u64)row * n_head + h) * head_dim;
     for (u32 i = threadIdx.x; i < head_dim; i += DS4_BLOCK) s[i] = xr[i];
     __syncthreads();
     RowOps op;
     op.flags = flags;
     op.head_dim = head_dim;
     op.n_rot = n_rot;
-    op.pos = pos0 + t * pos_step;
+    op.pos = row_pos;
     op.theta_scale = theta_scale;
     op.freq_scale = freq_scale;
     op.ext_factor = ext_factor;

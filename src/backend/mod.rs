@@ -115,6 +115,28 @@ impl WeightsPlacement {
     }
 }
 
+/// A next-token choice a backend can make on its device from the logits of the last eval, so only
+/// the token id comes back instead of n_vocab floats (`engine::sampler` decides when one matches
+/// its host path, and supplies the uniform draw).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DeviceSample {
+    /// The first index of the largest logit (NaN never wins; 0 when none is above -inf).
+    Greedy,
+    /// The default path (spec §7.2, top_k 0 and top_p 1): weights exp((l - max) / temperature) of
+    /// the finite logits, those below min_p dropped, the walk in id order until u01 times their
+    /// sum is used up.
+    MinP { temperature: f32, min_p: f32, u01: f32 },
+}
+
+/// A token picked on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DevicePick {
+    pub token: u32,
+    /// Whether the uniform draw was used: false for greedy, and where the host path draws nothing
+    /// (no finite logit, or no token kept).
+    pub drew: bool,
+}
+
 /// Progress callback for long evaluations: `(done, total)` tokens; return `false` to stop at the next
 /// chunk/token boundary (the backend then returns `EngineError::Cancelled`).
 pub type Progress<'a> = &'a mut dyn FnMut(usize, usize) -> bool;
@@ -133,8 +155,15 @@ pub trait Backend: Send {
     /// `logits()` holds the next-token logits after the last token. Cancel is honoured between
     /// chunks/tokens and leaves the cache consistent at the returned `done`.
     fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), EngineError>;
-    /// Next-token logits after the last evaluated token (length n_vocab).
+    /// Next-token logits after the last evaluated token (length n_vocab). A GPU backend copies them
+    /// from the device on the first call after an eval.
     fn logits(&self) -> &[f32];
+    /// Pick the next token on the device from the last eval's logits; `None` when this backend has
+    /// no device sampling (the caller then samples `logits()` on the host).
+    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, EngineError>> {
+        let _ = how;
+        None
+    }
     /// Drop the whole cache.
     fn reset(&mut self);
     /// Serialize the cache and logits (spec §4.3).

@@ -128,7 +128,14 @@ pub fn sample_loop(
 ) -> Result<(usize, StopReason), String> {
     let mut none = |_: usize, _: usize| true;
     for generated in 0..budget {
-        let token = sampler.sample(backend.logits(), params);
+        // On the device when the backend can pick there (only the id comes back), else on the host.
+        let token = match sampler.device_request(params) {
+            Some(req) => match backend.sample_on_device(req.how) {
+                Some(pick) => sampler.accept_device(req, pick.map_err(|e| format!("sampling failed: {e}"))?),
+                None => sampler.sample(backend.logits(), params),
+            },
+            None => sampler.sample(backend.logits(), params),
+        };
         if token == eos {
             return Ok((generated, StopReason::Eos));
         }

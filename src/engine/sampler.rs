@@ -1,13 +1,17 @@
 //! Next-token sampling with ds4's exact semantics (spec §7.1–7.2, pitfall 24).
 //!
 //! Owns the xorshift64* generator and the three sampling paths (greedy, id-ordered full vocabulary,
-//! sorted top-k/top-p). Must not evaluate the model or touch sessions: logits in, one token id out.
+//! sorted top-k/top-p), and which of them a backend may run on its device instead
+//! (`device_request` / `accept_device`: greedy and the id-ordered path, with the draw taken here so
+//! the generator advances exactly as on the host). Must not evaluate the model or touch sessions:
+//! logits in, one token id out.
 //!
 //! Matching ds4 draw for draw matters: with the same seed and the same logits, `ds4 --seed S` and
 //! `ds4-chat run --seed S` pick the same tokens. So the arithmetic mirrors ds4's: weights are f32
 //! `exp((logit - max) / T)`, sums are f32 accumulated in the stated order, and the uniform draw is
 //! the top 24 bits of the generator output.
 
+use crate::backend::{DevicePick, DeviceSample};
 use crate::engine::events::SamplingParams;
 
 /// Most candidates the top-k path keeps (ds4 caps `top_k` the same way).
@@ -80,6 +84,26 @@ fn by_logit_desc(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
     b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id))
 }
 
+/// The device form of one `Sampler::sample` call (see `Sampler::device_request`).
+#[derive(Clone, Debug)]
+pub struct DeviceRequest {
+    /// What the backend computes on its device.
+    pub how: DeviceSample,
+    /// The generator after the uniform draw in `how`, kept when the device used the draw.
+    after: Xorshift64Star,
+}
+
+/// The knobs of `Sampler::sample` after ds4's normalisation: out-of-range values mean "off".
+fn knobs(params: &SamplingParams) -> (f32, f32) {
+    let top_p = if params.top_p > 0.0 && params.top_p <= 1.0 {
+        params.top_p
+    } else {
+        1.0
+    };
+    let min_p = if params.min_p > 0.0 { params.min_p } else { 0.0 };
+    (top_p, min_p)
+}
+
 /// A sampler with its own generator and a reusable candidate buffer (no allocation per token once the
 /// buffer has grown to the vocabulary size).
 #[derive(Clone, Debug)]
@@ -108,12 +132,7 @@ impl Sampler {
             return argmax(logits);
         }
         // Out-of-range knobs fall back to "off", as in ds4.
-        let top_p = if params.top_p > 0.0 && params.top_p <= 1.0 {
-            params.top_p
-        } else {
-            1.0
-        };
-        let min_p = if params.min_p > 0.0 { params.min_p } else { 0.0 };
+        let (top_p, min_p) = knobs(params);
         if params.top_k == 0 {
             if top_p >= 1.0 {
                 self.sample_id_order(logits, temperature, min_p)
@@ -124,6 +143,44 @@ impl Sampler {
             let k = params.top_k.min(MAX_TOP_K).min(logits.len() as u32) as usize;
             self.sample_top_k(logits, temperature, k, top_p, min_p)
         }
+    }
+
+    /// The device form of `sample(logits, params)` when the path needs no sort: greedy, and the
+    /// id-ordered path (top_k off, top_p 1), whose uniform draw is taken from a copy of the
+    /// generator. `None` for the sorted paths (sample on the host). Give the backend's pick to
+    /// `accept_device`.
+    pub fn device_request(&self, params: &SamplingParams) -> Option<DeviceRequest> {
+        let temperature = params.temperature;
+        if temperature <= 0.0 || temperature.is_nan() {
+            return Some(DeviceRequest {
+                how: DeviceSample::Greedy,
+                after: self.rng.clone(),
+            });
+        }
+        let (top_p, min_p) = knobs(params);
+        if params.top_k != 0 || top_p < 1.0 {
+            return None;
+        }
+        let mut after = self.rng.clone();
+        let u01 = after.next_unit_f32();
+        Some(DeviceRequest {
+            how: DeviceSample::MinP {
+                temperature,
+                min_p,
+                u01,
+            },
+            after,
+        })
+    }
+
+    /// The token the device picked for `req`, advancing the generator as `sample` would have: by
+    /// the one draw when the host path draws (it does not when no logit is finite or no token is
+    /// kept, which the device reports).
+    pub fn accept_device(&mut self, req: DeviceRequest, pick: DevicePick) -> u32 {
+        if pick.drew {
+            self.rng = req.after;
+        }
+        pick.token
     }
 
     /// Default path (top_k off, top_p 1): weights relative to the top token, tokens whose weight is
@@ -609,6 +666,64 @@ mod tests {
             }
         }
         assert_eq!(cases, 300 * 9 * 5);
+    }
+
+    /// The device form draws exactly as the host path: the same u01 as the host's next draw, the
+    /// generator advanced only when the pick used it, nothing for greedy, and no device form for
+    /// the sorted paths.
+    #[test]
+    fn device_requests_draw_as_the_host_path() {
+        let seed = 77;
+        let logits: Vec<f32> = (0..300).map(|i| ((i * 37) % 101) as f32 / 25.0).collect();
+        assert!(
+            Sampler::new(Some(seed))
+                .device_request(&params(0.8, 0.9, 0, 0.0))
+                .is_none()
+        );
+        assert!(
+            Sampler::new(Some(seed))
+                .device_request(&params(0.8, 1.0, 40, 0.0))
+                .is_none()
+        );
+        let greedy = params(0.0, 1.0, 0, 0.0);
+        let mut s = Sampler::new(Some(seed));
+        let req = s.device_request(&greedy).unwrap();
+        assert_eq!(req.how, DeviceSample::Greedy);
+        assert_eq!(s.accept_device(req, DevicePick { token: 5, drew: false }), 5);
+        let p = params(0.7, 1.0, 0, 0.05);
+        // Host: two samples. Device: the first through a request (its u01 is the host's draw), the
+        // second on the host; the second picks must agree, so the generators are in step.
+        let mut host = Sampler::new(Some(seed));
+        let first = host.sample(&logits, &p);
+        let second = host.sample(&logits, &p);
+        let mut dev = Sampler::new(Some(seed));
+        let req = dev.device_request(&p).unwrap();
+        let DeviceSample::MinP {
+            temperature,
+            min_p,
+            u01,
+        } = req.how
+        else {
+            panic!("expected the min-p path, got {:?}", req.how)
+        };
+        assert_eq!((temperature, min_p), (0.7, 0.05));
+        assert_eq!(u01, Xorshift64Star::new(seed).next_unit_f32());
+        assert_eq!(
+            dev.accept_device(
+                req,
+                DevicePick {
+                    token: first,
+                    drew: true
+                }
+            ),
+            first
+        );
+        assert_eq!(dev.sample(&logits, &p), second);
+        // A pick that did not use the draw leaves the generator where it was.
+        let mut unused = Sampler::new(Some(seed));
+        let req = unused.device_request(&p).unwrap();
+        unused.accept_device(req, DevicePick { token: 0, drew: false });
+        assert_eq!(unused.sample(&logits, &p), first);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! Owns the token bookkeeping and the checkpoint list; the math and the cache format belong to the
 //! backend (`Backend::save_state` / `load_state`). Must not know about text, chat templates or sampling.
 
-use crate::backend::{Backend, EngineError, Progress};
+use crate::backend::{Backend, DevicePick, DeviceSample, EngineError, Progress};
 
 /// A saved backend state and the exact token prefix it holds.
 struct Checkpoint {
@@ -60,6 +60,12 @@ impl Session {
     /// Next-token logits after the last token (meaningless while `tokens()` is empty).
     pub fn logits(&self) -> &[f32] {
         self.backend.logits()
+    }
+
+    /// The backend's device sampling from the last step's logits (`Backend::sample_on_device`;
+    /// the cache is unchanged).
+    pub fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, EngineError>> {
+        self.backend.sample_on_device(how)
     }
 
     /// Number of checkpoints held.

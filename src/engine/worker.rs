@@ -613,7 +613,22 @@ impl WorkerState {
             if let Some(p) = sampling_override.take() {
                 params = p;
             }
-            let token = sampler.sample(l.session.logits(), &params);
+            // On the device when the backend can pick there (only the id comes back), else on the
+            // host from the logits; the generator advances the same either way.
+            let token = match sampler.device_request(&params) {
+                Some(req) => match l.session.sample_on_device(req.how) {
+                    Some(Ok(pick)) => sampler.accept_device(req, pick),
+                    Some(Err(e)) => {
+                        emit(Event::Error {
+                            message: e.to_string(),
+                            fatal: false,
+                        });
+                        break FinishReason::Cancelled;
+                    }
+                    None => sampler.sample(l.session.logits(), &params),
+                },
+                None => sampler.sample(l.session.logits(), &params),
+            };
             tl.token_sampled(submitted.elapsed());
             if token == eos {
                 break FinishReason::Eos;

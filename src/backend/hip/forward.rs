@@ -3,14 +3,19 @@
 //!
 //! `eval` runs a single token as one decode step and longer inputs as chunks of up to `Acts::n_max`
 //! tokens, both through the launch sequence of `prefill.rs` (kernels/README.md "Forward-pass
-//! recipe"; batched GEMMs and grouped experts for a chunk; graph capture of the step comes later).
+//! recipe"; batched GEMMs and grouped experts for a chunk). The decode step is captured once into
+//! a graph and replayed at every position: the host writes the step parameters (position and token
+//! id) with one asynchronous copy, then launches the graph (`DS4_HIP_GRAPH=0`: direct launches of
+//! the same kernels). The logits stay on the device until someone asks for them (`logits()`), and
+//! `sample_on_device` picks the next token there (greedy and the default min-p path).
 //! The semantics are those of the CPU engine (`backend::cpu::forward`, spec §3): the selftest's
 //! `--forward` check compares the two on the same model. Owns the device buffers of one session;
 //! must not know about chat or sampling (the checkpoint payload is `state.rs`'s).
 
+use std::cell::{Cell, OnceCell};
 use std::sync::Arc;
 
-use crate::backend::{Backend, EngineError, MemoryReport, Progress, WeightsPlacement};
+use crate::backend::{Backend, DevicePick, DeviceSample, EngineError, MemoryReport, Progress, WeightsPlacement};
 use crate::model::Model;
 use crate::model::hparams::HParams;
 use crate::model::weights::TensorRef;
@@ -19,7 +24,7 @@ use super::kernel_module::KernelModule;
 use super::kernels::{self, DevPtr, ExpertFormat, RopeParams};
 use super::prefill::{self, Acts};
 use super::profile::LaunchProfile;
-use super::runtime::{DeviceBuffer, HipContext, Stream};
+use super::runtime::{CaptureMode, DeviceBuffer, GraphExec, HipContext, PinnedBuffer, Stream};
 use super::weights::DeviceWeights;
 
 /// The checkpoint payload of the device state (a child module: it reads the private buffers).
@@ -36,12 +41,33 @@ pub(super) struct LayerState {
     pub(super) comp_cap: usize,
 }
 
+/// Environment variable that turns the captured decode graph off (`0`: direct launches).
+pub const GRAPH_ENV: &str = "DS4_HIP_GRAPH";
+
+/// The decode step captured as a graph, and the kernel launches one replay runs.
+struct DecodeGraph {
+    exec: GraphExec,
+    launches: u64,
+}
+
 /// The forward pass on one HIP device for one model and one session cache.
 pub struct HipBackend {
     pub(super) model: Arc<Model>,
     ctx: usize,
     n_past: usize,
-    logits: Vec<f32>,
+    /// Host copy of `acts.logits`, fetched by the first `logits()` after an eval (a decode loop that
+    /// samples on the device never needs it); `logits_spare` keeps its allocation between steps.
+    host_logits: OnceCell<Vec<f32>>,
+    logits_spare: Cell<Vec<f32>>,
+    /// Pinned staging of the step parameters (`prefill::STEP_TOKENS` words, then the token ids) and
+    /// of the device sampling result. Rewritten only after the stream has passed the last copy
+    /// (every eval and sample ends with a synchronize).
+    step_host: PinnedBuffer,
+    sample_host: PinnedBuffer,
+    /// The captured decode step (made at the first decode step; every pointer it bakes in lives as
+    /// long as the backend, so it is never re-captured) and whether to use one (`DS4_HIP_GRAPH`).
+    decode_graph: Option<DecodeGraph>,
+    use_graph: bool,
     pub(super) layers: Vec<LayerState>,
     pub(super) acts: Acts,
     /// Tokens per prefill chunk (<= acts.n_max).
@@ -162,9 +188,18 @@ impl HipBackend {
         }
         let acts = Acts::new(&hip, hp, n_max, ctx)?;
         let scratch_bytes = acts.len_bytes();
+        let pinned = |bytes: usize| PinnedBuffer::new(&hip, bytes).map_err(|e| e.to_string());
+        let step_host = pinned(acts.step.len_bytes())?;
+        let sample_host = pinned(4 * kernels::SAMPLE_OUT_WORDS)?;
+        let use_graph = std::env::var(GRAPH_ENV).map_or(true, |v| v.trim() != "0");
         let ropes = (0..hp.n_layer).map(|l| layer_rope(hp, l)).collect();
         let mut backend = HipBackend {
-            logits: vec![0.0; hp.n_vocab],
+            host_logits: OnceCell::from(vec![0.0; hp.n_vocab]),
+            logits_spare: Cell::new(Vec::new()),
+            step_host,
+            sample_host,
+            decode_graph: None,
+            use_graph,
             model: model.clone(),
             ctx,
             n_past: 0,
@@ -195,9 +230,110 @@ impl HipBackend {
         self.matvec_tokens
     }
 
-    /// Turn on the selection-margin probe (slow: one synchronization per routed layer).
+    /// Turn on the selection-margin probe (slow: one synchronization per routed layer; decode steps
+    /// then use direct launches).
     pub fn set_probe(&mut self, on: bool) {
         self.probe = on;
+    }
+
+    /// Replay the captured decode graph for decode steps (the default unless `DS4_HIP_GRAPH=0`) or
+    /// launch the same kernels directly.
+    pub fn set_decode_graph(&mut self, on: bool) {
+        self.use_graph = on;
+    }
+
+    /// Whether the next decode step replays the graph: not with the selection probe (it reads
+    /// scores back between launches) nor with the launch profile (it brackets every launch).
+    pub fn decode_graph_active(&self) -> bool {
+        self.use_graph && !self.probe && !self.profile.is_on()
+    }
+
+    /// Kernel launches one replay of the decode graph runs (`None` before the first graph step).
+    pub fn decode_graph_launches(&self) -> Option<u64> {
+        self.decode_graph.as_ref().map(|g| g.launches)
+    }
+
+    /// Write the step parameters of a batch of `tokens` at `pos0` to the device: one asynchronous
+    /// copy from pinned memory, stream-ordered before the launches that read it.
+    fn write_step(&mut self, pos0: usize, tokens: &[u32]) -> Result<(), EngineError> {
+        let host = self.step_host.as_mut_slice();
+        host[..4].copy_from_slice(&(pos0 as u32).to_le_bytes());
+        let ids = &mut host[4 * prefill::STEP_TOKENS..];
+        for (dst, t) in ids.chunks_exact_mut(4).zip(tokens) {
+            dst.copy_from_slice(&t.to_le_bytes());
+        }
+        let bytes = 4 * (prefill::STEP_TOKENS + tokens.len());
+        self.acts
+            .step
+            .copy_from_pinned_async(0, &self.step_host, bytes, &self.stream)
+            .map_err(dev)
+    }
+
+    /// One decode step (step parameters already written) by replaying the captured graph; the
+    /// first call captures it.
+    fn decode_step_graph(&mut self) -> Result<(), EngineError> {
+        if self.decode_graph.is_none() {
+            let before = self.launch_count();
+            self.stream.begin_capture(CaptureMode::ThreadLocal).map_err(dev)?;
+            let issued = self.forward_tokens(1, true, None);
+            let captured = self.stream.end_capture();
+            let hint = |e: String| EngineError::Device(format!("capturing the decode graph: {e} (set {GRAPH_ENV}=0)"));
+            issued.map_err(|e| hint(e.to_string()))?;
+            let exec = captured
+                .and_then(|g| g.instantiate())
+                .map_err(|e| hint(e.to_string()))?;
+            let launches = self.launch_count() - before;
+            // The captured launches run at each replay, counted there.
+            self.acts.launches.set(before);
+            self.decode_graph = Some(DecodeGraph { exec, launches });
+        }
+        let g = self.decode_graph.as_ref().expect("captured above");
+        g.exec.launch(&self.stream).map_err(dev)?;
+        self.acts.launches.set(self.acts.launches.get() + g.launches);
+        Ok(())
+    }
+
+    /// Forget the host copy of the logits (the device's are about to change).
+    fn invalidate_logits(&mut self) {
+        if let Some(v) = self.host_logits.take() {
+            self.logits_spare.set(v);
+        }
+    }
+
+    /// Set the logits of the last token on the device and on the host (checkpoint restore).
+    pub(super) fn restore_logits(&mut self, logits: Vec<f32>) -> Result<(), EngineError> {
+        self.acts.logits.copy_from_host(0, &logits).map_err(dev)?;
+        self.invalidate_logits();
+        let _ = self.host_logits.set(logits);
+        Ok(())
+    }
+
+    /// The next token from the last eval's logits, picked on the device; 8 bytes come back.
+    fn sample_device(&mut self, how: DeviceSample) -> Result<DevicePick, EngineError> {
+        self.hip.bind_thread().map_err(dev)?;
+        let (out, logits) = (self.acts.sampled.ptr().0, self.acts.logits.ptr().0);
+        let n = self.model.hp.n_vocab as u32;
+        let launch = match how {
+            DeviceSample::Greedy => kernels::argmax(out, logits, n),
+            DeviceSample::MinP {
+                temperature,
+                min_p,
+                u01,
+            } => kernels::sample_min_p(out, logits, n, temperature, min_p, u01),
+        };
+        self.run(&launch)?;
+        let bytes = 4 * kernels::SAMPLE_OUT_WORDS;
+        self.acts
+            .sampled
+            .copy_to_pinned_async(0, &mut self.sample_host, bytes, &self.stream)
+            .map_err(dev)?;
+        self.stream.synchronize().map_err(dev)?;
+        let w = self.sample_host.as_slice();
+        let word = |i: usize| u32::from_le_bytes([w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]]);
+        Ok(DevicePick {
+            token: word(0),
+            drew: word(1) != 0,
+        })
     }
 
     /// Tokens per prefill chunk from now on: at most the chunk the buffers were allocated for
@@ -266,11 +402,16 @@ impl HipBackend {
         }
         let n = self.acts.counter.len_bytes();
         self.acts.counter.fill_bytes_async(0, n, 0, stream).map_err(dev)?;
+        // The logits of an empty cache are zeros, on the device (device sampling) and the host.
+        let n = self.acts.logits.len_bytes();
+        self.acts.logits.fill_bytes_async(0, n, 0, stream).map_err(dev)?;
         for f in &fills {
             self.run(f)?;
         }
         self.stream.synchronize().map_err(dev)?;
         self.n_past = 0;
+        self.invalidate_logits();
+        let _ = self.host_logits.set(vec![0.0; self.model.hp.n_vocab]);
         Ok(())
     }
 
@@ -310,8 +451,12 @@ impl Backend for HipBackend {
             )));
         }
         self.hip.bind_thread().map_err(dev)?;
+        if !tokens.is_empty() {
+            self.invalidate_logits();
+        }
         // Chunks of up to `self.chunk` tokens (one token = a decode step); progress and cancellation
         // between chunks. A cancel leaves n_past at the chunks done and the logits of their last token.
+        // The logits stay on the device (`logits()` fetches them).
         let total = tokens.len();
         let mut done = 0;
         let mut prev = 0;
@@ -320,38 +465,52 @@ impl Backend for HipBackend {
                 if prev > 0 {
                     self.head(prev - 1)?;
                     self.stream.synchronize().map_err(dev)?;
-                    self.acts.logits.copy_to_host(0, &mut self.logits).map_err(dev)?;
                 }
                 return Err(EngineError::Cancelled { done });
             }
             let n = self.chunk.min(total - done);
-            self.acts
-                .tokens
-                .copy_from_host(0, &tokens[done..done + n])
-                .map_err(dev)?;
-            self.forward_tokens(self.n_past, n, done + n == total)?;
+            let last = done + n == total;
+            self.write_step(self.n_past, &tokens[done..done + n])?;
+            if n == 1 && last && self.decode_graph_active() {
+                self.decode_step_graph()?;
+            } else {
+                self.forward_tokens(n, last, Some(self.n_past))?;
+            }
             self.stream.synchronize().map_err(dev)?;
             self.profile.collect();
             self.n_past += n;
             done += n;
             prev = n;
         }
-        if total > 0 {
-            self.acts.logits.copy_to_host(0, &mut self.logits).map_err(dev)?;
-        }
         progress(total, total);
         Ok(())
     }
 
     fn logits(&self) -> &[f32] {
-        &self.logits
+        self.host_logits.get_or_init(|| {
+            let mut v = self.logits_spare.take();
+            v.resize(self.model.hp.n_vocab, 0.0);
+            // eval ends with the stream synchronized. The trait has no error channel here: a failed
+            // copy (a device in error) reads as NaN logits, and the next eval reports the error.
+            let copied = self
+                .hip
+                .bind_thread()
+                .and_then(|_| self.acts.logits.copy_to_host(0, &mut v));
+            if copied.is_err() {
+                v.fill(f32::NAN);
+            }
+            v
+        })
+    }
+
+    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, EngineError>> {
+        Some(self.sample_device(how))
     }
 
     fn reset(&mut self) {
         // A failure here leaves a device in error; the next eval reports it.
         let _ = self.hip.bind_thread();
         let _ = self.clear_state();
-        self.logits.iter_mut().for_each(|x| *x = 0.0);
     }
 
     fn save_state(&self) -> Vec<u8> {

@@ -977,7 +977,7 @@ fn check_argmax(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
     logits[at] = 11.0; // above every other draw (|x| < 10)
     logits[(at + 17) % n] = f32::NAN; // non-finite logits are skipped
     let l_d = gpu.up(&logits)?;
-    let out = gpu.poisoned::<u32>(1)?;
+    let out = gpu.poisoned::<u32>(kernels::SAMPLE_OUT_WORDS)?;
     gpu.run(&kernels::argmax(out.ptr().0, l_d.ptr().0, n as u32))?;
     let got = out.to_vec::<u32>()?[0];
     Ok(CheckResult::close(
@@ -1438,6 +1438,7 @@ fn check_rows_finish(
     let x_d = gpu.up(&x)?;
     let w_d = gpu.up(&w)?;
     let ring = gpu.poisoned::<f32>(ring_cap * head_dim)?;
+    let pos_d = gpu.up(&[pos0 as u32])?;
     let rope = if compressed {
         kernels::RopeParams::yarn(
             hp.n_rot as u32,
@@ -1458,11 +1459,10 @@ fn check_rows_finish(
             kernels::NULL
         },
         if use_w { w_d.ptr().0 } else { kernels::NULL },
+        pos_d.ptr().0,
         n_head as u32,
         head_dim as u32,
         flags,
-        pos0 as u32,
-        1,
         ring_cap as u32,
         rope,
         eps,
@@ -1561,6 +1561,9 @@ fn check_attention(
     let sel_d = gpu.up(&if sel.is_empty() { vec![0u32] } else { sel.clone() })?;
     let out = gpu.poisoned::<f32>(n_tok * n_head * head_dim)?;
     let part = gpu.poisoned::<f32>(att.part_floats(n_tok as u32, n_split).max(1))?;
+    let pos_d = gpu.up(&[pos0 as u32])?;
+    // The kernels derive the split from the position: a grid with 2 spare splits (as a captured
+    // decode graph launches) must give the same output, its extra blocks exiting.
     let (main, combine) = kernels::attention(
         &att,
         out.ptr().0,
@@ -1570,14 +1573,13 @@ fn check_attention(
         c_d.ptr().0,
         if selected { sel_d.ptr().0 } else { kernels::NULL },
         s_d.ptr().0,
+        pos_d.ptr().0,
         n_comp_avail as u32,
-        pos0 as u32,
+        n_split + 2,
         n_tok as u32,
     );
     gpu.run(&main)?;
-    if let Some(c) = &combine {
-        gpu.run(c)?;
-    }
+    gpu.run(&combine)?;
     let got = out.to_vec::<f32>()?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
@@ -1625,8 +1627,8 @@ fn check_attention(
         &want,
         TOL_MATVEC,
         format!(
-            "{n_tok} tok at {pos0}, {n_head}x{head_dim}, {n_split} split(s){}",
-            if combine.is_some() { " + combine" } else { "" }
+            "{n_tok} tok at {pos0}, {n_head}x{head_dim}, {n_split} split(s) in a grid of {}",
+            n_split + 2
         ),
     ))
 }
@@ -1644,7 +1646,7 @@ fn check_sample_min_p(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
     let pb = ((lb - la) / temp).exp(); // p_a = 1 (the maximum)
     let boundary = 1.0 / (1.0 + pb); // u01 below it picks a
     let l_d = gpu.up(&logits)?;
-    let out = gpu.poisoned::<u32>(1)?;
+    let out = gpu.poisoned::<u32>(kernels::SAMPLE_OUT_WORDS)?;
     let mut got = Vec::new();
     let mut want = Vec::new();
     for (u01, min_p) in [
@@ -1763,6 +1765,7 @@ fn check_compressor(
     let (skv_d, ssc_d) = (gpu.up(&cpu.kv)?, gpu.up(&cpu.score)?);
     let (kv_d, sc_d, ape_d) = (gpu.up(&kv_cur)?, gpu.up(&sc_cur)?, gpu.up(&ape_bits)?);
     let comp = gpu.poisoned::<f32>(comp_cap * head_dim)?;
+    let pos_d = gpu.up(&[pos0 as u32])?;
     gpu.run(&kernels::compressor_pool(
         comp.ptr().0,
         skv_d.ptr().0,
@@ -1770,9 +1773,9 @@ fn check_compressor(
         kv_d.ptr().0,
         sc_d.ptr().0,
         ape_d.ptr().0,
+        pos_d.ptr().0,
         head_dim as u32,
         ratio as u32,
-        pos0 as u32,
         n_tok as u32,
         comp_cap as u32,
     ))?;
@@ -1839,27 +1842,30 @@ fn check_indexer(
     let (q_d, w_d, k_d) = (gpu.up(&qi)?, gpu.up(&w)?, gpu.up(&krows)?);
     let scores = gpu.poisoned::<f32>(n_tok * score_stride)?;
     let sel = gpu.poisoned::<u32>(n_tok * top_k)?;
+    let pos_d = gpu.up(&[pos0 as u32])?;
     gpu.run(&kernels::indexer_scores(
         scores.ptr().0,
         q_d.ptr().0,
         w_d.ptr().0,
         k_d.ptr().0,
+        pos_d.ptr().0,
         n_head as u32,
         n_comp_avail as u32,
         ratio as u32,
-        pos0 as u32,
+        top_k as u32,
         score_stride as u32,
         w_scale,
+        n_comp_avail as u32,
         n_tok as u32,
     ))?;
     gpu.run(&kernels::indexer_topk(
         sel.ptr().0,
         scores.ptr().0,
+        pos_d.ptr().0,
         score_stride as u32,
         n_comp_avail as u32,
         ratio as u32,
         top_k as u32,
-        pos0 as u32,
         n_tok as u32,
     ))?;
     let (got_scores_all, got_sel) = (scores.to_vec::<f32>()?, sel.to_vec::<u32>()?);
@@ -1867,6 +1873,10 @@ fn check_indexer(
     let mut sel_mismatch = Vec::new();
     for t in 0..n_tok {
         let n_c = ((pos0 + t + 1) / ratio).min(n_comp_avail);
+        // Tokens that see at most top_k rows use no selection: the kernels skip them.
+        if n_c <= top_k {
+            continue;
+        }
         let row_scores = &got_scores_all[t * score_stride..t * score_stride + n_c];
         got_s.extend_from_slice(row_scores);
         for c in 0..n_c {

@@ -150,23 +150,23 @@ kernel_defs! {
         n_hc: U32, n_split: U32, eps_rms: F32, eps_hc: F32);
     HC_POST = "ds4_hc_post"(hc_out: Ptr, hc_in: Ptr, y: Ptr, y2: Ptr, split: Ptr, n_embd: U32, n_hc: U32);
     /// kernels/rows.hip
-    ROWS_FINISH = "ds4_rows_finish"(x: Ptr, ring: Ptr, w: Ptr, n_head: U32, head_dim: U32, n_rot: U32, flags: U32,
-        pos0: U32, pos_step: U32, ring_cap: U32, theta_scale: F32, freq_scale: F32, ext_factor: F32,
-        corr_low: F32, corr_high: F32, eps: F32);
+    ROWS_FINISH = "ds4_rows_finish"(x: Ptr, ring: Ptr, w: Ptr, pos: Ptr, n_head: U32, head_dim: U32, n_rot: U32,
+        flags: U32, n_tok: U32, emit_ratio: U32, row_cap: U32, ring_cap: U32, theta_scale: F32, freq_scale: F32,
+        ext_factor: F32, corr_low: F32, corr_high: F32, eps: F32);
     /// kernels/attention.hip
     ATTENTION = "ds4_attention"(out: Ptr, part: Ptr, q: Ptr, ring: Ptr, comp: Ptr, comp_sel: Ptr, sinks: Ptr,
-        n_head: U32, head_dim: U32, ring_cap: U32, window: U32, n_comp_avail: U32, ratio: U32, top_k: U32,
-        pos0: U32, rows_per_split: U32, scale: F32);
-    ATTENTION_COMBINE = "ds4_attention_combine"(out: Ptr, part: Ptr, sinks: Ptr, n_head: U32, head_dim: U32,
-        n_split: U32);
+        pos: Ptr, n_head: U32, head_dim: U32, ring_cap: U32, window: U32, n_comp_avail: U32, ratio: U32, top_k: U32,
+        scale: F32);
+    ATTENTION_COMBINE = "ds4_attention_combine"(out: Ptr, part: Ptr, sinks: Ptr, comp_sel: Ptr, pos: Ptr,
+        n_head: U32, head_dim: U32, window: U32, n_comp_avail: U32, ratio: U32, top_k: U32);
     /// kernels/compressor.hip
     COMPRESSOR_POOL = "ds4_compressor_pool"(comp_rows: Ptr, state_kv: Ptr, state_score: Ptr, kv_cur: Ptr,
-        sc_cur: Ptr, ape: Ptr, head_dim: U32, ratio: U32, pos0: U32, n_tok: U32, comp_cap: U32);
+        sc_cur: Ptr, ape: Ptr, pos: Ptr, head_dim: U32, ratio: U32, n_tok: U32, comp_cap: U32);
     /// kernels/indexer.hip
-    INDEXER_SCORES = "ds4_indexer_scores"(scores: Ptr, qi: Ptr, w: Ptr, krows: Ptr, n_head: U32, n_comp_avail: U32,
-        ratio: U32, pos0: U32, score_stride: U32, w_scale: F32);
-    INDEXER_TOPK = "ds4_indexer_topk"(sel: Ptr, scores: Ptr, score_stride: U32, n_comp_avail: U32, ratio: U32,
-        top_k: U32, pos0: U32);
+    INDEXER_SCORES = "ds4_indexer_scores"(scores: Ptr, qi: Ptr, w: Ptr, krows: Ptr, pos: Ptr, n_head: U32,
+        n_comp_avail: U32, ratio: U32, top_k: U32, score_stride: U32, w_scale: F32);
+    INDEXER_TOPK = "ds4_indexer_topk"(sel: Ptr, scores: Ptr, pos: Ptr, score_stride: U32, n_comp_avail: U32,
+        ratio: U32, top_k: U32);
     /// kernels/sample.hip
     ARGMAX = "ds4_argmax"(out: Ptr, logits: Ptr, n: U32);
     SAMPLE_MIN_P = "ds4_sample_min_p"(out: Ptr, logits: Ptr, n: U32, temp: F32, min_p: F32, u01: F32);
@@ -884,22 +884,79 @@ impl RopeParams {
     }
 }
 
-/// `ds4_rows_finish`: per-(token, head) row operations (flags from [`row_flags`]) on
-/// x [n_tok][n_head][head_dim] in place; row t is at position pos0 + t*pos_step. ring and w may be
-/// NULL when unused. Grid (n_head, n_tok).
+/// `ds4_rows_finish` on token rows: per-(token, head) row operations (flags from [`row_flags`]) on
+/// x [n_tok][n_head][head_dim] in place; row t is at position pos0 + t, pos0 read from the device
+/// word `pos` (the step parameters). ring and w may be NULL when unused. Grid (n_head, n_tok).
 pub fn rows_finish(
     x: DevPtr,
     ring: DevPtr,
     w: DevPtr,
+    pos: DevPtr,
     n_head: u32,
     head_dim: u32,
     flags: u32,
-    pos0: u32,
-    pos_step: u32,
     ring_cap: u32,
     rope: RopeParams,
     eps: f32,
     n_tok: u32,
+) -> Launch {
+    rows_finish_launch(
+        x, ring, w, pos, n_head, head_dim, flags, n_tok, 0, 0, ring_cap, rope, eps, n_tok,
+    )
+}
+
+/// `ds4_rows_finish` on the compressed rows that the n_tok tokens at pos0 (device word `pos`)
+/// emitted into `rows` [row_cap][head_dim] (spec §3.7, after [`compressor_pool`]): row c at RoPE
+/// position c * ratio. Grid (1, `grid_rows`): at least the rows this batch emits
+/// ([`compressor_emitted`]; [`compressor_max_emitted`] for any position), blocks past them exit.
+pub fn rows_finish_emitted(
+    rows: DevPtr,
+    w: DevPtr,
+    pos: DevPtr,
+    head_dim: u32,
+    flags: u32,
+    ratio: u32,
+    row_cap: u32,
+    rope: RopeParams,
+    eps: f32,
+    n_tok: u32,
+    grid_rows: u32,
+) -> Launch {
+    assert!(ratio > 0, "rows_finish_emitted: ratio 0");
+    assert!(flags & row_flags::STORE_RING == 0, "rows_finish_emitted: no ring store");
+    rows_finish_launch(
+        rows,
+        NULL,
+        w,
+        pos,
+        1,
+        head_dim,
+        flags,
+        n_tok,
+        ratio,
+        row_cap,
+        1,
+        rope,
+        eps,
+        grid_rows.max(1),
+    )
+}
+
+fn rows_finish_launch(
+    x: DevPtr,
+    ring: DevPtr,
+    w: DevPtr,
+    pos: DevPtr,
+    n_head: u32,
+    head_dim: u32,
+    flags: u32,
+    n_tok: u32,
+    emit_ratio: u32,
+    row_cap: u32,
+    ring_cap: u32,
+    rope: RopeParams,
+    eps: f32,
+    grid_y: u32,
 ) -> Launch {
     assert!(
         head_dim <= ROWS_MAX_DIM,
@@ -907,17 +964,19 @@ pub fn rows_finish(
     );
     Launch::new(
         &ROWS_FINISH,
-        [n_head, n_tok, 1],
+        [n_head, grid_y, 1],
         vec![
             ptr(x),
             ptr(ring),
             ptr(w),
+            ptr(pos),
             u(n_head),
             u(head_dim),
             u(rope.n_rot),
             u(flags),
-            u(pos0),
-            u(pos_step),
+            u(n_tok),
+            u(emit_ratio),
+            u(row_cap),
             u(ring_cap.max(1)),
             f(rope.theta_scale),
             f(rope.freq_scale),
@@ -954,15 +1013,35 @@ impl AttentionShape {
     }
 
     /// Rows per split and number of splits for a batch at pos0..pos0+n_tok: small batches split the
-    /// rows more finely so a decode step still fills the GPU.
+    /// rows more finely so a decode step still fills the GPU. The kernels derive the same split on
+    /// the device (`ds4_att_split`, kernels/attention.hip); this is its host mirror, for sizing.
     pub fn splits(&self, pos0: u32, n_tok: u32, n_comp_avail: u32, selected: bool) -> (u32, u32) {
-        let rows = self.visible_rows(pos0 + n_tok - 1, n_comp_avail, selected).max(1);
+        Self::splits_of_rows(self.visible_rows(pos0 + n_tok - 1, n_comp_avail, selected), n_tok)
+    }
+
+    /// [`AttentionShape::splits`] for a batch of n_tok tokens whose last token sees `rows` rows.
+    pub fn splits_of_rows(rows: u32, n_tok: u32) -> (u32, u32) {
+        let rows = rows.max(1);
         let rps = if n_tok >= 16 {
             ATTENTION_MAX_ROWS
         } else {
             rows.div_ceil(16).next_multiple_of(32).clamp(32, ATTENTION_MAX_ROWS)
         };
         (rps, rows.div_ceil(rps))
+    }
+
+    /// The most splits a batch of n_tok tokens can need when no token sees more than `max_rows`
+    /// rows (the split count is not monotonic in the rows below 16 tokens: every count is tried).
+    /// A captured decode graph launches this many; the blocks past a step's own count exit.
+    pub fn max_splits(n_tok: u32, max_rows: u32) -> u32 {
+        if n_tok >= 16 {
+            Self::splits_of_rows(max_rows, n_tok).1
+        } else {
+            (1..=max_rows.max(1))
+                .map(|r| Self::splits_of_rows(r, n_tok).1)
+                .max()
+                .unwrap_or(1)
+        }
     }
 
     /// Floats of the partial buffer the launch needs (0 when it does not split).
@@ -975,10 +1054,13 @@ impl AttentionShape {
     }
 }
 
-/// `ds4_attention` (+ `ds4_attention_combine` when the rows are split): attention of the batch
-/// q [n_tok][n_head][head_dim] at positions pos0.. over the ring and the compressed rows; comp_sel
-/// is the indexer's [n_tok][top_k] list or NULL; part must hold `shape.part_floats(n_tok, n_split)`
-/// floats (n_split from `shape.splits`). Grid (n_head/8, n_split, n_tok), then (n_head, n_tok).
+/// `ds4_attention` + `ds4_attention_combine`: attention of the batch q [n_tok][n_head][head_dim] at
+/// positions pos0.. (pos0 from the device word `pos`) over the ring and the compressed rows; comp_sel
+/// is the indexer's [n_tok][top_k] list or NULL. The kernels derive the split from the position
+/// ([`AttentionShape::splits`] on the device); `grid_splits` must be at least that count (a known
+/// position's exact count, or [`AttentionShape::max_splits`]), and part must hold
+/// `shape.part_floats(n_tok, n_split)` floats. The combine exits when the rows are not split.
+/// Grid (n_head/8, grid_splits, n_tok), then (n_head, n_tok).
 pub fn attention(
     shape: &AttentionShape,
     out: DevPtr,
@@ -988,21 +1070,21 @@ pub fn attention(
     comp: DevPtr,
     comp_sel: DevPtr,
     sinks: DevPtr,
+    pos: DevPtr,
     n_comp_avail: u32,
-    pos0: u32,
+    grid_splits: u32,
     n_tok: u32,
-) -> (Launch, Option<Launch>) {
+) -> (Launch, Launch) {
     assert!(
         shape.n_head.is_multiple_of(ATTENTION_HEADS)
             && shape.head_dim.is_multiple_of(4)
             && shape.head_dim <= ATTENTION_MAX_DIM,
         "attention: unsupported shape {shape:?}"
     );
-    let (rps, n_split) = shape.splits(pos0, n_tok, n_comp_avail, comp_sel != NULL);
     let scale = 1.0 / (shape.head_dim as f32).sqrt();
     let main = Launch::new(
         &ATTENTION,
-        [shape.n_head / ATTENTION_HEADS, n_split, n_tok],
+        [shape.n_head / ATTENTION_HEADS, grid_splits.max(1), n_tok],
         vec![
             ptr(out),
             ptr(part),
@@ -1011,6 +1093,7 @@ pub fn attention(
             ptr(comp),
             ptr(comp_sel),
             ptr(sinks),
+            ptr(pos),
             u(shape.n_head),
             u(shape.head_dim),
             u(shape.ring_cap),
@@ -1018,25 +1101,26 @@ pub fn attention(
             u(n_comp_avail),
             u(shape.ratio),
             u(shape.top_k),
-            u(pos0),
-            u(rps),
             f(scale),
         ],
     );
-    let combine = (n_split > 1).then(|| {
-        Launch::new(
-            &ATTENTION_COMBINE,
-            [shape.n_head, n_tok, 1],
-            vec![
-                ptr(out),
-                ptr(part),
-                ptr(sinks),
-                u(shape.n_head),
-                u(shape.head_dim),
-                u(n_split),
-            ],
-        )
-    });
+    let combine = Launch::new(
+        &ATTENTION_COMBINE,
+        [shape.n_head, n_tok, 1],
+        vec![
+            ptr(out),
+            ptr(part),
+            ptr(sinks),
+            ptr(comp_sel),
+            ptr(pos),
+            u(shape.n_head),
+            u(shape.head_dim),
+            u(shape.window),
+            u(n_comp_avail),
+            u(shape.ratio),
+            u(shape.top_k),
+        ],
+    );
     (main, combine)
 }
 
@@ -1049,9 +1133,18 @@ pub fn compressor_emitted(ratio: u32, pos0: u32, n_tok: u32) -> (u32, u32) {
     (first, (pos0 + n_tok) / ratio - first)
 }
 
-/// `ds4_compressor_pool`: state update for the batch and raw pooled rows into comp_rows; follow it
-/// with [`rows_finish`] on the rows from [`compressor_emitted`] (pos0 = first*ratio, pos_step =
-/// ratio). Grid (ceil(head_dim/256)).
+/// The most compressed rows a batch of n_tok tokens can emit at any position: one every `ratio`
+/// tokens, plus one when the batch straddles a boundary.
+pub fn compressor_max_emitted(ratio: u32, n_tok: u32) -> u32 {
+    if ratio == 0 || n_tok == 0 {
+        0
+    } else {
+        (n_tok - 1) / ratio + 1
+    }
+}
+
+/// `ds4_compressor_pool`: state update for the batch at pos0.. (device word `pos`) and raw pooled
+/// rows into comp_rows; follow it with [`rows_finish_emitted`]. Grid (ceil(head_dim/256)).
 pub fn compressor_pool(
     comp_rows: DevPtr,
     state_kv: DevPtr,
@@ -1059,9 +1152,9 @@ pub fn compressor_pool(
     kv_cur: DevPtr,
     sc_cur: DevPtr,
     ape: DevPtr,
+    pos: DevPtr,
     head_dim: u32,
     ratio: u32,
-    pos0: u32,
     n_tok: u32,
     comp_cap: u32,
 ) -> Launch {
@@ -1076,58 +1169,63 @@ pub fn compressor_pool(
             ptr(kv_cur),
             ptr(sc_cur),
             ptr(ape),
+            ptr(pos),
             u(head_dim),
             u(ratio),
-            u(pos0),
             u(n_tok),
             u(comp_cap),
         ],
     )
 }
 
-/// `ds4_indexer_scores`: scores [n_tok][score_stride] of the compressed indexer rows.
-/// Grid (ceil(n_comp_avail/128), n_tok).
+/// `ds4_indexer_scores`: scores [n_tok][score_stride] of the compressed indexer rows of the tokens
+/// at pos0.. (device word `pos`) that see more than top_k rows. Grid (ceil(grid_rows/128), n_tok):
+/// `grid_rows` >= the rows the batch's last token sees (n_comp_avail, or the capacity).
 pub fn indexer_scores(
     scores: DevPtr,
     qi: DevPtr,
     w: DevPtr,
     krows: DevPtr,
+    pos: DevPtr,
     n_head: u32,
     n_comp_avail: u32,
     ratio: u32,
-    pos0: u32,
+    top_k: u32,
     score_stride: u32,
     w_scale: f32,
+    grid_rows: u32,
     n_tok: u32,
 ) -> Launch {
     assert!(n_head <= 64, "indexer_scores: n_head {n_head} > 64");
     Launch::new(
         &INDEXER_SCORES,
-        [blocks(n_comp_avail, INDEXER_ROWS), n_tok, 1],
+        [blocks(grid_rows, INDEXER_ROWS), n_tok, 1],
         vec![
             ptr(scores),
             ptr(qi),
             ptr(w),
             ptr(krows),
+            ptr(pos),
             u(n_head),
             u(n_comp_avail),
             u(ratio),
-            u(pos0),
+            u(top_k),
             u(score_stride),
             f(w_scale),
         ],
     )
 }
 
-/// `ds4_indexer_topk`: ascending top_k row lists sel [n_tok][top_k]. Grid (n_tok).
+/// `ds4_indexer_topk`: ascending top_k row lists sel [n_tok][top_k] of the tokens at pos0.. (device
+/// word `pos`) that see more than top_k rows. Grid (n_tok).
 pub fn indexer_topk(
     sel: DevPtr,
     scores: DevPtr,
+    pos: DevPtr,
     score_stride: u32,
     n_comp_avail: u32,
     ratio: u32,
     top_k: u32,
-    pos0: u32,
     n_tok: u32,
 ) -> Launch {
     Launch::new(
@@ -1136,21 +1234,27 @@ pub fn indexer_topk(
         vec![
             ptr(sel),
             ptr(scores),
+            ptr(pos),
             u(score_stride),
             u(n_comp_avail),
             u(ratio),
             u(top_k),
-            u(pos0),
         ],
     )
 }
 
-/// `ds4_argmax`: out[0] = first index of the largest finite logit. Grid (1).
+/// Words `ds4_argmax` and `ds4_sample_min_p` write: the token id, then 1 when the host's uniform
+/// draw was used (0 for greedy and for the cases where the host path draws nothing).
+pub const SAMPLE_OUT_WORDS: usize = 2;
+
+/// `ds4_argmax`: out[0] = first index of the largest logit (NaN never wins; 0 when none is above
+/// -inf), the host's `sampler::argmax`. Grid (1).
 pub fn argmax(out: DevPtr, logits: DevPtr, n: u32) -> Launch {
     Launch::new(&ARGMAX, [1, 1, 1], vec![ptr(out), ptr(logits), u(n)])
 }
 
-/// `ds4_sample_min_p`: default sampler path with the host's uniform draw u01. Grid (1).
+/// `ds4_sample_min_p`: default sampler path with the host's uniform draw u01; out[0] = id, out[1] =
+/// whether the draw was used. Grid (1).
 pub fn sample_min_p(out: DevPtr, logits: DevPtr, n: u32, temp: f32, min_p: f32, u01: f32) -> Launch {
     Launch::new(
         &SAMPLE_MIN_P,
@@ -1637,7 +1741,7 @@ mod tests {
             ratio: 4,
             top_k: 512,
         };
-        let (att, comb) = attention(&shape, 1, 2, 3, 4, 5, 6, 7, 1000, 4000, 1);
+        let (att, comb) = attention(&shape, 1, 2, 3, 4, 5, 6, 7, 8, 1000, 10, 1);
         let q8k = Q8K { q: 1, d: 2, bsums: 3 };
         let mut launches = vec![
             embed_hc(1, 2, 3, 4096, 4, 129280, 1),
@@ -1677,21 +1781,21 @@ mod tests {
                 1,
                 2,
                 3,
+                4,
                 1,
                 512,
                 row_flags::NORM | row_flags::ROPE,
-                7,
-                1,
                 2304,
                 rope,
                 1e-6,
                 1,
             ),
+            rows_finish_emitted(1, 2, 3, 512, row_flags::NORM, 4, 1026, rope, 1e-6, 1, 1),
             att,
-            comb.expect("1000 rows split at decode"),
-            compressor_pool(1, 2, 3, 4, 5, 6, 512, 4, 7, 1, 1026),
-            indexer_scores(1, 2, 3, 4, 64, 1000, 4, 3999, 1024, 0.011, 1),
-            indexer_topk(1, 2, 1024, 1000, 4, 512, 3999, 1),
+            comb,
+            compressor_pool(1, 2, 3, 4, 5, 6, 7, 512, 4, 1, 1026),
+            indexer_scores(1, 2, 3, 4, 5, 64, 1000, 4, 512, 1024, 0.011, 1000, 1),
+            indexer_topk(1, 2, 3, 1024, 1000, 4, 512, 1),
             argmax(1, 2, 129280),
             sample_min_p(1, 2, 129280, 1.0, 0.05, 0.5),
         ];
@@ -1778,6 +1882,27 @@ mod tests {
         assert_eq!(compressor_emitted(128, 0, 2048), (0, 16));
         // Chunk 100..300 at ratio 128: p = 127 and 255 emit rows 0 and 1.
         assert_eq!(compressor_emitted(128, 100, 200), (0, 2));
+        // The most rows a batch emits bounds every position's count (the emitted-rows grid).
+        for (ratio, n) in [(4u32, 1u32), (4, 3), (4, 4), (4, 5), (128, 1), (128, 200), (128, 256)] {
+            let most = (0..600).map(|p| compressor_emitted(ratio, p, n).1).max().unwrap();
+            assert_eq!(compressor_max_emitted(ratio, n), most, "ratio {ratio}, {n} tokens");
+        }
+    }
+
+    #[test]
+    fn max_splits_bounds_every_position() {
+        // Decode (1 token) and small batches: the graph's split count covers every row count.
+        for n_tok in [1u32, 7, 15, 16, 64] {
+            for max_rows in [1u32, 31, 200, 640, 1128, 9000] {
+                let most = (1..=max_rows)
+                    .map(|r| AttentionShape::splits_of_rows(r, n_tok).1)
+                    .max()
+                    .unwrap();
+                assert_eq!(AttentionShape::max_splits(n_tok, max_rows), most);
+            }
+        }
+        // Up to 640 rows at decode: 640 rows take 10 splits of 64, but 481..512 rows take 16 of 32.
+        assert_eq!(AttentionShape::max_splits(1, 640), 16);
     }
 
     #[test]

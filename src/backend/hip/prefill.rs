@@ -13,6 +13,15 @@
 //! does a batch of up to `MATVEC_MAX_TOKENS` tokens (one grid row per token), where a GEMM tile would
 //! be mostly empty.
 //!
+//! Position-dependent values reach the kernels only through the step parameters in device memory
+//! (`Acts::step`: the batch's first position, then its token ids), never as launch arguments: the
+//! kernels derive the compressed-row counts, the rows a batch emits, whether the indexer selection
+//! is active and the attention split from that position. So the `n == 1` sequence can be captured
+//! once into a graph and replayed at every position (`forward.rs`). With a position known to the
+//! host (direct launches) the launches that would exit at once are left out and the grids are sized
+//! to the batch; while capturing, every launch is issued with the grid the session's largest case
+//! needs. Either way the kernels compute the same numbers.
+//!
 //! Owns the activation buffers (allocated once for the largest chunk) and the launch order; the
 //! session state (ring, compressed rows, compressor states) and `eval` live in `forward.rs`.
 
@@ -80,6 +89,10 @@ pub fn matvec_max_tokens() -> Result<usize, String> {
     }
 }
 
+/// Words of step parameters before the token ids in `Acts::step`: word 0 is the position of the
+/// batch's first token (the rest is padding that keeps the ids 16-byte aligned).
+pub(super) const STEP_TOKENS: usize = 4;
+
 /// Raw-ring rows for chunks of up to `n_max` tokens: a chunk stores all its kv rows before its
 /// attention, and its first token still needs the window - 1 rows before it (spec §4.2).
 pub fn ring_rows(hp: &HParams, n_max: usize) -> usize {
@@ -91,9 +104,11 @@ pub fn ring_rows(hp: &HParams, n_max: usize) -> usize {
 /// (`activation_bytes`, no device needed).
 pub(super) struct ActsOf<B> {
     pub(super) n_max: usize,
-    /// Kernel launches issued through `HipBackend::launch` (diagnostics).
-    launches: Cell<u64>,
-    pub(super) tokens: B,
+    /// Kernel launches issued through `HipBackend::launch`, and those a decode-graph replay runs
+    /// (diagnostics).
+    pub(super) launches: Cell<u64>,
+    /// Step parameters: u32 [STEP_TOKENS] (the batch's first position), then the batch's token ids.
+    pub(super) step: B,
     hc: B,
     split_a: B,
     split_f: B,
@@ -143,6 +158,8 @@ pub(super) struct ActsOf<B> {
     sd: B,
     yh: B,
     pub(super) logits: B,
+    /// Device sampling result: u32 [kernels::SAMPLE_OUT_WORDS].
+    pub(super) sampled: B,
 }
 
 /// The activation buffers on the device.
@@ -184,7 +201,7 @@ impl<B> ActsOf<B> {
         Ok(ActsOf {
             n_max: n,
             launches: Cell::new(0),
-            tokens: bytes(alloc, 4 * n)?,
+            step: bytes(alloc, 4 * (STEP_TOKENS + n))?,
             hc: f32s(alloc, n * hp.hc_dim())?,
             split_a: f32s(alloc, n * n_mix)?,
             split_f: f32s(alloc, n * n_mix)?,
@@ -234,13 +251,14 @@ impl<B> ActsOf<B> {
             sd: f32s(alloc, n * hp.n_ff_exp / 32)?,
             yh: f32s(alloc, ne)?,
             logits: f32s(alloc, hp.n_vocab)?,
+            sampled: bytes(alloc, 4 * kernels::SAMPLE_OUT_WORDS)?,
         })
     }
 
     /// Every buffer.
-    fn buffers(&self) -> [&B; 49] {
+    fn buffers(&self) -> [&B; 50] {
         [
-            &self.tokens,
+            &self.step,
             &self.hc,
             &self.split_a,
             &self.split_f,
@@ -289,11 +307,22 @@ impl<B> ActsOf<B> {
             &self.sd,
             &self.yh,
             &self.logits,
+            &self.sampled,
         ]
     }
 }
 
 impl Acts {
+    /// Device address of the step parameters' position word.
+    pub(super) fn pos_ptr(&self) -> DevPtr {
+        self.step.ptr().0
+    }
+
+    /// Device address of the batch's token ids.
+    pub(super) fn token_ids(&self) -> DevPtr {
+        self.step.ptr().0 + 4 * STEP_TOKENS as u64
+    }
+
     /// Device buffers (see [`ActsOf::build`]).
     pub(super) fn new(hip: &HipContext, hp: &HParams, n_max: usize, ctx: usize) -> Result<Acts, String> {
         Acts::build(hp, n_max, ctx, &mut |b| hip.alloc(b).map_err(|e| e.to_string()))
@@ -357,10 +386,18 @@ fn p0(b: &DeviceBuffer) -> DevPtr {
 }
 
 impl HipBackend {
-    /// Launch the forward pass of the `n` tokens already in `acts.tokens`, at positions `pos0..`,
-    /// through every layer (the session cache must hold positions `< pos0`); with `want_logits`,
-    /// the head on the last token writes `acts.logits`. Nothing is synchronized.
-    pub(super) fn forward_tokens(&self, pos0: usize, n: usize, want_logits: bool) -> Result<(), EngineError> {
+    /// Launch the forward pass of the `n` tokens whose ids and first position pos0 are already in
+    /// the step parameters (`acts.step`) through every layer (the session cache must hold positions
+    /// `< pos0`); with `want_logits`, the head on the last token writes `acts.logits`. `host_pos` is
+    /// pos0 when the host may use it to leave out launches that would exit at once and to size
+    /// grids to the batch (direct launches), `None` while capturing the decode graph (every launch,
+    /// grids for any position). Nothing is synchronized.
+    pub(super) fn forward_tokens(
+        &self,
+        n: usize,
+        want_logits: bool,
+        host_pos: Option<usize>,
+    ) -> Result<(), EngineError> {
         let hp = &self.model.hp;
         let a = &self.acts;
         assert!(
@@ -369,20 +406,25 @@ impl HipBackend {
             a.n_max
         );
         if self.probe {
+            assert!(
+                host_pos.is_some(),
+                "the selection probe reads back scores: direct launches only"
+            );
             self.margins.set((f32::INFINITY, f32::INFINITY));
         }
         let mw = &self.model.w;
         self.launch(&kernels::embed_hc(
             p0(&a.hc),
             self.w(&mw.token_embd),
-            p0(&a.tokens),
+            a.token_ids(),
             hp.n_embd as u32,
             hp.n_hc as u32,
             hp.n_vocab as u32,
             n as u32,
         ))?;
+        let host_pos = host_pos.map(|p| p as u32);
         for l in 0..hp.n_layer {
-            self.attention_sublayer(l, pos0, n)?;
+            self.attention_sublayer(l, n, host_pos)?;
             self.ffn_sublayer(l, n)?;
         }
         if want_logits { self.head(n - 1) } else { Ok(()) }
@@ -394,7 +436,8 @@ impl HipBackend {
         self.run(l)
     }
 
-    /// Kernel launches issued by `forward_tokens` and `head` since the backend was made.
+    /// Kernel launches run by `forward_tokens` and `head` since the backend was made (directly or
+    /// by replays of the decode graph; device sampling not counted).
     pub fn launch_count(&self) -> u64 {
         self.acts.launches.get()
     }
@@ -515,8 +558,9 @@ impl HipBackend {
         }
     }
 
-    /// The attention sublayer of layer `l` for tokens at `pos0..pos0 + n` (spec §3.4).
-    fn attention_sublayer(&self, l: usize, pos0: usize, n: usize) -> Result<(), EngineError> {
+    /// The attention sublayer of layer `l` for the `n` tokens at pos0.. (spec §3.4); `host_pos`:
+    /// pos0 when the host knows it (see `forward_tokens`).
+    fn attention_sublayer(&self, l: usize, n: usize, host_pos: Option<u32>) -> Result<(), EngineError> {
         let hp = &self.model.hp;
         let a = &self.acts;
         let lw = &self.model.w.layers[l];
@@ -529,8 +573,10 @@ impl HipBackend {
         let (qr_w, h, hi) = (hp.q_lora_rank as u32, hp.n_head as u32, hp.idx_n_head as u32);
         let (g, or) = (hp.n_out_group as u32, hp.o_lora_rank as u32);
         let eps = hp.rms_eps;
-        let pu = pos0 as u32;
+        let pos = a.pos_ptr();
         let raw_cap = ring_rows(hp, a.n_max) as u32;
+        let comp_cap = ls.comp_cap as u32;
+        let top_k = hp.idx_top_k as u32;
         self.hc_pre(
             p0(&a.split_a),
             false,
@@ -579,11 +625,10 @@ impl HipBackend {
             p0(&a.q),
             NULL,
             NULL,
+            pos,
             h,
             d,
             rf::NORM | rf::ROPE,
-            pu,
-            1,
             1,
             rope,
             eps,
@@ -595,25 +640,25 @@ impl HipBackend {
             p0(&a.kv),
             p0(&ls.ring),
             self.w(&lw.attn_kv_a_norm),
+            pos,
             1,
             d,
             rf::NORM | rf::ROPE | rf::E4M3 | rf::STORE_RING,
-            pu,
-            1,
             raw_cap,
             rope,
             eps,
             nt,
         ))?;
-        // Compressors (spec §3.7), then the indexer's selection (§3.8). n_comp = rows emitted up to
-        // the batch's last token; the kernels limit each token to its own floor((p + 1) / ratio).
-        let mut n_comp = 0u32;
+        // Compressors (spec §3.7), then the indexer's selection (§3.8). The kernels bound each
+        // token's compressed rows by its own floor((p + 1) / ratio) and the capacity; the host's
+        // n_comp (rows emitted up to the batch's last token, when it knows the position) only
+        // decides what may be left out.
+        let n_comp = host_pos.map(|p| ((p + nt).checked_div(ratio).unwrap_or(0)).min(comp_cap));
         let mut sel = NULL;
         if let (Some(cw), Some(st)) = (&lw.compressor, &ls.comp) {
             let c = hp.compress_overlap(l) as u32;
             let flags = rf::NORM | rf::ROPE | rf::E4M3 | rf::ROUND_F16;
-            self.compress(cw, st, ls.comp_cap as u32, c * d, d, ratio, pu, nt, flags, rope)?;
-            n_comp = ((pu + nt) / ratio).min(ls.comp_cap as u32);
+            self.compress(cw, st, comp_cap, c * d, d, ratio, nt, flags, rope, host_pos)?;
         }
         if let (Some(iwt), Some(st)) = (&lw.indexer, &ls.index) {
             let c = hp.compress_overlap(l) as u32;
@@ -621,72 +666,87 @@ impl HipBackend {
             self.compress(
                 &iwt.compressor,
                 st,
-                ls.comp_cap as u32,
+                comp_cap,
                 c * di,
                 di,
                 ratio,
-                pu,
                 nt,
                 flags,
                 rope,
+                host_pos,
             )?;
-            if n_comp > hp.idx_top_k as u32 {
+            // The selection is used once a token sees more than top_k rows (both kernels skip the
+            // other tokens).
+            if n_comp.is_none_or(|c| c > top_k) {
                 self.proj_f16(p0(&a.qi), self.w(&iwt.q_b), p0(&a.qrn), qr_w, hi * di, qr_w, nt)?;
                 self.launch(&kernels::rows_finish(
                     p0(&a.qi),
                     NULL,
                     NULL,
+                    pos,
                     hi,
                     di,
                     rf::ROPE | rf::HADAMARD_FP4,
-                    pu,
-                    1,
                     1,
                     rope,
                     eps,
                     nt,
                 ))?;
                 self.proj_f16(p0(&a.iw), self.w(&iwt.proj), p0(&a.xn), ne, hi, ne, nt)?;
-                let stride = ls.comp_cap as u32;
+                let stride = comp_cap;
                 self.launch(&kernels::indexer_scores(
                     p0(&a.scores),
                     p0(&a.qi),
                     p0(&a.iw),
                     p0(&st[0]),
+                    pos,
                     hi,
-                    n_comp,
+                    comp_cap,
                     ratio,
-                    pu,
+                    top_k,
                     stride,
                     1.0 / ((di * hi) as f32).sqrt(),
+                    n_comp.unwrap_or(comp_cap),
                     nt,
                 ))?;
                 if self.probe && n == 1 {
-                    let mut sc = self.read_f32(p0(&a.scores), n_comp as usize)?;
+                    let rows = n_comp.expect("the probe runs with direct launches") as usize;
+                    let mut sc = self.read_f32(p0(&a.scores), rows)?;
                     self.note_margin(&mut sc, hp.idx_top_k, true, false);
                 }
                 self.launch(&kernels::indexer_topk(
                     p0(&a.sel),
                     p0(&a.scores),
+                    pos,
                     stride,
-                    n_comp,
+                    comp_cap,
                     ratio,
-                    hp.idx_top_k as u32,
-                    pu,
+                    top_k,
                     nt,
                 ))?;
                 sel = p0(&a.sel);
             }
         }
-        // Attention (steps 10-11).
+        // Attention (steps 10-11). The kernels derive the split from the position; the grid holds
+        // this batch's split count when the host knows the position, else the most any position of
+        // the session needs.
         let shape = AttentionShape {
             n_head: h,
             head_dim: d,
             ring_cap: raw_cap,
             window: hp.sliding_window as u32,
             ratio,
-            top_k: hp.idx_top_k as u32,
+            top_k,
         };
+        let splits = match (host_pos, n_comp) {
+            (Some(p), Some(c)) => shape.splits(p, nt, c, sel != NULL).1,
+            _ => AttentionShape::max_splits(nt, max_visible_rows(hp, l, ls.comp_cap) as u32),
+        };
+        if shape.part_floats(nt, splits) * 4 > a.att_part.len_bytes() {
+            return Err(EngineError::Device(format!(
+                "attention partials for {splits} splits of {n} tokens exceed the preallocated buffer (layer {l}, position {host_pos:?})"
+            )));
+        }
         let comp_rows = ls.comp.as_ref().map_or(NULL, |st| p0(&st[0]));
         let (main, combine) = kernels::attention(
             &shape,
@@ -697,29 +757,24 @@ impl HipBackend {
             comp_rows,
             sel,
             self.w(&lw.attn_sinks),
-            n_comp,
-            pu,
+            pos,
+            comp_cap,
+            splits,
             nt,
         );
-        let (_, splits) = shape.splits(pu, nt, n_comp, sel != NULL);
-        if shape.part_floats(nt, splits) * 4 > a.att_part.len_bytes() {
-            return Err(EngineError::Device(format!(
-                "attention partials for {splits} splits of {n} tokens exceed the preallocated buffer (layer {l}, position {pos0})"
-            )));
-        }
         self.launch(&main)?;
-        if let Some(c) = combine {
-            self.launch(&c)?;
+        // The combine exits at once with one split; a known position leaves it out.
+        if host_pos.is_none() || splits > 1 {
+            self.launch(&combine)?;
         }
         self.launch(&kernels::rows_finish(
             p0(&a.att),
             NULL,
             NULL,
+            pos,
             h,
             d,
             rf::ROPE | rf::ROPE_INVERSE,
-            pu,
-            1,
             1,
             rope,
             eps,
@@ -804,7 +859,7 @@ impl HipBackend {
             p0(&a.rl),
             lw.exp_probs_b.as_ref().map_or(NULL, |t| self.w(t)),
             lw.ffn_gate_tid2eid.as_ref().map_or(NULL, |t| self.w(t)),
-            p0(&a.tokens),
+            a.token_ids(),
             nex,
             ke,
             hp.expert_weights_scale,
@@ -980,8 +1035,9 @@ impl HipBackend {
         ))
     }
 
-    /// One compressor of a layer (attention rows or indexer rows) for the tokens at `p..p + n`:
-    /// projections, the state walk in token order, then the finishing of the rows it emitted.
+    /// One compressor of a layer (attention rows or indexer rows) for the `n` tokens at pos0..:
+    /// projections, the state walk in token order, then the finishing of the rows it emitted
+    /// (left out when the host knows the position and the batch emits none).
     #[allow(clippy::too_many_arguments)]
     fn compress(
         &self,
@@ -991,10 +1047,10 @@ impl HipBackend {
         width: u32,
         hd: u32,
         ratio: u32,
-        p: u32,
         n: u32,
         flags: u32,
         rope: RopeParams,
+        host_pos: Option<u32>,
     ) -> Result<(), EngineError> {
         let a = &self.acts;
         let ne = self.model.hp.n_embd as u32;
@@ -1037,33 +1093,48 @@ impl HipBackend {
             p0(&a.ckv),
             p0(&a.csc),
             self.w(&cw.ape),
+            a.pos_ptr(),
             hd,
             ratio,
-            p,
             n,
             comp_cap,
         ))?;
-        let (first, count) = kernels::compressor_emitted(ratio, p, n);
         // compressor_pool skips rows past comp_cap; so does the finishing.
-        let count = count.min(comp_cap.saturating_sub(first));
-        if count > 0 {
-            self.launch(&kernels::rows_finish(
-                p0(&st[0]) + (first as u64) * (hd as u64) * 4,
-                NULL,
+        let rows = match host_pos {
+            Some(p) => {
+                let (first, count) = kernels::compressor_emitted(ratio, p, n);
+                count.min(comp_cap.saturating_sub(first))
+            }
+            None => kernels::compressor_max_emitted(ratio, n),
+        };
+        if rows > 0 {
+            self.launch(&kernels::rows_finish_emitted(
+                p0(&st[0]),
                 self.w(&cw.norm),
-                1,
+                a.pos_ptr(),
                 hd,
                 flags,
-                first * ratio,
                 ratio,
-                1,
+                comp_cap,
                 rope,
                 self.model.hp.rms_eps,
-                count,
+                n,
+                rows,
             ))?;
         }
         Ok(())
     }
+}
+
+/// The most rows a token of layer `l` can see (raw window plus compressed rows, at most top_k of
+/// them with the indexer's selection) when the layer holds `comp_cap` compressed rows.
+fn max_visible_rows(hp: &HParams, l: usize, comp_cap: usize) -> usize {
+    let comp = match hp.ratio(l) {
+        0 => 0,
+        _ if hp.has_indexer(l) => comp_cap.min(hp.idx_top_k),
+        _ => comp_cap,
+    };
+    hp.sliding_window + comp
 }
 
 /// One layer's device cache read back for inspection (tests, diagnostics), laid out like the CPU
@@ -1151,6 +1222,20 @@ mod tests {
                         );
                     }
                 }
+                // The captured decode step launches the most splits any position needs.
+                let most = AttentionShape::max_splits(1, max_visible_rows(&hp, l, cap as usize) as u32);
+                for p in (0..ctx as u32).step_by(13) {
+                    let n_comp = (p + 1).checked_div(ratio).unwrap_or(0).min(cap);
+                    let sel = hp.has_indexer(l) && n_comp > hp.idx_top_k as u32;
+                    assert!(
+                        shape.splits(p, 1, n_comp, sel).1 <= most,
+                        "layer {l} at {p}: more than {most} splits"
+                    );
+                }
+                assert!(
+                    shape.part_floats(1, most) <= bound,
+                    "decode graph of layer {l}: partials exceed {bound}"
+                );
             }
         }
     }

@@ -29,6 +29,11 @@ pub struct LaunchProfile {
 }
 
 impl LaunchProfile {
+    /// Whether launches are being timed (`DS4_HIP_PROFILE=1`).
+    pub fn is_on(&self) -> bool {
+        self.ctx.is_some()
+    }
+
     pub fn from_env(ctx: &HipContext) -> LaunchProfile {
         let on = std::env::var(PROFILE_ENV).as_deref() == Ok("1");
         LaunchProfile {

@@ -72,7 +72,7 @@ pub fn save(b: &HipBackend) -> Result<Vec<u8>, EngineError> {
     for w in header(b) {
         put_u32(&mut out, w);
     }
-    put_f32s(&mut out, &b.logits);
+    put_f32s(&mut out, crate::backend::Backend::logits(b));
     let append = |buf: &super::DeviceBuffer, n: usize, out: &mut Vec<u8>| -> Result<(), EngineError> {
         let at = out.len();
         out.resize(at + n, 0);
@@ -193,8 +193,7 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
         return Err(e);
     }
     b.n_past = n_past;
-    b.logits = logits;
-    Ok(())
+    b.restore_logits(logits)
 }
 
 /// Read and check layer `l`'s compressed and indexer row counts, rows and states (they follow
