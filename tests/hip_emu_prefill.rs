@@ -22,7 +22,7 @@ use ds4_chat::backend::cpu::CpuBackend;
 use ds4_chat::backend::hip::HipContext;
 use ds4_chat::backend::hip::forward::HipBackend;
 use ds4_chat::backend::hip::kernel_module::KernelModule;
-use ds4_chat::backend::hip::prefill::LayerCacheView;
+use ds4_chat::backend::hip::prefill::{LayerCacheView, MATVEC_MAX_TOKENS};
 use ds4_chat::backend::{Backend, EngineError};
 use ds4_chat::genmodel::ExpertMix;
 use ds4_chat::model::Model;
@@ -275,6 +275,9 @@ fn device_prefill_matches_device_decode() {
     let t0 = Instant::now();
     let mut pre = gpu(64);
     assert_eq!(pre.set_prefill_chunk(8), 8);
+    // Batches this small would take the token-wise decode kernels (prefill::MATVEC_MAX_TOKENS); this
+    // test is about the GEMMs and grouped experts, so every n > 1 takes them here.
+    assert_eq!(pre.set_matvec_max_tokens(1), 1);
     let mut pre_logits = Vec::new();
     eval(&mut pre, &prompt[..3]);
     pre_logits.push(pre.logits().to_vec());
@@ -367,7 +370,9 @@ fn device_prefill_matches_the_cpu_engine() {
     let toks = ids(138, 5);
     let (prompt, tail) = toks.split_at(136);
     let mut g = gpu(160);
+    // Chunks of 24 take the GEMMs; the last one (16 tokens) the token-wise kernels.
     assert_eq!(g.set_prefill_chunk(24), 24);
+    const { assert!(24 > MATVEC_MAX_TOKENS && 136 % 24 <= MATVEC_MAX_TOKENS) };
     let mut c = CpuBackend::new(model(), 160, 0).unwrap();
     let mut agreement = Agreement::default();
     let t0 = Instant::now();

@@ -46,6 +46,8 @@ pub struct HipBackend {
     pub(super) acts: Acts,
     /// Tokens per prefill chunk (<= acts.n_max).
     chunk: usize,
+    /// Batches up to this size take the decode kernels token by token (`prefill::MATVEC_MAX_TOKENS`).
+    pub(super) matvec_tokens: usize,
     kv_bytes: u64,
     scratch_bytes: u64,
     pub(super) ropes: Vec<RopeParams>,
@@ -162,6 +164,7 @@ impl HipBackend {
             layers,
             acts,
             chunk: n_max,
+            matvec_tokens: prefill::matvec_max_tokens()?,
             kv_bytes,
             scratch_bytes,
             ropes,
@@ -176,6 +179,13 @@ impl HipBackend {
         };
         backend.clear_state().map_err(|e| e.to_string())?;
         Ok(backend)
+    }
+
+    /// Batches of up to `n` tokens run the decode kernels token by token, larger ones the GEMMs and
+    /// grouped experts (1 = only single tokens; tests use it to reach both paths). Returns the value set.
+    pub fn set_matvec_max_tokens(&mut self, n: usize) -> usize {
+        self.matvec_tokens = n.max(1);
+        self.matvec_tokens
     }
 
     /// Turn on the selection-margin probe (slow: one synchronization per routed layer).

@@ -9,7 +9,9 @@
 //! before attention (the ring holds window + n_max − 1 rows, spec §4.2), `compressor_pool` walks the
 //! chunk in token order, the indexer scores every token of the chunk and `indexer_topk` / `attention`
 //! use a token's list only when it sees more than T_k rows. The head runs on the last token only.
-//! With `n == 1` the same code issues the decode launches (matvecs, per-token expert kernels).
+//! With `n == 1` the same code issues the decode launches (matvecs, per-token expert kernels), and so
+//! does a batch of up to `MATVEC_MAX_TOKENS` tokens (one grid row per token), where a GEMM tile would
+//! be mostly empty.
 //!
 //! Owns the activation buffers (allocated once for the largest chunk) and the launch order; the
 //! session state (ring, compressed rows, compressor states) and `eval` live in `forward.rs`.
@@ -53,6 +55,29 @@ pub fn prefill_chunk(ctx: usize) -> Result<usize, String> {
         Err(_) => PREFILL_CHUNK,
     };
     Ok(n.min(ctx.max(1)))
+}
+
+/// Batches of at most this many tokens run the decode kernels with one grid row per token (matvecs,
+/// per-token experts) instead of the tiled GEMMs and grouped experts: a short prompt or a chat turn's
+/// few template tokens leave a 64x64 GEMM tile mostly empty and a handful of blocks on the whole
+/// device (measured on the H200, a 14-token prompt: ds4_gemm_f16 690 us per call, the grouped expert
+/// gate/up 2.96 ms per layer, where the decode kernels stream the same weights at ~1 TB/s).
+/// `DS4_HIP_MATVEC_TOKENS` overrides it (0 = always the GEMMs for n > 1).
+pub const MATVEC_MAX_TOKENS: usize = 16;
+
+/// Environment variable overriding [`MATVEC_MAX_TOKENS`].
+pub const MATVEC_TOKENS_ENV: &str = "DS4_HIP_MATVEC_TOKENS";
+
+/// [`MATVEC_MAX_TOKENS`], or `DS4_HIP_MATVEC_TOKENS` when set to a count (never below 1: a single
+/// token always takes the decode kernels).
+pub fn matvec_max_tokens() -> Result<usize, String> {
+    match std::env::var(MATVEC_TOKENS_ENV) {
+        Ok(s) => match s.trim().parse::<usize>() {
+            Ok(n) => Ok(n.max(1)),
+            _ => Err(format!("{MATVEC_TOKENS_ENV}={s}: expected a token count")),
+        },
+        Err(_) => Ok(MATVEC_MAX_TOKENS),
+    }
 }
 
 /// Raw-ring rows for chunks of up to `n_max` tokens: a chunk stores all its kv rows before its
@@ -374,6 +399,11 @@ impl HipBackend {
         self.acts.launches.get()
     }
 
+    /// Whether a batch of `n` tokens runs the decode kernels token by token ([`MATVEC_MAX_TOKENS`]).
+    fn token_wise<N: Into<u64>>(&self, n: N) -> bool {
+        n.into() <= self.matvec_tokens as u64
+    }
+
     /// Device bytes of the activation buffers (sized for the largest prefill chunk).
     pub fn activation_bytes(&self) -> u64 {
         self.acts.len_bytes()
@@ -439,7 +469,7 @@ impl HipBackend {
         x_stride: u32,
         n: u32,
     ) -> Result<(), EngineError> {
-        if n == 1 || !rows_per_group.is_multiple_of(GEMM_TILE) {
+        if self.token_wise(n) || !rows_per_group.is_multiple_of(GEMM_TILE) {
             self.launch(&kernels::matvec_q8_0(
                 y,
                 w,
@@ -478,8 +508,8 @@ impl HipBackend {
         x_stride: u32,
         n: u32,
     ) -> Result<(), EngineError> {
-        if n == 1 {
-            self.launch(&kernels::matvec_f16(y, w, x, n_in, n_out, x_stride, 1))
+        if self.token_wise(n) {
+            self.launch(&kernels::matvec_f16(y, w, x, n_in, n_out, x_stride, n))
         } else {
             self.launch(&kernels::gemm_f16(y, w, x, n_in, n_out, x_stride, n))
         }
@@ -793,7 +823,7 @@ impl HipBackend {
                 .collect();
             self.note_margin(&mut sc, hp.n_expert_used, false, true);
         }
-        // Routed experts (step 5): per token for a decode step, grouped by expert for a chunk.
+        // Routed experts (step 5): per token for a decode step or a small batch, grouped by expert for a chunk.
         let experts = RoutedExperts {
             fmt_gate_up: expert_format(&lw.ffn_gate_exps),
             fmt_down: expert_format(&lw.ffn_down_exps),
@@ -820,7 +850,7 @@ impl HipBackend {
             n_expert: nex,
             limit: clamp,
         };
-        let grouping = (n > 1).then(|| ExpertGrouping {
+        let grouping = (!self.token_wise(nt)).then(|| ExpertGrouping {
             tiles: ExpertTiles {
                 pairs: p0(&a.pairs),
                 tiles: p0(&a.tiles),
@@ -835,7 +865,7 @@ impl HipBackend {
         }
         // Shared expert (step 6), then HC post of moe + shared (steps 7-8).
         let (wg, wu) = (self.w(&lw.ffn_gate_shexp), self.w(&lw.ffn_up_shexp));
-        if n == 1 {
+        if self.token_wise(nt) {
             self.launch(&kernels::matvec_q8_0_swiglu(
                 p0(&a.smid),
                 wg,
@@ -845,7 +875,7 @@ impl HipBackend {
                 ne,
                 ff,
                 clamp,
-                1,
+                nt,
             ))?;
         } else {
             self.launch(&kernels::gemm_q8_0_swiglu(
@@ -968,7 +998,7 @@ impl HipBackend {
     ) -> Result<(), EngineError> {
         let a = &self.acts;
         let ne = self.model.hp.n_embd as u32;
-        if n == 1 {
+        if self.token_wise(n) {
             self.launch(&kernels::matvec_f16_pair(
                 p0(&a.ckv),
                 p0(&a.csc),
@@ -978,7 +1008,7 @@ impl HipBackend {
                 ne,
                 width,
                 ne,
-                1,
+                n,
             ))?;
         } else {
             self.launch(&kernels::gemm_f16(
