@@ -161,6 +161,8 @@ DS4_DEV float warp_dot_row_k(const u8* wrow, const i8* xq, const float* xd, cons
                              const u64* grid) {
     const u32 nc = n / 32;
     float acc = 0.0f;
+    // Unrolled so later chunks' loads issue before earlier sums finish (same summation order).
+#pragma unroll 4
     for (u32 c = lane_id(); c < nc; c += DS4_WARP) {
         ActK a;
         load_act_k(xq, xd, xbs, c, a);
@@ -176,6 +178,8 @@ DS4_DEV void warp_dot_rows2_k(const u8* wa, const u8* wb, const i8* xq, const fl
                               const u64* grid, float& ra, float& rb) {
     const u32 nc = n / 32;
     float acc_a = 0.0f, acc_b = 0.0f;
+    // Unrolled so later chunks' loads issue before earlier sums finish (same summation order).
+#pragma unroll 4
     for (u32 c = lane_id(); c < nc; c += DS4_WARP) {
         ActK a;
         load_act_k(xq, xd, xbs, c, a);
@@ -189,7 +193,11 @@ DS4_DEV void warp_dot_rows2_k(const u8* wa, const u8* wb, const i8* xq, const fl
 // Full row dot for one warp: Q8_0 weight row · Q8_0 activation row. Eight lanes share a 34-byte
 // block (lane sub = lane % 8 takes its 4-byte quarter-word of codes), so one warp-wide load touches
 // DS4_WARP/8 consecutive blocks instead of 32 blocks 34 bytes apart; four blocks per lane are in
-// flight per iteration.
+// flight per iteration (DS4_Q8_0_UNROLL: a build-time knob for measuring memory-level parallelism;
+// the lanes' partial sums fold pairwise, ((a0 + a1) + (a2 + a3)) for 4).
+#ifndef DS4_Q8_0_UNROLL
+#define DS4_Q8_0_UNROLL 4
+#endif
 DS4_DEV float q8_0_quarter(const u8* wrow, const i8* xq, const float* xd, u32 b, u32 sub) {
     const u8* blk = wrow + (u64)b * 34;
     const float d = f16_to_f32(*(const u16*)blk);
@@ -199,17 +207,23 @@ DS4_DEV float q8_0_quarter(const u8* wrow, const i8* xq, const float* xd, u32 b,
 }
 DS4_DEV float warp_dot_row_q8_0(const u8* wrow, const i8* xq, const float* xd, u32 n) {
     constexpr u32 BPW = DS4_WARP / 8;  // blocks per warp step
+    constexpr int U = DS4_Q8_0_UNROLL;
+    static_assert(U == 1 || U == 2 || U == 4 || U == 8 || U == 16, "DS4_Q8_0_UNROLL: a power of two <= 16");
     const u32 nb = n / 32, sub = lane_id() % 8;
     u32 b = lane_id() / 8;
-    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-    for (; b + 3 * BPW < nb; b += 4 * BPW) {
-        a0 += q8_0_quarter(wrow, xq, xd, b, sub);
-        a1 += q8_0_quarter(wrow, xq, xd, b + BPW, sub);
-        a2 += q8_0_quarter(wrow, xq, xd, b + 2 * BPW, sub);
-        a3 += q8_0_quarter(wrow, xq, xd, b + 3 * BPW, sub);
+    float a[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) a[k] = 0.0f;
+    for (; b + (U - 1) * BPW < nb; b += U * BPW) {
+#pragma unroll
+        for (int k = 0; k < U; ++k) a[k] += q8_0_quarter(wrow, xq, xd, b + k * BPW, sub);
     }
-    for (; b < nb; b += BPW) a0 += q8_0_quarter(wrow, xq, xd, b, sub);
-    return warp_sum((a0 + a1) + (a2 + a3));
+    for (; b < nb; b += BPW) a[0] += q8_0_quarter(wrow, xq, xd, b, sub);
+#pragma unroll
+    for (int w = 1; w < U; w *= 2)
+#pragma unroll
+        for (int k = 0; k + w < U; k += 2 * w) a[k] += a[k + w];
+    return warp_sum(a[0]);
 }
 
 // SwiGLU with the asymmetric clamp of spec §3.9 (gate <= limit, up in [-limit, limit], applied

@@ -4,6 +4,7 @@
 #include "formats.h"
 
 #define DS4_MOE_ROWS 8  // output rows per block
+#define DS4_MOE_MAX_USED 8  // experts per token the per-token kernels handle (Flash: 6)
 
 // Router for one token per block (spec §3.9 steps 3-4):
 //   prob_e = sqrt(softplus(logit_e)), softplus(z) = z if z > 20, exp(z) if z < -20, else log1p(exp(z));
@@ -148,13 +149,31 @@ DS4_DEV void moe_down_body(float* out, const u8* down, const i8* mq, const float
     const u64 rb = row_bytes<T>(n_ff);
     for (u32 r = blockIdx.x * DS4_MOE_ROWS + warp_id(); r < min((blockIdx.x + 1) * DS4_MOE_ROWS, n_out);
          r += DS4_WARPS_PER_BLOCK) {
-        float acc = 0.0f;
-        for (u32 k = 0; k < n_used; ++k) {
-            const u32 e = sel[(u64)t * n_used + k];
-            const u64 mr = (u64)t * n_used + k;
-            acc += warp_dot_row_k<T>(down + ((u64)e * n_out + r) * rb, mq + mr * n_ff, md + mr * (n_ff / 256),
-                                     mbs + mr * (n_ff / 16), n_ff, sgrid);
+        // The n_used rows are walked together, chunk by chunk, so their loads are in flight at once
+        // (one row at a time left a warp with ~256 bytes outstanding); each slot keeps its own lane
+        // accumulator and warp sum, and the slots are added in order as before (spec §3.9 step 5).
+        float part[DS4_MOE_MAX_USED];
+        const u8* wr[DS4_MOE_MAX_USED];
+#pragma unroll
+        for (u32 k = 0; k < DS4_MOE_MAX_USED; ++k) {
+            part[k] = 0.0f;
+            wr[k] = k < n_used ? down + ((u64)sel[(u64)t * n_used + k] * n_out + r) * rb : nullptr;
         }
+        for (u32 c = lane_id(); c < n_ff / 32; c += DS4_WARP) {
+#pragma unroll
+            for (u32 k = 0; k < DS4_MOE_MAX_USED; ++k) {
+                if (k < n_used) {
+                    const u64 mr = (u64)t * n_used + k;
+                    ActK a;
+                    load_act_k(mq + mr * n_ff, md + mr * (n_ff / 256), mbs + mr * (n_ff / 16), c, a);
+                    part[k] += dot_chunk_k<T>(wr[k], c, a, sgrid);
+                }
+            }
+        }
+        float acc = 0.0f;
+#pragma unroll
+        for (u32 k = 0; k < DS4_MOE_MAX_USED; ++k)
+            if (k < n_used) acc += warp_sum(part[k]);
         if (lane_id() == 0) out[(u64)t * n_out + r] = acc;
     }
 }

@@ -22,7 +22,7 @@ use ds4_chat::backend::cpu::CpuBackend;
 use ds4_chat::backend::hip::HipContext;
 use ds4_chat::backend::hip::forward::HipBackend;
 use ds4_chat::backend::hip::kernel_module::KernelModule;
-use ds4_chat::backend::hip::prefill::{LayerCacheView, MATVEC_MAX_TOKENS};
+use ds4_chat::backend::hip::prefill::LayerCacheView;
 use ds4_chat::backend::{Backend, EngineError};
 use ds4_chat::genmodel::ExpertMix;
 use ds4_chat::model::Model;
@@ -372,7 +372,7 @@ fn device_prefill_matches_the_cpu_engine() {
     let mut g = gpu(160);
     // Chunks of 24 take the GEMMs; the last one (16 tokens) the token-wise kernels.
     assert_eq!(g.set_prefill_chunk(24), 24);
-    const { assert!(24 > MATVEC_MAX_TOKENS && 136 % 24 <= MATVEC_MAX_TOKENS) };
+    assert_eq!(g.set_matvec_max_tokens(16), 16);
     let mut c = CpuBackend::new(model(), 160, 0).unwrap();
     let mut agreement = Agreement::default();
     let t0 = Instant::now();

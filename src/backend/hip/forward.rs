@@ -93,6 +93,13 @@ fn layer_rope(hp: &HParams, l: usize) -> RopeParams {
 impl HipBackend {
     /// Fail with a one-line reason when the model has tensors the GPU kernels cannot run.
     pub fn check_model(model: &Model) -> Result<(), String> {
+        if model.hp.n_expert_used > kernels::MOE_MAX_USED {
+            return Err(format!(
+                "expert_used_count is {}, the GPU expert kernels handle at most {}",
+                model.hp.n_expert_used,
+                kernels::MOE_MAX_USED
+            ));
+        }
         for (l, lw) in model.w.layers.iter().enumerate() {
             for t in [&lw.ffn_gate_exps, &lw.ffn_up_exps, &lw.ffn_down_exps] {
                 if ExpertFormat::from_ggml_type(t.ty().id()).is_none() {

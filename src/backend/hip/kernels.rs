@@ -604,6 +604,9 @@ pub fn moe_gate_up(
     )
 }
 
+/// Experts per token the per-token expert kernels handle (`DS4_MOE_MAX_USED` in kernels/moe.hip).
+pub const MOE_MAX_USED: usize = 8;
+
 /// `ds4_moe_down_<fmt>`: out[t][r] = Σ_k down_e[r]·mid_{t,k} (slot order), mid given as Q8_K rows
 /// (t*n_used + k). Grid (ceil(n_out/8), n_tok).
 pub fn moe_down(

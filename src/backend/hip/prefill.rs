@@ -35,11 +35,11 @@ use kernels::row_flags as rf;
 /// Tokens per prefill chunk. Every non-expert weight is read once per chunk instead of once per
 /// token (64-token GEMM tiles), and the routed experts see chunk·K_e token/expert pairs, so larger
 /// chunks share more of each expert's weight reads. Measured on the H200 (Flash-shaped q2 file, a
-/// 2145-token prompt, 2026-11-30): 128 → 162 t/s, 256 → 257 t/s, 512 → 399 t/s, with the grouped
-/// expert GEMMs 67% of the device time at 256. 512 costs ~0.5 GiB of activations for Flash at 4k
-/// context (`activation_bytes`) and bounds the cancel latency at one chunk (1.3 s on the H200).
+/// 4096-token prompt, column-class expert GEMMs, 2026-11-30 session 3): 512 → 692 t/s (2048-token
+/// prompt), 1024 → 812 t/s, 2048 → 909 t/s. 1024 rather than 2048 because the chunk is also the
+/// cancel and progress granularity: 1.3 s on the H200, several times that on a Strix Halo iGPU.
 /// `DS4_HIP_PREFILL_CHUNK` overrides it (for tuning; 1 = decode steps only).
-pub const PREFILL_CHUNK: usize = 512;
+pub const PREFILL_CHUNK: usize = 1024;
 
 /// Environment variable overriding [`PREFILL_CHUNK`].
 pub const PREFILL_CHUNK_ENV: &str = "DS4_HIP_PREFILL_CHUNK";
@@ -59,11 +59,11 @@ pub fn prefill_chunk(ctx: usize) -> Result<usize, String> {
 
 /// Batches of at most this many tokens run the decode kernels with one grid row per token (matvecs,
 /// per-token experts) instead of the tiled GEMMs and grouped experts: a short prompt or a chat turn's
-/// few template tokens leave a 64x64 GEMM tile mostly empty and a handful of blocks on the whole
-/// device (measured on the H200, a 14-token prompt: ds4_gemm_f16 690 us per call, the grouped expert
-/// gate/up 2.96 ms per layer, where the decode kernels stream the same weights at ~1 TB/s).
-/// `DS4_HIP_MATVEC_TOKENS` overrides it (0 = always the GEMMs for n > 1).
-pub const MATVEC_MAX_TOKENS: usize = 16;
+/// few template tokens leave GEMM tiles mostly empty and few blocks on the device. Measured on the
+/// H200 (Flash-shaped q2 file, prefill t/s of batches of n tokens, token-wise vs GEMMs, session 3):
+/// n = 8: 219 vs 37, 16: 250 vs 65, 32: 268 vs 112, 64: 278 vs 189, 128: 282 vs 322.
+/// `DS4_HIP_MATVEC_TOKENS` overrides it (1 = the GEMMs for every n > 1).
+pub const MATVEC_MAX_TOKENS: usize = 64;
 
 /// Environment variable overriding [`MATVEC_MAX_TOKENS`].
 pub const MATVEC_TOKENS_ENV: &str = "DS4_HIP_MATVEC_TOKENS";
