@@ -17,8 +17,11 @@
 // expert tile can be sized to the pairs its expert really has (ds4_moe_group picks it per tile):
 //     COLS  CPT  ROWS  chunks per stage
 //      64    4    64    4      dense GEMMs, full expert tiles
+//      48    3    64    4
 //      32    4   128    2
+//      24    3   128    2
 //      16    4   256    1
+//      12    3   256    1
 //       8    2   256    1
 // Every shape stages 256 (row, chunk) weight slots per stage (the same shared memory), unpacks each
 // weight chunk once per tile for all of its columns, and accumulates every output over the chunks
@@ -141,12 +144,14 @@ struct GemmSmem {
 
 template <int COLS>
 struct TileShape {
-    static constexpr int CPT = COLS >= 16 ? 4 : COLS / 4;  // columns per thread
+    static constexpr int CPT = COLS % 3 == 0 ? 3 : COLS >= 16 ? 4 : 2;  // columns per thread
     static constexpr int TC = COLS / CPT;                   // threads across the columns
     static constexpr int TR = DS4_BLOCK / TC;               // threads across the rows
     static constexpr int ROWS = 4 * TR;                     // weight rows per tile
     static constexpr int CH = DS4_GM_SLOTS / ROWS;          // chunks per stage
-    static_assert(COLS == 8 || COLS == 16 || COLS == 32 || COLS == 64, "tile columns: 8, 16, 32 or 64");
+    static_assert(COLS == 8 || COLS == 12 || COLS == 16 || COLS == 24 || COLS == 32 || COLS == 48 || COLS == 64,
+                  "tile columns: 8, 12, 16, 24, 32, 48 or 64");
+    static_assert(TC * CPT == COLS && TR * TC == DS4_BLOCK, "tile threads");
     static_assert(CH >= 1 && CH * ROWS == DS4_GM_SLOTS && COLS * CH <= DS4_GM_SLOTS, "tile shape");
 };
 
@@ -155,17 +160,24 @@ struct ColsTag {
     static constexpr int value = C;
 };
 
-// Calls f(ColsTag<COLS>{}) for a tile's runtime column class (8, 16, 32; anything else is 64).
+// Column classes of the grouped expert tiles, narrowest first (kernels.rs MOE_TILE_COLS).
+#define DS4_GM_N_CLASSES 7
+DS4_DEV u32 tile_class(u32 i) {
+    const u32 classes[DS4_GM_N_CLASSES] = {8, 12, 16, 24, 32, 48, 64};
+    return classes[i];
+}
+
+// Calls f(ColsTag<COLS>{}) for a tile's runtime column class (anything unknown runs 64).
 template <class F>
 DS4_DEV void with_tile_cols(u32 cols, F&& f) {
-    if (cols == 8) {
-        f(ColsTag<8>{});
-    } else if (cols == 16) {
-        f(ColsTag<16>{});
-    } else if (cols == 32) {
-        f(ColsTag<32>{});
-    } else {
-        f(ColsTag<64>{});
+    switch (cols) {
+        case 8: f(ColsTag<8>{}); break;
+        case 12: f(ColsTag<12>{}); break;
+        case 16: f(ColsTag<16>{}); break;
+        case 24: f(ColsTag<24>{}); break;
+        case 32: f(ColsTag<32>{}); break;
+        case 48: f(ColsTag<48>{}); break;
+        default: f(ColsTag<64>{}); break;
     }
 }
 
@@ -313,9 +325,10 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0_swiglu(float* mid
 //   pairs: u32 [n_tok * n_used]  pair ids p = t * n_used + k, sorted by expert (stable in p);
 //   tiles: u32 [max_tiles][4]    (expert, first index into pairs, count, cols) per tile: an expert's
 //                                pairs in tiles of 64, the rest (count < 64) in one tile whose column
-//                                class cols is the smallest of min_cols, 2 min_cols, ... 64 that holds it;
+//                                class cols is the narrowest of 8, 12, 16, 24, 32, 48, 64 that is
+//                                >= min_cols and holds it;
 //   n_tiles: u32 [1]             number of tiles written (<= max_tiles = ceil(n_pairs/64) + n_expert).
-// min_cols is 8, 16, 32 or 64 (64: every tile 64 columns wide). Selections >= n_expert are dropped.
+// min_cols is one of the classes (64: every tile 64 columns wide). Selections >= n_expert are dropped.
 // Tiles are made by one thread (a few hundred experts); the pairs are placed by thread e % 256 for
 // expert e, scanning the selections staged in shared memory, which keeps the order stable in p.
 // Launch: grid (1), block 256.
@@ -340,12 +353,12 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_group(u32* pairs, u32* 
             next[e] = s;
             for (u32 off = 0; off < n; off += DS4_GM_MAX_COLS) {
                 const u32 left = min(DS4_GM_MAX_COLS, n - off);
-                u32 cols = min_cols;
-                while (cols < left) cols *= 2;
+                u32 i = 0;
+                while (i + 1 < DS4_GM_N_CLASSES && (tile_class(i) < min_cols || tile_class(i) < left)) ++i;
                 tiles[4 * nt] = e;
                 tiles[4 * nt + 1] = s + off;
                 tiles[4 * nt + 2] = left;
-                tiles[4 * nt + 3] = min(cols, (u32)DS4_GM_MAX_COLS);
+                tiles[4 * nt + 3] = tile_class(i);
                 ++nt;
             }
             s += n;

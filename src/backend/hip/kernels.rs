@@ -1333,17 +1333,18 @@ pub fn gemm_q8_0_swiglu(
     )
 }
 
-/// Column classes of the grouped expert tiles (kernels/gemm.hip `TileShape`): a class-C tile covers
-/// up to C pairs of one expert and 64 * 64 / C weight rows (at most 256).
-pub const MOE_TILE_COLS: [u32; 4] = [8, 16, 32, 64];
+/// Column classes of the grouped expert tiles, narrowest first (kernels/gemm.hip `TileShape`,
+/// `tile_class`): a class-C tile covers up to C pairs of one expert and 64, 128 or 256 weight rows.
+pub const MOE_TILE_COLS: [u32; 7] = [8, 12, 16, 24, 32, 48, 64];
 /// Narrowest column class the batched forward uses (`ds4_moe_group`'s `min_cols`).
 pub const MOE_MIN_COLS: u32 = 8;
 /// u32 words of one tile record of `ds4_moe_group`: (expert, first pair, count, column class).
 pub const MOE_TILE_WORDS: u32 = 4;
 
-/// Pairs per expert that exercise every column class and its edges (8/9, 16/17, 32/33, 64), experts
-/// with several full tiles, and an expert with none: the selftest's and the emulator tests' grouping.
-pub const TILE_CLASS_COUNTS: [usize; 12] = [1, 7, 8, 9, 12, 16, 17, 33, 64, 70, 131, 0];
+/// Pairs per expert that exercise every column class and its edges (8/9, 12/13, 16/17, 24/25, 32/33,
+/// 48/49, 64), experts with several full tiles, and an expert with none (total even, for 2 slots per
+/// token): the selftest's and the emulator tests' grouping.
+pub const TILE_CLASS_COUNTS: [usize; 18] = [1, 7, 8, 9, 12, 13, 16, 17, 24, 25, 32, 33, 48, 49, 64, 70, 132, 0];
 
 /// Expert ids in which expert e occurs counts[e] times, in an order scrambled by `seed` (a test
 /// selection for the grouped kernels, which need not see distinct experts per token).
