@@ -9,7 +9,8 @@
 
 #define DS4_IDX_MAX_HEADS 64
 #define DS4_IDX_DIM 128
-#define DS4_IDX_ROWS 128  // rows per block
+static_assert(DS4_BLOCK == 256, "ds4_indexer_topk: one thread per digit of a radix pass");
+#define DS4_IDX_ROWS 16  // rows per block: 2 per warp, so a few hundred rows still fill the device
 
 // scores[t][c] = sum_h (w[t][h] * w_scale) * max(0, krows[c] · qi[t][h])  for c < n_c(t), where
 // n_c(t) = min(floor((pos0 + t + 1) / ratio), n_comp_avail); entries c >= n_c(t) are not written,
@@ -58,6 +59,24 @@ DS4_DEV u32 float_key(float f) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+// Exclusive prefix sum of `v` over the block's threads in thread order (every thread of a
+// DS4_BLOCK-thread block calls it): a butterfly scan inside each warp, then the warp totals.
+DS4_DEV u32 block_scan_excl(u32 v, u32* wsum) {
+    u32 incl = v, sum = v;
+#pragma unroll
+    for (int o = 1; o < DS4_WARP; o <<= 1) {
+        const u32 t = __shfl_xor(sum, o, DS4_WARP);
+        if (lane_id() & o) incl += t;
+        sum += t;
+    }
+    if (lane_id() == DS4_WARP - 1) wsum[warp_id()] = sum;
+    __syncthreads();
+    u32 before = 0;
+    for (u32 w = 0; w < warp_id(); ++w) before += wsum[w];
+    __syncthreads();  // wsum is reused by the next call
+    return before + incl - v;
+}
+
 // Top-k rows of each token by score, ties to the lower row index (spec §3.8), written as ascending
 // row indices: sel[t][0..top_k). Only for tokens with n_c(t) > top_k (see ds4_indexer_scores);
 // other tokens' lists are left untouched. Radix select of the k-th largest key (4 passes of 8
@@ -68,7 +87,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk(u32* sel, cons
                                                                    u32 top_k) {
     __shared__ u32 hist[256];
     __shared__ u32 s_prefix, s_need;
-    __shared__ u32 cnt_gt[DS4_BLOCK], cnt_eq[DS4_BLOCK];
+    __shared__ u32 wsum[DS4_WARPS_PER_BLOCK];
     const u32 t = blockIdx.x, tid = threadIdx.x;
     const u32 n = min((pos[0] + t + 1) / ratio, n_comp_avail);
     if (n <= top_k) return;
@@ -82,14 +101,16 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk(u32* sel, cons
             if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1u);
         }
         __syncthreads();
-        if (tid == 0) {
-            u32 above = 0, d = 255;
-            for (;; --d) {
-                if (above + hist[d] >= need || d == 0) break;
-                above += hist[d];
+        // The digit d: the largest whose keys, with those of every larger digit, reach `need`
+        // (thread i holds digit 255 - i, so a prefix sum over threads counts from the top).
+        {
+            const u32 d = 255 - tid;
+            const u32 v = hist[d];
+            const u32 above = block_scan_excl(v, wsum);  // keys with a larger digit
+            if ((above + v >= need || d == 0) && above < need) {
+                s_prefix = prefix | (d << shift);
+                s_need = need - above;
             }
-            s_prefix = prefix | (d << shift);
-            s_need = need - above;
         }
         __syncthreads();
         prefix = s_prefix;
@@ -106,23 +127,10 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk(u32* sel, cons
         gt += k > prefix;
         eq += k == prefix;
     }
-    cnt_gt[tid] = gt;
-    cnt_eq[tid] = eq;
-    __syncthreads();
-    if (tid == 0) {
-        u32 eq_before = 0, out_before = 0;
-        for (u32 i = 0; i < DS4_BLOCK; ++i) {
-            const u32 e = cnt_eq[i];
-            const u32 take = eq_before >= need ? 0 : min(e, need - eq_before);
-            eq_before += e;
-            const u32 g = cnt_gt[i];
-            cnt_eq[i] = take;        // equal keys this thread keeps
-            cnt_gt[i] = out_before;  // output offset of this thread
-            out_before += g + take;
-        }
-    }
-    __syncthreads();
-    u32 take = cnt_eq[tid], o = cnt_gt[tid];
+    // Equal keys kept by this thread (the lowest indices first), then its output offset.
+    const u32 eq_before = block_scan_excl(eq, wsum);
+    u32 take = eq_before >= need ? 0 : min(eq, need - eq_before);
+    u32 o = block_scan_excl(gt + take, wsum);
     u32* out = sel + (u64)t * top_k;
     for (u32 i = a; i < b; ++i) {
         const u32 k = float_key(sr[i]);

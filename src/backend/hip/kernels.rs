@@ -35,7 +35,7 @@ pub const ATTENTION_MAX_ROWS: u32 = 256;
 pub const ATTENTION_MAX_DIM: u32 = 512;
 pub const ROWS_MAX_DIM: u32 = 1024;
 /// Compressed rows per block of `ds4_indexer_scores` (DS4_IDX_ROWS).
-pub const INDEXER_ROWS: u32 = 128;
+pub const INDEXER_ROWS: u32 = 16;
 
 /// File stem of the kernel images (one module with every kernel).
 pub const KERNEL_IMAGE_STEM: &str = "ds4_kernels";
