@@ -195,6 +195,15 @@ struct Q8kPlanes {
     bsums: Vec<i16>,
 }
 
+/// Q8_K activation planes already on the device (codes, scales, 16-element sums).
+fn q8k_device(q: &DeviceBuffer, d: &DeviceBuffer, bsums: &DeviceBuffer) -> Q8K {
+    Q8K {
+        q: q.ptr().0,
+        d: d.ptr().0,
+        bsums: bsums.ptr().0,
+    }
+}
+
 fn q8k_planes(blocks: &[BlockQ8K]) -> Q8kPlanes {
     Q8kPlanes {
         q: blocks.iter().flat_map(|b| b.qs).collect(),
@@ -586,11 +595,7 @@ fn check_matvec_k(
     let p = q8k_planes(&blocks);
     let (w_d, q_d, d_d, b_d) = (gpu.up(&w)?, gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
     let y = gpu.poisoned::<f32>(n_tok * n_out)?;
-    let xk = Q8K {
-        q: q_d.ptr().0,
-        d: d_d.ptr().0,
-        bsums: b_d.ptr().0,
-    };
+    let xk = q8k_device(&q_d, &d_d, &b_d);
     gpu.run(&kernels::matvec_k(
         fmt,
         y.ptr().0,
@@ -688,11 +693,7 @@ fn check_moe_gate_up(
     let (q_d, d_d, b_d) = (gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
     let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
     let mid = gpu.poisoned::<f32>(n_tok * n_used * n_ff)?;
-    let xk = Q8K {
-        q: q_d.ptr().0,
-        d: d_d.ptr().0,
-        bsums: b_d.ptr().0,
-    };
+    let xk = q8k_device(&q_d, &d_d, &b_d);
     if gemm {
         let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
         gpu.run(&kernels::moe_gemm_gate_up(
@@ -770,11 +771,7 @@ fn check_moe_down(
     let (q_d, d_d, b_d) = (gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
     let s_d = gpu.up(&sel)?;
     let out = gpu.poisoned::<f32>(n_tok * n_out)?;
-    let mk = Q8K {
-        q: q_d.ptr().0,
-        d: d_d.ptr().0,
-        bsums: b_d.ptr().0,
-    };
+    let mk = q8k_device(&q_d, &d_d, &b_d);
     if gemm {
         let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
         let outp = gpu.poisoned::<f32>(n_tok * n_used * n_out)?;
@@ -853,11 +850,7 @@ fn check_moe_gemm_tile_classes(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: E
         let p = q8k_planes(&blocks);
         Ok::<_, HipError>([gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?])
     };
-    let q8k = |b: &[DeviceBuffer; 3]| Q8K {
-        q: b[0].ptr().0,
-        d: b[1].ptr().0,
-        bsums: b[2].ptr().0,
-    };
+    let q8k = |b: &[DeviceBuffer; 3]| q8k_device(&b[0], &b[1], &b[2]);
     let x = planes(&random_vec(rng, n_tok * n_in, 2.0))?;
     let mids = planes(&random_vec(rng, n_tok * n_used * n_ff, 1.5))?;
     let selw: Vec<f32> = (0..sel.len()).map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0)).collect();

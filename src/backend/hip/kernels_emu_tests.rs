@@ -147,6 +147,15 @@ fn pm<T>(v: &mut [T]) -> DevPtr {
     v.as_mut_ptr() as DevPtr
 }
 
+/// Device view of Q8_K activation planes (codes, scales, 16-element sums) held in host memory.
+fn q8k_ptrs(q: &[i8], d: &[f32], bsums: &[i16]) -> Q8K {
+    Q8K {
+        q: p(q),
+        d: p(d),
+        bsums: p(bsums),
+    }
+}
+
 /// |got - want| <= rel * scale + 1e-6 for every element, where scale is the magnitude of the terms.
 fn close(what: &str, got: &[f32], want: &[f32], rel: f32, scale: &[f32]) {
     assert_eq!(got.len(), want.len(), "{what}: length");
@@ -474,11 +483,7 @@ fn k_quant_matvecs_match_the_reference_dots() {
                 .map(|_| want.iter().fold(0f32, |m, v| m.max(v.abs())))
                 .collect();
             let mut y = vec![0f32; n_tok * n_out];
-            let a = Q8K {
-                q: p(&xq),
-                d: p(&xd),
-                bsums: p(&xbs),
-            };
+            let a = q8k_ptrs(&xq, &xd, &xbs);
             e.run(&matvec_k(
                 fmt,
                 pm(&mut y),
@@ -524,11 +529,7 @@ fn moe_experts_decode_and_grouped_gemm() {
                 }
             }
             let mag = vec![want_mid.iter().fold(0f32, |m, v| m.max(v.abs())); want_mid.len()];
-            let a = Q8K {
-                q: p(&xq),
-                d: p(&xd),
-                bsums: p(&xbs),
-            };
+            let a = q8k_ptrs(&xq, &xd, &xbs);
             let (ni, nf, no, nu, nt) = (n_in as u32, n_ff as u32, n_out as u32, n_used as u32, n_tok as u32);
             let mut mid = vec![0f32; want_mid.len()];
             e.run(&moe_gate_up(
@@ -590,11 +591,7 @@ fn moe_experts_decode_and_grouped_gemm() {
             close(&format!("moe_gemm_gate_up {fmt:?}"), &mid2, &want_mid, 5e-5, &mag);
             // Down projection on the reference mids.
             let (mq, md, mbs) = q8k_planes(&want_mid, n_ff);
-            let m = Q8K {
-                q: p(&mq),
-                d: p(&md),
-                bsums: p(&mbs),
-            };
+            let m = q8k_ptrs(&mq, &md, &mbs);
             let mut want = vec![0f32; n_tok * n_out];
             for t in 0..n_tok {
                 for r in 0..n_out {
@@ -703,11 +700,7 @@ fn grouped_expert_tile_classes_are_bitwise_identical() {
                 max_tiles,
             };
             let mut mid = vec![f32::NAN; n_tok * n_used * n_ff];
-            let a = Q8K {
-                q: p(&xq),
-                d: p(&xd),
-                bsums: p(&xbs),
-            };
+            let a = q8k_ptrs(&xq, &xd, &xbs);
             e.run(&moe_gemm_gate_up(
                 fmt,
                 pm(&mut mid),
@@ -721,11 +714,7 @@ fn grouped_expert_tile_classes_are_bitwise_identical() {
                 nu,
                 limit,
             ));
-            let mq8 = Q8K {
-                q: p(&mq),
-                d: p(&md),
-                bsums: p(&mbs),
-            };
+            let mq8 = q8k_ptrs(&mq, &md, &mbs);
             let mut outp = vec![f32::NAN; n_tok * n_used * n_out];
             e.run(&moe_gemm_down(
                 fmt,
