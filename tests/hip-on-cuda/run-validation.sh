@@ -51,6 +51,11 @@ h, c = (json.load(open(p)) for p in sys.argv[1:])
 th = [s["selected"]["id"] for s in h["steps"]]; tc = [s["selected"]["id"] for s in c["steps"]]
 same = next((i for i, (a, b) in enumerate(zip(th, tc)) if a != b), min(len(th), len(tc)))
 print(f"run: hip {len(th)} tokens, cpu {len(tc)} tokens, identical for the first {same}; identical overall: {th == tc}")
+if same < min(len(th), len(tc)):
+    top = c["steps"][same]["top_logprobs"]
+    margin = top[0]["logit"] - top[1]["logit"]
+    rule = "a near tie: the vectors' greedy rule lets the sequences part here" if margin <= 0.25 else "a confident CPU step"
+    print(f"run: at step {same} the CPU's top-2 logit margin is {margin:.4f} ({rule}); hip chose {th[same]}, the CPU's #2 was {top[1]['token']['id']}")
 print("hip:", th); print("cpu:", tc)
 PY
     fi
