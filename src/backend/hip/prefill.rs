@@ -442,6 +442,21 @@ impl HipBackend {
         self.acts.launches.get()
     }
 
+    /// Q8_0 planes (codes `q`, scales `d`) of `rows` rows of `n` floats at `x`: the activation
+    /// quantization before a Q8_0 projection (spec §2.3).
+    fn quantize_q8_0(&self, q: DevPtr, d: DevPtr, x: DevPtr, n: u32, rows: u32) -> Result<(), EngineError> {
+        self.launch(&kernels::quantize_rows(
+            QuantOut {
+                q8_0_q: q,
+                q8_0_d: d,
+                ..Default::default()
+            },
+            x,
+            n,
+            rows,
+        ))
+    }
+
     /// Whether a batch of `n` tokens runs the decode kernels token by token ([`MATVEC_MAX_TOKENS`]).
     fn token_wise<N: Into<u64>>(&self, n: N) -> bool {
         n.into() <= self.matvec_tokens as u64
@@ -781,16 +796,7 @@ impl HipBackend {
             nt,
         ))?;
         // Grouped output projection (step 12): the H heads of every token as H rows of D.
-        self.launch(&kernels::quantize_rows(
-            QuantOut {
-                q8_0_q: p0(&a.aq),
-                q8_0_d: p0(&a.ad),
-                ..Default::default()
-            },
-            p0(&a.att),
-            d,
-            h * nt,
-        ))?;
+        self.quantize_q8_0(p0(&a.aq), p0(&a.ad), p0(&a.att), d, h * nt)?;
         self.proj_q8_0(
             p0(&a.low),
             self.w(&lw.attn_output_a),
@@ -802,16 +808,7 @@ impl HipBackend {
             h * d,
             nt,
         )?;
-        self.launch(&kernels::quantize_rows(
-            QuantOut {
-                q8_0_q: p0(&a.lq),
-                q8_0_d: p0(&a.ld),
-                ..Default::default()
-            },
-            p0(&a.low),
-            g * or,
-            nt,
-        ))?;
+        self.quantize_q8_0(p0(&a.lq), p0(&a.ld), p0(&a.low), g * or, nt)?;
         self.proj_q8_0(
             p0(&a.y),
             self.w(&lw.attn_output_b),
@@ -945,16 +942,7 @@ impl HipBackend {
                 nt,
             ))?;
         }
-        self.launch(&kernels::quantize_rows(
-            QuantOut {
-                q8_0_q: p0(&a.sq),
-                q8_0_d: p0(&a.sd),
-                ..Default::default()
-            },
-            p0(&a.smid),
-            ff,
-            nt,
-        ))?;
+        self.quantize_q8_0(p0(&a.sq), p0(&a.sd), p0(&a.smid), ff, nt)?;
         self.proj_q8_0(
             p0(&a.y),
             self.w(&lw.ffn_down_shexp),
