@@ -527,31 +527,12 @@ impl HipBackend {
         x_stride: u32,
         n: u32,
     ) -> Result<(), EngineError> {
-        if self.token_wise(n) || !rows_per_group.is_multiple_of(GEMM_TILE) {
-            self.launch(&kernels::matvec_q8_0(
-                y,
-                w,
-                xq,
-                xd,
-                n_in,
-                n_out,
-                rows_per_group,
-                x_stride,
-                n,
-            ))
+        let product = if self.token_wise(n) || !rows_per_group.is_multiple_of(GEMM_TILE) {
+            kernels::matvec_q8_0
         } else {
-            self.launch(&kernels::gemm_q8_0(
-                y,
-                w,
-                xq,
-                xd,
-                n_in,
-                n_out,
-                rows_per_group,
-                x_stride,
-                n,
-            ))
-        }
+            kernels::gemm_q8_0
+        };
+        self.launch(&product(y, w, xq, xd, n_in, n_out, rows_per_group, x_stride, n))
     }
 
     /// y[t] = W · x_t for F16 weights and f32 activations (matvec for one token, GEMM for a chunk).
@@ -566,11 +547,12 @@ impl HipBackend {
         x_stride: u32,
         n: u32,
     ) -> Result<(), EngineError> {
-        if self.token_wise(n) {
-            self.launch(&kernels::matvec_f16(y, w, x, n_in, n_out, x_stride, n))
+        let product = if self.token_wise(n) {
+            kernels::matvec_f16
         } else {
-            self.launch(&kernels::gemm_f16(y, w, x, n_in, n_out, x_stride, n))
-        }
+            kernels::gemm_f16
+        };
+        self.launch(&product(y, w, x, n_in, n_out, x_stride, n))
     }
 
     /// The attention sublayer of layer `l` for the `n` tokens at pos0.. (spec §3.4); `host_pos`:
@@ -917,31 +899,12 @@ impl HipBackend {
         }
         // Shared expert (step 6), then HC post of moe + shared (steps 7-8).
         let (wg, wu) = (self.w(&lw.ffn_gate_shexp), self.w(&lw.ffn_up_shexp));
-        if self.token_wise(nt) {
-            self.launch(&kernels::matvec_q8_0_swiglu(
-                p0(&a.smid),
-                wg,
-                wu,
-                p0(&a.xq),
-                p0(&a.xd),
-                ne,
-                ff,
-                clamp,
-                nt,
-            ))?;
+        let swiglu = if self.token_wise(nt) {
+            kernels::matvec_q8_0_swiglu
         } else {
-            self.launch(&kernels::gemm_q8_0_swiglu(
-                p0(&a.smid),
-                wg,
-                wu,
-                p0(&a.xq),
-                p0(&a.xd),
-                ne,
-                ff,
-                clamp,
-                nt,
-            ))?;
-        }
+            kernels::gemm_q8_0_swiglu
+        };
+        self.launch(&swiglu(p0(&a.smid), wg, wu, p0(&a.xq), p0(&a.xd), ne, ff, clamp, nt))?;
         self.quantize_q8_0(p0(&a.sq), p0(&a.sd), p0(&a.smid), ff, nt)?;
         self.proj_q8_0(
             p0(&a.y),
