@@ -457,6 +457,25 @@ impl HipBackend {
         ))
     }
 
+    /// `ds4_rows_finish` in place on the `n_head` rows of `head_dim` floats of every batch token at `x`
+    /// (query heads, indexer queries, attention output: no ring store, no norm weight).
+    #[allow(clippy::too_many_arguments)]
+    fn head_rows_in_place(
+        &self,
+        x: DevPtr,
+        pos: DevPtr,
+        n_head: u32,
+        head_dim: u32,
+        flags: u32,
+        rope: RopeParams,
+        nt: u32,
+    ) -> Result<(), EngineError> {
+        let eps = self.model.hp.rms_eps;
+        self.launch(&kernels::rows_finish(
+            x, NULL, NULL, pos, n_head, head_dim, flags, 1, rope, eps, nt,
+        ))
+    }
+
     /// Whether a batch of `n` tokens runs the decode kernels token by token ([`MATVEC_MAX_TOKENS`]).
     fn token_wise<N: Into<u64>>(&self, n: N) -> bool {
         n.into() <= self.matvec_tokens as u64
@@ -618,19 +637,7 @@ impl HipBackend {
             qr_w,
             nt,
         )?;
-        self.launch(&kernels::rows_finish(
-            p0(&a.q),
-            NULL,
-            NULL,
-            pos,
-            h,
-            d,
-            rf::NORM | rf::ROPE,
-            1,
-            rope,
-            eps,
-            nt,
-        ))?;
+        self.head_rows_in_place(p0(&a.q), pos, h, d, rf::NORM | rf::ROPE, rope, nt)?;
         // KV (steps 4-7): every token's row enters the ring before the attention of the batch.
         self.proj_q8_0(p0(&a.kv), self.w(&lw.attn_kv), p0(&a.xq), p0(&a.xd), ne, d, d, ne, nt)?;
         self.launch(&kernels::rows_finish(
@@ -676,19 +683,7 @@ impl HipBackend {
             // other tokens).
             if n_comp.is_none_or(|c| c > top_k) {
                 self.proj_f16(p0(&a.qi), self.w(&iwt.q_b), p0(&a.qrn), qr_w, hi * di, qr_w, nt)?;
-                self.launch(&kernels::rows_finish(
-                    p0(&a.qi),
-                    NULL,
-                    NULL,
-                    pos,
-                    hi,
-                    di,
-                    rf::ROPE | rf::HADAMARD_FP4,
-                    1,
-                    rope,
-                    eps,
-                    nt,
-                ))?;
+                self.head_rows_in_place(p0(&a.qi), pos, hi, di, rf::ROPE | rf::HADAMARD_FP4, rope, nt)?;
                 self.proj_f16(p0(&a.iw), self.w(&iwt.proj), p0(&a.xn), ne, hi, ne, nt)?;
                 let stride = comp_cap;
                 self.launch(&kernels::indexer_scores(
@@ -764,19 +759,7 @@ impl HipBackend {
         if host_pos.is_none() || splits > 1 {
             self.launch(&combine)?;
         }
-        self.launch(&kernels::rows_finish(
-            p0(&a.att),
-            NULL,
-            NULL,
-            pos,
-            h,
-            d,
-            rf::ROPE | rf::ROPE_INVERSE,
-            1,
-            rope,
-            eps,
-            nt,
-        ))?;
+        self.head_rows_in_place(p0(&a.att), pos, h, d, rf::ROPE | rf::ROPE_INVERSE, rope, nt)?;
         // Grouped output projection (step 12): the H heads of every token as H rows of D.
         self.quantize_q8_0(p0(&a.aq), p0(&a.ad), p0(&a.att), d, h * nt)?;
         self.proj_q8_0(
