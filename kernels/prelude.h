@@ -187,3 +187,9 @@ DS4_DEV u32 load_u32_2a(const u8* p) {
 
 // The "negative infinity" sentinel of the model (spec §0.2, DS4_NEG_INF): a finite float.
 #define DS4_NEG_INF (-1.0e30f)
+
+// Arithmetic contract with the CPU reference: every kernel computes the CPU engine's float operations
+// in the CPU engine's order, so its results are bitwise equal to the reference's. The build never
+// contracts a*b+c into a fused multiply-add (nvcc -fmad=false, clang -ffp-contract=off); where the
+// reference fuses (Rust mul_add), the kernel calls fmaf. The transcendental functions are ds4_*.
+#include "mathf.h"

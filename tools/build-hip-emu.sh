@@ -14,7 +14,7 @@ if [ -z "$cxx" ]; then
   for c in clang++-19 clang++ g++; do command -v "$c" >/dev/null 2>&1 && { cxx="$c"; break; }; done
 fi
 [ -n "$cxx" ] || { echo "build-hip-emu: no C++ compiler (clang++-19, clang++ or g++)" >&2; exit 1; }
-"$cxx" -std=c++17 -O2 -fPIC -shared -U_FORTIFY_SOURCE -Wno-unknown-warning-option -Wno-pass-failed -DDS4_EMU -DDS4_EMU_WARP="$warp" \
+"$cxx" -std=c++17 -O2 -ffp-contract=off -fPIC -shared -U_FORTIFY_SOURCE -Wno-unknown-warning-option -Wno-pass-failed -DDS4_EMU -DDS4_EMU_WARP="$warp" \
   -I"$here/kernels/emu" -I"$here/kernels" "$here/kernels/emu/hip_api.cpp" \
   -Wl,-soname,libamdhip64.so.5 -o "$out/libamdhip64.so.5"
 echo "$out/libamdhip64.so.5"

@@ -77,7 +77,7 @@ nm="$llvmbin/llvm-nm"
 for arch in "${archs[@]}"; do
   obj="$out/ds4_kernels.$arch.hsaco"
   t0=$(date +%s.%N)
-  if ! "$clang" -x hip --cuda-device-only --no-gpu-bundle-output -O3 -std=c++17 -mcode-object-version=5 \
+  if ! "$clang" -x hip --cuda-device-only --no-gpu-bundle-output -O3 -ffp-contract=off -std=c++17 -mcode-object-version=5 \
       --offload-arch="$arch" -D__HIP_PLATFORM_AMD__ --rocm-path="$rocm_root" --rocm-device-lib-path="$libdir" \
       -I"$hip_inc" -I"$here/kernels" -Wno-unused-command-line-argument \
       "$here/kernels/ds4.hip" -o "$obj"; then

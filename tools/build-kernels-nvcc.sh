@@ -7,7 +7,8 @@
 # nvcc: $DS4_NVCC, else nvcc on PATH, else the PyPI CUDA 13 wheels (toolchain.md §4:
 #   pip install nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cuda-cccl nvidia-cuda-profiler-api).
 # Env DS4_NVCC_VERBOSE=1 adds -Xptxas -v (registers, spills) to the output; DS4_NVCC_FLAGS adds flags
-# (e.g. -fmad=false, to compare the arithmetic with the CPU engine, which never contracts a*b+c).
+# for experiments. -fmad=false is always on: the kernels reproduce the CPU engine bit for bit, and the
+# CPU engine never contracts a*b+c (kernels/prelude.h "arithmetic contract").
 # The device-side HIP names come from kernels/cuda/hip/hip_runtime.h (Debian's HIP 5.2 NVIDIA
 # headers do not compile with CUDA 12+).
 set -euo pipefail
@@ -38,7 +39,7 @@ extra=(${DS4_NVCC_FLAGS:-})
 for arch in "${archs[@]}"; do
   cubin="$out/ds4_kernels.$arch.cubin"
   ptx="$out/ds4_kernels.$arch.ptx"
-  common=(-x cu -std=c++17 -O3 -arch="$arch" -I"$here/kernels/cuda" -I"$here/kernels" -Wno-deprecated-gpu-targets)
+  common=(-x cu -std=c++17 -O3 -fmad=false -arch="$arch" -I"$here/kernels/cuda" -I"$here/kernels" -Wno-deprecated-gpu-targets)
   t0=$(date +%s.%N)
   if ! "$nvcc" "${common[@]}" "${verbose[@]}" "${extra[@]}" --cubin "$here/kernels/ds4.hip" -o "$cubin"; then
     echo "kernels: $arch FAILED ($nvcc)" >&2

@@ -7,6 +7,7 @@ use rayon::prelude::*;
 
 use super::compressor::NEG_INF;
 use super::quant::{axpy_fma, dot_f32};
+use super::transcend;
 
 /// Rows one token attends to.
 pub struct Visible<'a> {
@@ -50,7 +51,7 @@ pub fn attend(
             m = m.max(s);
         }
         oh.fill(0.0);
-        let mut den = (sinks[h] - m).exp();
+        let mut den = transcend::exp(sinks[h] - m);
         for (r, &score) in sc.iter().enumerate().take(n_rows) {
             if score <= NEG_INF * 0.5 {
                 continue;
@@ -61,7 +62,7 @@ pub fn attend(
                 let c = r - n_raw;
                 &vis.comp[c * head_dim..(c + 1) * head_dim]
             };
-            let wgt = (score - m).exp();
+            let wgt = transcend::exp(score - m);
             den += wgt;
             axpy_fma(oh, row, wgt);
         }

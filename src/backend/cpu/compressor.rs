@@ -6,6 +6,7 @@
 //! caller (batched over a prefill chunk) and handed in per token.
 
 use super::ops::{self, Rope};
+use super::transcend;
 
 /// The "minus infinity" sentinel of ds4 (a finite float) for empty score rows.
 pub const NEG_INF: f32 = -1.0e30;
@@ -105,10 +106,10 @@ impl CompressorState {
             let mut sum = 0.0f32;
             for i in 0..r {
                 let (rb, col) = cs[0];
-                let wp = (self.score[(rb + i) * w + col] - m).exp();
+                let wp = transcend::exp(self.score[(rb + i) * w + col] - m);
                 if halves == 2 {
                     let (rc, colc) = cs[1];
-                    let wc = (self.score[(rc + i) * w + colc] - m).exp();
+                    let wc = transcend::exp(self.score[(rc + i) * w + colc] - m);
                     den += wp + wc;
                     sum += wp * self.kv[(rb + i) * w + col];
                     sum += wc * self.kv[(rc + i) * w + colc];

@@ -5,6 +5,7 @@
 //! `dst` for each `src`, the post step computes new[dst] = Σ_src comb[src·n + dst]·old[src].
 
 use super::ops::sigmoid;
+use super::transcend;
 
 /// Split a control vector `mix` (2n + n² values) into pre weights (sigmoid + eps, not normalised),
 /// post weights (2·sigmoid) and the Sinkhorn-normalised combine matrix (spec §3.2, pitfall 3).
@@ -36,7 +37,7 @@ pub fn split_sinkhorn(
         }
         let mut sum = 0.0f32;
         for v in row.iter_mut() {
-            *v = (*v - m).exp();
+            *v = transcend::exp(*v - m);
             sum += *v;
         }
         let inv = 1.0 / sum;

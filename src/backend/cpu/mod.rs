@@ -16,8 +16,10 @@ pub mod matvec;
 pub mod moe;
 pub mod ops;
 pub mod quant;
+pub mod reduce;
 pub mod resolved;
 pub mod state;
+pub mod transcend;
 
 use std::sync::Arc;
 

@@ -5,9 +5,13 @@
 
 use crate::model::hparams::HParams;
 
-/// RMSNorm with the sum of squares accumulated in double (spec §3.1); `w` None = no weight.
+use super::reduce;
+use super::transcend;
+
+/// RMSNorm with the sum of squares accumulated in double (spec §3.1) in the block order shared with
+/// the kernels (`reduce`); `w` None = no weight.
 pub fn rms_norm(out: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
-    let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
+    let ss = reduce::sum_squares_f64(x);
     let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
     match w {
         Some(w) => {
@@ -25,7 +29,7 @@ pub fn rms_norm(out: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
 
 /// In-place RMSNorm.
 pub fn rms_norm_inplace(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
-    let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
+    let ss = reduce::sum_squares_f64(x);
     let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
     match w {
         Some(w) => x.iter_mut().zip(w).for_each(|(v, &wi)| *v = *v * scale * wi),
@@ -36,16 +40,16 @@ pub fn rms_norm_inplace(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
 /// Plain sigmoid 1/(1+e^−z) (HC split, spec §3.2).
 #[inline]
 pub fn sigmoid(z: f32) -> f32 {
-    1.0 / (1.0 + (-z).exp())
+    1.0 / (1.0 + transcend::exp(-z))
 }
 
 /// Overflow-safe sigmoid (output head weights, SiLU).
 #[inline]
 pub fn sigmoid_stable(z: f32) -> f32 {
     if z >= 0.0 {
-        1.0 / (1.0 + (-z).exp())
+        1.0 / (1.0 + transcend::exp(-z))
     } else {
-        let e = z.exp();
+        let e = transcend::exp(z);
         e / (1.0 + e)
     }
 }
@@ -61,9 +65,9 @@ pub fn softplus(z: f32) -> f32 {
     if z > 20.0 {
         z
     } else if z < -20.0 {
-        z.exp()
+        transcend::exp(z)
     } else {
-        z.exp().ln_1p()
+        transcend::ln_1p(transcend::exp(z))
     }
 }
 
@@ -137,8 +141,8 @@ impl Rope {
                     }
                     None => theta_interp,
                 };
-                let c = theta.cos() * self.mscale;
-                let s = sign * theta.sin() * self.mscale;
+                let c = transcend::cos(theta) * self.mscale;
+                let s = sign * transcend::sin(theta) * self.mscale;
                 let x0 = tail[2 * k];
                 let x1 = tail[2 * k + 1];
                 tail[2 * k] = x0 * c - x1 * s;
@@ -188,7 +192,7 @@ pub fn e4m3_round(x: f32) -> f32 {
 #[inline]
 fn pow2_scale(amax: f32, limit: f32) -> f32 {
     let rcp = (1.0f64 / limit as f64) as f32;
-    let e = (amax * rcp).log2().ceil() as i32;
+    let e = transcend::log2(amax * rcp).ceil() as i32;
     (2.0f32).powi(e)
 }
 

@@ -148,7 +148,8 @@ pub fn dot_q8_0(row: &[u8], xq: &[i8], xs: &[f32]) -> f32 {
 }
 
 /// F16 weight row · f32 activation (spec §2.3): one sequential float accumulator, multiply then
-/// add — the order ds4's x86 build executes (its f16 conversion keeps the loop scalar).
+/// add — the order ds4's x86 build executes (its f16 conversion keeps the loop scalar). The kernels
+/// reproduce this chain (a tree order instead moves the case A vectors outside their tolerance).
 pub fn dot_f16(row: &[u8], x: &[f32]) -> f32 {
     let t = f16_table();
     let mut acc = 0.0f32;

@@ -46,6 +46,7 @@ fn build_emu(warp: u32) -> Option<Mutex<Emu>> {
         .args([
             "-std=c++17",
             "-O1",
+            "-ffp-contract=off",
             "-fPIC",
             "-shared",
             "-U_FORTIFY_SOURCE",
