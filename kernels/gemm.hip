@@ -2,15 +2,12 @@
 // the same per-token activation quantization as decode (Q8_0 for Q8_0 weights, Q8_K for experts),
 // so prefill and decode compute the same products, plus an f32 GEMM for F16 weights.
 //
-// One generic body serves every quantized format. A 32-element chunk of a weight row is unpacked
-// into 32 int8 codes and four floats (A0, A1, B0, B1) such that its dot with an activation chunk
-// (int8 codes q, scale d, 16-element sums bs0, bs1) is
-//     d * (A0 * i0 + A1 * i1 - B0 * bs0 - B1 * bs1),  i0/i1 = int dot of the first/second 16 codes.
-//   Q8_0:    codes = q,                 A0 = A1 = d_w,                B = 0
-//   Q4_K:    codes = nibble (0..15),    A = d * sc_j,                 B = dmin * m_j
-//   Q2_K:    codes = 2-bit (0..3),      A_h = d * (sc_s & 15),        B_h = dmin * (sc_s >> 4)
-//   IQ2_XXS: codes = signed grid bytes, A = d * (2 ls + 1) / 8,       B = 0
-// which is the per-block formula of spec §2.3 regrouped per chunk.
+// One generic body serves every quantized format, bitwise equal to the CPU reference's row dots
+// (formats.h "arithmetic of the CPU reference dots"): each weight chunk is unpacked once per tile
+// (unpack_chunk: codes, integer scales/mins, the unit's d/dmin); every output keeps integer
+// accumulators isum/summs over the chunks of a unit (a Q8_0 block, a K-quant super-block of 8
+// chunks, which spans stages when a stage holds fewer chunks) and adds the unit's one float term
+// (unit_term) to its float accumulator in unit order.
 //
 // Tiles: a block of 256 threads computes ROWS weight rows x COLS columns (tokens, or the expert pairs
 // of one expert), each thread 4 rows x CPT columns. COLS is a template parameter so that a grouped
@@ -25,88 +22,15 @@
 //       8    2   256    1
 // Every shape stages 256 (row, chunk) weight slots per stage (the same shared memory), unpacks each
 // weight chunk once per tile for all of its columns, and accumulates every output over the chunks
-// c = 0 .. n_in/32 - 1 in order with the same float expression, so all shapes give bitwise identical
-// outputs; they differ only in how much dp4a work goes to empty columns.
+// c = 0 .. n_in/32 - 1 in order with the reference's float expression, so all shapes give bitwise
+// identical outputs (equal to the CPU reference); they differ only in how much dp4a work goes to
+// empty columns.
 #pragma once
 #include "formats.h"
 
 #define DS4_GM_TILE 64       // dense tile edge (rows and tokens); widest expert tile
 #define DS4_GM_MAX_COLS 64   // widest column class
 #define DS4_GM_SLOTS 256     // weight (row, chunk) slots per stage of every tile shape
-
-struct WChunk {
-    int q[8];
-    float a0, a1, b0, b1;
-};
-
-// Unpacks chunk c of weight row `wrow` (format T) into codes and factors.
-template <int T>
-DS4_DEV void unpack_chunk(const u8* wrow, u32 c, WChunk& o, const u64* grid) {
-    if constexpr (T == DS4_T_Q8_0) {
-        const u8* blk = wrow + (u64)c * 34;
-        const float d = f16_to_f32(*(const u16*)blk);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) o.q[i] = (int)load_u32_2a(blk + 2 + 4 * i);
-        o.a0 = o.a1 = d;
-        o.b0 = o.b1 = 0.0f;
-    } else if constexpr (T == DS4_T_Q4_K) {
-        const u8* blk = wrow + (u64)(c / 8) * 144;
-        const u32 j = c % 8;
-        const u32 dd = *(const u32*)blk;
-        const u32* sc32 = (const u32*)(blk + 4);
-        const u32 s0 = sc32[0], s1 = sc32[1], s2 = sc32[2];
-        u32 sc, m;
-        if (j < 4) {
-            sc = (s0 >> (8 * j)) & 63;
-            m = (s1 >> (8 * j)) & 63;
-        } else {
-            const u32 jj = j - 4;
-            const u32 b8 = (s2 >> (8 * jj)) & 0xff;
-            sc = (b8 & 15) | (((s0 >> (8 * jj + 6)) & 3) << 4);
-            m = (b8 >> 4) | (((s1 >> (8 * jj + 6)) & 3) << 4);
-        }
-        const int4* qp = (const int4*)(blk + 16 + 32 * (j / 2));
-        const int4 q0 = qp[0], q1 = qp[1];
-        const u32 sh = 4 * (j & 1);
-        const int w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-#pragma unroll
-        for (int i = 0; i < 8; ++i) o.q[i] = (int)(((u32)w[i] >> sh) & 0x0F0F0F0Fu);
-        const float d = f16_to_f32((u16)(dd & 0xffff)), dmin = f16_to_f32((u16)(dd >> 16));
-        o.a0 = o.a1 = d * (float)sc;
-        o.b0 = o.b1 = dmin * (float)m;
-    } else if constexpr (T == DS4_T_Q2_K) {
-        const u8* blk = wrow + (u64)(c / 8) * 84;
-        const u32 cb = c % 8, k = cb / 4, j = cb % 4;
-        const u32 sc01 = *(const u16*)(blk + 8 * k + 2 * j);
-        const u32* qs = (const u32*)(blk + 16 + 32 * k);
-        const u32 sh = 2 * j;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) o.q[i] = (int)((qs[i] >> sh) & 0x03030303u);
-        const u32 dd = *(const u32*)(blk + 80);
-        const float d = f16_to_f32((u16)(dd & 0xffff)), dmin = f16_to_f32((u16)(dd >> 16));
-        o.a0 = d * (float)(sc01 & 15);
-        o.a1 = d * (float)((sc01 >> 8) & 15);
-        o.b0 = dmin * (float)((sc01 >> 4) & 15);
-        o.b1 = dmin * (float)(sc01 >> 12);
-    } else if constexpr (T == DS4_T_IQ2_XXS) {
-        const u8* blk = wrow + (u64)(c / 8) * 66;
-        const u32 ib = c % 8;
-        const float d = f16_to_f32(*(const u16*)blk);
-        const u32 g4 = load_u32_2a(blk + 2 + 8 * ib);
-        const u32 aux = load_u32_2a(blk + 6 + 8 * ib);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const u64 g = grid[(g4 >> (8 * k)) & 0xff];
-            u32 s = (aux >> (7 * k)) & 127;
-            s |= (__popc(s) & 1) << 7;
-            const u32 mlo = sign_mask4(s & 15), mhi = sign_mask4(s >> 4);
-            o.q[2 * k] = (int)(((u32)g ^ mlo) + (mlo & 0x01010101u));
-            o.q[2 * k + 1] = (int)(((u32)(g >> 32) ^ mhi) + (mhi & 0x01010101u));
-        }
-        o.a0 = o.a1 = d * 0.125f * (float)(2 * (aux >> 28) + 1);
-        o.b0 = o.b1 = 0.0f;
-    }
-}
 
 // Activation chunk: Q8_0 activations (AK = false: scale per chunk, no sums) or Q8_K (AK = true).
 template <bool AK>
@@ -135,7 +59,8 @@ struct TileCols {
 template <int NW>
 struct GemmSmem {
     int4 ws[NW][DS4_GM_SLOTS][2];  // 32 weight codes per slot
-    float4 wf[NW][DS4_GM_SLOTS];   // (A0, A1, B0, B1) per slot
+    u32 wsc[NW][DS4_GM_SLOTS];     // packed integer scales and mins (WChunk::sc)
+    float2 wf[NW][DS4_GM_SLOTS];   // the unit's (d, dmin)
     int4 xs[DS4_GM_SLOTS][2];      // 32 activation codes per slot
     float xf[DS4_GM_SLOTS];        // activation scale
     int2 xb[DS4_GM_SLOTS];         // activation 16-element sums (Q8_K)
@@ -192,13 +117,20 @@ DS4_DEV void gemm_tile(GemmSmem<NW>& sm, const u8* const (&wbase)[NW], u64 rb, u
     using S = TileShape<COLS>;
     const u32 tid = threadIdx.x, tx = tid % S::TC, ty = tid / S::TC;
     const u32 nc = n_in / 32;
+    // Chunks per unit: the float term is added once the unit's last chunk is in (a whole number of
+    // units or stages: CH divides 8).
+    constexpr u32 UNIT = T == DS4_T_Q8_0 ? 1 : 8;
     float acc[NW][4][S::CPT];
+    int isum[NW][4][S::CPT], summs[NW][4][S::CPT];
 #pragma unroll
     for (int w = 0; w < NW; ++w)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
-            for (int j = 0; j < S::CPT; ++j) acc[w][i][j] = 0.0f;
+            for (int j = 0; j < S::CPT; ++j) {
+                acc[w][i][j] = 0.0f;
+                isum[w][i][j] = summs[w][i][j] = 0;
+            }
 
     for (u32 c0 = 0; c0 < nc; c0 += S::CH) {
         // Stage: thread tid -> weight slot tid (row, chunk) and, while tid < COLS * CH, activation
@@ -213,11 +145,14 @@ DS4_DEV void gemm_tile(GemmSmem<NW>& sm, const u8* const (&wbase)[NW], u64 rb, u
                 } else {
 #pragma unroll
                     for (int i = 0; i < 8; ++i) wc.q[i] = 0;
-                    wc.a0 = wc.a1 = wc.b0 = wc.b1 = 0.0f;
+                    wc.sc = 0;
+                    wc.d = wc.dmin = 0.0f;
                 }
                 sm.ws[w][tid][0] = make_int4(wc.q[0], wc.q[1], wc.q[2], wc.q[3]);
                 sm.ws[w][tid][1] = make_int4(wc.q[4], wc.q[5], wc.q[6], wc.q[7]);
-                sm.wf[w][tid] = make_float4(wc.a0, wc.a1, wc.b0, wc.b1);
+                sm.wsc[w][tid] = wc.sc;
+                sm.wf[w][tid].x = wc.d;
+                sm.wf[w][tid].y = wc.dmin;
             }
         }
         if (tid < COLS * S::CH) {
@@ -250,25 +185,26 @@ DS4_DEV void gemm_tile(GemmSmem<NW>& sm, const u8* const (&wbase)[NW], u64 rb, u
                 xd4[j] = sm.xf[slot];
                 xb4[j] = sm.xb[slot];
             }
+            // Unit boundary (uniform): the chunk ends a Q8_0 block or a super-block.
+            const bool unit_end = (c0 + ch) % UNIT == UNIT - 1;
 #pragma unroll
             for (int w = 0; w < NW; ++w) {
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const u32 slot = ch * S::ROWS + ty + S::TR * i;
                     const int4 a = sm.ws[w][slot][0], b = sm.ws[w][slot][1];
-                    const float4 f = sm.wf[w][slot];
+                    const int wq[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+                    const u32 sc = sm.wsc[w][slot];
+                    const float2 f = sm.wf[w][slot];
 #pragma unroll
                     for (int j = 0; j < S::CPT; ++j) {
-                        int i0 = dot4_i8(a.x, xv[j][0].x, 0);
-                        i0 = dot4_i8(a.y, xv[j][0].y, i0);
-                        i0 = dot4_i8(a.z, xv[j][0].z, i0);
-                        i0 = dot4_i8(a.w, xv[j][0].w, i0);
-                        int i1 = dot4_i8(b.x, xv[j][1].x, 0);
-                        i1 = dot4_i8(b.y, xv[j][1].y, i1);
-                        i1 = dot4_i8(b.z, xv[j][1].z, i1);
-                        i1 = dot4_i8(b.w, xv[j][1].w, i1);
-                        acc[w][i][j] += xd4[j] * (f.x * (float)i0 + f.y * (float)i1 - f.z * (float)xb4[j].x -
-                                                  f.w * (float)xb4[j].y);
+                        const int xq8[8] = {xv[j][0].x, xv[j][0].y, xv[j][0].z, xv[j][0].w,
+                                            xv[j][1].x, xv[j][1].y, xv[j][1].z, xv[j][1].w};
+                        chunk_ints(wq, sc, xq8, xb4[j].x, xb4[j].y, isum[w][i][j], summs[w][i][j]);
+                        if (unit_end) {
+                            acc[w][i][j] = acc[w][i][j] + unit_term<T>(isum[w][i][j], summs[w][i][j], f.x, f.y, xd4[j]);
+                            isum[w][i][j] = summs[w][i][j] = 0;
+                        }
                     }
                 }
             }
@@ -280,7 +216,7 @@ DS4_DEV void gemm_tile(GemmSmem<NW>& sm, const u8* const (&wbase)[NW], u64 rb, u
 #pragma unroll
         for (int j = 0; j < S::CPT; ++j) {
             const u32 r = r0 + ty + S::TR * i, col = tx + S::TC * j;
-            if (r < n_rows && col < sm.cols.n) store(r, col, acc[0][i][j], acc[NW - 1][i][j]);
+            if (r < n_rows && col < sm.cols.n) store(r, col, finish_dot<T>(acc[0][i][j]), finish_dot<T>(acc[NW - 1][i][j]));
         }
 }
 
@@ -491,7 +427,9 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_sum(float* out, const f
 }
 
 // F16-weight GEMM with f32 activations: y[t][r] = W[r] · x_t (row-major F16 W [n_out][n_in],
-// x [n_tok][x_stride]). 64 x 64 tiles, 32-wide k steps, fp32 FMA, 4 x 4 outputs per thread.
+// x [n_tok][x_stride]). 64 x 64 tiles, 32-wide k steps, 4 x 4 outputs per thread. Each output is
+// quant.rs dot_f16: one accumulator, acc = acc + w_k * x_k for k in order (multiply, then add; the
+// zero padding past n_in adds zeros, which leave an accumulator started at +0 unchanged).
 // Launch: grid (ceil(n_out / 64), ceil(n_tok / 64)), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_f16(float* y, const u16* w, const float* x, u32 n_in,
                                                                u32 n_out, u32 x_stride, u32 n_tok) {

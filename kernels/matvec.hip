@@ -1,7 +1,7 @@
-// Matrix-vector products for decode and small batches (spec §2.3, §2.4): one warp per output row,
-// each lane handling 32-element chunks, warp-sum at the end. Weight rows are read once per token,
-// 16-byte loads where the format's alignment allows (F16, Q4_K, activations) and 2/4-byte loads
-// for the 34-byte Q8_0 blocks.
+// Matrix-vector products for decode and small batches (spec §2.3, §2.4), bitwise equal to the CPU
+// reference's row dots (src/backend/cpu/quant.rs; formats.h "arithmetic of the CPU reference dots").
+// Q8_0: one warp per output row, lane groups of 8 per block, the block terms added in block order.
+// F16: the 8 rows of a block computed together, one sequential add chain per row (block_dots_f16_seq).
 #pragma once
 #include "formats.h"
 
@@ -16,6 +16,7 @@
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0(float* y, const u8* w, const i8* xq,
                                                                   const float* xd, u32 n_in, u32 n_out,
                                                                   u32 rows_per_group, u32 x_stride) {
+    __shared__ float chain[DS4_WARPS_PER_BLOCK][DS4_CHAIN_SMEM];
     const u32 t = blockIdx.y;
     const u64 rb = (u64)(n_in / 32) * 34;
     for (u32 r = blockIdx.x * DS4_MV_ROWS + warp_id(); r < min((blockIdx.x + 1) * DS4_MV_ROWS, n_out);
@@ -23,8 +24,10 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0(float* y, const
         const u32 g = r / rows_per_group;
         const i8* xr = xq + (u64)t * x_stride + (u64)g * n_in;
         const float* dr = xd + (u64)t * (x_stride / 32) + (u64)g * (n_in / 32);
-        const float s = warp_dot_row_q8_0(w + r * rb, xr, dr, n_in);
-        if (lane_id() == 0) y[(u64)t * n_out + r] = s;
+        const u8* wr[1] = {w + r * rb};
+        float s[1];
+        warp_dot_rows_q8_0<1>(wr, xr, dr, n_in, chain[warp_id()], s);
+        if (lane_id() == 0) y[(u64)t * n_out + r] = s[0];
     }
 }
 
@@ -34,44 +37,32 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0(float* y, const
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu(float* mid, const u8* wg, const u8* wu,
                                                                          const i8* xq, const float* xd, u32 n_in,
                                                                          u32 n_ff, float limit) {
+    __shared__ float chain[DS4_WARPS_PER_BLOCK][DS4_CHAIN_SMEM];
     const u32 t = blockIdx.y;
     const u64 rb = (u64)(n_in / 32) * 34;
     const i8* xr = xq + (u64)t * n_in;
     const float* dr = xd + (u64)t * (n_in / 32);
     for (u32 r = blockIdx.x * DS4_MV_ROWS + warp_id(); r < min((blockIdx.x + 1) * DS4_MV_ROWS, n_ff);
          r += DS4_WARPS_PER_BLOCK) {
-        const float g = warp_dot_row_q8_0(wg + r * rb, xr, dr, n_in);
-        const float u = warp_dot_row_q8_0(wu + r * rb, xr, dr, n_in);
-        if (lane_id() == 0) mid[(u64)t * n_ff + r] = swiglu_clamped(g, u, limit);
+        const u8* wr[2] = {wg + r * rb, wu + r * rb};
+        float gu[2];
+        warp_dot_rows_q8_0<2>(wr, xr, dr, n_in, chain[warp_id()], gu);
+        if (lane_id() == 0) mid[(u64)t * n_ff + r] = swiglu_clamped(gu[0], gu[1], limit);
     }
 }
 
-// One warp: F16 row (n elements, n % 8 == 0, row 16-byte aligned) · f32 vector.
-DS4_DEV float warp_dot_row_f16(const u16* wrow, const float* x, u32 n) {
-    float acc = 0.0f;
-    for (u32 c = lane_id(); c < n / 8; c += DS4_WARP) {
-        const uint4 wv = ((const uint4*)wrow)[c];
-        const float4 x0 = ((const float4*)x)[2 * c], x1 = ((const float4*)x)[2 * c + 1];
-        acc += f16_to_f32((u16)(wv.x & 0xffff)) * x0.x + f16_to_f32((u16)(wv.x >> 16)) * x0.y +
-               f16_to_f32((u16)(wv.y & 0xffff)) * x0.z + f16_to_f32((u16)(wv.y >> 16)) * x0.w +
-               f16_to_f32((u16)(wv.z & 0xffff)) * x1.x + f16_to_f32((u16)(wv.z >> 16)) * x1.y +
-               f16_to_f32((u16)(wv.w & 0xffff)) * x1.z + f16_to_f32((u16)(wv.w >> 16)) * x1.w;
-    }
-    return warp_sum(acc);
-}
-
-// y[t][r] = W[r] · x_t for F16 weights and f32 activations (spec §2.3 "F16 weight"), n_in % 8 == 0.
-// x: [n_tok][x_stride] (x_stride % 4 == 0). Used for the router, compressor, indexer projections.
+// y[t][r] = W[r] · x_t for F16 weights and f32 activations (spec §2.3 "F16 weight"), n_in % 8 == 0,
+// rows and x 16-byte aligned. x: [n_tok][x_stride] (x_stride % 4 == 0). Used for the router,
+// compressor, indexer projections. The block's 8 rows run 8 sequential chains side by side.
 // Launch: grid (ceil(n_out / 8), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16(float* y, const u16* w, const float* x, u32 n_in,
                                                                  u32 n_out, u32 x_stride) {
-    const u32 t = blockIdx.y;
-    const float* xr = x + (u64)t * x_stride;
-    for (u32 r = blockIdx.x * DS4_MV_ROWS + warp_id(); r < min((blockIdx.x + 1) * DS4_MV_ROWS, n_out);
-         r += DS4_WARPS_PER_BLOCK) {
-        const float s = warp_dot_row_f16(w + (u64)r * n_in, xr, n_in);
-        if (lane_id() == 0) y[(u64)t * n_out + r] = s;
-    }
+    __shared__ float smem[DS4_F16_SEQ_SMEM];
+    const u32 t = blockIdx.y, r0 = blockIdx.x * DS4_MV_ROWS;
+    const u32 live = min(DS4_MV_ROWS, n_out - r0);
+    block_dots_f16_seq<DS4_MV_ROWS>([&](u32 r) { return w + (u64)(r0 + r) * n_in; }, live,
+                                    x + (u64)t * x_stride, 1.0f, n_in, smem);
+    if (threadIdx.x < live) y[(u64)t * n_out + r0 + threadIdx.x] = smem[2 * (DS4_F16_SEQ_STAGE + 32) + threadIdx.x];
 }
 
 // Two F16 matvecs of the same shape over one input (the compressor's kv and gate projections,
@@ -80,13 +71,19 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16(float* y, const 
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_pair(float* y0, float* y1, const u16* w0,
                                                                       const u16* w1, const float* x, u32 n_in,
                                                                       u32 n_out, u32 x_stride) {
-    const u32 t = blockIdx.y;
-    const float* xr = x + (u64)t * x_stride;
-    for (u32 r = blockIdx.x * DS4_MV_ROWS + warp_id(); r < min((blockIdx.x + 1) * DS4_MV_ROWS, 2 * n_out);
-         r += DS4_WARPS_PER_BLOCK) {
-        const bool second = r >= n_out;
-        const u32 rr = second ? r - n_out : r;
-        const float s = warp_dot_row_f16((second ? w1 : w0) + (u64)rr * n_in, xr, n_in);
-        if (lane_id() == 0) (second ? y1 : y0)[(u64)t * n_out + rr] = s;
+    __shared__ float smem[DS4_F16_SEQ_SMEM];
+    const u32 t = blockIdx.y, r0 = blockIdx.x * DS4_MV_ROWS;
+    const u32 live = min(DS4_MV_ROWS, 2 * n_out - r0);
+    block_dots_f16_seq<DS4_MV_ROWS>(
+        [&](u32 r) {
+            const u32 rr = r0 + r;
+            return rr >= n_out ? w1 + (u64)(rr - n_out) * n_in : w0 + (u64)rr * n_in;
+        },
+        live, x + (u64)t * x_stride, 1.0f, n_in, smem);
+    if (threadIdx.x < live) {
+        const u32 rr = r0 + threadIdx.x;
+        const float s = smem[2 * (DS4_F16_SEQ_STAGE + 32) + threadIdx.x];
+        if (rr >= n_out) y1[(u64)t * n_out + rr - n_out] = s;
+        else y0[(u64)t * n_out + rr] = s;
     }
 }

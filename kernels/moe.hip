@@ -104,13 +104,15 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router(u32* sel, float* sel
 //   mid[t][k][r] = swiglu(gate_e[r] · x_t, up_e[r] · x_t) * selw[t][k],  e = sel[t][k]
 // gate/up: 3-D expert tensors [n_in, n_ff, n_expert] of format T (expert e's matrix starts at
 // e * n_ff * row_bytes, spec §0.1); x: Q8_K activation of the ffn_norm output, n_in per token.
-// mid: f32 [n_tok][n_used][n_ff].
+// mid: f32 [n_tok][n_used][n_ff]. Each dot is the reference's (formats.h), the gate and up chains
+// of a row interleaved.
 // Launch: grid (ceil(n_ff / 8), n_used, n_tok), block 256.
 template <int T>
 DS4_DEV void moe_gate_up_body(float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd,
                               const i16* xbs, const u32* sel, const float* selw, u32 n_in, u32 n_ff, u32 n_used,
                               float limit) {
     __shared__ u64 sgrid[256];
+    __shared__ float chain[DS4_WARPS_PER_BLOCK][DS4_CHAIN_SMEM];
     if constexpr (T == DS4_T_IQ2_XXS) {
         stage_iq2_grid(sgrid);
         __syncthreads();
@@ -126,54 +128,47 @@ DS4_DEV void moe_gate_up_body(float* mid, const u8* gate, const u8* up, const i8
     const i16* br = xbs + (u64)t * (n_in / 16);
     for (u32 r = blockIdx.x * DS4_MOE_ROWS + warp_id(); r < min((blockIdx.x + 1) * DS4_MOE_ROWS, n_ff);
          r += DS4_WARPS_PER_BLOCK) {
-        float g, u;
-        warp_dot_rows2_k<T>(ge + r * rb, ue + r * rb, xr, dr, br, n_in, sgrid, g, u);
-        if (lane_id() == 0) mid[((u64)t * n_used + k) * n_ff + r] = swiglu_clamped(g, u, limit) * wk;
+        const u8* wr[2] = {ge + r * rb, ue + r * rb};
+        float gu[2];
+        warp_dot_rows_k<T, 2>(wr, 2, xr, dr, br, 0, n_in, sgrid, chain[warp_id()], gu);
+        if (lane_id() == 0) mid[((u64)t * n_used + k) * n_ff + r] = swiglu_clamped(gu[0], gu[1], limit) * wk;
     }
 }
 
 // Routed down projection summed over the selected experts in slot order (spec §3.9 step 5):
-//   out[t][r] = sum_k down_e[r] · m_{t,k},  e = sel[t][k]
+//   out[t][r] = ((0 + down_e0[r] · m_{t,0}) + down_e1[r] · m_{t,1}) + ...,  e_k = sel[t][k]
 // down: [n_ff, n_out, n_expert] of format T; m: Q8_K activation rows of the route-weighted mids,
-// row (t * n_used + k), n_ff per row. out: f32 [n_tok][n_out].
+// row (t * n_used + k), n_ff per row. out: f32 [n_tok][n_out]. n_used <= DS4_MOE_MAX_USED. The
+// slots' rows are walked together (their loads in flight at once, their chains interleaved); each
+// slot's dot is the reference's, then the slots are added in order.
 // Launch: grid (ceil(n_out / 8), n_tok), block 256.
 template <int T>
 DS4_DEV void moe_down_body(float* out, const u8* down, const i8* mq, const float* md, const i16* mbs,
                            const u32* sel, u32 n_ff, u32 n_out, u32 n_used) {
     __shared__ u64 sgrid[256];
+    __shared__ float chain[DS4_WARPS_PER_BLOCK][DS4_CHAIN_SMEM];
     if constexpr (T == DS4_T_IQ2_XXS) {
         stage_iq2_grid(sgrid);
         __syncthreads();
     }
     const u32 t = blockIdx.y;
     const u64 rb = row_bytes<T>(n_ff);
+    const u32 nu = min(n_used, (u32)DS4_MOE_MAX_USED);
     for (u32 r = blockIdx.x * DS4_MOE_ROWS + warp_id(); r < min((blockIdx.x + 1) * DS4_MOE_ROWS, n_out);
          r += DS4_WARPS_PER_BLOCK) {
-        // The n_used rows are walked together, chunk by chunk, so their loads are in flight at once
-        // (one row at a time left a warp with ~256 bytes outstanding); each slot keeps its own lane
-        // accumulator and warp sum, and the slots are added in order as before (spec §3.9 step 5).
         float part[DS4_MOE_MAX_USED];
         const u8* wr[DS4_MOE_MAX_USED];
 #pragma unroll
-        for (u32 k = 0; k < DS4_MOE_MAX_USED; ++k) {
-            part[k] = 0.0f;
-            wr[k] = k < n_used ? down + ((u64)sel[(u64)t * n_used + k] * n_out + r) * rb : nullptr;
-        }
-        for (u32 c = lane_id(); c < n_ff / 32; c += DS4_WARP) {
-#pragma unroll
-            for (u32 k = 0; k < DS4_MOE_MAX_USED; ++k) {
-                if (k < n_used) {
-                    const u64 mr = (u64)t * n_used + k;
-                    ActK a;
-                    load_act_k(mq + mr * n_ff, md + mr * (n_ff / 256), mbs + mr * (n_ff / 16), c, a);
-                    part[k] += dot_chunk_k<T>(wr[k], c, a, sgrid);
-                }
-            }
-        }
+        for (u32 k = 0; k < DS4_MOE_MAX_USED; ++k)
+            wr[k] = k < nu ? down + ((u64)sel[(u64)t * n_used + k] * n_out + r) * rb : nullptr;
+        // Slot k's activation is row t * n_used + k: consecutive rows, n_ff elements apart.
+        warp_dot_rows_k<T, DS4_MOE_MAX_USED>(wr, nu, mq + (u64)t * n_used * n_ff,
+                                             md + (u64)t * n_used * (n_ff / 256), mbs + (u64)t * n_used * (n_ff / 16),
+                                             n_ff, n_ff, sgrid, chain[warp_id()], part);
         float acc = 0.0f;
 #pragma unroll
         for (u32 k = 0; k < DS4_MOE_MAX_USED; ++k)
-            if (k < n_used) acc += warp_sum(part[k]);
+            if (k < nu) acc = acc + part[k];
         if (lane_id() == 0) out[(u64)t * n_out + r] = acc;
     }
 }
@@ -228,6 +223,7 @@ template <int T>
 DS4_DEV void matvec_k_body(float* y, const u8* w, const i8* xq, const float* xd, const i16* xbs, u32 n_in,
                            u32 n_out) {
     __shared__ u64 sgrid[256];
+    __shared__ float chain[DS4_WARPS_PER_BLOCK][DS4_CHAIN_SMEM];
     if constexpr (T == DS4_T_IQ2_XXS) {
         stage_iq2_grid(sgrid);
         __syncthreads();
@@ -236,9 +232,11 @@ DS4_DEV void matvec_k_body(float* y, const u8* w, const i8* xq, const float* xd,
     const u64 rb = row_bytes<T>(n_in);
     for (u32 r = blockIdx.x * DS4_MOE_ROWS + warp_id(); r < min((blockIdx.x + 1) * DS4_MOE_ROWS, n_out);
          r += DS4_WARPS_PER_BLOCK) {
-        const float s = warp_dot_row_k<T>(w + r * rb, xq + (u64)t * n_in, xd + (u64)t * (n_in / 256),
-                                          xbs + (u64)t * (n_in / 16), n_in, sgrid);
-        if (lane_id() == 0) y[(u64)t * n_out + r] = s;
+        const u8* wr[1] = {w + r * rb};
+        float s[1];
+        warp_dot_rows_k<T, 1>(wr, 1, xq + (u64)t * n_in, xd + (u64)t * (n_in / 256), xbs + (u64)t * (n_in / 16), 0,
+                              n_in, sgrid, chain[warp_id()], s);
+        if (lane_id() == 0) y[(u64)t * n_out + r] = s[0];
     }
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_iq2_xxs(float* y, const u8* w, const i8* xq,
