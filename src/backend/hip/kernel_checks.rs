@@ -4,8 +4,10 @@
 //! Owns the inputs, the reference composition and the tolerances. The reference math itself is the
 //! CPU backend's; nothing here re-derives a format.
 //!
-//! Tolerances: the GPU reduces in a different order (warp trees) than the CPU (sequential / 8 lanes),
-//! so float results differ by rounding only. Matvec-style outputs are compared with
+//! Exactness: the matvec, GEMM and expert kernels compute the CPU reference's float operations in
+//! its order (kernels/formats.h), so their outputs are compared bit for bit (`same_bits`).
+//! Tolerances elsewhere: the GPU reduces in a different order (warp trees) than the CPU (sequential /
+//! 8 lanes), so float results differ by rounding only. Matvec-style outputs are compared with
 //! max|gpu − cpu| ≤ tol · max|cpu| over the whole output (tol 1e-4: rounding of a few-thousand-term
 //! f32 sum is ~1e-6 of its magnitude, while a wrong block, scale or row gives errors of order 1).
 //! Quantized codes may differ by one where x·(1/d) lands within an ulp of a rounding tie; such
@@ -94,6 +96,19 @@ fn close_scaled(name: &str, got: &[f32], want: &[f32], tol: f64, note: String) -
         verdict: if ok { Verdict::Pass } else { Verdict::Fail },
         note: format!("{note}; scale max|ref| {scale:.3e}"),
     }
+}
+
+/// Bitwise comparison, for the kernels that compute the CPU reference's float operations in its order
+/// (matvecs, GEMMs, experts: kernels/formats.h): passes only when every output has the reference's
+/// bits; max_abs / max_rel still say how far off a failing output is. (The SwiGLU outputs also need
+/// ds4_expf to equal the CPU's expf bit for bit.)
+fn same_bits(name: &str, got: &[f32], want: &[f32], note: String) -> CheckResult {
+    let mut r = close_scaled(name, got, want, 0.0, note);
+    let differ = got.iter().zip(want).filter(|(g, w)| g.to_bits() != w.to_bits()).count();
+    let ok = got.len() == want.len() && differ == 0;
+    r.verdict = if ok { Verdict::Pass } else { Verdict::Fail };
+    r.note = format!("{}; {differ} of {} outputs differ in bits", r.note, want.len());
+    r
 }
 
 /// Code comparison: differing codes must be off by one and at most 1 % of all codes.
@@ -537,7 +552,7 @@ fn check_matvec_q8_0(
             );
         }
     }
-    Ok(close_scaled(name, &got, &want, TOL_MATVEC, format!("{n_tok} tokens")))
+    Ok(same_bits(name, &got, &want, format!("{n_tok} tokens")))
 }
 
 fn check_matvec_f16(
@@ -570,11 +585,10 @@ fn check_matvec_f16(
             want[t * n_out + r] = dot_f16(&w[r * rb..(r + 1) * rb], &x[t * x_stride..t * x_stride + n_in]);
         }
     }
-    Ok(close_scaled(
+    Ok(same_bits(
         name,
         &got,
         &want,
-        TOL_MATVEC,
         format!("{n_tok} tokens, x stride {x_stride}"),
     ))
 }
@@ -614,7 +628,7 @@ fn check_matvec_k(
             want[t * n_out + r] = expert_dot(fmt, &w[r * rb..(r + 1) * rb], &blocks[t * bpt..(t + 1) * bpt]);
         }
     }
-    Ok(close_scaled(name, &got, &want, TOL_MATVEC, format!("{n_tok} tokens")))
+    Ok(same_bits(name, &got, &want, format!("{n_tok} tokens")))
 }
 
 /// Distinct random experts per token and positive weights.
@@ -741,11 +755,10 @@ fn check_moe_gate_up(
             }
         }
     }
-    Ok(close_scaled(
+    Ok(same_bits(
         name,
         &got,
         &want,
-        TOL_MATVEC,
         format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_in}->{n_ff}, limit {limit}"),
     ))
 }
@@ -821,11 +834,10 @@ fn check_moe_down(
             want[t * n_out + r] = acc;
         }
     }
-    Ok(close_scaled(
+    Ok(same_bits(
         name,
         &got,
         &want,
-        TOL_MATVEC,
         format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_ff}->{n_out}"),
     ))
 }
@@ -1011,11 +1023,10 @@ fn check_matvec_f16_pair(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult
             }
         }
     }
-    Ok(close_scaled(
+    Ok(same_bits(
         "kernel.matvec_f16_pair",
         &got,
         &want,
-        TOL_MATVEC,
         format!("2 x {n_in}x{n_out}, {n_tok} tok"),
     ))
 }
@@ -1065,11 +1076,10 @@ fn check_matvec_q8_0_swiglu(
             want[t * n_ff + r] = swiglu(g, u, limit);
         }
     }
-    Ok(close_scaled(
+    Ok(same_bits(
         name,
         &got,
         &want,
-        TOL_MATVEC,
         format!("{n_in}->{n_ff}, {n_tok} tok, limit {limit}"),
     ))
 }
