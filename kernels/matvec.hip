@@ -91,8 +91,9 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_pair(float* y0, 
 #if defined(DS4_EMU)
 // Emulator-only test entry (not in the GPU code objects; kernels_emu_tests.rs): y[b] =
 // block_dot_f16_seq(row b of w, x, x_scale, n), written by the block's last thread (every thread
-// holds the sum). Launch: grid (n_rows), block 256.
-extern "C" __global__ void ds4_emutest_block_dot_f16_seq(float* y, const u16* w, const float* x, float x_scale,
+// holds the sum). Launch: grid (n_rows), block 256. Not extern "C": it is no kernel of the module
+// (kernels.rs ALL_KERNELS lists those); the emulator registers it by its C++ name.
+__global__ void ds4_emutest_block_dot_f16_seq(float* y, const u16* w, const float* x, float x_scale,
                                                          u32 n) {
     __shared__ float smem[DS4_F16_SEQ_SMEM];
     const float s = block_dot_f16_seq(w + (u64)blockIdx.x * n, x, x_scale, n, smem);
