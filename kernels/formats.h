@@ -192,6 +192,8 @@ DS4_DEV float finish_dot(float acc) {
 // several chains (rows) are interleaved where a kernel has them (gate/up, the down slots).
 // ---------------------------------------------------------------------------------------------
 #define DS4_CHAIN_SMEM 128  // floats of per-warp shared memory for chain_add_units (NR * U * G <= 128)
+// The block's chain memory (16-byte aligned for the float4 reads); warp w's part: (float*)name[w].
+#define DS4_CHAIN_SHARED(name) __shared__ float4 name[DS4_WARPS_PER_BLOCK][DS4_CHAIN_SMEM / 4]
 
 DS4_DEV int group8_sum_i(int v) {
     v += __shfl_xor(v, 1, DS4_WARP);
@@ -201,7 +203,8 @@ DS4_DEV int group8_sum_i(int v) {
 }
 
 // acc[r] += the terms t[r][0..U) of all groups in unit order, for the first n (<= U * G) units of the
-// step. Every lane of a group holds the same t. wsm: this warp's DS4_CHAIN_SMEM floats.
+// step; the terms of units past n must be +0. Every lane of a group holds the same t. wsm: this
+// warp's DS4_CHAIN_SMEM floats, 16-byte aligned (declare them with DS4_CHAIN_SHARED).
 template <int NR, int U>
 DS4_DEV void chain_add_units(float (&acc)[NR], const float (&t)[NR][U], u32 n, float* wsm) {
     constexpr u32 G = DS4_WARP / 8;
@@ -214,9 +217,19 @@ DS4_DEV void chain_add_units(float (&acc)[NR], const float (&t)[NR][U], u32 n, f
             for (int k = 0; k < U; ++k) wsm[r * U * G + k * G + lane / 8] = t[r][k];
     }
     ds4_sync_warp();
-    for (u32 i = 0; i < n; ++i)
+    // Four terms per shared-memory load (broadcast). The slots past n in the last load are the +0
+    // terms of units past the row's end, and acc + (+0) == acc here: acc starts at +0 and a
+    // round-to-nearest sum is -0 only when both addends are -0, so acc is never -0.
+    static_assert((U * G) % 4 == 0, "chain slots come in fours");
+    for (u32 i = 0; i < n; i += 4)
 #pragma unroll
-        for (int r = 0; r < NR; ++r) acc[r] = acc[r] + wsm[r * U * G + i];
+        for (int r = 0; r < NR; ++r) {
+            const float4 v = *(const float4*)(wsm + r * U * G + i);
+            acc[r] = acc[r] + v.x;
+            acc[r] = acc[r] + v.y;
+            acc[r] = acc[r] + v.z;
+            acc[r] = acc[r] + v.w;
+        }
     ds4_sync_warp();
 }
 

@@ -16,7 +16,7 @@
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0(float* y, const u8* w, const i8* xq,
                                                                   const float* xd, u32 n_in, u32 n_out,
                                                                   u32 rows_per_group, u32 x_stride) {
-    __shared__ float chain[DS4_WARPS_PER_BLOCK][DS4_CHAIN_SMEM];
+    DS4_CHAIN_SHARED(chain);
     const u32 t = blockIdx.y;
     const u64 rb = (u64)(n_in / 32) * 34;
     for (u32 r = blockIdx.x * DS4_MV_ROWS + warp_id(); r < min((blockIdx.x + 1) * DS4_MV_ROWS, n_out);
@@ -26,7 +26,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0(float* y, const
         const float* dr = xd + (u64)t * (x_stride / 32) + (u64)g * (n_in / 32);
         const u8* wr[1] = {w + r * rb};
         float s[1];
-        warp_dot_rows_q8_0<1>(wr, xr, dr, n_in, chain[warp_id()], s);
+        warp_dot_rows_q8_0<1>(wr, xr, dr, n_in, (float*)chain[warp_id()], s);
         if (lane_id() == 0) y[(u64)t * n_out + r] = s[0];
     }
 }
@@ -37,7 +37,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0(float* y, const
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu(float* mid, const u8* wg, const u8* wu,
                                                                          const i8* xq, const float* xd, u32 n_in,
                                                                          u32 n_ff, float limit) {
-    __shared__ float chain[DS4_WARPS_PER_BLOCK][DS4_CHAIN_SMEM];
+    DS4_CHAIN_SHARED(chain);
     const u32 t = blockIdx.y;
     const u64 rb = (u64)(n_in / 32) * 34;
     const i8* xr = xq + (u64)t * n_in;
@@ -46,7 +46,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu(float* m
          r += DS4_WARPS_PER_BLOCK) {
         const u8* wr[2] = {wg + r * rb, wu + r * rb};
         float gu[2];
-        warp_dot_rows_q8_0<2>(wr, xr, dr, n_in, chain[warp_id()], gu);
+        warp_dot_rows_q8_0<2>(wr, xr, dr, n_in, (float*)chain[warp_id()], gu);
         if (lane_id() == 0) mid[(u64)t * n_ff + r] = swiglu_clamped(gu[0], gu[1], limit);
     }
 }

@@ -112,7 +112,7 @@ DS4_DEV void moe_gate_up_body(float* mid, const u8* gate, const u8* up, const i8
                               const i16* xbs, const u32* sel, const float* selw, u32 n_in, u32 n_ff, u32 n_used,
                               float limit) {
     __shared__ u64 sgrid[256];
-    __shared__ float chain[DS4_WARPS_PER_BLOCK][DS4_CHAIN_SMEM];
+    DS4_CHAIN_SHARED(chain);
     if constexpr (T == DS4_T_IQ2_XXS) {
         stage_iq2_grid(sgrid);
         __syncthreads();
@@ -130,7 +130,7 @@ DS4_DEV void moe_gate_up_body(float* mid, const u8* gate, const u8* up, const i8
          r += DS4_WARPS_PER_BLOCK) {
         const u8* wr[2] = {ge + r * rb, ue + r * rb};
         float gu[2];
-        warp_dot_rows_k<T, 2>(wr, 2, xr, dr, br, 0, n_in, sgrid, chain[warp_id()], gu);
+        warp_dot_rows_k<T, 2>(wr, 2, xr, dr, br, 0, n_in, sgrid, (float*)chain[warp_id()], gu);
         if (lane_id() == 0) mid[((u64)t * n_used + k) * n_ff + r] = swiglu_clamped(gu[0], gu[1], limit) * wk;
     }
 }
@@ -146,7 +146,7 @@ template <int T>
 DS4_DEV void moe_down_body(float* out, const u8* down, const i8* mq, const float* md, const i16* mbs,
                            const u32* sel, u32 n_ff, u32 n_out, u32 n_used) {
     __shared__ u64 sgrid[256];
-    __shared__ float chain[DS4_WARPS_PER_BLOCK][DS4_CHAIN_SMEM];
+    DS4_CHAIN_SHARED(chain);
     if constexpr (T == DS4_T_IQ2_XXS) {
         stage_iq2_grid(sgrid);
         __syncthreads();
@@ -164,7 +164,7 @@ DS4_DEV void moe_down_body(float* out, const u8* down, const i8* mq, const float
         // Slot k's activation is row t * n_used + k: consecutive rows, n_ff elements apart.
         warp_dot_rows_k<T, DS4_MOE_MAX_USED>(wr, nu, mq + (u64)t * n_used * n_ff,
                                              md + (u64)t * n_used * (n_ff / 256), mbs + (u64)t * n_used * (n_ff / 16),
-                                             n_ff, n_ff, sgrid, chain[warp_id()], part);
+                                             n_ff, n_ff, sgrid, (float*)chain[warp_id()], part);
         float acc = 0.0f;
 #pragma unroll
         for (u32 k = 0; k < DS4_MOE_MAX_USED; ++k)
@@ -223,7 +223,7 @@ template <int T>
 DS4_DEV void matvec_k_body(float* y, const u8* w, const i8* xq, const float* xd, const i16* xbs, u32 n_in,
                            u32 n_out) {
     __shared__ u64 sgrid[256];
-    __shared__ float chain[DS4_WARPS_PER_BLOCK][DS4_CHAIN_SMEM];
+    DS4_CHAIN_SHARED(chain);
     if constexpr (T == DS4_T_IQ2_XXS) {
         stage_iq2_grid(sgrid);
         __syncthreads();
@@ -235,7 +235,7 @@ DS4_DEV void matvec_k_body(float* y, const u8* w, const i8* xq, const float* xd,
         const u8* wr[1] = {w + r * rb};
         float s[1];
         warp_dot_rows_k<T, 1>(wr, 1, xq + (u64)t * n_in, xd + (u64)t * (n_in / 256), xbs + (u64)t * (n_in / 16), 0,
-                              n_in, sgrid, chain[warp_id()], s);
+                              n_in, sgrid, (float*)chain[warp_id()], s);
         if (lane_id() == 0) y[(u64)t * n_out + r] = s[0];
     }
 }
