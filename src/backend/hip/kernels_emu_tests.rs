@@ -290,8 +290,7 @@ fn rms_norm_and_activation_quantization() {
         for r in 0..rows {
             let mut want = vec![0f32; n];
             ops::rms_norm(&mut want, &x[r * n..(r + 1) * n], Some(&w), 1e-6);
-            // Same double sum of squares, different order: 2e-6 relative.
-            close("rms_norm", &out[r * n..(r + 1) * n], &want, 2e-6, &want);
+            assert_bits("rms_norm", &out[r * n..(r + 1) * n], &want);
             // The quantizers see identical inputs, so codes and scales must be identical.
             let row = &out[r * n..(r + 1) * n];
             let mut a = quant::Q8_0Act::with_len(n);

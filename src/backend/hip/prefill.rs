@@ -16,7 +16,7 @@
 //! Position-dependent values reach the kernels only through the step parameters in device memory
 //! (`Acts::step`: the batch's first position, then its token ids), never as launch arguments: the
 //! kernels derive the compressed-row counts, the rows a batch emits, whether the indexer selection
-//! is active and the attention split from that position. So the `n == 1` sequence can be captured
+//! is active and the attention rows from that position. So the `n == 1` sequence can be captured
 //! once into a graph and replayed at every position (`forward.rs`). With a position known to the
 //! host (direct launches) the launches that would exit at once are left out and the grids are sized
 //! to the batch; while capturing, every launch is issued with the grid the session's largest case
