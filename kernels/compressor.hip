@@ -19,7 +19,7 @@
 // (p + 1) / ratio - 1 (skipped if >= comp_cap):
 //   pooled[j] = softmax-weighted sum over the candidates (per dim): ratio 4 -> rows 0..3 of
 //   column j and rows 4..7 of column head_dim + j; otherwise rows 0..ratio-1 of column j;
-//   0 when the largest candidate score is <= -5e29;
+//   0 when the largest candidate score is <= -5e29; the sums in the CPU reference's order;
 // then (c == 2 only) rows 0..ratio-1 <- rows ratio..2 ratio-1.
 // Launch: grid (ceil(head_dim / 256)), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_compressor_pool(float* comp_rows, float* state_kv,
@@ -43,23 +43,32 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_compressor_pool(float* comp
             state_score[row + col] = sc_cur[(u64)t * width + col] + f16_to_f32(ape[(u64)slot * width + col]);
         }
         if ((p + 1) % ratio != 0) continue;
-        // Candidate i: (row, column) = (i, j) for i < ratio, (i, head_dim + j) for i >= ratio (c == 2).
-        const u32 n_cand = c * ratio;
+        // Candidate rows: (i, j) and, when c == 2, (ratio + i, head_dim + j) for window slot i.
         float m = -INFINITY;
-        for (u32 i = 0; i < n_cand; ++i) {
-            const u32 col = i < ratio ? j : head_dim + j;
-            m = fmaxf(m, state_score[(u64)i * width + col]);
+        for (u32 i = 0; i < ratio; ++i) {
+            m = fmaxf(m, state_score[(u64)i * width + j]);
+            if (c == 2) m = fmaxf(m, state_score[(u64)(ratio + i) * width + head_dim + j]);
         }
         float pooled = 0.0f;
         if (m > -5.0e29f) {
-            float sum = 0.0f, acc = 0.0f;
-            for (u32 i = 0; i < n_cand; ++i) {
-                const u32 col = i < ratio ? j : head_dim + j;
-                const float e = expf(state_score[(u64)i * width + col] - m);
-                sum += e;
-                acc += e * state_kv[(u64)i * width + col];
+            // The reference's order (cpu/compressor.rs): per slot, both candidates' weights join the
+            // denominator as one sum, then their products join the numerator one after the other.
+            float den = 0.0f, acc = 0.0f;
+            for (u32 i = 0; i < ratio; ++i) {
+                const u64 ip = (u64)i * width + j;
+                const float wp = ds4_expf(state_score[ip] - m);
+                if (c == 2) {
+                    const u64 ic = (u64)(ratio + i) * width + head_dim + j;
+                    const float wc = ds4_expf(state_score[ic] - m);
+                    den += wp + wc;
+                    acc += wp * state_kv[ip];
+                    acc += wc * state_kv[ic];
+                } else {
+                    den += wp;
+                    acc += wp * state_kv[ip];
+                }
             }
-            pooled = acc / sum;
+            if (den > 0.0f) pooled = acc / den;
         }
         const u32 crow = (p + 1) / ratio - 1;
         if (crow < comp_cap) comp_rows[(u64)crow * head_dim + j] = pooled;

@@ -1,89 +1,78 @@
 // Hyper-connections (spec §3.2, §3.3, §3.10). The HC state of a token is n_hc streams of n_embd
 // floats, stream-major (element (h, d) at h * n_embd + d, spec §0.1).
 //
-// The "pre" step is split in two kernels so the 24 x 16384 F16 control matrix is read by many
-// blocks in parallel:
-//   ds4_hc_mix_partial: per (token, column slice) the partial dots fn[o] · X and the partial sum of
-//                       squares of X (RMSNorm without weight is a scalar: mix = rs * (fn · X)).
-//   ds4_hc_pre_finish / ds4_hc_head_finish: one block per token sums the slices, applies the
-//                       norm scale, the split (Sinkhorn) and the weighted stream sum.
+// The arithmetic is the CPU reference's (src/backend/cpu/hc.rs, forward.rs `hc_pre` / `head`), so
+// the results are bitwise equal to it: the state is RMS-normalized first (flat = X * scale, the sum
+// of squares in the shared block order), then each mix value is ONE sequential F16 dot over the
+// n_hc * n_embd columns (ds4's order; a chain of 16384 adds for Flash, which is why each mix row gets
+// its own block), then the Sinkhorn split in the reference's operation order.
+//   ds4_hc_mix:         one block per (mix row, token): mix[t][o] = fn[o] · flat_t.
+//   ds4_hc_pre_finish / ds4_hc_head_finish: one block per token: split + weighted stream sum.
+//   ds4_hc_pre_fused:   ds4_hc_mix's blocks, of which the last to finish for a token also does the
+//                       finish and the sublayer's input norm + quantization.
 #pragma once
 #include "formats.h"
 #include "norm_quant.hip"
 
 #define DS4_HC_MAX_MIX 24  // 2*n_hc + n_hc^2 for n_hc = 4 (spec §0.2); n_hc <= 4 supported
 #define DS4_HC_MAX 4
+#define DS4_HC_TILE 1024   // products per tile of the sequential dot
 
-// part: f32 [n_tok][n_split][n_mix + 1]: entries 0..n_mix-1 are partial fn[o] · X over columns
-// [s * n_in / n_split, (s + 1) * n_in / n_split), entry n_mix the partial sum of X^2.
-// hc: f32 [n_tok][n_in] (n_in = n_hc * n_embd); fn: F16 [n_mix][n_in]. n_in / n_split must be even.
-// Launch: grid (n_split, n_tok), block 256.
-DS4_DEV void hc_mix_partial_block(float* part, const float* hc, const u16* fn_w, u32 n_in, u32 n_mix, u32 n_split) {
-    __shared__ float red[DS4_HC_MAX_MIX + 1][DS4_WARPS_PER_BLOCK];
-    const u32 s = blockIdx.x, t = blockIdx.y;
-    const u32 slice = n_in / n_split;
-    const u32 c0 = s * slice, c1 = c0 + slice;
-    const float* x = hc + (u64)t * n_in;
-    float acc[DS4_HC_MAX_MIX];
-#pragma unroll
-    for (int o = 0; o < DS4_HC_MAX_MIX; ++o) acc[o] = 0.0f;
-    float ss = 0.0f;
-    for (u32 i = c0 + 2 * threadIdx.x; i < c1; i += 2 * DS4_BLOCK) {
-        const float2 xv = *(const float2*)(x + i);
-        ss += xv.x * xv.x + xv.y * xv.y;
-#pragma unroll
-        for (int o = 0; o < DS4_HC_MAX_MIX; ++o) {
-            if ((u32)o < n_mix) {
-                const u32 wv = *(const u32*)(fn_w + (u64)o * n_in + i);
-                acc[o] += f16_to_f32((u16)(wv & 0xffff)) * xv.x + f16_to_f32((u16)(wv >> 16)) * xv.y;
-            }
+// Sequential F16 dot sum_i w_i * (x_i * x_scale), i = 0 .. n-1 in order (cpu/quant.rs dot_f16 over
+// the normalized row): the other warps compute a tile's products while thread 0 adds the previous
+// tile's one by one. `buf`: 2 * DS4_HC_TILE floats of shared memory. Call from all threads; the sum
+// is returned to every thread.
+DS4_DEV float hc_dot_f16_seq(const u16* w, const float* x, float x_scale, u32 n, float* buf) {
+    __shared__ float total;
+    const u32 tid = threadIdx.x;
+    for (u32 i = tid; i < min(n, (u32)DS4_HC_TILE); i += DS4_BLOCK) buf[i] = f16_to_f32(w[i]) * (x[i] * x_scale);
+    __syncthreads();
+    float acc = 0.0f;
+    for (u32 k = 0; k * DS4_HC_TILE < n; ++k) {
+        const float* cur = buf + (k & 1) * DS4_HC_TILE;
+        if (tid == 0) {
+            const u32 len = min((u32)DS4_HC_TILE, n - k * DS4_HC_TILE);
+            for (u32 i = 0; i < len; ++i) acc += cur[i];
+        } else if (tid >= 32) {
+            float* nxt = buf + ((k + 1) & 1) * DS4_HC_TILE;
+            const u32 b = (k + 1) * DS4_HC_TILE;
+            for (u32 i = tid - 32; i < DS4_HC_TILE && b + i < n; i += DS4_BLOCK - 32)
+                nxt[i] = f16_to_f32(w[b + i]) * (x[b + i] * x_scale);
         }
+        __syncthreads();
     }
-#pragma unroll
-    for (int o = 0; o < DS4_HC_MAX_MIX; ++o) {
-        const float v = warp_sum(acc[o]);
-        if (lane_id() == 0) red[o][warp_id()] = v;
-    }
-    ss = warp_sum(ss);
-    if (lane_id() == 0) red[DS4_HC_MAX_MIX][warp_id()] = ss;
+    if (tid == 0) total = acc;
     __syncthreads();
-    float* pr = part + ((u64)t * n_split + s) * (n_mix + 1);
-    if (threadIdx.x <= n_mix) {
-        const u32 o = threadIdx.x == n_mix ? DS4_HC_MAX_MIX : threadIdx.x;
-        float v = 0.0f;
-        for (int w = 0; w < DS4_WARPS_PER_BLOCK; ++w) v += red[o][w];
-        pr[threadIdx.x] = v;
-    }
+    return total;
 }
 
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_mix_partial(float* part, const float* hc, const u16* fn_w,
-                                                                     u32 n_in, u32 n_mix, u32 n_split) {
-    hc_mix_partial_block(part, hc, fn_w, n_in, n_mix, n_split);
+// mix[t][o] = fn[o] · (X_t * rms_scale(X_t, eps)) for the block's (o, t) = (blockIdx.x, blockIdx.y).
+DS4_DEV void hc_mix_block(float* mix, const float* hc, const u16* fn_w, u32 n_in, u32 n_mix, float eps) {
+    __shared__ double dscratch[DS4_GROUPS32];
+    __shared__ float buf[2 * DS4_HC_TILE];
+    const u32 o = blockIdx.x, t = blockIdx.y;
+    const float* x = hc + (u64)t * n_in;
+    double ss = 0.0;
+    for (u32 i = threadIdx.x; i < n_in; i += DS4_BLOCK) ss += (double)x[i] * (double)x[i];
+    ss = block_sum_f64(ss, dscratch);
+    const float scale = 1.0f / sqrtf((float)(ss / (double)n_in) + eps);
+    const float v = hc_dot_f16_seq(fn_w + (u64)o * n_in, x, scale, n_in, buf);
+    if (threadIdx.x == 0) mix[(u64)t * n_mix + o] = v;
 }
 
-// Sums the slices of one token into mix[0..n_mix) (already scaled by the RMS factor); returns
-// through shared memory. Call from all threads.
-DS4_DEV void hc_gather_mix(float* mix, const float* part, u32 t, u32 n_split, u32 n_mix, u32 n_in, float eps_rms) {
-    __shared__ float ssum;
-    // volatile: in ds4_hc_pre_fused the partials were written by other blocks of the same launch.
-    const volatile float* pr = part + (u64)t * n_split * (n_mix + 1);
-    if (threadIdx.x <= n_mix) {
-        float v = 0.0f;
-        for (u32 s = 0; s < n_split; ++s) v += pr[(u64)s * (n_mix + 1) + threadIdx.x];
-        if (threadIdx.x == n_mix) ssum = v; else mix[threadIdx.x] = v;
-    }
-    __syncthreads();
-    const float rs = 1.0f / sqrtf(ssum / (float)n_in + eps_rms);
-    __syncthreads();
-    if (threadIdx.x < n_mix) mix[threadIdx.x] *= rs;
-    __syncthreads();
+// mix: f32 [n_tok][n_mix]; hc: f32 [n_tok][n_in] (n_in = n_hc * n_embd); fn: F16 [n_mix][n_in].
+// Launch: grid (n_mix, n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_mix(float* mix, const float* hc, const u16* fn_w, u32 n_in,
+                                                             u32 n_mix, float eps) {
+    hc_mix_block(mix, hc, fn_w, n_in, n_mix, eps);
 }
 
-DS4_DEV float plain_sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
+DS4_DEV float plain_sigmoid(float z) { return 1.0f / (1.0f + ds4_expf(-z)); }
 
 // The split of one token (spec §3.2 step 3) for N = n_hc streams, by one thread: pre and post gates
 // and the Sinkhorn-normalized N x N mixing matrix, written to split_out = [pre | post | M] and pre
-// also to pre_out. Operation order as the CPU reference (backend/cpu/hc.rs), so results match it.
+// also to pre_out. Operation for operation the CPU reference (cpu/hc.rs split_sinkhorn): sums in
+// index order, divisions as multiplications by 1 / (sum [+ eps]).
 template <int N>
 DS4_DEV void hc_split_one(float* split_out, float* pre_out, const float* mix, const float* scale, const float* base,
                           u32 iters, float eps_hc) {
@@ -97,7 +86,7 @@ DS4_DEV void hc_split_one(float* split_out, float* pre_out, const float* mix, co
     }
 #pragma unroll
     for (int a = 0; a < N; ++a) {
-        float mx = -INFINITY;
+        float mx = -1.0e30f;
 #pragma unroll
         for (int b = 0; b < N; ++b) {
             const int k = 2 * N + N * a + b;
@@ -107,11 +96,12 @@ DS4_DEV void hc_split_one(float* split_out, float* pre_out, const float* mix, co
         float sum = 0.0f;
 #pragma unroll
         for (int b = 0; b < N; ++b) {
-            m[a][b] = expf(m[a][b] - mx);
+            m[a][b] = ds4_expf(m[a][b] - mx);
             sum += m[a][b];
         }
+        const float inv = 1.0f / sum;
 #pragma unroll
-        for (int b = 0; b < N; ++b) m[a][b] = m[a][b] / sum + eps_hc;
+        for (int b = 0; b < N; ++b) m[a][b] = m[a][b] * inv + eps_hc;
     }
     for (u32 it = 0; it < iters; ++it) {
         if (it > 0) {
@@ -120,8 +110,9 @@ DS4_DEV void hc_split_one(float* split_out, float* pre_out, const float* mix, co
                 float sum = 0.0f;
 #pragma unroll
                 for (int b = 0; b < N; ++b) sum += m[a][b];
+                const float inv = 1.0f / (sum + eps_hc);
 #pragma unroll
-                for (int b = 0; b < N; ++b) m[a][b] /= sum + eps_hc;
+                for (int b = 0; b < N; ++b) m[a][b] *= inv;
             }
         }
 #pragma unroll
@@ -129,8 +120,9 @@ DS4_DEV void hc_split_one(float* split_out, float* pre_out, const float* mix, co
             float sum = 0.0f;
 #pragma unroll
             for (int a = 0; a < N; ++a) sum += m[a][b];
+            const float inv = 1.0f / (sum + eps_hc);
 #pragma unroll
-            for (int a = 0; a < N; ++a) m[a][b] /= sum + eps_hc;
+            for (int a = 0; a < N; ++a) m[a][b] *= inv;
         }
     }
 #pragma unroll
@@ -139,10 +131,10 @@ DS4_DEV void hc_split_one(float* split_out, float* pre_out, const float* mix, co
         for (int b = 0; b < N; ++b) split_out[2 * N + N * a + b] = m[a][b];
 }
 
-// The same split computed by the 32 lanes of one warp for N = 2 or 4: lane a*N + b holds M[a][b]
-// and gathers its row or column with shuffles, summing in the reference's order (so every value is
-// bit-identical to hc_split_one's), then divides only its own element. The single-thread version
-// chains ~640 dependent IEEE divisions over the 20 Sinkhorn iterations: 33 us per call on the H200.
+// The same split computed by the lanes of one warp for N = 2 or 4: lane a*N + b holds M[a][b] and
+// gathers its row or column with shuffles, summing in the reference's order (so every value is
+// bit-identical to hc_split_one's), then scales only its own element. The single-thread version
+// chains ~640 dependent operations over the 20 Sinkhorn iterations: 33 us per call on the H200.
 // Call from all lanes of one warp.
 template <int N>
 DS4_DEV void hc_split_warp(float* split_out, float* pre_out, const float* mix, const float* scale, const float* base,
@@ -159,26 +151,26 @@ DS4_DEV void hc_split_warp(float* split_out, float* pre_out, const float* mix, c
     const u32 k = 2 * N + N * a + b;
     float m = live ? mix[k] * scale[2] + base[k] : 0.0f;
     // Row softmax: M[a][j] sits at lane a*N + j = lane ^ (b ^ j).
-    float mx = -INFINITY;
+    float mx = -1.0e30f;
 #pragma unroll
     for (int j = 0; j < N; ++j) mx = fmaxf(mx, __shfl_xor(m, b ^ (u32)j, DS4_WARP));
-    const float e = expf(m - mx);
+    const float e = ds4_expf(m - mx);
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < N; ++j) sum += __shfl_xor(e, b ^ (u32)j, DS4_WARP);
-    m = e / sum + eps_hc;
+    m = e * (1.0f / sum) + eps_hc;
     for (u32 it = 0; it < iters; ++it) {
         if (it > 0) {
             float rs = 0.0f;
 #pragma unroll
             for (int j = 0; j < N; ++j) rs += __shfl_xor(m, b ^ (u32)j, DS4_WARP);
-            m /= rs + eps_hc;
+            m *= 1.0f / (rs + eps_hc);
         }
         // Column b: M[j][b] sits at lane j*N + b = lane ^ ((a ^ j) * N).
         float cs = 0.0f;
 #pragma unroll
         for (int j = 0; j < N; ++j) cs += __shfl_xor(m, (a ^ (u32)j) * N, DS4_WARP);
-        m /= cs + eps_hc;
+        m *= 1.0f / (cs + eps_hc);
     }
     if (live) split_out[k] = m;
 }
@@ -187,18 +179,21 @@ DS4_DEV void hc_split_warp(float* split_out, float* pre_out, const float* mix, c
 //   pre[i]  = sigmoid(mix[i] * scale[0] + base[i]) + eps_hc           (not normalized)
 //   post[i] = 2 * sigmoid(mix[n_hc + i] * scale[1] + base[n_hc + i])
 //   M[a][b] = mix[2 n_hc + n_hc a + b] * scale[2] + base[...]; row softmax, + eps_hc; column pass;
-//             then (iters - 1) x (row pass, column pass), each dividing by (sum + eps_hc).
-//   x_out[t][d] = sum_h pre[h] * X[h][d]
+//             then (iters - 1) x (row pass, column pass), each scaling by 1 / (sum + eps_hc).
+//   x_out[t][d] = sum_h X[h][d] * pre[h]  (h in order)
 // split_out: f32 [n_tok][n_mix] = [pre | post | M row-major (src a, dst b)], consumed by ds4_hc_post.
-// part: from ds4_hc_mix_partial with the same n_split; hc: f32 [n_tok][n_hc * n_embd].
+// mix: f32 [n_tok][n_mix] from ds4_hc_mix; hc: f32 [n_tok][n_hc * n_embd].
 // Launch: grid (n_tok), block 256.
-DS4_DEV void hc_pre_finish_token(u32 t, float* x_out, float* split_out, const float* part, const float* hc,
-                                 const float* scale, const float* base, u32 n_embd, u32 n_hc, u32 n_split, u32 iters,
-                                 float eps_rms, float eps_hc) {
+DS4_DEV void hc_pre_finish_token(u32 t, float* x_out, float* split_out, const float* mix_all, const float* hc,
+                                 const float* scale, const float* base, u32 n_embd, u32 n_hc, u32 iters,
+                                 float eps_hc) {
     __shared__ float mix[DS4_HC_MAX_MIX];
     __shared__ float pre[DS4_HC_MAX];
     const u32 n_mix = 2 * n_hc + n_hc * n_hc;
-    hc_gather_mix(mix, part, t, n_split, n_mix, n_hc * n_embd, eps_rms);
+    // volatile: in ds4_hc_pre_fused the values were written by other blocks of the same launch.
+    const volatile float* mt = mix_all + (u64)t * n_mix;
+    if (threadIdx.x < n_mix) mix[threadIdx.x] = mt[threadIdx.x];
+    __syncthreads();
     // With n_hc a compile-time constant the matrix stays in registers; n_hc = 2 or 4 (Flash: 4) run
     // on one warp, 1 or 3 on one thread.
     float* so = split_out + (u64)t * n_mix;
@@ -210,73 +205,70 @@ DS4_DEV void hc_pre_finish_token(u32 t, float* x_out, float* split_out, const fl
     const float* x = hc + (u64)t * n_hc * n_embd;
     for (u32 d = threadIdx.x; d < n_embd; d += DS4_BLOCK) {
         float v = 0.0f;
-        for (u32 h = 0; h < n_hc; ++h) v += pre[h] * x[(u64)h * n_embd + d];
+        for (u32 h = 0; h < n_hc; ++h) v += x[(u64)h * n_embd + d] * pre[h];
         x_out[d] = v;
     }
 }
 
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_finish(float* x_out, float* split_out, const float* part,
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_finish(float* x_out, float* split_out, const float* mix,
                                                                     const float* hc, const float* scale,
                                                                     const float* base, u32 n_embd, u32 n_hc,
-                                                                    u32 n_split, u32 iters, float eps_rms,
-                                                                    float eps_hc) {
+                                                                    u32 iters, float eps_hc) {
     const u32 t = blockIdx.x;
-    hc_pre_finish_token(t, x_out + (u64)t * n_embd, split_out, part, hc, scale, base, n_embd, n_hc, n_split, iters,
-                        eps_rms, eps_hc);
+    hc_pre_finish_token(t, x_out + (u64)t * n_embd, split_out, mix, hc, scale, base, n_embd, n_hc, iters, eps_hc);
 }
 
 // The whole HC pre step and the sublayer's input norm in one launch (spec §3.2 + §3.4 step 2 /
-// §3.9 step 2): ds4_hc_mix_partial's blocks, of which the last one to finish for a token (an atomic
-// counter per token) performs ds4_hc_pre_finish and then ds4_rms_norm_quant's NORM on x with
-// norm_w, writing the same outputs those kernels write (x itself stays in shared memory):
+// §3.9 step 2): ds4_hc_mix's blocks, of which the last one to finish for a token (an atomic counter
+// per token) performs ds4_hc_pre_finish and then ds4_rms_norm_quant's NORM on x with norm_w, writing
+// the same outputs those kernels write (x itself stays in shared memory):
 //   split_out [n_tok][n_mix]; xn [n_tok][n_embd] (may be null); Q8_0 and/or Q8_K planes of xn (null
-//   = not wanted). part: as ds4_hc_mix_partial; counter: u32 [n_tok], zero before the first launch
-//   (the last block resets its token's counter, so captured graphs can be replayed). n_embd <= 4096.
-// Launch: grid (n_split, n_tok), block 256.
+//   = not wanted). mix: f32 [n_tok][n_mix] scratch; counter: u32 [n_tok], zero before the first
+//   launch (the last block resets its token's counter, so captured graphs can be replayed).
+//   eps_rms: of the HC state's norm; eps_norm: of the sublayer's input norm. n_embd <= 4096.
+// Launch: grid (n_mix, n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_fused(float* split_out, float* xn, i8* q0_q, float* q0_d,
-                                                                   i8* qk_q, float* qk_d, i16* qk_bs, float* part,
+                                                                   i8* qk_q, float* qk_d, i16* qk_bs, float* mix,
                                                                    u32* counter, const float* hc, const u16* fn_w,
                                                                    const float* scale, const float* base,
                                                                    const float* norm_w, u32 n_embd, u32 n_hc,
-                                                                   u32 n_split, u32 iters, float eps_rms,
-                                                                   float eps_hc, float eps_norm) {
+                                                                   u32 iters, float eps_rms, float eps_hc,
+                                                                   float eps_norm) {
     __shared__ float xs[4096];
     __shared__ u32 is_last;
     const u32 t = blockIdx.y;
     const u32 n_mix = 2 * n_hc + n_hc * n_hc;
     if (n_embd > 4096) return;
-    hc_mix_partial_block(part, hc, fn_w, n_hc * n_embd, n_mix, n_split);
+    hc_mix_block(mix, hc, fn_w, n_hc * n_embd, n_mix, eps_rms);
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) is_last = atomicAdd(&counter[t], 1u) == n_split - 1;
+    if (threadIdx.x == 0) is_last = atomicAdd(&counter[t], 1u) == n_mix - 1;
     __syncthreads();
     if (!is_last) return;
     __threadfence();
     if (threadIdx.x == 0) counter[t] = 0;
-    hc_pre_finish_token(t, xs, split_out, part, hc, scale, base, n_embd, n_hc, n_split, iters, eps_rms, eps_hc);
+    hc_pre_finish_token(t, xs, split_out, mix, hc, scale, base, n_embd, n_hc, iters, eps_hc);
     __syncthreads();
     norm_quant_row(t, xs, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, norm_w, n_embd, DS4_NQ_NORM, eps_norm);
 }
 
-// Output-head HC reduction (spec §3.10 steps 1-3 up to y): with mix from ds4_hc_mix_partial
-// (n_mix = n_hc, fn = output_hc_fn), w_h = stable_sigmoid(mix[h] * scale[0] + base[h]) + eps_hc,
-// x_out[t][d] = sum_h w_h * X[h][d]. The following RMSNorm * output_norm and the Q8_0
+// Output-head HC reduction (spec §3.10 steps 1-3 up to y): with mix from ds4_hc_mix (n_mix = n_hc,
+// fn = output_hc_fn, eps = the model's RMS eps), w_h = stable_sigmoid(mix[h] * scale[0] + base[h]) +
+// eps_hc, x_out[t][d] = sum_h X[h][d] * w_h. The following RMSNorm * output_norm and the Q8_0
 // quantization are ds4_rms_norm_quant.
 // Launch: grid (n_tok), block 256.
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_head_finish(float* x_out, const float* part, const float* hc,
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_head_finish(float* x_out, const float* mix, const float* hc,
                                                                      const float* scale, const float* base,
-                                                                     u32 n_embd, u32 n_hc, u32 n_split,
-                                                                     float eps_rms, float eps_hc) {
-    __shared__ float mix[DS4_HC_MAX_MIX];
+                                                                     u32 n_embd, u32 n_hc, float eps_hc) {
     const u32 t = blockIdx.x;
-    hc_gather_mix(mix, part, t, n_split, n_hc, n_hc * n_embd, eps_rms);
     float wh[DS4_HC_MAX];
 #pragma unroll
-    for (u32 h = 0; h < DS4_HC_MAX; ++h) wh[h] = h < n_hc ? stable_sigmoid(mix[h] * scale[0] + base[h]) + eps_hc : 0.0f;
+    for (u32 h = 0; h < DS4_HC_MAX; ++h)
+        wh[h] = h < n_hc ? stable_sigmoid(mix[(u64)t * n_hc + h] * scale[0] + base[h]) + eps_hc : 0.0f;
     const float* x = hc + (u64)t * n_hc * n_embd;
     for (u32 d = threadIdx.x; d < n_embd; d += DS4_BLOCK) {
         float v = 0.0f;
-        for (u32 h = 0; h < n_hc; ++h) v += wh[h] * x[(u64)h * n_embd + d];
+        for (u32 h = 0; h < n_hc; ++h) v += x[(u64)h * n_embd + d] * wh[h];
         x_out[(u64)t * n_embd + d] = v;
     }
 }

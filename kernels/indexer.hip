@@ -12,7 +12,8 @@
 static_assert(DS4_BLOCK == 256, "ds4_indexer_topk: one thread per digit of a radix pass");
 #define DS4_IDX_ROWS 16  // rows per block: 2 per warp, so a few hundred rows still fill the device
 
-// scores[t][c] = sum_h (w[t][h] * w_scale) * max(0, krows[c] · qi[t][h])  for c < n_c(t), where
+// scores[t][c] = sum_h max(0, krows[c] · qi[t][h]) * (w[t][h] * w_scale)  for c < n_c(t), summed as
+// the CPU reference does (see the loop), where
 // n_c(t) = min(floor((pos0 + t + 1) / ratio), n_comp_avail); entries c >= n_c(t) are not written,
 // nor any entry of a token with n_c(t) <= top_k.
 // qi: f32 [n_tok][n_head][128]; w: f32 [n_tok][n_head]; krows: f32 [n_comp_avail][128];
@@ -38,14 +39,20 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores(float* score
     for (u32 c = c0 + warp_id(); c < c1; c += DS4_WARPS_PER_BLOCK) {
         for (u32 i = lane_id(); i < DS4_IDX_DIM; i += DS4_WARP) myrow[i] = krows[(u64)c * DS4_IDX_DIM + i];
         ds4_sync_warp();
+        // The reference's order (cpu/indexer.rs): per head the 8-lane dot of quant.rs dot_f32, then
+        // acc += max(dot, 0) * w_h over the heads in order. A round scores DS4_WARP / 8 heads, one
+        // per group of 8 lanes; every lane then adds them in head order (broadcasts).
         float acc = 0.0f;
-        for (u32 h = lane_id(); h < n_head; h += DS4_WARP) {
-            float d = 0.0f;
-#pragma unroll 8
-            for (u32 i = 0; i < DS4_IDX_DIM; ++i) d += myrow[i] * sq[h][i];
-            acc += sw[h] * fmaxf(d, 0.0f);
+        constexpr u32 G = DS4_WARP / 8;
+        for (u32 hb = 0; hb < n_head; hb += G) {
+            const u32 h = min(hb + lane_id() / 8, n_head - 1);
+            const float dw = fmaxf(dot8_f32(myrow, sq[h], DS4_IDX_DIM), 0.0f) * sw[h];
+#pragma unroll
+            for (u32 g = 0; g < G; ++g) {
+                const float v = __shfl(dw, 8 * g, DS4_WARP);
+                if (hb + g < n_head) acc += v;
+            }
         }
-        acc = warp_sum(acc);
         if (lane_id() == 0) scores[(u64)t * score_stride + c] = acc;
         ds4_sync_warp();
     }

@@ -29,7 +29,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router(u32* sel, float* sel
     const float* lg = logits + (u64)t * n_expert;
     for (u32 e = threadIdx.x; e < n_expert; e += DS4_BLOCK) {
         const float z = lg[e];
-        const float sp = z > 20.0f ? z : (z < -20.0f ? expf(z) : log1pf(expf(z)));
+        const float sp = z > 20.0f ? z : (z < -20.0f ? ds4_expf(z) : ds4_log1pf(ds4_expf(z)));
         const float p = sqrtf(sp);
         prob[e] = p;
         score[e] = bias ? p + bias[e] : p;

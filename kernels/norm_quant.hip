@@ -31,7 +31,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_fill_f32(float* x, u64 n, f
 // The body of ds4_rms_norm_quant for output row `row` (one block; all threads call it).
 DS4_DEV void norm_quant_row(u64 row, const float* xr, float* out, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d,
                             i16* qk_bs, const float* w, u32 n, u32 flags, float eps) {
-    __shared__ double dscratch[DS4_WARPS_PER_BLOCK];
+    __shared__ double dscratch[DS4_GROUPS32];
     const u32 tid = threadIdx.x;
 
     float scale = 1.0f;

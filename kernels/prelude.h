@@ -67,11 +67,6 @@ DS4_DEV float warp_max(float v) {
     for (int o = DS4_WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor(v, o, DS4_WARP));
     return v;
 }
-DS4_DEV double warp_sum_f64(double v) {
-#pragma unroll
-    for (int o = DS4_WARP / 2; o > 0; o >>= 1) v += __shfl_xor(v, o, DS4_WARP);
-    return v;
-}
 // Max over aligned groups of 32 lanes (one Q8_0 block per group), valid for wave32 and wave64.
 DS4_DEV float group32_max(float v) {
 #pragma unroll
@@ -95,26 +90,45 @@ DS4_DEV void ds4_sync_warp() {
 DS4_DEV u32 lane_id() { return threadIdx.x % DS4_WARP; }
 DS4_DEV u32 warp_id() { return threadIdx.x / DS4_WARP; }
 
-// Block-wide sum for blockDim.x == DS4_BLOCK. `scratch` needs DS4_WARPS_PER_BLOCK entries.
-// Every thread returns the total. Contains __syncthreads(): call from all threads.
+// f32 dot of two rows of n elements (n % 8 == 0) in the CPU reference's order (cpu/quant.rs
+// dot_f32): lane k of an aligned group of 8 lanes sums the products of elements k, k + 8, ... in
+// order, then the lanes fold as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). Called by all 8
+// lanes of the group; every lane of the group returns the dot.
+DS4_DEV float dot8_f32(const float* a, const float* b, u32 n) {
+    float l = 0.0f;
+    for (u32 i = threadIdx.x % 8; i < n; i += 8) l += a[i] * b[i];
+    l += __shfl_xor(l, 4, 8);
+    l += __shfl_xor(l, 2, 8);
+    l += __shfl_xor(l, 1, 8);
+    return l;
+}
+
+// Block-wide sums for blockDim.x == DS4_BLOCK in the order the CPU reference shares
+// (src/backend/cpu/reduce.rs): a butterfly inside each aligned group of 32 threads (width-32
+// shuffles, so wave32 and wave64 agree), then the DS4_GROUPS32 group totals added in group order.
+// `scratch` needs DS4_GROUPS32 entries. Every thread returns the total. Contains __syncthreads():
+// call from all threads.
+#define DS4_GROUPS32 (DS4_BLOCK / 32)
 DS4_DEV float block_sum(float v, float* scratch) {
-    v = warp_sum(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor(v, o, 32);
     __syncthreads();
-    if (lane_id() == 0) scratch[warp_id()] = v;
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
     __syncthreads();
     float t = 0.0f;
 #pragma unroll
-    for (int w = 0; w < DS4_WARPS_PER_BLOCK; ++w) t += scratch[w];
+    for (int g = 0; g < DS4_GROUPS32; ++g) t += scratch[g];
     return t;
 }
 DS4_DEV double block_sum_f64(double v, double* scratch) {
-    v = warp_sum_f64(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor(v, o, 32);
     __syncthreads();
-    if (lane_id() == 0) scratch[warp_id()] = v;
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
     __syncthreads();
     double t = 0.0;
 #pragma unroll
-    for (int w = 0; w < DS4_WARPS_PER_BLOCK; ++w) t += scratch[w];
+    for (int g = 0; g < DS4_GROUPS32; ++g) t += scratch[g];
     return t;
 }
 DS4_DEV float block_max(float v, float* scratch) {

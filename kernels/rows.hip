@@ -37,8 +37,11 @@ DS4_DEV float e2m1_round(float x) {
     return copysignf(r, x);
 }
 
-// Power-of-two block scale 2^ceil(log2(amax / limit)), the division taken as amax * (1/limit).
-DS4_DEV float pow2_scale(float amax, float rcp_limit) { return exp2f(ceilf(log2f(amax * rcp_limit))); }
+// Power-of-two block scale 2^ceil(log2(amax / limit)), the division taken as amax * (1/limit); the
+// power built exactly (the reference's powi), not through exp2f.
+DS4_DEV float pow2_scale(float amax, float rcp_limit) {
+    return ldexpf(1.0f, (int)ceilf(ds4_log2f(amax * rcp_limit)));
+}
 
 // RoPE rotation angle of pair k (spec §3.5): theta_extrap = pos * theta_scale^k as an iterated
 // float product, then the YaRN blend theta = fs*te*(1 - ramp*ext) + te*(ramp*ext).
@@ -54,13 +57,13 @@ DS4_DEV float rope_theta(u32 pos, u32 k, float theta_scale, float freq_scale, fl
 
 struct RowOps {
     u32 flags, head_dim, n_rot, pos;
-    float theta_scale, freq_scale, ext_factor, corr_low, corr_high, eps;
+    float theta_scale, freq_scale, ext_factor, corr_low, corr_high, mscale, eps;
     const float* w;
 };
 
 // Applies the flagged operations to row s (shared memory, head_dim floats). All threads call it.
 DS4_DEV void row_ops_smem(float* s, const RowOps& op) {
-    __shared__ double dscratch[DS4_WARPS_PER_BLOCK];
+    __shared__ double dscratch[DS4_GROUPS32];
     const u32 tid = threadIdx.x, hd = op.head_dim;
     if (op.flags & DS4_ROW_NORM) {
         double ss = 0.0;
@@ -75,8 +78,9 @@ DS4_DEV void row_ops_smem(float* s, const RowOps& op) {
         for (u32 k = tid; k < op.n_rot / 2; k += DS4_BLOCK) {
             const float th = rope_theta(op.pos, k, op.theta_scale, op.freq_scale, op.ext_factor, op.corr_low,
                                         op.corr_high);
-            const float c = cosf(th);
-            const float sn = (op.flags & DS4_ROW_ROPE_INV) ? -sinf(th) : sinf(th);
+            // cos and sign * sin, each times the YaRN magnitude factor (1 for ds4's constants).
+            const float c = ds4_cosf(th) * op.mscale;
+            const float sn = ((op.flags & DS4_ROW_ROPE_INV) ? -ds4_sinf(th) : ds4_sinf(th)) * op.mscale;
             const float x0 = s[off + 2 * k], x1 = s[off + 2 * k + 1];
             s[off + 2 * k] = x0 * c - x1 * sn;
             s[off + 2 * k + 1] = x0 * sn + x1 * c;
@@ -137,14 +141,15 @@ DS4_DEV void row_ops_smem(float* s, const RowOps& op) {
 // f32 [ring_cap][head_dim], row position % ring_cap. w: f32 [head_dim] or null. head_dim <= 1024
 // (multiple of 128 with DS4_ROW_HADAMARD_FP4).
 // RoPE parameters (spec §3.5): theta_scale = base^(-2/n_rot) computed by the host, freq_scale
-// (1 or 1/16), ext_factor (0 = no YaRN, 1 = YaRN), corr_low/high (YaRN corr dims).
+// (1 or 1/16), ext_factor (0 = no YaRN, 1 = YaRN), corr_low/high (YaRN corr dims), mscale (the
+// factor on cos and sin, as the CPU reference computes it; 1 for ds4's constants).
 // Launch: block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish(float* x, float* ring, const float* w, const u32* pos,
                                                                   u32 n_head, u32 head_dim, u32 n_rot, u32 flags,
                                                                   u32 n_tok, u32 emit_ratio, u32 row_cap,
                                                                   u32 ring_cap, float theta_scale, float freq_scale,
                                                                   float ext_factor, float corr_low, float corr_high,
-                                                                  float eps) {
+                                                                  float mscale, float eps) {
     __shared__ float s[1024];
     const u32 h = blockIdx.x, t = blockIdx.y;
     if (head_dim > 1024) return;
@@ -170,6 +175,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish(float* x, float
     op.ext_factor = ext_factor;
     op.corr_low = corr_low;
     op.corr_high = corr_high;
+    op.mscale = mscale;
     op.eps = eps;
     op.w = w;
     row_ops_smem(s, op);

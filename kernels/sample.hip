@@ -89,7 +89,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_sample_min_p(u32* out, cons
     for (u32 i = a; i < b; ++i) {
         const float v = logits[i];
         if (!isfinite(v)) continue;
-        const float p = expf((v - mx) / temp);
+        const float p = ds4_expf((v - mx) / temp);
         if (p >= min_p) s += p;
     }
     csum[tid] = s;
@@ -113,7 +113,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_sample_min_p(u32* out, cons
         for (u32 i = ca; i < cb; ++i) {
             const float v = logits[i];
             if (!isfinite(v)) continue;
-            const float p = expf((v - mx) / temp);
+            const float p = ds4_expf((v - mx) / temp);
             if (p < min_p) continue;
             r -= p;
             if (r <= 0.0f) {

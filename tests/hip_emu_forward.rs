@@ -2,7 +2,7 @@
 //! step's launch order, every kernel executed by the CPU emulator, tests/hip_emu) against the CPU
 //! engine on small-vocabulary tiny models with q2, q4 and mixed experts.
 //!
-//! Tolerances, and why they are statistical: `ds4_chat::backend::agreement`.
+//! The comparison is bitwise: the kernels follow the CPU engine's operation order.
 #![cfg(feature = "hip")]
 
 mod hip_emu;
@@ -28,15 +28,25 @@ fn check(experts: ExpertMix, seed: u64, n: usize) {
         .collect();
     let t0 = std::time::Instant::now();
     let mut agreement = Agreement::default();
-    for &t in &tokens {
+    let mut differ = Vec::new();
+    for (p, &t) in tokens.iter().enumerate() {
         gpu.eval(&[t], &mut |_, _| true).unwrap();
         cpu.eval(&[t], &mut |_, _| true).unwrap();
         agreement.push(compare_logits(gpu.logits(), cpu.logits()));
+        if gpu
+            .logits()
+            .iter()
+            .zip(cpu.logits())
+            .any(|(a, b)| a.to_bits() != b.to_bits())
+        {
+            differ.push(p);
+        }
     }
     eprintln!(
-        "{} experts, seed {seed}: {n} decode steps in {:.1}s; {}",
+        "{} experts, seed {seed}: {n} decode steps in {:.1}s; logits bitwise equal to the CPU's at {} of {n} positions; {}",
         experts.name(),
         t0.elapsed().as_secs_f64(),
+        n - differ.len(),
         agreement.summary()
     );
     let by_position: Vec<String> = agreement
@@ -45,12 +55,14 @@ fn check(experts: ExpertMix, seed: u64, n: usize) {
         .map(|d| format!("{:.3}", d.max_logprob))
         .collect();
     eprintln!("  by position: {}", by_position.join(" "));
-    if let Err(e) = agreement.verdict() {
-        panic!(
-            "{} experts: the HIP backend disagrees with the CPU engine: {e}",
-            experts.name()
-        );
-    }
+    // The kernels reproduce the CPU engine's operation order (kernels/prelude.h "arithmetic
+    // contract"), so every position's logits must be the CPU's to the bit.
+    assert!(
+        differ.is_empty(),
+        "{} experts: logits differ from the CPU engine's at positions {differ:?} ({})",
+        experts.name(),
+        agreement.summary()
+    );
 }
 
 /// 32 positions: past the 16-token window, eight ratio-4 rows (indexer selection from position 19 on,

@@ -51,6 +51,7 @@ h, c = (json.load(open(p)) for p in sys.argv[1:])
 th = [s["selected"]["id"] for s in h["steps"]]; tc = [s["selected"]["id"] for s in c["steps"]]
 same = next((i for i, (a, b) in enumerate(zip(th, tc)) if a != b), min(len(th), len(tc)))
 print(f"run: hip {len(th)} tokens, cpu {len(tc)} tokens, identical for the first {same}; identical overall: {th == tc}")
+print(f"run: the dumps' per-step logprobs (top 5 and the selected token) are identical: {h['steps'] == c['steps']}")
 if same < min(len(th), len(tc)):
     top = c["steps"][same]["top_logprobs"]
     margin = top[0]["logit"] - top[1]["logit"]

@@ -48,6 +48,21 @@ inline T __shfl_xor(T v, int mask, int width = DS4_EMU_WARP) {
     return r;
 }
 
+// The value of lane `src_lane` of this lane's segment of `width` lanes.
+template <typename T>
+inline T __shfl(T v, int src_lane, int width = DS4_EMU_WARP) {
+    static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
+    uint64_t bits = 0, got = 0;
+    memcpy(&bits, &v, sizeof(T));
+    const unsigned lane = threadIdx.x % DS4_EMU_WARP;
+    const unsigned seg = lane / (unsigned)width * (unsigned)width;
+    const unsigned src = seg + (unsigned)src_lane % (unsigned)width;
+    ds4emu_shfl_exchange(bits, threadIdx.x - lane + src, &got);
+    T r;
+    memcpy(&r, &got, sizeof(T));
+    return r;
+}
+
 template <typename A, typename B>
 inline typename std::common_type<A, B>::type min(A a, B b) {
     typedef typename std::common_type<A, B>::type C;

@@ -17,24 +17,8 @@ pub const LANES: usize = 256;
 /// Lanes of one butterfly group (a wave32, or half a wave64).
 const GROUP: usize = 32;
 
-/// Folds the 256 lane totals in the block order (the `block_sum` of kernels/prelude.h).
-pub fn fold_f32(lanes: &mut [f32; LANES]) -> f32 {
-    let mut total = 0.0f32;
-    for g in lanes.chunks_exact_mut(GROUP) {
-        let mut o = GROUP / 2;
-        while o > 0 {
-            // After this step lane l < o holds lane l + lane (l ^ o); lanes >= o are not read again.
-            for l in 0..o {
-                g[l] += g[l + o];
-            }
-            o /= 2;
-        }
-        total += g[0];
-    }
-    total
-}
-
-/// `fold_f32` in double (`block_sum_f64`).
+/// Folds the 256 lane totals in the block order (`block_sum_f64` of kernels/prelude.h; the float
+/// `block_sum` folds the same way).
 pub fn fold_f64(lanes: &mut [f64; LANES]) -> f64 {
     let mut total = 0.0f64;
     for g in lanes.chunks_exact_mut(GROUP) {
@@ -67,13 +51,13 @@ mod tests {
     /// direct simulation of 32 lanes exchanging with lane ^ o (every lane ends with the same value).
     #[test]
     fn fold_matches_a_lane_simulation() {
-        let mut v = [0.0f32; LANES];
+        let mut v = [0.0f64; LANES];
         for (i, x) in v.iter_mut().enumerate() {
-            *x = ((i * 7919 % 1013) as f32 - 500.0) * 1.0e-3 * (1.0 + (i % 7) as f32 * 1.0e3);
+            *x = ((i * 7919 % 1013) as f64 - 500.0) * 1.0e-3 * (1.0 + (i % 7) as f64 * 1.0e15);
         }
-        let mut want = 0.0f32;
+        let mut want = 0.0f64;
         for g in v.chunks_exact(GROUP) {
-            let mut lane: Vec<f32> = g.to_vec();
+            let mut lane: Vec<f64> = g.to_vec();
             for o in [16, 8, 4, 2, 1] {
                 let prev = lane.clone();
                 for l in 0..GROUP {
@@ -84,9 +68,9 @@ mod tests {
             want += lane[0];
         }
         let mut w = v;
-        assert_eq!(fold_f32(&mut w).to_bits(), want.to_bits());
-        // A different order gives a different float here (the test would see a reordering).
-        let seq: f32 = v.iter().sum();
+        assert_eq!(fold_f64(&mut w).to_bits(), want.to_bits());
+        // A different order gives a different double here (the test would see a reordering).
+        let seq: f64 = v.iter().sum();
         assert_ne!(seq.to_bits(), want.to_bits());
     }
 

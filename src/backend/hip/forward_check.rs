@@ -64,6 +64,11 @@ pub fn run_forward_check(
     let mut row = String::new();
     let mut near_ties = Vec::new();
     let (mut gpu_s, mut cpu_s) = (0f64, 0f64);
+    // Positions whose logits are bitwise equal to the CPU's (the kernels follow its operation order,
+    // kernels/prelude.h "arithmetic contract"): prompt decode steps, greedy steps, after the prefill.
+    let same_bits =
+        |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    let mut bitwise_counts = [0usize; 3];
     for (p, &tok) in tokens.iter().enumerate() {
         let t = Instant::now();
         gpu.eval(&[tok], &mut |_, _| true)
@@ -74,6 +79,7 @@ pub fn run_forward_check(
             .map_err(|e| format!("CPU eval at {p}: {e}"))?;
         cpu_s += t.elapsed().as_secs_f64();
         let d = compare_logits(gpu.logits(), cpu.logits());
+        bitwise_counts[0] += usize::from(same_bits(gpu.logits(), cpu.logits()));
         if d.max_logprob > worst_lp || !d.max_logprob.is_finite() {
             worst_at = p;
         }
@@ -142,6 +148,7 @@ pub fn run_forward_check(
         let d = compare_logits(gpu.logits(), cpu.logits());
         if first_diff.is_none() {
             greedy_lp = greedy_lp.max(d.max_logprob);
+            bitwise_counts[1] += usize::from(same_bits(gpu.logits(), cpu.logits()));
         }
         g_seq.push(gt);
         c_seq.push(ct);
@@ -232,12 +239,14 @@ pub fn run_forward_check(
     let cpu_prefill_s = t.elapsed().as_secs_f64();
     let mut prefill = Agreement::default();
     prefill.push(compare_logits(gpu.logits(), cpu.logits()));
+    bitwise_counts[2] += usize::from(same_bits(gpu.logits(), cpu.logits()));
     for (step, &tok) in c_seq.iter().take(8).enumerate() {
         gpu.eval(&[tok], &mut |_, _| true)
             .map_err(|e| format!("HIP decode after prefill ({step}): {e}"))?;
         cpu.eval(&[tok], &mut |_, _| true)
             .map_err(|e| format!("CPU decode after prefill ({step}): {e}"))?;
         prefill.push(compare_logits(gpu.logits(), cpu.logits()));
+        bitwise_counts[2] += usize::from(same_bits(gpu.logits(), cpu.logits()));
     }
     let prefill_ok = prefill.verdict().is_ok();
     line(format!(
@@ -249,6 +258,14 @@ pub fn run_forward_check(
         1e3 * gpu_prefill_s,
         n_prompt as f64 / gpu_prefill_s.max(1e-9),
         1e3 * cpu_prefill_s,
+    ));
+    line(format!(
+        "forward.bitwise: logits bitwise equal to the CPU's at {} of {n_prompt} prompt positions, {} of {} greedy steps before any divergence, {} of {} positions of the prefill check",
+        bitwise_counts[0],
+        bitwise_counts[1],
+        first_diff.unwrap_or(n_greedy),
+        bitwise_counts[2],
+        prefill.positions.len()
     ));
     let graph_ok = check_decode_graph(&mut gpu, &tokens, &g_seq, line)?;
     Ok(all_ok && greedy_ok && state_ok && reset_ok && prefill_ok && graph_ok)

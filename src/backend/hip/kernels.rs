@@ -28,10 +28,12 @@ pub const NULL: DevPtr = 0;
 pub const BLOCK: u32 = 256;
 /// Output rows per block of the matvec-style kernels (DS4_MV_ROWS, DS4_MOE_ROWS).
 pub const MATVEC_ROWS: u32 = 8;
-/// Heads per block of `ds4_attention` (DS4_ATT_HEADS) and its largest span of rows (DS4_ATT_ROWS).
-pub const ATTENTION_HEADS: u32 = 8;
-pub const ATTENTION_MAX_ROWS: u32 = 256;
-/// Largest head_dim of `ds4_attention` (DS4_ATT_MAX_DIM) and of `ds4_rows_finish`.
+/// Rows per block of `ds4_attention_scores` (DS4_ATT_SCORE_ROWS); heads and dims per block of
+/// `ds4_attention_values` (DS4_ATT_VAL_HEADS, DS4_ATT_VAL_DIMS).
+pub const ATTENTION_SCORE_ROWS: u32 = 8;
+pub const ATTENTION_VAL_HEADS: u32 = 8;
+pub const ATTENTION_VAL_DIMS: u32 = 64;
+/// Largest head_dim of the attention kernels (DS4_ATT_MAX_DIM) and of `ds4_rows_finish`.
 pub const ATTENTION_MAX_DIM: u32 = 512;
 pub const ROWS_MAX_DIM: u32 = 1024;
 /// Compressed rows per block of `ds4_indexer_scores` (DS4_IDX_ROWS).
@@ -140,25 +142,28 @@ kernel_defs! {
     MATVEC_Q2_K = "ds4_matvec_q2_k"(y: Ptr, w: Ptr, xq: Ptr, xd: Ptr, xbs: Ptr, n_in: U32, n_out: U32);
     MATVEC_Q4_K = "ds4_matvec_q4_k"(y: Ptr, w: Ptr, xq: Ptr, xd: Ptr, xbs: Ptr, n_in: U32, n_out: U32);
     /// kernels/hc.hip
-    HC_MIX_PARTIAL = "ds4_hc_mix_partial"(part: Ptr, hc: Ptr, fn_w: Ptr, n_in: U32, n_mix: U32, n_split: U32);
-    HC_PRE_FINISH = "ds4_hc_pre_finish"(x_out: Ptr, split_out: Ptr, part: Ptr, hc: Ptr, scale: Ptr, base: Ptr,
-        n_embd: U32, n_hc: U32, n_split: U32, iters: U32, eps_rms: F32, eps_hc: F32);
+    HC_MIX = "ds4_hc_mix"(mix: Ptr, hc: Ptr, fn_w: Ptr, n_in: U32, n_mix: U32, eps: F32);
+    HC_PRE_FINISH = "ds4_hc_pre_finish"(x_out: Ptr, split_out: Ptr, mix: Ptr, hc: Ptr, scale: Ptr, base: Ptr,
+        n_embd: U32, n_hc: U32, iters: U32, eps_hc: F32);
     HC_PRE_FUSED = "ds4_hc_pre_fused"(split_out: Ptr, xn: Ptr, q0_q: Ptr, q0_d: Ptr, qk_q: Ptr, qk_d: Ptr,
-        qk_bs: Ptr, part: Ptr, counter: Ptr, hc: Ptr, fn_w: Ptr, scale: Ptr, base: Ptr, norm_w: Ptr, n_embd: U32,
-        n_hc: U32, n_split: U32, iters: U32, eps_rms: F32, eps_hc: F32, eps_norm: F32);
-    HC_HEAD_FINISH = "ds4_hc_head_finish"(x_out: Ptr, part: Ptr, hc: Ptr, scale: Ptr, base: Ptr, n_embd: U32,
-        n_hc: U32, n_split: U32, eps_rms: F32, eps_hc: F32);
+        qk_bs: Ptr, mix: Ptr, counter: Ptr, hc: Ptr, fn_w: Ptr, scale: Ptr, base: Ptr, norm_w: Ptr, n_embd: U32,
+        n_hc: U32, iters: U32, eps_rms: F32, eps_hc: F32, eps_norm: F32);
+    HC_HEAD_FINISH = "ds4_hc_head_finish"(x_out: Ptr, mix: Ptr, hc: Ptr, scale: Ptr, base: Ptr, n_embd: U32,
+        n_hc: U32, eps_hc: F32);
     HC_POST = "ds4_hc_post"(hc_out: Ptr, hc_in: Ptr, y: Ptr, y2: Ptr, split: Ptr, n_embd: U32, n_hc: U32);
     /// kernels/rows.hip
     ROWS_FINISH = "ds4_rows_finish"(x: Ptr, ring: Ptr, w: Ptr, pos: Ptr, n_head: U32, head_dim: U32, n_rot: U32,
         flags: U32, n_tok: U32, emit_ratio: U32, row_cap: U32, ring_cap: U32, theta_scale: F32, freq_scale: F32,
-        ext_factor: F32, corr_low: F32, corr_high: F32, eps: F32);
+        ext_factor: F32, corr_low: F32, corr_high: F32, mscale: F32, eps: F32);
     /// kernels/attention.hip
-    ATTENTION = "ds4_attention"(out: Ptr, part: Ptr, q: Ptr, ring: Ptr, comp: Ptr, comp_sel: Ptr, sinks: Ptr,
+    ATTENTION_SCORES = "ds4_attention_scores"(sc: Ptr, q: Ptr, ring: Ptr, comp: Ptr, comp_sel: Ptr, pos: Ptr,
+        n_head: U32, head_dim: U32, ring_cap: U32, window: U32, n_comp_avail: U32, ratio: U32, top_k: U32,
+        sc_stride: U32, scale: F32);
+    ATTENTION_SOFTMAX = "ds4_attention_softmax"(sc: Ptr, inv: Ptr, sinks: Ptr, comp_sel: Ptr, pos: Ptr, n_head: U32,
+        window: U32, n_comp_avail: U32, ratio: U32, top_k: U32, sc_stride: U32);
+    ATTENTION_VALUES = "ds4_attention_values"(out: Ptr, sc: Ptr, inv: Ptr, ring: Ptr, comp: Ptr, comp_sel: Ptr,
         pos: Ptr, n_head: U32, head_dim: U32, ring_cap: U32, window: U32, n_comp_avail: U32, ratio: U32, top_k: U32,
-        scale: F32);
-    ATTENTION_COMBINE = "ds4_attention_combine"(out: Ptr, part: Ptr, sinks: Ptr, comp_sel: Ptr, pos: Ptr,
-        n_head: U32, head_dim: U32, window: U32, n_comp_avail: U32, ratio: U32, top_k: U32);
+        sc_stride: U32);
     /// kernels/compressor.hip
     COMPRESSOR_POOL = "ds4_compressor_pool"(comp_rows: Ptr, state_kv: Ptr, state_score: Ptr, kv_cur: Ptr,
         sc_cur: Ptr, ape: Ptr, pos: Ptr, head_dim: U32, ratio: U32, n_tok: U32, comp_cap: U32);
@@ -646,53 +651,29 @@ pub fn matvec_k(fmt: ExpertFormat, y: DevPtr, w: DevPtr, x: Q8K, n_in: u32, n_ou
     )
 }
 
-/// Column slices of the HC mix reduction: 32 slices of 512 columns for Flash (n_in = 16384);
-/// smaller inputs use fewer slices (each slice an even number of columns).
-pub fn hc_mix_splits(n_in: u32) -> u32 {
-    let mut s = (n_in / 512).clamp(1, 32);
-    while s > 1 && !(n_in.is_multiple_of(s) && (n_in / s).is_multiple_of(2)) {
-        s -= 1;
-    }
-    s
-}
-
-/// Floats of the partial buffer of [`hc_mix_partial`]: n_tok * n_split * (n_mix + 1).
-pub fn hc_part_floats(n_tok: u32, n_split: u32, n_mix: u32) -> usize {
-    n_tok as usize * n_split as usize * (n_mix as usize + 1)
-}
-
-/// `ds4_hc_mix_partial`: partial fn·X dots and sums of squares. Grid (n_split, n_tok).
-pub fn hc_mix_partial(
-    part: DevPtr,
-    hc: DevPtr,
-    fn_w: DevPtr,
-    n_in: u32,
-    n_mix: u32,
-    n_split: u32,
-    n_tok: u32,
-) -> Launch {
-    assert!(n_mix <= 24, "hc_mix_partial: n_mix {n_mix} > 24");
+/// `ds4_hc_mix`: mix[t][o] = fn[o] · (X_t RMS-normalized with `eps`), one block per (o, t): the
+/// sequential F16 dot of the CPU reference. Grid (n_mix, n_tok).
+pub fn hc_mix(mix: DevPtr, hc: DevPtr, fn_w: DevPtr, n_in: u32, n_mix: u32, eps: f32, n_tok: u32) -> Launch {
+    assert!(n_mix <= 24, "hc_mix: n_mix {n_mix} > 24");
     Launch::new(
-        &HC_MIX_PARTIAL,
-        [n_split, n_tok, 1],
-        vec![ptr(part), ptr(hc), ptr(fn_w), u(n_in), u(n_mix), u(n_split)],
+        &HC_MIX,
+        [n_mix, n_tok, 1],
+        vec![ptr(mix), ptr(hc), ptr(fn_w), u(n_in), u(n_mix), f(eps)],
     )
 }
 
-/// `ds4_hc_pre_finish`: Sinkhorn split and weighted stream sum; split_out [n_tok][2 n_hc + n_hc²].
-/// Grid (n_tok).
+/// `ds4_hc_pre_finish`: Sinkhorn split and weighted stream sum from `mix` [n_tok][2 n_hc + n_hc²];
+/// split_out has the same shape. Grid (n_tok).
 pub fn hc_pre_finish(
     x_out: DevPtr,
     split_out: DevPtr,
-    part: DevPtr,
+    mix: DevPtr,
     hc: DevPtr,
     scale: DevPtr,
     base: DevPtr,
     n_embd: u32,
     n_hc: u32,
-    n_split: u32,
     iters: u32,
-    eps_rms: f32,
     eps_hc: f32,
     n_tok: u32,
 ) -> Launch {
@@ -703,15 +684,13 @@ pub fn hc_pre_finish(
         vec![
             ptr(x_out),
             ptr(split_out),
-            ptr(part),
+            ptr(mix),
             ptr(hc),
             ptr(scale),
             ptr(base),
             u(n_embd),
             u(n_hc),
-            u(n_split),
             u(iters),
-            f(eps_rms),
             f(eps_hc),
         ],
     )
@@ -728,12 +707,12 @@ pub struct HcEps {
 
 /// `ds4_hc_pre_fused`: the whole HC pre step (mix, Sinkhorn split, weighted sum) plus the sublayer's
 /// input RMSNorm * norm_w and its quantizations, in one launch. `o.out` receives xn (may be NULL),
-/// `o.q8_0_*` / `o.q8_k_*` its activations (NULL = not wanted). counter: u32 [n_tok], zeroed once
-/// before first use. n_embd <= 4096. Grid (n_split, n_tok).
+/// `o.q8_0_*` / `o.q8_k_*` its activations (NULL = not wanted). mix: f32 [n_tok][n_mix] scratch;
+/// counter: u32 [n_tok], zeroed once before first use. n_embd <= 4096. Grid (n_mix, n_tok).
 pub fn hc_pre_fused(
     split_out: DevPtr,
     o: QuantOut,
-    part: DevPtr,
+    mix: DevPtr,
     counter: DevPtr,
     hc: DevPtr,
     fn_w: DevPtr,
@@ -742,7 +721,6 @@ pub fn hc_pre_fused(
     norm_w: DevPtr,
     n_embd: u32,
     n_hc: u32,
-    n_split: u32,
     iters: u32,
     eps: HcEps,
     n_tok: u32,
@@ -753,7 +731,7 @@ pub fn hc_pre_fused(
     );
     Launch::new(
         &HC_PRE_FUSED,
-        [n_split, n_tok, 1],
+        [2 * n_hc + n_hc * n_hc, n_tok, 1],
         vec![
             ptr(split_out),
             ptr(o.out),
@@ -762,7 +740,7 @@ pub fn hc_pre_fused(
             ptr(o.q8_k_q),
             ptr(o.q8_k_d),
             ptr(o.q8_k_bs),
-            ptr(part),
+            ptr(mix),
             ptr(counter),
             ptr(hc),
             ptr(fn_w),
@@ -771,7 +749,6 @@ pub fn hc_pre_fused(
             ptr(norm_w),
             u(n_embd),
             u(n_hc),
-            u(n_split),
             u(iters),
             f(eps.rms),
             f(eps.hc),
@@ -780,17 +757,16 @@ pub fn hc_pre_fused(
     )
 }
 
-/// `ds4_hc_head_finish`: output-head stream weights and sum. Grid (n_tok).
+/// `ds4_hc_head_finish`: output-head stream weights and sum from `mix` [n_tok][n_hc] (a
+/// [`hc_mix`] of output_hc_fn). Grid (n_tok).
 pub fn hc_head_finish(
     x_out: DevPtr,
-    part: DevPtr,
+    mix: DevPtr,
     hc: DevPtr,
     scale: DevPtr,
     base: DevPtr,
     n_embd: u32,
     n_hc: u32,
-    n_split: u32,
-    eps_rms: f32,
     eps_hc: f32,
     n_tok: u32,
 ) -> Launch {
@@ -799,14 +775,12 @@ pub fn hc_head_finish(
         [n_tok, 1, 1],
         vec![
             ptr(x_out),
-            ptr(part),
+            ptr(mix),
             ptr(hc),
             ptr(scale),
             ptr(base),
             u(n_embd),
             u(n_hc),
-            u(n_split),
-            f(eps_rms),
             f(eps_hc),
         ],
     )
@@ -853,6 +827,9 @@ pub struct RopeParams {
     pub ext_factor: f32,
     pub corr_low: f32,
     pub corr_high: f32,
+    /// Factor on cos and sin: the YaRN magnitude m divided and multiplied back as the CPU reference
+    /// does (`(1 / m) · m`, 1 for ds4's constants, but computed, not assumed).
+    pub mscale: f32,
 }
 
 impl RopeParams {
@@ -865,6 +842,7 @@ impl RopeParams {
             ext_factor: 0.0,
             corr_low: 0.0,
             corr_high: 0.0,
+            mscale: 1.0,
         }
     }
 
@@ -880,6 +858,10 @@ impl RopeParams {
             ext_factor: 1.0,
             corr_low: corr(beta_fast).floor().max(0.0),
             corr_high: corr(beta_slow).ceil().min((n_rot - 1) as f32),
+            mscale: {
+                let m = 1.0 + 0.1 * (1.0 / (1.0 / factor)).ln();
+                (1.0 / m) * m
+            },
         }
     }
 }
@@ -983,6 +965,7 @@ fn rows_finish_launch(
             f(rope.ext_factor),
             f(rope.corr_low),
             f(rope.corr_high),
+            f(rope.mscale),
             f(eps),
         ],
     )
@@ -1012,59 +995,25 @@ impl AttentionShape {
         n_raw + if selected && n_c > self.top_k { self.top_k } else { n_c }
     }
 
-    /// Rows per split and number of splits for a batch at pos0..pos0+n_tok: small batches split the
-    /// rows more finely so a decode step still fills the GPU. The kernels derive the same split on
-    /// the device (`ds4_att_split`, kernels/attention.hip); this is its host mirror, for sizing.
-    pub fn splits(&self, pos0: u32, n_tok: u32, n_comp_avail: u32, selected: bool) -> (u32, u32) {
-        Self::splits_of_rows(self.visible_rows(pos0 + n_tok - 1, n_comp_avail, selected), n_tok)
-    }
-
-    /// [`AttentionShape::splits`] for a batch of n_tok tokens whose last token sees `rows` rows.
-    pub fn splits_of_rows(rows: u32, n_tok: u32) -> (u32, u32) {
-        let rows = rows.max(1);
-        let rps = if n_tok >= 16 {
-            ATTENTION_MAX_ROWS
-        } else {
-            rows.div_ceil(16).next_multiple_of(32).clamp(32, ATTENTION_MAX_ROWS)
-        };
-        (rps, rows.div_ceil(rps))
-    }
-
-    /// The most splits a batch of n_tok tokens can need when no token sees more than `max_rows`
-    /// rows (the split count is not monotonic in the rows below 16 tokens: every count is tried).
-    /// A captured decode graph launches this many; the blocks past a step's own count exit.
-    pub fn max_splits(n_tok: u32, max_rows: u32) -> u32 {
-        if n_tok >= 16 {
-            Self::splits_of_rows(max_rows, n_tok).1
-        } else {
-            (1..=max_rows.max(1))
-                .map(|r| Self::splits_of_rows(r, n_tok).1)
-                .max()
-                .unwrap_or(1)
-        }
-    }
-
-    /// Floats of the partial buffer the launch needs (0 when it does not split).
-    pub fn part_floats(&self, n_tok: u32, n_split: u32) -> usize {
-        if n_split <= 1 {
-            0
-        } else {
-            n_tok as usize * self.n_head as usize * n_split as usize * (2 + self.head_dim as usize)
-        }
+    /// Floats of the score buffer of a batch of n_tok tokens none of which sees more than
+    /// `max_rows` rows: [n_tok][n_head][max_rows] (`max_rows` is the launches' sc_stride).
+    pub fn score_floats(&self, n_tok: u32, max_rows: u32) -> usize {
+        n_tok as usize * self.n_head as usize * max_rows.max(1) as usize
     }
 }
 
-/// `ds4_attention` + `ds4_attention_combine`: attention of the batch q [n_tok][n_head][head_dim] at
-/// positions pos0.. (pos0 from the device word `pos`) over the ring and the compressed rows; comp_sel
-/// is the indexer's [n_tok][top_k] list or NULL. The kernels derive the split from the position
-/// ([`AttentionShape::splits`] on the device); `grid_splits` must be at least that count (a known
-/// position's exact count, or [`AttentionShape::max_splits`]), and part must hold
-/// `shape.part_floats(n_tok, n_split)` floats. The combine exits when the rows are not split.
-/// Grid (n_head/8, grid_splits, n_tok), then (n_head, n_tok).
+/// `ds4_attention_scores`, `ds4_attention_softmax`, `ds4_attention_values`: attention of the batch
+/// q [n_tok][n_head][head_dim] at positions pos0.. (pos0 from the device word `pos`) over the ring
+/// and the compressed rows, in the CPU reference's order; comp_sel is the indexer's [n_tok][top_k]
+/// list or NULL. `max_rows` bounds the rows any token of the batch sees (the exact count when the
+/// host knows the position, else the session's most): it sizes the score grid and is the stride of
+/// `sc` ([`AttentionShape::score_floats`]); `inv` holds n_tok * n_head floats. Grids
+/// (ceil(max_rows/8), n_tok), (n_head, n_tok), (n_head/8, head_dim/64, n_tok).
 pub fn attention(
     shape: &AttentionShape,
     out: DevPtr,
-    part: DevPtr,
+    sc: DevPtr,
+    inv: DevPtr,
     q: DevPtr,
     ring: DevPtr,
     comp: DevPtr,
@@ -1072,27 +1021,26 @@ pub fn attention(
     sinks: DevPtr,
     pos: DevPtr,
     n_comp_avail: u32,
-    grid_splits: u32,
+    max_rows: u32,
     n_tok: u32,
-) -> (Launch, Launch) {
+) -> [Launch; 3] {
     assert!(
-        shape.n_head.is_multiple_of(ATTENTION_HEADS)
-            && shape.head_dim.is_multiple_of(4)
+        shape.n_head.is_multiple_of(ATTENTION_VAL_HEADS)
+            && shape.head_dim.is_multiple_of(ATTENTION_VAL_DIMS)
             && shape.head_dim <= ATTENTION_MAX_DIM,
         "attention: unsupported shape {shape:?}"
     );
     let scale = 1.0 / (shape.head_dim as f32).sqrt();
-    let main = Launch::new(
-        &ATTENTION,
-        [shape.n_head / ATTENTION_HEADS, grid_splits.max(1), n_tok],
+    let stride = max_rows.max(1);
+    let scores = Launch::new(
+        &ATTENTION_SCORES,
+        [blocks(stride, ATTENTION_SCORE_ROWS), n_tok, 1],
         vec![
-            ptr(out),
-            ptr(part),
+            ptr(sc),
             ptr(q),
             ptr(ring),
             ptr(comp),
             ptr(comp_sel),
-            ptr(sinks),
             ptr(pos),
             u(shape.n_head),
             u(shape.head_dim),
@@ -1101,27 +1049,53 @@ pub fn attention(
             u(n_comp_avail),
             u(shape.ratio),
             u(shape.top_k),
+            u(stride),
             f(scale),
         ],
     );
-    let combine = Launch::new(
-        &ATTENTION_COMBINE,
+    let softmax = Launch::new(
+        &ATTENTION_SOFTMAX,
         [shape.n_head, n_tok, 1],
         vec![
-            ptr(out),
-            ptr(part),
+            ptr(sc),
+            ptr(inv),
             ptr(sinks),
             ptr(comp_sel),
             ptr(pos),
             u(shape.n_head),
-            u(shape.head_dim),
             u(shape.window),
             u(n_comp_avail),
             u(shape.ratio),
             u(shape.top_k),
+            u(stride),
         ],
     );
-    (main, combine)
+    let values = Launch::new(
+        &ATTENTION_VALUES,
+        [
+            shape.n_head / ATTENTION_VAL_HEADS,
+            shape.head_dim / ATTENTION_VAL_DIMS,
+            n_tok,
+        ],
+        vec![
+            ptr(out),
+            ptr(sc),
+            ptr(inv),
+            ptr(ring),
+            ptr(comp),
+            ptr(comp_sel),
+            ptr(pos),
+            u(shape.n_head),
+            u(shape.head_dim),
+            u(shape.ring_cap),
+            u(shape.window),
+            u(n_comp_avail),
+            u(shape.ratio),
+            u(shape.top_k),
+            u(stride),
+        ],
+    );
+    [scores, softmax, values]
 }
 
 /// Compressed rows a batch at pos0..pos0+n_tok emits: (first row index, count) (spec §3.7).
@@ -1742,7 +1716,7 @@ mod tests {
             ratio: 4,
             top_k: 512,
         };
-        let (att, comb) = attention(&shape, 1, 2, 3, 4, 5, 6, 7, 8, 1000, 10, 1);
+        let att = attention(&shape, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1000, 640, 1);
         let q8k = Q8K { q: 1, d: 2, bsums: 3 };
         let mut launches = vec![
             embed_hc(1, 2, 3, 4096, 4, 129280, 1),
@@ -1753,9 +1727,9 @@ mod tests {
             matvec_f16(1, 2, 3, 4096, 256, 4096, 1),
             matvec_f16_pair(1, 2, 3, 4, 5, 4096, 1024, 4096, 1),
             router(1, 2, 3, 0, 0, 4, 256, 6, 1.5, 1),
-            hc_mix_partial(1, 2, 3, 16384, 24, hc_mix_splits(16384), 1),
-            hc_pre_finish(1, 2, 3, 4, 5, 6, 4096, 4, 32, 20, 1e-6, 1e-6, 1),
-            hc_head_finish(1, 2, 3, 4, 5, 4096, 4, 32, 1e-6, 1e-6, 1),
+            hc_mix(1, 2, 3, 16384, 24, 1e-6, 1),
+            hc_pre_finish(1, 2, 3, 4, 5, 6, 4096, 4, 20, 1e-6, 1),
+            hc_head_finish(1, 2, 3, 4, 5, 4096, 4, 1e-6, 1),
             hc_pre_fused(
                 1,
                 QuantOut::default(),
@@ -1768,7 +1742,6 @@ mod tests {
                 8,
                 4096,
                 4,
-                32,
                 20,
                 HcEps {
                     rms: 1e-6,
@@ -1792,14 +1765,13 @@ mod tests {
                 1,
             ),
             rows_finish_emitted(1, 2, 3, 512, row_flags::NORM, 4, 1026, rope, 1e-6, 1, 1),
-            att,
-            comb,
             compressor_pool(1, 2, 3, 4, 5, 6, 7, 512, 4, 1, 1026),
             indexer_scores(1, 2, 3, 4, 5, 64, 1000, 4, 512, 1024, 0.011, 1000, 1),
             indexer_topk(1, 2, 3, 1024, 1000, 4, 512, 1),
             argmax(1, 2, 129280),
             sample_min_p(1, 2, 129280, 1.0, 0.05, 0.5),
         ];
+        launches.extend(att);
         for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
             launches.push(moe_gate_up(fmt, 1, 2, 3, q8k, 4, 5, 4096, 2048, 6, 10.0, 1));
             launches.push(moe_down(fmt, 1, 2, q8k, 4, 2048, 4096, 6, 1));
@@ -1841,16 +1813,14 @@ mod tests {
         // 6 experts x 2048 rows for 2 tokens.
         let l = moe_gate_up(ExpertFormat::Q4K, 1, 2, 3, Q8K::default(), 4, 5, 4096, 2048, 6, 10.0, 2);
         assert_eq!(l.grid, [256, 6, 2]);
-        assert_eq!(hc_mix_splits(16384), 32);
+        assert_eq!(hc_mix(1, 2, 3, 16384, 24, 1e-6, 1).grid, [24, 1, 1]);
         // Prefill: 2048 tokens x 6 slots = 192 full tiles + at most one partial tile per expert.
         assert_eq!(moe_max_tiles(2048, 6, 256), 192 + 256);
         assert_eq!(gemm_q8_0(1, 2, 3, 4, 4096, 32768, 32768, 1024, 2048).grid, [512, 32, 1]);
-        assert_eq!(hc_mix_splits(1024), 2);
-        assert_eq!(hc_mix_splits(6), 1);
     }
 
     #[test]
-    fn attention_visibility_and_splits() {
+    fn attention_visibility_and_grids() {
         let s = AttentionShape {
             n_head: 64,
             head_dim: 512,
@@ -1866,11 +1836,13 @@ mod tests {
         // p = 4000: 128 raw + min(1000, 1000) compressed, or 512 with the indexer selection.
         assert_eq!(s.visible_rows(4000, 1000, false), 1128);
         assert_eq!(s.visible_rows(4000, 1000, true), 640);
-        // Decode over 640 rows: 64-row spans -> 10 splits; a 64-token batch: 256-row spans.
-        assert_eq!(s.splits(4000, 1, 1000, true), (64, 10));
-        assert_eq!(s.splits(4000, 64, 1100, true), (256, 3));
-        assert_eq!(s.part_floats(1, 10), 64 * 10 * 514);
-        assert_eq!(s.part_floats(1, 1), 0);
+        // Scores of a decode step over 640 rows; the score grid has a block per 8 rows.
+        assert_eq!(s.score_floats(1, 640), 64 * 640);
+        let [scores, softmax, values] = attention(&s, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1000, 640, 1);
+        assert_eq!(
+            (scores.grid, softmax.grid, values.grid),
+            ([80, 1, 1], [64, 1, 1], [8, 8, 1])
+        );
     }
 
     #[test]
@@ -1888,22 +1860,6 @@ mod tests {
             let most = (0..600).map(|p| compressor_emitted(ratio, p, n).1).max().unwrap();
             assert_eq!(compressor_max_emitted(ratio, n), most, "ratio {ratio}, {n} tokens");
         }
-    }
-
-    #[test]
-    fn max_splits_bounds_every_position() {
-        // Decode (1 token) and small batches: the graph's split count covers every row count.
-        for n_tok in [1u32, 7, 15, 16, 64] {
-            for max_rows in [1u32, 31, 200, 640, 1128, 9000] {
-                let most = (1..=max_rows)
-                    .map(|r| AttentionShape::splits_of_rows(r, n_tok).1)
-                    .max()
-                    .unwrap();
-                assert_eq!(AttentionShape::max_splits(n_tok, max_rows), most);
-            }
-        }
-        // Up to 640 rows at decode: 640 rows take 10 splits of 64, but 481..512 rows take 16 of 32.
-        assert_eq!(AttentionShape::max_splits(1, 640), 16);
     }
 
     #[test]

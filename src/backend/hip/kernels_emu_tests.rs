@@ -190,6 +190,18 @@ fn same_bits(what: &str, got: &[f32], want: &[f32]) {
 }
 
 /// Random weight rows of a block format with sane f16 scales at the given byte offsets.
+/// Bitwise equality of a kernel's floats with the CPU reference's (the kernels follow its
+/// operation order, kernels/prelude.h "arithmetic contract"); names the first differing element.
+fn assert_bits(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+        panic!(
+            "{what}: element {i} is {:e}, the reference {:e} (not bitwise equal)",
+            got[i], want[i]
+        );
+    }
+}
+
 fn random_rows(
     rng: &mut Rng,
     rows: usize,
@@ -298,8 +310,7 @@ fn rms_norm_and_activation_quantization() {
         for r in 0..rows {
             let mut want = vec![0f32; n];
             ops::rms_norm(&mut want, &x[r * n..(r + 1) * n], Some(&w), 1e-6);
-            // Same double sum of squares, different order: 2e-6 relative.
-            close("rms_norm", &out[r * n..(r + 1) * n], &want, 2e-6, &want);
+            assert_bits("rms_norm", &out[r * n..(r + 1) * n], &want);
             // The quantizers see identical inputs, so codes and scales must be identical.
             let row = &out[r * n..(r + 1) * n];
             let mut a = quant::Q8_0Act::with_len(n);
@@ -886,7 +897,8 @@ fn shared_expert_swiglu_matvec_and_gemm() {
 fn hyper_connection_pre_post_and_head() {
     each_warp(|e| {
         let mut rng = Rng(29);
-        let (n_embd, n_hc, n_tok) = (256usize, 4usize, 2usize);
+        // n_in = 3072: three tiles of the sequential dot (a partial tile: the mix check below).
+        let (n_embd, n_hc, n_tok) = (768usize, 4usize, 2usize);
         let n_in = n_embd * n_hc;
         let n_mix = 2 * n_hc + n_hc * n_hc;
         let hcs = rng.vec(n_in * n_tok, 2.0);
@@ -895,17 +907,16 @@ fn hyper_connection_pre_post_and_head() {
         let fnb = f16_bytes(&fnf);
         let scale = [0.7f32, 1.3, 0.9];
         let base = rng.vec(n_mix, 0.5);
-        let n_split = hc_mix_splits(n_in as u32);
-        let mut part = vec![0f32; hc_part_floats(n_tok as u32, n_split, n_mix as u32)];
+        let mut part = vec![0f32; n_tok * n_mix];
         let mut x_out = vec![0f32; n_tok * n_embd];
         let mut split = vec![0f32; n_tok * n_mix];
-        e.run(&hc_mix_partial(
+        e.run(&hc_mix(
             pm(&mut part),
             p(&hcs),
             p(&fnw),
             n_in as u32,
             n_mix as u32,
-            n_split,
+            1e-6,
             n_tok as u32,
         ));
         e.run(&hc_pre_finish(
@@ -917,9 +928,7 @@ fn hyper_connection_pre_post_and_head() {
             p(&base),
             n_embd as u32,
             n_hc as u32,
-            n_split,
             20,
-            1e-6,
             1e-6,
             n_tok as u32,
         ));
@@ -930,26 +939,29 @@ fn hyper_connection_pre_post_and_head() {
             let mix: Vec<f32> = (0..n_mix)
                 .map(|o| quant::dot_f16(&fnb[o * 2 * n_in..(o + 1) * 2 * n_in], &flat))
                 .collect();
+            assert_bits("hc mix", &part[t * n_mix..(t + 1) * n_mix], &mix);
             let (mut pre, mut post, mut comb) = (vec![0f32; n_hc], vec![0f32; n_hc], vec![0f32; n_hc * n_hc]);
             hc::split_sinkhorn(&mix, &scale, &base, n_hc, 20, 1e-6, &mut pre, &mut post, &mut comb);
             let want_split: Vec<f32> = pre.iter().chain(&post).chain(&comb).copied().collect();
-            // The mix dots sum 1024 terms in another order: 2e-5 relative through the sigmoids/softmax.
-            close(
-                "hc split",
-                &split[t * n_mix..(t + 1) * n_mix],
-                &want_split,
-                2e-5,
-                &vec![1.0; n_mix],
-            );
+            assert_bits("hc split", &split[t * n_mix..(t + 1) * n_mix], &want_split);
             let mut want_x = vec![0f32; n_embd];
             hc::weighted_sum(&mut want_x, xs, &pre, n_embd);
-            close(
-                "hc x_in",
-                &x_out[t * n_embd..(t + 1) * n_embd],
-                &want_x,
-                2e-5,
-                &vec![8.0; n_embd],
-            );
+            assert_bits("hc x_in", &x_out[t * n_embd..(t + 1) * n_embd], &want_x);
+        }
+        // The mix alone over 1500 columns (a partial last tile), 3 rows.
+        {
+            let n = 1500usize;
+            let x = rng.vec(n, 2.0);
+            let wf = rng.vec(3 * n, 0.05);
+            let mut mix = vec![0f32; 3];
+            e.run(&hc_mix(pm(&mut mix), p(&x), p(&f16_words(&wf)), n as u32, 3, 1e-6, 1));
+            let mut flat = vec![0f32; n];
+            ops::rms_norm(&mut flat, &x, None, 1e-6);
+            let wb = f16_bytes(&wf);
+            let want: Vec<f32> = (0..3)
+                .map(|o| quant::dot_f16(&wb[o * 2 * n..(o + 1) * 2 * n], &flat))
+                .collect();
+            assert_bits("hc mix, 1500 columns", &mix, &want);
         }
         // The fused launch: same split, and xn / Q8_0 / Q8_K of RMSNorm(x) * norm_w, identical to
         // the unfused kernels (same code, same order), so compared exactly.
@@ -988,7 +1000,6 @@ fn hyper_connection_pre_post_and_head() {
                 p(&norm_w),
                 n_embd as u32,
                 n_hc as u32,
-                n_split,
                 20,
                 eps,
                 n_tok as u32,
@@ -1044,22 +1055,22 @@ fn hyper_connection_pre_post_and_head() {
                 &s[2 * n_hc..],
                 n_embd,
             );
-            close("hc post", &hc_new[t * n_in..(t + 1) * n_in], &want, 1e-6, &want);
+            assert_bits("hc post", &hc_new[t * n_in..(t + 1) * n_in], &want);
         }
         // Output head weights (n_mix = n_hc, stable sigmoid, one scale).
         let hfn = rng.vec(n_hc * n_in, 0.05);
         let hbase = rng.vec(n_hc, 0.5);
         let hscale = [0.8f32];
-        let mut part2 = vec![0f32; hc_part_floats(n_tok as u32, n_split, n_hc as u32)];
+        let mut part2 = vec![0f32; n_tok * n_hc];
         let mut y_head = vec![0f32; n_tok * n_embd];
         let hw = f16_words(&hfn);
-        e.run(&hc_mix_partial(
+        e.run(&hc_mix(
             pm(&mut part2),
             p(&hcs),
             p(&hw),
             n_in as u32,
             n_hc as u32,
-            n_split,
+            1e-6,
             n_tok as u32,
         ));
         e.run(&hc_head_finish(
@@ -1070,8 +1081,6 @@ fn hyper_connection_pre_post_and_head() {
             p(&hbase),
             n_embd as u32,
             n_hc as u32,
-            n_split,
-            1e-6,
             1e-6,
             n_tok as u32,
         ));
@@ -1089,13 +1098,7 @@ fn hyper_connection_pre_post_and_head() {
                 .collect();
             let mut want = vec![0f32; n_embd];
             hc::weighted_sum(&mut want, xs, &w, n_embd);
-            close(
-                "hc head",
-                &y_head[t * n_embd..(t + 1) * n_embd],
-                &want,
-                2e-5,
-                &vec![8.0; n_embd],
-            );
+            assert_bits("hc head", &y_head[t * n_embd..(t + 1) * n_embd], &want);
         }
     });
 }
@@ -1145,11 +1148,10 @@ fn row_ops_norm_rope_fp8_fp4_and_ring() {
             ops::rms_norm_inplace(&mut want, Some(&w), 1e-6);
             rope_cpu.apply(&mut want, hd, pos0 as usize + t, false);
             ops::fp8_kv_round_trip(&mut want, hd - n_rot);
-            // Same libm on both sides; only the norm's double sum order differs: 1e-6 relative.
-            close("kv row", &xk[t * hd..(t + 1) * hd], &want, 1e-6, &want);
+            assert_bits("kv row", &xk[t * hd..(t + 1) * hd], &want);
             let slot = (pos0 as usize + t) % cap as usize;
             let wr: Vec<f32> = want.iter().map(|&v| round_f16(v)).collect();
-            close("ring row", &ring[slot * hd..(slot + 1) * hd], &wr, 1e-3, &wr);
+            assert_bits("ring row", &ring[slot * hd..(slot + 1) * hd], &wr);
         }
         // Indexer query heads: RoPE + Hadamard + FP4, 2 heads per token.
         let fl = row_flags::ROPE | row_flags::HADAMARD_FP4;
@@ -1171,7 +1173,7 @@ fn row_ops_norm_rope_fp8_fp4_and_ring() {
             let mut want = x[h * hd..(h + 1) * hd].to_vec();
             rope_cpu.apply(&mut want, hd, pos0 as usize, false);
             ops::indexer_qat(&mut want);
-            close("indexer head", &xi[h * hd..(h + 1) * hd], &want, 1e-6, &want);
+            assert_bits("indexer head", &xi[h * hd..(h + 1) * hd], &want);
         }
         // Attention output: inverse RoPE on 4 heads of 128.
         let mut xo = x.clone();
@@ -1191,7 +1193,7 @@ fn row_ops_norm_rope_fp8_fp4_and_ring() {
         ));
         let mut want = x.clone();
         rope_cpu.apply(&mut want, hd, 5000, true);
-        close("inverse rope", &xo, &want, 1e-6, &want);
+        assert_bits("inverse rope", &xo, &want);
     });
 }
 
@@ -1223,16 +1225,18 @@ fn attention_over_ring_and_compressed_rows() {
                 s.sort();
                 sel_sorted.extend(s);
             }
-            let (_, n_split) = shape.splits(pos0 as u32, n_tok as u32, n_comp_avail as u32, with_sel);
-            let mut part = vec![0f32; shape.part_floats(n_tok as u32, n_split).max(1)];
+            // A score stride with spare rows (as the captured decode graph sizes it for the session):
+            // the spare score blocks exit and the output is the same.
+            let rows = shape.visible_rows((pos0 + n_tok - 1) as u32, n_comp_avail as u32, with_sel) + 5;
+            let mut sc = vec![0f32; shape.score_floats(n_tok as u32, rows)];
+            let mut inv = vec![0f32; n_tok * n_head];
             let mut out = vec![0f32; n_tok * n_head * hd];
             let selp = if with_sel { p(&sel_sorted) } else { NULL };
-            // The kernels derive the split from the position: a grid with spare splits (as the
-            // captured decode graph launches) gives the same output, the extra blocks exiting.
-            let (a, c) = attention(
+            for l in attention(
                 &shape,
                 pm(&mut out),
-                pm(&mut part),
+                pm(&mut sc),
+                pm(&mut inv),
                 p(&q),
                 p(&ring),
                 p(&comp),
@@ -1240,11 +1244,11 @@ fn attention_over_ring_and_compressed_rows() {
                 p(&sinks),
                 p(&[pos0 as u32]),
                 n_comp_avail as u32,
-                n_split + 2,
+                rows,
                 n_tok as u32,
-            );
-            e.run(&a);
-            e.run(&c);
+            ) {
+                e.run(&l);
+            }
             for t in 0..n_tok {
                 let pos = pos0 + t;
                 let n_raw = window.min(pos + 1);
@@ -1278,32 +1282,31 @@ fn attention_over_ring_and_compressed_rows() {
                     &mut want,
                     &mut scores,
                 );
-                close(
-                    &format!("attention p={pos} sel={with_sel} splits={n_split}"),
+                assert_bits(
+                    &format!("attention p={pos} sel={with_sel}"),
                     &out[t * n_head * hd..(t + 1) * n_head * hd],
                     &want,
-                    2e-5,
-                    &vec![1.0; want.len()],
                 );
             }
         }
-        // A long span: 64 raw rows over a 128-row ring at p = 300 splits the rows at decode.
+        // A long span: 100 raw rows over a 128-row ring at p = 300 (more rows than the values kernel
+        // stages at once).
         let shape2 = AttentionShape {
-            window: 64,
+            window: 100,
             ring_cap: 128,
             ratio: 0,
             ..shape
         };
         let ring2 = rng.vec(128 * hd, 1.0);
         let q = rng.vec(n_head * hd, 0.3);
-        let (_, n_split) = shape2.splits(300, 1, 0, false);
-        assert!(n_split > 1);
-        let mut part = vec![0f32; shape2.part_floats(1, n_split)];
+        let mut sc = vec![0f32; shape2.score_floats(1, 100)];
+        let mut inv = vec![0f32; n_head];
         let mut out = vec![0f32; n_head * hd];
-        let (a, c) = attention(
+        for l in attention(
             &shape2,
             pm(&mut out),
-            pm(&mut part),
+            pm(&mut sc),
+            pm(&mut inv),
             p(&q),
             p(&ring2),
             NULL,
@@ -1311,13 +1314,13 @@ fn attention_over_ring_and_compressed_rows() {
             p(&sinks),
             p(&[300u32]),
             0,
-            n_split,
+            100,
             1,
-        );
-        e.run(&a);
-        e.run(&c);
-        let raw: Vec<f32> = (0..64)
-            .flat_map(|i| ring2[((237 + i) % 128) * hd..][..hd].to_vec())
+        ) {
+            e.run(&l);
+        }
+        let raw: Vec<f32> = (0..100)
+            .flat_map(|i| ring2[((201 + i) % 128) * hd..][..hd].to_vec())
             .collect();
         let vis = attention::Visible {
             raw: &raw,
@@ -1325,9 +1328,9 @@ fn attention_over_ring_and_compressed_rows() {
             allowed: None,
         };
         let mut want = vec![0f32; n_head * hd];
-        let mut scores = vec![0f32; n_head * 64];
+        let mut scores = vec![0f32; n_head * 100];
         attention::attend(&pool, &q, &vis, &sinks, hd, &mut want, &mut scores);
-        close("attention split", &out, &want, 2e-5, &vec![1.0; want.len()]);
+        assert_bits("attention over 100 rows", &out, &want);
     });
 }
 
@@ -1421,17 +1424,13 @@ fn compressor_pooling_and_row_finish() {
                 }
             }
             assert_eq!(n_emit, n_tokens / ratio);
-            // Pooling sums 8 or 128 exp-weighted terms in another order; the quantized rows then agree
-            // to one rounding step at worst: 1e-3 relative.
-            close(
+            assert_bits(
                 &format!("compressed rows r{ratio} idx={indexer_row}"),
                 &rows[..n_emit * hd],
                 &want_rows[..n_emit * hd],
-                1e-3,
-                &want_rows[..n_emit * hd],
             );
-            close("compressor state kv", &skv, &st.kv, 1e-6, &st.kv);
-            close("compressor state score", &ssc, &st.score, 1e-6, &st.score);
+            assert_bits("compressor state kv", &skv, &st.kv);
+            assert_bits("compressor state score", &ssc, &st.score);
         }
     });
 }
@@ -1440,8 +1439,9 @@ fn compressor_pooling_and_row_finish() {
 fn indexer_scores_and_top_k() {
     each_warp(|e| {
         let mut rng = Rng(43);
+        // 6 heads: a partial round of heads on both wave sizes.
         let (n_head, hd, n_comp, ratio, top_k, pos0, n_tok) =
-            (4usize, 128usize, 40usize, 4usize, 8usize, 150u32, 2usize);
+            (6usize, 128usize, 40usize, 4usize, 8usize, 150u32, 2usize);
         let qi = rng.vec(n_tok * n_head * hd, 1.0);
         let w = rng.vec(n_tok * n_head, 1.0);
         let mut krows = rng.vec(n_comp * hd, 1.0);
@@ -1479,23 +1479,18 @@ fn indexer_scores_and_top_k() {
         ));
         for t in 0..n_tok {
             let n_c = ((pos0 as usize + t + 1) / ratio).min(n_comp);
+            // cpu/indexer.rs `select`: acc += max(dot, 0) * (w * scale), heads in order.
             let want: Vec<f32> = (0..n_c)
                 .map(|c| {
-                    (0..n_head)
-                        .map(|h| {
-                            let d = quant::dot_f32(&krows[c * hd..(c + 1) * hd], &qi[(t * n_head + h) * hd..][..hd]);
-                            w[t * n_head + h] * ws * d.max(0.0)
-                        })
-                        .sum()
+                    let mut acc = 0.0f32;
+                    for h in 0..n_head {
+                        let d = quant::dot_f32(&krows[c * hd..(c + 1) * hd], &qi[(t * n_head + h) * hd..][..hd]);
+                        acc += d.max(0.0) * (w[t * n_head + h] * ws);
+                    }
+                    acc
                 })
                 .collect();
-            close(
-                "indexer scores",
-                &scores[t * stride..t * stride + n_c],
-                &want,
-                2e-5,
-                &vec![4.0; n_c],
-            );
+            assert_bits("indexer scores", &scores[t * stride..t * stride + n_c], &want);
             let mut allowed = vec![false; n_c];
             indexer::top_k_mask(&scores[t * stride..t * stride + n_c], top_k, &mut allowed);
             let want_sel: Vec<u32> = (0..n_c as u32).filter(|&c| allowed[c as usize]).collect();
@@ -1551,13 +1546,7 @@ fn router_hash_and_biased_top_k() {
                 let want_w: Vec<f32> = chosen.iter().map(|&c| probs[c] * 1.5 * inv).collect();
                 let got: Vec<usize> = sel[t * n_used..(t + 1) * n_used].iter().map(|&s| s as usize).collect();
                 assert_eq!(got, chosen, "router hash={hash} token {t}");
-                close(
-                    "router weights",
-                    &selw[t * n_used..(t + 1) * n_used],
-                    &want_w,
-                    1e-6,
-                    &want_w,
-                );
+                assert_bits("router weights", &selw[t * n_used..(t + 1) * n_used], &want_w);
             }
         }
     });

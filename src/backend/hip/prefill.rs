@@ -16,7 +16,7 @@
 //! Position-dependent values reach the kernels only through the step parameters in device memory
 //! (`Acts::step`: the batch's first position, then its token ids), never as launch arguments: the
 //! kernels derive the compressed-row counts, the rows a batch emits, whether the indexer selection
-//! is active and the attention split from that position. So the `n == 1` sequence can be captured
+//! is active and the attention rows from that position. So the `n == 1` sequence can be captured
 //! once into a graph and replayed at every position (`forward.rs`). With a position known to the
 //! host (direct launches) the launches that would exit at once are left out and the grids are sized
 //! to the batch; while capturing, every launch is issued with the grid the session's largest case
@@ -112,7 +112,8 @@ pub(super) struct ActsOf<B> {
     hc: B,
     split_a: B,
     split_f: B,
-    part: B,
+    /// HC mix values, [n][2 n_hc + n_hc²].
+    mix: B,
     pub(super) counter: B,
     xn: B,
     xq: B,
@@ -133,7 +134,9 @@ pub(super) struct ActsOf<B> {
     scores: B,
     sel: B,
     att: B,
-    att_part: B,
+    /// Attention scores then weights, [n][n_head][most visible rows], and 1/denominator per head.
+    att_sc: B,
+    att_inv: B,
     aq: B,
     ad: B,
     low: B,
@@ -183,13 +186,12 @@ impl<B> ActsOf<B> {
         let n = n_max.max(1);
         let (ne, d, di) = (hp.n_embd, hp.head_dim, hp.idx_head_dim);
         let n_mix = hp.hc_mix();
-        let n_split = kernels::hc_mix_splits(hp.hc_dim() as u32);
         let qdim = hp.q_dim();
         let low = hp.n_out_group * hp.o_lora_rank;
         let ke_f = hp.n_expert_used * hp.n_ff_exp;
         let ke = hp.n_expert_used;
         let max_tiles = kernels::moe_max_tiles(n as u32, ke as u32, hp.n_expert as u32) as usize;
-        let att_part = attention_part_floats(hp, n, ctx);
+        let att_sc = attention_score_floats(hp, n, ctx);
         // Indexer scores: one row of the layer's compressed-row capacity per token.
         let max_comp_cap = (0..hp.n_layer)
             .filter(|&l| hp.has_indexer(l))
@@ -205,7 +207,7 @@ impl<B> ActsOf<B> {
             hc: f32s(alloc, n * hp.hc_dim())?,
             split_a: f32s(alloc, n * n_mix)?,
             split_f: f32s(alloc, n * n_mix)?,
-            part: f32s(alloc, kernels::hc_part_floats(n as u32, n_split, n_mix as u32))?,
+            mix: f32s(alloc, n * n_mix)?,
             // Zeroed by HipBackend::clear_state before the first launch.
             counter: bytes(alloc, 4 * n)?,
             xn: f32s(alloc, n * ne)?,
@@ -227,7 +229,8 @@ impl<B> ActsOf<B> {
             scores: f32s(alloc, n * max_comp_cap)?,
             sel: bytes(alloc, 4 * n * hp.idx_top_k)?,
             att: f32s(alloc, n * qdim)?,
-            att_part: f32s(alloc, att_part)?,
+            att_sc: f32s(alloc, att_sc)?,
+            att_inv: f32s(alloc, n * hp.n_head)?,
             aq: bytes(alloc, n * qdim)?,
             ad: f32s(alloc, n * qdim / 32)?,
             low: f32s(alloc, n * low)?,
@@ -256,13 +259,13 @@ impl<B> ActsOf<B> {
     }
 
     /// Every buffer.
-    fn buffers(&self) -> [&B; 50] {
+    fn buffers(&self) -> [&B; 51] {
         [
             &self.step,
             &self.hc,
             &self.split_a,
             &self.split_f,
-            &self.part,
+            &self.mix,
             &self.counter,
             &self.xn,
             &self.xq,
@@ -283,7 +286,8 @@ impl<B> ActsOf<B> {
             &self.scores,
             &self.sel,
             &self.att,
-            &self.att_part,
+            &self.att_sc,
+            &self.att_inv,
             &self.aq,
             &self.ad,
             &self.low,
@@ -340,41 +344,22 @@ pub fn activation_bytes(hp: &HParams, n_max: usize, ctx: usize) -> u64 {
     plan.buffers().iter().map(|&&b| b as u64).sum()
 }
 
-/// Floats of the attention partials for batches of 1..=n_max tokens in a session of `ctx` tokens.
-/// A token sees at most window raw rows plus, per layer, the compressed rows: all of them
-/// (ctx/ratio + 2) without an indexer, at most top_k with one (the list is used above top_k rows,
-/// fewer rows are all visible). `AttentionShape::splits` uses 256-row spans from 16 tokens on (the
-/// split count grows with the rows) and 32..256-row spans below (not monotonic in the rows: every
-/// row count is tried).
-fn attention_part_floats(hp: &HParams, n_max: usize, ctx: usize) -> usize {
-    let comp_rows = (0..hp.n_layer)
-        .filter(|&l| hp.ratio(l) != 0)
+/// Floats of the attention score buffer for batches of 1..=n_max tokens in a session of `ctx`
+/// tokens: n_max tokens x n_head heads x the most rows any token sees in any layer
+/// ([`max_visible_rows`]: the window plus all compressed rows, or at most top_k with an indexer).
+fn attention_score_floats(hp: &HParams, n_max: usize, ctx: usize) -> usize {
+    let rows = (0..hp.n_layer)
         .map(|l| {
-            let cap = comp_cap(ctx, hp.ratio(l) as usize);
-            if hp.has_indexer(l) { cap.min(hp.idx_top_k) } else { cap }
+            let cap = if hp.ratio(l) == 0 {
+                0
+            } else {
+                comp_cap(ctx, hp.ratio(l) as usize)
+            };
+            max_visible_rows(hp, l, cap)
         })
         .max()
-        .unwrap_or(0);
-    // A dense shape whose window is the row count: a far position sees exactly `rows` rows.
-    let shape = |rows: usize| AttentionShape {
-        n_head: hp.n_head as u32,
-        head_dim: hp.head_dim as u32,
-        ring_cap: ring_rows(hp, n_max) as u32,
-        window: rows as u32,
-        ratio: 0,
-        top_k: u32::MAX,
-    };
-    let far = u32::MAX / 2;
-    let max_rows = hp.sliding_window + comp_rows;
-    let small = (n_max as u32).min(15);
-    let s_small = (1..=max_rows)
-        .map(|r| shape(r).splits(far, small, 0, false).1)
-        .max()
         .unwrap_or(1);
-    let s_big = shape(max_rows).splits(far, n_max as u32, 0, false).1;
-    let s = shape(max_rows);
-    s.part_floats(small, s_small.max(2))
-        .max(s.part_floats(n_max as u32, s_big))
+    n_max * hp.n_head * rows.max(1)
 }
 
 fn expert_format(t: &ExpertTensor) -> ExpertFormat {
@@ -506,7 +491,7 @@ impl HipBackend {
         self.launch(&kernels::hc_pre_fused(
             split,
             quant,
-            p0(&a.part),
+            p0(&a.mix),
             p0(&a.counter),
             p0(&a.hc),
             self.w(w[0]),
@@ -515,7 +500,6 @@ impl HipBackend {
             self.w(w[3]),
             ne,
             nhc,
-            kernels::hc_mix_splits(nhc * ne),
             hp.sinkhorn_iters as u32,
             self.hc_eps(),
             nt,
@@ -719,9 +703,9 @@ impl HipBackend {
                 sel = p0(&a.sel);
             }
         }
-        // Attention (steps 10-11). The kernels derive the split from the position; the grid holds
-        // this batch's split count when the host knows the position, else the most any position of
-        // the session needs.
+        // Attention (steps 10-11): scores, softmax, weighted values. The score grid and stride are
+        // the rows of this batch's last token when the host knows the position, else the most any
+        // position of the session sees (a captured decode step).
         let shape = AttentionShape {
             n_head: h,
             head_dim: d,
@@ -730,20 +714,21 @@ impl HipBackend {
             ratio,
             top_k,
         };
-        let splits = match (host_pos, n_comp) {
-            (Some(p), Some(c)) => shape.splits(p, nt, c, sel != NULL).1,
-            _ => AttentionShape::max_splits(nt, max_visible_rows(hp, l, ls.comp_cap) as u32),
+        let max_rows = match (host_pos, n_comp) {
+            (Some(p), Some(c)) => shape.visible_rows(p + nt - 1, c, sel != NULL),
+            _ => max_visible_rows(hp, l, ls.comp_cap) as u32,
         };
-        if shape.part_floats(nt, splits) * 4 > a.att_part.len_bytes() {
+        if shape.score_floats(nt, max_rows) * 4 > a.att_sc.len_bytes() {
             return Err(EngineError::Device(format!(
-                "attention partials for {splits} splits of {n} tokens exceed the preallocated buffer (layer {l}, position {host_pos:?})"
+                "attention scores of {n} tokens over {max_rows} rows exceed the preallocated buffer (layer {l}, position {host_pos:?})"
             )));
         }
         let comp_rows = ls.comp.as_ref().map_or(NULL, |st| p0(&st[0]));
-        let (main, combine) = kernels::attention(
+        for launch in kernels::attention(
             &shape,
             p0(&a.att),
-            p0(&a.att_part),
+            p0(&a.att_sc),
+            p0(&a.att_inv),
             p0(&a.q),
             p0(&ls.ring),
             comp_rows,
@@ -751,13 +736,10 @@ impl HipBackend {
             self.w(&lw.attn_sinks),
             pos,
             comp_cap,
-            splits,
+            max_rows,
             nt,
-        );
-        self.launch(&main)?;
-        // The combine exits at once with one split; a known position leaves it out.
-        if host_pos.is_none() || splits > 1 {
-            self.launch(&combine)?;
+        ) {
+            self.launch(&launch)?;
         }
         self.head_rows_in_place(p0(&a.att), pos, h, d, rf::ROPE | rf::ROPE_INVERSE, rope, nt)?;
         // Grouped output projection (step 12): the H heads of every token as H rows of D.
@@ -918,27 +900,24 @@ impl HipBackend {
         let a = &self.acts;
         let mw = &self.model.w;
         let (ne, nhc, v) = (hp.n_embd as u32, hp.n_hc as u32, hp.n_vocab as u32);
-        let n_split = kernels::hc_mix_splits(nhc * ne);
         let hc = p0(&a.hc) + (t * hp.hc_dim() * 4) as u64;
-        self.launch(&kernels::hc_mix_partial(
-            p0(&a.part),
+        self.launch(&kernels::hc_mix(
+            p0(&a.mix),
             hc,
             self.w(&mw.output_hc_fn),
             nhc * ne,
             nhc,
-            n_split,
+            hp.rms_eps,
             1,
         ))?;
         self.launch(&kernels::hc_head_finish(
             p0(&a.yh),
-            p0(&a.part),
+            p0(&a.mix),
             hc,
             self.w(&mw.output_hc_scale),
             self.w(&mw.output_hc_base),
             ne,
             nhc,
-            n_split,
-            hp.rms_eps,
             hp.hc_eps,
             1,
         ))?;
@@ -1120,15 +1099,15 @@ impl HipBackend {
 mod tests {
     use super::*;
 
-    /// The attention partial buffer covers every batch the backend launches: any chunk size
+    /// The attention score buffer covers every batch the backend launches: any chunk size
     /// 1..=n_max at any position, with the indexer selection exactly when `attention_sublayer` uses
-    /// it, for each kind of Flash layer (checked against `AttentionShape::splits`, which picks the
-    /// launch's split count).
+    /// it, for each kind of Flash layer; and the session bound used by a captured decode step is
+    /// never below the rows a position sees.
     #[test]
-    fn attention_partials_cover_every_batch() {
+    fn attention_scores_cover_every_batch() {
         let hp = HParams::flash();
         for (ctx, n_max) in [(4096usize, 256usize), (65536, 256), (65536, 16), (300, 7)] {
-            let bound = attention_part_floats(&hp, n_max, ctx);
+            let bound = attention_score_floats(&hp, n_max, ctx);
             for l in [0, 2, 3] {
                 let ratio = hp.ratio(l);
                 let shape = AttentionShape {
@@ -1144,38 +1123,27 @@ mod tests {
                 } else {
                     comp_cap(ctx, ratio as usize) as u32
                 };
+                let most = max_visible_rows(&hp, l, cap as usize) as u32;
                 for n in 1..=n_max {
                     for p0 in (0..ctx - n + 1).step_by(97).chain([ctx - n]) {
                         let n_comp = ((p0 + n) as u32).checked_div(ratio).unwrap_or(0).min(cap);
                         let sel = hp.has_indexer(l) && n_comp > hp.idx_top_k as u32;
-                        let (_, s) = shape.splits(p0 as u32, n as u32, n_comp, sel);
-                        let need = shape.part_floats(n as u32, s);
+                        let rows = shape.visible_rows((p0 + n - 1) as u32, n_comp, sel);
+                        assert!(rows <= most, "layer {l}: {rows} rows at {p0} > {most}");
+                        let need = shape.score_floats(n as u32, rows);
                         assert!(
                             need <= bound,
                             "ctx {ctx}, chunk {n_max}: {n} tokens at {p0} (layer {l}) need {need} > {bound}"
                         );
                     }
                 }
-                // The captured decode step launches the most splits any position needs.
-                let most = AttentionShape::max_splits(1, max_visible_rows(&hp, l, cap as usize) as u32);
-                for p in (0..ctx as u32).step_by(13) {
-                    let n_comp = (p + 1).checked_div(ratio).unwrap_or(0).min(cap);
-                    let sel = hp.has_indexer(l) && n_comp > hp.idx_top_k as u32;
-                    assert!(
-                        shape.splits(p, 1, n_comp, sel).1 <= most,
-                        "layer {l} at {p}: more than {most} splits"
-                    );
-                }
-                assert!(
-                    shape.part_floats(1, most) <= bound,
-                    "decode graph of layer {l}: partials exceed {bound}"
-                );
+                assert!(shape.score_floats(1, most) <= bound);
             }
         }
     }
 
     /// The activation memory of a chunk, for the report (kernels/README.md): Flash with
-    /// PREFILL_CHUNK-token chunks. Grows with ctx only through the indexer scores and the attention partials.
+    /// PREFILL_CHUNK-token chunks. Grows with ctx only through the indexer scores and the attention scores.
     #[test]
     fn activation_bytes_for_flash() {
         let hp = HParams::flash();
