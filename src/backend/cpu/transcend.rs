@@ -24,6 +24,14 @@
 //! Owns only these scalar functions and their tables (mirrored in kernels/mathf.h; the test
 //! `kernel_header_tables_match` keeps the two in step).
 
+/// The NaN of an invalid operation on x (x = ±inf, or a domain error), computed as glibc does (an
+/// IEEE invalid operation, so a NaN input comes back quieted with its payload).
+#[allow(clippy::eq_op)]
+#[inline]
+fn invalid(x: f32) -> f32 {
+    (x - x) / (x - x)
+}
+
 // ---------------------------------------------------------------------------------------------
 // exp
 // ---------------------------------------------------------------------------------------------
@@ -152,7 +160,7 @@ pub fn ln_1p(x: f32) -> f32 {
             if x == -1.0 {
                 return f32::NEG_INFINITY;
             }
-            return (x - x) / (x - x);
+            return invalid(x);
         }
         if ax < 0x3100_0000 {
             // |x| < 2^-29
@@ -276,7 +284,7 @@ const FOUR_OVER_PI_BYTES: [u8; 24] = [
     0xa2, 0xf9, 0x83, 0x6e, 0x4e, 0x44, 0x15, 0x29, 0xfc, 0x27, 0x57, 0xd1, 0xf5, 0x34, 0xdd, 0xc0, 0xdb, 0x62, 0x95,
     0x99, 0x3c, 0x43, 0x90, 0x41,
 ];
-/// 32-bit windows of 4/pi sliding by one byte: entry i holds bytes i-3 ..= i (zeros before the start).
+/// 32-bit windows of those bits sliding by one byte: entry i holds bytes i-3 ..= i (zeros before the start).
 pub(crate) const FOUR_OVER_PI_WINDOWS: [u32; 24] = {
     let mut w = [0u32; 24];
     let mut i = 0;
@@ -284,7 +292,7 @@ pub(crate) const FOUR_OVER_PI_WINDOWS: [u32; 24] = {
         let mut v = 0u32;
         let mut j = 0;
         while j < 4 {
-            let b = i as i32 - 3 + j as i32;
+            let b = i as i32 - 3 + j;
             v = (v << 8)
                 | if b >= 0 {
                     FOUR_OVER_PI_BYTES[b as usize] as u32
@@ -368,7 +376,7 @@ fn sin_cos(y: f32, cos_shift: u32) -> f32 {
         (r, n, n.wrapping_add(xi >> 31))
     } else {
         // inf or NaN
-        return (y - y) / (y - y);
+        return invalid(y);
     };
     let p = &SINCOS_POLY[((q >> 1) & 1) as usize];
     sincos_poly(r * SINCOS_SIGN[(q & 3) as usize], r * r, p, n ^ cos_shift)
@@ -435,7 +443,7 @@ pub fn log2(x: f32) -> f32 {
             return x;
         }
         if ix & 0x8000_0000 != 0 || ix.wrapping_mul(2) >= 0xff00_0000 {
-            return (x - x) / (x - x);
+            return invalid(x);
         }
         // Subnormal: scale into the normal range, then take the scale back out of the exponent.
         ix = (x * 8_388_608.0).to_bits().wrapping_sub(23 << 23);
