@@ -174,7 +174,7 @@ const std::vector<Entry>& registry() {
         K(ds4_argmax), K(ds4_sample_min_p), K(ds4_gemm_q8_0), K(ds4_gemm_q8_0_swiglu), K(ds4_moe_group),
         K(ds4_moe_gemm_gate_up_iq2_xxs), K(ds4_moe_gemm_gate_up_q2_k), K(ds4_moe_gemm_gate_up_q4_k),
         K(ds4_moe_gemm_down_iq2_xxs), K(ds4_moe_gemm_down_q2_k), K(ds4_moe_gemm_down_q4_k), K(ds4_moe_sum),
-        K(ds4_gemm_f16),
+        K(ds4_gemm_f16), K(ds4_test_mathf),
         // Emulator-only test entries (kernels_emu_tests.rs; names start with ds4_emutest_).
         K(ds4_emutest_block_dot_f16_seq),
     };

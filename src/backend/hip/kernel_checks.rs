@@ -366,6 +366,10 @@ pub fn run_kernel_checks(
         let r = guard(&name, || check_rows_finish(&gpu, rng, &name, v, &mut *emit));
         emit(r);
     }
+    for which in kernels::MathFn::ALL {
+        let name = format!("kernel.mathf[{which:?}, bitwise]");
+        emit(guard(&name, || check_mathf(&gpu, &name, which)));
+    }
     // Every kernel of the module must have been exercised by some check above.
     let launched = gpu.launched.borrow();
     let missing: Vec<&str> = kernels::ALL_KERNELS
@@ -1916,5 +1920,42 @@ fn check_indexer(
         } else {
             format!("selection differs for tokens {sel_mismatch:?}")
         },
+    })
+}
+
+/// kernels/mathf.h on the device against `backend::cpu::transcend` (glibc's values), bitwise: every
+/// 4099th of the 2^32 bit patterns (NaN, inf, subnormals included) plus dense sweeps of the engine's
+/// ranges (exp arguments [-110, 90], RoPE angles [0, 1.2e6], softplus [-0.999, 50]), ~1.3M inputs.
+/// Both NaN counts as equal (NaN payloads are the hardware's). max_abs = number of differing outputs.
+fn check_mathf(gpu: &Gpu, name: &str, which: kernels::MathFn) -> HipResult<CheckResult> {
+    let sweep = |lo: f64, hi: f64, n: u32| (0..n).map(move |i| (lo + (hi - lo) * i as f64 / (n - 1) as f64) as f32);
+    let mut input: Vec<f32> = (0..=u32::MAX / 4099).map(|i| f32::from_bits(i * 4099)).collect();
+    input.extend(sweep(-110.0, 90.0, 100_000));
+    input.extend(sweep(0.0, 1.2e6, 100_000));
+    input.extend(sweep(-0.999, 50.0, 50_000));
+    let n = input.len();
+    let in_d = gpu.up(&input)?;
+    let out = gpu.poisoned::<f32>(n)?;
+    gpu.run(&kernels::test_mathf(out.ptr().0, in_d.ptr().0, n as u32, which))?;
+    let got = out.to_vec::<f32>()?;
+    let host = which.host();
+    let mut bad = 0usize;
+    let mut first = String::new();
+    for (&x, &y) in input.iter().zip(&got) {
+        let want = host(x);
+        if want.to_bits() != y.to_bits() && !(want.is_nan() && y.is_nan()) {
+            if bad == 0 {
+                first = format!("; first: x {x:e} ({:#010x}) gpu {y:e} cpu {want:e}", x.to_bits());
+            }
+            bad += 1;
+        }
+    }
+    Ok(CheckResult {
+        name: name.to_string(),
+        max_abs: bad as f64,
+        max_rel: 0.0,
+        tol: 0.0,
+        verdict: if bad == 0 { Verdict::Pass } else { Verdict::Fail },
+        note: format!("{bad} of {n} outputs differ from transcend.rs{first}"),
     })
 }

@@ -196,6 +196,8 @@ kernel_defs! {
         tiles: Ptr, n_tiles: Ptr, n_ff: U32, n_out: U32, n_used: U32);
     MOE_SUM = "ds4_moe_sum"(out: Ptr, outp: Ptr, n_out: U32, n_used: U32);
     GEMM_F16 = "ds4_gemm_f16"(y: Ptr, w: Ptr, x: Ptr, n_in: U32, n_out: U32, x_stride: U32, n_tok: U32);
+    /// kernels/mathf.h (selftest of the transcendental functions)
+    TEST_MATHF = "ds4_test_mathf"(out: Ptr, input: Ptr, n: U32, which: U32);
 }
 
 /// Look a kernel up by name.
@@ -318,6 +320,41 @@ pub fn fill_f32(x: DevPtr, n: u64, v: f32) -> Launch {
     let g = n.div_ceil(BLOCK as u64).max(1);
     assert!(g <= u32::MAX as u64, "fill_f32: {n} floats is too many for one launch");
     Launch::new(&FILL_F32, [g as u32, 1, 1], vec![ptr(x), Arg::U64(n), f(v)])
+}
+
+/// Which function `ds4_test_mathf` applies (kernels/mathf.h; `backend::cpu::transcend` on the host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MathFn {
+    Exp = 0,
+    Ln1p = 1,
+    Sin = 2,
+    Cos = 3,
+    Log2 = 4,
+}
+
+impl MathFn {
+    pub const ALL: [MathFn; 5] = [MathFn::Exp, MathFn::Ln1p, MathFn::Sin, MathFn::Cos, MathFn::Log2];
+
+    /// The host function the kernel must reproduce bit for bit.
+    pub fn host(self) -> fn(f32) -> f32 {
+        use crate::backend::cpu::transcend;
+        match self {
+            MathFn::Exp => transcend::exp,
+            MathFn::Ln1p => transcend::ln_1p,
+            MathFn::Sin => transcend::sin,
+            MathFn::Cos => transcend::cos,
+            MathFn::Log2 => transcend::log2,
+        }
+    }
+}
+
+/// `ds4_test_mathf`: out[i] = f(input[i]) for i < n (selftest of kernels/mathf.h).
+pub fn test_mathf(out: DevPtr, input: DevPtr, n: u32, which: MathFn) -> Launch {
+    Launch::new(
+        &TEST_MATHF,
+        [blocks(n, BLOCK), 1, 1],
+        vec![ptr(out), ptr(input), u(n), u(which as u32)],
+    )
 }
 
 /// Flags of [`rms_norm_quant`]: apply RMSNorm (else plain quantization of x).
@@ -1615,7 +1652,7 @@ mod tests {
         let mut files: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "hip"))
+            .filter(|p| p.extension().is_some_and(|e| e == "hip") || p.ends_with("mathf.h"))
             .collect();
         files.sort();
         let mut out = Vec::new();
@@ -1790,6 +1827,7 @@ mod tests {
         launches.push(moe_group(1, 2, 3, 4, 2048, 6, 256, MOE_MIN_COLS));
         launches.push(moe_sum(1, 2, 4096, 6, 2048));
         launches.push(gemm_f16(1, 2, 3, 4096, 1024, 4096, 2048));
+        launches.push(test_mathf(1, 2, 1000, MathFn::Sin));
         let mut names: Vec<&str> = launches.iter().map(|l| l.kernel.name).collect();
         names.sort();
         names.dedup();
