@@ -19,7 +19,8 @@
 //! the tests below against independently computed values where they have a closed form).
 //!
 //! Inputs outside the engine's ranges are handled like glibc too (overflow, underflow, NaN, ±inf,
-//! subnormals); only the NaN payloads of invalid operations are left to the hardware.
+//! subnormals). NaN results carry glibc's bits on x86 (the tests compare them too); a GPU may
+//! return another NaN, which the kernel tests accept.
 //!
 //! Owns only these scalar functions and their tables (mirrored in kernels/mathf.h; the test
 //! `kernel_header_tables_match` keeps the two in step).
@@ -632,9 +633,9 @@ mod tests {
         );
     }
 
-    /// Every one of the 2^32 inputs per function, bit for bit (NaN payloads included; about a minute
-    /// per function on one core in a release
-    /// build). `cargo test --release --lib transcend -- --ignored`.
+    /// Every one of the 2^32 inputs per function, bit for bit (NaN payloads included; about a
+    /// minute per function on one core in a release build).
+    /// `cargo test --release --lib transcend -- --ignored`.
     #[test]
     #[ignore]
     fn exhaustive_match_glibc() {
