@@ -95,13 +95,34 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_softmax(float* sc
     float m = sink;
     for (u32 v = threadIdx.x; v < a.n_vis; v += DS4_BLOCK) m = fmaxf(m, s[v]);
     m = block_max(m, red);
-    for (u32 v = threadIdx.x; v < a.n_vis; v += DS4_BLOCK) s[v] = ds4_expf(s[v] - m);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float den = ds4_expf(sink - m);
-        for (u32 v = 0; v < a.n_vis; ++v) den += s[v];
-        inv[(u64)t * n_head + h] = 1.0f / den;
+    // The weights of a span of rows go to global memory and to shared memory, from where thread 0
+    // adds them in row order, four per load.
+    constexpr u32 SPAN = 1024;
+    __shared__ float4 w4[SPAN / 4];
+    float* w = (float*)w4;
+    float den = ds4_expf(sink - m);
+    for (u32 v0 = 0; v0 < a.n_vis; v0 += SPAN) {
+        const u32 nv = min(SPAN, a.n_vis - v0);
+        for (u32 v = threadIdx.x; v < nv; v += DS4_BLOCK) {
+            const float e = ds4_expf(s[v0 + v] - m);
+            s[v0 + v] = e;
+            w[v] = e;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            u32 v = 0;
+            for (; v + 4 <= nv; v += 4) {
+                const float4 q = *(const float4*)(w + v);
+                den += q.x;
+                den += q.y;
+                den += q.z;
+                den += q.w;
+            }
+            for (; v < nv; ++v) den += w[v];
+        }
+        __syncthreads();
     }
+    if (threadIdx.x == 0) inv[(u64)t * n_head + h] = 1.0f / den;
 }
 
 // Weighted values: out[t][h][d] = (sum over rows in order of fma(w_v, row_v[d], .)) * inv[t][h], for
@@ -133,7 +154,20 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_values(float* out
         for (u32 v = threadIdx.x; v < nc; v += DS4_BLOCK)
             sp[v] = att_row(a, c0 + v, p, t, ring, comp, comp_sel, ring_cap, top_k, head_dim);
         __syncthreads();
-        for (u32 v = 0; v < nc; ++v) {
+        // Rows in order; eight rows' values are loaded before they are accumulated, so the loads
+        // overlap (a load per dependent FMA would leave the chain waiting on memory).
+        u32 v = 0;
+        for (; v + 8 <= nc; v += 8) {
+            float x[8];
+#pragma unroll
+            for (u32 j = 0; j < 8; ++j) x[j] = sp[v + j][d];
+#pragma unroll
+            for (u32 j = 0; j < 8; ++j) {
+                acc0 = fmaf(sw[2 * hp][v + j], x[j], acc0);
+                acc1 = fmaf(sw[2 * hp + 1][v + j], x[j], acc1);
+            }
+        }
+        for (; v < nc; ++v) {
             const float x = sp[v][d];
             acc0 = fmaf(sw[2 * hp][v], x, acc0);
             acc1 = fmaf(sw[2 * hp + 1][v], x, acc1);

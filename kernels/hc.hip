@@ -5,7 +5,7 @@
 // the results are bitwise equal to it: the state is RMS-normalized first (flat = X * scale, the sum
 // of squares in the shared block order), then each mix value is ONE sequential F16 dot over the
 // n_hc * n_embd columns (ds4's order; a chain of 16384 adds for Flash, which is why each mix row gets
-// its own block), then the Sinkhorn split in the reference's operation order.
+// its own block; formats.h block_dot_f16_seq), then the Sinkhorn split in the reference's order.
 //   ds4_hc_mix:         one block per (mix row, token): mix[t][o] = fn[o] · flat_t.
 //   ds4_hc_pre_finish / ds4_hc_head_finish: one block per token: split + weighted stream sum.
 //   ds4_hc_pre_fused:   ds4_hc_mix's blocks, of which the last to finish for a token also does the
@@ -16,47 +16,19 @@
 
 #define DS4_HC_MAX_MIX 24  // 2*n_hc + n_hc^2 for n_hc = 4 (spec §0.2); n_hc <= 4 supported
 #define DS4_HC_MAX 4
-#define DS4_HC_TILE 1024   // products per tile of the sequential dot
-
-// Sequential F16 dot sum_i w_i * (x_i * x_scale), i = 0 .. n-1 in order (cpu/quant.rs dot_f16 over
-// the normalized row): the other warps compute a tile's products while thread 0 adds the previous
-// tile's one by one. `buf`: 2 * DS4_HC_TILE floats of shared memory. Call from all threads; the sum
-// is returned to every thread.
-DS4_DEV float hc_dot_f16_seq(const u16* w, const float* x, float x_scale, u32 n, float* buf) {
-    __shared__ float total;
-    const u32 tid = threadIdx.x;
-    for (u32 i = tid; i < min(n, (u32)DS4_HC_TILE); i += DS4_BLOCK) buf[i] = f16_to_f32(w[i]) * (x[i] * x_scale);
-    __syncthreads();
-    float acc = 0.0f;
-    for (u32 k = 0; k * DS4_HC_TILE < n; ++k) {
-        const float* cur = buf + (k & 1) * DS4_HC_TILE;
-        if (tid == 0) {
-            const u32 len = min((u32)DS4_HC_TILE, n - k * DS4_HC_TILE);
-            for (u32 i = 0; i < len; ++i) acc += cur[i];
-        } else if (tid >= 32) {
-            float* nxt = buf + ((k + 1) & 1) * DS4_HC_TILE;
-            const u32 b = (k + 1) * DS4_HC_TILE;
-            for (u32 i = tid - 32; i < DS4_HC_TILE && b + i < n; i += DS4_BLOCK - 32)
-                nxt[i] = f16_to_f32(w[b + i]) * (x[b + i] * x_scale);
-        }
-        __syncthreads();
-    }
-    if (tid == 0) total = acc;
-    __syncthreads();
-    return total;
-}
 
 // mix[t][o] = fn[o] · (X_t * rms_scale(X_t, eps)) for the block's (o, t) = (blockIdx.x, blockIdx.y).
 DS4_DEV void hc_mix_block(float* mix, const float* hc, const u16* fn_w, u32 n_in, u32 n_mix, float eps) {
     __shared__ double dscratch[DS4_GROUPS32];
-    __shared__ float buf[2 * DS4_HC_TILE];
+    __shared__ float4 buf4[DS4_F16_SEQ_SMEM / 4];
+    float* buf = (float*)buf4;
     const u32 o = blockIdx.x, t = blockIdx.y;
     const float* x = hc + (u64)t * n_in;
     double ss = 0.0;
     for (u32 i = threadIdx.x; i < n_in; i += DS4_BLOCK) ss += (double)x[i] * (double)x[i];
     ss = block_sum_f64(ss, dscratch);
     const float scale = 1.0f / sqrtf((float)(ss / (double)n_in) + eps);
-    const float v = hc_dot_f16_seq(fn_w + (u64)o * n_in, x, scale, n_in, buf);
+    const float v = block_dot_f16_seq(fn_w + (u64)o * n_in, x, scale, n_in, buf);
     if (threadIdx.x == 0) mix[(u64)t * n_mix + o] = v;
 }
 

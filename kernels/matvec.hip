@@ -57,7 +57,8 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu(float* m
 // Launch: grid (ceil(n_out / 8), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16(float* y, const u16* w, const float* x, u32 n_in,
                                                                  u32 n_out, u32 x_stride) {
-    __shared__ float smem[DS4_F16_SEQ_SMEM];
+    __shared__ float4 smem4[DS4_F16_SEQ_SMEM / 4];  // float4: the chain reads 16-byte words
+    float* smem = (float*)smem4;
     const u32 t = blockIdx.y, r0 = blockIdx.x * DS4_MV_ROWS;
     const u32 live = min(DS4_MV_ROWS, n_out - r0);
     block_dots_f16_seq<DS4_MV_ROWS>([&](u32 r) { return w + (u64)(r0 + r) * n_in; }, live,
@@ -71,7 +72,8 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16(float* y, const 
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_pair(float* y0, float* y1, const u16* w0,
                                                                       const u16* w1, const float* x, u32 n_in,
                                                                       u32 n_out, u32 x_stride) {
-    __shared__ float smem[DS4_F16_SEQ_SMEM];
+    __shared__ float4 smem4[DS4_F16_SEQ_SMEM / 4];  // float4: the chain reads 16-byte words
+    float* smem = (float*)smem4;
     const u32 t = blockIdx.y, r0 = blockIdx.x * DS4_MV_ROWS;
     const u32 live = min(DS4_MV_ROWS, 2 * n_out - r0);
     block_dots_f16_seq<DS4_MV_ROWS>(
@@ -95,7 +97,8 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_pair(float* y0, 
 // (kernels.rs ALL_KERNELS lists those); the emulator registers it by its C++ name.
 __global__ void ds4_emutest_block_dot_f16_seq(float* y, const u16* w, const float* x, float x_scale,
                                                          u32 n) {
-    __shared__ float smem[DS4_F16_SEQ_SMEM];
+    __shared__ float4 smem4[DS4_F16_SEQ_SMEM / 4];  // float4: the chain reads 16-byte words
+    float* smem = (float*)smem4;
     const float s = block_dot_f16_seq(w + (u64)blockIdx.x * n, x, x_scale, n, smem);
     if (threadIdx.x == DS4_BLOCK - 1) y[blockIdx.x] = s;
 }

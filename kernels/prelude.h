@@ -96,6 +96,8 @@ DS4_DEV u32 warp_id() { return threadIdx.x / DS4_WARP; }
 // lanes of the group; every lane of the group returns the dot.
 DS4_DEV float dot8_f32(const float* a, const float* b, u32 n) {
     float l = 0.0f;
+    // Unrolled so the loads of later elements issue before the earlier products are added.
+#pragma unroll 8
     for (u32 i = threadIdx.x % 8; i < n; i += 8) l += a[i] * b[i];
     l += __shfl_xor(l, 4, 8);
     l += __shfl_xor(l, 2, 8);
