@@ -9,7 +9,7 @@
 //
 // The arithmetic is the CPU reference's (src/backend/cpu/attention.rs), operation for operation, so
 // the output is bitwise equal to it (kernels/prelude.h "arithmetic contract"):
-//   s_r   = dot8(q_h, row_r) * scale          (the 8-lane order of quant.rs dot_f32)
+//   s_r   = dot(q_h, row_r) * scale           (the 8-lane order of quant.rs dot_f32)
 //   m     = max(sink_h, max_r s_r)
 //   w_r   = exp(s_r - m);  den = exp(sink_h - m) + w_0 + w_1 + ...   (added in row order)
 //   acc_d = fma(w_r, row_r[d], acc_d) over the rows in order;  out_h[d] = acc_d * (1 / den)
@@ -58,25 +58,23 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_scores(float* sc,
                                                                        u32 ring_cap, u32 window, u32 n_comp_avail,
                                                                        u32 ratio, u32 top_k, u32 sc_stride,
                                                                        float scale) {
-    __shared__ float srow[DS4_ATT_SCORE_ROWS][DS4_ATT_MAX_DIM];
+    // Rows padded by 4 floats: the 8 rows a warp reads at one offset fall in different banks.
+    __shared__ float4 srow[DS4_ATT_SCORE_ROWS][DS4_ATT_MAX_DIM / 4 + 1];
     const u32 t = blockIdx.y, p = pos[0] + t;
     const AttRows a = att_rows(p, window, n_comp_avail, ratio, top_k, comp_sel != nullptr);
     const u32 r0 = blockIdx.x * DS4_ATT_SCORE_ROWS;
     if (r0 >= a.n_vis || head_dim > DS4_ATT_MAX_DIM) return;
-    const u32 nr = min((u32)DS4_ATT_SCORE_ROWS, a.n_vis - r0);
-    for (u32 i = threadIdx.x; i < nr * head_dim; i += DS4_BLOCK) {
-        const u32 r = i / head_dim, d = i % head_dim;
-        srow[r][d] = att_row(a, r0 + r, p, t, ring, comp, comp_sel, ring_cap, top_k, head_dim)[d];
+    const u32 nr = min((u32)DS4_ATT_SCORE_ROWS, a.n_vis - r0), d4 = head_dim / 4;
+    for (u32 i = threadIdx.x; i < nr * d4; i += DS4_BLOCK) {
+        const u32 r = i / d4, c = i % d4;
+        srow[r][c] = ((const float4*)att_row(a, r0 + r, p, t, ring, comp, comp_sel, ring_cap, top_k, head_dim))[c];
     }
     __syncthreads();
-    // One (head, row) pair per group of 8 lanes.
-    const u32 n_pair = n_head * nr;
-    for (u32 base = 0; base < n_pair; base += DS4_BLOCK / 8) {
-        const u32 pr = base + threadIdx.x / 8;
-        const bool live = pr < n_pair;
-        const u32 h = live ? pr / nr : 0, r = live ? pr % nr : 0;
-        const float s = dot8_f32(q + ((u64)t * n_head + h) * head_dim, srow[r], head_dim);
-        if (live && lane_id() % 8 == 0) sc[((u64)t * n_head + h) * sc_stride + r0 + r] = s * scale;
+    // One (head, row) pair per thread; consecutive threads share the head (q is broadcast).
+    for (u32 pr = threadIdx.x; pr < n_head * nr; pr += DS4_BLOCK) {
+        const u32 h = pr / nr, r = pr % nr;
+        const float s = thread_dot8_f32(q + ((u64)t * n_head + h) * head_dim, (const float*)srow[r], head_dim);
+        sc[((u64)t * n_head + h) * sc_stride + r0 + r] = s * scale;
     }
 }
 

@@ -90,6 +90,25 @@ DS4_DEV void ds4_sync_warp() {
 DS4_DEV u32 lane_id() { return threadIdx.x % DS4_WARP; }
 DS4_DEV u32 warp_id() { return threadIdx.x / DS4_WARP; }
 
+// The same dot computed by one thread (the reference's eight lanes as eight accumulators, so eight
+// independent add chains): a and b 16-byte aligned, n % 8 == 0.
+DS4_DEV float thread_dot8_f32(const float* a, const float* b, u32 n) {
+    float l[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (u32 i = 0; i < n; i += 8) {
+        const float4 a0 = *(const float4*)(a + i), a1 = *(const float4*)(a + i + 4);
+        const float4 b0 = *(const float4*)(b + i), b1 = *(const float4*)(b + i + 4);
+        l[0] += a0.x * b0.x;
+        l[1] += a0.y * b0.y;
+        l[2] += a0.z * b0.z;
+        l[3] += a0.w * b0.w;
+        l[4] += a1.x * b1.x;
+        l[5] += a1.y * b1.y;
+        l[6] += a1.z * b1.z;
+        l[7] += a1.w * b1.w;
+    }
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
 // f32 dot of two rows of n elements (n % 8 == 0) in the CPU reference's order (cpu/quant.rs
 // dot_f32): lane k of an aligned group of 8 lanes sums the products of elements k, k + 8, ... in
 // order, then the lanes fold as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). Called by all 8
