@@ -34,33 +34,28 @@ void __syncthreads();
 void ds4emu_warp_sync();
 void ds4emu_shfl_exchange(uint64_t mine, unsigned src_thread, uint64_t* out);
 
+// The value of v in lane `src` of this thread's wave.
 template <typename T>
-inline T __shfl_xor(T v, int mask, int width = DS4_EMU_WARP) {
+inline T ds4emu_shfl_lane(T v, unsigned src) {
     static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
     uint64_t bits = 0, got = 0;
     memcpy(&bits, &v, sizeof(T));
-    const unsigned lane = threadIdx.x % DS4_EMU_WARP;
-    const unsigned seg = lane / (unsigned)width * (unsigned)width;
-    const unsigned src = seg + ((lane - seg) ^ (unsigned)mask) % (unsigned)width;
-    ds4emu_shfl_exchange(bits, threadIdx.x - lane + src, &got);
+    ds4emu_shfl_exchange(bits, threadIdx.x - threadIdx.x % DS4_EMU_WARP + src, &got);
     T r;
     memcpy(&r, &got, sizeof(T));
     return r;
 }
-
-// The value of lane `src_lane` of this lane's segment of `width` lanes.
+// Within aligned segments of `width` lanes: lane ^ mask, and lane `src_lane` of the segment.
 template <typename T>
-inline T __shfl(T v, int src_lane, int width = DS4_EMU_WARP) {
-    static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
-    uint64_t bits = 0, got = 0;
-    memcpy(&bits, &v, sizeof(T));
+inline T __shfl_xor(T v, int mask, int width = DS4_EMU_WARP) {
     const unsigned lane = threadIdx.x % DS4_EMU_WARP;
     const unsigned seg = lane / (unsigned)width * (unsigned)width;
-    const unsigned src = seg + (unsigned)src_lane % (unsigned)width;
-    ds4emu_shfl_exchange(bits, threadIdx.x - lane + src, &got);
-    T r;
-    memcpy(&r, &got, sizeof(T));
-    return r;
+    return ds4emu_shfl_lane(v, seg + ((lane - seg) ^ (unsigned)mask) % (unsigned)width);
+}
+template <typename T>
+inline T __shfl(T v, int src_lane, int width = DS4_EMU_WARP) {
+    const unsigned lane = threadIdx.x % DS4_EMU_WARP;
+    return ds4emu_shfl_lane(v, lane / (unsigned)width * (unsigned)width + (unsigned)src_lane % (unsigned)width);
 }
 
 template <typename A, typename B>

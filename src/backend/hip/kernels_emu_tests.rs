@@ -190,18 +190,6 @@ fn same_bits(what: &str, got: &[f32], want: &[f32]) {
 }
 
 /// Random weight rows of a block format with sane f16 scales at the given byte offsets.
-/// Bitwise equality of a kernel's floats with the CPU reference's (the kernels follow its
-/// operation order, kernels/prelude.h "arithmetic contract"); names the first differing element.
-fn assert_bits(what: &str, got: &[f32], want: &[f32]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
-        panic!(
-            "{what}: element {i} is {:e}, the reference {:e} (not bitwise equal)",
-            got[i], want[i]
-        );
-    }
-}
-
 fn random_rows(
     rng: &mut Rng,
     rows: usize,
@@ -310,7 +298,7 @@ fn rms_norm_and_activation_quantization() {
         for r in 0..rows {
             let mut want = vec![0f32; n];
             ops::rms_norm(&mut want, &x[r * n..(r + 1) * n], Some(&w), 1e-6);
-            assert_bits("rms_norm", &out[r * n..(r + 1) * n], &want);
+            same_bits("rms_norm", &out[r * n..(r + 1) * n], &want);
             // The quantizers see identical inputs, so codes and scales must be identical.
             let row = &out[r * n..(r + 1) * n];
             let mut a = quant::Q8_0Act::with_len(n);
@@ -939,14 +927,14 @@ fn hyper_connection_pre_post_and_head() {
             let mix: Vec<f32> = (0..n_mix)
                 .map(|o| quant::dot_f16(&fnb[o * 2 * n_in..(o + 1) * 2 * n_in], &flat))
                 .collect();
-            assert_bits("hc mix", &part[t * n_mix..(t + 1) * n_mix], &mix);
+            same_bits("hc mix", &part[t * n_mix..(t + 1) * n_mix], &mix);
             let (mut pre, mut post, mut comb) = (vec![0f32; n_hc], vec![0f32; n_hc], vec![0f32; n_hc * n_hc]);
             hc::split_sinkhorn(&mix, &scale, &base, n_hc, 20, 1e-6, &mut pre, &mut post, &mut comb);
             let want_split: Vec<f32> = pre.iter().chain(&post).chain(&comb).copied().collect();
-            assert_bits("hc split", &split[t * n_mix..(t + 1) * n_mix], &want_split);
+            same_bits("hc split", &split[t * n_mix..(t + 1) * n_mix], &want_split);
             let mut want_x = vec![0f32; n_embd];
             hc::weighted_sum(&mut want_x, xs, &pre, n_embd);
-            assert_bits("hc x_in", &x_out[t * n_embd..(t + 1) * n_embd], &want_x);
+            same_bits("hc x_in", &x_out[t * n_embd..(t + 1) * n_embd], &want_x);
         }
         // The mix alone over 1500 columns (a partial last tile), 3 rows.
         {
@@ -961,7 +949,7 @@ fn hyper_connection_pre_post_and_head() {
             let want: Vec<f32> = (0..3)
                 .map(|o| quant::dot_f16(&wb[o * 2 * n..(o + 1) * 2 * n], &flat))
                 .collect();
-            assert_bits("hc mix, 1500 columns", &mix, &want);
+            same_bits("hc mix, 1500 columns", &mix, &want);
         }
         // The fused launch: same split, and xn / Q8_0 / Q8_K of RMSNorm(x) * norm_w, identical to
         // the unfused kernels (same code, same order), so compared exactly.
@@ -1055,7 +1043,7 @@ fn hyper_connection_pre_post_and_head() {
                 &s[2 * n_hc..],
                 n_embd,
             );
-            assert_bits("hc post", &hc_new[t * n_in..(t + 1) * n_in], &want);
+            same_bits("hc post", &hc_new[t * n_in..(t + 1) * n_in], &want);
         }
         // Output head weights (n_mix = n_hc, stable sigmoid, one scale).
         let hfn = rng.vec(n_hc * n_in, 0.05);
@@ -1098,7 +1086,7 @@ fn hyper_connection_pre_post_and_head() {
                 .collect();
             let mut want = vec![0f32; n_embd];
             hc::weighted_sum(&mut want, xs, &w, n_embd);
-            assert_bits("hc head", &y_head[t * n_embd..(t + 1) * n_embd], &want);
+            same_bits("hc head", &y_head[t * n_embd..(t + 1) * n_embd], &want);
         }
     });
 }
@@ -1148,10 +1136,10 @@ fn row_ops_norm_rope_fp8_fp4_and_ring() {
             ops::rms_norm_inplace(&mut want, Some(&w), 1e-6);
             rope_cpu.apply(&mut want, hd, pos0 as usize + t, false);
             ops::fp8_kv_round_trip(&mut want, hd - n_rot);
-            assert_bits("kv row", &xk[t * hd..(t + 1) * hd], &want);
+            same_bits("kv row", &xk[t * hd..(t + 1) * hd], &want);
             let slot = (pos0 as usize + t) % cap as usize;
             let wr: Vec<f32> = want.iter().map(|&v| round_f16(v)).collect();
-            assert_bits("ring row", &ring[slot * hd..(slot + 1) * hd], &wr);
+            same_bits("ring row", &ring[slot * hd..(slot + 1) * hd], &wr);
         }
         // Indexer query heads: RoPE + Hadamard + FP4, 2 heads per token.
         let fl = row_flags::ROPE | row_flags::HADAMARD_FP4;
@@ -1173,7 +1161,7 @@ fn row_ops_norm_rope_fp8_fp4_and_ring() {
             let mut want = x[h * hd..(h + 1) * hd].to_vec();
             rope_cpu.apply(&mut want, hd, pos0 as usize, false);
             ops::indexer_qat(&mut want);
-            assert_bits("indexer head", &xi[h * hd..(h + 1) * hd], &want);
+            same_bits("indexer head", &xi[h * hd..(h + 1) * hd], &want);
         }
         // Attention output: inverse RoPE on 4 heads of 128.
         let mut xo = x.clone();
@@ -1193,7 +1181,7 @@ fn row_ops_norm_rope_fp8_fp4_and_ring() {
         ));
         let mut want = x.clone();
         rope_cpu.apply(&mut want, hd, 5000, true);
-        assert_bits("inverse rope", &xo, &want);
+        same_bits("inverse rope", &xo, &want);
     });
 }
 
@@ -1282,7 +1270,7 @@ fn attention_over_ring_and_compressed_rows() {
                     &mut want,
                     &mut scores,
                 );
-                assert_bits(
+                same_bits(
                     &format!("attention p={pos} sel={with_sel}"),
                     &out[t * n_head * hd..(t + 1) * n_head * hd],
                     &want,
@@ -1330,7 +1318,7 @@ fn attention_over_ring_and_compressed_rows() {
         let mut want = vec![0f32; n_head * hd];
         let mut scores = vec![0f32; n_head * 100];
         attention::attend(&pool, &q, &vis, &sinks, hd, &mut want, &mut scores);
-        assert_bits("attention over 100 rows", &out, &want);
+        same_bits("attention over 100 rows", &out, &want);
     });
 }
 
@@ -1424,13 +1412,13 @@ fn compressor_pooling_and_row_finish() {
                 }
             }
             assert_eq!(n_emit, n_tokens / ratio);
-            assert_bits(
+            same_bits(
                 &format!("compressed rows r{ratio} idx={indexer_row}"),
                 &rows[..n_emit * hd],
                 &want_rows[..n_emit * hd],
             );
-            assert_bits("compressor state kv", &skv, &st.kv);
-            assert_bits("compressor state score", &ssc, &st.score);
+            same_bits("compressor state kv", &skv, &st.kv);
+            same_bits("compressor state score", &ssc, &st.score);
         }
     });
 }
@@ -1490,7 +1478,7 @@ fn indexer_scores_and_top_k() {
                     acc
                 })
                 .collect();
-            assert_bits("indexer scores", &scores[t * stride..t * stride + n_c], &want);
+            same_bits("indexer scores", &scores[t * stride..t * stride + n_c], &want);
             let mut allowed = vec![false; n_c];
             indexer::top_k_mask(&scores[t * stride..t * stride + n_c], top_k, &mut allowed);
             let want_sel: Vec<u32> = (0..n_c as u32).filter(|&c| allowed[c as usize]).collect();
@@ -1546,7 +1534,7 @@ fn router_hash_and_biased_top_k() {
                 let want_w: Vec<f32> = chosen.iter().map(|&c| probs[c] * 1.5 * inv).collect();
                 let got: Vec<usize> = sel[t * n_used..(t + 1) * n_used].iter().map(|&s| s as usize).collect();
                 assert_eq!(got, chosen, "router hash={hash} token {t}");
-                assert_bits("router weights", &selw[t * n_used..(t + 1) * n_used], &want_w);
+                same_bits("router weights", &selw[t * n_used..(t + 1) * n_used], &want_w);
             }
         }
     });
