@@ -249,28 +249,43 @@ DS4_DEV void warp_dot_rows_q8_0(const u8* const (&wrow)[NR], const i8* xq, const
     const u32 nb = n / 32, g = lane_id() / 8, sub = lane_id() % 8;
 #pragma unroll
     for (int r = 0; r < NR; ++r) out[r] = 0.0f;
-    for (u32 b0 = 0; b0 < nb; b0 += U * G) {
-        int is[NR][U];
-        float d[NR][U], xs[U];
+    // The raw words of a step; the next step's are loaded before this step's terms are chained, so
+    // the loads stay in flight during the chain (the order of the float adds is unchanged).
+    struct Raw {
+        int x[U];
+        float xs[U];
+        u16 dh[NR][U];
+        u32 q[NR][U];
+    };
+    auto load = [&](u32 b0, Raw& w) {
 #pragma unroll
         for (int k = 0; k < U; ++k) {
             const u32 b = b0 + k * G + g;
             const bool live = b < nb;
-            const int x = live ? *(const int*)(xq + (u64)b * 32 + 4 * sub) : 0;
-            xs[k] = live ? xd[b] : 0.0f;
+            w.x[k] = live ? *(const int*)(xq + (u64)b * 32 + 4 * sub) : 0;
+            w.xs[k] = live ? xd[b] : 0.0f;
 #pragma unroll
             for (int r = 0; r < NR; ++r) {
                 const u8* blk = wrow[r] + (u64)b * 34;
-                d[r][k] = live ? f16_to_f32(*(const u16*)blk) : 0.0f;
-                is[r][k] = live ? dot4_i8((int)load_u32_2a(blk + 2 + 4 * sub), x, 0) : 0;
+                w.dh[r][k] = live ? *(const u16*)blk : (u16)0;
+                w.q[r][k] = live ? load_u32_2a(blk + 2 + 4 * sub) : 0u;
             }
         }
+    };
+    Raw cur, nxt;
+    load(0, cur);
+    for (u32 b0 = 0; b0 < nb; b0 += U * G) {
+        if (b0 + U * G < nb) load(b0 + U * G, nxt);
         float t[NR][U];
 #pragma unroll
         for (int k = 0; k < U; ++k)
 #pragma unroll
-            for (int r = 0; r < NR; ++r) t[r][k] = unit_term<DS4_T_Q8_0>(group8_sum_i(is[r][k]), 0, d[r][k], 0.0f, xs[k]);
+            for (int r = 0; r < NR; ++r) {
+                const int is = dot4_i8((int)cur.q[r][k], cur.x[k], 0);
+                t[r][k] = unit_term<DS4_T_Q8_0>(group8_sum_i(is), 0, f16_to_f32(cur.dh[r][k]), 0.0f, cur.xs[k]);
+            }
         chain_add_units<NR, U>(out, t, min(U * G, nb - b0), wsm);
+        cur = nxt;
     }
 }
 
