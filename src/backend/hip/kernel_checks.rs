@@ -1183,19 +1183,17 @@ fn check_hc_pre(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)
         want_x.extend(x);
         want_split.extend(pre.iter().chain(&post).chain(&comb));
     }
-    emit(CheckResult::close(
+    emit(same_bits(
         "kernel.hc_pre.split",
         &got_split,
         &want_split,
-        0.0,
-        format!("pre|post|comb, {iters} Sinkhorn iterations, bitwise"),
+        format!("pre|post|comb, {iters} Sinkhorn iterations"),
     ));
-    Ok(CheckResult::close(
+    Ok(same_bits(
         "kernel.hc_pre.x_out",
         &got_x,
         &want_x,
-        0.0,
-        format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}, bitwise"),
+        format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}"),
     ))
 }
 
@@ -1294,12 +1292,11 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckR
         quantize_q8_k(row, &mut b);
         want_qk.extend(q8k_planes(&b).q);
     }
-    emit(CheckResult::close(
+    emit(same_bits(
         "kernel.hc_pre_fused.split",
         &got_split,
         &want_split,
-        0.0,
-        "second launch, bitwise".into(),
+        "second launch".into(),
     ));
     emit(codes_close(
         "kernel.hc_pre_fused.q8_0_codes",
@@ -1313,12 +1310,11 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckR
         &want_qk,
         "of the GPU's xn".into(),
     ));
-    Ok(CheckResult::close(
+    Ok(same_bits(
         "kernel.hc_pre_fused.xn",
         &got_xn,
         &want_xn,
-        0.0,
-        format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}, second launch, bitwise"),
+        format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}, second launch"),
     ))
 }
 
@@ -1625,13 +1621,12 @@ fn check_attention(
             &mut scores,
         );
     }
-    Ok(CheckResult::close(
+    Ok(same_bits(
         name,
         &got,
         &want,
-        0.0,
         format!(
-            "{n_tok} tok at {pos0}, {n_head}x{head_dim}, {rows} rows (stride {}), bitwise",
+            "{n_tok} tok at {pos0}, {n_head}x{head_dim}, {rows} rows (stride {})",
             rows + 3
         ),
     ))
@@ -1728,12 +1723,11 @@ fn check_hc_head(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
         weighted_sum(&mut x, xs, &w, n_embd);
         want.extend(x);
     }
-    Ok(CheckResult::close(
+    Ok(same_bits(
         "kernel.hc_head_finish",
         &got,
         &want,
-        0.0,
-        format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}, bitwise"),
+        format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}"),
     ))
 }
 
