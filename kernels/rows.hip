@@ -1,18 +1,17 @@
-// Per-row post-processing shared by attention q/kv, compressed rows and the indexer (docs/model.md:
-// attention, RoPE, the FP8/FP4 simulations, compressor, indexer):
-// RMSNorm, partial RoPE on the tail (interleaved pairs, YaRN blend), the E4M3 round trip on the
-// non-rope dims, Hadamard-128 + E2M1 (FP4) round trip, f16 rounding and the raw-ring store.
+// Per-row post-processing shared by attention q/kv, compressed rows and the indexer: RMSNorm,
+// partial RoPE on the tail (interleaved pairs, YaRN blend), the E4M3 round trip on the non-rope
+// dims, Hadamard-128 + E2M1 (FP4) round trip, f16 rounding and the raw-ring store
+// (docs/model.md#rope-and-yarn, #fp8-and-fp4-simulations, #kv-cache, #device-ring).
 #pragma once
 #include "formats.h"
 
 #define DS4_ROW_NORM 1u         // RMSNorm (eps), times w when w != null
 #define DS4_ROW_ROPE 2u         // RoPE on the last n_rot dims at the row's position
-#define DS4_ROW_ROPE_INV 4u     // with DS4_ROW_ROPE: inverse rotation (attention output,
-#docs/model.md#rope-and-yarn) define DS4_ROW_E4M3 8u         // E4M3 round trip on dims [0, head_dim - n_rot) in
-#64-blocks (docs/model.md#fp8-and-fp4-simulations) define DS4_ROW_HADAMARD_FP4 16u  // Hadamard-128 then E2M1
-#round trip on 32-blocks, per 128 dims (docs/model.md#fp8-and-fp4-simulations) define DS4_ROW_ROUND_F16 32u   //
-#write the row back rounded through f16 (docs/model.md#kv-cache) define DS4_ROW_STORE_RING 64u  // also store
-#round_f16(row) at ring row (pos % ring_cap) (docs/model.md#device-ring)
+#define DS4_ROW_ROPE_INV 4u     // with DS4_ROW_ROPE: inverse rotation (attention output)
+#define DS4_ROW_E4M3 8u         // E4M3 round trip on dims [0, head_dim - n_rot) in 64-blocks
+#define DS4_ROW_HADAMARD_FP4 16u  // Hadamard-128 then E2M1 round trip on 32-blocks, per 128 dims
+#define DS4_ROW_ROUND_F16 32u   // write the row back rounded through f16 (how cache rows are stored)
+#define DS4_ROW_STORE_RING 64u  // also store round_f16(row) at ring row (pos % ring_cap)
 
 // Nearest E4M3FN value to x, |x| <= 448, ties to the even code (docs/model.md#fp8-and-fp4-simulations). Codes
 // are evenly spaced by 2^(e-3) within a binade and by 2^-9 below 2^-6, and an even code index always has an
