@@ -1,8 +1,8 @@
-// Attention with sinks over the raw ring and the compressed rows (spec §3.4 "attention core",
-// §4.2). K = V = one shared row per token (MQA with one KV head). Decode and batched prefill use the
-// same kernels: token t of a batch sits at position p = pos0 + t and sees, in this order,
+// Attention with sinks over the raw ring and the compressed rows (docs/model.md#attention-core,
+// docs/model.md#device-ring). K = V = one shared row per token (MQA with one KV head). Decode and batched
+// prefill use the same kernels: token t of a batch sits at position p = pos0 + t and sees, in this order,
 //   raw rows       positions max(0, p - window + 1) .. p, read from ring row (position % ring_cap)
-//                  (the ring must hold window + n_tok - 1 rows, spec §4.2), oldest first;
+//                  (the ring must hold window + n_tok - 1 rows, docs/model.md#device-ring), oldest first;
 //   compressed     rows 0 .. n_c - 1 with n_c = min(floor((p + 1) / ratio), n_comp_avail) when
 //                  ratio != 0; if comp_sel != null and n_c > top_k, only the top_k rows listed in
 //                  comp_sel[t][0..top_k) (ascending row indices from ds4_indexer_topk).

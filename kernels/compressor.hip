@@ -1,5 +1,5 @@
-// KV compressor state update and pooling (spec §3.7), for the attention compressor (head_dim = D)
-// and the indexer compressor (head_dim = D_i). The overlap factor is c = 2 for ratio 4 and 1
+// KV compressor state update and pooling (docs/model.md#compressor), for the attention compressor (head_dim =
+// D) and the indexer compressor (head_dim = D_i). The overlap factor is c = 2 for ratio 4 and 1
 // otherwise; the state is (c * ratio) rows x (c * head_dim) columns of kv and of score.
 //
 // Every output dim j depends only on state columns j and head_dim + j, so one thread owns one

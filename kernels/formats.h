@@ -1,19 +1,21 @@
-// Block formats of the GGUF weights (spec §2.1) and the device activation layouts, as per-chunk
-// dot products. A "chunk" is 32 consecutive elements of a row; every weight format used by ds4
+// Block formats of the GGUF weights (docs/gguf.md#block-formats) and the device activation layouts, as
+// per-chunk dot products. A "chunk" is 32 consecutive elements of a row; every weight format used by ds4
 // (Q8_0, Q2_K, Q4_K, IQ2_XXS) splits cleanly into 32-element chunks, so one matvec body serves all
 // of them: lane l of a warp handles chunks l, l + DS4_WARP, ... and the warp sums the results.
 //
-// Weights are used in place, in the exact GGUF byte layout (rows of blocks, row-major, spec §0.1).
+// Weights are used in place, in the exact GGUF byte layout (rows of blocks, row-major,
+// docs/model.md#tensor-conventions).
 //
-// Device activation layouts (planar, so activation chunks are 16-byte aligned int8 runs):
-//   Q8_0 activation of a row of n floats (spec §2.2): q  int8[n], d f32[n/32] (scale kept as f32).
-//   Q8_K activation of a row of n floats (spec §2.2): q  int8[n], d f32[n/256], bsums i16[n/16].
+// Device activation layouts (planar, so activation chunks are 16-byte aligned int8 runs; how the codes
+// are computed: docs/arithmetic.md#activation-quantization):
+//   Q8_0 activation of a row of n floats: q  int8[n], d f32[n/32] (scale kept as f32).
+//   Q8_K activation of a row of n floats: q  int8[n], d f32[n/256], bsums i16[n/16].
 // Batched activations are `rows` such rows back to back in each plane (row r of q at r*n).
 #pragma once
 #include "prelude.h"
 #include "iq2xxs_grid.h"
 
-// GGML type ids (spec §1.1) used as template parameters.
+// GGML type ids (docs/gguf.md#element-types) used as template parameters.
 #define DS4_T_Q8_0 8
 #define DS4_T_Q2_K 10
 #define DS4_T_Q4_K 12
@@ -58,8 +60,8 @@ DS4_DEV void stage_iq2_grid(u64* sgrid) {
 DS4_DEV u32 sign_mask4(u32 nib) { return ((nib * 0x00204081u) & 0x01010101u) * 0xFFu; }
 
 // ---------------------------------------------------------------------------------------------
-// Arithmetic of the CPU reference dots (src/backend/cpu/quant.rs, spec §2.3), which every kernel
-// reproduces bit for bit (prelude.h "arithmetic contract"):
+// Arithmetic of the CPU reference dots (src/backend/cpu/quant.rs, docs/arithmetic.md#dot-products), which every
+// kernel reproduces bit for bit (prelude.h "arithmetic contract"):
 //   * the integer work of a "unit" (a Q8_0 block of 32, a K-quant super-block of 256) is exact, so
 //     it may be split over lanes and chunks in any order;
 //   * each unit then contributes ONE float term, computed with the reference's grouping
@@ -96,7 +98,8 @@ DS4_DEV void unpack_chunk(const u8* wrow, u32 c, WChunk& o, const u64* grid) {
         const u32 dd = *(const u32*)blk;
         const u32* sc32 = (const u32*)(blk + 4);
         const u32 s0 = sc32[0], s1 = sc32[1], s2 = sc32[2];
-        // scales[i] as bytes: s0 = scales[0..4), s1 = scales[4..8), s2 = scales[8..12) (spec §2.1)
+        // scales[i] as bytes: s0 = scales[0..4), s1 = scales[4..8), s2 = scales[8..12)
+        // (docs/gguf.md#block-formats)
         u32 sc, m;
         if (j < 4) {
             sc = (s0 >> (8 * j)) & 63;
@@ -427,7 +430,7 @@ DS4_DEV float block_dot_f16_seq(const u16* w, const float* x, float x_scale, u32
     return smem[2 * (DS4_F16_SEQ_STAGE + 32)];
 }
 
-// SwiGLU with the asymmetric clamp of spec §3.9 (gate <= limit, up in [-limit, limit], applied
+// SwiGLU with the asymmetric clamp of docs/model.md#swiglu-clamp (gate <= limit, up in [-limit, limit], applied
 // when limit > 1e-6); silu uses the numerically stable sigmoid.
 DS4_DEV float stable_sigmoid(float z) {
     if (z >= 0.0f) return 1.0f / (1.0f + ds4_expf(-z));

@@ -1,6 +1,6 @@
-// Tiled GEMMs for batched prefill (spec §3.11): quantized weights x int8-quantized activations with
-// the same per-token activation quantization as decode (Q8_0 for Q8_0 weights, Q8_K for experts),
-// so prefill and decode compute the same products, plus an f32 GEMM for F16 weights.
+// Tiled GEMMs for batched prefill (docs/model.md#batched-prefill): quantized weights x int8-quantized
+// activations with the same per-token activation quantization as decode (Q8_0 for Q8_0 weights, Q8_K for
+// experts), so prefill and decode compute the same products, plus an f32 GEMM for F16 weights.
 //
 // One generic body serves every quantized format, bitwise equal to the CPU reference's row dots
 // (formats.h "arithmetic of the CPU reference dots"): each weight chunk is unpacked once per tile
@@ -416,7 +416,8 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_down_q4_k(
     moe_gemm_down_body<DS4_T_Q4_K>(outp, down, mq, md, mbs, pairs, tiles, n_tiles, n_ff, n_out, n_used);
 }
 
-// out[t][r] = sum over slots k in order of outp[t * n_used + k][r] (spec §3.9 step 5 sum order).
+// out[t][r] = sum over slots k in order of outp[t * n_used + k][r] (the slot-order sum of
+// docs/model.md#routed-experts).
 // Launch: grid (ceil(n_out / 256), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_sum(float* out, const float* outp, u32 n_out, u32 n_used) {
     const u32 t = blockIdx.y, r = blockIdx.x * DS4_BLOCK + threadIdx.x;

@@ -1,5 +1,5 @@
-// Hyper-connections (spec §3.2, §3.3, §3.10). The HC state of a token is n_hc streams of n_embd
-// floats, stream-major (element (h, d) at h * n_embd + d, spec §0.1).
+// Hyper-connections (docs/model.md#hyper-connections, #output-head). The HC state of a token is n_hc streams of
+// n_embd floats, stream-major (element (h, d) at h * n_embd + d, docs/model.md#tensor-conventions).
 //
 // The arithmetic is the CPU reference's (src/backend/cpu/hc.rs, forward.rs `hc_pre` / `head`), so
 // the results are bitwise equal to it: the state is RMS-normalized first (flat = X * scale, the sum
@@ -14,7 +14,7 @@
 #include "formats.h"
 #include "norm_quant.hip"
 
-#define DS4_HC_MAX_MIX 24  // 2*n_hc + n_hc^2 for n_hc = 4 (spec §0.2); n_hc <= 4 supported
+#define DS4_HC_MAX_MIX 24  // 2*n_hc + n_hc^2 for n_hc = 4 (docs/model.md#hyperparameters); n_hc <= 4 supported
 #define DS4_HC_MAX 4
 
 // mix[t][o] = fn[o] · (X_t * rms_scale(X_t, eps)) for the block's (o, t) = (blockIdx.x, blockIdx.y).
@@ -41,7 +41,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_mix(float* mix, const fl
 
 DS4_DEV float plain_sigmoid(float z) { return 1.0f / (1.0f + ds4_expf(-z)); }
 
-// The split of one token (spec §3.2 step 3) for N = n_hc streams, by one thread: pre and post gates
+// The split of one token (docs/model.md#hc-pre) for N = n_hc streams, by one thread: pre and post gates
 // and the Sinkhorn-normalized N x N mixing matrix, written to split_out = [pre | post | M] and pre
 // also to pre_out. Operation for operation the CPU reference (cpu/hc.rs split_sinkhorn): sums in
 // index order, divisions as multiplications by 1 / (sum [+ eps]).
@@ -147,7 +147,7 @@ DS4_DEV void hc_split_warp(float* split_out, float* pre_out, const float* mix, c
     if (live) split_out[k] = m;
 }
 
-// HC pre finish (spec §3.2 steps 3-4) for one token per block:
+// HC pre finish (docs/model.md#hc-pre) for one token per block:
 //   pre[i]  = sigmoid(mix[i] * scale[0] + base[i]) + eps_hc           (not normalized)
 //   post[i] = 2 * sigmoid(mix[n_hc + i] * scale[1] + base[n_hc + i])
 //   M[a][b] = mix[2 n_hc + n_hc a + b] * scale[2] + base[...]; row softmax, + eps_hc; column pass;
@@ -190,9 +190,9 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_finish(float* x_out,
     hc_pre_finish_token(t, x_out + (u64)t * n_embd, split_out, mix, hc, scale, base, n_embd, n_hc, iters, eps_hc);
 }
 
-// The whole HC pre step and the sublayer's input norm in one launch (spec §3.2 + §3.4 step 2 /
-// §3.9 step 2): ds4_hc_mix's blocks, of which the last one to finish for a token (an atomic counter
-// per token) performs ds4_hc_pre_finish and then ds4_rms_norm_quant's NORM on x with norm_w, writing
+// The whole HC pre step and the sublayer's input norm in one launch (docs/model.md#hc-pre,
+// then the attention or ffn norm): ds4_hc_mix's blocks, of which the last one to finish for a token (an atomic
+// counter per token) performs ds4_hc_pre_finish and then ds4_rms_norm_quant's NORM on x with norm_w, writing
 // the same outputs those kernels write (x itself stays in shared memory):
 //   split_out [n_tok][n_mix]; xn [n_tok][n_embd] (may be null); Q8_0 and/or Q8_K planes of xn (null
 //   = not wanted). mix: f32 [n_tok][n_mix] scratch; counter: u32 [n_tok], zero before the first
@@ -224,7 +224,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_fused(float* split_o
     norm_quant_row(t, xs, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, norm_w, n_embd, DS4_NQ_NORM, eps_norm);
 }
 
-// Output-head HC reduction (spec §3.10 steps 1-3 up to y): with mix from ds4_hc_mix (n_mix = n_hc,
+// Output-head HC reduction (docs/model.md#output-head, up to y): with mix from ds4_hc_mix (n_mix = n_hc,
 // fn = output_hc_fn, eps = the model's RMS eps), w_h = stable_sigmoid(mix[h] * scale[0] + base[h]) +
 // eps_hc, x_out[t][d] = sum_h X[h][d] * w_h. The following RMSNorm * output_norm and the Q8_0
 // quantization are ds4_rms_norm_quant.
@@ -245,9 +245,9 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_head_finish(float* x_out
     }
 }
 
-// HC post (spec §3.3): X'[dst][d] = post[dst] * (y[d] + y2[d]) + sum_src M[src][dst] * X[src][d]
+// HC post (docs/model.md#hc-post): X'[dst][d] = post[dst] * (y[d] + y2[d]) + sum_src M[src][dst] * X[src][d]
 // with post and M from split (ds4_hc_pre_finish's layout); y2 may be null (the FFN passes the
-// routed and the shared expert outputs as y and y2, spec §3.9 step 7). hc_out may equal hc_in.
+// routed and the shared expert outputs as y and y2, docs/model.md#shared-expert). hc_out may equal hc_in.
 // Launch: grid (ceil(n_embd / 256), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post(float* hc_out, const float* hc_in, const float* y,
                                                               const float* y2, const float* split, u32 n_embd,

@@ -1,4 +1,4 @@
-// Lightning indexer of the ratio-4 layers (spec §3.8): scores of the compressed indexer rows and
+// Lightning indexer of the ratio-4 layers (docs/model.md#indexer): scores of the compressed indexer rows and
 // the top-k selection. The query heads come from ds4_matvec_f16 (indexer.attn_q_b · qrn) followed by
 // ds4_rows_finish(ROPE | HADAMARD_FP4); the head weights from ds4_matvec_f16 (indexer.proj · xn).
 // Both kernels skip the tokens that see <= top_k rows (ds4_attention then uses every row without a
@@ -17,7 +17,7 @@ static_assert(DS4_BLOCK == 256, "ds4_indexer_topk: one thread per digit of a rad
 // n_c(t) = min(floor((pos0 + t + 1) / ratio), n_comp_avail); entries c >= n_c(t) are not written,
 // nor any entry of a token with n_c(t) <= top_k.
 // qi: f32 [n_tok][n_head][128]; w: f32 [n_tok][n_head]; krows: f32 [n_comp_avail][128];
-// scores: f32 [n_tok][score_stride]. w_scale = 1/sqrt(head_dim * n_head) (spec §3.8). n_head <= 64.
+// scores: f32 [n_tok][score_stride]. w_scale = 1/sqrt(head_dim * n_head) (docs/model.md#indexer). n_head <= 64.
 // Launch: grid (ceil(n_comp_avail / 128), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores(float* scores, const float* qi, const float* w,
                                                                      const float* krows, const u32* pos,
@@ -84,7 +84,7 @@ DS4_DEV u32 block_scan_excl(u32 v, u32* wsum) {
     return before + incl - v;
 }
 
-// Top-k rows of each token by score, ties to the lower row index (spec §3.8), written as ascending
+// Top-k rows of each token by score, ties to the lower row index (docs/model.md#indexer), written as ascending
 // row indices: sel[t][0..top_k). Only for tokens with n_c(t) > top_k (see ds4_indexer_scores);
 // other tokens' lists are left untouched. Radix select of the k-th largest key (4 passes of 8
 // bits), then one ordered pass that keeps every key above it and the lowest-index equal keys.

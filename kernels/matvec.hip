@@ -1,5 +1,5 @@
-// Matrix-vector products for decode and small batches (spec §2.3, §2.4), bitwise equal to the CPU
-// reference's row dots (src/backend/cpu/quant.rs; formats.h "arithmetic of the CPU reference dots").
+// Matrix-vector products for decode and small batches (docs/arithmetic.md#dot-products), bitwise equal
+// to the CPU reference's row dots (src/backend/cpu/quant.rs; formats.h "arithmetic of the CPU reference dots").
 // Q8_0: one warp per output row, lane groups of 8 per block, the block terms added in block order.
 // F16: the 8 rows of a block computed together, one sequential add chain per row (block_dots_f16_seq).
 #pragma once
@@ -7,9 +7,9 @@
 
 #define DS4_MV_ROWS 8  // output rows per block of every matvec kernel (independent of wave size)
 
-// y[t][r] = W[r] · x_t  for Q8_0 weights and Q8_0-quantized activations (spec §2.3).
-// W: Q8_0 rows of n_in elements, n_out rows. Grouped projection (spec §3.4 step 12): row r reads
-// activation slice (r / rows_per_group) * n_in of the token's activation row; pass
+// y[t][r] = W[r] · x_t  for Q8_0 weights and Q8_0-quantized activations (docs/arithmetic.md#dot-products).
+// W: Q8_0 rows of n_in elements, n_out rows. Grouped projection (docs/model.md#grouped-output-projection): row
+// r reads activation slice (r / rows_per_group) * n_in of the token's activation row; pass
 // rows_per_group = n_out for a plain matvec. x_stride = elements per token in xq (n_in for plain,
 // n_groups * n_in for grouped); xd has x_stride / 32 scales per token.
 // Launch: grid (ceil(n_out / 8), n_tok), block 256.
@@ -31,7 +31,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0(float* y, const
     }
 }
 
-// Shared-expert gate/up with SwiGLU (spec §3.9 step 6): mid[t][r] = swiglu(Wg[r]·x, Wu[r]·x) with
+// Shared-expert gate/up with SwiGLU (docs/model.md#shared-expert): mid[t][r] = swiglu(Wg[r]·x, Wu[r]·x) with
 // the clamp `limit`, both products sharing one Q8_0 activation (xq/xd, n_in per token).
 // Launch: grid (ceil(n_ff / 8), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu(float* mid, const u8* wg, const u8* wu,
@@ -51,7 +51,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu(float* m
     }
 }
 
-// y[t][r] = W[r] · x_t for F16 weights and f32 activations (spec §2.3 "F16 weight"), n_in % 8 == 0,
+// y[t][r] = W[r] · x_t for F16 weights and f32 activations (docs/arithmetic.md#dot-products), n_in % 8 == 0,
 // rows and x 16-byte aligned. x: [n_tok][x_stride] (x_stride % 4 == 0). Used for the router,
 // compressor, indexer projections. The block's 8 rows run 8 sequential chains side by side.
 // Launch: grid (ceil(n_out / 8), n_tok), block 256.
@@ -67,7 +67,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16(float* y, const 
 }
 
 // Two F16 matvecs of the same shape over one input (the compressor's kv and gate projections,
-// spec §3.7): y0 = W0·x, y1 = W1·x. Rows [0, n_out) go to W0/y0, rows [n_out, 2 n_out) to W1/y1.
+// docs/model.md#compressor): y0 = W0·x, y1 = W1·x. Rows [0, n_out) go to W0/y0, rows [n_out, 2 n_out) to W1/y1.
 // Launch: grid (ceil(2 * n_out / 8), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_pair(float* y0, float* y1, const u16* w0,
                                                                       const u16* w1, const float* x, u32 n_in,

@@ -1,4 +1,4 @@
-// Mixture of experts: router and routed experts (spec §3.9). Expert ids and weights stay in device
+// Mixture of experts: router and routed experts (docs/model.md#moe). Expert ids and weights stay in device
 // buffers (sel / selw) so a decode step needs no host synchronisation between router and experts.
 #pragma once
 #include "formats.h"
@@ -6,7 +6,7 @@
 #define DS4_MOE_ROWS 8  // output rows per block
 #define DS4_MOE_MAX_USED 8  // experts per token the per-token kernels handle (Flash: 6)
 
-// Router for one token per block (spec §3.9 steps 3-4):
+// Router for one token per block (docs/model.md#router):
 //   prob_e = sqrt(softplus(logit_e)), softplus(z) = z if z > 20, exp(z) if z < -20, else log1p(exp(z));
 //   hash layers (tid2eid != null): experts = tid2eid[token * n_used + i], i < n_used (as stored);
 //   otherwise the n_used highest prob_e + bias_e (bias may be null) in descending order, ties to the
@@ -100,11 +100,11 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router(u32* sel, float* sel
     }
 }
 
-// Routed gate/up + SwiGLU for the selected experts (spec §3.9 step 5):
+// Routed gate/up + SwiGLU for the selected experts (docs/model.md#routed-experts):
 //   mid[t][k][r] = swiglu(gate_e[r] · x_t, up_e[r] · x_t) * selw[t][k],  e = sel[t][k]
 // gate/up: 3-D expert tensors [n_in, n_ff, n_expert] of format T (expert e's matrix starts at
-// e * n_ff * row_bytes, spec §0.1); x: Q8_K activation of the ffn_norm output, n_in per token.
-// mid: f32 [n_tok][n_used][n_ff]. Each dot is the reference's (formats.h), the gate and up chains
+// e * n_ff * row_bytes, docs/model.md#tensor-conventions); x: Q8_K activation of the ffn_norm output, n_in per
+// token. mid: f32 [n_tok][n_used][n_ff]. Each dot is the reference's (formats.h), the gate and up chains
 // of a row interleaved.
 // Launch: grid (ceil(n_ff / 8), n_used, n_tok), block 256.
 template <int T>
@@ -135,7 +135,7 @@ DS4_DEV void moe_gate_up_body(float* mid, const u8* gate, const u8* up, const i8
     }
 }
 
-// Routed down projection summed over the selected experts in slot order (spec §3.9 step 5):
+// Routed down projection summed over the selected experts in slot order (docs/model.md#routed-experts):
 //   out[t][r] = ((0 + down_e0[r] · m_{t,0}) + down_e1[r] · m_{t,1}) + ...,  e_k = sel[t][k]
 // down: [n_ff, n_out, n_expert] of format T; m: Q8_K activation rows of the route-weighted mids,
 // row (t * n_used + k), n_ff per row. out: f32 [n_tok][n_out]. n_used <= DS4_MOE_MAX_USED. The
@@ -173,7 +173,7 @@ DS4_DEV void moe_down_body(float* out, const u8* down, const i8* mq, const float
     }
 }
 
-// The kernels for each expert format (gate/up and down may differ in format, spec §1.3).
+// The kernels for each expert format (gate/up and down may differ in format, docs/gguf.md#tensors).
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gate_up_iq2_xxs(float* mid, const u8* gate, const u8* up,
                                                                         const i8* xq, const float* xd,
                                                                         const i16* xbs, const u32* sel,

@@ -1,8 +1,9 @@
-// Embedding lookup, RMSNorm and activation quantization (spec §2.2, §3.1).
+// Embedding lookup, RMSNorm and activation quantization (docs/model.md#rmsnorm,
+// docs/arithmetic.md#activation-quantization).
 #pragma once
 #include "formats.h"
 
-// Embedding row (F16) replicated into the n_hc streams of the HC state (spec §3.1 steps 1-2).
+// Embedding row (F16) replicated into the n_hc streams of the HC state (docs/model.md#forward-pass).
 // hc: f32 [n_tok][n_hc][n_embd]; emb: F16 [n_vocab][n_embd]; tokens: u32 [n_tok] on the device
 // (so decode can feed the sampled token without a host round trip). An id >= n_vocab gives zeros
 // (the host validates ids; this only keeps a bad id from reading out of bounds).
@@ -18,7 +19,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_embed_hc(float* hc, const u
     for (u32 h = 0; h < n_hc; ++h) out[(u64)h * n_embd + d] = v;
 }
 
-// Fill n floats with v (e.g. the compressor score state with DS4_NEG_INF, spec §3.7).
+// Fill n floats with v (e.g. the compressor score state with DS4_NEG_INF, docs/model.md#compressor).
 // Launch: grid (ceil(n / 256)), block 256 (n <= 2^32 * 256 per launch).
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_fill_f32(float* x, u64 n, float v) {
     const u64 i = (u64)blockIdx.x * DS4_BLOCK + threadIdx.x;
@@ -48,7 +49,7 @@ DS4_DEV void norm_quant_row(u64 row, const float* xr, float* out, i8* q0_q, floa
     // Chunks of 256 elements (one Q8_K block, eight Q8_0 blocks), one warp per chunk with no block
     // barrier inside: lane l holds elements base + DS4_WARP * j + l, so at a fixed j the aligned
     // groups of 32 (Q8_0) and 16 (Q8_K sums) are lanes of one warp. A 4096-wide row is 16 chunks
-    // over 8 warps (it was 16 serial block-wide rounds: most of the fused HC pre's time on the H200).
+    // over 8 warps (16 serial block-wide rounds instead would dominate the fused HC pre on the H200).
     const u32 lane = lane_id();
     for (u32 base = warp_id() * 256; base < n; base += DS4_WARPS_PER_BLOCK * 256) {
         float v[256 / DS4_WARP];
@@ -129,10 +130,11 @@ DS4_DEV void norm_quant_row(u64 row, const float* xr, float* out, i8* q0_q, floa
 }
 
 // One row of n floats per block: optional RMSNorm (ss summed in double, scale = 1/sqrtf(ss/n + eps),
-// times w when w != null; spec §3.1), then any of three outputs (null = not wanted):
+// times w when w != null; docs/model.md#rmsnorm), then any of three outputs (null = not wanted):
 //   out      f32 [rows][n]                       the normed row
-//   q8_0     q [rows][n] int8, d [rows][n/32]    Q8_0 activation (spec §2.2), n % 32 == 0
-//   q8_k     q [rows][n] int8, d [rows][n/256], bsums [rows][n/16]   Q8_K (spec §2.2), n % 256 == 0
+//   q8_0     q [rows][n] int8, d [rows][n/32]    Q8_0 activation, n % 32 == 0
+//   q8_k     q [rows][n] int8, d [rows][n/256], bsums [rows][n/16]   Q8_K, n % 256 == 0
+// (both as in docs/arithmetic.md#activation-quantization).
 // Row r of x starts at x + r*x_stride (x_stride >= n) so heads/slices of a wider buffer can be used.
 // Plain quantization of a long row (no NORM flag) can be launched as several shorter rows (e.g. the
 // 64 x 512 attention output as 64 rows): the Q8_0/Q8_K blocks never cross a row, the layout is the same.

@@ -4,7 +4,7 @@
 // Everything that differs between the vendors lives here: wave size, shuffles, the int8 dot4
 // instruction, f16 conversion, launch bounds. The kernel sources use only the DS4_* names below.
 //
-// Conventions shared by every kernel (spec §0.1):
+// Conventions shared by every kernel (docs/model.md#tensor-conventions):
 //   * All pointers are device pointers; every size/index argument is a 32-bit unsigned `u32`
 //     unless it can exceed 2^32 (then `u64`). Floats are f32 scalars.
 //   * Every kernel states its launch shape (grid, block) in its header comment. Block sizes are
@@ -185,7 +185,7 @@ DS4_DEV int dot4_i8(int a, int b, int c) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// f16 <-> f32 (IEEE binary16, round to nearest even; spec §2 "f16")
+// f16 <-> f32 (IEEE binary16, round to nearest even; docs/gguf.md#f16)
 // ---------------------------------------------------------------------------------------------
 DS4_DEV float f16_to_f32(u16 h) {
 #if defined(DS4_NVIDIA)
@@ -201,10 +201,10 @@ DS4_DEV u16 f32_to_f16_bits(float f) {
     return __builtin_bit_cast(u16, (_Float16)f);
 #endif
 }
-// Value rounded through f16 and back: how every cached row is stored (spec pitfall 12).
+// Value rounded through f16 and back: how every cached row is stored (docs/model.md#kv-cache).
 DS4_DEV float round_f16(float f) { return f16_to_f32(f32_to_f16_bits(f)); }
 
-// Round half to even, as C lrintf in the default FP mode (spec §2.2).
+// Round half to even, as C lrintf in the default FP mode (docs/arithmetic.md#activation-quantization).
 DS4_DEV int round_even_i(float x) { return (int)rintf(x); }
 
 // Unaligned little-endian loads for block formats whose blocks are only 2-byte aligned.
@@ -220,7 +220,7 @@ DS4_DEV u32 load_u32_2a(const u8* p) {
 #define DS4_RCP448 ((float)(1.0 / 448.0))
 #define DS4_RCP6 ((float)(1.0 / 6.0))
 
-// The "negative infinity" sentinel of the model (spec §0.2, DS4_NEG_INF): a finite float.
+// The "negative infinity" sentinel of the model (docs/model.md#hyperparameters, DS4_NEG_INF): a finite float.
 #define DS4_NEG_INF (-1.0e30f)
 
 // Arithmetic contract with the CPU reference: every kernel computes the CPU engine's float operations

@@ -1,19 +1,20 @@
-// Per-row post-processing shared by attention q/kv, compressed rows and the indexer (spec §3.4-§3.8):
-// RMSNorm, partial RoPE on the tail (interleaved pairs, YaRN blend), the E4M3 round trip on the
-// non-rope dims, Hadamard-128 + E2M1 (FP4) round trip, f16 rounding and the raw-ring store.
+// Per-row post-processing shared by attention q/kv, compressed rows and the indexer: RMSNorm,
+// partial RoPE on the tail (interleaved pairs, YaRN blend), the E4M3 round trip on the non-rope
+// dims, Hadamard-128 + E2M1 (FP4) round trip, f16 rounding and the raw-ring store
+// (docs/model.md#rope-and-yarn, #fp8-and-fp4-simulations, #kv-cache, #device-ring).
 #pragma once
 #include "formats.h"
 
 #define DS4_ROW_NORM 1u         // RMSNorm (eps), times w when w != null
 #define DS4_ROW_ROPE 2u         // RoPE on the last n_rot dims at the row's position
-#define DS4_ROW_ROPE_INV 4u     // with DS4_ROW_ROPE: inverse rotation (attention output, §3.4 step 11)
-#define DS4_ROW_E4M3 8u         // E4M3 round trip on dims [0, head_dim - n_rot) in 64-blocks (§3.6)
-#define DS4_ROW_HADAMARD_FP4 16u  // Hadamard-128 then E2M1 round trip on 32-blocks, per 128 dims (§3.6)
-#define DS4_ROW_ROUND_F16 32u   // write the row back rounded through f16 (pitfall 12)
-#define DS4_ROW_STORE_RING 64u  // also store round_f16(row) at ring row (pos % ring_cap) (§4.2)
+#define DS4_ROW_ROPE_INV 4u     // with DS4_ROW_ROPE: inverse rotation (attention output)
+#define DS4_ROW_E4M3 8u         // E4M3 round trip on dims [0, head_dim - n_rot) in 64-blocks
+#define DS4_ROW_HADAMARD_FP4 16u  // Hadamard-128 then E2M1 round trip on 32-blocks, per 128 dims
+#define DS4_ROW_ROUND_F16 32u   // write the row back rounded through f16 (how cache rows are stored)
+#define DS4_ROW_STORE_RING 64u  // also store round_f16(row) at ring row (pos % ring_cap)
 
-// Nearest E4M3FN value to x, |x| <= 448, ties to the even code (spec §3.6). Codes are evenly
-// spaced by 2^(e-3) within a binade and by 2^-9 below 2^-6, and an even code index always has an
+// Nearest E4M3FN value to x, |x| <= 448, ties to the even code (docs/model.md#fp8-and-fp4-simulations). Codes
+// are evenly spaced by 2^(e-3) within a binade and by 2^-9 below 2^-6, and an even code index always has an
 // even mantissa, so rintf (half to even) on the scaled value picks exactly that code.
 DS4_DEV float e4m3_round(float x) {
     const float a = fabsf(x);
@@ -43,8 +44,8 @@ DS4_DEV float pow2_scale(float amax, float rcp_limit) {
     return ldexpf(1.0f, (int)ceilf(ds4_log2f(amax * rcp_limit)));
 }
 
-// RoPE rotation angle of pair k (spec §3.5): theta_extrap = pos * theta_scale^k as an iterated
-// float product, then the YaRN blend theta = fs*te*(1 - ramp*ext) + te*(ramp*ext).
+// RoPE rotation angle of pair k (docs/model.md#rope-and-yarn): theta_extrap = pos * theta_scale^k as an
+// iterated float product, then the YaRN blend theta = fs*te*(1 - ramp*ext) + te*(ramp*ext).
 DS4_DEV float rope_theta(u32 pos, u32 k, float theta_scale, float freq_scale, float ext_factor, float corr_low,
                          float corr_high) {
     float te = (float)pos;
@@ -132,7 +133,8 @@ DS4_DEV void row_ops_smem(float* s, const RowOps& op) {
 // Row post-processing, one row per block, in two forms sharing one kernel:
 // - token rows (emit_ratio == 0): x f32 [n_tok][n_head][head_dim] (in place), row (t, h) at position
 //   pos0 + t; grid (n_head, n_tok).
-// - the compressed rows a batch emitted (emit_ratio = ratio, n_head = 1; spec §3.7): x is the whole
+// - the compressed rows a batch emitted (emit_ratio = ratio, n_head = 1; docs/model.md#compressor): x is the
+// whole
 //   compressed cache [row_cap][head_dim]; the n_tok tokens at pos0 emitted rows c0 = pos0 / ratio up
 //   to min((pos0 + n_tok) / ratio, row_cap), row c at RoPE position c * ratio (the first token of its
 //   window); grid (1, most rows any batch of n_tok emits), blocks past this batch's count exit.
@@ -140,7 +142,7 @@ DS4_DEV void row_ops_smem(float* s, const RowOps& op) {
 // step's position there). ring (with DS4_ROW_STORE_RING, token rows, n_head must be 1):
 // f32 [ring_cap][head_dim], row position % ring_cap. w: f32 [head_dim] or null. head_dim <= 1024
 // (multiple of 128 with DS4_ROW_HADAMARD_FP4).
-// RoPE parameters (spec §3.5): theta_scale = base^(-2/n_rot) computed by the host, freq_scale
+// RoPE parameters (docs/model.md#rope-and-yarn): theta_scale = base^(-2/n_rot) computed by the host, freq_scale
 // (1 or 1/16), ext_factor (0 = no YaRN, 1 = YaRN), corr_low/high (YaRN corr dims), mscale (the
 // factor on cos and sin, as the CPU reference computes it; 1 for ds4's constants).
 // Launch: block 256.

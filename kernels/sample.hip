@@ -1,4 +1,4 @@
-// Sampling on the device (spec §7.1-§7.2): the next token from the logits of the last step without
+// Sampling on the device (docs/sampler.md): the next token from the logits of the last step without
 // copying the n_vocab logits to the host. The random number is drawn by the host from its own
 // xorshift64* stream (it does not depend on the logits) and passed in as `u01`; the kernel reports
 // whether the host's path would have consumed that draw. Paths that need a sort (top_k > 0 or
@@ -50,8 +50,8 @@ DS4_DEV u32 ds4_block_first_max(const float* logits, u32 n, bool finite_only) {
     return s_out;
 }
 
-// Greedy (spec §7.1 "--temp 0"), the host's `argmax`: out[0] = first index of the largest logit,
-// NaN never wins, 0 when every logit is NaN or -inf. out[1] = 0 (no draw).
+// Greedy (temperature ≤ 0, docs/sampler.md#greedy), the host's `argmax`: out[0] = first index of the largest
+// logit, NaN never wins, 0 when every logit is NaN or -inf. out[1] = 0 (no draw).
 // Launch: grid (1), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_argmax(u32* out, const float* logits, u32 n) {
     const u32 bi = ds4_block_first_max(logits, n, false);
@@ -61,7 +61,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_argmax(u32* out, const floa
     }
 }
 
-// Default sampler path (spec §7.2, top_k = 0 and top_p = 1), the host's `sample_id_order`:
+// Default sampler path (docs/sampler.md#sampling-paths, top_k = 0 and top_p = 1), the host's `sample_id_order`:
 // w_i = exp((l_i - l_max) / temp) for finite logits, tokens with w_i < min_p dropped, r = u01 * sum w,
 // then walking ids in increasing order subtracting w_i, the first id where r <= 0. Sums are taken
 // per contiguous chunk of ids and then in chunk order, so only float rounding differs from the host's

@@ -1,4 +1,4 @@
-//! Chat prompt rendering (spec §6) against tests/fixtures/chat_render_cases.json: the expected texts
+//! Chat prompt rendering (docs/prompt.md) against tests/fixtures/chat_render_cases.json: the expected texts
 //! were written out by hand from ds4_server.c's renderer and the expected ids come from the official
 //! tokenizer (tools/make_tokenizer_corpus.py); the one-shot prompts are the ids ds4 itself produced for
 //! the shared test vectors (case A).

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ds4-chat");
-/// Official ids of the example (toolchain.md §6, HF tokenizers on the official tokenizer.json).
+/// Official ids of the example (HF tokenizers on the official tokenizer.json).
 const HELLO: &str = "Hello! 毕老师！1 + 1 = 2";
 const HELLO_IDS: [u32; 13] = [19923, 3, 223, 5464, 5008, 1175, 19, 940, 223, 19, 438, 223, 20];
 

@@ -120,7 +120,7 @@ fn prefill_equals_decode_checkpoints_resume_and_cache_formats() {
     can.eval(&toks[128..], &mut |_, _| true).unwrap();
     assert_eq!(can.logits(), pre.logits());
 
-    // Cache contents (spec §3.6, pitfall 11/12), on the prefilled backend.
+    // Cache contents (docs/model.md#fp8-and-fp4-simulations, #kv-cache), on the prefilled backend.
     let caches = pre.caches();
     for (l, c) in caches.iter().enumerate() {
         let raw = &c.raw.rows;

@@ -1,4 +1,4 @@
-//! Reference dequantization (spec §2.1) proven bit for bit against the PyPI `gguf` package.
+//! Reference dequantization (docs/gguf.md#block-formats) proven bit for bit against the PyPI `gguf` package.
 //!
 //! tests/fixtures/dequant/NAME.bin holds random valid blocks (finite f16 scales) and NAME.f32 the f32
 //! values `gguf.quants.dequantize` computed from them (tools/make_dequant_fixtures.py, committed so

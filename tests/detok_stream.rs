@@ -1,6 +1,6 @@
-//! Property test of the streaming detokenizer (spec §5.4): for random id sequences, the streamed deltas
-//! equal a one-shot decode of the same bytes (`String::from_utf8_lossy`, then the text split at the
-//! think tags), whatever the token boundaries, and stop at EOS.
+//! Property test of the streaming detokenizer (docs/prompt.md#decoding-and-streaming): for random id sequences,
+//! the streamed deltas equal a one-shot decode of the same bytes (`String::from_utf8_lossy`, then the text
+//! split at the think tags), whatever the token boundaries, and stop at EOS.
 
 mod common;
 

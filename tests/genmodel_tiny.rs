@@ -1,5 +1,5 @@
-//! Synthetic tiny models (spec §10) load through the real loader, are deterministic, and have the
-//! weight magnitudes the generator promises.
+//! Synthetic tiny models (docs/model.md#tiny-model) load through the real loader, are deterministic, and have
+//! the weight magnitudes the generator promises.
 
 use std::sync::Arc;
 use std::time::Instant;

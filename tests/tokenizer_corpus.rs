@@ -1,4 +1,4 @@
-//! Tokenizer parity with the official DeepSeek V4 tokenizer (spec §5): the ids of
+//! Tokenizer parity with the official DeepSeek V4 tokenizer (docs/prompt.md#tokenizer): the ids of
 //! tests/fixtures/tokenizer_corpus.jsonl.gz were computed by the HF `tokenizers` Python binding on the
 //! official tokenizer.json (tools/make_tokenizer_corpus.py); ours come from a `Tokenizer` built from
 //! GGUF metadata. Exact equality is required: one differing id changes the model's input.
@@ -66,7 +66,7 @@ fn corpus_matches_official_tokenizer_exactly() {
 
 #[test]
 fn hello_example_gives_official_ids() {
-    // toolchain.md §6: the HF tokenizers crate on the official tokenizer.json.
+    // The ids the HF tokenizers crate gives with the official tokenizer.json.
     let ids = common::gguf_tokenizer().encode("Hello! 毕老师！1 + 1 = 2");
     assert_eq!(ids, [19923, 3, 223, 5464, 5008, 1175, 19, 940, 223, 19, 438, 223, 20]);
 }

@@ -3,13 +3,13 @@
 #   OUTDIR/ds4_kernels.<arch>.hsaco
 # Usage: tools/build-kernels-amd.sh OUTDIR [ARCH ...]
 #   ARCHs default to $DS4_HIP_ARCHS (comma or space separated), else "gfx1151 gfx1100 gfx1201".
-# Finds the compiler and device libraries like this (shared/notes/toolchain.md §1):
+# Finds the compiler and device libraries like this:
 #   clang:    $DS4_HIP_CLANG, else $ROCM_PATH/llvm/bin/clang (a ROCm install), else clang-19
 #             (Debian bookworm's clang-15/hipcc cannot target gfx1150/gfx1151).
 #   bitcode:  $DS4_ROCM_DEVLIBS, else $ROCM_PATH/amdgcn/bitcode, else Debian's
 #             /usr/lib/x86_64-linux-gnu/amdgcn/bitcode. Debian's rocm-device-libs 5.2 has no
 #             oclc_isa_version_11xx/12xx.bc: those one-constant modules are generated into
-#             OUTDIR/devlibs with llvm-dis/llvm-as (toolchain.md §1.3).
+#             OUTDIR/devlibs with llvm-dis/llvm-as.
 # Prints one line per target: "kernels: gfx1151 OK (N kernels, X bytes)". Exits non-zero on the
 # first failure, naming the target and the missing tool.
 set -euo pipefail

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Compiles kernels/ds4.hip for NVIDIA (the H200 test path of the HIP backend, spec §11):
+# Compiles kernels/ds4.hip for NVIDIA (the H200 test path of the HIP backend):
 #   OUTDIR/ds4_kernels.sm_90.cubin   (SASS for sm_90; loads on any driver of the same CUDA major)
 #   OUTDIR/ds4_kernels.sm_90.ptx     (PTX, for a driver-side JIT when the cubin is refused)
 # The runtime loads OUTDIR/ds4_kernels.<target>.cubin when DS4_KERNEL_DIR=OUTDIR is set.
 # Usage: tools/build-kernels-nvcc.sh OUTDIR [ARCH ...]   (ARCHs default to sm_90)
-# nvcc: $DS4_NVCC, else nvcc on PATH, else the PyPI CUDA 13 wheels (toolchain.md §4:
+# nvcc: $DS4_NVCC, else nvcc on PATH, else the PyPI CUDA 13 wheels (installed with
 #   pip install nvidia-cuda-nvcc nvidia-cuda-runtime nvidia-cuda-cccl nvidia-cuda-profiler-api).
 # Env DS4_NVCC_VERBOSE=1 adds -Xptxas -v (registers, spills) to the output; DS4_NVCC_FLAGS adds flags
 # for experiments. -fmad=false is always on: the kernels reproduce the CPU engine bit for bit, and the

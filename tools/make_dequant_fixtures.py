@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the dequantization fixtures of tests/dequant_fixtures.rs (spec §2.1).
+"""Write the dequantization fixtures of tests/dequant_fixtures.rs (formats: docs/gguf.md#block-formats).
 
 For every element type ds4-chat dequantizes (F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS) this draws
 random, valid raw bytes -- every byte random except f16 block scales, which are redrawn until finite --

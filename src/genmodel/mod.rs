@@ -1,5 +1,6 @@
 //! Synthetic ds4-layout models: deterministic random weights in the exact tensor layout and metadata
-//! that ds4 and `model::Model` bind (spec §1.2, §1.3, §10), for tests, `--demo` and `gen-model`.
+//! that ds4 and `model::Model` bind (docs/gguf.md#metadata, #tensors, docs/model.md#tiny-model), for tests,
+//! `--demo` and `gen-model`.
 //!
 //! Owns the choice of metadata values and weight distributions. Shapes come only from
 //! `model::layout::tensor_plan` (single source); bytes on disk only from `gguf::writer`. Weight scales
@@ -35,7 +36,7 @@ pub const GENERATOR: &str = "ds4-chat genmodel/1";
 /// Which model shape to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Preset {
-    /// `HParams::tiny()` (spec §10, real vocabulary): ~110 MB.
+    /// `HParams::tiny()` (docs/model.md#tiny-model, real vocabulary): ~110 MB.
     Tiny,
     /// `HParams::flash()`: the real DeepSeek V4 Flash shapes (80.76 GiB with q2 experts).
     Flash,
@@ -61,7 +62,7 @@ impl Preset {
     }
 }
 
-/// Routed-expert quantization of the whole file (spec §1.5).
+/// Routed-expert quantization of the whole file (docs/gguf.md#quantization-mixes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExpertMix {
     /// IQ2_XXS gate/up, Q2_K down (the shipped q2 file).
@@ -146,7 +147,7 @@ pub fn micro_hparams() -> HParams {
 }
 
 /// The planned tensors of a file: the layout plan with concrete types, `exp_probs_b` on non-hash
-/// layers only (as in the shipped files, spec §8.1), in plan order.
+/// layers only (as in the shipped files, docs/model.md#file-sizes), in plan order.
 pub fn plan_tensors(hp: &HParams, experts: ExpertMix) -> Vec<(TensorSpec, TensorEntry)> {
     tensor_plan(hp)
         .into_iter()
@@ -163,7 +164,7 @@ pub fn plan_tensors(hp: &HParams, experts: ExpertMix) -> Vec<(TensorSpec, Tensor
         .collect()
 }
 
-/// Every metadata key of spec §1.2 with ds4's types (u32 strict integers, f32 floats, u32 ratio
+/// Every metadata key of docs/gguf.md#metadata with ds4's types (u32 strict integers, f32 floats, u32 ratio
 /// array, f32 clamp array, bool norm flag), for `hp`.
 pub fn hparams_metadata(hp: &HParams, name: &str) -> Vec<(String, MetaValue)> {
     let mut m: Vec<(String, MetaValue)> = vec![
@@ -470,7 +471,8 @@ pub fn model_bytes(spec: &GenSpec) -> Result<Vec<u8>, GgufError> {
     Ok(SyntheticModel::new(spec)?.to_bytes())
 }
 
-/// The tiny model (spec §10, real vocabulary) as an in-memory file, for tests and the TUI's --demo.
+/// The tiny model (docs/model.md#tiny-model, real vocabulary) as an in-memory file, for tests and the TUI's
+/// --demo.
 pub fn tiny_model(seed: u64, experts: ExpertMix) -> Result<Arc<GgufFile>, GgufError> {
     let bytes = SyntheticModel::new(&GenSpec::new(Preset::Tiny, seed, experts))?.to_bytes();
     GgufFile::from_bytes(bytes).map(Arc::new)
@@ -482,7 +484,7 @@ mod tests {
 
     #[test]
     fn flash_q2_plan_matches_the_shipped_file() {
-        // Tensor bytes summed independently from the per-tensor byte column of spec §1.3:
+        // Tensor bytes summed independently from the per-tensor byte column of docs/gguf.md#tensors:
         // globals, 43 common layer sets, 21 ratio-4 and 20 ratio-128 extras, 3 tid2eid, 40 biases.
         let globals = 1_059_061_760 + 16 + 131_072 + 4 + 16_384 + 562_626_560u64;
         let common = 2 * (786_432 + 12 + 96)
@@ -511,7 +513,7 @@ mod tests {
             .map(|(_, e)| e.ty.bytes_for(e.dims.iter().product()).unwrap())
             .sum();
         assert_eq!(bytes, want);
-        // 80.76 GiB (spec §8.1).
+        // 80.76 GiB (docs/model.md#file-sizes).
         assert!((bytes as f64 / (1u64 << 30) as f64 - 80.76).abs() < 0.005);
     }
 
@@ -534,7 +536,7 @@ mod tests {
             .iter()
             .map(|(_, e)| e.ty.bytes_for(e.dims.iter().product()).unwrap())
             .sum();
-        // 153.32 GiB (spec §8.1).
+        // 153.32 GiB (docs/model.md#file-sizes).
         assert!((q4_bytes as f64 / (1u64 << 30) as f64 - 153.32).abs() < 0.005);
     }
 

@@ -1,4 +1,4 @@
-//! Reference dequantization of GGUF tensor bytes to f32 (spec §2.1).
+//! Reference dequantization of GGUF tensor bytes to f32 (docs/gguf.md#block-formats).
 //!
 //! Owns the decoding of one block of every weight type ds4 files use: F32, F16, BF16, Q8_0, Q2_K,
 //! Q4_K and IQ2_XXS. It is the readable statement of each format, proven bit for bit against the PyPI

@@ -1,7 +1,7 @@
-//! IEEE binary16 and bfloat16 conversions (spec §2: f16 is RNE with subnormals, inf and NaN).
+//! IEEE binary16 and bfloat16 conversions (docs/gguf.md#f16: f16 is RNE with subnormals, inf and NaN).
 //!
 //! Owns scalar conversions only; used by the reader's dequantization, the writer and the engine's
-//! f16 rounding of cached rows (spec pitfall 12).
+//! f16 rounding of cached rows (docs/model.md#kv-cache).
 
 /// f16 bits → f32 (exact; handles subnormals, inf and NaN).
 pub fn f16_to_f32(h: u16) -> f32 {
@@ -58,7 +58,7 @@ pub fn f32_to_f16(f: f32) -> u16 {
     sign | r as u16
 }
 
-/// Round an f32 through f16 and back (the cache-row rounding of spec §3.4 step 7).
+/// Round an f32 through f16 and back (the cache-row rounding of docs/model.md#kv-cache).
 pub fn round_f16(f: f32) -> f32 {
     f16_to_f32(f32_to_f16(f))
 }

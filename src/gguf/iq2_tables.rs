@@ -1,4 +1,4 @@
-//! IQ2_XXS lookup data (spec §2.1): the 256-entry grid of GGML's `iq2xxs_grid`.
+//! IQ2_XXS lookup data (docs/gguf.md#iq2_xxs): the 256-entry grid of GGML's `iq2xxs_grid`.
 //!
 //! These constants are part of the IQ2_XXS format itself (GGML, ds4 and the PyPI `gguf` package carry the
 //! same values); they were extracted from the `gguf` package and are proven against its dequantizer

@@ -1,4 +1,4 @@
-//! GGUF v3 container reader over a read-only memory map (spec §1.1).
+//! GGUF v3 container reader over a read-only memory map (docs/gguf.md#container).
 //!
 //! Owns parsing of the header, metadata, tensor directory and data offset, and zero-copy tensor views.
 //! It knows nothing about DeepSeek: `model::` binds names and shapes. Every count, length and offset
@@ -97,7 +97,7 @@ impl MetaValue {
         }
     }
 
-    /// Float view of float and integer values ("float-ish" in spec §1.2).
+    /// Float view of float and integer values (float keys accept either, docs/gguf.md#metadata).
     pub fn as_f64(&self) -> Option<f64> {
         match *self {
             MetaValue::F32(v) => Some(v as f64),

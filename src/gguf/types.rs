@@ -1,4 +1,5 @@
-//! GGML element types that ds4 files use (spec §1.1, §2.1): ids, block geometry and byte sizes.
+//! GGML element types that ds4 files use (docs/gguf.md#element-types, #block-formats): ids, block geometry and
+//! byte sizes.
 //!
 //! Owns only the static description of each type. Decoding lives in `dequant.rs`; dot products live in
 //! the backends. Unknown ids stay raw `u32` until checked here, so a corrupt file can never produce an
@@ -87,7 +88,7 @@ impl GgmlType {
         }
     }
 
-    /// Bytes per block (spec §1.1 table).
+    /// Bytes per block (docs/gguf.md#element-types).
     pub fn block_bytes(self) -> u64 {
         match self {
             GgmlType::F32 | GgmlType::I32 => 4,

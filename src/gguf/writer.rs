@@ -1,5 +1,5 @@
-//! GGUF v3 writer (spec §1.1): metadata of every value type, a tensor directory with aligned offsets,
-//! and tensor data produced by a caller-supplied fill function, either into memory or streamed to a
+//! GGUF v3 writer (docs/gguf.md#container): metadata of every value type, a tensor directory with aligned
+//! offsets, and tensor data produced by a caller-supplied fill function, either into memory or streamed to a
 //! file from several threads at precomputed offsets (`FileExt::write_at`), so files far larger than RAM
 //! can be written without ever holding them.
 //!

@@ -1,5 +1,6 @@
-//! Byte accounting of a DS4 model (spec §8): bytes by element type and weight group, weight bytes
-//! read per decoded token (§8.2) and KV-cache bytes per context token (§8.3).
+//! Byte accounting of a DS4 model (docs/model.md#memory-figures): bytes by element type and weight group,
+//! weight bytes read per decoded token (docs/model.md#weight-bytes-per-token) and KV-cache bytes per context
+//! token (docs/model.md#kv-bytes-per-token).
 //!
 //! Owns the arithmetic only. It works on a `TensorBytes` table, built either from a bound `Model`
 //! (each layer by its own types, so mixed files are right) or from the layout plan (no file needed,
@@ -36,7 +37,7 @@ pub fn table_from_model(m: &Model) -> Vec<TensorBytes> {
 }
 
 /// The table of the layout plan with per-layer expert types, `exp_probs_b` on non-hash layers only
-/// (as the shipped files, spec §8.1).
+/// (as the shipped files, docs/model.md#file-sizes).
 pub fn table_from_plan(hp: &HParams, experts: impl Fn(usize) -> ExpertTypes) -> Vec<TensorBytes> {
     tensor_plan(hp)
         .into_iter()
@@ -55,7 +56,7 @@ pub fn table_from_plan(hp: &HParams, experts: impl Fn(usize) -> ExpertTypes) -> 
         .collect()
 }
 
-/// Weight bytes read to decode one token, by component (spec §8.2 rows).
+/// Weight bytes read to decode one token, by component (docs/model.md#weight-bytes-per-token rows).
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct PerTokenBytes {
     /// n_expert_used × (gate + up + down) expert matrices per layer.
@@ -148,8 +149,8 @@ pub fn weight_bytes_per_token(hp: &HParams, table: &[TensorBytes]) -> PerTokenBy
     p
 }
 
-/// Growth of the compressed caches per token of context (spec §8.3): a ratio-r layer stores one
-/// f32 row of `head_dim` every r tokens, plus an indexer row of `idx_head_dim` on ratio-4 layers.
+/// Growth of the compressed caches per token of context (docs/model.md#kv-bytes-per-token): a ratio-r layer
+/// stores one f32 row of `head_dim` every r tokens, plus an indexer row of `idx_head_dim` on ratio-4 layers.
 /// Flash: 21 × 640 B + 20 × 16 B = 13,760 B.
 pub fn kv_bytes_per_context_token(hp: &HParams) -> f64 {
     (0..hp.n_layer)
@@ -161,7 +162,8 @@ pub fn kv_bytes_per_context_token(hp: &HParams) -> f64 {
         .sum()
 }
 
-/// Compressed-row cache bytes at context `ctx` (spec §8.3 formula Σ (ctx/ratio + 2)·width·4).
+/// Compressed-row cache bytes at context `ctx`: Σ (ctx/ratio + 2)·width·4
+/// (docs/model.md#kv-bytes-per-token).
 pub fn compressed_kv_bytes(hp: &HParams, ctx: u64) -> u64 {
     (0..hp.n_layer)
         .filter(|&l| hp.ratio(l) != 0)
@@ -221,13 +223,13 @@ mod tests {
 
     #[test]
     fn flash_per_token_bytes_match_spec_8_2() {
-        // Spec §8.2 rows (GB = 1e9 B) and totals 9.56 GB (q2) / 11.38 GB (q4); the spec rounds to the
-        // shown digits, so each check allows half a unit of the last digit.
+        // docs/model.md#weight-bytes-per-token rows (GB = 1e9 B) and totals 9.56 GB (q2) / 11.38 GB (q4),
+        // rounded to the shown digits, so each check allows half a unit of the last digit.
         let q2 = flash(ExpertTypes::Q2);
         let q4 = flash(ExpertTypes::Q4);
         let gb = |b: u64| b as f64 / 1e9;
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-        // The spec's table leaves out RMSNorm weights and sinks (≈1.8 MB); compare without them and
+        // That table leaves out RMSNorm weights and sinks (≈1.8 MB); compare without them and
         // check they are that small.
         let spec_rows = |a: &Accounting| gb(a.per_token.total() - a.per_token.norms_and_sinks);
         assert!((spec_rows(&q2) - 9.56).abs() <= 0.005, "{}", spec_rows(&q2));
@@ -244,7 +246,8 @@ mod tests {
         assert!((gb(p.router) - 0.090).abs() <= 0.0005);
         assert!((mib(p.lm_head) - 537.0).abs() <= 0.5);
         assert_eq!(p.embedding_row, 8192);
-        // Per-expert matrix triple (spec §8.1): 7,077,888 B q2, 14,155,776 B q4; × 6 × 43 layers.
+        // Per-expert matrix triple (docs/model.md#file-sizes): 7,077,888 B q2, 14,155,776 B q4; × 6 × 43
+        // layers.
         assert_eq!(p.routed_experts, 7_077_888 * 6 * 43);
         assert_eq!(q4.per_token.routed_experts, 14_155_776 * 6 * 43);
     }
@@ -253,7 +256,8 @@ mod tests {
     fn flash_kv_and_totals_match_spec() {
         let hp = HParams::flash();
         assert_eq!(kv_bytes_per_context_token(&hp), 13_760.0);
-        // Spec §8.3: compressed rows at ctx 4K → 56.6 MB; 1M → 14.43 GB; raw windows 11.27 MB.
+        // docs/model.md#kv-bytes-per-token: compressed rows at ctx 4K → 56.6 MB; 1M → 14.43 GB; raw windows
+        // 11.27 MB.
         assert!((compressed_kv_bytes(&hp, 4096) as f64 / 1e6 - 56.6).abs() < 0.05);
         assert!((compressed_kv_bytes(&hp, 1_048_576) as f64 / 1e9 - 14.43).abs() < 0.005);
         assert!((raw_kv_bytes(&hp, 1 << 20) as f64 / 1e6 - 11.27).abs() < 0.005);

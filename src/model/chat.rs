@@ -1,21 +1,23 @@
-//! Chat conversation type and rendering to the exact DS4 prompt bytes and ids (spec §6).
+//! Chat conversation type and rendering to the exact DS4 prompt bytes and ids (docs/prompt.md).
 //!
-//! Owns the conversation model and the three rendering forms: the one-shot CLI prompt (§6.1, `run`),
-//! the from-scratch multi-turn prompt of the ds4 API server (§6.2) and the live token transcript of the
-//! ds4 CLI REPL (§6.3), which only ever appends so a cached session never re-prefills. Must not touch
-//! sessions or backends.
+//! Owns the conversation model and the three rendering forms: the one-shot CLI prompt
+//! (docs/prompt.md#one-shot-prompt, `run`), the from-scratch multi-turn prompt of the ds4 API server
+//! (docs/prompt.md#server-prompt) and the live token transcript of the ds4 CLI REPL
+//! (docs/prompt.md#live-transcript), which only ever appends so a cached session never re-prefills. Must not
+//! touch sessions or backends.
 //!
 //! Text → ids: the server form renders text and tokenizes it with added-token recognition
 //! ([`Tokenizer::encode`], the official tokenizer's behaviour; ds4 itself recognizes only the seven role
-//! strings of §5.2 there). The CLI forms tokenize each piece as plain text ([`Tokenizer::encode_plain`],
-//! ds4's `bpe_tokenize_text`) and push the role ids directly, so a user typing `<think>` cannot inject a
-//! control token.
+//! strings of docs/prompt.md#special-tokens there). The CLI forms tokenize each piece as plain text
+//! ([`Tokenizer::encode_plain`], ds4's `bpe_tokenize_text`) and push the role ids directly, so a user typing
+//! `<think>` cannot inject a control token.
 
 use serde::{Deserialize, Serialize};
 
 use super::tokenizer::{ASSISTANT_STR, BOS_STR, EOS_STR, THINK_END_STR, THINK_START_STR, Tokenizer, USER_STR};
 
-/// Reasoning mode of a turn (spec §6.1): off renders `</think>`, high and max render `<think>`.
+/// Reasoning mode of a turn (docs/prompt.md#think-modes): off renders `</think>`, high and max render
+/// `<think>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum ThinkMode {
     Off,
@@ -28,7 +30,7 @@ pub enum ThinkMode {
 /// Smallest context for which Think Max is honoured (ds4: 384K tokens).
 pub const THINK_MAX_MIN_CTX: u32 = 393_216;
 
-/// The Think Max instruction inserted right after BOS (spec §6.1, exact bytes).
+/// The Think Max instruction inserted right after BOS (docs/prompt.md#think-modes, exact bytes).
 pub const THINK_MAX_PREFIX: &str = concat!(
     "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n",
     "You MUST be very thorough in your thinking and comprehensively decompose the problem to resolve the root ",
@@ -125,7 +127,7 @@ pub struct RenderedPrompt {
     /// The prompt as text (what the ids spell, role markers included).
     pub text: String,
     pub ids: Vec<u32>,
-    /// The think mode actually used (Max may have become High, spec §6.1).
+    /// The think mode actually used (Max may have become High, docs/prompt.md#think-modes).
     pub think: ThinkMode,
 }
 
@@ -139,9 +141,9 @@ impl Conversation {
         self
     }
 
-    /// The server-form prompt text (spec §6.2, ds4_server.c render_chat_prompt_text) for an already
-    /// effective think mode: BOS, [Think Max prefix], all system texts joined by "\n\n", then the turns.
-    /// An assistant turn directly after a user turn opens with `<｜Assistant｜>` and, when thinking and it
+    /// The server-form prompt text (docs/prompt.md#server-prompt, ds4_server.c render_chat_prompt_text) for an
+    /// already effective think mode: BOS, [Think Max prefix], all system texts joined by "\n\n", then the
+    /// turns. An assistant turn directly after a user turn opens with `<｜Assistant｜>` and, when thinking and it
     /// is the last assistant turn after the last user message, its reasoning inside `<think>…</think>`;
     /// earlier reasoning is dropped (`</think>` only). Every assistant turn ends with EOS. A conversation
     /// ending on a user message ends with `<｜Assistant｜>` and the think tag.
@@ -192,8 +194,8 @@ impl Conversation {
         out
     }
 
-    /// Render from scratch (spec §6.2) with the mode the context allows, tokenized with added-token
-    /// recognition.
+    /// Render from scratch (docs/prompt.md#server-prompt) with the mode the context allows, tokenized with
+    /// added-token recognition.
     pub fn render(&self, tok: &Tokenizer, requested: ThinkMode, ctx: u32) -> RenderedPrompt {
         let think = requested.for_context(ctx);
         let text = self.render_text(think);
@@ -202,8 +204,9 @@ impl Conversation {
     }
 }
 
-/// The one-shot CLI prompt (spec §6.1, ds4_cli.c build_prompt): BOS, [Think Max prefix], [system],
-/// `<｜User｜>`, prompt, `<｜Assistant｜>`, think tag, each text piece tokenized on its own as plain text.
+/// The one-shot CLI prompt (docs/prompt.md#one-shot-prompt, ds4_cli.c build_prompt): BOS,
+/// [Think Max prefix], [system], `<｜User｜>`, prompt, `<｜Assistant｜>`, think tag, each text piece
+/// tokenized on its own as plain text.
 /// A prompt that starts with the BOS string is taken as fully rendered and tokenized with added-token
 /// recognition (its think mode is then whatever it spells; `think` reports the requested one).
 pub fn one_shot_prompt(tok: &Tokenizer, system: &str, prompt: &str, requested: ThinkMode, ctx: u32) -> RenderedPrompt {
@@ -247,8 +250,8 @@ pub struct TurnStart {
     pub first_changed: usize,
 }
 
-/// The live token transcript of a chat (spec §6.3, ds4 CLI REPL): BOS, [Think Max prefix], [system];
-/// then per turn `<｜User｜>` + user text + `<｜Assistant｜>` + think tag, every sampled token (reasoning
+/// The live token transcript of a chat (docs/prompt.md#live-transcript, ds4 CLI REPL): BOS, [Think Max prefix],
+/// [system]; then per turn `<｜User｜>` + user text + `<｜Assistant｜>` + think tag, every sampled token (reasoning
 /// included, never re-rendered) and EOS. It only grows, except that switching Think Max on or off
 /// inserts or removes the prefix after BOS (which invalidates the cache from position 1) and an
 /// interrupted turn that produced nothing is rolled back.

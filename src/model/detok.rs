@@ -1,4 +1,5 @@
-//! Streaming detokenizer (spec §5.4, §6.4): sampled ids in, text deltas out.
+//! Streaming detokenizer (docs/prompt.md#decoding-and-streaming, #stop-conditions): sampled ids in, text deltas
+//! out.
 //!
 //! Owns turning token bytes into display text while a turn streams: deltas are always whole UTF-8 (a
 //! trailing incomplete sequence is held until the next token completes it, and flushed lossily at the

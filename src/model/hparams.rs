@@ -1,4 +1,5 @@
-//! DeepSeek V4 Flash hyperparameters, read from GGUF metadata (spec §0.2, §1.2, §0.3).
+//! DeepSeek V4 Flash hyperparameters, read from GGUF metadata (docs/model.md#hyperparameters,
+//! docs/gguf.md#metadata, docs/model.md#layer-schedule).
 //!
 //! Owns the metadata keys, their validation and the layer schedule. Every dimension comes from the
 //! file, so tiny models of the same architecture load through the same code. Must not look at
@@ -8,7 +9,7 @@ use crate::gguf::{GgufError, GgufFile, MetaValue};
 
 pub const ARCH: &str = "deepseek4";
 
-/// Every hyperparameter the engine uses. Names follow spec §0.2.
+/// Every hyperparameter the engine uses. Names follow docs/model.md#hyperparameters.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HParams {
     pub n_layer: usize,
@@ -85,12 +86,13 @@ impl HParams {
     pub fn has_indexer(&self, layer: usize) -> bool {
         self.ratio(layer) == 4
     }
-    /// Overlap factor of a compressed layer: 2 for ratio 4, 1 otherwise (spec §3.7).
+    /// Overlap factor of a compressed layer: 2 for ratio 4, 1 otherwise (docs/model.md#compressor).
     pub fn compress_overlap(&self, layer: usize) -> usize {
         if self.ratio(layer) == 4 { 2 } else { 1 }
     }
 
-    /// ds4's fixed schedule (spec §0.3): 0 for layers 0 and 1, then 4 on even and 128 on odd layers.
+    /// ds4's fixed schedule (docs/model.md#layer-schedule): 0 for layers 0 and 1, then 4 on even and 128 on odd
+    /// layers.
     pub fn ds4_ratio_schedule(n_layer: usize) -> Vec<u32> {
         (0..n_layer)
             .map(|l| {
@@ -145,7 +147,7 @@ impl HParams {
         }
     }
 
-    /// The tiny test model of spec §10 (real vocabulary so the real tokenizer works).
+    /// The tiny test model of docs/model.md#tiny-model (real vocabulary so the real tokenizer works).
     pub fn tiny() -> HParams {
         let n_layer = 6;
         HParams {
@@ -178,7 +180,7 @@ impl HParams {
     }
 
     /// Read and validate from GGUF metadata. Integer keys accept any integer type (more lenient
-    /// than ds4's strict u32, spec pitfall 27); errors name the key and say expected vs found.
+    /// than ds4's strict u32, docs/gguf.md#metadata); errors name the key and say expected vs found.
     pub fn from_gguf(g: &GgufFile) -> Result<HParams, GgufError> {
         let arch = g.get("general.architecture").and_then(|v| v.as_str());
         match arch {

@@ -1,5 +1,5 @@
 //! The DS4 tensor inventory: every tensor's name, type rule, shape formula and weight group
-//! (spec §1.3), as one table that the loader validates against and the synthetic-model writer emits.
+//! (docs/gguf.md#tensors), as one table that the loader validates against and the synthetic-model writer emits.
 //!
 //! Owns names and shape formulas only; binding to file offsets is `weights.rs`.
 
@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn flash_file_sizes_match_spec_8_1() {
         let hp = HParams::flash();
-        // Spec §8.1: q2 80.76 GiB, q4 153.32 GiB with exp_probs_b on layers 3..42.
+        // docs/model.md#file-sizes: q2 80.76 GiB, q4 153.32 GiB with exp_probs_b on layers 3..42.
         let q2 = plan_bytes(&hp, ExpertTypes::Q2, false) as f64 / (1u64 << 30) as f64;
         let q4 = plan_bytes(&hp, ExpertTypes::Q4, false) as f64 / (1u64 << 30) as f64;
         assert!((q2 - 80.76).abs() < 0.005, "q2 {q2}");

@@ -1,13 +1,14 @@
-//! Tokenizer built from GGUF metadata (spec §5), giving exactly the ids of the official DeepSeek V4
-//! tokenizer.json (HF `tokenizers`, `add_special_tokens=false`), and the byte view of every token (§5.4).
+//! Tokenizer built from GGUF metadata (docs/prompt.md#tokenizer), giving exactly the ids of the official
+//! DeepSeek V4 tokenizer.json (HF `tokenizers`, `add_special_tokens=false`), and the byte view of every token
+//! (docs/prompt.md#decoding-and-streaming).
 //!
 //! Owns: reading `tokenizer.ggml.*`, the byte-level BPE + DeepSeek pre-tokenizer pipeline, added-token
 //! recognition, the special ids and token → bytes decoding. Must not render chats (`chat.rs`) or stream
 //! (`detok.rs`).
 //!
-//! Ground truth is the official tokenizer, not ds4's hand-written pre-tokenizer approximation (spec §5.3,
-//! pitfall 21): the two differ on some inputs, and the model was trained with the official one. The
-//! pipeline is built programmatically with the same components and regexes as the official
+//! Ground truth is the official tokenizer, not ds4's hand-written pre-tokenizer approximation
+//! (docs/prompt.md#tokenizer): the two differ on some inputs, and the model was trained with the official one.
+//! The pipeline is built programmatically with the same components and regexes as the official
 //! tokenizer.json (a unit test compares them with the vendored file).
 //!
 //! Which vocabulary entries are added tokens (matched inside text before BPE, like tokenizer.json's
@@ -75,7 +76,7 @@ const SPLIT_WORDS: &str = concat!(
     "|\\s+"
 );
 
-/// Role strings of the special tokens (spec §5.2), resolved by exact lookup.
+/// Role strings of the special tokens (docs/prompt.md#special-tokens), resolved by exact lookup.
 pub const BOS_STR: &str = "<｜begin▁of▁sentence｜>";
 pub const EOS_STR: &str = "<｜end▁of▁sentence｜>";
 pub const USER_STR: &str = "<｜User｜>";
@@ -84,7 +85,7 @@ pub const THINK_START_STR: &str = "<think>";
 pub const THINK_END_STR: &str = "</think>";
 pub const DSML_STR: &str = "｜DSML｜";
 
-/// Ids of the role tokens (spec §5.2).
+/// Ids of the role tokens (docs/prompt.md#special-tokens).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SpecialTokens {
     pub bos: u32,
@@ -201,7 +202,7 @@ fn string_array(g: &GgufFile, key: &str) -> Result<Vec<String>, GgufError> {
 type HfTokenizer = TokenizerImpl<BPE, NormalizerWrapper, PreTokenizerWrapper, PostProcessorWrapper, DecoderWrapper>;
 
 /// GPT-2 byte-level alphabet: bytes that print as themselves keep their code point, the other 68 map to
-/// 256, 257, ... in increasing byte order (spec §5.3).
+/// 256, 257, ... in increasing byte order (docs/prompt.md#byte-alphabet).
 fn byte_to_char_table() -> [char; 256] {
     let mut table = ['\0'; 256];
     let mut next = 256u32;
@@ -227,7 +228,7 @@ fn char_to_byte_table() -> Vec<Option<u8>> {
     inv
 }
 
-/// The DeepSeek V4 tokenizer (spec §5).
+/// The DeepSeek V4 tokenizer (docs/prompt.md#tokenizer).
 pub struct Tokenizer {
     hf: HfTokenizer,
     tokens: Vec<String>,
@@ -372,8 +373,9 @@ impl Tokenizer {
         hf.add_tokens(added)
             .map_err(|e| GgufError::msg(format!("tokenizer: cannot register the added tokens: {e}")))?;
 
-        // Token bytes (spec §5.4): added tokens and strings holding U+FF5C are literal, the rest goes
-        // through the inverse byte map (code points outside it are dropped, as ds4 does).
+        // Token bytes (docs/prompt.md#decoding-and-streaming): added tokens and strings holding U+FF5C are
+        // literal, the rest goes through the inverse byte map (code points outside it are dropped, as ds4
+        // does).
         let inv = char_to_byte_table();
         let mut bytes = Vec::with_capacity(n * 8);
         let mut offsets = Vec::with_capacity(n + 1);
@@ -427,7 +429,8 @@ impl Tokenizer {
         run().expect("DeepSeek tokenizer pipeline failed")
     }
 
-    /// Decoded bytes of one token (spec §5.4); empty for an id outside the vocabulary.
+    /// Decoded bytes of one token (docs/prompt.md#decoding-and-streaming); empty for an id outside the
+    /// vocabulary.
     pub fn token_bytes(&self, id: u32) -> Vec<u8> {
         self.token_bytes_ref(id).to_vec()
     }

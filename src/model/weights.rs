@@ -1,5 +1,5 @@
 //! Binding of a GGUF file to the DS4 tensor layout: every tensor checked by name, type and shape
-//! against `layout::tensor_plan` (spec §1.3), then exposed as typed per-layer views.
+//! against `layout::tensor_plan` (docs/gguf.md#tensors), then exposed as typed per-layer views.
 //!
 //! Owns the validation and the `Model` handle (file + hyperparameters + bound tensors). Zero copy:
 //! views are offsets into the mapping. Must not compute with the weights.
@@ -31,7 +31,7 @@ impl ExpertTensor {
     pub fn n_out(&self) -> usize {
         self.t.dims[1] as usize
     }
-    /// Bytes of one expert matrix (spec §0.1: tensor_expert_bytes).
+    /// Bytes of one expert matrix (docs/model.md#tensor-conventions).
     pub fn expert_bytes(&self) -> usize {
         self.n_out() * self.ty().row_bytes(self.n_in())
     }

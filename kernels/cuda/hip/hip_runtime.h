@@ -1,7 +1,7 @@
 // Device-side HIP-on-CUDA compatibility header, used ONLY by the nvcc build
 // (tools/build-kernels-nvcc.sh passes -Ikernels/cuda so that `#include <hip/hip_runtime.h>`
-// resolves here). The real HIP 5.2 NVIDIA headers do not compile with CUDA 12/13
-// (shared/notes/toolchain.md §4), and the kernels only need the device-side names below.
+// resolves here). The HIP 5.2 NVIDIA headers that Debian ships do not compile with CUDA 12/13,
+// and the kernels only need the device-side names below.
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>

@@ -1,5 +1,5 @@
-//! Attention core (spec §3.4): every query head against the shared K = V rows (the raw window, then
-//! the visible compressed rows), with a per-head sink that adds probability mass but no value.
+//! Attention core (docs/model.md#attention-core): every query head against the shared K = V rows (the raw
+//! window, then the visible compressed rows), with a per-head sink that adds probability mass but no value.
 //!
 //! Owns only the softmax-weighted sum; row selection (indexer) and projections live elsewhere.
 

@@ -1,7 +1,7 @@
-//! Per-layer session cache of the CPU engine (spec §4.1): the raw sliding window of KV rows, the
+//! Per-layer session cache of the CPU engine (docs/model.md#kv-cache): the raw sliding window of KV rows, the
 //! compressed attention rows, the indexer rows and both compressor states.
 //!
-//! Every stored row is f16-rounded on write (pitfall 12). Owns only storage and its invariants;
+//! Every stored row is f16-rounded on write (docs/model.md#kv-cache). Owns only storage and its invariants;
 //! the math that fills it lives in `forward.rs` / `compressor.rs`.
 
 use crate::gguf::half::round_f16;
@@ -74,18 +74,19 @@ pub struct LayerCache {
     pub index: Option<(Rows, CompressorState)>,
 }
 
-/// Raw window capacity min(W, ctx), at least 1 (spec §4.1).
+/// Raw window capacity min(W, ctx), at least 1 (docs/model.md#kv-cache).
 pub fn raw_cap(hp: &HParams, ctx: usize) -> usize {
     hp.sliding_window.min(ctx).max(1)
 }
 
-/// Compressed row capacity ctx/ratio + 2 (spec §4.1).
+/// Compressed row capacity ctx/ratio + 2 (docs/model.md#kv-cache).
 pub fn comp_cap(ctx: usize, ratio: usize) -> usize {
     ctx / ratio + 2
 }
 
 /// Compressed-row capacity of the most compressing-often layer (smallest nonzero ratio): the most
-/// compressed rows any layer holds, 0 when no layer compresses (spec §4.1, §4.3 header field).
+/// compressed rows any layer holds, 0 when no layer compresses (docs/model.md#kv-cache; a header field of the
+/// checkpoint payload).
 pub fn max_comp_cap(hp: &HParams, ctx: usize) -> usize {
     match hp.compress_ratios.iter().copied().filter(|&r| r != 0).min() {
         Some(r) => comp_cap(ctx, r as usize),

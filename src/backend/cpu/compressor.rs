@@ -1,4 +1,4 @@
-//! The KV compressor of compressed layers (spec §3.7): per-token state update and, every `ratio`
+//! The KV compressor of compressed layers (docs/model.md#compressor): per-token state update and, every `ratio`
 //! tokens, a per-dimension softmax pooling into one compressed row, normalised, rotated at the window
 //! start and passed through the layer's quantization simulation.
 //!
@@ -11,7 +11,7 @@ use super::transcend;
 /// The "minus infinity" sentinel of ds4 (a finite float) for empty score rows.
 pub const NEG_INF: f32 = -1.0e30;
 
-/// Rolling compressor state: `coff·ratio` rows × `coff·hd` columns of kv and score (spec §3.7).
+/// Rolling compressor state: `coff·ratio` rows × `coff·hd` columns of kv and score (docs/model.md#compressor).
 #[derive(Clone, Debug)]
 pub struct CompressorState {
     pub ratio: usize,
@@ -43,7 +43,7 @@ impl CompressorState {
         self.score.fill(NEG_INF);
     }
 
-    /// Reset the rows that belong to no live window after `n` tokens (spec §3.7 last bullet), so a
+    /// Reset the rows that belong to no live window after `n` tokens (docs/model.md#compressor), so a
     /// serialized state matches ds4's regardless of how the tokens were fed.
     pub fn clear_stale(&mut self, n: usize) {
         let w = self.width();
@@ -61,7 +61,7 @@ impl CompressorState {
         let slot = pos % r;
         let row = if r == 4 { 4 + slot } else { slot };
         self.kv[row * w..(row + 1) * w].copy_from_slice(kv_cur);
-        // ape row `slot` of the [coff·hd, ratio] tensor is added to the score (pitfall 10).
+        // ape row `slot` of the [coff·hd, ratio] tensor is added to the score (docs/model.md#compressor).
         let ape_row = &ape[slot * w..(slot + 1) * w];
         for j in 0..w {
             self.score[row * w + j] = sc_cur[j] + ape_row[j];
@@ -123,7 +123,7 @@ impl CompressorState {
     }
 }
 
-/// Which simulation a finished row goes through (spec §3.7 post-processing).
+/// Which simulation a finished row goes through (docs/model.md#compressor).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum RowKind {
     /// Attention row: E4M3 on the first `n_nope` dims.

@@ -1,7 +1,7 @@
-//! The forward pass (spec §3.1, §3.11) over a chunk of consecutive tokens, layer-major: per layer the
-//! projections run batched for every token of the chunk, then the tokens walk in order through RoPE,
-//! the KV quantization simulation, the raw window, compressors, indexer and attention — the decode
-//! math with the cache filled so far — then the batched output projection, HC post and FFN.
+//! The forward pass (docs/model.md#forward-pass, #batched-prefill) over a chunk of consecutive tokens,
+//! layer-major: per layer the projections run batched for every token of the chunk, then the tokens walk in
+//! order through RoPE, the KV quantization simulation, the raw window, compressors, indexer and attention — the
+//! decode math with the cache filled so far — then the batched output projection, HC post and FFN.
 //! Decode is the same code with a chunk of one token, so prefill and decode agree by construction.
 //!
 //! Owns the preallocated scratch (no allocation per token) and the chunk driver. Must not know about
@@ -146,7 +146,7 @@ impl Engine<'_> {
         assert!(n >= 1 && n <= s.n_max);
         let e = hp.n_embd;
         let hcd = hp.hc_dim();
-        // Embedding, replicated into every HC stream (spec §3.1 steps 1–2).
+        // Embedding, replicated into every HC stream (docs/model.md#forward-pass).
         let embd = &self.w.head.embd;
         for (t, &tok) in tokens.iter().enumerate() {
             let row = embd.row(self.file, tok as usize);
@@ -238,7 +238,7 @@ impl Engine<'_> {
                 eps,
             );
         }
-        // Batched projections (spec §3.4 steps 3–4).
+        // Batched projections (docs/model.md#query-and-kv-projections).
         matmul(self.pool, self.file, &lw.q_a, &s.xn, n, &mut s.qr, &mut s.q8);
         for t in 0..n {
             ops::rms_norm_inplace(&mut s.qr[t * qr_w..(t + 1) * qr_w], Some(&lw.q_a_norm), eps);
@@ -370,7 +370,8 @@ impl Engine<'_> {
                 hp.rms_eps,
             );
         }
-        // Shared expert, batched; gate and up share one Q8_0 quantization (spec §2.4).
+        // Shared expert, batched; gate and up share one Q8_0 quantization
+        // (docs/arithmetic.md#activation-quantization).
         quantize_rows_q8_0(&s.xn, e, n, &mut s.q8);
         matmul_q8_0_prequant(self.pool, self.file, &lw.gate_sh, &s.q8, 0, n, &mut s.sh_gate);
         matmul_q8_0_prequant(self.pool, self.file, &lw.up_sh, &s.q8, 0, n, &mut s.sh_up);
@@ -410,7 +411,7 @@ impl Engine<'_> {
         self.hc_post(n, s);
     }
 
-    /// Output head (spec §3.10) for the HC state of chunk token `t`.
+    /// Output head (docs/model.md#output-head) for the HC state of chunk token `t`.
     fn head(&self, t: usize, s: &mut Scratch, logits: &mut [f32]) {
         let hp = self.hp;
         let hw = &self.w.head;

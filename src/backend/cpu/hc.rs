@@ -1,14 +1,15 @@
-//! Hyper-connections: the Sinkhorn split of the control vector (spec §3.2), the weighted stream
-//! reduction, and the post step that writes a sublayer output back into the N_hc streams (§3.3).
+//! Hyper-connections: the Sinkhorn split of the control vector (docs/model.md#hc-pre), the weighted stream
+//! reduction, and the post step that writes a sublayer output back into the N_hc streams
+//! (docs/model.md#hc-post).
 //!
-//! The combine matrix is stored row-major as `comb[src·n + dst]` (pitfall 2): the softmax runs over
+//! The combine matrix is stored row-major as `comb[src·n + dst]` (docs/model.md#hc-post): the softmax runs over
 //! `dst` for each `src`, the post step computes new[dst] = Σ_src comb[src·n + dst]·old[src].
 
 use super::ops::sigmoid;
 use super::transcend;
 
 /// Split a control vector `mix` (2n + n² values) into pre weights (sigmoid + eps, not normalised),
-/// post weights (2·sigmoid) and the Sinkhorn-normalised combine matrix (spec §3.2, pitfall 3).
+/// post weights (2·sigmoid) and the Sinkhorn-normalised combine matrix (docs/model.md#hc-pre).
 /// `scale` = (s_pre, s_post, s_comb); `base` has the mix width.
 #[allow(clippy::too_many_arguments)]
 pub fn split_sinkhorn(
@@ -80,7 +81,7 @@ pub fn weighted_sum(out: &mut [f32], x: &[f32], w: &[f32], n_embd: usize) {
     }
 }
 
-/// HC post (spec §3.3): new[dst][d] = post[dst]·y[d] + Σ_src comb[src·n + dst]·old[src][d].
+/// HC post (docs/model.md#hc-post): new[dst][d] = post[dst]·y[d] + Σ_src comb[src·n + dst]·old[src][d].
 pub fn post(out: &mut [f32], y: &[f32], residual: &[f32], post: &[f32], comb: &[f32], n_embd: usize) {
     let n = post.len();
     for dst in 0..n {

@@ -1,5 +1,5 @@
-//! Lightning indexer of ratio-4 layers (spec §3.8): when more compressed rows exist than top-k, score
-//! every indexer row against the FP4-simulated query heads and keep the top-k rows.
+//! Lightning indexer of ratio-4 layers (docs/model.md#indexer): when more compressed rows exist than top-k,
+//! score every indexer row against the FP4-simulated query heads and keep the top-k rows.
 //!
 //! Owns the scoring and the selection rule (strict `>`, ties to the lower row).
 

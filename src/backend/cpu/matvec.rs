@@ -1,5 +1,5 @@
-//! Row-parallel matrix × activation drivers over the backend's rayon pool (spec §2.3: threads split only
-//! output rows, so the thread count never changes a result).
+//! Row-parallel matrix × activation drivers over the backend's rayon pool (docs/arithmetic.md#dot-products:
+//! threads split only output rows, so the thread count never changes a result).
 //!
 //! Owns `Mat` (a weight matrix located in the mapped file) and the batched products used by both
 //! decode (one token) and prefill (many tokens: each weight row is read once for all tokens).
@@ -101,7 +101,8 @@ pub fn quantize_rows_q8_0(x: &[f32], n_in: usize, n_tok: usize, q: &mut [Q8_0Act
 }
 
 /// out[t] = W · x[t] for Q8_0 or F16 weights (F32 activations, quantized here to Q8_0 when the
-/// weights are Q8_0, spec §2.4). `x` is `n_tok × w.n_in`, `out` is `n_tok × w.n_out`.
+/// weights are Q8_0, docs/arithmetic.md#products-by-weight-type).
+/// `x` is `n_tok × w.n_in`, `out` is `n_tok × w.n_out`.
 pub fn matmul(
     pool: &rayon::ThreadPool,
     file: &[u8],
@@ -125,7 +126,7 @@ pub fn matmul(
         GgmlType::F32 => {
             let n_in = w.n_in;
             par_rows(pool, out, n_tok, w.n_out, |o, t| {
-                // ds4 accumulates F32 matvecs in double (spec §2.3).
+                // ds4 accumulates F32 matvecs in double (docs/arithmetic.md#dot-products).
                 let row = w.row(file, o);
                 let xs = &x[t * n_in..(t + 1) * n_in];
                 let mut acc = 0.0f64;
@@ -142,7 +143,7 @@ pub fn matmul(
 
 /// Q8_0 weights against already-quantized activations. Row `o` reads the activation blocks starting at
 /// element `(o / rows_per_group) · w.n_in` when `rows_per_group` > 0 (grouped output projection,
-/// spec §3.4 step 12), else at 0.
+/// docs/model.md#grouped-output-projection), else at 0.
 pub fn matmul_q8_0_prequant(
     pool: &rayon::ThreadPool,
     file: &[u8],
@@ -164,7 +165,8 @@ pub fn matmul_q8_0_prequant(
     });
 }
 
-/// One routed expert matrix against one Q8_K activation: `out[o] = W_e[o] · x` (spec §2.3).
+/// One routed expert matrix against one Q8_K activation: `out[o] = W_e[o] · x`
+/// (docs/arithmetic.md#dot-products).
 pub fn matvec_expert(pool: &rayon::ThreadPool, file: &[u8], w: &Mat, x: &[BlockQ8K], out: &mut [f32]) {
     let dot: fn(&[u8], &[BlockQ8K]) -> f32 = match w.ty {
         GgmlType::Iq2Xxs => quant::dot_iq2_xxs,

@@ -1,5 +1,5 @@
-//! CPU reference backend (spec §2, §3, §4): the full DeepSeek V4 Flash forward pass, generic over
-//! every dimension read from the file, with chunked layer-major prefill and single-token decode.
+//! CPU reference backend (docs/model.md, docs/arithmetic.md): the full DeepSeek V4 Flash forward pass, generic
+//! over every dimension read from the file, with chunked layer-major prefill and single-token decode.
 //!
 //! Module map: `quant` (activation quantization, dot products), `matvec` (row-parallel drivers),
 //! `ops` (norms, RoPE, FP8/FP4 simulations), `hc` (hyper-connections), `attention`, `compressor`,
@@ -127,7 +127,8 @@ impl CpuBackend {
         self.tokens.extend_from_slice(chunk);
     }
 
-    /// Reset compressor rows that belong to no live window (spec §3.7), as ds4 does after a prefill.
+    /// Reset compressor rows that belong to no live window (docs/model.md#compressor), as ds4 does after a
+    /// prefill.
     fn clear_stale_compressor_rows(&mut self) {
         let n = self.tokens.len();
         for c in &mut self.caches {
@@ -157,7 +158,7 @@ impl Backend for CpuBackend {
 
     /// Every position must be below ctx: a token that would sit at position ≥ ctx is refused with
     /// `ContextFull` before anything is evaluated. (That a *prompt* must be strictly shorter than
-    /// ctx, pitfall 23, is the session's rule: `Session::sync`.)
+    /// ctx, docs/prompt.md#stop-conditions, is the session's rule: `Session::sync`.)
     fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), EngineError> {
         if tokens.is_empty() {
             return Ok(());

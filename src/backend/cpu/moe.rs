@@ -1,4 +1,4 @@
-//! FFN sublayer pieces (spec §3.9): router (sqrt-softplus), expert selection (hash table or biased
+//! FFN sublayer pieces (docs/model.md#moe): router (sqrt-softplus), expert selection (hash table or biased
 //! top-k), route weights, the routed SwiGLU experts with Q8_K activations, and the shared expert's
 //! clamped SwiGLU.
 //!
@@ -11,7 +11,7 @@ use super::ops::{silu, softplus};
 use super::quant::{BlockQ8K, QK_K, dot_f16, quantize_q8_k};
 use super::resolved::LayerW;
 
-/// Minimum of the selected-probability sum before normalisation (spec §3.9).
+/// Minimum of the selected-probability sum before normalisation (docs/model.md#router).
 const ROUTE_SUM_FLOOR: f32 = 6.103_515_6e-5;
 
 pub struct MoeScratch {
@@ -44,7 +44,7 @@ impl MoeScratch {
     }
 }
 
-/// Asymmetric SwiGLU clamp (pitfall 15): gate ≤ c only, up ∈ [−c, c]; off when c ≤ 1e-6.
+/// Asymmetric SwiGLU clamp (docs/model.md#swiglu-clamp): gate ≤ c only, up ∈ [−c, c]; off when c ≤ 1e-6.
 #[inline]
 pub fn swiglu(g: f32, u: f32, clamp: f32) -> f32 {
     if clamp > 1.0e-6 {
@@ -130,7 +130,7 @@ pub fn routed(
         let e = s.selected[i];
         matvec_expert(pool, file, &Mat::expert(&lw.gate_exps, e), &s.xq, &mut s.gate);
         matvec_expert(pool, file, &Mat::expert(&lw.up_exps, e), &s.xq, &mut s.up);
-        // The route weight scales the mid before its quantization (pitfall 15).
+        // The route weight scales the mid before its quantization (docs/model.md#routed-experts).
         let w = s.weights[i];
         for (g, &u) in s.gate.iter_mut().zip(&s.up) {
             *g = swiglu(*g, u, lw.clamp) * w;

@@ -1,5 +1,6 @@
-//! Elementwise and per-row operations of the forward pass: RMSNorm (§3.1), tail RoPE with YaRN (§3.5),
-//! the E4M3 / E2M1 round trips and the 128-point Hadamard (§3.6), and the small activations.
+//! Elementwise and per-row operations of the forward pass: RMSNorm (docs/model.md#rmsnorm), tail RoPE with YaRN
+//! (docs/model.md#rope-and-yarn), the E4M3 / E2M1 round trips and the 128-point Hadamard
+//! (docs/model.md#fp8-and-fp4-simulations), and the small activations.
 //!
 //! Owns only math on slices; no weights, no cache, no threading.
 
@@ -8,7 +9,7 @@ use crate::model::hparams::HParams;
 use super::reduce;
 use super::transcend;
 
-/// RMSNorm with the sum of squares accumulated in double (spec §3.1) in the block order shared with
+/// RMSNorm with the sum of squares accumulated in double (docs/model.md#rmsnorm) in the block order shared with
 /// the kernels (`reduce`); `w` None = no weight.
 pub fn rms_norm(out: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
     let ss = reduce::sum_squares_f64(x);
@@ -37,7 +38,7 @@ pub fn rms_norm_inplace(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
     }
 }
 
-/// Plain sigmoid 1/(1+e^−z) (HC split, spec §3.2).
+/// Plain sigmoid 1/(1+e^−z) (HC split, docs/model.md#hc-pre).
 #[inline]
 pub fn sigmoid(z: f32) -> f32 {
     1.0 / (1.0 + transcend::exp(-z))
@@ -59,7 +60,7 @@ pub fn silu(z: f32) -> f32 {
     z * sigmoid_stable(z)
 }
 
-/// softplus with the ±20 cut-offs of ds4's router (spec §3.9).
+/// softplus with the ±20 cut-offs of ds4's router (docs/model.md#router).
 #[inline]
 pub fn softplus(z: f32) -> f32 {
     if z > 20.0 {
@@ -71,7 +72,7 @@ pub fn softplus(z: f32) -> f32 {
     }
 }
 
-/// The RoPE flavour of one layer (spec §3.5): base, frequency scale and the YaRN ramp.
+/// The RoPE flavour of one layer (docs/model.md#rope-and-yarn): base, frequency scale and the YaRN ramp.
 #[derive(Clone, Copy, Debug)]
 pub struct Rope {
     pub n_rot: usize,
@@ -196,7 +197,8 @@ fn pow2_scale(amax: f32, limit: f32) -> f32 {
     (2.0f32).powi(e)
 }
 
-/// E4M3 round trip of the first `n_nope` dims of a KV row, per 64-element block (spec §3.6).
+/// E4M3 round trip of the first `n_nope` dims of a KV row, per 64-element block
+/// (docs/model.md#fp8-and-fp4-simulations).
 pub fn fp8_kv_round_trip(row: &mut [f32], n_nope: usize) {
     for blk in row[..n_nope].chunks_mut(64) {
         let amax = blk.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1.0e-4);
@@ -227,7 +229,7 @@ pub fn e2m1_round(x: f32) -> f32 {
     sign * E2M1_VALUES[best]
 }
 
-/// FP4 round trip per 32-element block with a power-of-two scale (spec §3.6).
+/// FP4 round trip per 32-element block with a power-of-two scale (docs/model.md#fp8-and-fp4-simulations).
 pub fn fp4_round_trip(row: &mut [f32]) {
     for blk in row.chunks_mut(32) {
         let amax = blk.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(7.052_966e-38);
@@ -259,7 +261,7 @@ pub fn hadamard_inplace(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v *= s);
 }
 
-/// Indexer activation simulation (spec §3.6): Hadamard then FP4, per head row.
+/// Indexer activation simulation (docs/model.md#fp8-and-fp4-simulations): Hadamard then FP4, per head row.
 pub fn indexer_qat(row: &mut [f32]) {
     hadamard_inplace(row);
     fp4_round_trip(row);

@@ -1,4 +1,4 @@
-//! Activation quantization (Q8_0, Q8_K) and the row dot products of the CPU reference (spec §2.2–§2.4).
+//! Activation quantization (Q8_0, Q8_K) and the row dot products of the CPU reference (docs/arithmetic.md).
 //!
 //! Owns the weight-row × activation kernels: Q8_0·Q8_0, F16·f32, IQ2_XXS·Q8_K, Q2_K·Q8_K, Q4_K·Q8_K.
 //! Each kernel reads one weight row straight from the mapped file bytes. Must not allocate or know
@@ -60,8 +60,9 @@ impl Q8_0Act {
 /// the same keeps our int8 codes on the same side of every rounding boundary.
 const RCP127: f32 = (1.0f64 / 127.0) as f32;
 
-/// Q8_0 activation quantization (spec §2.2): d = amax/127, q = clamp(rint(x/d)) — evaluated as
-/// d = amax·(1/127), x·(127/amax) like the reference binary. A trailing partial block is zero padded.
+/// Q8_0 activation quantization (docs/arithmetic.md#activation-quantization): d = amax/127,
+/// q = clamp(rint(x/d)) — evaluated as d = amax·(1/127), x·(127/amax) like the reference binary. A trailing
+/// partial block is zero padded.
 /// `out` must have been made with `Q8_0Act::with_len(x.len())` or larger.
 pub fn quantize_q8_0(x: &[f32], out: &mut Q8_0Act) {
     let nb = x.len().div_ceil(QK8_0);
@@ -81,7 +82,7 @@ pub fn quantize_q8_0(x: &[f32], out: &mut Q8_0Act) {
     }
 }
 
-/// One Q8_K activation block (spec §2.1): signed scale, 256 codes, sums of each 16 codes.
+/// One Q8_K activation block (docs/gguf.md#q8_k): signed scale, 256 codes, sums of each 16 codes.
 #[derive(Clone, Copy, Debug)]
 pub struct BlockQ8K {
     pub d: f32,
@@ -99,7 +100,8 @@ impl Default for BlockQ8K {
     }
 }
 
-/// Q8_K activation quantization (spec §2.2): the largest-magnitude element (first on ties) maps to −127.
+/// Q8_K activation quantization (docs/arithmetic.md#activation-quantization): the largest-magnitude element
+/// (first on ties) maps to −127.
 pub fn quantize_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
     debug_assert!(x.len().is_multiple_of(QK_K));
     for (blk, y) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
@@ -133,7 +135,8 @@ fn isum_u8_i8(w: &[u8], x: &[i8]) -> i32 {
     w.iter().zip(x).map(|(&a, &b)| a as i8 as i32 * b as i32).sum()
 }
 
-/// Q8_0 weight row · Q8_0 activation (spec §2.3): int32 block sums, float outer accumulation.
+/// Q8_0 weight row · Q8_0 activation (docs/arithmetic.md#dot-products): int32 block sums, float outer
+/// accumulation.
 /// `xq`/`xs` are the codes and scales of the activation blocks this row reads (a group's slice for
 /// the grouped output projection).
 pub fn dot_q8_0(row: &[u8], xq: &[i8], xs: &[f32]) -> f32 {
@@ -147,9 +150,9 @@ pub fn dot_q8_0(row: &[u8], xq: &[i8], xs: &[f32]) -> f32 {
     acc
 }
 
-/// F16 weight row · f32 activation (spec §2.3): one sequential float accumulator, multiply then
-/// add — the order ds4's x86 build executes (its f16 conversion keeps the loop scalar). The kernels
-/// reproduce this chain (a tree order instead moves the case A vectors outside their tolerance).
+/// F16 weight row · f32 activation (docs/arithmetic.md#dot-products): one sequential float accumulator,
+/// multiply then add — the order ds4's x86 build executes (its f16 conversion keeps the loop scalar). The
+/// kernels reproduce this chain (a tree order instead moves the case A vectors outside their tolerance).
 pub fn dot_f16(row: &[u8], x: &[f32]) -> f32 {
     let t = f16_table();
     let mut acc = 0.0f32;
@@ -222,8 +225,8 @@ fn iq2_sign_rows() -> &'static [[i8; 8]; 128] {
     })
 }
 
-/// IQ2_XXS weight row · Q8_K activation (spec §2.3): Σ (2·ls+1)·Σ(±grid·q8) per 32, × d·y.d, × 1/8.
-/// (Checked bit-identical to ds4's x86 -O3 -ffast-math build on 2000 random 3-block rows.)
+/// IQ2_XXS weight row · Q8_K activation (docs/arithmetic.md#dot-products): Σ (2·ls+1)·Σ(±grid·q8) per 32, ×
+/// d·y.d, × 1/8. (Checked bit-identical to ds4's x86 -O3 -ffast-math build on 2000 random 3-block rows.)
 pub fn dot_iq2_xxs(row: &[u8], x: &[BlockQ8K]) -> f32 {
     let t = f16_table();
     let grid = iq2_grid_bytes();
@@ -254,7 +257,7 @@ pub fn dot_iq2_xxs(row: &[u8], x: &[BlockQ8K]) -> f32 {
     acc * 0.125
 }
 
-/// Q2_K weight row · Q8_K activation (spec §2.3).
+/// Q2_K weight row · Q8_K activation (docs/arithmetic.md#dot-products).
 pub fn dot_q2_k(row: &[u8], x: &[BlockQ8K]) -> f32 {
     let t = f16_table();
     let mut acc = 0.0f32;
@@ -288,10 +291,11 @@ pub fn dot_q2_k(row: &[u8], x: &[BlockQ8K]) -> f32 {
     acc
 }
 
-/// 6-bit scale and min of Q4_K sub-block `j` (spec §2.1): the format's own unpacking.
+/// 6-bit scale and min of Q4_K sub-block `j` (docs/gguf.md#block-formats): the format's own unpacking.
 pub use crate::gguf::dequant::q4_k_scale_min;
 
-/// Q4_K weight row · Q8_K activation (spec §2.3, the CUDA formula; ds4's CPU path has none).
+/// Q4_K weight row · Q8_K activation (docs/arithmetic.md#dot-products, the CUDA formula; ds4's CPU path has
+/// none).
 pub fn dot_q4_k(row: &[u8], x: &[BlockQ8K]) -> f32 {
     let t = f16_table();
     let mut acc = 0.0f32;

@@ -5,7 +5,7 @@
 //! added in group order.
 //!
 //! Float addition is not associative, so the GPU can only reproduce the CPU's numbers if both add in
-//! the same order. Used for the RMSNorm sum of squares (spec §3.1), where ds4 keeps one running
+//! the same order. Used for the RMSNorm sum of squares (docs/model.md#rmsnorm), where ds4 keeps one running
 //! double sum: the squares are exact in double and the sum is rounded to float afterwards, so this
 //! order gives ds4's float scale in all but vanishingly rare cases (the case A figures are unchanged
 //! to the last digit), while a GPU block runs it with the latency of a tree.

@@ -1,5 +1,5 @@
-//! The checkpoint payload (spec §4.3, "DS4 session payload"): token ids, next-token logits and every
-//! layer's live cache rows and compressor states, little endian. Layout fields come from the model's
+//! The checkpoint payload (docs/model.md#checkpoints, "DS4 session payload"): token ids, next-token logits and
+//! every layer's live cache rows and compressor states, little endian. Layout fields come from the model's
 //! hyperparameters, so tiny models serialize with their own dimensions.
 //!
 //! Owns serialization and its validation; a rejected payload leaves the backend untouched.
