@@ -177,7 +177,7 @@ pub fn screen(app: &App, w: u16, h: u16) -> String {
     draw_text(&mut t, &app)
 }
 
-/// Draws `app` on an existing test terminal (its render cache persists between calls) and returns
+/// Draws `app` on an existing test terminal (as the run loop draws frame after frame) and returns
 /// the screen as plain text.
 pub fn draw_text(t: &mut Terminal<TestBackend>, app: &App) -> String {
     t.draw(|f| ds4_chat::tui::ui::draw(f, app)).unwrap();

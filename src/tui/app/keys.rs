@@ -128,7 +128,8 @@ pub struct KeyBinding {
     pub label: &'static str,
     pub help: &'static str,
     pub chords: &'static [Chord],
-    /// Shown on the help screen (editing keys are not: they work as in a shell).
+    /// Listed on the help screen (the editing keys, which work as in a shell, and Ctrl+Home are
+    /// not).
     pub in_help: bool,
 }
 
@@ -141,7 +142,7 @@ const fn row(label: &'static str, help: &'static str, chords: &'static [Chord]) 
     }
 }
 
-const fn editing(label: &'static str, help: &'static str, chords: &'static [Chord]) -> KeyBinding {
+const fn unlisted(label: &'static str, help: &'static str, chords: &'static [Chord]) -> KeyBinding {
     KeyBinding {
         label,
         help,
@@ -239,22 +240,22 @@ pub const KEY_BINDINGS: &[KeyBinding] = &[
         &[chord(K::F(2), Mods::Any, A::ToggleSidePanel)],
     ),
     row("", "paste keeps newlines", &[]),
-    editing(
+    unlisted(
         "Ctrl+Home",
         "scroll to the top",
         &[chord(K::Home, Mods::Ctrl, A::ScrollToTop)],
     ),
-    editing(
+    unlisted(
         "Ctrl+U",
         "delete to the line start",
         &[chord(K::Char('u'), Mods::Ctrl, A::DeleteToLineStart)],
     ),
-    editing(
+    unlisted(
         "Ctrl+W",
         "delete the word before the cursor",
         &[chord(K::Char('w'), Mods::Ctrl, A::DeleteWord)],
     ),
-    editing(
+    unlisted(
         "Ctrl+A, Home",
         "line start",
         &[
@@ -262,7 +263,7 @@ pub const KEY_BINDINGS: &[KeyBinding] = &[
             chord(K::Home, Mods::Any, A::LineStart),
         ],
     ),
-    editing(
+    unlisted(
         "Ctrl+E, End",
         "line end",
         &[
@@ -270,7 +271,7 @@ pub const KEY_BINDINGS: &[KeyBinding] = &[
             chord(K::End, Mods::Any, A::LineEnd),
         ],
     ),
-    editing(
+    unlisted(
         "Backspace, Delete",
         "delete a character",
         &[
@@ -278,7 +279,7 @@ pub const KEY_BINDINGS: &[KeyBinding] = &[
             chord(K::Delete, Mods::Any, A::Delete),
         ],
     ),
-    editing(
+    unlisted(
         "Left/Right/Up/Down",
         "move the cursor",
         &[

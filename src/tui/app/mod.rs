@@ -127,13 +127,13 @@ impl App {
     }
 
     /// The worker is gone (its channel closed or a command could not be sent).
-    pub fn engine_stopped(&mut self) {
+    fn engine_stopped(&mut self) {
         if !self.should_quit && !matches!(self.phase, Phase::Failed(_)) {
             self.phase = Phase::Failed("the engine worker has stopped".into());
         }
     }
 
-    pub fn on_transcript_saved(&mut self, path: &Path, result: Result<(), String>) {
+    fn on_transcript_saved(&mut self, path: &Path, result: Result<(), String>) {
         self.status = Some(match result {
             Ok(()) => format!("saved {}", path.display()),
             Err(e) => format!("cannot save {}: {e}", path.display()),

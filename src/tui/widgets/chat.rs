@@ -52,6 +52,17 @@ pub struct ChatCache {
     lines: HashMap<ChatCacheKey, ChatLines>,
 }
 
+impl ChatCache {
+    /// Turn layouts held.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+}
+
 /// The cache key of the finished turn `items[i]`; `None` for notes and turns in flight (those are
 /// laid out on every frame).
 fn cache_key(app: &App, i: usize, width: usize) -> Option<ChatCacheKey> {
