@@ -1,5 +1,5 @@
 //! The app: its state (`App`, with the data types of `state`) and `App::update`, the one function
-//! the run loop feeds every event to. Updates are pure: they change the state and return `Effect`s
+//! the run loop feeds every event to. Updates do no I/O: they change the state and return `Effect`s
 //! (engine commands, a file to write, text to copy) for the run loop to perform.
 //!
 //! Owns the conversation as shown, the live metrics, the input, scrolling, overlays and the chat's
