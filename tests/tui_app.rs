@@ -1,5 +1,6 @@
 //! Behaviour of the app state: keys → worker commands, slash commands, scrolling, history, paste,
-//! clipboard and saving. Pure (no terminal): `App::on_key` / `App::on_engine_event` only.
+//! clipboard and saving. Pure (no terminal): `App::on_key` / `App::on_engine_event` and the effects
+//! they return, performed as the run loop does (`tui_common::settle`).
 
 mod tui_common;
 
@@ -9,6 +10,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent, MouseEventKi
 use ds4_chat::engine::events::{Command, Event, FinishReason, TextKind};
 use ds4_chat::model::chat::{Conversation, Role, ThinkMode};
 use ds4_chat::tui::app::{App, Item, Phase};
+use ds4_chat::tui::effect::Effect;
 use tui_common::*;
 
 fn ready_app() -> App {
@@ -62,7 +64,7 @@ fn newline_keys_and_paste_keep_newlines() {
     app.on_key(ctrl('j'));
     app.on_paste("c\r\nd");
     assert_eq!(app.input.text, "a\nb\nc\nd");
-    let cmds = app.on_key(key(KeyCode::Enter));
+    let cmds = press(&mut app, key(KeyCode::Enter));
     assert_eq!(
         submitted(&cmds).conversation.messages.last().unwrap().content,
         "a\nb\nc\nd"
@@ -73,7 +75,7 @@ fn newline_keys_and_paste_keep_newlines() {
 fn esc_cancels_generation_then_twice_quits() {
     let mut app = ready_app();
     send(&mut app, "hi");
-    let cmds = app.on_key(key(KeyCode::Esc));
+    let cmds = press(&mut app, key(KeyCode::Esc));
     assert!(matches!(cmds.as_slice(), [Command::Cancel]));
     assert_eq!(app.phase, Phase::Cancelling);
     app.on_engine_event(Event::TurnFinished {
@@ -82,7 +84,7 @@ fn esc_cancels_generation_then_twice_quits() {
         context_used: 12,
     });
     assert_eq!(app.phase, Phase::Idle);
-    assert!(app.on_key(key(KeyCode::Esc)).is_empty());
+    assert!(press(&mut app, key(KeyCode::Esc)).is_empty());
     assert!(!app.should_quit, "one Esc while idle only arms");
     app.on_key(key(KeyCode::Esc));
     assert!(app.should_quit);
@@ -92,7 +94,7 @@ fn esc_cancels_generation_then_twice_quits() {
 fn ctrl_c_cancels_while_generating_and_quits_when_idle() {
     let mut app = ready_app();
     send(&mut app, "hi");
-    assert!(matches!(app.on_key(ctrl('c')).as_slice(), [Command::Cancel]));
+    assert!(matches!(press(&mut app, ctrl('c')).as_slice(), [Command::Cancel]));
     assert!(!app.should_quit);
     app.on_engine_event(Event::TurnFinished {
         reason: FinishReason::Cancelled,
@@ -182,7 +184,7 @@ fn clear_resets_and_ctx_reloads() {
     let mut app = ready_app();
     send(&mut app, "one");
     full_turn(&mut app, &[], &["A"], Duration::from_millis(10));
-    assert!(matches!(app.on_key(ctrl('l')).as_slice(), [Command::Reset]));
+    assert!(matches!(press(&mut app, ctrl('l')).as_slice(), [Command::Reset]));
     assert!(app.items.is_empty());
     let cmds = send(&mut app, "/ctx 4096");
     assert!(
@@ -210,7 +212,7 @@ fn tab_toggles_reasoning_and_completes_slash_commands() {
     app.on_key(key(KeyCode::Tab));
     assert_eq!(app.input.text, "/retry");
     app.input.set("/s");
-    let names: Vec<&str> = app.slash_matches().iter().map(|m| m.0).collect();
+    let names: Vec<&str> = app.slash_matches().iter().map(|m| m.name).collect();
     assert_eq!(names, vec!["/system", "/seed", "/save"]);
 }
 
@@ -260,12 +262,14 @@ fn scrolling_stops_following_and_end_follows_again() {
 #[test]
 fn ctrl_y_copies_the_last_answer() {
     let mut app = ready_app();
-    app.on_key(ctrl('y'));
-    assert_eq!(app.clipboard, None);
+    assert!(app.on_key(ctrl('y')).is_empty());
+    assert_eq!(app.status.as_deref(), Some("no answer to copy yet"));
     send(&mut app, "q");
     full_turn(&mut app, &["r"], &["the ", "answer"], Duration::from_millis(10));
-    app.on_key(ctrl('y'));
-    assert_eq!(app.clipboard.as_deref(), Some("the answer"));
+    match app.on_key(ctrl('y')).as_slice() {
+        [Effect::CopyToClipboard(text)] => assert_eq!(text, "the answer"),
+        other => panic!("{other:?}"),
+    }
     assert_eq!(
         ds4_chat::tui::terminal::osc52("the answer"),
         "\x1b]52;c;dGhlIGFuc3dlcg==\x07" // base64("the answer")
@@ -289,9 +293,122 @@ fn save_writes_json_and_markdown() {
     let text = std::fs::read_to_string(&md).unwrap();
     assert!(text.contains("## User\n\nWhat is 2+2?\n"), "{text}");
     assert!(text.contains("## Assistant\n\n> add\n\n4\n"), "{text}");
+    assert_eq!(app.status.as_deref(), Some(format!("saved {}", md.display()).as_str()));
     send(&mut app, "/save /nonexistent-dir/x.json");
     assert!(app.status.as_deref().unwrap().contains("/nonexistent-dir/x.json"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn dir_entries(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn save_is_done_by_the_run_loop_and_a_failed_save_leaves_nothing_behind() {
+    let mut app = ready_app();
+    send(&mut app, "q");
+    full_turn(&mut app, &[], &["a"], Duration::from_millis(10));
+    let dir = std::env::temp_dir().join(format!("ds4-chat-save-atomic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // The update only asks for the write; nothing is on disk until the effect is performed.
+    let target = dir.join("t.json");
+    type_text(&mut app, &format!("/save {}", target.display()));
+    let effects = app.on_key(key(KeyCode::Enter));
+    assert!(
+        matches!(effects.as_slice(), [Effect::SaveTranscript { path, .. }] if *path == target),
+        "{effects:?}"
+    );
+    assert!(!target.exists());
+    settle(&mut app, effects);
+    assert_eq!(dir_entries(&dir), vec!["t.json"]);
+    // A file in a missing directory: one line naming the path, and nothing created.
+    let missing = dir.join("missing").join("x.md");
+    send(&mut app, &format!("/save {}", missing.display()));
+    let status = app.status.clone().unwrap();
+    assert!(
+        status.starts_with(&format!("cannot save {}: ", missing.display())),
+        "{status}"
+    );
+    assert!(!status.contains('\n'), "{status}");
+    assert_eq!(dir_entries(&dir), vec!["t.json"]);
+    // A target that cannot be replaced (a directory): the bytes were written to a temporary file
+    // first, and it is gone after the failed rename.
+    let taken = dir.join("taken.md");
+    std::fs::create_dir(&taken).unwrap();
+    send(&mut app, &format!("/save {}", taken.display()));
+    assert!(
+        app.status.as_deref().unwrap().starts_with("cannot save "),
+        "{:?}",
+        app.status
+    );
+    assert_eq!(dir_entries(&dir), vec!["t.json", "taken.md"]);
+    assert!(dir_entries(&taken).is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn every_slash_command_is_in_help_and_completes() {
+    use ds4_chat::tui::app::commands::{SLASH_COMMANDS, find};
+    let mut app = ready_app();
+    app.on_key(key(KeyCode::F(1)));
+    let help = screen(&app, 110, 32);
+    app.on_key(key(KeyCode::Esc));
+    for c in SLASH_COMMANDS {
+        let line = help
+            .lines()
+            .find(|l| l.contains(&format!(" {} {} ", c.name, c.arg)))
+            .unwrap_or_else(|| panic!("{} missing from help:\n{help}", c.name));
+        assert!(line.contains(c.help), "{line}");
+        app.input.set(c.name);
+        assert!(app.slash_matches().iter().any(|m| m.name == c.name), "{}", c.name);
+        app.on_key(key(KeyCode::Tab));
+        assert_eq!(app.input.text.trim_end(), c.name, "Tab on {}", c.name);
+        for alias in c.aliases {
+            assert_eq!(find(alias).map(|f| f.name), Some(c.name));
+        }
+    }
+    app.input.take();
+    send(&mut app, "/exit");
+    assert!(app.should_quit, "an alias runs its command");
+}
+
+#[test]
+fn every_key_in_the_table_reaches_its_action_and_help_lists_it() {
+    use ds4_chat::tui::app::keys::{KEY_BINDINGS, Mods, When};
+    let mut app = ready_app();
+    app.on_key(key(KeyCode::F(1)));
+    let help = screen(&app, 110, 32);
+    for b in KEY_BINDINGS {
+        if b.in_help {
+            assert!(
+                help.contains(&format!("{:<11}{}", b.label, b.help)),
+                "{} missing:\n{help}",
+                b.label
+            );
+        }
+        for c in b.chords {
+            let mut app = ready_app();
+            app.history.push("earlier".into());
+            match c.when {
+                When::Always => app.input.set("x"),
+                When::InputEmpty | When::ScrolledOrInputEmpty | When::RecallingOrInputEmpty => {}
+                When::Recalling => app.history_pos = Some(0),
+            }
+            let mods = match c.mods {
+                Mods::Ctrl => KeyModifiers::CONTROL,
+                Mods::Modified => KeyModifiers::ALT,
+                Mods::Any | Mods::NoCtrl | Mods::NoCtrlAlt | Mods::Bare => KeyModifiers::NONE,
+            };
+            let k = KeyEvent::new(c.code, mods);
+            assert_eq!(app.key_action(&k), Some(c.action), "{} {:?}", b.label, c);
+        }
+    }
 }
 
 #[test]

@@ -279,3 +279,25 @@ fn cached_finished_turns_follow_tab_retry_and_resize() {
         "{s}"
     );
 }
+
+#[test]
+fn finished_turns_are_laid_out_in_update_and_drawing_only_reads_them() {
+    let mut app = file_app();
+    app.on_engine_event(Event::Loaded(model_info()));
+    send(&mut app, "first question");
+    assert!(app.chat_cache.is_empty(), "a turn in flight is laid out on every frame");
+    full_turn(&mut app, &["plan"], &["first answer"], Duration::from_millis(10));
+    assert_eq!(app.chat_cache.len(), 1, "the finished turn is laid out by the update");
+    // Stale layouts (other widths) are dropped: the cache stays bounded however often it resizes.
+    for w in 60..=120 {
+        app.on_resize(w, 30);
+    }
+    assert!(app.chat_cache.len() <= 2 + 16 + 1, "{}", app.chat_cache.len());
+    let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(120, 30)).unwrap();
+    let from_cache = draw_text(&mut t, &app);
+    let mut uncached = app.clone();
+    uncached.chat_cache = Default::default();
+    let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(120, 30)).unwrap();
+    assert_eq!(draw_text(&mut t, &uncached), from_cache);
+    assert!(from_cache.contains("first answer"), "{from_cache}");
+}

@@ -1,9 +1,11 @@
 //! One event channel for the app: an input thread (keys, paste, mouse, resize), a forwarder of the
-//! engine's events and a signal thread (SIGTERM/SIGHUP) all feed it, and the main loop blocks on it
-//! with a timeout (so an idle app sleeps).
+//! engine's events, a signal thread (SIGTERM/SIGHUP) and the run loop itself (the outcome of an
+//! effect it performed, the first terminal size) all feed it, and the main loop blocks on it with a
+//! timeout (so an idle app sleeps; there is no tick: nothing on screen changes without an event).
 //!
 //! Owns only threads and the channel; decisions are `App`'s.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -26,6 +28,11 @@ pub enum AppEvent {
     EngineGone,
     /// SIGTERM or SIGHUP: restore the terminal and leave.
     Signal(i32),
+    /// The run loop wrote (or failed to write) a transcript (`Effect::SaveTranscript`).
+    TranscriptSaved {
+        path: PathBuf,
+        result: Result<(), String>,
+    },
 }
 
 /// The channel and the threads that feed it; dropping it stops the input thread.

@@ -1,11 +1,13 @@
-//! The terminal UI: `App` state updated by pure functions, one event channel, a pure render
-//! function and one file per widget (the ratatui template's app / event / tui / ui split).
+//! The terminal UI: `App` state updated by pure functions that return effects, one event channel,
+//! a pure render function and one file per widget (the ratatui template's app / event / tui / ui
+//! split). The run loop here is the only place effects are performed.
 //!
 //! Owns everything drawn on the terminal. Talks to the engine only through
 //! `engine::events::{Command, Event}`; never blocks on it (the worker runs on its own thread).
 
 pub mod app;
 pub mod config;
+pub mod effect;
 pub mod event;
 pub mod terminal;
 pub mod ui;
@@ -15,6 +17,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use app::App;
+use effect::Effect;
 use event::{AppEvent, EventHub};
 
 use crate::engine::events::{Command, Event};
@@ -93,8 +96,9 @@ fn event_loop(
 ) -> Result<(), String> {
     let io = |e: std::io::Error| format!("terminal: {e}");
     let size = terminal.size().map_err(io)?;
-    app.on_resize(size.width, size.height);
-    let mut dirty = true;
+    // The first size goes through the channel like every later one; the first frame follows it.
+    let _ = hub.sender().send(AppEvent::Resize(size.width, size.height));
+    let mut dirty = false;
     let mut last_draw = Instant::now() - FRAME;
     loop {
         if dirty && last_draw.elapsed() >= FRAME {
@@ -119,53 +123,31 @@ fn event_loop(
         let mut ev = Some(first);
         let mut n = 0;
         while let Some(e) = ev {
-            for cmd in handle(app, e) {
-                if let Some(c) = commands
-                    && c.send(cmd).is_err()
-                    && !matches!(app.phase, app::Phase::Failed(_))
-                {
-                    app.phase = app::Phase::Failed("the engine worker has stopped".into());
-                }
+            for effect in app.update(e) {
+                perform(effect, hub, commands);
             }
             n += 1;
             ev = if n < 4096 { hub.try_next() } else { None };
-        }
-        if let Some(text) = app.clipboard.take() {
-            let _ = terminal::copy_to_clipboard(&text);
         }
         dirty = true;
     }
 }
 
-/// Applies one event to the app; returns commands for the worker.
-pub fn handle(app: &mut App, ev: AppEvent) -> Vec<Command> {
-    match ev {
-        AppEvent::Key(k) => app.on_key(k),
-        AppEvent::Paste(s) => {
-            app.on_paste(&s);
-            Vec::new()
-        }
-        AppEvent::Mouse(m) => {
-            app.on_mouse(m);
-            Vec::new()
-        }
-        AppEvent::Resize(c, r) => {
-            app.on_resize(c, r);
-            Vec::new()
-        }
-        AppEvent::Engine(e) => {
-            app.on_engine_event(e);
-            Vec::new()
-        }
-        AppEvent::EngineGone => {
-            if !app.should_quit && !matches!(app.phase, app::Phase::Failed(_)) {
-                app.phase = app::Phase::Failed("the engine worker has stopped".into());
+/// Performs one effect an update returned; an outcome the app must see comes back as an event.
+fn perform(effect: Effect, hub: &EventHub, commands: Option<&Sender<Command>>) {
+    match effect {
+        Effect::Engine(cmd) => {
+            if let Some(c) = commands
+                && c.send(cmd).is_err()
+            {
+                let _ = hub.sender().send(AppEvent::EngineGone);
             }
-            Vec::new()
         }
-        AppEvent::Signal(_) => {
-            app.should_quit = true;
-            Vec::new()
+        Effect::SaveTranscript { path, contents } => {
+            let _ = hub.sender().send(effect::save_transcript(path, &contents));
+        }
+        Effect::CopyToClipboard(text) => {
+            let _ = terminal::copy_to_clipboard(&text);
         }
     }
 }

@@ -70,6 +70,12 @@ fn chat_block(title: &str) -> Block<'_> {
     Block::default().borders(Borders::TOP).title(title)
 }
 
+/// Text width of the chat pane at the app's terminal size; `None` when the terminal is too small.
+pub fn chat_width(app: &App) -> Option<usize> {
+    let area = Rect::new(0, 0, app.size.0, app.size.1);
+    layout(area, app).map(|a| chat_inner(a.chat).width as usize)
+}
+
 /// (total chat lines, visible rows) at the app's terminal size; used for scrolling.
 pub fn chat_geometry(app: &App) -> (usize, usize) {
     let area = Rect::new(0, 0, app.size.0, app.size.1);
@@ -148,14 +154,14 @@ fn draw_slash_hints(frame: &mut Frame, a: Areas, app: &App, p: &Palette) {
     let lines: Vec<Line> = matches
         .iter()
         .take(rows as usize)
-        .map(|(name, arg, help)| {
+        .map(|c| {
             Line::from(vec![
                 Span::styled(
-                    format!("{name:<11}"),
+                    format!("{:<11}", c.name),
                     Style::default().fg(p.accent).add_modifier(Modifier::BOLD),
                 ),
-                Span::styled(format!("{arg:<5}"), Style::default().fg(p.warn)),
-                Span::styled(help.to_string(), Style::default().fg(p.dim)),
+                Span::styled(format!("{:<5}", c.arg), Style::default().fg(p.warn)),
+                Span::styled(c.help.to_string(), Style::default().fg(p.dim)),
             ])
         })
         .collect();

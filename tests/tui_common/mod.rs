@@ -13,6 +13,7 @@ use ds4_chat::engine::events::{
 use ds4_chat::model::chat::ThinkMode;
 use ds4_chat::tui::app::App;
 use ds4_chat::tui::config::Config;
+use ds4_chat::tui::effect::Effect;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
@@ -30,15 +31,39 @@ pub fn alt(code: KeyCode) -> KeyEvent {
     KeyEvent::new(code, KeyModifiers::ALT)
 }
 
+/// Performs `effects` as the run loop does (a save writes its file and its outcome goes back to the
+/// app; a clipboard copy is dropped) and returns the commands for the worker.
+pub fn settle(app: &mut App, effects: Vec<Effect>) -> Vec<Command> {
+    let mut commands = Vec::new();
+    for e in effects {
+        match e {
+            Effect::Engine(c) => commands.push(c),
+            Effect::SaveTranscript { path, contents } => {
+                let outcome = ds4_chat::tui::effect::save_transcript(path, &contents);
+                let more = app.update(outcome);
+                commands.extend(settle(app, more));
+            }
+            Effect::CopyToClipboard(_) => {}
+        }
+    }
+    commands
+}
+
+/// Presses `k`; returns the commands produced.
+pub fn press(app: &mut App, k: KeyEvent) -> Vec<Command> {
+    let effects = app.on_key(k);
+    settle(app, effects)
+}
+
 /// Types `text` key by key; returns the commands produced.
 pub fn type_text(app: &mut App, text: &str) -> Vec<Command> {
-    text.chars().flat_map(|c| app.on_key(key(KeyCode::Char(c)))).collect()
+    text.chars().flat_map(|c| press(app, key(KeyCode::Char(c)))).collect()
 }
 
 /// Types `text` and presses Enter.
 pub fn send(app: &mut App, text: &str) -> Vec<Command> {
     let mut c = type_text(app, text);
-    c.extend(app.on_key(key(KeyCode::Enter)));
+    c.extend(press(app, key(KeyCode::Enter)));
     c
 }
 
@@ -152,7 +177,7 @@ pub fn screen(app: &App, w: u16, h: u16) -> String {
     draw_text(&mut t, &app)
 }
 
-/// Draws `app` on an existing test terminal (its render cache persists between calls) and returns
+/// Draws `app` on an existing test terminal (as the run loop draws frame after frame) and returns
 /// the screen as plain text.
 pub fn draw_text(t: &mut Terminal<TestBackend>, app: &App) -> String {
     t.draw(|f| ds4_chat::tui::ui::draw(f, app)).unwrap();

@@ -1,5 +1,9 @@
 //! The chat pane: scrollable history of turns (user, dimmed collapsible reasoning, markdown answer),
-//! app notes, the demo banner and the fatal-error block.
+//! app notes, the demo banner and the fatal-error block; and the cache of finished turns' wrapped
+//! lines, which `App` refreshes after each update so that drawing only reads it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -10,9 +14,8 @@ use ratatui::widgets::Paragraph;
 use super::markdown::{self, wrap_spans};
 use super::{Palette, fmt_count, fmt_secs};
 use crate::engine::events::{FinishReason, ModelSource};
-use crate::tui::app::{App, ChatLines, Item, Phase, Turn, TurnState};
+use crate::tui::app::{App, Item, Phase, Turn, TurnState};
 use crate::tui::config::Theme;
-use std::sync::Arc;
 
 const INDENT: &str = "  ";
 
@@ -35,8 +38,74 @@ pub fn line_count(app: &App, width: usize) -> usize {
     blocks(app, width).iter().map(|b| b.len()).sum()
 }
 
-/// The chat as consecutive blocks of lines. Finished turns come from the app's render cache, so a
-/// long history costs a lookup per turn per frame, not a markdown pass.
+/// Lines of one stretch of the chat, shared with the cache.
+pub type ChatLines = Arc<Vec<Line<'static>>>;
+
+/// What a finished turn's lines depend on: (turn id, width, selected, last item, reasoning shown,
+/// light theme).
+pub type ChatCacheKey = (u64, usize, bool, bool, bool, bool);
+
+/// Wrapped lines of the finished turns, so a long history costs a lookup per turn per frame, not a
+/// markdown pass. Holds the keys of the current items only (older ones are dropped on refresh).
+#[derive(Clone, Debug, Default)]
+pub struct ChatCache {
+    lines: HashMap<ChatCacheKey, ChatLines>,
+}
+
+impl ChatCache {
+    /// Turn layouts held.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+}
+
+/// The cache key of the finished turn `items[i]`; `None` for notes and turns in flight (those are
+/// laid out on every frame).
+fn cache_key(app: &App, i: usize, width: usize) -> Option<ChatCacheKey> {
+    match &app.items[i] {
+        Item::Turn(t) if !t.in_flight() => Some((
+            t.id,
+            width,
+            app.selected == Some(i),
+            i + 1 == app.items.len(),
+            t.reasoning_visible(),
+            app.config.theme == Theme::Light,
+        )),
+        _ => None,
+    }
+}
+
+/// Lays out every finished turn of `app` missing from `cache` at `width`, and drops entries no
+/// current turn uses.
+pub fn refresh_cache(cache: &mut ChatCache, app: &App, width: usize) {
+    let p = Palette::for_theme(app.config.theme);
+    let mut live = 0;
+    for (i, item) in app.items.iter().enumerate() {
+        let (Item::Turn(t), Some(key)) = (item, cache_key(app, i, width)) else {
+            continue;
+        };
+        live += 1;
+        cache.lines.entry(key).or_insert_with(|| {
+            let mut v = Vec::new();
+            turn_lines(&mut v, t, width, key.2, key.3, &p);
+            Arc::new(v)
+        });
+    }
+    // Stale keys (another width, a toggled turn, removed turns) are dropped once they outnumber
+    // the live ones, so a refresh per streamed token stays a lookup per turn.
+    if cache.lines.len() > 2 * live + 16 {
+        let keep: std::collections::HashSet<ChatCacheKey> =
+            (0..app.items.len()).filter_map(|i| cache_key(app, i, width)).collect();
+        cache.lines.retain(|k, _| keep.contains(k));
+    }
+}
+
+/// The chat as consecutive blocks of lines. Finished turns come from the app's cache when it holds
+/// them at `width` (it does after every update); otherwise they are laid out here, without storing.
 pub fn blocks(app: &App, width: usize) -> Vec<ChatLines> {
     let p = Palette::for_theme(app.config.theme);
     let p = &p;
@@ -88,26 +157,13 @@ pub fn blocks(app: &App, width: usize) -> Vec<ChatLines> {
                     turn_lines(&mut out, t, width, sel, is_last, p);
                     continue;
                 }
-                let key = (
-                    t.id,
-                    width,
-                    sel,
-                    is_last,
-                    t.reasoning_visible(),
-                    app.config.theme == Theme::Light,
-                );
-                let mut cache = app.chat_cache.borrow_mut();
-                if cache.len() > 4096 {
-                    cache.clear();
-                }
-                let cached = cache
-                    .entry(key)
-                    .or_insert_with(|| {
+                let cached = cache_key(app, i, width)
+                    .and_then(|key| app.chat_cache.lines.get(&key).cloned())
+                    .unwrap_or_else(|| {
                         let mut v = Vec::new();
                         turn_lines(&mut v, t, width, sel, is_last, p);
                         Arc::new(v)
-                    })
-                    .clone();
+                    });
                 blocks.push(Arc::new(std::mem::take(&mut out)));
                 blocks.push(cached);
             }

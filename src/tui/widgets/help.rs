@@ -1,4 +1,5 @@
-//! The help overlay (F1 / `?`): keys and slash commands in a centred two-column box.
+//! The help overlay (F1 / `?`): keys and slash commands in a centred two-column box, both read from
+//! their tables (`app::keys::KEY_BINDINGS`, `app::commands::SLASH_COMMANDS`).
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -7,38 +8,24 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 
 use super::Palette;
-use crate::tui::app::SLASH_COMMANDS;
-
-const KEYS: &[(&str, &str)] = &[
-    ("Enter", "send"),
-    ("Alt+Enter", "new line (or Ctrl+J)"),
-    ("Up/Down", "history (empty box)"),
-    ("Esc", "cancel; twice: quit"),
-    ("Ctrl+C", "cancel, quit if idle"),
-    ("PgUp/PgDn", "scroll (or wheel)"),
-    ("End", "follow the stream"),
-    ("Tab", "show/hide reasoning"),
-    ("Ctrl+Up/Dn", "select turn for Tab"),
-    ("Ctrl+Y", "copy answer (OSC 52)"),
-    ("Ctrl+L", "clear conversation"),
-    ("F1, ?", "this help"),
-    ("F2", "side panel on/off"),
-    ("", "paste keeps newlines"),
-];
+use crate::tui::app::commands::SLASH_COMMANDS;
+use crate::tui::app::keys::KEY_BINDINGS;
 
 pub fn render(frame: &mut Frame, area: Rect, p: &Palette) {
     let key_style = Style::default().fg(p.accent).add_modifier(Modifier::BOLD);
     let head = Style::default().add_modifier(Modifier::BOLD);
     let mut keys = vec![Line::from(Span::styled("Keys", head))];
-    keys.extend(
-        KEYS.iter()
-            .map(|(k, v)| Line::from(vec![Span::styled(format!("{k:<11}"), key_style), Span::raw(*v)])),
-    );
-    let mut cmds = vec![Line::from(Span::styled("Commands", head))];
-    cmds.extend(SLASH_COMMANDS.iter().map(|(name, arg, help)| {
+    keys.extend(KEY_BINDINGS.iter().filter(|b| b.in_help).map(|b| {
         Line::from(vec![
-            Span::styled(format!("{:<13}", format!("{name} {arg}")), key_style),
-            Span::raw(*help),
+            Span::styled(format!("{:<11}", b.label), key_style),
+            Span::raw(b.help),
+        ])
+    }));
+    let mut cmds = vec![Line::from(Span::styled("Commands", head))];
+    cmds.extend(SLASH_COMMANDS.iter().map(|c| {
+        Line::from(vec![
+            Span::styled(format!("{:<13}", format!("{} {}", c.name, c.arg)), key_style),
+            Span::raw(c.help),
         ])
     }));
     let two_cols = area.width >= 78;
