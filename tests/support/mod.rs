@@ -40,8 +40,16 @@ pub const README_TOLERANCES: Tolerances = Tolerances {
     last_kl: 0.01,
 };
 
-fn repo_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+/// The repository the vectors and tools/gen_tiny_gguf.py are read from: the checkout the test was
+/// built in, else the working directory (a test binary carried to another machine, as the H200
+/// validation does, runs in a copy of the repository at another path).
+fn repo_root() -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if built.join("tools/gen_tiny_gguf.py").is_file() {
+        built.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_else(|_| built.to_path_buf())
+    }
 }
 
 /// Where the vectors are: `$DS4_VECTORS` if set, else the copy vendored in tests/fixtures/vectors.
