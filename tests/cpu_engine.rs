@@ -281,14 +281,11 @@ fn session_reuses_prefixes_and_restores_checkpoints() {
 
 /// Generic dimensions: a second synthetic model with other widths (E 512, 8 heads of 256, 4 groups,
 /// 3 of 8 experts, window 16, indexer 2 heads / top-4, 7 Sinkhorn iterations, 2 hash layers) made by
-/// the vectors' generator. Opt-in (`DS4_TINY_B=path`, e.g. from a config like case_a.json with those
-/// dims: tests/data/tiny_b_config.json) because generating it takes ~30 s. Checks the pass runs, stays finite and prefill = decode.
+/// tools/gen_tiny_gguf.py from tests/data/tiny_b_config.json (`DS4_TINY_B=path` uses another file).
+/// Checks the pass runs, stays finite and prefill = decode.
 #[test]
 fn other_dimensions_run_and_prefill_equals_decode() {
-    let Some(path) = std::env::var_os("DS4_TINY_B") else {
-        eprintln!("SKIP: set DS4_TINY_B to a second synthetic model to check generic dimensions");
-        return;
-    };
+    let Some(path) = common::tiny_b_path() else { return };
     let model = std::sync::Arc::new(ds4_chat::model::weights::Model::open(std::path::Path::new(&path)).unwrap());
     let toks = ids(140, 9, model.hp.n_vocab);
     let mut pre = CpuBackend::new(model.clone(), 300, 0).unwrap();

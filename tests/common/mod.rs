@@ -81,3 +81,20 @@ pub fn model() -> Option<Arc<Model>> {
         }
     }
 }
+
+/// The second synthetic model (other dimensions): `DS4_TINY_B`, else tiny_b.gguf built (and cached)
+/// by tools/gen_tiny_gguf.py from tests/data/tiny_b_config.json. `None` after a "SKIPPED" line where
+/// python3/numpy/gguf are missing (a failure under CI).
+pub fn tiny_b_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("DS4_TINY_B").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    match support::repo_model(&support::TINY_B) {
+        Ok(p) => Some(p),
+        Err(support::TinyModelError::ToolsMissing(why)) => {
+            support::skip_or_fail(&why);
+            None
+        }
+        Err(support::TinyModelError::Failed(why)) => panic!("tiny_b.gguf: {why}"),
+    }
+}

@@ -73,7 +73,8 @@ pub fn skip_or_fail(why: &str) {
     if in_ci() {
         panic!("{why}; CI=true, so this is a failure, not a skip");
     }
-    let _ = writeln!(std::io::stderr().lock(), "\nSKIPPED: {test}: {why}");
+    // One write, so the line is not split by the harness's own output.
+    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test}: {why}\n").as_bytes());
 }
 
 /// The vectors directory. The vendored copy is always there; a `$DS4_VECTORS` that does not hold
@@ -126,23 +127,61 @@ pub enum TinyModelError {
     Failed(String),
 }
 
-/// tiny_a.gguf, rebuilt with tools/gen_tiny_gguf.py (config from the vectors' case_a.json, the
-/// vendored tokenizer) on first use, cached in target/ds4-vectors/, verified against
-/// `TINY_A_SHA256` every time.
+/// A model file built by tools/gen_tiny_gguf.py: its case config and the sha256 and size it must have.
+#[derive(Clone, Copy, Debug)]
+pub struct PinnedModel {
+    pub file_name: &'static str,
+    /// Case config, relative to the repository root (case A's is read from the vectors directory).
+    pub config: &'static str,
+    pub sha256: &'static str,
+    pub bytes: u64,
+}
+
+/// The case A model the vectors were recorded on.
+pub const TINY_A: PinnedModel = PinnedModel {
+    file_name: "tiny_a.gguf",
+    config: "tests/fixtures/vectors/case_a.json",
+    sha256: TINY_A_SHA256,
+    bytes: TINY_A_BYTES,
+};
+
+/// A second model with other dimensions (tests/data/tiny_b_config.json), for the engine's generic-shape
+/// checks: no vectors, only properties.
+pub const TINY_B: PinnedModel = PinnedModel {
+    file_name: "tiny_b.gguf",
+    config: "tests/data/tiny_b_config.json",
+    sha256: "d4a85dd88e76831cdb22124fea49e00d7c2c0af3248af04a9e22f8c1601beaaf",
+    bytes: 224_734_208,
+};
+
+/// tiny_a.gguf, built from the vectors' case_a.json.
 pub fn tiny_a_model(vectors: &Path) -> Result<PathBuf, TinyModelError> {
+    built_model(&TINY_A, &vectors.join("case_a.json"))
+}
+
+/// `model` built from its config in the repository.
+pub fn repo_model(model: &PinnedModel) -> Result<PathBuf, TinyModelError> {
+    built_model(model, &repo_root().join(model.config))
+}
+
+/// `model` rebuilt with tools/gen_tiny_gguf.py (the vendored tokenizer) from `config` on first use,
+/// cached in target/ds4-vectors/, verified against its pinned sha256 every time.
+pub fn built_model(model: &PinnedModel, config: &Path) -> Result<PathBuf, TinyModelError> {
     use TinyModelError::{Failed, ToolsMissing};
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let name = model.file_name;
     let dir = cache_dir();
-    let model = dir.join("tiny_a.gguf");
-    if model.is_file() {
-        let sha = sha256_file(&model).map_err(ToolsMissing)?;
-        if sha == TINY_A_SHA256 {
-            return Ok(model);
+    let path = dir.join(name);
+    if path.is_file() {
+        let sha = sha256_file(&path).map_err(ToolsMissing)?;
+        if sha == model.sha256 {
+            return Ok(path);
         }
         eprintln!(
-            "cached {} has sha256 {sha}, expected {TINY_A_SHA256}: rebuilding",
-            model.display()
+            "cached {} has sha256 {sha}, expected {}: rebuilding",
+            path.display(),
+            model.sha256
         );
     }
     std::fs::create_dir_all(&dir).map_err(|e| Failed(format!("cannot create {}: {e}", dir.display())))?;
@@ -151,25 +190,25 @@ pub fn tiny_a_model(vectors: &Path) -> Result<PathBuf, TinyModelError> {
         Err(e) => {
             return Err(ToolsMissing(format!(
                 "python3 not found ({e}); tools/gen_tiny_gguf.py needs python3 with numpy and gguf \
-                 (pip install numpy gguf) to build tiny_a.gguf"
+                 (pip install numpy gguf) to build {name}"
             )));
         }
         Ok(o) if !o.status.success() => {
             return Err(ToolsMissing(format!(
                 "python3 lacks numpy/gguf ({}); tools/gen_tiny_gguf.py needs them (pip install numpy gguf) \
-                 to build tiny_a.gguf",
+                 to build {name}",
                 String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("").trim()
             )));
         }
         Ok(_) => {}
     }
 
-    let tmp = dir.join(format!("tiny_a.gguf.{}.tmp", std::process::id()));
+    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
     let t0 = std::time::Instant::now();
     let out = Command::new("python3")
         .arg(repo_root().join("tools/gen_tiny_gguf.py"))
         .arg("--config")
-        .arg(vectors.join("case_a.json"))
+        .arg(config)
         .arg("--out")
         .arg(&tmp)
         .output()
@@ -184,20 +223,20 @@ pub fn tiny_a_model(vectors: &Path) -> Result<PathBuf, TinyModelError> {
     }
     let sha = sha256_file(&tmp).map_err(Failed)?;
     let len = std::fs::metadata(&tmp).map(|m| m.len()).unwrap_or(0);
-    if sha != TINY_A_SHA256 {
+    if sha != model.sha256 {
         let _ = std::fs::remove_file(&tmp);
         return Err(Failed(format!(
-            "tools/gen_tiny_gguf.py built a tiny_a.gguf with sha256 {sha} ({len} bytes), expected \
-             {TINY_A_SHA256} ({TINY_A_BYTES} bytes)"
+            "tools/gen_tiny_gguf.py built a {name} with sha256 {sha} ({len} bytes), expected {} ({} bytes)",
+            model.sha256, model.bytes
         )));
     }
-    std::fs::rename(&tmp, &model).map_err(|e| Failed(format!("cannot move {} into place: {e}", tmp.display())))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Failed(format!("cannot move {} into place: {e}", tmp.display())))?;
     eprintln!(
         "built {} in {:.1}s (sha256 verified)",
-        model.display(),
+        path.display(),
         t0.elapsed().as_secs_f64()
     );
-    Ok(model)
+    Ok(path)
 }
 
 /// tiny_a.gguf for a test that needs it: `None` after `skip_or_fail` where the tools to build it
