@@ -117,7 +117,7 @@ pub fn sha256_file(path: &Path) -> Result<String, String> {
         .ok_or_else(|| format!("sha256sum printed nothing for {}", path.display()))
 }
 
-/// Why tiny_a.gguf could not be had.
+/// Why a model built by tools/gen_tiny_gguf.py (tiny_a, tiny_b) could not be had.
 #[derive(Debug)]
 pub enum TinyModelError {
     /// python3 with numpy and gguf is not available here: the checks that need the model skip
