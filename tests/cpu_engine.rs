@@ -1,4 +1,4 @@
-//! CPU engine properties the reference vectors cannot see (../shared/vectors README, "What these
+//! CPU engine properties the reference vectors cannot see (tests/fixtures/vectors/README.md, "What these
 //! vectors cannot see") and the session-level contracts: prefill = decode, checkpoint round trip,
 //! cancellation, context limit. Runs on the case-A model (see tests/common).
 
@@ -65,10 +65,7 @@ fn all_f16(rows: &Rows) -> bool {
 /// differs between its paths by quantization ties; our tolerance is zero by construction.)
 #[test]
 fn prefill_equals_decode_checkpoints_resume_and_cache_formats() {
-    let Some(model) = common::model() else {
-        eprintln!("SKIP: case-A model unavailable");
-        return;
-    };
+    let Some(model) = common::model() else { return };
     let hp = model.hp.clone();
     let ctx = 512;
     let toks = ids(140, 42, hp.n_vocab);
@@ -162,10 +159,7 @@ fn prefill_equals_decode_checkpoints_resume_and_cache_formats() {
 
 #[test]
 fn context_limit_and_bad_checkpoints_are_errors() {
-    let Some(model) = common::model() else {
-        eprintln!("SKIP: case-A model unavailable");
-        return;
-    };
+    let Some(model) = common::model() else { return };
     let mut b = CpuBackend::new(model.clone(), 16, 1).unwrap();
     // No token may sit at a position ≥ ctx.
     let toks = ids(17, 7, model.hp.n_vocab);
@@ -213,10 +207,7 @@ fn context_limit_and_bad_checkpoints_are_errors() {
 #[test]
 fn session_reuses_prefixes_and_restores_checkpoints() {
     use ds4_chat::engine::session::{Session, SyncReport};
-    let Some(model) = common::model() else {
-        eprintln!("SKIP: case-A model unavailable");
-        return;
-    };
+    let Some(model) = common::model() else { return };
     let ctx = 256;
     let v = model.hp.n_vocab;
     let fresh = |toks: &[u32]| -> Vec<f32> {
@@ -290,14 +281,11 @@ fn session_reuses_prefixes_and_restores_checkpoints() {
 
 /// Generic dimensions: a second synthetic model with other widths (E 512, 8 heads of 256, 4 groups,
 /// 3 of 8 experts, window 16, indexer 2 heads / top-4, 7 Sinkhorn iterations, 2 hash layers) made by
-/// the vectors' generator. Opt-in (`DS4_TINY_B=path`, e.g. from a config like case_a.json with those
-/// dims: tests/data/tiny_b_config.json) because generating it takes ~30 s. Checks the pass runs, stays finite and prefill = decode.
+/// tools/gen_tiny_gguf.py from tests/data/tiny_b_config.json (`DS4_TINY_B=path` uses another file).
+/// Checks the pass runs, stays finite and prefill = decode.
 #[test]
 fn other_dimensions_run_and_prefill_equals_decode() {
-    let Some(path) = std::env::var_os("DS4_TINY_B") else {
-        eprintln!("SKIP: set DS4_TINY_B to a second synthetic model to check generic dimensions");
-        return;
-    };
+    let Some(path) = common::tiny_b_path() else { return };
     let model = std::sync::Arc::new(ds4_chat::model::weights::Model::open(std::path::Path::new(&path)).unwrap());
     let toks = ids(140, 9, model.hp.n_vocab);
     let mut pre = CpuBackend::new(model.clone(), 300, 0).unwrap();

@@ -1,8 +1,8 @@
 //! antirez/ds4's official DeepSeek V4 Flash logprob vectors (tests/fixtures/official, data captured
 //! from the DeepSeek API: greedy, thinking off, top-20 logprobs) against our engine on the real model.
 //!
-//! Runs only when `DS4_MODEL` points at a real DeepSeek V4 Flash GGUF; otherwise prints
-//! "SKIPPED: DS4_MODEL not set" and passes. The comparison follows ds4's own vector test: prompt
+//! The model test is ignored by default (it needs the real 81 GiB model): run it with `--ignored`
+//! and `DS4_MODEL` pointing at a DeepSeek V4 Flash GGUF; without `DS4_MODEL` it fails. The comparison follows ds4's own vector test: prompt
 //! rendered with an empty system prompt and thinking off, greedy continuation, the argmax token's
 //! bytes must equal the official selected token's, and every official top entry listed in
 //! official.vec must be among our top 20 (matched by bytes) within 4.0 nats (the hosted API runs
@@ -166,11 +166,11 @@ fn fixture_matches_the_official_json() {
 }
 
 #[test]
+#[ignore = "needs the real model: DS4_MODEL=flash.gguf cargo test --release --test official_vectors -- --ignored"]
 fn official_vectors_on_the_real_model() {
-    let Some(model_path) = std::env::var_os("DS4_MODEL").filter(|p| !p.is_empty()) else {
-        eprintln!("SKIPPED: DS4_MODEL not set (point it at a DeepSeek V4 Flash GGUF to run the official vectors)");
-        return;
-    };
+    let model_path = std::env::var_os("DS4_MODEL")
+        .filter(|p| !p.is_empty())
+        .expect("DS4_MODEL not set: point it at a DeepSeek V4 Flash GGUF to run the official vectors");
     let backend_arg = match std::env::var("DS4_TEST_BACKEND").as_deref() {
         Ok("hip") => BackendChoice::Hip,
         _ => BackendChoice::Cpu,

@@ -1,10 +1,12 @@
-//! The shared reference-vector harness: our CPU engine, `run` and `--dump-logprobs` against antirez/ds4's
-//! own CPU path on the tiny case A model (/work/shared/vectors/README.md, tolerances there).
+//! The reference-vector harness: our CPU engine, `run` and `--dump-logprobs` against antirez/ds4's
+//! own CPU path on the tiny case A model (tests/fixtures/vectors/README.md, tolerances there).
 //!
-//! Vectors come from `$DS4_VECTORS` or `../shared/vectors`; without them the engine tests print
-//! "SKIPPED" and pass, except under CI (`CI=true`) where that is a failure. tiny_a.gguf is rebuilt
-//! with the recipe next to the vectors (python3 + numpy + gguf) and cached in target/ds4-vectors/.
-//! `DS4_VECTORS_PROMPTS=a,b` restricts the prompts (for local runs).
+//! The vectors are vendored in tests/fixtures/vectors (`$DS4_VECTORS` points at another copy).
+//! tiny_a.gguf is rebuilt by tools/gen_tiny_gguf.py (python3 + numpy + gguf, the vendored
+//! tokenizer), checked against its pinned sha256 and cached in target/ds4-vectors/. Without python3,
+//! numpy or gguf the checks that need the model print "SKIPPED: <test>: <why>" (on the terminal, even
+//! without --nocapture) and pass; under CI (`CI=true`) they fail instead. A rebuild with another
+//! sha256 always fails. `DS4_VECTORS_PROMPTS=a,b` restricts the prompts (for local runs).
 
 mod support;
 
@@ -179,8 +181,10 @@ fn check_prompt(backend: &mut dyn Backend, vectors: &Path, p: &Prompt, tol: &Tol
 /// The CPU engine reproduces ds4 on every case A prompt within the README's tolerances.
 #[test]
 fn case_a_engine_matches_ds4() {
-    let Some(vectors) = require_vectors() else { return };
-    let model_path = tiny_a_model(&vectors).unwrap_or_else(|e| panic!("tiny_a.gguf: {e}"));
+    let vectors = require_vectors();
+    let Some(model_path) = require_tiny_a(&vectors) else {
+        return;
+    };
     let model = open_model(&model_path).unwrap_or_else(|e| panic!("{e}"));
     // DS4_VECTORS_BACKEND=hip checks the GPU backend instead (a build with `--features hip`, on a
     // GPU or on the kernel emulator's HIP runtime, tools/build-hip-emu.sh).
@@ -332,8 +336,10 @@ fn compare_dumps(ours: &Value, ds4: &Value, p: &Prompt, tol: &Tolerances) -> Res
 /// prints the recorded greedy text up to its first near tie.
 #[test]
 fn case_a_run_binary_matches_ds4_cli() {
-    let Some(vectors) = require_vectors() else { return };
-    let model_path = tiny_a_model(&vectors).unwrap_or_else(|e| panic!("tiny_a.gguf: {e}"));
+    let vectors = require_vectors();
+    let Some(model_path) = require_tiny_a(&vectors) else {
+        return;
+    };
     let out_dir = model_path.parent().unwrap().join(format!("run-{}", std::process::id()));
     std::fs::create_dir_all(&out_dir).unwrap();
     let mut failures = Vec::new();
@@ -474,8 +480,10 @@ fn compare_score(ours: &Value, records: &[&Value], tol: &Tolerances) -> Result<(
 /// path (one batched prefill per prefix) against `prefill_prefixes`, on a short prompt.
 #[test]
 fn case_a_score_binary_matches_ds4() {
-    let Some(vectors) = require_vectors() else { return };
-    let model_path = tiny_a_model(&vectors).unwrap_or_else(|e| panic!("tiny_a.gguf: {e}"));
+    let vectors = require_vectors();
+    let Some(model_path) = require_tiny_a(&vectors) else {
+        return;
+    };
     let p = load_prompt(&vectors, "chat_nothink");
     let n_decode = p.json["seq_len"].as_u64().unwrap() as usize;
     let mut seq = p.prompt.clone();
@@ -527,8 +535,10 @@ fn case_a_score_binary_matches_ds4() {
 /// and plain text tokenizes to ds4's ids.
 #[test]
 fn case_a_run_rendering_matches_ds4_prompt_tokens() {
-    let Some(vectors) = require_vectors() else { return };
-    let model_path = tiny_a_model(&vectors).unwrap_or_else(|e| panic!("tiny_a.gguf: {e}"));
+    let vectors = require_vectors();
+    let Some(model_path) = require_tiny_a(&vectors) else {
+        return;
+    };
     let model = open_model(&model_path).unwrap_or_else(|e| panic!("{e}"));
     let tok = Tokenizer::from_gguf(&model.file).unwrap_or_else(|e| panic!("{e}"));
     let mut checked = 0;
@@ -686,10 +696,64 @@ fn greedy_agreement_stops_at_the_first_near_tie() {
 
 #[test]
 fn vectors_location_honours_the_environment() {
-    // Only reads the variable; the default is ../shared/vectors next to the crate.
+    // Only reads the variable; the default is the vendored copy.
     let dir: PathBuf = vectors_dir();
     match std::env::var_os("DS4_VECTORS") {
         Some(v) if !v.is_empty() => assert_eq!(dir, PathBuf::from(v)),
-        _ => assert!(dir.ends_with("shared/vectors")),
+        _ => assert_eq!(
+            dir,
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vectors")
+        ),
+    }
+}
+
+/// Every prompt record has its full last-position logits, and each `.npy` agrees with the figures
+/// its JSON records for it (length, argmax, min, max, logsumexp): the vendored data is whole and is
+/// the data the records describe. Runs without any model or python.
+#[test]
+fn vendored_vectors_are_complete_and_consistent() {
+    let vectors = require_vectors();
+    let names = prompt_names(&vectors);
+    if std::env::var("DS4_VECTORS_PROMPTS").is_err() {
+        assert_eq!(
+            names,
+            [
+                "chat_long",
+                "chat_nothink",
+                "chat_think",
+                "ids_long",
+                "ids_short",
+                "rendered_multiturn",
+                "text_mixed"
+            ]
+        );
+    }
+    for name in names {
+        let p = load_prompt(&vectors, &name);
+        let rec = &p.json["prefill_last"];
+        let npy = vectors
+            .join("case_a/prompts")
+            .join(rec["logits_file"].as_str().expect("logits_file"));
+        let (shape, logits) = read_npy_f32(&npy).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(shape, [129_280], "{name}");
+        assert!(logits.iter().all(|v| v.is_finite()), "{name}: non-finite logits");
+        assert_eq!(
+            argmax(&logits) as u64,
+            rec["argmax"].as_u64().unwrap(),
+            "{name}: argmax"
+        );
+        // The JSON keeps 9 significant digits of float32 values: equal to within 1e-6 relative.
+        let near = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1.0);
+        let (min, max) = logits.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        });
+        assert!(near(min as f64, rec["min"].as_f64().unwrap()), "{name}: min {min}");
+        assert!(near(max as f64, rec["max"].as_f64().unwrap()), "{name}: max {max}");
+        let lse = max as f64 - log_softmax(&logits)[argmax(&logits) as usize];
+        assert!(near(lse, rec["logsumexp"].as_f64().unwrap()), "{name}: logsumexp {lse}");
+        assert!(
+            !p.prompt.is_empty() && p.greedy.len() == p.greedy_margins.len(),
+            "{name}"
+        );
     }
 }

@@ -18,7 +18,7 @@ Writes
   chat_render_cases.json     chat conversations with the exact rendered text (written by hand
                              below, following ds4_server.c render_chat_prompt_text) and the official ids,
                              plus live-transcript cases (ids concatenated piece by piece) and the
-                             one-shot CLI prompts recorded by ds4 in the shared test vectors.
+                             one-shot CLI prompts recorded by ds4 in the case A vectors (tests/fixtures/vectors).
 """
 
 import argparse
@@ -351,7 +351,7 @@ def transcript_cases(tok):
 
 
 def cli_prompt_cases(vectors_dir):
-    """One-shot CLI prompts exactly as ds4 rendered them (shared test vectors, case A)."""
+    """One-shot CLI prompts exactly as ds4 rendered them (tests/fixtures/vectors, case A)."""
     out = []
     for name in ["chat_nothink", "chat_think", "chat_long", "rendered_multiturn"]:
         p = os.path.join(vectors_dir, "case_a", "prompts", name + ".json")
@@ -378,7 +378,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--vectors", default="/work/shared/vectors")
+    ap.add_argument("--vectors", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "vectors"))
     args = ap.parse_args()
 
     raw = open(args.tokenizer, "rb").read()

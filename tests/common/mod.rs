@@ -1,5 +1,5 @@
 //! Shared by the integration tests: a metadata-only GGUF holding the tokenizer keys (written with the
-//! crate's GGUF writer), and locating the reference vectors and the case-A model.
+//! crate's GGUF writer), and the case-A model of the reference vectors.
 
 #![allow(dead_code)]
 
@@ -56,26 +56,45 @@ pub fn tokenizer_gguf_file(name: &str, arch: &str) -> std::path::PathBuf {
 #[path = "../support/mod.rs"]
 mod support;
 
-/// The case-A model of the reference vectors: `DS4_TINY_A`, else rebuilt (and cached) by the vectors'
-/// own recipe through the harness in tests/support. `None` (after saying why) outside CI when absent.
+/// The case-A model of the reference vectors: `DS4_TINY_A`, else rebuilt (and cached) by
+/// tools/gen_tiny_gguf.py through the harness in tests/support. `None` after a "SKIPPED" line
+/// naming the calling test where python3/numpy/gguf are missing (a failure under CI); a panic where
+/// the rebuild fails.
 pub fn model() -> Option<Arc<Model>> {
-    static M: OnceLock<Option<Arc<Model>>> = OnceLock::new();
-    M.get_or_init(|| {
+    static M: OnceLock<Result<Arc<Model>, String>> = OnceLock::new();
+    let model = M.get_or_init(|| {
         let path = match std::env::var_os("DS4_TINY_A") {
             Some(p) => PathBuf::from(p),
-            None => {
-                let v = support::require_vectors()?;
-                match support::tiny_a_model(&v) {
-                    Ok(p) => p,
-                    Err(e) if support::in_ci() => panic!("cannot build tiny_a.gguf: {e}"),
-                    Err(e) => {
-                        eprintln!("SKIPPED: cannot build tiny_a.gguf: {e}");
-                        return None;
-                    }
-                }
-            }
+            None => match support::tiny_a_model(&support::require_vectors()) {
+                Ok(p) => p,
+                Err(support::TinyModelError::ToolsMissing(why)) => return Err(why),
+                Err(support::TinyModelError::Failed(why)) => panic!("tiny_a.gguf: {why}"),
+            },
         };
-        Some(Arc::new(Model::open(&path).expect("open tiny_a.gguf")))
-    })
-    .clone()
+        Ok(Arc::new(Model::open(&path).expect("open tiny_a.gguf")))
+    });
+    match model {
+        Ok(m) => Some(m.clone()),
+        Err(why) => {
+            support::skip_or_fail(why);
+            None
+        }
+    }
+}
+
+/// The second synthetic model (other dimensions): `DS4_TINY_B`, else tiny_b.gguf built (and cached)
+/// by tools/gen_tiny_gguf.py from tests/data/tiny_b_config.json. `None` after a "SKIPPED" line where
+/// python3/numpy/gguf are missing (a failure under CI).
+pub fn tiny_b_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("DS4_TINY_B").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    match support::repo_model(&support::TINY_B) {
+        Ok(p) => Some(p),
+        Err(support::TinyModelError::ToolsMissing(why)) => {
+            support::skip_or_fail(&why);
+            None
+        }
+        Err(support::TinyModelError::Failed(why)) => panic!("tiny_b.gguf: {why}"),
+    }
 }

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # The H200 validation of the HIP backend in one device call (issue #7 item 6): shim + kernels built
 # there, every kernel against the CPU reference, the device forward pass against the CPU engine on
-# the tiny q2/q4/mixed models, the shared reference vectors (case A) on the HIP backend, and
+# the tiny q2/q4/mixed models, the reference vectors (case A) on the HIP backend, and
 # `run --backend hip` against `run --backend cpu`. Logs go to $OUT (default ./out).
-#   run-validation.sh BIN TREE [VECTORS_TEST_BIN VECTORS_DIR]
+#   run-validation.sh BIN TREE [VECTORS_TEST_BIN [VECTORS_DIR]]
 # BIN: a `--features hip` release ds4-chat; TREE: this repository; VECTORS_TEST_BIN: the vectors
 # integration test binary (`cargo test --release --features hip --test vectors --no-run`);
-# VECTORS_DIR: a copy of shared/vectors. Rebuilding tiny_a.gguf there needs python3 with numpy and
-# gguf (carry the gguf wheel: PYTHONPATH).
+# VECTORS_DIR: the vectors (default: TREE/tests/fixtures/vectors). The test binary runs in TREE and
+# rebuilds tiny_a.gguf with TREE/tools/gen_tiny_gguf.py, which needs python3 with numpy and gguf
+# (carry the gguf wheel: PYTHONPATH).
 set -uo pipefail
-bin="$(readlink -f "${1:?usage: run-validation.sh BIN TREE [VECTORS_TEST_BIN VECTORS_DIR]}")"
-tree="$(readlink -f "${2:?usage: run-validation.sh BIN TREE [VECTORS_TEST_BIN VECTORS_DIR]}")"
-vbin="${3:-}"; vdir="${4:-}"
+bin="$(readlink -f "${1:?usage: run-validation.sh BIN TREE [VECTORS_TEST_BIN [VECTORS_DIR]]}")"
+tree="$(readlink -f "${2:?usage: run-validation.sh BIN TREE [VECTORS_TEST_BIN [VECTORS_DIR]]}")"
+vbin="${3:-}"; vdir="${4:-$tree/tests/fixtures/vectors}"
 out="${OUT:-$PWD/out}"
 work=/tmp/ds4-hip-on-cuda
 mkdir -p "$out"
@@ -33,9 +34,10 @@ step() { echo; echo "== $* ($(date -u +%T))"; }
     echo "forward rc=$?"
   done
   if [ -n "$vbin" ]; then
-    step "shared reference vectors, case A, HIP backend"
-    CARGO_TARGET_DIR=/tmp/ds4-vectors-target DS4_VECTORS="$(readlink -f "$vdir")" DS4_VECTORS_BACKEND=hip CI=true \
-      timeout 240 "$(readlink -f "$vbin")" case_a_engine_matches_ds4 --nocapture --test-threads 1
+    step "reference vectors, case A, HIP backend"
+    vbin="$(readlink -f "$vbin")"; vdir="$(readlink -f "$vdir")"
+    (cd "$tree" && CARGO_TARGET_DIR=/tmp/ds4-vectors-target DS4_VECTORS="$vdir" DS4_VECTORS_BACKEND=hip CI=true \
+      timeout 240 "$vbin" case_a_engine_matches_ds4 --nocapture --test-threads 1)
     echo "vectors rc=$?"
     m=/tmp/ds4-vectors-target/ds4-vectors/tiny_a.gguf
     if [ -f "$m" ]; then

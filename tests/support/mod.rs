@@ -1,17 +1,21 @@
-//! Shared pieces of the reference-vector harness (tests/vectors.rs): locating the vectors, rebuilding
-//! and caching tiny_a.gguf with the recipe shipped next to them, reading `.npy` logits, and the
-//! comparison figures of /work/shared/vectors/README.md as plain functions over numbers (so they can be
-//! tested on synthetic data without any model).
+//! Shared pieces of the reference-vector harness (tests/vectors.rs): locating the vectors (vendored in
+//! tests/fixtures/vectors), rebuilding and caching tiny_a.gguf with tools/gen_tiny_gguf.py, reading
+//! `.npy` logits, and the comparison figures of tests/fixtures/vectors/README.md as plain functions
+//! over numbers (so they can be tested on synthetic data without any model).
 
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
-/// sha256 of the case A model file the vectors were recorded on (README "Rebuild the exact file").
+/// sha256 of the case A model file the vectors were recorded on (tests/fixtures/vectors/README.md).
 pub const TINY_A_SHA256: &str = "78e4ad2fa157c5f8be6f2332d32e849a67fbc4a24195cbcdc62ad2391b15a57f";
+
+/// Size of that file in bytes.
+pub const TINY_A_BYTES: u64 = 145_854_528;
 
 /// The README's required tolerances (stricter than ds4's own noise floor by a safe factor).
 #[derive(Clone, Copy, Debug)]
@@ -36,53 +40,64 @@ pub const README_TOLERANCES: Tolerances = Tolerances {
     last_kl: 0.01,
 };
 
-/// Where the vectors are: `$DS4_VECTORS`, else `../shared/vectors` next to the crate (CI's layout),
-/// else `../../shared/vectors` (a worktree one level deeper).
-pub fn vectors_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("DS4_VECTORS").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let ci_layout = root.join("../shared/vectors");
-    let deeper = root.join("../../shared/vectors");
-    if !ci_layout.is_dir() && deeper.join("case_a/prompts").is_dir() {
-        deeper
+/// The repository the vectors and tools/gen_tiny_gguf.py are read from: the checkout the test was
+/// built in, else the working directory (a test binary carried to another machine, as the H200
+/// validation does, runs in a copy of the repository at another path).
+fn repo_root() -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if built.join("tools/gen_tiny_gguf.py").is_file() {
+        built.to_path_buf()
     } else {
-        ci_layout
+        std::env::current_dir().unwrap_or_else(|_| built.to_path_buf())
     }
 }
 
-/// True when running under CI (`CI=true`), where missing vectors are a failure, not a skip.
+/// Where the vectors are: `$DS4_VECTORS` if set, else the copy vendored in tests/fixtures/vectors.
+pub fn vectors_dir() -> PathBuf {
+    match std::env::var_os("DS4_VECTORS").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => repo_root().join("tests/fixtures/vectors"),
+    }
+}
+
+/// True when running under CI (`CI=true`), where a skipped check is a failure.
 pub fn in_ci() -> bool {
     std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
 }
 
-/// The vectors directory if it holds case A; `None` (after printing why) when it is absent outside
-/// CI. Panics under CI, where the vectors must be present.
-pub fn require_vectors() -> Option<PathBuf> {
-    let dir = vectors_dir();
-    if dir.join("case_a/prompts").is_dir() && dir.join("gen_tiny_gguf.py").is_file() {
-        return Some(dir);
+/// A check that cannot run here: under CI a failure; elsewhere a "SKIPPED" line naming the test
+/// and the reason. It is written to the stderr handle itself, which the test harness does not
+/// capture (it captures only the print macros), so a plain `cargo test` shows it too.
+pub fn skip_or_fail(why: &str) {
+    let test = std::thread::current().name().unwrap_or("vectors").to_string();
+    if in_ci() {
+        panic!("{why}; CI=true, so this is a failure, not a skip");
     }
-    let msg = format!(
-        "reference vectors not found at {} (set DS4_VECTORS to the vectors directory)",
+    // One write, so the line is not split by the harness's own output.
+    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test}: {why}\n").as_bytes());
+}
+
+/// The vectors directory. The vendored copy is always there; a `$DS4_VECTORS` that does not hold
+/// case A is a mistake and fails the test.
+pub fn require_vectors() -> PathBuf {
+    let dir = vectors_dir();
+    assert!(
+        dir.join("case_a/prompts").is_dir() && dir.join("case_a.json").is_file(),
+        "reference vectors not found at {} (case_a/prompts and case_a.json; DS4_VECTORS overrides \
+         the vendored tests/fixtures/vectors)",
         dir.display()
     );
-    if in_ci() {
-        panic!("{msg}; CI=true, so this is a failure");
-    }
-    eprintln!("SKIPPED: {msg}");
-    None
+    dir
 }
 
 fn cache_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+        .unwrap_or_else(|| repo_root().join("target"));
     target.join("ds4-vectors")
 }
 
-/// sha256 of a file via coreutils `sha256sum` (present wherever the recipe's python runs).
+/// sha256 of a file via coreutils `sha256sum`.
 pub fn sha256_file(path: &Path) -> Result<String, String> {
     let out = Command::new("sha256sum")
         .arg(path)
@@ -102,80 +117,139 @@ pub fn sha256_file(path: &Path) -> Result<String, String> {
         .ok_or_else(|| format!("sha256sum printed nothing for {}", path.display()))
 }
 
-/// tiny_a.gguf, rebuilt with the vectors' recipe on first use and cached in target/ds4-vectors/,
-/// verified against `TINY_A_SHA256` every time.
-pub fn tiny_a_model(vectors: &Path) -> Result<PathBuf, String> {
+/// Why a model built by tools/gen_tiny_gguf.py (tiny_a, tiny_b) could not be had.
+#[derive(Debug)]
+pub enum TinyModelError {
+    /// python3 with numpy and gguf is not available here: the checks that need the model skip
+    /// (fail under CI).
+    ToolsMissing(String),
+    /// The rebuild ran and failed, or built a file with another sha256: always a failure.
+    Failed(String),
+}
+
+/// A model file built by tools/gen_tiny_gguf.py: its case config and the sha256 and size it must have.
+#[derive(Clone, Copy, Debug)]
+pub struct PinnedModel {
+    pub file_name: &'static str,
+    /// Case config, relative to the repository root (case A's is read from the vectors directory).
+    pub config: &'static str,
+    pub sha256: &'static str,
+    pub bytes: u64,
+}
+
+/// The case A model the vectors were recorded on.
+pub const TINY_A: PinnedModel = PinnedModel {
+    file_name: "tiny_a.gguf",
+    config: "tests/fixtures/vectors/case_a.json",
+    sha256: TINY_A_SHA256,
+    bytes: TINY_A_BYTES,
+};
+
+/// A second model with other dimensions (tests/data/tiny_b_config.json), for the engine's generic-shape
+/// checks: no vectors, only properties.
+pub const TINY_B: PinnedModel = PinnedModel {
+    file_name: "tiny_b.gguf",
+    config: "tests/data/tiny_b_config.json",
+    sha256: "d4a85dd88e76831cdb22124fea49e00d7c2c0af3248af04a9e22f8c1601beaaf",
+    bytes: 224_734_208,
+};
+
+/// tiny_a.gguf, built from the vectors' case_a.json.
+pub fn tiny_a_model(vectors: &Path) -> Result<PathBuf, TinyModelError> {
+    built_model(&TINY_A, &vectors.join("case_a.json"))
+}
+
+/// `model` built from its config in the repository.
+pub fn repo_model(model: &PinnedModel) -> Result<PathBuf, TinyModelError> {
+    built_model(model, &repo_root().join(model.config))
+}
+
+/// `model` rebuilt with tools/gen_tiny_gguf.py (the vendored tokenizer) from `config` on first use,
+/// cached in target/ds4-vectors/, verified against its pinned sha256 every time.
+pub fn built_model(model: &PinnedModel, config: &Path) -> Result<PathBuf, TinyModelError> {
+    use TinyModelError::{Failed, ToolsMissing};
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let name = model.file_name;
     let dir = cache_dir();
-    let model = dir.join("tiny_a.gguf");
-    if model.is_file() {
-        let sha = sha256_file(&model)?;
-        if sha == TINY_A_SHA256 {
-            return Ok(model);
+    let path = dir.join(name);
+    if path.is_file() {
+        let sha = sha256_file(&path).map_err(ToolsMissing)?;
+        if sha == model.sha256 {
+            return Ok(path);
         }
         eprintln!(
-            "cached {} has sha256 {sha}, expected {TINY_A_SHA256}: rebuilding",
-            model.display()
+            "cached {} has sha256 {sha}, expected {}: rebuilding",
+            path.display(),
+            model.sha256
         );
     }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(|e| Failed(format!("cannot create {}: {e}", dir.display())))?;
 
-    let probe = Command::new("python3").args(["-c", "import numpy, gguf"]).output();
-    match probe {
+    match Command::new("python3").args(["-c", "import numpy, gguf"]).output() {
         Err(e) => {
-            return Err(format!(
-                "python3 not found ({e}): needed to rebuild tiny_a.gguf (pip install numpy gguf)"
-            ));
+            return Err(ToolsMissing(format!(
+                "python3 not found ({e}); tools/gen_tiny_gguf.py needs python3 with numpy and gguf \
+                 (pip install numpy gguf) to build {name}"
+            )));
         }
         Ok(o) if !o.status.success() => {
-            return Err(format!(
-                "python3 lacks numpy/gguf, needed to rebuild tiny_a.gguf (pip install numpy gguf): {}",
-                String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
-            ));
+            return Err(ToolsMissing(format!(
+                "python3 lacks numpy/gguf ({}); tools/gen_tiny_gguf.py needs them (pip install numpy gguf) \
+                 to build {name}",
+                String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("").trim()
+            )));
         }
         Ok(_) => {}
     }
 
-    // The recipe wants the official tokenizer.json; ours is vendored (gzip) and has the same sha256
-    // as the one the vectors were made with.
-    let tokenizer = dir.join("tokenizer.json");
-    std::fs::write(&tokenizer, ds4_chat::model::tokenizer::vendored_tokenizer_json())
-        .map_err(|e| format!("cannot write {}: {e}", tokenizer.display()))?;
-    let tmp = dir.join(format!("tiny_a.gguf.{}.tmp", std::process::id()));
+    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
     let t0 = std::time::Instant::now();
     let out = Command::new("python3")
-        .arg(vectors.join("gen_tiny_gguf.py"))
+        .arg(repo_root().join("tools/gen_tiny_gguf.py"))
         .arg("--config")
-        .arg(vectors.join("case_a.json"))
-        .arg("--tokenizer")
-        .arg(&tokenizer)
+        .arg(config)
         .arg("--out")
         .arg(&tmp)
         .output()
-        .map_err(|e| format!("cannot run python3 gen_tiny_gguf.py: {e}"))?;
+        .map_err(|e| Failed(format!("cannot run python3 tools/gen_tiny_gguf.py: {e}")))?;
     if !out.status.success() {
         let _ = std::fs::remove_file(&tmp);
-        return Err(format!(
-            "gen_tiny_gguf.py failed ({}): {}",
+        return Err(Failed(format!(
+            "tools/gen_tiny_gguf.py failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
-        ));
+        )));
     }
-    let sha = sha256_file(&tmp)?;
-    if sha != TINY_A_SHA256 {
+    let sha = sha256_file(&tmp).map_err(Failed)?;
+    let len = std::fs::metadata(&tmp).map(|m| m.len()).unwrap_or(0);
+    if sha != model.sha256 {
         let _ = std::fs::remove_file(&tmp);
-        return Err(format!(
-            "rebuilt tiny_a.gguf has sha256 {sha}, expected {TINY_A_SHA256}"
-        ));
+        return Err(Failed(format!(
+            "tools/gen_tiny_gguf.py built a {name} with sha256 {sha} ({len} bytes), expected {} ({} bytes)",
+            model.sha256, model.bytes
+        )));
     }
-    std::fs::rename(&tmp, &model).map_err(|e| format!("cannot move {} into place: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Failed(format!("cannot move {} into place: {e}", tmp.display())))?;
     eprintln!(
         "built {} in {:.1}s (sha256 verified)",
-        model.display(),
+        path.display(),
         t0.elapsed().as_secs_f64()
     );
-    Ok(model)
+    Ok(path)
+}
+
+/// tiny_a.gguf for a test that needs it: `None` after `skip_or_fail` where the tools to build it
+/// are missing; a panic where building it failed.
+pub fn require_tiny_a(vectors: &Path) -> Option<PathBuf> {
+    match tiny_a_model(vectors) {
+        Ok(path) => Some(path),
+        Err(TinyModelError::ToolsMissing(why)) => {
+            skip_or_fail(&why);
+            None
+        }
+        Err(TinyModelError::Failed(why)) => panic!("tiny_a.gguf: {why}"),
+    }
 }
 
 /// A little-endian float32 `.npy` array (version 1–3, C order): its shape and data.
