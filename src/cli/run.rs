@@ -11,11 +11,12 @@ use std::time::Instant;
 
 use super::CliResult;
 use crate::backend::Backend;
-use crate::engine::backend_open::{open_backend, parse_backend_choice};
+use crate::engine::backend_open::open_backend;
 use crate::engine::events::TextKind;
 use crate::engine::events::{BackendChoice, SamplingParams, WeightPlacement};
 use crate::engine::logprobs::{self, LogprobDump};
 use crate::engine::sampler::{Sampler, argmax};
+use crate::engine::settings::{self, named};
 use crate::model::chat::{ThinkMode, one_shot_prompt};
 use crate::model::detok::StreamDecoder;
 use crate::model::tokenizer::Tokenizer;
@@ -66,40 +67,82 @@ pub struct Args {
     #[command(flatten)]
     pub think: super::ThinkArgs,
     /// Most tokens to generate.
-    #[arg(short = 'n', long = "max-tokens", default_value_t = 50000)]
-    pub max_tokens: usize,
-    /// Temperature; 0 or below is greedy.
+    #[arg(
+        short = 'n',
+        long = "max-tokens",
+        default_value_t = 50000,
+        allow_negative_numbers = true
+    )]
+    pub max_tokens: i64,
+    /// Temperature (0 ..= 10); 0 is greedy.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub temp: f32,
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f32,
-    /// 0 disables top-k.
-    #[arg(long, default_value_t = 0)]
-    pub top_k: u32,
-    /// Minimum probability relative to the top token.
+    pub temp: f64,
+    /// Nucleus mass (0 < top_p <= 1).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub top_p: f64,
+    /// Candidates kept (0 ..= 1024); 0 disables top-k.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub top_k: i64,
+    /// Minimum probability relative to the top token (0 ..= 1).
     #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
-    pub min_p: f32,
+    pub min_p: f64,
     /// Sampler seed (default: from the clock and pid).
-    #[arg(long)]
-    pub seed: Option<u64>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub seed: Option<i64>,
     /// Context size in tokens.
-    #[arg(short = 'c', long, default_value_t = 32768)]
-    pub ctx: usize,
+    #[arg(short = 'c', long, default_value_t = 32768, allow_negative_numbers = true)]
+    pub ctx: i64,
     /// Write ds4's greedy logprob dump (JSON) here instead of sampling.
     #[arg(long)]
     pub dump_logprobs: Option<PathBuf>,
-    /// Entries per step in the dump (at most 128).
-    #[arg(long, default_value_t = 20)]
-    pub logprobs_top_k: usize,
+    /// Entries per step in the dump (1 ..= 128).
+    #[arg(long, default_value_t = 20, allow_negative_numbers = true)]
+    pub logprobs_top_k: i64,
     /// CPU threads (0 = all cores).
-    #[arg(short = 't', long, default_value_t = 0)]
-    pub threads: usize,
+    #[arg(short = 't', long, default_value_t = 0, allow_negative_numbers = true)]
+    pub threads: i64,
     /// auto (GPU when usable, else CPU), hip or cpu.
-    #[arg(long, default_value = "auto", value_parser = parse_backend_choice)]
-    pub backend: BackendChoice,
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
     /// GPU weight placement: auto (copy when device memory holds the weights, else map), copy or map.
-    #[arg(long, default_value = "auto", value_parser = crate::engine::backend_open::parse_weight_placement)]
-    pub weights: WeightPlacement,
+    #[arg(long, default_value = "auto")]
+    pub weights: String,
+}
+
+/// `run`'s settings after the range checks.
+struct RunSettings {
+    ctx: usize,
+    max_tokens: usize,
+    params: SamplingParams,
+    logprobs_top_k: usize,
+    threads: usize,
+    backend: BackendChoice,
+    weights: WeightPlacement,
+}
+
+impl RunSettings {
+    /// Every flag checked against its range; the error is one line naming the flag.
+    fn from_args(a: &Args) -> Result<RunSettings, String> {
+        let seed = match a.seed {
+            Some(v) => Some(named("--seed", settings::check_seed(v))?),
+            None => None,
+        };
+        Ok(RunSettings {
+            ctx: named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX))? as usize,
+            max_tokens: named("--max-tokens", settings::check_max_tokens(a.max_tokens))? as usize,
+            params: SamplingParams {
+                temperature: named("--temp", settings::check_temp(a.temp))?,
+                top_p: named("--top-p", settings::check_top_p(a.top_p))?,
+                top_k: named("--top-k", settings::check_top_k(a.top_k))?,
+                min_p: named("--min-p", settings::check_min_p(a.min_p))?,
+                seed,
+            },
+            logprobs_top_k: named("--logprobs-top-k", settings::check_logprobs_top_k(a.logprobs_top_k))?,
+            threads: named("--threads", settings::check_threads(a.threads))?,
+            backend: named("--backend", settings::parse_backend(&a.backend))?,
+            weights: named("--weights", settings::parse_weights(&a.weights))?,
+        })
+    }
 }
 
 /// Most new tokens that fit: `-n`, and the context keeps one slot free (spec §6.4, pitfall 23).
@@ -161,7 +204,6 @@ pub fn greedy_logprob_dump(
     eos: u32,
     token_bytes: &dyn Fn(u32) -> Vec<u8>,
 ) -> Result<String, String> {
-    let k = k.clamp(1, logprobs::MAX_DUMP_TOP_K);
     let mut dump = LogprobDump::new(prompt_tokens, backend.ctx(), k);
     let mut none = |_: usize, _: usize| true;
     for _ in 0..budget {
@@ -179,10 +221,11 @@ pub fn greedy_logprob_dump(
 }
 
 pub fn run(args: Args) -> CliResult {
+    let set = RunSettings::from_args(&args)?;
     let model = open_model(&args.model)?;
     let tok = Tokenizer::from_gguf(&model.file).map_err(|e| e.to_string())?;
     let specials = *tok.specials();
-    let ctx = args.ctx;
+    let ctx = set.ctx;
     // ds4's CLI thinks by default.
     let requested = args.think.requested().unwrap_or(ThinkMode::High);
 
@@ -215,7 +258,7 @@ pub fn run(args: Args) -> CliResult {
         ));
     }
 
-    let mut backend = open_session_backend(model, args.backend, args.weights, ctx, args.threads)?;
+    let mut backend = open_session_backend(model, set.backend, set.weights, ctx, set.threads)?;
     let t_prefill = Instant::now();
     // Long prefills on a big model take a while: show progress when stderr is a terminal.
     let show_progress = std::io::stderr().is_terminal();
@@ -231,14 +274,14 @@ pub fn run(args: Args) -> CliResult {
         eprint!("\r\x1b[K");
     }
     let prefill_s = t_prefill.elapsed().as_secs_f64();
-    let budget = generation_budget(args.max_tokens, ctx, backend.n_past());
+    let budget = generation_budget(set.max_tokens, ctx, backend.n_past());
 
     if let Some(path) = &args.dump_logprobs {
         // Greedy regardless of --temp, as ds4 does.
         let text = greedy_logprob_dump(
             backend.as_mut(),
             prompt.len(),
-            args.logprobs_top_k,
+            set.logprobs_top_k,
             budget,
             specials.eos,
             &|id| tok.token_bytes(id),
@@ -247,14 +290,8 @@ pub fn run(args: Args) -> CliResult {
         return Ok(());
     }
 
-    let params = SamplingParams {
-        temperature: args.temp,
-        top_p: args.top_p,
-        top_k: args.top_k,
-        min_p: args.min_p,
-        seed: args.seed,
-    };
-    let mut sampler = Sampler::new(args.seed);
+    let params = set.params;
+    let mut sampler = Sampler::new(params.seed);
     // Reasoning runs from an opening `<think>` at the end of the prompt until `</think>`; it goes to
     // stderr so stdout carries only the answer. The decoder keeps output whole UTF-8 and drops tags.
     let start = if prompt.last() == Some(&specials.think_start) {

@@ -13,5 +13,6 @@ pub mod metrics;
 pub mod residency;
 pub mod sampler;
 pub mod session;
+pub mod settings;
 pub mod warmup;
 pub mod worker;

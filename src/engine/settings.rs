@@ -1,0 +1,289 @@
+//! The ranges and parsers of every user setting, shared by the chat app (config file, flags, slash
+//! commands) and the `run`, `score` and `bench` subcommands.
+//!
+//! Owns the limits (one constant per rule) and the one-line messages for values out of range. Each
+//! check returns the reason without naming where the value came from; the caller prefixes the flag
+//! (`--temp`), config key (`key \`temp\``) or slash command (`/temp`). Must not read config files
+//! or touch the terminal; the one I/O here is reading /proc/meminfo to check a context against RAM.
+
+use crate::model::HParams;
+use crate::model::chat::ThinkMode;
+use crate::units::fmt_bytes;
+
+use super::events::{BackendChoice, WeightPlacement};
+pub use super::logprobs::MAX_DUMP_TOP_K;
+use super::memguard::{cpu_kv_bytes, cpu_scratch_estimate, headroom, read_host_memory};
+pub use super::sampler::MAX_TOP_K;
+
+/// Smallest context the chat app accepts (a chat turn with a system prompt needs a few hundred).
+pub const MIN_APP_CTX: u32 = 256;
+/// Smallest context of the headless subcommands: one prompt token and one generated token.
+pub const MIN_CLI_CTX: u32 = 2;
+/// Largest context (DeepSeek V4 Flash is trained to 1M tokens).
+pub const MAX_CTX: u32 = 1 << 20;
+/// Most CPU threads (0 means all cores).
+pub const MAX_THREADS: usize = 4096;
+/// Largest temperature: beyond it every distribution is flat for practical purposes.
+pub const MAX_TEMP: f64 = 10.0;
+
+/// Prefixes a check's reason with where the value came from: `--temp: -1 is out of range …`.
+pub fn named<T>(what: &str, r: Result<T, String>) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+/// Context size in tokens: `min ..= MAX_CTX`.
+pub fn check_ctx(v: i64, min: u32) -> Result<u32, String> {
+    if (min as i64..=MAX_CTX as i64).contains(&v) {
+        Ok(v as u32)
+    } else {
+        Err(format!("{v} is out of range ({min} ..= {MAX_CTX})"))
+    }
+}
+
+/// Temperature: 0 (greedy) ..= 10, finite.
+pub fn check_temp(v: f64) -> Result<f32, String> {
+    if v.is_finite() && (0.0..=MAX_TEMP).contains(&v) {
+        Ok(v as f32)
+    } else {
+        Err(format!("{v} is out of range (0 ..= {MAX_TEMP})"))
+    }
+}
+
+/// Nucleus mass: (0, 1].
+pub fn check_top_p(v: f64) -> Result<f32, String> {
+    if v.is_finite() && v > 0.0 && v <= 1.0 {
+        Ok(v as f32)
+    } else {
+        Err(format!("{v} is out of range (0 < top_p <= 1)"))
+    }
+}
+
+/// Min-p cut relative to the top token: [0, 1].
+pub fn check_min_p(v: f64) -> Result<f32, String> {
+    if v.is_finite() && (0.0..=1.0).contains(&v) {
+        Ok(v as f32)
+    } else {
+        Err(format!("{v} is out of range (0 ..= 1)"))
+    }
+}
+
+/// Top-k candidates: 0 (off) ..= `MAX_TOP_K`, the most the sampler keeps.
+pub fn check_top_k(v: i64) -> Result<u32, String> {
+    u32::try_from(v)
+        .ok()
+        .filter(|&k| k <= MAX_TOP_K)
+        .ok_or_else(|| format!("{v} is out of range (0 ..= {MAX_TOP_K})"))
+}
+
+/// Sampler seed: any non-negative integer.
+pub fn check_seed(v: i64) -> Result<u64, String> {
+    u64::try_from(v).map_err(|_| format!("{v} is negative"))
+}
+
+/// Most tokens per answer: at least 1.
+pub fn check_max_tokens(v: i64) -> Result<u32, String> {
+    u32::try_from(v)
+        .ok()
+        .filter(|&m| m >= 1)
+        .ok_or_else(|| format!("{v} is out of range (1 ..= {})", u32::MAX))
+}
+
+/// CPU threads: 0 (all cores) ..= `MAX_THREADS`.
+pub fn check_threads(v: i64) -> Result<usize, String> {
+    usize::try_from(v)
+        .ok()
+        .filter(|&t| t <= MAX_THREADS)
+        .ok_or_else(|| format!("{v} is out of range (0 ..= {MAX_THREADS})"))
+}
+
+/// Entries per step of a logprob dump: 1 ..= `MAX_DUMP_TOP_K`.
+pub fn check_logprobs_top_k(v: i64) -> Result<usize, String> {
+    usize::try_from(v)
+        .ok()
+        .filter(|k| (1..=MAX_DUMP_TOP_K).contains(k))
+        .ok_or_else(|| format!("{v} is out of range (1 ..= {MAX_DUMP_TOP_K})"))
+}
+
+/// Backend name, the same for flags and the config file: auto, hip (alias gpu) or cpu.
+pub fn parse_backend(s: &str) -> Result<BackendChoice, String> {
+    match s {
+        "auto" => Ok(BackendChoice::Auto),
+        "hip" | "gpu" => Ok(BackendChoice::Hip),
+        "cpu" => Ok(BackendChoice::Cpu),
+        _ => Err(format!("\"{s}\" is not one of auto, hip, cpu")),
+    }
+}
+
+/// GPU weight placement: auto, copy or map.
+pub fn parse_weights(s: &str) -> Result<WeightPlacement, String> {
+    match s {
+        "auto" => Ok(WeightPlacement::Auto),
+        "copy" => Ok(WeightPlacement::Copy),
+        "map" => Ok(WeightPlacement::Map),
+        _ => Err(format!("\"{s}\" is not one of auto, copy, map")),
+    }
+}
+
+/// Think mode name: off (none), high (on) or max.
+pub fn parse_think(s: &str) -> Result<ThinkMode, String> {
+    match s {
+        "off" | "none" => Ok(ThinkMode::Off),
+        "high" | "on" => Ok(ThinkMode::High),
+        "max" => Ok(ThinkMode::Max),
+        _ => Err(format!("\"{s}\" is not one of off, high, max")),
+    }
+}
+
+pub fn think_name(t: ThinkMode) -> &'static str {
+    match t {
+        ThinkMode::Off => "off",
+        ThinkMode::High => "high",
+        ThinkMode::Max => "max",
+    }
+}
+
+pub fn backend_name(b: BackendChoice) -> &'static str {
+    match b {
+        BackendChoice::Auto => "auto",
+        BackendChoice::Hip => "hip",
+        BackendChoice::Cpu => "cpu",
+    }
+}
+
+pub fn weights_name(w: WeightPlacement) -> &'static str {
+    match w {
+        WeightPlacement::Auto => "auto",
+        WeightPlacement::Copy => "copy",
+        WeightPlacement::Map => "map",
+    }
+}
+
+fn parse_number(s: &str) -> Result<f64, String> {
+    s.trim().parse::<f64>().map_err(|_| format!("\"{s}\" is not a number"))
+}
+
+fn parse_integer(s: &str) -> Result<i64, String> {
+    s.trim()
+        .parse::<i64>()
+        .map_err(|_| format!("\"{s}\" is not an integer"))
+}
+
+/// Text forms for slash commands (`/temp 0.7`): parse, then the same range check as above.
+pub fn parse_temp(s: &str) -> Result<f32, String> {
+    check_temp(parse_number(s)?)
+}
+
+pub fn parse_top_p(s: &str) -> Result<f32, String> {
+    check_top_p(parse_number(s)?)
+}
+
+pub fn parse_min_p(s: &str) -> Result<f32, String> {
+    check_min_p(parse_number(s)?)
+}
+
+pub fn parse_top_k(s: &str) -> Result<u32, String> {
+    check_top_k(parse_integer(s)?)
+}
+
+pub fn parse_seed(s: &str) -> Result<u64, String> {
+    check_seed(parse_integer(s)?)
+}
+
+pub fn parse_app_ctx(s: &str) -> Result<u32, String> {
+    check_ctx(parse_integer(s)?, MIN_APP_CTX)
+}
+
+/// The CPU backend's KV cache and scratch for `ctx` tokens must fit the RAM available now (minus
+/// the desktop's headroom); else one line with both figures, prefixed by `what` (`--ctx 99999`).
+/// Checked before anything is allocated, so a huge context is refused instead of aborting the
+/// process when the allocation fails. Unknown host memory (no /proc/meminfo) passes.
+pub fn check_ctx_fits_ram(what: &str, hp: &HParams, ctx: u64, prefill_chunk: u64) -> Result<(), String> {
+    let Ok(host) = read_host_memory() else { return Ok(()) };
+    let room = host.available.saturating_sub(headroom(host.total));
+    ctx_fits(
+        what,
+        cpu_kv_bytes(hp, ctx),
+        cpu_scratch_estimate(hp, prefill_chunk),
+        room,
+    )
+}
+
+fn ctx_fits(what: &str, kv: u64, scratch: u64, room: u64) -> Result<(), String> {
+    if kv.saturating_add(scratch) <= room {
+        return Ok(());
+    }
+    Err(format!(
+        "{what}: needs {} of KV cache and {} of scratch, {} of RAM available",
+        fmt_bytes(kv),
+        fmt_bytes(scratch),
+        fmt_bytes(room)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_accept_their_bounds_and_refuse_beyond() {
+        assert_eq!(check_ctx(256, MIN_APP_CTX), Ok(256));
+        assert_eq!(check_ctx(1 << 20, MIN_APP_CTX), Ok(1 << 20));
+        assert_eq!(
+            check_ctx(99_999_999_999, MIN_CLI_CTX),
+            Err("99999999999 is out of range (2 ..= 1048576)".into())
+        );
+        assert!(check_ctx(255, MIN_APP_CTX).is_err());
+        assert_eq!(check_temp(0.0), Ok(0.0));
+        assert!(check_temp(-1.0).is_err() && check_temp(f64::NAN).is_err() && check_temp(10.5).is_err());
+        assert_eq!(check_top_p(1.0), Ok(1.0));
+        assert!(check_top_p(0.0).is_err() && check_top_p(5.0).is_err());
+        assert_eq!(check_min_p(0.0), Ok(0.0));
+        assert!(check_min_p(1.01).is_err());
+        assert_eq!(check_top_k(1024), Ok(1024));
+        assert_eq!(check_top_k(1025), Err("1025 is out of range (0 ..= 1024)".into()));
+        assert!(check_top_k(-1).is_err());
+        assert_eq!(check_seed(-3), Err("-3 is negative".into()));
+        assert!(check_max_tokens(0).is_err());
+        assert_eq!(check_threads(4096), Ok(4096));
+        assert!(check_threads(4097).is_err());
+    }
+
+    #[test]
+    fn names_are_one_vocabulary() {
+        for b in [BackendChoice::Auto, BackendChoice::Hip, BackendChoice::Cpu] {
+            assert_eq!(parse_backend(backend_name(b)), Ok(b));
+        }
+        assert_eq!(parse_backend("gpu"), Ok(BackendChoice::Hip));
+        for w in [WeightPlacement::Auto, WeightPlacement::Copy, WeightPlacement::Map] {
+            assert_eq!(parse_weights(weights_name(w)), Ok(w));
+        }
+        for t in [ThinkMode::Off, ThinkMode::High, ThinkMode::Max] {
+            assert_eq!(parse_think(think_name(t)), Ok(t));
+        }
+        assert_eq!(
+            parse_backend("cuda"),
+            Err("\"cuda\" is not one of auto, hip, cpu".into())
+        );
+    }
+
+    #[test]
+    fn slash_forms_parse_then_check() {
+        assert_eq!(parse_temp(" 0.5"), Ok(0.5));
+        assert_eq!(parse_temp("warm"), Err("\"warm\" is not a number".into()));
+        assert!(parse_top_p("2").is_err());
+        assert_eq!(parse_top_k("40"), Ok(40));
+        assert_eq!(parse_seed("7"), Ok(7));
+        assert_eq!(parse_app_ctx("4096"), Ok(4096));
+        assert!(parse_app_ctx("4k").is_err());
+    }
+
+    #[test]
+    fn context_memory_line_gives_both_figures() {
+        assert_eq!(ctx_fits("--ctx 8", 10, 5, 15), Ok(()));
+        let e = ctx_fits("--ctx 99999", 3 << 40, 1 << 20, 20 << 30).unwrap_err();
+        assert_eq!(
+            e,
+            "--ctx 99999: needs 3.0 TiB of KV cache and 1.0 MiB of scratch, 20.0 GiB of RAM available"
+        );
+    }
+}
