@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::CliResult;
-use crate::backend::Backend;
+use crate::backend::{Backend, EngineError};
 use crate::engine::backend_open::open_backend;
+use crate::engine::generate::{Hooks, Limits, generate};
 use crate::engine::settings::{self, named};
 use crate::model::Model;
 use crate::model::accounting::{table_from_model, weight_bytes_per_token};
@@ -128,6 +129,20 @@ fn argmax_excluding(logits: &[f32], exclude: u32) -> u32 {
         }
     }
     best.1
+}
+
+/// Decode keeps going past EOS, as ds4-bench does: greedy picks that never take `eos`.
+struct GreedyPastEos {
+    eos: u32,
+}
+
+impl<'b> Hooks<dyn Backend + 'b> for GreedyPastEos {
+    fn pick(&mut self, state: &mut (dyn Backend + 'b)) -> Result<u32, EngineError> {
+        Ok(argmax_excluding(state.logits(), self.eos))
+    }
+    fn token(&mut self, _token: u32) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Streaming read bandwidth of this machine's memory in GB/s (sum over a 1 GiB buffer, all cores).
@@ -258,10 +273,12 @@ pub fn run(args: Args) -> CliResult {
         let prefill_secs = t.elapsed().as_secs_f64();
         let snapshot = backend.save_state();
         let t = Instant::now();
-        for _ in 0..args.gen_tokens {
-            let next = argmax_excluding(backend.logits(), eos);
-            backend.eval(&[next], &mut |_, _| true).map_err(|e| e.to_string())?;
-        }
+        let limits = Limits {
+            max_new: args.gen_tokens,
+            stop_token: None,
+            decode_last: true,
+        };
+        generate(backend.as_mut(), limits, &mut GreedyPastEos { eos }).map_err(|e| e.to_string())?;
         let gen_secs = t.elapsed().as_secs_f64();
         backend.load_state(&snapshot).map_err(|e| e.to_string())?;
         let row = BenchRow {

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::CliResult;
-use crate::backend::Backend;
+use crate::backend::{Backend, EngineError};
 use crate::engine::backend_open::open_backend;
 use crate::engine::events::TextKind;
 use crate::engine::events::{BackendChoice, SamplingParams, WeightPlacement};
+use crate::engine::generate::{Hooks, Limits, Stop, generate, sample_next};
 use crate::engine::logprobs::{self, LogprobDump};
 use crate::engine::sampler::{Sampler, argmax};
 use crate::engine::settings::{self, named};
@@ -151,14 +152,6 @@ pub fn generation_budget(max_tokens: usize, ctx: usize, n_past: usize) -> usize 
     if room <= 1 { 0 } else { max_tokens.min(room - 1) }
 }
 
-/// Why a generation loop ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StopReason {
-    Eos,
-    /// `-n` or the context room ran out.
-    Budget,
-}
-
 /// Sample up to `budget` tokens after the prefilled state in `backend`, handing each to `emit`; EOS
 /// ends the loop and is not emitted. Returns the number of tokens emitted and why it stopped.
 pub fn sample_loop(
@@ -168,29 +161,27 @@ pub fn sample_loop(
     budget: usize,
     eos: u32,
     emit: &mut dyn FnMut(u32) -> Result<(), String>,
-) -> Result<(usize, StopReason), String> {
-    let mut none = |_: usize, _: usize| true;
-    for generated in 0..budget {
-        // On the device when the backend can pick there (only the id comes back), else on the host.
-        let token = match sampler.device_request(params) {
-            Some(req) => match backend.sample_on_device(req.how) {
-                Some(pick) => sampler.accept_device(req, pick.map_err(|e| format!("sampling failed: {e}"))?),
-                None => sampler.sample(backend.logits(), params),
-            },
-            None => sampler.sample(backend.logits(), params),
-        };
-        if token == eos {
-            return Ok((generated, StopReason::Eos));
+) -> Result<(usize, Stop), String> {
+    struct Sampling<'a> {
+        sampler: &'a mut Sampler,
+        params: &'a SamplingParams,
+        emit: &'a mut dyn FnMut(u32) -> Result<(), String>,
+    }
+    impl<'b> Hooks<dyn Backend + 'b> for Sampling<'_> {
+        fn pick(&mut self, state: &mut (dyn Backend + 'b)) -> Result<u32, EngineError> {
+            sample_next(state, self.sampler, self.params)
         }
-        emit(token)?;
-        // The last token's logits are never needed: skip its evaluation.
-        if generated + 1 < budget {
-            backend
-                .eval(&[token], &mut none)
-                .map_err(|e| format!("decode failed: {e}"))?;
+        fn token(&mut self, token: u32) -> Result<(), String> {
+            (self.emit)(token)
         }
     }
-    Ok((budget, StopReason::Budget))
+    let limits = Limits {
+        max_new: budget,
+        stop_token: Some(eos),
+        decode_last: false,
+    };
+    let mut hooks = Sampling { sampler, params, emit };
+    generate(backend, limits, &mut hooks).map_err(|e| e.to_string())
 }
 
 /// ds4's `--dump-logprobs` (spec §7.3): from the prefilled state, a greedy continuation of up to
@@ -349,7 +340,7 @@ pub fn run(args: Args) -> CliResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{EngineError, MemoryReport, Progress};
+    use crate::backend::{MemoryReport, Progress};
 
     /// A backend whose next-token logits are a fixed function of the position: at position p the
     /// logit of token `script[p]` is 5 and every other token's is 0 (vocabulary of 8).
@@ -449,7 +440,7 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert_eq!((n, why, out), (2, StopReason::Eos, vec![3, 4]));
+        assert_eq!((n, why, out), (2, Stop::Eos, vec![3, 4]));
     }
 
     #[test]
@@ -463,7 +454,7 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert_eq!((n, why, out), (3, StopReason::Budget, vec![3, 4, 5]));
+        assert_eq!((n, why, out), (3, Stop::Budget, vec![3, 4, 5]));
         // The last sampled token is not evaluated: prompt + 2 decodes.
         assert_eq!(b.n_past(), 3);
     }

@@ -6,6 +6,7 @@
 pub mod backend_open;
 pub mod chat_text;
 pub mod events;
+pub mod generate;
 pub mod loader;
 pub mod logprobs;
 pub mod memguard;
