@@ -62,7 +62,7 @@ pub struct Args {
     #[arg(
         long = "system",
         visible_alias = "sys",
-        default_value = "You are a helpful assistant"
+        default_value = crate::model::chat::DEFAULT_SYSTEM_PROMPT
     )]
     pub system: String,
     #[command(flatten)]

@@ -150,14 +150,6 @@ pub fn backend_name(b: BackendChoice) -> &'static str {
     }
 }
 
-pub fn weights_name(w: WeightPlacement) -> &'static str {
-    match w {
-        WeightPlacement::Auto => "auto",
-        WeightPlacement::Copy => "copy",
-        WeightPlacement::Map => "map",
-    }
-}
-
 fn parse_number(s: &str) -> Result<f64, String> {
     s.trim().parse::<f64>().map_err(|_| format!("\"{s}\" is not a number"))
 }
@@ -179,10 +171,6 @@ pub fn parse_top_p(s: &str) -> Result<f32, String> {
 
 pub fn parse_min_p(s: &str) -> Result<f32, String> {
     check_min_p(parse_number(s)?)
-}
-
-pub fn parse_top_k(s: &str) -> Result<u32, String> {
-    check_top_k(parse_integer(s)?)
 }
 
 pub fn parse_seed(s: &str) -> Result<u64, String> {
@@ -254,8 +242,12 @@ mod tests {
             assert_eq!(parse_backend(backend_name(b)), Ok(b));
         }
         assert_eq!(parse_backend("gpu"), Ok(BackendChoice::Hip));
-        for w in [WeightPlacement::Auto, WeightPlacement::Copy, WeightPlacement::Map] {
-            assert_eq!(parse_weights(weights_name(w)), Ok(w));
+        for (name, w) in [
+            ("auto", WeightPlacement::Auto),
+            ("copy", WeightPlacement::Copy),
+            ("map", WeightPlacement::Map),
+        ] {
+            assert_eq!(parse_weights(name), Ok(w));
         }
         for t in [ThinkMode::Off, ThinkMode::High, ThinkMode::Max] {
             assert_eq!(parse_think(think_name(t)), Ok(t));
@@ -271,7 +263,6 @@ mod tests {
         assert_eq!(parse_temp(" 0.5"), Ok(0.5));
         assert_eq!(parse_temp("warm"), Err("\"warm\" is not a number".into()));
         assert!(parse_top_p("2").is_err());
-        assert_eq!(parse_top_k("40"), Ok(40));
         assert_eq!(parse_seed("7"), Ok(7));
         assert_eq!(parse_app_ctx("4096"), Ok(4096));
         assert!(parse_app_ctx("4k").is_err());

@@ -16,12 +16,11 @@ use crate::engine::events::{
     Command, DeviceMemory, Event, FinishReason, LiveStats, LoadRequest, ModelInfo, Residency, TextKind, TurnRequest,
     WarmupPhase,
 };
+use crate::engine::{metrics, settings};
 use crate::model::chat::{Conversation, Message, Role, ThinkMode};
 
 /// Most per-token rates kept for the sparkline.
 pub const RATE_HISTORY: usize = 240;
-/// Tokens averaged for the live decode rate.
-const RATE_WINDOW: usize = 32;
 
 /// Slash commands with their argument hint and help line.
 pub const SLASH_COMMANDS: &[(&str, &str, &str)] = &[
@@ -83,8 +82,7 @@ pub struct TurnStats {
 
 impl TurnStats {
     pub fn decode_tps(&self) -> Option<f64> {
-        let s = self.decode_time.as_secs_f64();
-        (self.generated > 0 && s > 0.0).then(|| self.generated as f64 / s)
+        metrics::tokens_per_second(self.generated as u64, self.decode_time)
     }
 }
 
@@ -158,18 +156,14 @@ pub struct Warmup {
 
 impl Warmup {
     pub fn rate_gib_s(&self) -> f64 {
-        let s = self.elapsed.as_secs_f64();
-        if s > 0.0 {
-            self.done_bytes as f64 / s / (1u64 << 30) as f64
-        } else {
-            0.0
-        }
+        metrics::transfer_rate(self.done_bytes, self.total_bytes, self.elapsed)
+            .0
+            .unwrap_or(0.0)
     }
 
     pub fn eta_secs(&self) -> Option<f64> {
-        let s = self.elapsed.as_secs_f64();
-        (self.done_bytes > 0 && !self.finished)
-            .then(|| s * (self.total_bytes.saturating_sub(self.done_bytes)) as f64 / self.done_bytes as f64)
+        let (_, left) = metrics::transfer_rate(self.done_bytes, self.total_bytes, self.elapsed);
+        left.filter(|_| !self.finished).map(|d| d.as_secs_f64())
     }
 }
 
@@ -183,8 +177,7 @@ pub struct PrefillLive {
 
 impl PrefillLive {
     pub fn eta_secs(&self) -> Option<f64> {
-        (self.done > 0)
-            .then(|| self.elapsed.as_secs_f64() * (self.total.saturating_sub(self.done)) as f64 / self.done as f64)
+        metrics::time_left(self.done as u64, self.total as u64, self.elapsed).map(|d| d.as_secs_f64())
     }
 }
 
@@ -201,7 +194,7 @@ pub struct Metrics {
     pub last_prefill: Option<(u32, Duration)>,
     /// Per-token decode rates (t/s), newest last.
     pub rates: VecDeque<f64>,
-    /// Recent per-token step times for the live rate.
+    /// The last `metrics::DECODE_RATE_WINDOW` step times: the live rate until the worker sends one.
     pub recent: VecDeque<Duration>,
     /// Average decode rate of the last finished turn.
     pub last_turn_tps: Option<f64>,
@@ -219,11 +212,10 @@ impl Metrics {
         {
             return Some(r);
         }
-        if self.generating && !self.recent.is_empty() {
-            let total: f64 = self.recent.iter().map(|d| d.as_secs_f64()).sum();
-            if total > 0.0 {
-                return Some(self.recent.len() as f64 / total);
-            }
+        if self.generating
+            && let Some(r) = metrics::tokens_per_second(self.recent.len() as u64, self.recent.iter().sum())
+        {
+            return Some(r);
         }
         self.last_turn_tps
     }
@@ -414,12 +406,11 @@ impl App {
                 m.generating = true;
                 m.context_used += 1;
                 m.recent.push_back(elapsed);
-                while m.recent.len() > RATE_WINDOW {
+                while m.recent.len() > metrics::DECODE_RATE_WINDOW {
                     m.recent.pop_front();
                 }
-                let s = elapsed.as_secs_f64();
-                if s > 0.0 {
-                    m.rates.push_back(1.0 / s);
+                if let Some(rate) = metrics::tokens_per_second(1, elapsed) {
+                    m.rates.push_back(rate);
                     while m.rates.len() > RATE_HISTORY {
                         m.rates.pop_front();
                     }
@@ -917,17 +908,14 @@ impl App {
                 Vec::new()
             }
             "/temp" | "/top-p" | "/min-p" => {
-                let parsed = arg
-                    .parse::<f64>()
-                    .map_err(|_| format!("{cmd}: \"{arg}\" is not a number"));
-                let res = parsed.and_then(|v| match cmd {
-                    "/temp" => config::check_temp(v).map(|x| self.config.sampling.temperature = x),
-                    "/top-p" => config::check_top_p(v).map(|x| self.config.sampling.top_p = x),
-                    _ => config::check_min_p(v).map(|x| self.config.sampling.min_p = x),
-                });
+                let res = match cmd {
+                    "/temp" => settings::parse_temp(arg).map(|x| self.config.sampling.temperature = x),
+                    "/top-p" => settings::parse_top_p(arg).map(|x| self.config.sampling.top_p = x),
+                    _ => settings::parse_min_p(arg).map(|x| self.config.sampling.min_p = x),
+                };
                 match res {
                     Ok(()) => sampling_changed(self, format!("{cmd} {arg}")),
-                    Err(e) => self.error_status(if e.starts_with('/') { e } else { format!("{cmd}: {e}") }),
+                    Err(e) => self.error_status(format!("{cmd}: {e}")),
                 }
             }
             "/seed" => {
@@ -935,35 +923,29 @@ impl App {
                     self.config.sampling.seed = None;
                     return sampling_changed(self, "seed: random".into());
                 }
-                match arg.parse::<u64>() {
+                match settings::parse_seed(arg) {
                     Ok(s) => {
                         self.config.sampling.seed = Some(s);
                         sampling_changed(self, format!("seed {s}"))
                     }
-                    Err(_) => self.error_status(format!("/seed: \"{arg}\" is not a non-negative integer")),
+                    Err(e) => self.error_status(format!("/seed: {e}")),
                 }
             }
-            "/ctx" => {
-                let v = match arg.parse::<i64>() {
-                    Ok(v) => v,
-                    Err(_) => return self.error_status(format!("/ctx: \"{arg}\" is not an integer")),
-                };
-                match config::parse_ctx(v) {
-                    Ok(ctx) => {
-                        self.config.ctx = ctx;
-                        let mut cmds = self.clear();
-                        if let Some(mut load) = self.load.clone() {
-                            load.ctx = ctx;
-                            self.load = Some(load.clone());
-                            self.phase = Phase::Loading;
-                            cmds.push(Command::Load(load));
-                        }
-                        self.status = Some(format!("context {ctx}: reloading, conversation cleared"));
-                        cmds
+            "/ctx" => match settings::parse_app_ctx(arg) {
+                Ok(ctx) => {
+                    self.config.ctx = ctx;
+                    let mut cmds = self.clear();
+                    if let Some(mut load) = self.load.clone() {
+                        load.ctx = ctx;
+                        self.load = Some(load.clone());
+                        self.phase = Phase::Loading;
+                        cmds.push(Command::Load(load));
                     }
-                    Err(e) => self.error_status(format!("/ctx: {e}")),
+                    self.status = Some(format!("context {ctx}: reloading, conversation cleared"));
+                    cmds
                 }
-            }
+                Err(e) => self.error_status(format!("/ctx: {e}")),
+            },
             "/clear" => self.clear(),
             "/retry" => self.retry(),
             "/edit" => self.edit(),

@@ -11,19 +11,16 @@ use serde::Deserialize;
 use crate::engine::events::{BackendChoice, SamplingParams, WeightPlacement};
 use crate::model::chat::ThinkMode;
 
-pub use crate::engine::settings::{
-    MAX_CTX, MIN_APP_CTX as MIN_CTX, backend_name, check_min_p, check_temp, check_top_p, parse_backend, parse_think,
-    parse_weights, think_name, weights_name,
+use crate::engine::settings::{
+    MIN_APP_CTX, check_ctx, check_max_tokens, check_min_p, check_seed, check_temp, check_threads, check_top_k,
+    check_top_p, named, parse_backend, parse_think, parse_weights,
 };
-use crate::engine::settings::{check_ctx, check_max_tokens, check_seed, check_threads, check_top_k, named};
+pub use crate::engine::settings::{backend_name, think_name};
 
-/// The app's context range (`MIN_CTX ..= MAX_CTX`), for the config key, `--ctx` and `/ctx`.
+/// The app's context range (`MIN_APP_CTX ..= MAX_CTX`), for the config key and `--ctx`.
 pub fn parse_ctx(v: i64) -> Result<u32, String> {
-    check_ctx(v, MIN_CTX)
+    check_ctx(v, MIN_APP_CTX)
 }
-
-/// ds4's CLI default system prompt (spec §6.1), used when the file has no `system` key.
-pub const DEFAULT_SYSTEM: &str = "You are a helpful assistant";
 
 /// Colour scheme of the UI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize)]
@@ -78,7 +75,7 @@ impl Default for Config {
             weights: WeightPlacement::Auto,
             threads: 0,
             think: ThinkMode::High,
-            system: DEFAULT_SYSTEM.to_string(),
+            system: crate::model::chat::DEFAULT_SYSTEM_PROMPT.to_string(),
             sampling: SamplingParams::default(),
             max_tokens: 16384,
             side_panel: true,

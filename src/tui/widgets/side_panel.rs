@@ -10,6 +10,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Sparkline};
 
 use super::{Palette, bar, fmt_count, fmt_secs};
 use crate::engine::events::WarmupPhase;
+use crate::engine::metrics::tokens_per_second;
 use crate::tui::app::App;
 use crate::tui::config::think_name;
 use crate::units::{fmt_bytes, fmt_bytes_pair};
@@ -57,7 +58,8 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
         let live = m.live.as_ref();
         let tps = live
             .and_then(|l| l.prefill_tps)
-            .unwrap_or(if s > 0.0 { tokens as f64 / s } else { 0.0 });
+            .or_else(|| tokens_per_second(tokens as u64, t))
+            .unwrap_or(0.0);
         out.push(kv("", format!("{tps:.1} t/s"), p));
         if let Some(lat) = live.and_then(|l| l.prefill_latency) {
             out.push(kv("Latency", format!("{} 1st token", fmt_secs(lat.as_secs_f64())), p));
