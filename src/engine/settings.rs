@@ -8,11 +8,13 @@
 
 use crate::model::HParams;
 use crate::model::chat::ThinkMode;
-use crate::units::fmt_bytes;
 
 use super::events::{BackendChoice, WeightPlacement};
 pub use super::logprobs::MAX_DUMP_TOP_K;
-use super::memguard::{cpu_kv_bytes, cpu_scratch_estimate, headroom, read_host_memory};
+use super::memguard::{
+    HostMemory, MemoryNeed, MemoryVerdict, WeightResidence, check_memory, cpu_kv_bytes, cpu_scratch_estimate,
+    read_host_memory,
+};
 pub use super::sampler::MAX_TOP_K;
 
 /// Smallest context the chat app accepts (a chat turn with a system prompt needs a few hundred).
@@ -181,31 +183,31 @@ pub fn parse_app_ctx(s: &str) -> Result<u32, String> {
     check_ctx(parse_integer(s)?, MIN_APP_CTX)
 }
 
-/// The CPU backend's KV cache and scratch for `ctx` tokens must fit the RAM available now (minus
-/// the desktop's headroom); else one line with both figures, prefixed by `what` (`--ctx 99999`).
-/// Checked before anything is allocated, so a huge context is refused instead of aborting the
-/// process when the allocation fails. Unknown host memory (no /proc/meminfo) passes.
+/// The CPU backend's KV cache and scratch for `ctx` tokens must fit the RAM available now (the
+/// memory guard's rule); else one line naming `what` (`--ctx 99999`) with the figures and a context
+/// that fits. Checked before anything is allocated, so a huge context is refused instead of
+/// aborting the process when the allocation fails. Unknown host memory (no /proc/meminfo) passes.
 pub fn check_ctx_fits_ram(what: &str, hp: &HParams, ctx: u64, prefill_chunk: u64) -> Result<(), String> {
-    let Ok(host) = read_host_memory() else { return Ok(()) };
-    let room = host.available.saturating_sub(headroom(host.total));
-    ctx_fits(
-        what,
-        cpu_kv_bytes(hp, ctx),
-        cpu_scratch_estimate(hp, prefill_chunk),
-        room,
-    )
+    match read_host_memory() {
+        Ok(host) => ctx_fits(what, hp, ctx, prefill_chunk, &host),
+        Err(_) => Ok(()),
+    }
 }
 
-fn ctx_fits(what: &str, kv: u64, scratch: u64, room: u64) -> Result<(), String> {
-    if kv.saturating_add(scratch) <= room {
-        return Ok(());
+fn ctx_fits(what: &str, hp: &HParams, ctx: u64, prefill_chunk: u64, host: &HostMemory) -> Result<(), String> {
+    // Only the cache is checked here: mapped weights are page cache, which the kernel reclaims.
+    let need = MemoryNeed {
+        weight_bytes: 0,
+        residence: WeightResidence::MappedFile,
+        kv_bytes: cpu_kv_bytes(hp, ctx),
+        scratch_bytes: cpu_scratch_estimate(hp, prefill_chunk),
+        kv_on_device: false,
+        checkpoint_bytes: 0,
+    };
+    match check_memory(&need, host, None, hp, ctx) {
+        MemoryVerdict::Refuse(why) => Err(format!("{what}: {why}")),
+        MemoryVerdict::Fits | MemoryVerdict::Warn(_) => Ok(()),
     }
-    Err(format!(
-        "{what}: needs {} of KV cache and {} of scratch, {} of RAM available",
-        fmt_bytes(kv),
-        fmt_bytes(scratch),
-        fmt_bytes(room)
-    ))
 }
 
 #[cfg(test)]
@@ -269,12 +271,27 @@ mod tests {
     }
 
     #[test]
-    fn context_memory_line_gives_both_figures() {
-        assert_eq!(ctx_fits("--ctx 8", 10, 5, 15), Ok(()));
-        let e = ctx_fits("--ctx 99999", 3 << 40, 1 << 20, 20 << 30).unwrap_err();
-        assert_eq!(
-            e,
-            "--ctx 99999: needs 3.0 TiB of KV cache and 1.0 MiB of scratch, 20.0 GiB of RAM available"
+    fn context_that_does_not_fit_ram_names_the_flag_and_a_fitting_size() {
+        let hp = HParams::flash();
+        let gib = crate::units::GIB;
+        let host = HostMemory {
+            total: 24 * gib,
+            available: 20 * gib,
+        };
+        assert_eq!(ctx_fits("--ctx 32768", &hp, 32768, 128, &host), Ok(()));
+        let small = HostMemory {
+            total: 8 * gib,
+            available: 4 * gib,
+        };
+        let e = ctx_fits("--ctx 1048576", &hp, 1 << 20, 128, &small).unwrap_err();
+        assert!(
+            e.starts_with("--ctx 1048576: not enough memory for the context: KV cache 13."),
+            "{e}"
         );
+        assert!(
+            e.contains("3.0 GiB available") && e.contains("use --ctx 131072 or smaller"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
     }
 }
