@@ -22,10 +22,12 @@ fn refused(args: &[&str]) -> String {
     stderr.trim_end().to_string()
 }
 
-fn with_model<'a>(sub: &'a str, model: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
-    let mut v = vec![sub, "-m", model];
-    v.extend_from_slice(rest);
-    v
+/// Each case's flags, between `before` and `after`, must be refused with exactly its line.
+fn assert_refused(before: &[&str], after: &[&str], cases: &[(&[&str], &str)]) {
+    for (flags, want) in cases {
+        let args: Vec<&str> = before.iter().chain(flags.iter()).chain(after).copied().collect();
+        assert_eq!(refused(&args), format!("ds4-chat: {want}"), "{flags:?}");
+    }
 }
 
 #[test]
@@ -61,11 +63,7 @@ fn run_refuses_each_setting_out_of_range() {
             "--weights: \"mmap\" is not one of auto, copy, map",
         ),
     ];
-    for (flags, want) in cases {
-        let mut args = with_model("run", m, flags);
-        args.extend(["-p", "hi"]);
-        assert_eq!(refused(&args), format!("ds4-chat: {want}"), "{flags:?}");
-    }
+    assert_refused(&["run", "-m", m], &["-p", "hi"], cases);
 }
 
 #[test]
@@ -83,11 +81,7 @@ fn score_refuses_each_setting_out_of_range() {
             "--backend: \"gpu0\" is not one of auto, hip, cpu",
         ),
     ];
-    for (flags, want) in cases {
-        let mut args = with_model("score", m, flags);
-        args.extend(["--tokens", "1,2"]);
-        assert_eq!(refused(&args), format!("ds4-chat: {want}"), "{flags:?}");
-    }
+    assert_refused(&["score", "-m", m], &["--tokens", "1,2"], cases);
 }
 
 #[test]
@@ -111,10 +105,7 @@ fn bench_refuses_each_setting_out_of_range() {
         ),
         (&["--peak-gbps", "-3"], "--peak-gbps: -3 is not a positive bandwidth"),
     ];
-    for (flags, want) in cases {
-        let args = with_model("bench", m, flags);
-        assert_eq!(refused(&args), format!("ds4-chat: {want}"), "{flags:?}");
-    }
+    assert_refused(&["bench", "-m", m], &[], cases);
 }
 
 /// The chat app checks its flags and config file before it needs a terminal; with stdout not a
@@ -143,11 +134,7 @@ fn chat_app_refuses_bad_flags_and_config_keys() {
     ];
     let empty = std::env::temp_dir().join(format!("ds4-chat-settings-empty-{}.toml", std::process::id()));
     std::fs::write(&empty, "").unwrap();
-    for (flags, want) in cases {
-        let mut args = vec!["--demo", "--config", empty.to_str().unwrap()];
-        args.extend_from_slice(flags);
-        assert_eq!(refused(&args), format!("ds4-chat: {want}"), "{flags:?}");
-    }
+    assert_refused(&["--demo", "--config", empty.to_str().unwrap()], &[], cases);
     let keys = [
         (
             "ctx = 99999999999",

@@ -33,13 +33,17 @@ pub fn named<T>(what: &str, r: Result<T, String>) -> Result<T, String> {
     r.map_err(|e| format!("{what}: {e}"))
 }
 
+/// `v` as a `T` in `lo ..= hi`, else the one-line reason.
+fn int_in<T: TryFrom<i64> + PartialOrd + std::fmt::Display>(v: i64, lo: T, hi: T) -> Result<T, String> {
+    T::try_from(v)
+        .ok()
+        .filter(|x| (&lo..=&hi).contains(&x))
+        .ok_or_else(|| format!("{v} is out of range ({lo} ..= {hi})"))
+}
+
 /// Context size in tokens: `min ..= MAX_CTX`.
 pub fn check_ctx(v: i64, min: u32) -> Result<u32, String> {
-    if (min as i64..=MAX_CTX as i64).contains(&v) {
-        Ok(v as u32)
-    } else {
-        Err(format!("{v} is out of range ({min} ..= {MAX_CTX})"))
-    }
+    int_in(v, min, MAX_CTX)
 }
 
 /// Temperature: 0 (greedy) ..= 10, finite.
@@ -71,10 +75,7 @@ pub fn check_min_p(v: f64) -> Result<f32, String> {
 
 /// Top-k candidates: 0 (off) ..= `MAX_TOP_K`, the most the sampler keeps.
 pub fn check_top_k(v: i64) -> Result<u32, String> {
-    u32::try_from(v)
-        .ok()
-        .filter(|&k| k <= MAX_TOP_K)
-        .ok_or_else(|| format!("{v} is out of range (0 ..= {MAX_TOP_K})"))
+    int_in(v, 0, MAX_TOP_K)
 }
 
 /// Sampler seed: any non-negative integer.
@@ -84,26 +85,17 @@ pub fn check_seed(v: i64) -> Result<u64, String> {
 
 /// Most tokens per answer: at least 1.
 pub fn check_max_tokens(v: i64) -> Result<u32, String> {
-    u32::try_from(v)
-        .ok()
-        .filter(|&m| m >= 1)
-        .ok_or_else(|| format!("{v} is out of range (1 ..= {})", u32::MAX))
+    int_in(v, 1, u32::MAX)
 }
 
 /// CPU threads: 0 (all cores) ..= `MAX_THREADS`.
 pub fn check_threads(v: i64) -> Result<usize, String> {
-    usize::try_from(v)
-        .ok()
-        .filter(|&t| t <= MAX_THREADS)
-        .ok_or_else(|| format!("{v} is out of range (0 ..= {MAX_THREADS})"))
+    int_in(v, 0, MAX_THREADS)
 }
 
 /// Entries per step of a logprob dump: 1 ..= `MAX_DUMP_TOP_K`.
 pub fn check_logprobs_top_k(v: i64) -> Result<usize, String> {
-    usize::try_from(v)
-        .ok()
-        .filter(|k| (1..=MAX_DUMP_TOP_K).contains(k))
-        .ok_or_else(|| format!("{v} is out of range (1 ..= {MAX_DUMP_TOP_K})"))
+    int_in(v, 1, MAX_DUMP_TOP_K)
 }
 
 /// Backend name, the same for flags and the config file: auto, hip (alias gpu) or cpu.
