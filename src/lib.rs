@@ -2,7 +2,7 @@
 //!
 //! Layers, bottom up: `gguf` (file format) → `model` (hyperparameters, weights, tokenizer, chat) →
 //! `backend` (CPU reference, HIP) → `engine` (session, sampler, worker, metrics) → `tui`.
-//! `cli` wires the subcommands; `genmodel` writes synthetic ds4-layout files for tests and `--demo`.
+//! `units` (byte formatting) sits below them all. `cli` wires the subcommands; `genmodel` writes synthetic ds4-layout files for tests and `--demo`.
 
 pub mod backend;
 pub mod cli;
@@ -11,3 +11,4 @@ pub mod genmodel;
 pub mod gguf;
 pub mod model;
 pub mod tui;
+pub mod units;

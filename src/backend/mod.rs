@@ -90,10 +90,10 @@ impl WeightsPlacement {
 
     /// One line: "copy: 12.30 GiB to device memory in 4.10 s (3.22 GB/s)", then the reason if any.
     pub fn summary(&self) -> String {
-        let size = if self.bytes >= 1 << 30 {
-            format!("{:.2} GiB", self.bytes as f64 / (1u64 << 30) as f64)
+        let size = if self.bytes >= crate::units::GIB {
+            crate::units::fmt_gib(self.bytes, 2)
         } else {
-            format!("{:.1} MiB", self.bytes as f64 / (1u64 << 20) as f64)
+            crate::units::fmt_bytes(self.bytes)
         };
         let mut s = if self.copied {
             format!(

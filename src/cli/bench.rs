@@ -11,8 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::CliResult;
-use crate::backend::Backend;
-use crate::engine::backend_open::{open_backend, parse_backend_choice, parse_weight_placement};
+use crate::backend::{Backend, EngineError};
+use crate::engine::backend_open::open_backend;
+use crate::engine::generate::{Hooks, Limits, generate};
+use crate::engine::settings::{self, named};
 use crate::model::Model;
 use crate::model::accounting::{table_from_model, weight_bytes_per_token};
 use crate::model::tokenizer::Tokenizer;
@@ -44,11 +46,11 @@ pub struct Args {
     #[arg(long)]
     pub prompt_file: Option<PathBuf>,
     /// CPU threads (0 = all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub threads: i64,
     /// Peak memory bandwidth in GB/s for the roofline column (default: measured, a streaming read
     /// of host memory on the CPU, a device-to-device copy counting read + written bytes on a GPU).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub peak_gbps: Option<f64>,
     /// Write the CSV here instead of stdout.
     #[arg(long)]
@@ -129,6 +131,20 @@ fn argmax_excluding(logits: &[f32], exclude: u32) -> u32 {
     best.1
 }
 
+/// Decode keeps going past EOS, as ds4-bench does: greedy picks that never take `eos`.
+struct GreedyPastEos {
+    eos: u32,
+}
+
+impl<'b> Hooks<dyn Backend + 'b> for GreedyPastEos {
+    fn pick(&mut self, state: &mut (dyn Backend + 'b)) -> Result<u32, EngineError> {
+        Ok(argmax_excluding(state.logits(), self.eos))
+    }
+    fn token(&mut self, _token: u32) -> Result<(), String> {
+        Ok(())
+    }
+}
+
 /// Streaming read bandwidth of this machine's memory in GB/s (sum over a 1 GiB buffer, all cores).
 fn measure_host_read_gbps() -> f64 {
     use rayon::prelude::*;
@@ -170,11 +186,24 @@ pub fn run(args: Args) -> CliResult {
             args.ctx_start, args.ctx_max
         ));
     }
+    // The cache holds the last frontier and the tokens decoded after it.
+    let ctx_alloc = args.ctx_max.saturating_add(args.gen_tokens).saturating_add(1);
+    let ctx_alloc = named(
+        "--ctx-max + --gen-tokens",
+        settings::check_ctx(i64::try_from(ctx_alloc).unwrap_or(i64::MAX), settings::MIN_CLI_CTX),
+    )? as usize;
+    let threads = named("--threads", settings::check_threads(args.threads))?;
+    let choice = named("--backend", settings::parse_backend(&args.backend))?;
+    let weights = named("--weights", settings::parse_weights(&args.weights))?;
+    if let Some(p) = args.peak_gbps
+        && !(p.is_finite() && p > 0.0)
+    {
+        return Err(format!("--peak-gbps: {p} is not a positive bandwidth"));
+    }
     let model = Arc::new(Model::open(&args.model).map_err(|e| e.to_string())?);
     // The tokenizer is only needed for --prompt-file (and to skip EOS while decoding).
     let tok = Tokenizer::from_gguf(&model.file);
     let per_token = weight_bytes_per_token(&model.hp, &table_from_model(&model)).total();
-    let ctx_alloc = args.ctx_max + args.gen_tokens + 1;
     let prompt = match &args.prompt_file {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -195,13 +224,7 @@ pub fn run(args: Args) -> CliResult {
         None => synthetic_tokens(tok.as_ref().ok(), model.hp.n_vocab, args.ctx_max),
     };
     let t_open = Instant::now();
-    let opened = open_backend(
-        model.clone(),
-        parse_backend_choice(&args.backend)?,
-        parse_weight_placement(&args.weights)?,
-        ctx_alloc,
-        args.threads,
-    )?;
+    let opened = open_backend(model.clone(), choice, weights, ctx_alloc, threads)?;
     let open_secs = t_open.elapsed().as_secs_f64();
     if let Some(why) = &opened.fallback_reason {
         eprintln!("ds4-chat bench: using the CPU backend: {why}");
@@ -250,10 +273,12 @@ pub fn run(args: Args) -> CliResult {
         let prefill_secs = t.elapsed().as_secs_f64();
         let snapshot = backend.save_state();
         let t = Instant::now();
-        for _ in 0..args.gen_tokens {
-            let next = argmax_excluding(backend.logits(), eos);
-            backend.eval(&[next], &mut |_, _| true).map_err(|e| e.to_string())?;
-        }
+        let limits = Limits {
+            max_new: args.gen_tokens,
+            stop_token: None,
+            decode_last: true,
+        };
+        generate(backend.as_mut(), limits, &mut GreedyPastEos { eos }).map_err(|e| e.to_string())?;
         let gen_secs = t.elapsed().as_secs_f64();
         backend.load_state(&snapshot).map_err(|e| e.to_string())?;
         let row = BenchRow {

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use super::CliResult;
 use crate::engine::events::{Command, LoadRequest, ModelSource};
 use crate::engine::loader::EngineLoader;
+use crate::engine::settings::{self, named};
 use crate::engine::worker::Worker;
 use crate::tui::app::App;
 use crate::tui::config::{self, Config};
@@ -24,7 +25,7 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub demo_seed: u64,
     /// Context size in tokens.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub ctx: Option<i64>,
     /// Compute backend: auto, hip or cpu.
     #[arg(long, value_name = "auto|hip|cpu")]
@@ -33,28 +34,28 @@ pub struct Args {
     #[arg(long, value_name = "auto|copy|map")]
     pub weights: Option<String>,
     /// CPU threads (0 = all cores).
-    #[arg(long, value_name = "N")]
-    pub threads: Option<usize>,
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub threads: Option<i64>,
     #[command(flatten)]
     pub think: super::ThinkArgs,
     /// System prompt ("" for none).
     #[arg(long, value_name = "TEXT")]
     pub system: Option<String>,
     /// Sampling temperature (0 = greedy).
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub temp: Option<f64>,
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub top_p: Option<f64>,
-    #[arg(long, value_name = "N")]
-    pub top_k: Option<u32>,
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub top_k: Option<i64>,
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub min_p: Option<f64>,
     /// Sampling seed (default: time-seeded).
-    #[arg(long, value_name = "N")]
-    pub seed: Option<u64>,
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub seed: Option<i64>,
     /// Most tokens per answer.
-    #[arg(long, value_name = "N")]
-    pub max_tokens: Option<u32>,
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_tokens: Option<i64>,
     /// Config file (default: the path printed by --print-config).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -74,16 +75,16 @@ pub const NO_MODEL_HELP: &str = "no model given.
 /// Applies the flags over `c` (flags win). Errors name the flag.
 pub fn apply_flags(mut c: Config, a: &Args) -> Result<Config, String> {
     if let Some(v) = a.ctx {
-        c.ctx = config::parse_ctx(v).map_err(|e| format!("--ctx: {e}"))?;
+        c.ctx = named("--ctx", config::parse_ctx(v))?;
     }
     if let Some(v) = &a.backend {
-        c.backend = config::parse_backend(v).map_err(|e| format!("--backend: {e}"))?;
+        c.backend = named("--backend", settings::parse_backend(v))?;
     }
     if let Some(v) = &a.weights {
-        c.weights = config::parse_weights(v).map_err(|e| format!("--weights: {e}"))?;
+        c.weights = named("--weights", settings::parse_weights(v))?;
     }
     if let Some(v) = a.threads {
-        c.threads = v;
+        c.threads = named("--threads", settings::check_threads(v))?;
     }
     if let Some(mode) = a.think.requested() {
         c.think = mode;
@@ -92,28 +93,22 @@ pub fn apply_flags(mut c: Config, a: &Args) -> Result<Config, String> {
         c.system = v.clone();
     }
     if let Some(v) = a.temp {
-        c.sampling.temperature = config::check_temp(v).map_err(|e| format!("--temp: {e}"))?;
+        c.sampling.temperature = named("--temp", settings::check_temp(v))?;
     }
     if let Some(v) = a.top_p {
-        c.sampling.top_p = config::check_top_p(v).map_err(|e| format!("--top-p: {e}"))?;
+        c.sampling.top_p = named("--top-p", settings::check_top_p(v))?;
     }
     if let Some(v) = a.top_k {
-        if v > 1024 {
-            return Err(format!("--top-k: {v} is out of range (0 ..= 1024)"));
-        }
-        c.sampling.top_k = v;
+        c.sampling.top_k = named("--top-k", settings::check_top_k(v))?;
     }
     if let Some(v) = a.min_p {
-        c.sampling.min_p = config::check_min_p(v).map_err(|e| format!("--min-p: {e}"))?;
+        c.sampling.min_p = named("--min-p", settings::check_min_p(v))?;
     }
     if let Some(v) = a.seed {
-        c.sampling.seed = Some(v);
+        c.sampling.seed = Some(named("--seed", settings::check_seed(v))?);
     }
     if let Some(v) = a.max_tokens {
-        if v == 0 {
-            return Err("--max-tokens: must be at least 1".into());
-        }
-        c.max_tokens = v;
+        c.max_tokens = named("--max-tokens", settings::check_max_tokens(v))?;
     }
     Ok(c)
 }

@@ -8,6 +8,7 @@ use serde_json::json;
 use super::CliResult;
 use crate::model::Model;
 use crate::model::accounting::{Accounting, account, table_from_model};
+use crate::units::fmt_gib;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -16,12 +17,6 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-const GIB: f64 = (1u64 << 30) as f64;
-
-fn gib(b: u64) -> String {
-    format!("{:.2} GiB", b as f64 / GIB)
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -81,7 +76,7 @@ fn print_text(m: &Model, acc: &Accounting) {
         "file          {} ({} bytes, {})",
         m.file.display_name(),
         m.file.file_size(),
-        gib(m.file.file_size())
+        fmt_gib(m.file.file_size(), 2)
     );
     println!(
         "architecture  {}   name: {}",
@@ -134,22 +129,22 @@ fn print_text(m: &Model, acc: &Accounting) {
         "tensors       {}, {} bytes ({})",
         acc.n_tensors,
         acc.tensor_bytes,
-        gib(acc.tensor_bytes)
+        fmt_gib(acc.tensor_bytes, 2)
     );
     println!("by type:");
     for (t, b) in &acc.by_type {
-        println!("  {:<22} {:>16} B  {:>11}", t.name(), b, gib(*b));
+        println!("  {:<22} {:>16} B  {:>11}", t.name(), b, fmt_gib(*b, 2));
     }
     println!("by group:");
     for (g, b) in &acc.by_group {
-        println!("  {:<22} {:>16} B  {:>11}", g.name(), b, gib(*b));
+        println!("  {:<22} {:>16} B  {:>11}", g.name(), b, fmt_gib(*b, 2));
     }
     let total = acc.per_token.total();
     println!(
         "weight bytes read per decoded token: {} B = {:.2} GB ({})",
         total,
         total as f64 / 1e9,
-        gib(total)
+        fmt_gib(total, 2)
     );
     for (label, b) in acc.per_token.rows() {
         println!(

@@ -10,12 +10,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::CliResult;
-use crate::backend::Backend;
-use crate::engine::backend_open::{open_backend, parse_backend_choice};
+use crate::backend::{Backend, EngineError};
+use crate::engine::backend_open::open_backend;
 use crate::engine::events::TextKind;
 use crate::engine::events::{BackendChoice, SamplingParams, WeightPlacement};
+use crate::engine::generate::{Hooks, Limits, Stop, generate, sample_next};
 use crate::engine::logprobs::{self, LogprobDump};
 use crate::engine::sampler::{Sampler, argmax};
+use crate::engine::settings::{self, named};
 use crate::model::chat::{ThinkMode, one_shot_prompt};
 use crate::model::detok::StreamDecoder;
 use crate::model::tokenizer::Tokenizer;
@@ -60,60 +62,94 @@ pub struct Args {
     #[arg(
         long = "system",
         visible_alias = "sys",
-        default_value = "You are a helpful assistant"
+        default_value = crate::model::chat::DEFAULT_SYSTEM_PROMPT
     )]
     pub system: String,
     #[command(flatten)]
     pub think: super::ThinkArgs,
     /// Most tokens to generate.
-    #[arg(short = 'n', long = "max-tokens", default_value_t = 50000)]
-    pub max_tokens: usize,
-    /// Temperature; 0 or below is greedy.
+    #[arg(
+        short = 'n',
+        long = "max-tokens",
+        default_value_t = 50000,
+        allow_negative_numbers = true
+    )]
+    pub max_tokens: i64,
+    /// Temperature (0 ..= 10); 0 is greedy.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub temp: f32,
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f32,
-    /// 0 disables top-k.
-    #[arg(long, default_value_t = 0)]
-    pub top_k: u32,
-    /// Minimum probability relative to the top token.
+    pub temp: f64,
+    /// Nucleus mass (0 < top_p <= 1).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub top_p: f64,
+    /// Candidates kept (0 ..= 1024); 0 disables top-k.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub top_k: i64,
+    /// Minimum probability relative to the top token (0 ..= 1).
     #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
-    pub min_p: f32,
+    pub min_p: f64,
     /// Sampler seed (default: from the clock and pid).
-    #[arg(long)]
-    pub seed: Option<u64>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub seed: Option<i64>,
     /// Context size in tokens.
-    #[arg(short = 'c', long, default_value_t = 32768)]
-    pub ctx: usize,
+    #[arg(short = 'c', long, default_value_t = 32768, allow_negative_numbers = true)]
+    pub ctx: i64,
     /// Write ds4's greedy logprob dump (JSON) here instead of sampling.
     #[arg(long)]
     pub dump_logprobs: Option<PathBuf>,
-    /// Entries per step in the dump (at most 128).
-    #[arg(long, default_value_t = 20)]
-    pub logprobs_top_k: usize,
+    /// Entries per step in the dump (1 ..= 128).
+    #[arg(long, default_value_t = 20, allow_negative_numbers = true)]
+    pub logprobs_top_k: i64,
     /// CPU threads (0 = all cores).
-    #[arg(short = 't', long, default_value_t = 0)]
-    pub threads: usize,
+    #[arg(short = 't', long, default_value_t = 0, allow_negative_numbers = true)]
+    pub threads: i64,
     /// auto (GPU when usable, else CPU), hip or cpu.
-    #[arg(long, default_value = "auto", value_parser = parse_backend_choice)]
-    pub backend: BackendChoice,
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
     /// GPU weight placement: auto (copy when device memory holds the weights, else map), copy or map.
-    #[arg(long, default_value = "auto", value_parser = crate::engine::backend_open::parse_weight_placement)]
-    pub weights: WeightPlacement,
+    #[arg(long, default_value = "auto")]
+    pub weights: String,
+}
+
+/// `run`'s settings after the range checks.
+struct RunSettings {
+    ctx: usize,
+    max_tokens: usize,
+    params: SamplingParams,
+    logprobs_top_k: usize,
+    threads: usize,
+    backend: BackendChoice,
+    weights: WeightPlacement,
+}
+
+impl RunSettings {
+    /// Every flag checked against its range; the error is one line naming the flag.
+    fn from_args(a: &Args) -> Result<RunSettings, String> {
+        let seed = match a.seed {
+            Some(v) => Some(named("--seed", settings::check_seed(v))?),
+            None => None,
+        };
+        Ok(RunSettings {
+            ctx: named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX))? as usize,
+            max_tokens: named("--max-tokens", settings::check_max_tokens(a.max_tokens))? as usize,
+            params: SamplingParams {
+                temperature: named("--temp", settings::check_temp(a.temp))?,
+                top_p: named("--top-p", settings::check_top_p(a.top_p))?,
+                top_k: named("--top-k", settings::check_top_k(a.top_k))?,
+                min_p: named("--min-p", settings::check_min_p(a.min_p))?,
+                seed,
+            },
+            logprobs_top_k: named("--logprobs-top-k", settings::check_logprobs_top_k(a.logprobs_top_k))?,
+            threads: named("--threads", settings::check_threads(a.threads))?,
+            backend: named("--backend", settings::parse_backend(&a.backend))?,
+            weights: named("--weights", settings::parse_weights(&a.weights))?,
+        })
+    }
 }
 
 /// Most new tokens that fit: `-n`, and the context keeps one slot free (spec §6.4, pitfall 23).
 pub fn generation_budget(max_tokens: usize, ctx: usize, n_past: usize) -> usize {
     let room = ctx.saturating_sub(n_past);
     if room <= 1 { 0 } else { max_tokens.min(room - 1) }
-}
-
-/// Why a generation loop ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StopReason {
-    Eos,
-    /// `-n` or the context room ran out.
-    Budget,
 }
 
 /// Sample up to `budget` tokens after the prefilled state in `backend`, handing each to `emit`; EOS
@@ -125,29 +161,27 @@ pub fn sample_loop(
     budget: usize,
     eos: u32,
     emit: &mut dyn FnMut(u32) -> Result<(), String>,
-) -> Result<(usize, StopReason), String> {
-    let mut none = |_: usize, _: usize| true;
-    for generated in 0..budget {
-        // On the device when the backend can pick there (only the id comes back), else on the host.
-        let token = match sampler.device_request(params) {
-            Some(req) => match backend.sample_on_device(req.how) {
-                Some(pick) => sampler.accept_device(req, pick.map_err(|e| format!("sampling failed: {e}"))?),
-                None => sampler.sample(backend.logits(), params),
-            },
-            None => sampler.sample(backend.logits(), params),
-        };
-        if token == eos {
-            return Ok((generated, StopReason::Eos));
+) -> Result<(usize, Stop), String> {
+    struct Sampling<'a> {
+        sampler: &'a mut Sampler,
+        params: &'a SamplingParams,
+        emit: &'a mut dyn FnMut(u32) -> Result<(), String>,
+    }
+    impl<'b> Hooks<dyn Backend + 'b> for Sampling<'_> {
+        fn pick(&mut self, state: &mut (dyn Backend + 'b)) -> Result<u32, EngineError> {
+            sample_next(state, self.sampler, self.params)
         }
-        emit(token)?;
-        // The last token's logits are never needed: skip its evaluation.
-        if generated + 1 < budget {
-            backend
-                .eval(&[token], &mut none)
-                .map_err(|e| format!("decode failed: {e}"))?;
+        fn token(&mut self, token: u32) -> Result<(), String> {
+            (self.emit)(token)
         }
     }
-    Ok((budget, StopReason::Budget))
+    let limits = Limits {
+        max_new: budget,
+        stop_token: Some(eos),
+        decode_last: false,
+    };
+    let mut hooks = Sampling { sampler, params, emit };
+    generate(backend, limits, &mut hooks).map_err(|e| e.to_string())
 }
 
 /// ds4's `--dump-logprobs` (spec §7.3): from the prefilled state, a greedy continuation of up to
@@ -161,7 +195,6 @@ pub fn greedy_logprob_dump(
     eos: u32,
     token_bytes: &dyn Fn(u32) -> Vec<u8>,
 ) -> Result<String, String> {
-    let k = k.clamp(1, logprobs::MAX_DUMP_TOP_K);
     let mut dump = LogprobDump::new(prompt_tokens, backend.ctx(), k);
     let mut none = |_: usize, _: usize| true;
     for _ in 0..budget {
@@ -179,10 +212,11 @@ pub fn greedy_logprob_dump(
 }
 
 pub fn run(args: Args) -> CliResult {
+    let set = RunSettings::from_args(&args)?;
     let model = open_model(&args.model)?;
     let tok = Tokenizer::from_gguf(&model.file).map_err(|e| e.to_string())?;
     let specials = *tok.specials();
-    let ctx = args.ctx;
+    let ctx = set.ctx;
     // ds4's CLI thinks by default.
     let requested = args.think.requested().unwrap_or(ThinkMode::High);
 
@@ -215,7 +249,7 @@ pub fn run(args: Args) -> CliResult {
         ));
     }
 
-    let mut backend = open_session_backend(model, args.backend, args.weights, ctx, args.threads)?;
+    let mut backend = open_session_backend(model, set.backend, set.weights, ctx, set.threads)?;
     let t_prefill = Instant::now();
     // Long prefills on a big model take a while: show progress when stderr is a terminal.
     let show_progress = std::io::stderr().is_terminal();
@@ -231,14 +265,14 @@ pub fn run(args: Args) -> CliResult {
         eprint!("\r\x1b[K");
     }
     let prefill_s = t_prefill.elapsed().as_secs_f64();
-    let budget = generation_budget(args.max_tokens, ctx, backend.n_past());
+    let budget = generation_budget(set.max_tokens, ctx, backend.n_past());
 
     if let Some(path) = &args.dump_logprobs {
         // Greedy regardless of --temp, as ds4 does.
         let text = greedy_logprob_dump(
             backend.as_mut(),
             prompt.len(),
-            args.logprobs_top_k,
+            set.logprobs_top_k,
             budget,
             specials.eos,
             &|id| tok.token_bytes(id),
@@ -247,14 +281,8 @@ pub fn run(args: Args) -> CliResult {
         return Ok(());
     }
 
-    let params = SamplingParams {
-        temperature: args.temp,
-        top_p: args.top_p,
-        top_k: args.top_k,
-        min_p: args.min_p,
-        seed: args.seed,
-    };
-    let mut sampler = Sampler::new(args.seed);
+    let params = set.params;
+    let mut sampler = Sampler::new(params.seed);
     // Reasoning runs from an opening `<think>` at the end of the prompt until `</think>`; it goes to
     // stderr so stdout carries only the answer. The decoder keeps output whole UTF-8 and drops tags.
     let start = if prompt.last() == Some(&specials.think_start) {
@@ -312,7 +340,7 @@ pub fn run(args: Args) -> CliResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{EngineError, MemoryReport, Progress};
+    use crate::backend::{MemoryReport, Progress};
 
     /// A backend whose next-token logits are a fixed function of the position: at position p the
     /// logit of token `script[p]` is 5 and every other token's is 0 (vocabulary of 8).
@@ -412,7 +440,7 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert_eq!((n, why, out), (2, StopReason::Eos, vec![3, 4]));
+        assert_eq!((n, why, out), (2, Stop::Eos, vec![3, 4]));
     }
 
     #[test]
@@ -426,7 +454,7 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert_eq!((n, why, out), (3, StopReason::Budget, vec![3, 4, 5]));
+        assert_eq!((n, why, out), (3, Stop::Budget, vec![3, 4, 5]));
         // The last sampled token is not evaluated: prompt + 2 decodes.
         assert_eq!(b.n_past(), 3);
     }

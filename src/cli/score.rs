@@ -11,6 +11,7 @@ use super::CliResult;
 use crate::backend::{Backend, EngineError};
 use crate::engine::events::WeightPlacement;
 use crate::engine::logprobs::{self, ScoredPosition};
+use crate::engine::settings::{self, named};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ScorePath {
@@ -34,14 +35,14 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = ScorePath::Decode)]
     pub path: ScorePath,
     /// Context size (must exceed the number of tokens).
-    #[arg(short = 'c', long, default_value_t = 4096)]
-    pub ctx: usize,
+    #[arg(short = 'c', long, default_value_t = 4096, allow_negative_numbers = true)]
+    pub ctx: i64,
     /// CPU threads (0 = all cores).
-    #[arg(short = 't', long, default_value_t = 0)]
-    pub threads: usize,
+    #[arg(short = 't', long, default_value_t = 0, allow_negative_numbers = true)]
+    pub threads: i64,
     /// auto (GPU when usable, else CPU), hip or cpu.
-    #[arg(long, default_value = "auto", value_parser = crate::engine::backend_open::parse_backend_choice)]
-    pub backend: crate::engine::events::BackendChoice,
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
 }
 
 /// Receives each position's index and next-token logits.
@@ -79,14 +80,16 @@ pub fn teacher_forced(
 }
 
 pub fn run(args: Args) -> CliResult {
+    let ctx = named("--ctx", settings::check_ctx(args.ctx, settings::MIN_CLI_CTX))? as usize;
+    let threads = named("--threads", settings::check_threads(args.threads))?;
+    let backend = named("--backend", settings::parse_backend(&args.backend))?;
     if args.tokens.is_empty() {
         return Err("--tokens: give at least one token id".into());
     }
-    if args.tokens.len() >= args.ctx {
+    if args.tokens.len() >= ctx {
         return Err(format!(
-            "{} tokens do not fit a context of {} (a sequence must be shorter than --ctx)",
+            "{} tokens do not fit a context of {ctx} (a sequence must be shorter than --ctx)",
             args.tokens.len(),
-            args.ctx
         ));
     }
     let model = super::run::open_model(&args.model)?;
@@ -96,8 +99,7 @@ pub fn run(args: Args) -> CliResult {
             "--tokens: id {bad} is outside the vocabulary (n_vocab {n_vocab})"
         ));
     }
-    let mut backend =
-        super::run::open_session_backend(model, args.backend, WeightPlacement::Auto, args.ctx, args.threads)?;
+    let mut backend = super::run::open_session_backend(model, backend, WeightPlacement::Auto, ctx, threads)?;
     let k = args.top_k.min(n_vocab);
     let mut positions = Vec::with_capacity(args.tokens.len());
     teacher_forced(backend.as_mut(), &args.tokens, args.path, &mut |i, logits| {

@@ -52,6 +52,13 @@ pub fn open_backend_with_progress(
             Err(reason) => Some(reason),
         },
     };
+    // The cache is allocated at once: refuse a context that cannot fit before trying.
+    super::settings::check_ctx_fits_ram(
+        &format!("--ctx {ctx}"),
+        &model.hp,
+        ctx as u64,
+        crate::backend::cpu::PREFILL_CHUNK as u64,
+    )?;
     let cpu = CpuBackend::new(model, ctx, threads).map_err(|e| e.to_string())?;
     Ok(OpenedBackend {
         backend: Box::new(cpu),
@@ -77,24 +84,4 @@ fn open_gpu(
     _upload: &mut dyn FnMut(u64, u64),
 ) -> Result<Box<dyn Backend>, String> {
     Err("this build has no GPU backend (rebuild with `--features hip`)".to_string())
-}
-
-/// Parse a `--backend` value.
-pub fn parse_backend_choice(s: &str) -> Result<BackendChoice, String> {
-    match s {
-        "auto" => Ok(BackendChoice::Auto),
-        "hip" | "gpu" => Ok(BackendChoice::Hip),
-        "cpu" => Ok(BackendChoice::Cpu),
-        other => Err(format!("backend '{other}': expected auto, hip or cpu")),
-    }
-}
-
-/// Parse a `--weights` value.
-pub fn parse_weight_placement(s: &str) -> Result<WeightPlacement, String> {
-    match s {
-        "auto" => Ok(WeightPlacement::Auto),
-        "copy" => Ok(WeightPlacement::Copy),
-        "map" => Ok(WeightPlacement::Map),
-        other => Err(format!("weights '{other}': expected auto, copy or map")),
-    }
 }

@@ -20,8 +20,6 @@ use std::path::Path;
 
 use crate::model::HParams;
 
-const GIB: f64 = (1u64 << 30) as f64;
-
 /// Bytes of the CPU backend's KV cache and compressor/indexer state for `ctx` tokens (spec §4.1,
 /// §8.3). All rows are f32. Per layer: a raw window of min(W, ctx) rows (at least 1) of `head_dim`;
 /// compressed layers add ctx/ratio + 2 compressed rows and two compressor state tensors of
@@ -113,7 +111,7 @@ pub fn headroom(total: u64) -> u64 {
 }
 
 fn gib(b: u64) -> String {
-    format!("{:.1} GiB", b as f64 / GIB)
+    crate::units::fmt_gib(b, 1)
 }
 
 /// The largest power-of-two context (at least 4096) whose CPU KV + scratch fits in `budget` bytes.
@@ -334,7 +332,7 @@ mod tests {
     }
 
     fn gib_u(v: f64) -> u64 {
-        (v * GIB) as u64
+        (v * crate::units::GIB as f64) as u64
     }
 
     #[test]

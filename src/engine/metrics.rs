@@ -4,7 +4,8 @@
 //!
 //! Owns the arithmetic only, on a timeline of offsets since the turn was submitted, so every figure
 //! is a pure function of that timeline (tests feed synthetic ones). The worker records the timeline
-//! and sends `LiveStats` snapshots; it must not compute rates anywhere else. Draws nothing.
+//! and sends `LiveStats` snapshots; the TUI's own figures (per-turn averages, the sparkline, the
+//! warm-up rate) call the functions here too, so no rate is computed anywhere else. Draws nothing.
 
 use std::time::Duration;
 
@@ -120,18 +121,17 @@ pub fn device_memory(mem: &MemoryReport) -> Option<DeviceMemory> {
     })
 }
 
+/// Time left for `total` units at the average pace of the `done` units so far (prefill tokens,
+/// warm-up bytes); `None` before any progress.
+pub fn time_left(done: u64, total: u64, elapsed: Duration) -> Option<Duration> {
+    let s = elapsed.as_secs_f64();
+    (done > 0 && s > 0.0).then(|| Duration::from_secs_f64(s * total.saturating_sub(done) as f64 / done as f64))
+}
+
 /// Transfer rate in GiB/s and the time left, for warm-up and copy progress lines.
 pub fn transfer_rate(done_bytes: u64, total_bytes: u64, elapsed: Duration) -> (Option<f64>, Option<Duration>) {
-    let s = elapsed.as_secs_f64();
-    if done_bytes == 0 || s <= 0.0 {
-        return (None, None);
-    }
-    let bytes_per_s = done_bytes as f64 / s;
-    let left = total_bytes.saturating_sub(done_bytes) as f64 / bytes_per_s;
-    (
-        Some(bytes_per_s / (1u64 << 30) as f64),
-        Some(Duration::from_secs_f64(left)),
-    )
+    let rate = tokens_per_second(done_bytes, elapsed).map(|bytes_per_s| bytes_per_s / crate::units::GIB as f64);
+    (rate, time_left(done_bytes, total_bytes, elapsed))
 }
 
 #[cfg(test)]

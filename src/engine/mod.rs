@@ -6,6 +6,7 @@
 pub mod backend_open;
 pub mod chat_text;
 pub mod events;
+pub mod generate;
 pub mod loader;
 pub mod logprobs;
 pub mod memguard;
@@ -13,5 +14,6 @@ pub mod metrics;
 pub mod residency;
 pub mod sampler;
 pub mod session;
+pub mod settings;
 pub mod warmup;
 pub mod worker;

@@ -121,10 +121,6 @@ impl Sampler {
         }
     }
 
-    pub fn reseed(&mut self, seed: u64) {
-        self.rng = Xorshift64Star::new(seed);
-    }
-
     /// Pick the next token from `logits` under `params` (spec §7.2).
     pub fn sample(&mut self, logits: &[f32], params: &SamplingParams) -> u32 {
         let temperature = params.temperature;

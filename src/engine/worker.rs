@@ -34,6 +34,7 @@ use crate::model::chat::{Conversation, THINK_MAX_MIN_CTX, ThinkMode};
 use super::events::{
     Command, Event, FinishReason, LoadRequest, ModelInfo, SamplingParams, TextKind, TurnRequest, WarmupPhase,
 };
+use super::generate::{GenerateError, Hooks, Limits, Stop, generate, sample_next};
 use super::metrics::TurnTimeline;
 use super::residency::{MappedRegion, ResidencyProbe};
 use super::sampler::Sampler;
@@ -583,91 +584,122 @@ impl WorkerState {
             return (0, FinishReason::Cancelled);
         }
 
-        // Decode loop: sample → detokenize → Text events → evaluate the token.
-        let mut sampler = Sampler::new(req.sampling.seed);
-        let mut params = req.sampling.clone();
-        let eos = l.text.eos();
-        let mut stream = l.text.stream(think);
-        let mut generated: Vec<u32> = Vec::new();
-        let mut pieces = Vec::new();
-        let mut last_stats = Instant::now();
+        // Decode: sample → detokenize → Text events → evaluate the token (generate.rs). Each
+        // sampled token must fit in the cache: at most ctx − cached − 1 new tokens.
         let max_tokens = req.max_tokens as usize;
-        let stats = |tl: &TurnTimeline, l: &Loaded| {
-            Event::Stats(tl.stats(
-                l.session.tokens().len() as u32,
-                ctx as u32,
-                &l.session.backend().memory(),
-            ))
+        let room = ctx.saturating_sub(l.session.tokens().len() + 1);
+        let limits = Limits {
+            max_new: max_tokens.min(room),
+            stop_token: Some(l.text.eos()),
+            decode_last: true,
         };
-        emit(stats(&tl, l));
-        let reason = loop {
-            if generated.len() >= max_tokens {
-                break FinishReason::Length;
-            }
-            // Each sampled token must fit in the cache: generation stops one token before the
-            // context is full (pitfall 23, §6.4: at most ctx − prompt − 1 new tokens).
-            if l.session.tokens().len() + 1 >= ctx {
-                break FinishReason::ContextFull;
-            }
-            let step_start = Instant::now();
-            if let Some(p) = sampling_override.take() {
-                params = p;
-            }
-            // On the device when the backend can pick there (only the id comes back), else on the
-            // host from the logits; the generator advances the same either way.
-            let token = match sampler.device_request(&params) {
-                Some(req) => match l.session.sample_on_device(req.how) {
-                    Some(Ok(pick)) => sampler.accept_device(req, pick),
-                    Some(Err(e)) => {
-                        emit(Event::Error {
-                            message: e.to_string(),
-                            fatal: false,
-                        });
-                        break FinishReason::Cancelled;
-                    }
-                    None => sampler.sample(l.session.logits(), &params),
-                },
-                None => sampler.sample(l.session.logits(), &params),
-            };
-            tl.token_sampled(submitted.elapsed());
-            if token == eos {
-                break FinishReason::Eos;
-            }
-            generated.push(token);
-            stream.push(token, &mut pieces);
-            for (kind, text) in pieces.drain(..) {
-                if kind == TextKind::Answer && !text.trim().is_empty() {
-                    tl.answer_visible(submitted.elapsed());
-                }
-                emit(Event::Text { kind, text });
-            }
-            if let Err(e) = l.session.decode(token) {
-                emit(Event::Error {
-                    message: e.to_string(),
-                    fatal: false,
-                });
-                break FinishReason::Cancelled;
-            }
-            tl.decode_step_finished(submitted.elapsed());
-            emit(Event::TokenTiming {
-                step: generated.len() as u32,
-                elapsed: step_start.elapsed(),
-            });
-            if last_stats.elapsed() >= STATS_PERIOD {
-                last_stats = Instant::now();
-                emit(stats(&tl, l));
-            }
-            if Self::poll_during_turn(rx, pending, sampling_override) == Interrupt::Stop {
-                break FinishReason::Cancelled;
+        emit(live_stats(&tl, &l.session));
+        let mut hooks = TurnHooks {
+            sampler: Sampler::new(req.sampling.seed),
+            params: req.sampling.clone(),
+            stream: l.text.stream(think),
+            generated: Vec::new(),
+            pieces: Vec::new(),
+            tl: &mut tl,
+            submitted,
+            step_start: Instant::now(),
+            last_stats: Instant::now(),
+            tx,
+            rx,
+            pending,
+            sampling_override,
+        };
+        let result = generate(&mut l.session, limits, &mut hooks);
+        let TurnHooks {
+            mut stream,
+            generated,
+            mut pieces,
+            ..
+        } = hooks;
+        let reason = match result {
+            Ok((_, Stop::Eos)) => FinishReason::Eos,
+            Ok((n, Stop::Budget)) if n >= max_tokens => FinishReason::Length,
+            Ok((_, Stop::Budget)) => FinishReason::ContextFull,
+            Ok((_, Stop::Halted)) => FinishReason::Cancelled,
+            Err(e) => {
+                let message = match e {
+                    GenerateError::Sample(e) | GenerateError::Decode(e) => e.to_string(),
+                    GenerateError::Hook(m) => m,
+                };
+                emit(Event::Error { message, fatal: false });
+                FinishReason::Cancelled
             }
         };
         stream.finish(&mut pieces);
         for (kind, text) in pieces.drain(..) {
             emit(Event::Text { kind, text });
         }
-        emit(stats(&tl, l));
+        emit(live_stats(&tl, &l.session));
         l.text.turn_done(&req.conversation, &generated, reason);
         (generated.len() as u32, reason)
+    }
+}
+
+/// A snapshot of the turn's figures for the UI.
+fn live_stats(tl: &TurnTimeline, session: &Session) -> Event {
+    Event::Stats(tl.stats(
+        session.tokens().len() as u32,
+        session.ctx() as u32,
+        &session.backend().memory(),
+    ))
+}
+
+/// The worker's side of each decode step: sampling changes, text and timing events, cancel.
+struct TurnHooks<'a> {
+    sampler: Sampler,
+    params: SamplingParams,
+    stream: Box<dyn TextStream>,
+    generated: Vec<u32>,
+    pieces: Vec<(TextKind, String)>,
+    tl: &'a mut TurnTimeline,
+    submitted: Instant,
+    step_start: Instant,
+    last_stats: Instant,
+    tx: &'a Sender<Event>,
+    rx: &'a Receiver<Command>,
+    pending: &'a mut VecDeque<Command>,
+    sampling_override: &'a mut Option<SamplingParams>,
+}
+
+impl Hooks<Session> for TurnHooks<'_> {
+    fn pick(&mut self, session: &mut Session) -> Result<u32, EngineError> {
+        self.step_start = Instant::now();
+        if let Some(p) = self.sampling_override.take() {
+            self.params = p;
+        }
+        let token = sample_next(session, &mut self.sampler, &self.params)?;
+        self.tl.token_sampled(self.submitted.elapsed());
+        Ok(token)
+    }
+
+    fn token(&mut self, token: u32) -> Result<(), String> {
+        self.generated.push(token);
+        self.stream.push(token, &mut self.pieces);
+        for (kind, text) in self.pieces.drain(..) {
+            if kind == TextKind::Answer && !text.trim().is_empty() {
+                self.tl.answer_visible(self.submitted.elapsed());
+            }
+            let _ = self.tx.send(Event::Text { kind, text });
+        }
+        Ok(())
+    }
+
+    fn decoded(&mut self, session: &Session, generated: usize) -> bool {
+        self.tl.decode_step_finished(self.submitted.elapsed());
+        let _ = self.tx.send(Event::TokenTiming {
+            step: generated as u32,
+            elapsed: self.step_start.elapsed(),
+        });
+        if self.last_stats.elapsed() >= STATS_PERIOD {
+            self.last_stats = Instant::now();
+            let _ = self.tx.send(live_stats(self.tl, session));
+        }
+        WorkerState::poll_during_turn(self.rx, self.pending, self.sampling_override) == Interrupt::None
     }
 }
 

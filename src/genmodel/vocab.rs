@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use crate::gguf::{GgufError, MetaValue, reader::vt};
-use crate::model::tokenizer::vendored_tokenizer_json;
+use crate::model::tokenizer::{VocabTables, vendored_tokenizer_json};
 
 /// GGUF token types (llama.cpp convention).
 const TYPE_NORMAL: i32 = 1;
@@ -122,6 +122,17 @@ pub fn vendored_vocab(n_vocab: usize) -> Result<VocabMeta, GgufError> {
     Ok(v)
 }
 
+/// The tables of the vendored official tokenizer.json (all 129280 ids), laid out as
+/// `gen_tiny_gguf.py` writes them.
+pub fn vendored_tables() -> VocabTables {
+    let v = vendored_vocab(129_280).expect("vendored tokenizer.json has the expected layout");
+    VocabTables {
+        tokens: v.tokens,
+        token_types: Some(v.types),
+        merges: v.merges,
+    }
+}
+
 /// The `tokenizer.ggml.*` metadata entries.
 pub fn tokenizer_metadata(v: VocabMeta) -> Vec<(String, MetaValue)> {
     let strings = |xs: Vec<String>| MetaValue::Array(vt::STRING, xs.into_iter().map(MetaValue::String).collect());
@@ -145,6 +156,7 @@ pub fn tokenizer_metadata(v: VocabMeta) -> Vec<(String, MetaValue)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::tokenizer::Tokenizer;
 
     #[test]
     fn vendored_vocab_has_every_id_and_the_specials() {
@@ -174,5 +186,23 @@ mod tests {
         assert_eq!(v.types, [1, 5, 1, 3, 5]);
         assert_eq!(v.merges, ["a b", "b a"]);
         assert!(vocab_from_tokenizer_json(b"{}", 5).is_err());
+    }
+
+    #[test]
+    fn derived_added_tokens_equal_token_type_rule() {
+        let tables = vendored_tables();
+        let with_types = Tokenizer::from_tables(tables.clone()).unwrap();
+        let derived = Tokenizer::from_tables(VocabTables {
+            token_types: None,
+            ..tables
+        })
+        .unwrap();
+        assert_eq!(with_types.n_added(), 1283);
+        assert_eq!(derived.n_added(), 1283);
+        for id in 0..with_types.n_vocab() as u32 {
+            assert_eq!(with_types.is_added(id), derived.is_added(id), "id {id}");
+        }
+        let text = "<｜begin▁of▁sentence｜>Hi<｜User｜>x<think>y</think>｜DSML｜<｜/table>｜DSML｜";
+        assert_eq!(with_types.encode(text), derived.encode(text));
     }
 }

@@ -68,12 +68,6 @@ pub fn bf16_to_f32(h: u16) -> f32 {
     f32::from_bits((h as u32) << 16)
 }
 
-/// Little-endian f16 at byte offset `i*2` of `b`.
-#[inline]
-pub fn read_f16(b: &[u8], i: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

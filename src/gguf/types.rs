@@ -115,10 +115,6 @@ impl GgmlType {
         );
         n / self.block_elems() as usize * self.block_bytes() as usize
     }
-
-    pub fn is_quantized(self) -> bool {
-        self.block_elems() > 1
-    }
 }
 
 impl fmt::Display for GgmlType {

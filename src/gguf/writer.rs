@@ -8,7 +8,6 @@
 //! `reader.rs` parses back.
 
 use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -248,26 +247,6 @@ impl GgufLayout {
         out
     }
 
-    /// Write the file sequentially to `w` (single thread; for small files and pipes).
-    pub fn write_sequential<W, F>(&self, w: &mut W, chunk_bytes: u64, mut fill: F) -> std::io::Result<()>
-    where
-        W: Write,
-        F: FnMut(usize, u64, &mut [u8]),
-    {
-        w.write_all(&self.header)?;
-        let mut pos = self.data_offset;
-        let mut buf = Vec::new();
-        for c in self.chunks(chunk_bytes) {
-            let abs = self.tensors[c.tensor].offset + c.start;
-            write_zeros(w, abs - pos)?;
-            buf.resize(c.len as usize, 0);
-            fill(c.tensor, c.start, &mut buf);
-            w.write_all(&buf)?;
-            pos = abs + c.len;
-        }
-        write_zeros(w, self.file_size - pos)
-    }
-
     /// Stream the file to `path` from `threads` threads (0 = all cores), each chunk generated into a
     /// private buffer and written at its precomputed offset with `write_at`; memory use is about
     /// `threads × chunk_bytes`. `progress(bytes_done)` is called after every chunk (from any thread).
@@ -309,16 +288,6 @@ impl GgufLayout {
         })?;
         Ok(())
     }
-}
-
-fn write_zeros<W: Write>(w: &mut W, mut n: u64) -> std::io::Result<()> {
-    const Z: [u8; 4096] = [0; 4096];
-    while n > 0 {
-        let k = n.min(Z.len() as u64) as usize;
-        w.write_all(&Z[..k])?;
-        n -= k as u64;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -432,9 +401,6 @@ mod tests {
         let meta = every_value_type();
         let lay = GgufLayout::new(&meta, &tensors()).unwrap();
         let mem = lay.to_vec(1 << 20, fill);
-        let mut seq = Vec::new();
-        lay.write_sequential(&mut seq, 50, fill).unwrap();
-        assert_eq!(mem, seq);
         let dir = std::env::temp_dir().join(format!("ds4chat-writer-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("par.gguf");

@@ -9,7 +9,7 @@
 use crate::gguf::GgmlType;
 
 use super::hparams::HParams;
-use super::layout::{ExpertTypes, WeightGroup, concrete_type, tensor_plan};
+use super::layout::WeightGroup;
 use super::weights::Model;
 
 /// One tensor as the accounting sees it.
@@ -32,26 +32,6 @@ pub fn table_from_model(m: &Model) -> Vec<TensorBytes> {
             dims: t.dims.clone(),
             nbytes: t.nbytes,
             group,
-        })
-        .collect()
-}
-
-/// The table of the layout plan with per-layer expert types, `exp_probs_b` on non-hash layers only
-/// (as the shipped files, docs/model.md#file-sizes).
-pub fn table_from_plan(hp: &HParams, experts: impl Fn(usize) -> ExpertTypes) -> Vec<TensorBytes> {
-    tensor_plan(hp)
-        .into_iter()
-        .filter(|s| !(s.optional && s.layer.is_some_and(|l| hp.is_hash_layer(l))))
-        .map(|s| {
-            let ty = concrete_type(&s, experts(s.layer.unwrap_or(0)));
-            let n: u64 = s.dims.iter().product();
-            TensorBytes {
-                nbytes: ty.bytes_for(n).unwrap_or(u64::MAX),
-                name: s.name,
-                ty,
-                dims: s.dims,
-                group: s.group,
-            }
         })
         .collect()
 }
@@ -162,23 +142,6 @@ pub fn kv_bytes_per_context_token(hp: &HParams) -> f64 {
         .sum()
 }
 
-/// Compressed-row cache bytes at context `ctx`: Σ (ctx/ratio + 2)·width·4
-/// (docs/model.md#kv-bytes-per-token).
-pub fn compressed_kv_bytes(hp: &HParams, ctx: u64) -> u64 {
-    (0..hp.n_layer)
-        .filter(|&l| hp.ratio(l) != 0)
-        .map(|l| {
-            let width = (hp.head_dim + if hp.has_indexer(l) { hp.idx_head_dim } else { 0 }) as u64;
-            (ctx / hp.ratio(l) as u64 + 2) * width * 4
-        })
-        .sum()
-}
-
-/// Raw sliding-window cache bytes at context `ctx` (f32 rows, one per layer and window slot).
-pub fn raw_kv_bytes(hp: &HParams, ctx: u64) -> u64 {
-    hp.n_layer as u64 * ctx.min(hp.sliding_window as u64) * hp.head_dim as u64 * 4
-}
-
 /// The complete accounting of a model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Accounting {
@@ -215,6 +178,27 @@ pub fn account(hp: &HParams, table: &[TensorBytes]) -> Accounting {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::layout::{ExpertTypes, concrete_type, tensor_plan};
+
+    /// The table of the layout plan with per-layer expert types, `exp_probs_b` on non-hash layers only
+    /// (as the shipped files, spec §8.1).
+    pub fn table_from_plan(hp: &HParams, experts: impl Fn(usize) -> ExpertTypes) -> Vec<TensorBytes> {
+        tensor_plan(hp)
+            .into_iter()
+            .filter(|s| !(s.optional && s.layer.is_some_and(|l| hp.is_hash_layer(l))))
+            .map(|s| {
+                let ty = concrete_type(&s, experts(s.layer.unwrap_or(0)));
+                let n: u64 = s.dims.iter().product();
+                TensorBytes {
+                    nbytes: ty.bytes_for(n).unwrap_or(u64::MAX),
+                    name: s.name,
+                    ty,
+                    dims: s.dims,
+                    group: s.group,
+                }
+            })
+            .collect()
+    }
 
     fn flash(ex: ExpertTypes) -> Accounting {
         let hp = HParams::flash();
@@ -256,11 +240,6 @@ mod tests {
     fn flash_kv_and_totals_match_spec() {
         let hp = HParams::flash();
         assert_eq!(kv_bytes_per_context_token(&hp), 13_760.0);
-        // docs/model.md#kv-bytes-per-token: compressed rows at ctx 4K → 56.6 MB; 1M → 14.43 GB; raw windows
-        // 11.27 MB.
-        assert!((compressed_kv_bytes(&hp, 4096) as f64 / 1e6 - 56.6).abs() < 0.05);
-        assert!((compressed_kv_bytes(&hp, 1_048_576) as f64 / 1e9 - 14.43).abs() < 0.005);
-        assert!((raw_kv_bytes(&hp, 1 << 20) as f64 / 1e6 - 11.27).abs() < 0.005);
         let q2 = flash(ExpertTypes::Q2);
         assert_eq!(q2.n_tensors, 1328);
         assert_eq!(q2.tensor_bytes, 86_714_775_900);

@@ -109,18 +109,6 @@ pub struct VocabTables {
 }
 
 impl VocabTables {
-    /// The tables of the vendored official tokenizer.json (all 129280 ids), laid out as
-    /// `gen_tiny_gguf.py` writes them (`genmodel::vocab` does the parsing).
-    pub fn vendored() -> VocabTables {
-        let v =
-            crate::genmodel::vocab::vendored_vocab(129_280).expect("vendored tokenizer.json has the expected layout");
-        VocabTables {
-            tokens: v.tokens,
-            token_types: Some(v.types),
-            merges: v.merges,
-        }
-    }
-
     /// Read the tables from GGUF metadata. Errors name the key and what was found.
     pub fn from_gguf(g: &GgufFile) -> Result<VocabTables, GgufError> {
         if let Some(v) = g.get(KEY_MODEL) {
@@ -259,11 +247,6 @@ impl Tokenizer {
             Some(p) => e.in_file(p),
             None => e,
         })
-    }
-
-    /// Build from the vendored official tokenizer.json's tables (synthetic models, tests).
-    pub fn vendored() -> Tokenizer {
-        Self::from_tables(VocabTables::vendored()).expect("vendored tokenizer builds")
     }
 
     /// Build from vocabulary tables (the one code path behind `from_gguf`).
@@ -538,23 +521,5 @@ mod tests {
             assert_eq!(inv[*c as usize], Some(b as u8));
         }
         assert_eq!(inv.iter().filter(|x| x.is_some()).count(), 256);
-    }
-
-    #[test]
-    fn derived_added_tokens_equal_token_type_rule() {
-        let tables = VocabTables::vendored();
-        let with_types = Tokenizer::from_tables(tables.clone()).unwrap();
-        let derived = Tokenizer::from_tables(VocabTables {
-            token_types: None,
-            ..tables
-        })
-        .unwrap();
-        assert_eq!(with_types.n_added(), 1283);
-        assert_eq!(derived.n_added(), 1283);
-        for id in 0..with_types.n_vocab() as u32 {
-            assert_eq!(with_types.is_added(id), derived.is_added(id), "id {id}");
-        }
-        let text = "<｜begin▁of▁sentence｜>Hi<｜User｜>x<think>y</think>｜DSML｜<｜/table>｜DSML｜";
-        assert_eq!(with_types.encode(text), derived.encode(text));
     }
 }

@@ -137,12 +137,6 @@ impl Model {
         self.file.tensor_data(t)
     }
 
-    /// Bytes of one routed expert matrix.
-    pub fn expert_data(&self, t: &ExpertTensor, e: usize) -> &[u8] {
-        let off = t.expert_offset(e) as usize;
-        &self.file.bytes()[off..off + t.expert_bytes()]
-    }
-
     /// Every bound tensor with its weight group (inspect, residency).
     pub fn grouped_tensors(&self) -> Vec<(WeightGroup, &TensorRef)> {
         let plan = tensor_plan(&self.hp);

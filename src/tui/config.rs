@@ -11,12 +11,16 @@ use serde::Deserialize;
 use crate::engine::events::{BackendChoice, SamplingParams, WeightPlacement};
 use crate::model::chat::ThinkMode;
 
-/// Smallest and largest context the app accepts (DeepSeek V4 Flash is trained to 1M tokens).
-pub const MIN_CTX: u32 = 256;
-pub const MAX_CTX: u32 = 1 << 20;
+use crate::engine::settings::{
+    MIN_APP_CTX, check_ctx, check_max_tokens, check_min_p, check_seed, check_temp, check_threads, check_top_k,
+    check_top_p, named, parse_backend, parse_think, parse_weights,
+};
+pub use crate::engine::settings::{backend_name, think_name};
 
-/// ds4's CLI default system prompt (spec §6.1), used when the file has no `system` key.
-pub const DEFAULT_SYSTEM: &str = "You are a helpful assistant";
+/// The app's context range (`MIN_APP_CTX ..= MAX_CTX`), for the config key and `--ctx`.
+pub fn parse_ctx(v: i64) -> Result<u32, String> {
+    check_ctx(v, MIN_APP_CTX)
+}
 
 /// Colour scheme of the UI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize)]
@@ -71,7 +75,7 @@ impl Default for Config {
             weights: WeightPlacement::Auto,
             threads: 0,
             think: ThinkMode::High,
-            system: DEFAULT_SYSTEM.to_string(),
+            system: crate::model::chat::DEFAULT_SYSTEM_PROMPT.to_string(),
             sampling: SamplingParams::default(),
             max_tokens: 16384,
             side_panel: true,
@@ -108,49 +112,40 @@ pub fn parse(text: &str) -> Result<Config, String> {
     })?;
     let mut c = Config::default();
     if let Some(v) = file.ctx {
-        c.ctx = parse_ctx(v).map_err(|e| format!("key `ctx`: {e}"))?;
+        c.ctx = named("key `ctx`", parse_ctx(v))?;
     }
     if let Some(v) = file.backend {
-        c.backend = parse_backend(&v).map_err(|e| format!("key `backend`: {e}"))?;
+        c.backend = named("key `backend`", parse_backend(&v))?;
     }
     if let Some(v) = file.weights {
-        c.weights = parse_weights(&v).map_err(|e| format!("key `weights`: {e}"))?;
+        c.weights = named("key `weights`", parse_weights(&v))?;
     }
     if let Some(v) = file.threads {
-        c.threads = usize::try_from(v)
-            .ok()
-            .filter(|&t| t <= 4096)
-            .ok_or_else(|| format!("key `threads`: {v} is out of range (0 ..= 4096)"))?;
+        c.threads = named("key `threads`", check_threads(v))?;
     }
     if let Some(v) = file.think {
-        c.think = parse_think(&v).map_err(|e| format!("key `think`: {e}"))?;
+        c.think = named("key `think`", parse_think(&v))?;
     }
     if let Some(v) = file.system {
         c.system = v;
     }
     if let Some(v) = file.temp {
-        c.sampling.temperature = check_temp(v).map_err(|e| format!("key `temp`: {e}"))?;
+        c.sampling.temperature = named("key `temp`", check_temp(v))?;
     }
     if let Some(v) = file.top_p {
-        c.sampling.top_p = check_top_p(v).map_err(|e| format!("key `top_p`: {e}"))?;
+        c.sampling.top_p = named("key `top_p`", check_top_p(v))?;
     }
     if let Some(v) = file.top_k {
-        c.sampling.top_k = u32::try_from(v)
-            .ok()
-            .filter(|&k| k <= 1024)
-            .ok_or_else(|| format!("key `top_k`: {v} is out of range (0 ..= 1024)"))?;
+        c.sampling.top_k = named("key `top_k`", check_top_k(v))?;
     }
     if let Some(v) = file.min_p {
-        c.sampling.min_p = check_min_p(v).map_err(|e| format!("key `min_p`: {e}"))?;
+        c.sampling.min_p = named("key `min_p`", check_min_p(v))?;
     }
     if let Some(v) = file.seed {
-        c.sampling.seed = Some(u64::try_from(v).map_err(|_| format!("key `seed`: {v} is negative"))?);
+        c.sampling.seed = Some(named("key `seed`", check_seed(v))?);
     }
     if let Some(v) = file.max_tokens {
-        c.max_tokens = u32::try_from(v)
-            .ok()
-            .filter(|&m| m >= 1)
-            .ok_or_else(|| format!("key `max_tokens`: {v} is out of range (1 ..= {})", u32::MAX))?;
+        c.max_tokens = named("key `max_tokens`", check_max_tokens(v))?;
     }
     if let Some(v) = file.side_panel {
         c.side_panel = v;
@@ -159,90 +154,4 @@ pub fn parse(text: &str) -> Result<Config, String> {
         c.theme = v;
     }
     Ok(c)
-}
-
-pub fn parse_ctx(v: i64) -> Result<u32, String> {
-    if (MIN_CTX as i64..=MAX_CTX as i64).contains(&v) {
-        Ok(v as u32)
-    } else {
-        Err(format!("{v} is out of range ({MIN_CTX} ..= {MAX_CTX})"))
-    }
-}
-
-pub fn parse_backend(s: &str) -> Result<BackendChoice, String> {
-    match s {
-        "auto" => Ok(BackendChoice::Auto),
-        "hip" => Ok(BackendChoice::Hip),
-        "cpu" => Ok(BackendChoice::Cpu),
-        _ => Err(format!("\"{s}\" is not one of auto, hip, cpu")),
-    }
-}
-
-pub fn parse_weights(s: &str) -> Result<WeightPlacement, String> {
-    match s {
-        "auto" => Ok(WeightPlacement::Auto),
-        "copy" => Ok(WeightPlacement::Copy),
-        "map" => Ok(WeightPlacement::Map),
-        _ => Err(format!("\"{s}\" is not one of auto, copy, map")),
-    }
-}
-
-pub fn parse_think(s: &str) -> Result<ThinkMode, String> {
-    match s {
-        "off" | "none" => Ok(ThinkMode::Off),
-        "high" | "on" => Ok(ThinkMode::High),
-        "max" => Ok(ThinkMode::Max),
-        _ => Err(format!("\"{s}\" is not one of off, high, max")),
-    }
-}
-
-/// Temperature: 0 (greedy) ..= 10, finite.
-pub fn check_temp(v: f64) -> Result<f32, String> {
-    if v.is_finite() && (0.0..=10.0).contains(&v) {
-        Ok(v as f32)
-    } else {
-        Err(format!("{v} is out of range (0 ..= 10)"))
-    }
-}
-
-/// Nucleus mass: (0, 1].
-pub fn check_top_p(v: f64) -> Result<f32, String> {
-    if v.is_finite() && v > 0.0 && v <= 1.0 {
-        Ok(v as f32)
-    } else {
-        Err(format!("{v} is out of range (0 < top_p <= 1)"))
-    }
-}
-
-/// Min-p cut relative to the top token: [0, 1].
-pub fn check_min_p(v: f64) -> Result<f32, String> {
-    if v.is_finite() && (0.0..=1.0).contains(&v) {
-        Ok(v as f32)
-    } else {
-        Err(format!("{v} is out of range (0 ..= 1)"))
-    }
-}
-
-pub fn think_name(t: ThinkMode) -> &'static str {
-    match t {
-        ThinkMode::Off => "off",
-        ThinkMode::High => "high",
-        ThinkMode::Max => "max",
-    }
-}
-
-pub fn backend_name(b: BackendChoice) -> &'static str {
-    match b {
-        BackendChoice::Auto => "auto",
-        BackendChoice::Hip => "hip",
-        BackendChoice::Cpu => "cpu",
-    }
-}
-
-pub fn weights_name(w: WeightPlacement) -> &'static str {
-    match w {
-        WeightPlacement::Auto => "auto",
-        WeightPlacement::Copy => "copy",
-        WeightPlacement::Map => "map",
-    }
 }

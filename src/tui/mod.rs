@@ -13,7 +13,7 @@ pub mod terminal;
 pub mod ui;
 pub mod widgets;
 
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use app::App;
@@ -38,20 +38,6 @@ pub struct EngineLink {
 }
 
 impl EngineLink {
-    /// A link over plain channels (tests, scripted engines).
-    pub fn from_channels(commands: Sender<Command>, events: Receiver<Event>) -> EngineLink {
-        EngineLink {
-            commands,
-            events: Box::new(move |f| {
-                for ev in events {
-                    if !f(ev) {
-                        return;
-                    }
-                }
-            }),
-        }
-    }
-
     /// A link owning the engine worker (it lives on the forwarder thread until its events end).
     pub fn from_worker(worker: crate::engine::worker::Worker) -> EngineLink {
         EngineLink {
@@ -100,13 +86,14 @@ fn event_loop(
     let _ = hub.sender().send(AppEvent::Resize(size.width, size.height));
     let mut dirty = false;
     let mut last_draw = Instant::now() - FRAME;
+    // Lets the end-to-end test check that a panic restores the terminal (read once, not per frame).
+    let panic_after_first_frame = std::env::var_os("DS4_CHAT_TEST_PANIC").is_some();
     loop {
         if dirty && last_draw.elapsed() >= FRAME {
             terminal.draw(|f| ui::draw(f, app)).map_err(io)?;
             last_draw = Instant::now();
             dirty = false;
-            // Lets the end-to-end test check that a panic restores the terminal.
-            if std::env::var_os("DS4_CHAT_TEST_PANIC").is_some() {
+            if panic_after_first_frame {
                 panic!("test panic requested by DS4_CHAT_TEST_PANIC");
             }
         }

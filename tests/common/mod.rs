@@ -34,7 +34,7 @@ pub fn tokenizer_gguf_bytes(arch: &str, tables: &VocabTables) -> Vec<u8> {
 /// The vendored official vocabulary as GGUF tables (parsed once per test binary).
 pub fn vendored_tables() -> &'static VocabTables {
     static T: OnceLock<VocabTables> = OnceLock::new();
-    T.get_or_init(VocabTables::vendored)
+    T.get_or_init(ds4_chat::genmodel::vocab::vendored_tables)
 }
 
 /// A tokenizer built through `Tokenizer::from_gguf` from an in-memory GGUF (built once per test binary).

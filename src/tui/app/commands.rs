@@ -10,6 +10,7 @@ use super::transcript;
 use super::{App, Item, Phase};
 use crate::engine::events::Command;
 use crate::model::chat::ThinkMode;
+use crate::engine::settings;
 use crate::tui::config;
 use crate::tui::effect::Effect;
 
@@ -112,23 +113,19 @@ pub fn find(name: &str) -> Option<&'static SlashCommand> {
         .find(|c| c.name == name || c.aliases.contains(&name))
 }
 
-fn number(arg: &str) -> Result<f64, String> {
-    arg.parse::<f64>().map_err(|_| format!("\"{arg}\" is not a number"))
-}
-
 /// `/temp X`: the sampling temperature.
 pub fn temp_value(arg: &str) -> Result<f32, String> {
-    config::check_temp(number(arg)?)
+    settings::parse_temp(arg)
 }
 
 /// `/top-p X`: the nucleus mass.
 pub fn top_p_value(arg: &str) -> Result<f32, String> {
-    config::check_top_p(number(arg)?)
+    settings::parse_top_p(arg)
 }
 
 /// `/min-p X`: the min-p cut.
 pub fn min_p_value(arg: &str) -> Result<f32, String> {
-    config::check_min_p(number(arg)?)
+    settings::parse_min_p(arg)
 }
 
 /// `/seed N`: a fixed seed, or random (no argument, or "random").
@@ -136,15 +133,12 @@ pub fn seed_value(arg: &str) -> Result<Option<u64>, String> {
     if arg.is_empty() || arg == "random" {
         return Ok(None);
     }
-    arg.parse::<u64>()
-        .map(Some)
-        .map_err(|_| format!("\"{arg}\" is not a non-negative integer"))
+    settings::parse_seed(arg).map(Some)
 }
 
 /// `/ctx N`: the context size in tokens.
 pub fn ctx_value(arg: &str) -> Result<u32, String> {
-    let v = arg.parse::<i64>().map_err(|_| format!("\"{arg}\" is not an integer"))?;
-    config::parse_ctx(v)
+    settings::parse_app_ctx(arg)
 }
 
 impl App {

@@ -3,7 +3,8 @@
 //!
 //! Owns `App::on_engine_event`; it only updates state (no commands go back to the worker from here).
 
-use super::state::{PrefillLive, RATE_HISTORY, RATE_WINDOW, TurnState, Warmup};
+use super::state::{PrefillLive, RATE_HISTORY, TurnState, Warmup};
+use crate::engine::metrics;
 use super::{App, Phase};
 use crate::engine::events::{Event, TextKind, WarmupPhase};
 
@@ -105,12 +106,11 @@ impl App {
                 m.generating = true;
                 m.context_used += 1;
                 m.recent.push_back(elapsed);
-                while m.recent.len() > RATE_WINDOW {
+                while m.recent.len() > metrics::DECODE_RATE_WINDOW {
                     m.recent.pop_front();
                 }
-                let s = elapsed.as_secs_f64();
-                if s > 0.0 {
-                    m.rates.push_back(1.0 / s);
+                if let Some(rate) = metrics::tokens_per_second(1, elapsed) {
+                    m.rates.push_back(rate);
                     while m.rates.len() > RATE_HISTORY {
                         m.rates.pop_front();
                     }

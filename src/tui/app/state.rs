@@ -7,13 +7,12 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::engine::metrics;
 use crate::engine::events::{DeviceMemory, FinishReason, LiveStats, ModelInfo, Residency, WarmupPhase};
 use crate::model::chat::ThinkMode;
 
 /// Most per-token rates kept for the sparkline.
 pub const RATE_HISTORY: usize = 240;
-/// Tokens averaged for the live decode rate.
-pub(super) const RATE_WINDOW: usize = 32;
 
 /// Where the app is in its life.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,8 +55,7 @@ pub struct TurnStats {
 
 impl TurnStats {
     pub fn decode_tps(&self) -> Option<f64> {
-        let s = self.decode_time.as_secs_f64();
-        (self.generated > 0 && s > 0.0).then(|| self.generated as f64 / s)
+        metrics::tokens_per_second(self.generated as u64, self.decode_time)
     }
 }
 
@@ -131,18 +129,14 @@ pub struct Warmup {
 
 impl Warmup {
     pub fn rate_gib_s(&self) -> f64 {
-        let s = self.elapsed.as_secs_f64();
-        if s > 0.0 {
-            self.done_bytes as f64 / s / (1u64 << 30) as f64
-        } else {
-            0.0
-        }
+        metrics::transfer_rate(self.done_bytes, self.total_bytes, self.elapsed)
+            .0
+            .unwrap_or(0.0)
     }
 
     pub fn eta_secs(&self) -> Option<f64> {
-        let s = self.elapsed.as_secs_f64();
-        (self.done_bytes > 0 && !self.finished)
-            .then(|| s * (self.total_bytes.saturating_sub(self.done_bytes)) as f64 / self.done_bytes as f64)
+        let (_, left) = metrics::transfer_rate(self.done_bytes, self.total_bytes, self.elapsed);
+        left.filter(|_| !self.finished).map(|d| d.as_secs_f64())
     }
 }
 
@@ -156,8 +150,7 @@ pub struct PrefillLive {
 
 impl PrefillLive {
     pub fn eta_secs(&self) -> Option<f64> {
-        (self.done > 0)
-            .then(|| self.elapsed.as_secs_f64() * (self.total.saturating_sub(self.done)) as f64 / self.done as f64)
+        metrics::time_left(self.done as u64, self.total as u64, self.elapsed).map(|d| d.as_secs_f64())
     }
 }
 
@@ -174,7 +167,7 @@ pub struct Metrics {
     pub last_prefill: Option<(u32, Duration)>,
     /// Per-token decode rates (t/s), newest last.
     pub rates: VecDeque<f64>,
-    /// Recent per-token step times for the live rate.
+    /// The last `metrics::DECODE_RATE_WINDOW` step times: the live rate until the worker sends one.
     pub recent: VecDeque<Duration>,
     /// Average decode rate of the last finished turn.
     pub last_turn_tps: Option<f64>,
@@ -192,11 +185,10 @@ impl Metrics {
         {
             return Some(r);
         }
-        if self.generating && !self.recent.is_empty() {
-            let total: f64 = self.recent.iter().map(|d| d.as_secs_f64()).sum();
-            if total > 0.0 {
-                return Some(self.recent.len() as f64 / total);
-            }
+        if self.generating
+            && let Some(r) = metrics::tokens_per_second(self.recent.len() as u64, self.recent.iter().sum())
+        {
+            return Some(r);
         }
         self.last_turn_tps
     }

@@ -67,21 +67,6 @@ impl Palette {
     }
 }
 
-/// Binary size with one decimal in GiB/MiB/KiB.
-pub fn fmt_bytes(b: u64) -> String {
-    const K: f64 = 1024.0;
-    let b = b as f64;
-    if b >= K * K * K {
-        format!("{:.1} GiB", b / (K * K * K))
-    } else if b >= K * K {
-        format!("{:.1} MiB", b / (K * K))
-    } else if b >= K {
-        format!("{:.1} KiB", b / K)
-    } else {
-        format!("{b} B")
-    }
-}
-
 /// Token counts: 950, 1.2k, 32k, 1.0M.
 pub fn fmt_count(n: u64) -> String {
     if n >= 1_000_000 {
@@ -133,8 +118,6 @@ mod tests {
 
     #[test]
     fn formats() {
-        assert_eq!(fmt_bytes(81 * 1024 * 1024 * 1024 + 512 * 1024 * 1024), "81.5 GiB");
-        assert_eq!(fmt_bytes(3 * 1024 * 1024), "3.0 MiB");
         assert_eq!(fmt_count(1234), "1.2k");
         assert_eq!(fmt_count(32768), "32k");
         assert_eq!(fmt_secs(0.25), "250 ms");

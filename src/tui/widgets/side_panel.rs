@@ -8,10 +8,12 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Sparkline};
 
-use super::{Palette, bar, fmt_bytes, fmt_count, fmt_secs};
+use super::{Palette, bar, fmt_count, fmt_secs};
 use crate::engine::events::WarmupPhase;
+use crate::engine::metrics::tokens_per_second;
 use crate::tui::app::App;
 use crate::tui::config::think_name;
+use crate::units::{fmt_bytes, fmt_bytes_pair};
 
 fn kv<'a>(key: &str, val: String, p: &Palette) -> Line<'a> {
     Line::from(vec![
@@ -56,7 +58,8 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
         let live = m.live.as_ref();
         let tps = live
             .and_then(|l| l.prefill_tps)
-            .unwrap_or(if s > 0.0 { tokens as f64 / s } else { 0.0 });
+            .or_else(|| tokens_per_second(tokens as u64, t))
+            .unwrap_or(0.0);
         out.push(kv("", format!("{tps:.1} t/s"), p));
         if let Some(lat) = live.and_then(|l| l.prefill_latency) {
             out.push(kv("Latency", format!("{} 1st token", fmt_secs(lat.as_secs_f64())), p));
@@ -97,7 +100,11 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
             out.push(gauge_line(frac, w, p.warn));
         }
         out.push(Line::from(Span::styled(
-            format!("{} {:.2} GiB/s", pair(wu.done_bytes, wu.total_bytes), wu.rate_gib_s()),
+            format!(
+                "{} {:.2} GiB/s",
+                fmt_bytes_pair(wu.done_bytes, wu.total_bytes),
+                wu.rate_gib_s()
+            ),
             Style::default().fg(p.dim),
         )));
     }
@@ -107,7 +114,7 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
         } else {
             0.0
         };
-        out.push(kv("Resident", pair(r.resident_bytes, r.total_bytes), p));
+        out.push(kv("Resident", fmt_bytes_pair(r.resident_bytes, r.total_bytes), p));
         out.push(gauge_line(frac, w, p.accent));
         for (name, (res, tot)) in [
             ("experts", r.routed_experts),
@@ -116,7 +123,7 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
         ] {
             if tot > 0 {
                 out.push(Line::from(Span::styled(
-                    format!(" {name:<10} {}", pair(res, tot)),
+                    format!(" {name:<10} {}", fmt_bytes_pair(res, tot)),
                     Style::default().fg(p.dim),
                 )));
             }
@@ -130,7 +137,7 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
     if let Some(dm) = m.live.as_ref().and_then(|l| l.device_memory).or(m.device_memory)
         && dm.total_bytes > 0
     {
-        out.push(kv("VRAM", pair(dm.used_bytes, dm.total_bytes), p));
+        out.push(kv("VRAM", fmt_bytes_pair(dm.used_bytes, dm.total_bytes), p));
     }
     match &m.model {
         Some(info) => {
@@ -164,20 +171,6 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
     out.push(kv("min_p", format!("{}  top_k {}", s.min_p, s.top_k), p));
     out.push(kv("Seed", s.seed.map_or("random".to_string(), |v| v.to_string()), p));
     out
-}
-
-/// "done/total UNIT" with the unit chosen by the total (GiB from 1 GiB, else MiB).
-pub fn pair(done: u64, total: u64) -> String {
-    if total >= 1 << 30 {
-        format!("{:.1}/{:.1} GiB", gib(done), gib(total))
-    } else {
-        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-        format!("{:.1}/{:.1} MiB", mib(done), mib(total))
-    }
-}
-
-fn gib(b: u64) -> f64 {
-    b as f64 / (1u64 << 30) as f64
 }
 
 /// Draws the full side panel.
