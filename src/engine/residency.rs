@@ -129,6 +129,27 @@ fn cachestat_pages(file: &File, off: u64, len: u64) -> std::io::Result<u64> {
     }
 }
 
+/// Bytes of `file` in the page cache: `cachestat` where the kernel has it, else `mincore` over a
+/// fresh read-only mapping (which faults nothing in).
+pub fn file_cached_bytes(file: &File) -> std::io::Result<u64> {
+    let page = page_size() as u64;
+    if let Ok(pages) = cachestat_pages(file, 0, 0) {
+        return Ok(pages * page);
+    }
+    if file.metadata()?.len() == 0 {
+        return Ok(0);
+    }
+    // SAFETY: a read-only shared mapping only inspected with mincore, never dereferenced.
+    let map = unsafe { memmap2::Mmap::map(file)? };
+    let mut vec = vec![0u8; map.len().div_ceil(page as usize)];
+    // SAFETY: the mapping is live and page aligned; `vec` has one byte per page.
+    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, map.len(), vec.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(count_resident(&vec) * page)
+}
+
 /// How the probe asks the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeMethod {
