@@ -193,7 +193,11 @@ mod tests {
             // min(GTT 119 GiB free, usable RAM 118 - 2 = 116 GiB).
             assert_eq!((b.free, b.total), (116 * GIB, 120 * GIB));
             assert!(auto_copies(&b, FLASH_Q2, SESSION_32K), "{b:?}");
-            assert!(b.label.contains("GTT 119.0 of 120.0 GiB free") && b.label.contains("usable RAM 116.0 GiB"));
+            assert!(
+                b.label.contains("GTT 119.0 GiB of 120.0 GiB free") && b.label.contains("usable RAM 116.0 GiB"),
+                "{}",
+                b.label
+            );
         }
     }
 

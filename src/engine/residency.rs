@@ -150,6 +150,16 @@ pub fn file_cached_bytes(file: &File) -> std::io::Result<u64> {
     Ok(count_resident(&vec) * page)
 }
 
+/// Share of a file in the page cache from which reading it counts as reading the cache: a GPU
+/// copy then reads plainly (faster than O_DIRECT from the disk) and the panel says "from cache".
+pub const MOSTLY_CACHED: f64 = 0.5;
+
+/// Whether at least [`MOSTLY_CACHED`] of `file` is in the page cache (false when unknown).
+pub fn mostly_cached(file: &File) -> bool {
+    let size = file.metadata().map_or(0, |m| m.len());
+    file_cached_bytes(file).is_ok_and(|c| size > 0 && c as f64 >= MOSTLY_CACHED * size as f64)
+}
+
 /// How the probe asks the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeMethod {

@@ -55,13 +55,10 @@ pub const DIRECT_ALIGN: usize = 4096;
 /// requests in flight keep an NVMe queue busy.
 const READ_THREADS: usize = 4;
 
-/// Share of the file in the page cache from which plain reads beat O_DIRECT.
-const CACHED_SHARE_FOR_PLAIN: f64 = 0.5;
-
 /// How a file copy reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DirectReads {
-    /// O_DIRECT when less than half the file is in the page cache.
+    /// O_DIRECT unless the file is mostly in the page cache (`residency::mostly_cached`).
     Auto,
     Never,
     Always,
@@ -271,7 +268,7 @@ impl<'p> FileReader<'p> {
         let share = cached as f64 / size.max(1) as f64;
         let (direct, plain_because) = match options.direct {
             DirectReads::Never => (None, "O_DIRECT off".to_string()),
-            DirectReads::Auto if share >= CACHED_SHARE_FOR_PLAIN => {
+            DirectReads::Auto if share >= crate::engine::residency::MOSTLY_CACHED => {
                 (None, format!("{:.0}% of the file in the page cache", 100.0 * share))
             }
             _ => match std::fs::OpenOptions::new()

@@ -14,6 +14,8 @@ pub struct Roots {
     pub sys: PathBuf,
     pub proc: PathBuf,
     pub dev: PathBuf,
+    /// `DS4_HIP_LIBRARY`: the HIP runtime to use instead of searching for one.
+    pub hip_library: Option<PathBuf>,
 }
 
 impl Roots {
@@ -24,6 +26,7 @@ impl Roots {
             sys: root("DS4_SYSFS_ROOT").join("sys"),
             proc: root("DS4_PROCFS_ROOT").join("proc"),
             dev: root("DS4_DEV_ROOT").join("dev"),
+            hip_library: std::env::var_os("DS4_HIP_LIBRARY").map(PathBuf::from),
         }
     }
 }
@@ -136,20 +139,19 @@ fn probe_gpu(sys: &Path) -> Option<Gpu> {
     })
 }
 
-/// The HIP runtime library: `DS4_HIP_LIBRARY` when set, else the first libamdhip64 in the ROCm
+/// The HIP runtime library: `hip_library` when set, else the first libamdhip64 in the ROCm
 /// and system library directories; the version from ROCm's `.info/version` next to it, else from
 /// the file name.
-fn probe_rocm() -> Rocm {
-    if let Ok(p) = std::env::var("DS4_HIP_LIBRARY") {
-        let path = PathBuf::from(&p);
+fn probe_rocm(hip_library: Option<&Path>) -> Rocm {
+    if let Some(path) = hip_library {
         return if path.exists() {
             Rocm::Found {
-                version: rocm_version(&path),
-                path,
+                version: rocm_version(path),
+                path: path.to_path_buf(),
             }
         } else {
             Rocm::Missing {
-                looked_in: format!("DS4_HIP_LIBRARY={p}"),
+                looked_in: format!("DS4_HIP_LIBRARY={}", path.display()),
             }
         };
     }
@@ -293,7 +295,7 @@ pub fn probe(roots: &Roots, model: Option<&Path>, ctx: u32) -> Facts {
     let who = identity(&roots.proc);
     let meminfo = std::fs::read_to_string(roots.proc.join("meminfo")).unwrap_or_default();
     Facts {
-        rocm: probe_rocm(),
+        rocm: probe_rocm(roots.hip_library.as_deref()),
         gpu: probe_gpu(&roots.sys),
         embedded: embedded_targets(),
         kfd: access(&roots.dev.join("kfd"), who.as_ref()),
