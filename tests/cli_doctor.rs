@@ -267,11 +267,11 @@ fn an_unknown_gfx_target() {
         gfx_version: Some(120500),
         ..ready()
     };
-    let (failing, code) = failures("gfx1205", &m);
+    let (failing, code) = failures("gfx1250", &m);
     assert_eq!(
         failing,
-        ["FAIL  gpu code     this binary has no code for gfx1205 (it has gfx1100, gfx1151); fix: rebuild with \
-          DS4_HIP_ARCHS=gfx1205"]
+        ["FAIL  gpu code     this binary has no code for gfx1250 (it has gfx1100, gfx1151); fix: rebuild with \
+          DS4_HIP_ARCHS=gfx1250"]
     );
     assert_eq!(code, 1);
 }
