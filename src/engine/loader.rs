@@ -123,7 +123,9 @@ impl ModelLoader for EngineLoader {
                 });
             }
             // Say so when the placement is not the plain answer to the request.
-            let plain = p.reason.is_empty() || (p.copied && req.weights == WeightPlacement::Auto);
+            // (A copy that could not use O_DIRECT says so too.)
+            let plain = (p.reason.is_empty() || (p.copied && req.weights == WeightPlacement::Auto))
+                && !p.reason.contains("O_DIRECT refused");
             if !plain {
                 notice(Event::Notice {
                     message: format!("weights: {}", p.summary()),

@@ -28,11 +28,7 @@ theirs() { # FILE LABEL
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   free -g | head -2
   step "build shim + project kernels, ds4"
-  bash "$tree/tests/hip-on-cuda/build.sh" "$work" sm_90 >/dev/null || { echo "SHIM BUILD FAILED"; exit 1; }
-  bash "$tree/tools/build-kernels-nvcc.sh" "$work/kernels" sm_90 || exit 1
-  mkdir -p /tmp/ds4src && tar -xf "$tar" -C /tmp/ds4src
-  (cd /tmp/ds4src && make -j16 ds4 ds4-bench CUDA_ARCH=sm_90 CUDA_HOME="$(dirname "$(dirname "$(which nvcc)")")" >/tmp/ds4-build.log 2>&1) \
-    && echo "ds4 built" || { tail -20 /tmp/ds4-build.log; exit 1; }
+  bash "$tree/tests/hip-on-cuda/build-peers.sh" "$tree" "$tar" "$work" || exit 1
   export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_HIP_FORWARD=1
   yes "The quick brown fox jumps over the lazy dog." | head -c 40000 > /tmp/load-prompt.txt
   step "Flash-shaped q2 file in /dev/shm"

@@ -209,13 +209,23 @@ fn place_weights(
     plan: Plan,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(DeviceWeights, String), String> {
+    // A copy's reason ends with how the file was read (O_DIRECT, or plain reads and why).
+    let with_method = |reason: String, w: &DeviceWeights| match reason.is_empty() {
+        true => w.method.clone(),
+        false => format!("{reason}; {}", w.method),
+    };
     match plan {
-        Plan::Copy(reason) => Ok((DeviceWeights::upload(hip, model, progress)?, reason)),
+        Plan::Copy(reason) => {
+            let w = DeviceWeights::upload(hip, model, progress)?;
+            let reason = with_method(reason, &w);
+            Ok((w, reason))
+        }
         Plan::Map { reason, copy_fallback } => match DeviceWeights::map(hip, model) {
             Ok(w) => Ok((w, reason)),
             Err(e) if copy_fallback => {
                 let w = DeviceWeights::upload(hip, model, progress)?;
-                Ok((w, format!("map refused, copied instead: {e}")))
+                let reason = with_method(format!("map refused, copied instead: {e}"), &w);
+                Ok((w, reason))
             }
             Err(e) => Err(format!("--weights map: {e}; a copy does not fit device memory either")),
         },
