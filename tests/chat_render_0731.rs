@@ -7,8 +7,8 @@ mod common;
 
 use ds4_chat::gguf::writer::GgufLayout;
 use ds4_chat::gguf::{GgufFile, MetaValue};
-use ds4_chat::model::checkpoint::Generation;
 use ds4_chat::model::chat::{Conversation, Message, ThinkMode, Transcript, one_shot_prompt};
+use ds4_chat::model::checkpoint::Generation;
 use ds4_chat::model::tokenizer::Tokenizer;
 
 const BOS: &str = "<｜begin▁of▁sentence｜>";
@@ -114,7 +114,11 @@ fn one_shot_ids_for_every_mode_and_generation() {
             want.push(s.user);
             want.extend(tok.encode_plain("q"));
             want.push(s.assistant);
-            want.push(if think == ThinkMode::Off { s.think_end } else { s.think_start });
+            want.push(if think == ThinkMode::Off {
+                s.think_end
+            } else {
+                s.think_start
+            });
             assert_eq!(r.ids, want, "{generation:?} {think:?}");
             assert_eq!(tok.decode(&r.ids), r.text);
         }
@@ -145,5 +149,8 @@ fn the_transcript_swaps_the_effort_text_when_the_mode_changes() {
     t.end_turn(&tok, false);
     let start = t.begin_turn(&tok, "c", ThinkMode::Off, ctx);
     assert_eq!(start.first_changed, 1);
-    assert_eq!(t.ids()[1..1 + tok.encode_plain("sys").len()], tok.encode_plain("sys")[..]);
+    assert_eq!(
+        t.ids()[1..1 + tok.encode_plain("sys").len()],
+        tok.encode_plain("sys")[..]
+    );
 }

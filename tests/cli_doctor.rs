@@ -54,7 +54,10 @@ fn build(name: &str, m: &Machine) -> Roots {
     let sys = root.join("sys");
     let proc = root.join("proc");
     let dev = root.join("dev");
-    write(&sys.join("class/kfd/kfd/topology/nodes/0/properties"), "cpu_cores_count 32\ngfx_target_version 0\n");
+    write(
+        &sys.join("class/kfd/kfd/topology/nodes/0/properties"),
+        "cpu_cores_count 32\ngfx_target_version 0\n",
+    );
     if let Some(v) = m.gfx_version {
         write(
             &sys.join("class/kfd/kfd/topology/nodes/1/properties"),
@@ -63,7 +66,10 @@ fn build(name: &str, m: &Machine) -> Roots {
         let card = sys.join("class/drm/card1/device");
         write(&card.join("mem_info_vram_total"), &format!("{}\n", m.vram_total));
         write(&card.join("mem_info_gtt_total"), &format!("{}\n", m.gtt_total));
-        write(&card.join("power_dpm_force_performance_level"), &format!("{}\n", m.perf_level));
+        write(
+            &card.join("power_dpm_force_performance_level"),
+            &format!("{}\n", m.perf_level),
+        );
         write(&sys.join("class/drm/card1-eDP-1/status"), "connected\n");
     }
     if let Some(p) = m.pages_limit {
@@ -87,14 +93,21 @@ fn build(name: &str, m: &Machine) -> Roots {
     // Not the owner of the nodes (a different uid); in their group when the machine says so.
     let me = std::fs::metadata(&root).unwrap();
     let gid = me.gid();
-    let groups = if m.in_device_group { format!("4 24 {gid}") } else { "4 24".to_string() };
+    let groups = if m.in_device_group {
+        format!("4 24 {gid}")
+    } else {
+        "4 24".to_string()
+    };
     write(
         &proc.join("self/status"),
-        &format!("Name:\tds4-chat\nUid:\t{0}\t{0}\t{0}\t{0}\nGid:\t60001\t60001\t60001\t60001\nGroups:\t{groups}\n", me.uid() + 1),
+        &format!(
+            "Name:\tds4-chat\nUid:\t{0}\t{0}\t{0}\t{0}\nGid:\t60001\t60001\t60001\t60001\nGroups:\t{groups}\n",
+            me.uid() + 1
+        ),
     );
     let lib = root.join("opt/rocm/lib/libamdhip64.so.6.4.60401");
     write(&lib, "");
-    write(&root.join("opt/rocm/.info/version"), "6.4.1-60401\n");
+    write(&root.join("opt/rocm/.info/version"), "7.0.2-17\n");
     std::os::unix::fs::symlink(&lib, root.join("opt/rocm/lib/libamdhip64.so.6")).unwrap();
     Roots {
         sys,
@@ -156,7 +169,10 @@ fn a_ready_strix_halo_passes() {
     let mut facts = probe(&roots, None, 32768);
     facts.embedded = vec!["gfx1151".into()];
     let lines: Vec<String> = diagnose(&facts).iter().map(|c| c.line()).collect();
-    assert!(lines[0].starts_with("ok    rocm         ") && lines[0].ends_with("libamdhip64.so.6 (6.4.1-60401)"), "{lines:?}");
+    assert!(
+        lines[0].starts_with("ok    rocm         ") && lines[0].ends_with("libamdhip64.so.6 (7.0.2-17)"),
+        "{lines:?}"
+    );
     assert_eq!(lines[1], "ok    gpu          device 0 is gfx1151");
     assert_eq!(lines[2], "ok    gpu code     this binary embeds code for gfx1151");
     assert_eq!(
@@ -187,9 +203,11 @@ fn gtt_at_the_default_62_gib() {
     let (failing, code) = failures("gtt62", &m);
     assert_eq!(
         failing,
-        ["FAIL  gtt          GPU-visible memory 62.0 GiB (ttm.pages_limit not set) < the q2 file = 80.8 GiB; fix: \
+        [
+            "FAIL  gtt          GPU-visible memory 62.0 GiB (ttm.pages_limit not set) < the q2 file = 80.8 GiB; fix: \
           add ttm.pages_limit=30670848 (117.0 GiB in 4 KiB pages) to the kernel command line and reboot \
-          (amdgpu.gttsize is deprecated)"]
+          (amdgpu.gttsize is deprecated)"
+        ]
     );
     assert_eq!(code, 1);
     let (code, out) = run_binary("gtt62", &m);
@@ -233,7 +251,9 @@ fn a_user_outside_the_render_group() {
     assert_eq!(
         failing,
         [
-            format!("FAIL  kfd          /dev/kfd not accessible (owned by group {gid}, which this user is not in); {fix}"),
+            format!(
+                "FAIL  kfd          /dev/kfd not accessible (owned by group {gid}, which this user is not in); {fix}"
+            ),
             format!(
                 "FAIL  render node  /dev/dri/renderD128 not accessible (owned by group {gid}, which this user is not in); {fix}"
             ),
@@ -252,13 +272,39 @@ fn no_rocm_installed() {
     assert_eq!(failing.len(), 1, "{failing:?}");
     assert!(failing[0].starts_with("FAIL  rocm         libamdhip64 not found (looked in DS4_HIP_LIBRARY="));
     assert!(failing[0].ends_with(
-        "nowhere/libamdhip64.so); fix: install ROCm 6.4 or newer (the HIP runtime), or set DS4_HIP_LIBRARY to \
-         libamdhip64.so"
+        "nowhere/libamdhip64.so); fix: install ROCm 7 (the HIP runtime), or set DS4_HIP_LIBRARY to libamdhip64.so"
     ));
     assert_eq!(code, 1);
     let (code, out) = run_binary("norocm", &m);
     assert_eq!(code, 1);
     assert!(out.contains("FAIL  rocm "), "{out}");
+}
+
+#[test]
+fn rocm_6_on_a_gfx1151() {
+    let roots = build("rocm6", &ready());
+    std::fs::write(
+        roots.sys.parent().unwrap().join("opt/rocm/.info/version"),
+        "6.4.1-60401\n",
+    )
+    .unwrap();
+    let mut facts = probe(&roots, None, 32768);
+    facts.embedded = vec!["gfx1151".into()];
+    let checks = diagnose(&facts);
+    let failing: Vec<String> = checks
+        .iter()
+        .filter(|c| c.status == Status::Fail)
+        .map(|c| c.line())
+        .collect();
+    assert_eq!(failing.len(), 1, "{failing:?}");
+    assert!(
+        failing[0].ends_with(
+            "libamdhip64.so.6 (6.4.1-60401): gfx115x needs ROCm 7.0 or newer; fix: install ROCm 7 \
+             (amdgpu-install --usecase=rocm --no-dkms)"
+        ),
+        "{failing:?}"
+    );
+    assert_eq!(exit_code(&checks), 1);
 }
 
 #[test]
@@ -270,8 +316,10 @@ fn an_unknown_gfx_target() {
     let (failing, code) = failures("gfx1250", &m);
     assert_eq!(
         failing,
-        ["FAIL  gpu code     this binary has no code for gfx1250 (it has gfx1100, gfx1151); fix: rebuild with \
-          DS4_HIP_ARCHS=gfx1250"]
+        [
+            "FAIL  gpu code     this binary has no code for gfx1250 (it has gfx1100, gfx1151); fix: rebuild with \
+          DS4_HIP_ARCHS=gfx1250"
+        ]
     );
     assert_eq!(code, 1);
 }
@@ -313,8 +361,10 @@ fn an_old_kernel() {
     let (failing, code) = failures("oldkernel", &m);
     assert_eq!(
         failing,
-        ["FAIL  kernel       Linux 6.8.0-45-generic is older than 6.11; fix: upgrade to a Linux 6.14 or newer kernel \
-          (amdgpu support for gfx1151 and large GTT)"]
+        [
+            "FAIL  kernel       Linux 6.8.0-45-generic is older than 6.11; fix: upgrade to a Linux 6.14 or newer kernel \
+          (amdgpu support for gfx1151 and large GTT)"
+        ]
     );
     assert_eq!(code, 1);
 }
@@ -328,8 +378,10 @@ fn too_little_free_ram_for_a_pinned_copy() {
     let (failing, code) = failures("busyram", &m);
     assert_eq!(
         failing,
-        ["FAIL  ram          usable RAM 58.0 GiB (MemAvailable 60.0 GiB - CmaFree 0.0 GiB - 2.0 GiB kept) < the q2 \
-          file = 80.8 GiB; fix: close programs (the copy needs the RAM pinned), or run with --weights map"]
+        [
+            "FAIL  ram          usable RAM 58.0 GiB (MemAvailable 60.0 GiB - CmaFree 0.0 GiB - 2.0 GiB kept) < the q2 \
+          file = 80.8 GiB; fix: close programs (the copy needs the RAM pinned), or run with --weights map"
+        ]
     );
     assert_eq!(code, 1);
 }
@@ -369,7 +421,13 @@ fn a_model_file_is_described() {
     let facts = probe(&roots, Some(&not_gguf), 32768);
     let model = diagnose(&facts).into_iter().find(|c| c.name == "model").unwrap();
     assert_eq!(model.status, Status::Fail);
-    assert!(model.line().starts_with(&format!("FAIL  model        {}: ", not_gguf.display())), "{}", model.line());
+    assert!(
+        model
+            .line()
+            .starts_with(&format!("FAIL  model        {}: ", not_gguf.display())),
+        "{}",
+        model.line()
+    );
     let m = facts.model.unwrap();
     assert_eq!(m.bytes, 10);
 }

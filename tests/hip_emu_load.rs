@@ -1,9 +1,9 @@
 //! The single-copy weight load on the HIP runtime emulator (every hip* call runs on the CPU): the
 //! bytes on the device equal the file through O_DIRECT reads (a file on a disk filesystem under
-//! target/), through plain reads, and through the fallback when O_DIRECT is refused (a file in
-//! /dev/shm when that is tmpfs); the file's pages are gone from the page cache after a load that
-//! drops them behind, where the filesystem honours DONTNEED; the staging pipeline keeps every byte
-//! across several chunks and a padded tail.
+//! target/), through plain reads, and from /dev/shm (tmpfs, which refuses O_DIRECT before Linux
+//! 6.6; the forced refusal is a unit test in weights.rs); the file's pages are gone from the page
+//! cache after a load that drops them behind, where the filesystem honours DONTNEED; the staging
+//! pipeline keeps every byte across several chunks and a padded tail.
 //!
 //! One test function: the emulator is selected through process environment variables before the
 //! HIP runtime is first loaded. Run with `--features hip`.
@@ -52,7 +52,12 @@ fn assert_device_equals_file(ctx: &HipContext, model: &Model, w: &DeviceWeights)
     for (_, t) in model.grouped_tensors() {
         let mut back = vec![0u8; t.nbytes as usize];
         w.read_back(ctx, t, &mut back).unwrap();
-        assert!(back == model.data(t), "tensor {} differs on the device ({})", t.name, w.method);
+        assert!(
+            back == model.data(t),
+            "tensor {} differs on the device ({})",
+            t.name,
+            w.method
+        );
         tensors += 1;
     }
     assert!(tensors > 10, "{tensors}");
@@ -75,7 +80,8 @@ fn single_copy_load_on_the_emulator() {
     // SAFETY: the only test of this binary; no other thread reads the environment.
     unsafe { std::env::set_var("DS4_EMU_MEM_MIB", "4096") };
     let ctx = HipContext::new().unwrap();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/test-scratch/hip-load-{}", std::process::id()));
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/test-scratch/hip-load-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("tiny.gguf");
     write_model(&path);
@@ -84,34 +90,54 @@ fn single_copy_load_on_the_emulator() {
     // O_DIRECT from a disk filesystem (target/ is not tmpfs on the machines this runs on).
     drop_pages(&path);
     let (model, w) = load(&ctx, &path, DirectReads::Always, false);
-    assert!(w.method.starts_with("O_DIRECT reads through 4 pinned staging buffers"), "{}", w.method);
+    assert!(
+        w.method.starts_with("O_DIRECT reads through 4 pinned staging buffers"),
+        "{}",
+        w.method
+    );
     assert_device_equals_file(&ctx, &model, &w);
     drop((model, w));
 
     // Auto on a file fully in the page cache: plain reads, said why.
     std::fs::read(&path).unwrap();
     let (model, w) = load(&ctx, &path, DirectReads::Auto, false);
-    assert!(w.method.starts_with("plain reads (100% of the file in the page cache)"), "{}", w.method);
+    assert!(
+        w.method.starts_with("plain reads (100% of the file in the page cache)"),
+        "{}",
+        w.method
+    );
     assert_device_equals_file(&ctx, &model, &w);
     drop((model, w));
 
-    // Pages dropped behind the reads, where the filesystem honours DONTNEED.
-    std::fs::read(&path).unwrap();
+    // Pages dropped behind the reads, where the filesystem honours DONTNEED. Pages the model's
+    // own mapping holds (the header the parser read, with the kernel's fault-around) cannot be
+    // dropped: that is the floor, measured with the model open.
+    let model = Arc::new(Model::open(&path).unwrap());
     drop_pages(&path);
-    let honours = cached(&path) == 0;
+    let floor = cached(&path);
+    let honours = floor < size / 4;
     std::fs::read(&path).unwrap();
-    let (model, w) = load(&ctx, &path, DirectReads::Never, true);
+    assert!(
+        cached(&path) >= size / 2,
+        "{} of {size} cached after reading the file",
+        cached(&path)
+    );
+    let opts = LoadOptions {
+        direct: DirectReads::Never,
+        drop_behind: true,
+    };
+    let w = DeviceWeights::upload_with_options(&ctx, &model, opts, &mut |_, _| {}).unwrap();
     // Measured before anything reads the tensors through the mapping again.
     let after = cached(&path);
     assert!(w.method.ends_with(", page cache dropped behind"), "{}", w.method);
     assert_device_equals_file(&ctx, &model, &w);
+    drop((model, w));
     if honours {
-        // What stays is what the parser read through the mapping (mapped pages are not dropped):
-        // the header, up to the page holding the first tensor byte; none of the tensor data.
-        let header = model.file.data_offset.next_multiple_of(DIRECT_ALIGN as u64);
-        assert!(after <= header, "{after} bytes cached after the load, header {header}, file {size}");
+        assert!(
+            after <= floor,
+            "{after} bytes cached after the load, {floor} held by the mapping, file {size}"
+        );
         // Without the drop the same load leaves the file cached.
-        drop((model, w));
         drop_pages(&path);
         let (_m, _w) = load(&ctx, &path, DirectReads::Never, false);
         assert!(cached(&path) >= size / 2, "{} of {size}", cached(&path));
@@ -124,8 +150,14 @@ fn single_copy_load_on_the_emulator() {
     if std::fs::metadata(shm).is_ok() && statfs_is_tmpfs(shm) {
         let p = shm.join(format!("ds4-load-{}.gguf", std::process::id()));
         std::fs::copy(&path, &p).unwrap();
+        // tmpfs takes O_DIRECT since Linux 6.6; older kernels refuse it (the weights.rs unit tests
+        // force the refusal on any kernel).
         let (model, w) = load(&ctx, &p, DirectReads::Always, false);
-        assert!(w.method.starts_with("plain reads (O_DIRECT refused: "), "{}", w.method);
+        assert!(
+            w.method.starts_with("plain reads (O_DIRECT refused: ") || w.method.starts_with("O_DIRECT reads"),
+            "{}",
+            w.method
+        );
         assert_device_equals_file(&ctx, &model, &w);
         drop((model, w));
         std::fs::remove_file(&p).unwrap();

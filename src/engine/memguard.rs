@@ -426,7 +426,10 @@ mod tests {
             gtt_used: gib_u(1.0),
         };
         match check_memory(&need, &host, Some(&gtt), &hp, 32768) {
-            MemoryVerdict::Refuse(m) => assert!(m.contains("GTT has 63.0 GiB free") && m.contains("ttm.pages_limit"), "{m}"),
+            MemoryVerdict::Refuse(m) => assert!(
+                m.contains("GTT has 63.0 GiB free") && m.contains("ttm.pages_limit"),
+                "{m}"
+            ),
             v => panic!("{v:?}"),
         }
         let big = GpuMemory {

@@ -265,7 +265,11 @@ mod tests {
             total: 24 * GIB,
             ..h200()
         };
-        assert!(!auto_copies(&copy_budget(&small, Some(&roomy())), FLASH_Q2, SESSION_32K));
+        assert!(!auto_copies(
+            &copy_budget(&small, Some(&roomy())),
+            FLASH_Q2,
+            SESSION_32K
+        ));
     }
 
     #[test]

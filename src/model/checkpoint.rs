@@ -117,12 +117,20 @@ mod tests {
             Some("ds4 q2 imatrix (preview)")
         );
         assert_eq!(
-            known_file("DeepSeek-V4-Flash-Q4KExperts-F16HC-F16Compressor-F16Indexer-Q8Attn-Q8Shared-Q8Out-chat-v2.gguf"),
+            known_file(
+                "DeepSeek-V4-Flash-Q4KExperts-F16HC-F16Compressor-F16Indexer-Q8Attn-Q8Shared-Q8Out-chat-v2.gguf"
+            ),
             Some("ds4 q4 (preview)")
         );
-        assert_eq!(known_file("DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2-other.gguf"), None);
+        assert_eq!(
+            known_file("DeepSeek-V4-Flash-IQ2XXS-w2Q2K-AProjQ8-SExpQ8-OutQ8-chat-v2-other.gguf"),
+            None
+        );
         assert_eq!(known_file("flash.gguf"), None);
-        assert_eq!(describe("flash.gguf", "DeepSeek V4 Flash", Generation::V0731), "DeepSeek V4 Flash (0731 weights)");
+        assert_eq!(
+            describe("flash.gguf", "DeepSeek V4 Flash", Generation::V0731),
+            "DeepSeek V4 Flash (0731 weights)"
+        );
         assert_eq!(describe("x.gguf", "", Generation::Preview), "preview weights");
     }
 }

@@ -377,7 +377,11 @@ fn read_parallel(
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     let at = pos + done as u64;
-                    let msg = format!("{}: read of {} bytes at offset {at} failed: {e}", path.display(), part.len() - done);
+                    let msg = format!(
+                        "{}: read of {} bytes at offset {at} failed: {e}",
+                        path.display(),
+                        part.len() - done
+                    );
                     return Err((msg, e.raw_os_error()));
                 }
             }
@@ -462,4 +466,74 @@ pub fn upload_with(
     }
     stream.synchronize().map_err(hip)?;
     Ok(dev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch_file(name: &str, len: usize) -> (std::path::PathBuf, Vec<u8>) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-scratch");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}-{}", std::process::id()));
+        let bytes: Vec<u8> = (0..len).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        (path, bytes)
+    }
+
+    #[test]
+    fn refused_direct_reads_fall_back_to_plain_ones_and_say_so() {
+        // A staging buffer O_DIRECT cannot use (not block aligned) makes the kernel refuse the
+        // first read with EINVAL, as filesystems without O_DIRECT support do.
+        let (path, bytes) = scratch_file("direct-refused", 3 * DIRECT_ALIGN + 100);
+        let options = LoadOptions {
+            direct: DirectReads::Always,
+            drop_behind: false,
+        };
+        let mut reader = FileReader::open(&path, 0, bytes.len() as u64, options).unwrap();
+        assert_eq!(reader.method(), "O_DIRECT reads through 4 pinned staging buffers");
+        let padded = bytes.len().next_multiple_of(DIRECT_ALIGN);
+        let mut backing = vec![0u8; padded + 2];
+        let skew = if backing.as_ptr() as usize % 512 == 511 { 2 } else { 1 };
+        let out = &mut backing[skew..skew + padded];
+        reader.read(0, out).unwrap();
+        assert!(out[..bytes.len()] == bytes[..]);
+        assert!(
+            reader.method().starts_with("plain reads (O_DIRECT refused: ") && reader.method().contains("offset 0"),
+            "{}",
+            reader.method()
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn direct_reads_fill_aligned_chunks_up_to_the_end_of_the_file() {
+        let (path, bytes) = scratch_file("direct-tail", 5 * DIRECT_ALIGN + 321);
+        let options = LoadOptions {
+            direct: DirectReads::Always,
+            drop_behind: true,
+        };
+        let base = DIRECT_ALIGN as u64;
+        let mut reader = FileReader::open(&path, base, bytes.len() as u64, options).unwrap();
+        // A page-aligned buffer: two chunks of two blocks, the second running past the end.
+        let layout = std::alloc::Layout::from_size_align(4 * DIRECT_ALIGN, DIRECT_ALIGN).unwrap();
+        // SAFETY: non-zero size; freed below with the same layout.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        // SAFETY: a fresh allocation of that many bytes.
+        let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 4 * DIRECT_ALIGN) };
+        let mut got = Vec::new();
+        for offset in [0, 2 * DIRECT_ALIGN, 4 * DIRECT_ALIGN] {
+            let want = (bytes.len() - base as usize - offset).min(2 * DIRECT_ALIGN);
+            reader.read(offset, &mut buf[..2 * DIRECT_ALIGN]).unwrap();
+            got.extend_from_slice(&buf[..want]);
+        }
+        assert!(got == bytes[base as usize..]);
+        assert_eq!(
+            reader.method(),
+            "O_DIRECT reads through 4 pinned staging buffers, page cache dropped behind"
+        );
+        // SAFETY: allocated above with this layout.
+        unsafe { std::alloc::dealloc(ptr, layout) };
+        std::fs::remove_file(&path).unwrap();
+    }
 }

@@ -126,16 +126,30 @@ fn node_check(name: &'static str, path: &str, a: &Access) -> Check {
 /// Every check, in output order.
 pub fn diagnose(f: &Facts) -> Vec<Check> {
     let mut out = Vec::new();
+    let rocm_major = |v: &str| v.split('.').next().and_then(|m| m.parse::<u32>().ok());
+    let gfx115 = f.gpu.as_ref().is_some_and(|g| g.gfx.starts_with("gfx115"));
     out.push(match &f.rocm {
-        Rocm::Found { path, version } => Check::ok(
-            "rocm",
-            format!("{} ({})", path.display(), version.as_deref().unwrap_or("version unknown")),
-        ),
+        Rocm::Found { path, version } => {
+            let detail = format!(
+                "{} ({})",
+                path.display(),
+                version.as_deref().unwrap_or("version unknown")
+            );
+            match version.as_deref().and_then(rocm_major) {
+                Some(major) if gfx115 && major < 7 => Check::bad(
+                    Status::Fail,
+                    "rocm",
+                    format!("{detail}: gfx115x needs ROCm 7.0 or newer"),
+                    "install ROCm 7 (amdgpu-install --usecase=rocm --no-dkms)",
+                ),
+                _ => Check::ok("rocm", detail),
+            }
+        }
         Rocm::Missing { looked_in } => Check::bad(
             Status::Fail,
             "rocm",
             format!("libamdhip64 not found (looked in {looked_in})"),
-            "install ROCm 6.4 or newer (the HIP runtime), or set DS4_HIP_LIBRARY to libamdhip64.so",
+            "install ROCm 7 (the HIP runtime), or set DS4_HIP_LIBRARY to libamdhip64.so",
         ),
     });
     let Some(gpu) = &f.gpu else {
@@ -165,15 +179,19 @@ pub fn diagnose(f: &Facts) -> Vec<Check> {
         Check::bad(
             Status::Fail,
             "gpu code",
-            format!("this binary has no code for {} (it has {})", gpu.gfx, f.embedded.join(", ")),
+            format!(
+                "this binary has no code for {} (it has {})",
+                gpu.gfx,
+                f.embedded.join(", ")
+            ),
             &format!("rebuild with DS4_HIP_ARCHS={}", gpu.gfx),
         )
     });
     let unified = is_unified(false, &gpu.gfx);
     let (need, need_what) = needed(f);
-    let pages = f
-        .ttm_pages_limit
-        .map_or("ttm.pages_limit not set".to_string(), |p| format!("ttm.pages_limit {p}"));
+    let pages = f.ttm_pages_limit.map_or("ttm.pages_limit not set".to_string(), |p| {
+        format!("ttm.pages_limit {p}")
+    });
     out.push(match (unified, gpu.gtt_total) {
         (false, _) => Check::ok(
             "gtt",
@@ -203,7 +221,10 @@ pub fn diagnose(f: &Facts) -> Vec<Check> {
                 ),
             )
         }
-        (true, Some(gtt)) => Check::ok("gtt", format!("GPU-visible memory {} ({pages}) >= {need_what}", gib(gtt))),
+        (true, Some(gtt)) => Check::ok(
+            "gtt",
+            format!("GPU-visible memory {} ({pages}) >= {need_what}", gib(gtt)),
+        ),
     });
     out.push(match (unified, gpu.vram_total) {
         (false, _) => Check::skip("carve-out", "discrete GPU"),
@@ -213,7 +234,10 @@ pub fn diagnose(f: &Facts) -> Vec<Check> {
             format!("BIOS reserves {} of RAM as VRAM, which GTT cannot use", gib(v)),
             "set the UMA frame buffer to its minimum (512 MiB) in the BIOS; the GPU gets its memory through GTT",
         ),
-        (true, v) => Check::ok("carve-out", format!("BIOS carve-out {}", v.map_or("unknown".into(), gib))),
+        (true, v) => Check::ok(
+            "carve-out",
+            format!("BIOS carve-out {}", v.map_or("unknown".into(), gib)),
+        ),
     });
     out.push(match gpu.perf_level.as_deref() {
         Some("high") => Check::ok("perf level", "power_dpm_force_performance_level high".into()),
@@ -239,7 +263,11 @@ pub fn diagnose(f: &Facts) -> Vec<Check> {
 fn push_host_checks(f: &Facts, out: &mut Vec<Check>, unified: bool) {
     out.push(node_check("kfd", "/dev/kfd", &f.kfd));
     out.push(match &f.render {
-        Some((p, a)) => node_check("render node", &format!("/dev/dri/{}", p.file_name().unwrap_or_default().display()), a),
+        Some((p, a)) => node_check(
+            "render node",
+            &format!("/dev/dri/{}", p.file_name().unwrap_or_default().display()),
+            a,
+        ),
         None => node_check("render node", "/dev/dri/renderD*", &Access::Missing),
     });
     out.push(match f.kernel.as_deref().map(|r| (r, parse_kernel(r))) {

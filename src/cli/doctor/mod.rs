@@ -34,7 +34,10 @@ pub fn report(args: &Args) -> (Vec<String>, i32) {
         args.ctx.unwrap_or_else(configured_ctx),
     );
     let checks = checks::diagnose(&facts);
-    (checks.iter().map(checks::Check::line).collect(), checks::exit_code(&checks))
+    (
+        checks.iter().map(checks::Check::line).collect(),
+        checks::exit_code(&checks),
+    )
 }
 
 pub fn run(args: Args) -> CliResult {

@@ -56,7 +56,9 @@ pub enum Access {
     Missing,
     ReadWrite,
     /// Present but not readable and writable: the node's group (gid) the user lacks.
-    Denied { gid: u32 },
+    Denied {
+        gid: u32,
+    },
 }
 
 /// The model file.
@@ -104,8 +106,15 @@ pub fn gfx_name(version: u64) -> String {
 /// Device 0: the first KFD topology node with a GPU target, and the first amdgpu DRM card.
 fn probe_gpu(sys: &Path) -> Option<Gpu> {
     let nodes = sys.join("class/kfd/kfd/topology/nodes");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&nodes).ok()?.filter_map(|e| Some(e.ok()?.path())).collect();
-    dirs.sort_by_key(|p| p.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse::<u32>().ok()));
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&nodes)
+        .ok()?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .collect();
+    dirs.sort_by_key(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.parse::<u32>().ok())
+    });
     let version = dirs.iter().find_map(|d| {
         let props = std::fs::read_to_string(d.join("properties")).ok()?;
         let v: u64 = props
@@ -134,7 +143,9 @@ fn probe_gpu(sys: &Path) -> Option<Gpu> {
         gfx: gfx_name(version),
         vram_total: num("mem_info_vram_total"),
         gtt_total: num("mem_info_gtt_total"),
-        perf_level: card.as_ref().and_then(|c| read_trim(&c.join("power_dpm_force_performance_level"))),
+        perf_level: card
+            .as_ref()
+            .and_then(|c| read_trim(&c.join("power_dpm_force_performance_level"))),
         card,
     })
 }
@@ -165,7 +176,12 @@ fn probe_rocm(hip_library: Option<&Path>) -> Rocm {
             .map(PathBuf::from),
     );
     for d in &dirs {
-        for name in ["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"] {
+        for name in [
+            "libamdhip64.so",
+            "libamdhip64.so.7",
+            "libamdhip64.so.6",
+            "libamdhip64.so.5",
+        ] {
             let path = d.join(name);
             if path.exists() {
                 return Rocm::Found {
@@ -176,7 +192,11 @@ fn probe_rocm(hip_library: Option<&Path>) -> Rocm {
         }
     }
     Rocm::Missing {
-        looked_in: dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+        looked_in: dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
     }
 }
 
@@ -225,14 +245,22 @@ fn access(node: &Path, who: Option<&(u32, Vec<u32>)>) -> Access {
     } else {
         mode & 0o006 == 0o006
     };
-    if rw { Access::ReadWrite } else { Access::Denied { gid: m.gid() } }
+    if rw {
+        Access::ReadWrite
+    } else {
+        Access::Denied { gid: m.gid() }
+    }
 }
 
 fn first_render_node(dev: &Path) -> Option<PathBuf> {
     let mut nodes: Vec<PathBuf> = std::fs::read_dir(dev.join("dri"))
         .ok()?
         .filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("renderD")))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("renderD"))
+        })
         .collect();
     nodes.sort();
     nodes.into_iter().next()
@@ -263,7 +291,8 @@ fn probe_model(proc: &Path, path: &Path, ctx: u32) -> ModelFile {
         .and_then(|f| crate::engine::residency::file_cached_bytes(&f).ok());
     let opened = crate::model::Model::open(path).map_err(|e| e.to_string());
     let session_bytes = opened.as_ref().map_or(0, |m| {
-        crate::engine::memguard::cpu_kv_bytes(&m.hp, ctx as u64) + crate::engine::memguard::cpu_scratch_estimate(&m.hp, 64)
+        crate::engine::memguard::cpu_kv_bytes(&m.hp, ctx as u64)
+            + crate::engine::memguard::cpu_scratch_estimate(&m.hp, 64)
     });
     ModelFile {
         path: path.to_path_buf(),
