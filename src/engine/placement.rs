@@ -69,8 +69,8 @@ fn gib(b: u64) -> String {
 }
 
 /// The budget a copy must fit on `dev`. Discrete devices: the device's free memory. Unified
-/// devices with known counters: min(GTT free, usable RAM), and `total` the GTT limit (or RAM when
-/// GTT is unknown); without counters the device's own numbers, said so.
+/// devices: min(GTT free, usable RAM) of the GTT limit; without amdgpu's GTT counters min(device
+/// free, usable RAM) of the device's total; without any counters the device's numbers, said so.
 pub fn copy_budget(dev: &DeviceFacts, host: Option<&UnifiedFacts>) -> CopyBudget {
     if !is_unified(dev.integrated, &dev.gfx) {
         return CopyBudget {
@@ -97,7 +97,17 @@ pub fn copy_budget(dev: &DeviceFacts, host: Option<&UnifiedFacts>) -> CopyBudget
             format!("GTT {} of {} free", gib(gtt_free), gib(h.gtt_total)),
         )
     } else {
-        (ram, h.mem_available, "GTT limit unknown".to_string())
+        // No amdgpu counters (a runtime that is not amdgpu's, an emulator): the runtime's own
+        // numbers, still capped by the RAM a pinned copy may take.
+        (
+            dev.free.min(ram),
+            dev.total,
+            format!(
+                "no GTT counters, device memory {} of {} free",
+                gib(dev.free),
+                gib(dev.total)
+            ),
+        )
     };
     CopyBudget {
         free,
@@ -237,15 +247,27 @@ mod tests {
     }
 
     #[test]
-    fn unified_without_gtt_counters_uses_ram_alone() {
+    fn unified_without_gtt_counters_uses_device_memory_capped_by_ram() {
         let h = UnifiedFacts {
             gtt_total: 0,
             gtt_used: 0,
             ..roomy()
         };
+        let big = DeviceFacts {
+            free: 200 * GIB,
+            total: 256 * GIB,
+            ..strix("gfx1151", true)
+        };
+        let b = copy_budget(&big, Some(&h));
+        assert_eq!((b.free, b.total), (116 * GIB, 256 * GIB));
+        assert!(
+            b.label
+                .contains("no GTT counters, device memory 200.0 GiB of 256.0 GiB free"),
+            "{}",
+            b.label
+        );
         let b = copy_budget(&strix("gfx1151", true), Some(&h));
-        assert_eq!((b.free, b.total), (116 * GIB, 118 * GIB));
-        assert!(b.label.contains("GTT limit unknown"));
+        assert_eq!((b.free, b.total), (GIB / 2, GIB / 2));
         // No counters at all: the device's own numbers, and the label says why.
         let b = copy_budget(&strix("gfx1151", true), None);
         assert_eq!(b.free, GIB / 2);
