@@ -210,9 +210,12 @@ fn place_weights(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(DeviceWeights, String), String> {
     // A copy's reason ends with how the file was read (O_DIRECT, or plain reads and why).
-    let with_method = |reason: String, w: &DeviceWeights| match reason.is_empty() {
-        true => w.method.clone(),
-        false => format!("{reason}; {}", w.method),
+    let with_method = |reason: String, w: &DeviceWeights| {
+        if reason.is_empty() {
+            w.method.clone()
+        } else {
+            format!("{reason}; {}", w.method)
+        }
     };
     match plan {
         Plan::Copy(reason) => {

@@ -166,7 +166,7 @@ pub fn diagnose(f: &Facts) -> Vec<Check> {
         return out;
     };
     out.push(Check::ok("gpu", format!("device 0 is {}", gpu.gfx)));
-    out.push(if f.embedded.iter().any(|t| *t == gpu.gfx) {
+    out.push(if f.embedded.contains(&gpu.gfx) {
         Check::ok("gpu code", format!("this binary embeds code for {}", gpu.gfx))
     } else if f.embedded.is_empty() {
         Check::bad(
