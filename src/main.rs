@@ -24,6 +24,8 @@ struct Cli {
 enum Cmd {
     /// Print a model file's architecture, hyperparameters and byte accounting.
     Inspect(cli::inspect::Args),
+    /// Check that this machine is ready to run the model on its GPU (one line per check, exit 0 when ready).
+    Doctor(cli::doctor::Args),
     /// Write a synthetic ds4-layout GGUF with deterministic random weights.
     GenModel(cli::gen_model::Args),
     /// Tokenize text with the model's tokenizer.
@@ -42,6 +44,7 @@ fn main() -> ExitCode {
     let args = Cli::parse();
     let result = match args.cmd {
         Some(Cmd::Inspect(a)) => cli::inspect::run(a),
+        Some(Cmd::Doctor(a)) => cli::doctor::run(a),
         Some(Cmd::GenModel(a)) => cli::gen_model::run(a),
         Some(Cmd::Tokenize(a)) => cli::tokenize::run(a),
         Some(Cmd::Run(a)) => cli::run::run(a),

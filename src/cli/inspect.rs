@@ -9,6 +9,7 @@ use super::CliResult;
 use crate::model::Model;
 use crate::model::accounting::{Accounting, account, table_from_model};
 use crate::units::fmt_gib;
+use crate::model::checkpoint::{Generation, describe_file};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -45,6 +46,8 @@ pub fn to_json(m: &Model, acc: &Accounting) -> serde_json::Value {
         "file_bytes": m.file.file_size(),
         "architecture": str_meta(m, "general.architecture"),
         "name": str_meta(m, "general.name"),
+        "checkpoint": describe_file(&m.file),
+        "generation": Generation::of(&m.file).label(),
         "hparams": {
             "n_layer": hp.n_layer, "n_embd": hp.n_embd, "n_vocab": hp.n_vocab, "n_head": hp.n_head,
             "n_head_kv": hp.n_head_kv, "head_dim": hp.head_dim, "n_rot": hp.n_rot,
@@ -82,6 +85,11 @@ fn print_text(m: &Model, acc: &Accounting) {
         "architecture  {}   name: {}",
         str_meta(m, "general.architecture"),
         str_meta(m, "general.name")
+    );
+    println!(
+        "checkpoint    {} ({} chat template)",
+        describe_file(&m.file),
+        Generation::of(&m.file).label()
     );
     println!(
         "layers {}  embd {}  vocab {}  heads {} (kv {})  head_dim {} (rope {})  q_lora {}  out groups {} × rank {}",

@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod doctor;
 pub mod gen_model;
 pub mod inspect;
 pub mod run;

@@ -110,8 +110,10 @@ pub enum Command {
 pub enum WarmupPhase {
     /// Faulting in the file mapping (CPU, or zero-copy GPU).
     PageIn,
-    /// Streaming into device memory.
+    /// Streaming into device memory from the page cache (or memory).
     CopyToDevice,
+    /// Streaming into device memory from the disk (the file mostly not in the page cache).
+    CopyFromDisk,
 }
 
 /// Why a turn ended.

@@ -15,7 +15,7 @@ use crate::model::accounting::{table_from_model, weight_bytes_per_token};
 use super::backend_open::open_backend_with_progress;
 use super::events::{Event, LoadRequest, ModelInfo, ModelSource, WarmupPhase, WeightPlacement};
 use super::memguard::{MemoryNeed, MemoryVerdict, WeightResidence, check_memory, read_host_memory};
-use super::residency::{MappedRegion, ResidencyProbe};
+use super::residency::{MappedRegion, ResidencyProbe, mostly_cached};
 use super::worker::{ChatText, LoadedModel, ModelLoader, SESSION_CHECKPOINTS};
 
 /// Least time between two weight-copy progress events (5 Hz, as the page-in warm-up).
@@ -82,8 +82,15 @@ impl ModelLoader for EngineLoader {
         let text = (self.chat_text)(&model, ctx as u32)?;
         let per_token = weight_bytes_per_token(&model.hp, &table_from_model(&model)).total();
         let model = Arc::new(model);
-        // A GPU weight copy streams through the warm-up events (phase CopyToDevice), at most every
-        // UPLOAD_TICK and once at the end.
+        // A GPU weight copy streams through the warm-up events (phase CopyFromDisk when the file
+        // is mostly not in the page cache, else CopyToDevice), at most every UPLOAD_TICK and once
+        // at the end.
+        let copy_phase = match (&model.file.path, model.file.is_mapped()) {
+            (Some(path), true) if !std::fs::File::open(path).is_ok_and(|f| mostly_cached(&f)) => {
+                WarmupPhase::CopyFromDisk
+            }
+            _ => WarmupPhase::CopyToDevice,
+        };
         let upload_start = Instant::now();
         let mut last_report: Option<Instant> = None;
         let mut upload = |done: u64, total: u64| {
@@ -92,7 +99,7 @@ impl ModelLoader for EngineLoader {
             }
             last_report = Some(Instant::now());
             notice(Event::WarmupProgress {
-                phase: WarmupPhase::CopyToDevice,
+                phase: copy_phase,
                 done_bytes: done,
                 total_bytes: total,
                 elapsed: upload_start.elapsed(),
@@ -116,7 +123,9 @@ impl ModelLoader for EngineLoader {
                 });
             }
             // Say so when the placement is not the plain answer to the request.
-            let plain = p.reason.is_empty() || (p.copied && req.weights == WeightPlacement::Auto);
+            // (A copy that could not use O_DIRECT says so too.)
+            let plain = (p.reason.is_empty() || (p.copied && req.weights == WeightPlacement::Auto))
+                && !p.reason.contains("O_DIRECT refused");
             if !plain {
                 notice(Event::Notice {
                     message: format!("weights: {}", p.summary()),
@@ -142,12 +151,7 @@ impl ModelLoader for EngineLoader {
         }
         let mapped = model.file.is_mapped();
         let info = ModelInfo {
-            name: model
-                .file
-                .get("general.name")
-                .and_then(|v| v.as_str())
-                .map(str::to_string)
-                .unwrap_or_else(|| model.file.display_name()),
+            name: crate::model::checkpoint::describe_file(&model.file),
             file_bytes: model.file.file_size(),
             n_layer: model.hp.n_layer as u32,
             n_vocab: model.hp.n_vocab as u32,

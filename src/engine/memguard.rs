@@ -154,8 +154,8 @@ pub fn check_memory(
                 let free = limit.saturating_sub(used);
                 if limit > 0 && pinned > free {
                     let fix = if unified {
-                        "raise the GTT limit (Strix Halo: kernel parameters ttm.pages_limit and amdgpu.gttsize, \
-                         then reboot), use --weights map, or a smaller --ctx"
+                        "raise the GTT limit (Strix Halo: kernel parameter ttm.pages_limit, then reboot; \
+                         amdgpu.gttsize is deprecated), use --weights map, or a smaller --ctx"
                     } else {
                         "use --weights map, or a smaller --ctx"
                     };
@@ -230,17 +230,19 @@ pub fn check_memory(
 
 /// Parse /proc/meminfo text (values in kB).
 pub fn parse_meminfo(text: &str) -> Option<HostMemory> {
-    let field = |name: &str| -> Option<u64> {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(':'))?;
-        let kb: u64 = line[name.len() + 1..].split_whitespace().next()?.parse().ok()?;
-        Some(kb * 1024)
-    };
     Some(HostMemory {
-        total: field("MemTotal")?,
-        available: field("MemAvailable")?,
+        total: meminfo_field(text, "MemTotal")?,
+        available: meminfo_field(text, "MemAvailable")?,
     })
+}
+
+/// One /proc/meminfo field (`name: N kB`), in bytes.
+pub fn meminfo_field(text: &str, name: &str) -> Option<u64> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(':'))?;
+    let kb: u64 = line[name.len() + 1..].split_whitespace().next()?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// Host memory now; an error line names the file.
@@ -422,7 +424,10 @@ mod tests {
             gtt_used: gib_u(1.0),
         };
         match check_memory(&need, &host, Some(&gtt), &hp, 32768) {
-            MemoryVerdict::Refuse(m) => assert!(m.contains("GTT has 63.0 GiB free") && m.contains("gttsize"), "{m}"),
+            MemoryVerdict::Refuse(m) => assert!(
+                m.contains("GTT has 63.0 GiB free") && m.contains("ttm.pages_limit"),
+                "{m}"
+            ),
             v => panic!("{v:?}"),
         }
         let big = GpuMemory {

@@ -11,6 +11,7 @@ pub mod loader;
 pub mod logprobs;
 pub mod memguard;
 pub mod metrics;
+pub mod placement;
 pub mod residency;
 pub mod sampler;
 pub mod session;

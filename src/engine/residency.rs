@@ -129,6 +129,37 @@ fn cachestat_pages(file: &File, off: u64, len: u64) -> std::io::Result<u64> {
     }
 }
 
+/// Bytes of `file` in the page cache: `cachestat` where the kernel has it, else `mincore` over a
+/// fresh read-only mapping (which faults nothing in).
+pub fn file_cached_bytes(file: &File) -> std::io::Result<u64> {
+    let page = page_size() as u64;
+    if let Ok(pages) = cachestat_pages(file, 0, 0) {
+        return Ok(pages * page);
+    }
+    if file.metadata()?.len() == 0 {
+        return Ok(0);
+    }
+    // SAFETY: a read-only shared mapping only inspected with mincore, never dereferenced.
+    let map = unsafe { memmap2::Mmap::map(file)? };
+    let mut vec = vec![0u8; map.len().div_ceil(page as usize)];
+    // SAFETY: the mapping is live and page aligned; `vec` has one byte per page.
+    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, map.len(), vec.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(count_resident(&vec) * page)
+}
+
+/// Share of a file in the page cache from which reading it counts as reading the cache: a GPU
+/// copy then reads plainly (faster than O_DIRECT from the disk) and the panel says "from cache".
+pub const MOSTLY_CACHED: f64 = 0.5;
+
+/// Whether at least [`MOSTLY_CACHED`] of `file` is in the page cache (false when unknown).
+pub fn mostly_cached(file: &File) -> bool {
+    let size = file.metadata().map_or(0, |m| m.len());
+    file_cached_bytes(file).is_ok_and(|c| size > 0 && c as f64 >= MOSTLY_CACHED * size as f64)
+}
+
 /// How the probe asks the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeMethod {

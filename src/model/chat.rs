@@ -14,10 +14,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::checkpoint::Generation;
 use super::tokenizer::{ASSISTANT_STR, BOS_STR, EOS_STR, THINK_END_STR, THINK_START_STR, Tokenizer, USER_STR};
 
-/// Reasoning mode of a turn (docs/prompt.md#think-modes): off renders `</think>`, high and max render
-/// `<think>`.
+/// Reasoning mode of a turn (docs/prompt.md#think-modes): off renders `</think>`, high and max render `<think>`; the
+/// text after BOS depends on the checkpoint generation ([`ThinkMode::effort_prefix`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum ThinkMode {
     Off,
@@ -30,7 +31,8 @@ pub enum ThinkMode {
 /// Smallest context for which Think Max is honoured (ds4: 384K tokens).
 pub const THINK_MAX_MIN_CTX: u32 = 393_216;
 
-/// The Think Max instruction inserted right after BOS (docs/prompt.md#think-modes, exact bytes).
+/// The "Absolute maximum" reasoning-effort text inserted right after BOS (docs/prompt.md#think-modes, exact bytes):
+/// Think Max on preview files, Think High on 0731 files.
 pub const THINK_MAX_PREFIX: &str = concat!(
     "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n",
     "You MUST be very thorough in your thinking and comprehensively decompose the problem to resolve the root ",
@@ -38,6 +40,17 @@ pub const THINK_MAX_PREFIX: &str = concat!(
     "scenarios.\n",
     "Explicitly write out your entire deliberation process, documenting every intermediate step, considered ",
     "alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n\n"
+);
+
+/// The "Beyond maximum" reasoning-effort text of the 0731 chat template, Think Max on 0731 files
+/// (exact bytes; the dash is U+2014 EM DASH).
+pub const THINK_MAX_PREFIX_0731: &str = concat!(
+    "Reasoning Effort: Beyond maximum \u{2014} exhaustive, relentless, and uncompromising.\n",
+    "You MUST reason with the utmost depth and rigor, leaving absolutely nothing to chance: exhaustively ",
+    "decompose the problem into its most fundamental components, trace every causal chain to its root, and ",
+    "resolve the underlying cause rather than any surface symptom.\n",
+    "Do not stop reasoning until you have independently verified the solution from multiple angles and are ",
+    "certain that no assumption remains unchecked and no error remains undiscovered.\n\n"
 );
 
 /// System prompt of the one-shot CLI when none is given (no final period, as in ds4).
@@ -51,6 +64,17 @@ impl ThinkMode {
             ThinkMode::High
         } else {
             self
+        }
+    }
+
+    /// The reasoning-effort text this (already effective) mode puts right after BOS with the chat
+    /// template of `generation`: preview files only have one for Max; 0731 files have the
+    /// "Absolute maximum" one for High and the "Beyond maximum" one for Max. Off has none.
+    pub fn effort_prefix(self, generation: Generation) -> &'static str {
+        match (generation, self) {
+            (_, ThinkMode::Off) | (Generation::Preview, ThinkMode::High) => "",
+            (Generation::Preview, ThinkMode::Max) | (Generation::V0731, ThinkMode::High) => THINK_MAX_PREFIX,
+            (Generation::V0731, ThinkMode::Max) => THINK_MAX_PREFIX_0731,
         }
     }
 
@@ -141,17 +165,15 @@ impl Conversation {
         self
     }
 
-    /// The server-form prompt text (docs/prompt.md#server-prompt, ds4_server.c render_chat_prompt_text) for an
-    /// already effective think mode: BOS, [Think Max prefix], all system texts joined by "\n\n", then the
-    /// turns. An assistant turn directly after a user turn opens with `<｜Assistant｜>` and, when thinking and it
+    /// The server-form prompt text (docs/prompt.md#server-prompt, ds4_server.c render_chat_prompt_text) for an already
+    /// effective think mode and the chat template of `generation`: BOS, [effort text], all system texts joined by "\n\n", then the turns.
+    /// An assistant turn directly after a user turn opens with `<｜Assistant｜>` and, when thinking and it
     /// is the last assistant turn after the last user message, its reasoning inside `<think>…</think>`;
     /// earlier reasoning is dropped (`</think>` only). Every assistant turn ends with EOS. A conversation
     /// ending on a user message ends with `<｜Assistant｜>` and the think tag.
-    pub fn render_text(&self, think: ThinkMode) -> String {
+    pub fn render_text(&self, think: ThinkMode, generation: Generation) -> String {
         let mut out = String::from(BOS_STR);
-        if think == ThinkMode::Max {
-            out.push_str(THINK_MAX_PREFIX);
-        }
+        out.push_str(think.effort_prefix(generation));
         let system: Vec<&str> = self
             .messages
             .iter()
@@ -194,19 +216,18 @@ impl Conversation {
         out
     }
 
-    /// Render from scratch (docs/prompt.md#server-prompt) with the mode the context allows, tokenized with
-    /// added-token recognition.
+    /// Render from scratch (docs/prompt.md#server-prompt) with the mode the context allows and the chat template of
+    /// the tokenizer's file, tokenized with added-token recognition.
     pub fn render(&self, tok: &Tokenizer, requested: ThinkMode, ctx: u32) -> RenderedPrompt {
         let think = requested.for_context(ctx);
-        let text = self.render_text(think);
+        let text = self.render_text(think, tok.generation());
         let ids = tok.encode(&text);
         RenderedPrompt { text, ids, think }
     }
 }
 
-/// The one-shot CLI prompt (docs/prompt.md#one-shot-prompt, ds4_cli.c build_prompt): BOS,
-/// [Think Max prefix], [system], `<｜User｜>`, prompt, `<｜Assistant｜>`, think tag, each text piece
-/// tokenized on its own as plain text.
+/// The one-shot CLI prompt (docs/prompt.md#one-shot-prompt, ds4_cli.c build_prompt): BOS, [effort text], [system],
+/// `<｜User｜>`, prompt, `<｜Assistant｜>`, think tag, each text piece tokenized on its own as plain text.
 /// A prompt that starts with the BOS string is taken as fully rendered and tokenized with added-token
 /// recognition (its think mode is then whatever it spells; `think` reports the requested one).
 pub fn one_shot_prompt(tok: &Tokenizer, system: &str, prompt: &str, requested: ThinkMode, ctx: u32) -> RenderedPrompt {
@@ -221,9 +242,10 @@ pub fn one_shot_prompt(tok: &Tokenizer, system: &str, prompt: &str, requested: T
     let s = tok.specials();
     let mut text = String::from(BOS_STR);
     let mut ids = vec![s.bos];
-    if think == ThinkMode::Max {
-        text.push_str(THINK_MAX_PREFIX);
-        ids.extend(tok.encode_plain(THINK_MAX_PREFIX));
+    let effort = think.effort_prefix(tok.generation());
+    if !effort.is_empty() {
+        text.push_str(effort);
+        ids.extend(tok.encode_plain(effort));
     }
     if !system.is_empty() {
         text.push_str(system);
@@ -246,20 +268,21 @@ pub struct TurnStart {
     /// The think mode actually used.
     pub think: ThinkMode,
     /// Tokens before this index are unchanged from before the call (a cached session may keep them);
-    /// it is smaller than the old length only when the Think Max prefix was inserted or removed.
+    /// it is smaller than the old length only when the effort text after BOS changed.
     pub first_changed: usize,
 }
 
-/// The live token transcript of a chat (docs/prompt.md#live-transcript, ds4 CLI REPL): BOS, [Think Max prefix],
-/// [system]; then per turn `<｜User｜>` + user text + `<｜Assistant｜>` + think tag, every sampled token (reasoning
-/// included, never re-rendered) and EOS. It only grows, except that switching Think Max on or off
-/// inserts or removes the prefix after BOS (which invalidates the cache from position 1) and an
+/// The live token transcript of a chat (docs/prompt.md#live-transcript, ds4 CLI REPL): BOS, [effort text], [system];
+/// then per turn `<｜User｜>` + user text + `<｜Assistant｜>` + think tag, every sampled token (reasoning
+/// included, never re-rendered) and EOS. It only grows, except that a think mode with another effort
+/// text replaces the one after BOS (which invalidates the cache from position 1) and an
 /// interrupted turn that produced nothing is rolled back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transcript {
     ids: Vec<u32>,
-    /// Tokens of the Think Max prefix right after BOS (0 when absent).
-    max_prefix_len: usize,
+    /// The effort text right after BOS ("" when absent) and its token count.
+    effort: &'static str,
+    effort_len: usize,
     /// Length before the open turn's user tokens (None when no turn is open).
     open_turn: Option<usize>,
     /// Tokens sampled in the open turn.
@@ -267,34 +290,34 @@ pub struct Transcript {
 }
 
 impl Transcript {
-    /// BOS, then the Think Max prefix if `requested` is honoured at `ctx`, then the system text (if any).
+    /// BOS, then the effort text of `requested` as honoured at `ctx`, then the system text (if any).
     pub fn new(tok: &Tokenizer, system: &str, requested: ThinkMode, ctx: u32) -> Transcript {
         let mut t = Transcript {
             ids: vec![tok.specials().bos],
-            max_prefix_len: 0,
+            effort: "",
+            effort_len: 0,
             open_turn: None,
             generated: 0,
         };
-        t.set_max_prefix(tok, requested.for_context(ctx) == ThinkMode::Max);
+        t.set_effort(tok, requested.for_context(ctx));
         if !system.is_empty() {
             t.ids.extend(tok.encode_plain(system));
         }
         t
     }
 
-    fn set_max_prefix(&mut self, tok: &Tokenizer, on: bool) -> Option<usize> {
-        if on && self.max_prefix_len == 0 {
-            let prefix = tok.encode_plain(THINK_MAX_PREFIX);
-            self.max_prefix_len = prefix.len();
-            self.ids.splice(1..1, prefix);
-            Some(1)
-        } else if !on && self.max_prefix_len > 0 {
-            self.ids.drain(1..1 + self.max_prefix_len);
-            self.max_prefix_len = 0;
-            Some(1)
-        } else {
-            None
+    /// Put `think`'s effort text after BOS; returns 1 when the tokens changed.
+    fn set_effort(&mut self, tok: &Tokenizer, think: ThinkMode) -> Option<usize> {
+        let effort = think.effort_prefix(tok.generation());
+        if effort == self.effort {
+            return None;
         }
+        let old_len = self.effort_len;
+        let ids = tok.encode_plain(effort);
+        self.effort_len = ids.len();
+        self.effort = effort;
+        self.ids.splice(1..1 + old_len, ids);
+        Some(1)
     }
 
     /// Append a user turn and the assistant opening. A turn still open is closed first (as
@@ -305,7 +328,7 @@ impl Transcript {
         }
         let think = requested.for_context(ctx);
         let old_len = self.ids.len();
-        let first_changed = self.set_max_prefix(tok, think == ThinkMode::Max).unwrap_or(old_len);
+        let first_changed = self.set_effort(tok, think).unwrap_or(old_len);
         self.open_turn = Some(self.ids.len());
         self.generated = 0;
         let s = tok.specials();
@@ -379,7 +402,7 @@ mod tests {
         c.push(Message::assistant("hi", None))
             .push(Message::assistant("again", None));
         assert_eq!(
-            c.render_text(ThinkMode::Off),
+            c.render_text(ThinkMode::Off, Generation::Preview),
             format!("{BOS_STR}hi{EOS_STR}again{EOS_STR}")
         );
     }

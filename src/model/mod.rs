@@ -5,6 +5,7 @@
 
 pub mod accounting;
 pub mod chat;
+pub mod checkpoint;
 pub mod detok;
 pub mod hparams;
 pub mod layout;

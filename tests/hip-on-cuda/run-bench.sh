@@ -15,11 +15,7 @@ step() { echo; echo "== $* ($(date -u +%T))"; }
   step device
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.memory --format=csv
   step "build shim + project kernels, ds4"
-  bash "$tree/tests/hip-on-cuda/build.sh" "$work" sm_90 >/dev/null || { echo "SHIM BUILD FAILED"; exit 1; }
-  bash "$tree/tools/build-kernels-nvcc.sh" "$work/kernels" sm_90 || exit 1
-  mkdir -p /tmp/ds4src && tar -xf "$tar" -C /tmp/ds4src
-  (cd /tmp/ds4src && make -j16 ds4 ds4-bench CUDA_ARCH=sm_90 CUDA_HOME="$(dirname "$(dirname "$(which nvcc)")")" >/tmp/ds4-build.log 2>&1) \
-    && echo "ds4 built ($(cd /tmp/ds4src && git log -1 --format=%h 2>/dev/null || echo source tar))" || { tail -20 /tmp/ds4-build.log; exit 1; }
+  bash "$tree/tests/hip-on-cuda/build-peers.sh" "$tree" "$tar" "$work" || exit 1
   export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_HIP_FORWARD=1
   step "Flash-shaped q2 file in /dev/shm"
   /usr/bin/time -f "gen-model: %e s wall, max RSS %M KiB" "$bin" gen-model --preset flash --seed 1 --out "$model" 2>&1 | tail -2

@@ -8,7 +8,8 @@
 //!   turns it off (the CPU backend is then used, with that reason);
 //! * the memory guard: device memory (`hipMemGetInfo`) must hold the KV cache and scratch, plus the
 //!   weights when they are copied, before anything is allocated ("too little device memory: need X,
-//!   have Y"); on an integrated GPU a copy is pinned system RAM, so memguard's host check applies too;
+//!   have Y"); on unified memory (integrated GPUs, gfx115x) a copy is pinned system RAM, so its
+//!   budget is the GTT limit and the usable RAM instead (`engine::placement`);
 //! * `--weights auto|copy|map`: auto copies when the weights fit next to the session, else maps the
 //!   file (zero copy); a refused registration falls back to a copy when that fits, else fails.
 //!
@@ -18,7 +19,8 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, WeightsPlacement};
 use crate::engine::events::WeightPlacement;
-use crate::engine::memguard::{self, MemoryNeed, MemoryVerdict, WeightResidence};
+use crate::engine::memguard;
+use crate::engine::placement::{self, CopyBudget, DeviceFacts};
 use crate::model::Model;
 
 use super::footprint::{SessionBytes, session_bytes};
@@ -96,15 +98,15 @@ pub fn open_backend_with_progress(
     }
     HipBackend::check_model(&model)?;
     let session = session_bytes(&model.hp, ctx);
-    let (free, total) = hip.mem_info().map_err(|e| e.to_string())?;
+    let budget = copy_budget_of(&hip, &kernels.target)?;
     let plan = plan_placement(
         weights,
         data_section_bytes(&model.file),
         session,
-        free,
-        total,
-        hip.name(),
-        &|w| copy_refused_by_host(&hip, w, session),
+        budget.free,
+        budget.total,
+        &budget.label,
+        &|_| None,
     )?;
     let (placed, reason) = place_weights(&hip, &model, plan, progress)?;
     let backend = HipBackend::with_weights(hip, kernels, model, ctx, placed, reason)?;
@@ -183,27 +185,21 @@ pub fn plan_placement(
     }
 }
 
-/// On an integrated GPU a copy is pinned system RAM: memguard's unified-memory check (GTT limit
-/// from amdgpu sysfs when present, MemAvailable minus the desktop headroom) must pass too.
-fn copy_refused_by_host(hip: &HipContext, weight_bytes: u64, session: SessionBytes) -> Option<String> {
-    if !hip.info().integrated {
-        return None;
-    }
-    let host = memguard::read_host_memory().ok()?;
-    let need = MemoryNeed {
-        weight_bytes,
-        residence: WeightResidence::DeviceCopy { unified: true },
-        kv_bytes: session.kv,
-        scratch_bytes: session.scratch,
-        kv_on_device: true,
-        checkpoint_bytes: 0,
+/// The memory a copy must fit: device memory on a discrete GPU; on unified memory the GTT limit
+/// and the usable RAM (`engine::placement`), read from amdgpu sysfs and /proc/meminfo.
+fn copy_budget_of(hip: &HipContext, gfx: &str) -> Result<CopyBudget, String> {
+    let (free, total) = hip.mem_info().map_err(|e| e.to_string())?;
+    let dev = DeviceFacts {
+        name: hip.name().to_string(),
+        gfx: gfx.to_string(),
+        integrated: hip.info().integrated,
+        free,
+        total,
     };
-    let gpu = memguard::find_amdgpu_memory();
-    // hp/ctx only feed a --ctx suggestion, which a placement decision does not need.
-    match memguard::check_memory(&need, &host, gpu.as_ref(), &crate::model::HParams::tiny(), 0) {
-        MemoryVerdict::Refuse(m) => Some(m),
-        MemoryVerdict::Fits | MemoryVerdict::Warn(_) => None,
-    }
+    let host = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| placement::unified_facts(&t, memguard::find_amdgpu_memory().as_ref()));
+    Ok(placement::copy_budget(&dev, host.as_ref()))
 }
 
 /// Place the weights as planned; returns them with the reason for the side panel.
@@ -213,13 +209,26 @@ fn place_weights(
     plan: Plan,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(DeviceWeights, String), String> {
+    // A copy's reason ends with how the file was read (O_DIRECT, or plain reads and why).
+    let with_method = |reason: String, w: &DeviceWeights| {
+        if reason.is_empty() {
+            w.method.clone()
+        } else {
+            format!("{reason}; {}", w.method)
+        }
+    };
     match plan {
-        Plan::Copy(reason) => Ok((DeviceWeights::upload(hip, model, progress)?, reason)),
+        Plan::Copy(reason) => {
+            let w = DeviceWeights::upload(hip, model, progress)?;
+            let reason = with_method(reason, &w);
+            Ok((w, reason))
+        }
         Plan::Map { reason, copy_fallback } => match DeviceWeights::map(hip, model) {
             Ok(w) => Ok((w, reason)),
             Err(e) if copy_fallback => {
                 let w = DeviceWeights::upload(hip, model, progress)?;
-                Ok((w, format!("map refused, copied instead: {e}")))
+                let reason = with_method(format!("map refused, copied instead: {e}"), &w);
+                Ok((w, reason))
             }
             Err(e) => Err(format!("--weights map: {e}; a copy does not fit device memory either")),
         },

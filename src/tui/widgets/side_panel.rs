@@ -90,7 +90,7 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
         };
         let what = match wu.phase {
             WarmupPhase::PageIn => "Warm-up",
-            WarmupPhase::CopyToDevice => "Upload",
+            WarmupPhase::CopyToDevice | WarmupPhase::CopyFromDisk => "Upload",
         };
         if wu.finished {
             out.push(kv(what, format!("done in {}", fmt_secs(wu.elapsed.as_secs_f64())), p));
@@ -101,9 +101,14 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
         }
         out.push(Line::from(Span::styled(
             format!(
-                "{} {:.2} GiB/s",
+                "{} {:.2} GiB/s{}",
                 fmt_bytes_pair(wu.done_bytes, wu.total_bytes),
-                wu.rate_gib_s()
+                wu.rate_gib_s(),
+                match wu.phase {
+                    WarmupPhase::PageIn => "",
+                    WarmupPhase::CopyToDevice => " from cache",
+                    WarmupPhase::CopyFromDisk => " from disk",
+                }
             ),
             Style::default().fg(p.dim),
         )));
@@ -141,6 +146,8 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
     }
     match &m.model {
         Some(info) => {
+            // Which file: "ds4 q2 imatrix (0731)" for ds4's published files.
+            out.push(kv("File", info.name.clone(), p));
             out.push(kv("Backend", info.backend.clone(), p));
             if !info.device.is_empty() {
                 out.push(Line::from(Span::styled(
