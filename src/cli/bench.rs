@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::CliResult;
 use crate::backend::Backend;
-use crate::engine::backend_open::{open_backend, parse_backend_choice, parse_weight_placement};
+use crate::engine::backend_open::{open_engine, parse_backend_choice, parse_weight_placement};
 use crate::model::Model;
 use crate::model::accounting::{table_from_model, weight_bytes_per_token};
 use crate::model::tokenizer::Tokenizer;
@@ -195,7 +195,7 @@ pub fn run(args: Args) -> CliResult {
         None => synthetic_tokens(tok.as_ref().ok(), model.hp.n_vocab, args.ctx_max),
     };
     let t_open = Instant::now();
-    let opened = open_backend(
+    let opened = open_engine(
         model.clone(),
         parse_backend_choice(&args.backend)?,
         parse_weight_placement(&args.weights)?,

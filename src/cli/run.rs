@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::CliResult;
 use crate::backend::Backend;
-use crate::engine::backend_open::{open_backend, parse_backend_choice};
+use crate::engine::backend_open::{open_engine, parse_backend_choice};
 use crate::engine::events::TextKind;
 use crate::engine::events::{BackendChoice, SamplingParams, WeightPlacement};
 use crate::engine::logprobs::{self, LogprobDump};
@@ -35,7 +35,7 @@ pub fn open_session_backend(
     ctx: usize,
     threads: usize,
 ) -> Result<Box<dyn Backend>, String> {
-    let opened = open_backend(model, choice, weights, ctx, threads)?;
+    let opened = open_engine(model, choice, weights, ctx, threads)?;
     if let Some(reason) = &opened.fallback_reason {
         eprintln!("ds4-chat: using the CPU backend: {reason}");
     }

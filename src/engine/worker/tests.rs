@@ -174,6 +174,9 @@ fn render(conv: &Conversation, think: ThinkMode) -> Vec<u32> {
 }
 
 impl ChatText for FakeText {
+    fn for_context(&self, _ctx: u32) -> Box<dyn ChatText> {
+        Box::new(FakeText)
+    }
     fn prompt(&mut self, conv: &Conversation, think: ThinkMode, _live: &[u32]) -> Result<Vec<u32>, String> {
         Ok(render(conv, think))
     }
@@ -218,6 +221,7 @@ impl ModelLoader for FakeLoader {
             return Err(format!("{}: no such toy model", p.display()));
         }
         Ok(LoadedModel {
+            engine: None,
             backend: Box::new(FakeBackend {
                 cfg: self.cfg.clone(),
                 tokens: Vec::new(),
@@ -622,6 +626,7 @@ impl ModelLoader for TinyLoader {
         let backend =
             crate::backend::cpu::CpuBackend::new(model, req.ctx as usize, req.threads).map_err(|e| e.to_string())?;
         Ok(LoadedModel {
+            engine: None,
             backend: Box::new(backend),
             text: Box::new(FakeText),
             info: ModelInfo::default(),
