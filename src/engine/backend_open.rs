@@ -45,13 +45,7 @@ pub fn open_engine_with_progress(
     let gpu_unavailable = match choice {
         BackendChoice::Cpu => None,
         BackendChoice::Hip | BackendChoice::Auto => match open_gpu(&model, weights, ctx, upload) {
-            Ok((engine, backend)) => {
-                return Ok(OpenedEngine {
-                    engine,
-                    backend,
-                    fallback_reason: None,
-                });
-            }
+            Ok(opened) => return Ok(opened),
             Err(reason) if choice == BackendChoice::Hip => return Err(format!("--backend hip: {reason}")),
             Err(reason) => Some(reason),
         },
@@ -73,10 +67,14 @@ fn open_gpu(
     weights: WeightPlacement,
     ctx: usize,
     upload: &mut dyn FnMut(u64, u64),
-) -> Result<(Box<dyn Engine>, Box<dyn Backend>), String> {
+) -> Result<OpenedEngine, String> {
     let engine = crate::backend::hip::backend::open_engine_with_progress(model.clone(), weights, ctx, upload)?;
-    let backend = engine.session(ctx)?;
-    Ok((Box::new(engine), Box::new(backend)))
+    let backend = Box::new(engine.session(ctx)?);
+    Ok(OpenedEngine {
+        engine: Box::new(engine),
+        backend,
+        fallback_reason: None,
+    })
 }
 
 #[cfg(not(feature = "hip"))]
@@ -85,7 +83,7 @@ fn open_gpu(
     _weights: WeightPlacement,
     _ctx: usize,
     _upload: &mut dyn FnMut(u64, u64),
-) -> Result<(Box<dyn Engine>, Box<dyn Backend>), String> {
+) -> Result<OpenedEngine, String> {
     Err("this build has no GPU backend (rebuild with `--features hip`)".to_string())
 }
 
