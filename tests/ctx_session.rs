@@ -5,31 +5,72 @@
 //! What a reload would re-read is counted from what the worker does: each `ModelLoader::load` maps
 //! the file again and parses its directory (`data_offset` bytes), and each warm-up after the change
 //! reads the mapping once more (its `PageIn` bytes; a GPU copy its `CopyToDevice` bytes). The
-//! figures are printed for the record; the assertions are that both are zero.
+//! figures are printed for the record; the assertions are that both are zero and that the new
+//! sessions come from the engine of the first load (the same `Arc<Model>`).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ds4_chat::backend::{Backend, Engine, EngineError};
 use ds4_chat::engine::events::{BackendChoice, Command, Event, LoadRequest, ModelSource, WarmupPhase};
 use ds4_chat::engine::loader::EngineLoader;
 use ds4_chat::engine::worker::{LoadedModel, ModelLoader, Worker};
 use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
 use ds4_chat::gguf::GgufFile;
+use ds4_chat::model::Model;
 
 const WAIT: Duration = Duration::from_secs(120);
 
-/// The application's loader, counting how often a model is loaded.
+/// The models loaded, and the (context, model) of every session opened on an engine afterwards.
+#[derive(Default)]
+struct Record {
+    models: Vec<Arc<Model>>,
+    sessions: Vec<(usize, Arc<Model>)>,
+}
+
+/// The application's loader, counting how often a model is loaded and recording the sessions its
+/// engines open.
 struct CountingLoader {
     inner: EngineLoader,
     loads: Arc<AtomicUsize>,
+    record: Arc<Mutex<Record>>,
 }
 
 impl ModelLoader for CountingLoader {
     fn load(&mut self, req: &LoadRequest, notice: &mut dyn FnMut(Event)) -> Result<LoadedModel, String> {
         self.loads.fetch_add(1, Ordering::SeqCst);
-        self.inner.load(req, notice)
+        let mut m = self.inner.load(req, notice)?;
+        let engine = m.engine.take().expect("the application's loader keeps an engine");
+        self.record.lock().unwrap().models.push(engine.model().clone());
+        m.engine = Some(Box::new(RecordingEngine {
+            inner: engine,
+            record: self.record.clone(),
+        }));
+        Ok(m)
+    }
+}
+
+struct RecordingEngine {
+    inner: Box<dyn Engine>,
+    record: Arc<Mutex<Record>>,
+}
+
+impl Engine for RecordingEngine {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn device_name(&self) -> String {
+        self.inner.device_name()
+    }
+    fn model(&self) -> &Arc<Model> {
+        self.inner.model()
+    }
+    fn open_session(&self, ctx: usize) -> Result<Box<dyn Backend>, EngineError> {
+        let model = self.inner.model().clone();
+        self.record.lock().unwrap().sessions.push((ctx, model));
+        self.inner.open_session(ctx)
     }
 }
 
@@ -108,9 +149,11 @@ fn ctx_change_opens_a_session_without_reading_the_file_again() {
     let file_bytes = std::fs::metadata(&path.0).unwrap().len();
 
     let loads = Arc::new(AtomicUsize::new(0));
+    let record = Arc::new(Mutex::new(Record::default()));
     let w = Worker::spawn(Box::new(CountingLoader {
         inner: EngineLoader::new(),
         loads: loads.clone(),
+        record: record.clone(),
     }));
     w.send(Command::Load(request(&path.0, 256)));
     let (ev, _) = until(&w, WAIT, |e| {
@@ -150,6 +193,15 @@ fn ctx_change_opens_a_session_without_reading_the_file_again() {
     );
     assert_eq!(reloads, 0, "the model was loaded again");
     assert_eq!(reread, 0, "bytes of the model file were read again");
+    {
+        let r = record.lock().unwrap();
+        assert_eq!(r.sessions.len(), 1);
+        assert_eq!(r.sessions[0].0, 512);
+        assert!(
+            Arc::ptr_eq(&r.sessions[0].1, &r.models[0]),
+            "the session runs another model"
+        );
+    }
 
     // A context the model does not support is refused; the session of the old context stays.
     w.send(Command::Load(request(&path.0, 1 << 30)));
@@ -167,6 +219,13 @@ fn ctx_change_opens_a_session_without_reading_the_file_again() {
     );
     assert!(matches!(ev.last(), Some(Event::Loaded(i)) if i.ctx == 512), "{ev:?}");
     assert_eq!(loads.load(Ordering::SeqCst), 1);
+    {
+        // The refused context never reached the engine; the old one was opened again on it.
+        let r = record.lock().unwrap();
+        let ctxs: Vec<usize> = r.sessions.iter().map(|s| s.0).collect();
+        assert_eq!(ctxs, [512, 512]);
+        assert!(Arc::ptr_eq(&r.sessions[1].1, &r.models[0]));
+    }
 
     // A different source still loads.
     w.send(Command::Load(LoadRequest {
