@@ -1,4 +1,5 @@
-//! Opening the HIP backend for a model (the entry point `engine::backend_open` calls).
+//! Opening the HIP engine for a model (the entry point `engine::backend_open` calls): the weights
+//! placed once (`engine::HipEngine`), sessions opened from it.
 //!
 //! Owns the checks made before any weights move and the weight placement policy:
 //! * runtime and device present, kernels that load on it, every expert type supported;

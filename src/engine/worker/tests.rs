@@ -724,3 +724,50 @@ fn retry_restores_a_checkpoint_and_rewind_keeps_a_prefix() {
     assert_eq!(prefill_evaluated(&after), prompt_len - 3);
     assert_eq!(texts(&after), texts(&first));
 }
+
+#[test]
+fn only_a_different_context_keeps_the_engine() {
+    use crate::engine::events::{BackendChoice, ModelSource, WeightPlacement};
+    let file = |p: &str| LoadRequest {
+        source: ModelSource::File(p.into()),
+        ..load_request()
+    };
+    let base = file("/m/a.gguf");
+    assert!(same_engine(
+        &base,
+        &LoadRequest {
+            ctx: 77,
+            ..base.clone()
+        }
+    ));
+    assert!(!same_engine(&base, &file("/m/b.gguf")));
+    assert!(!same_engine(&base, &load_request()));
+    assert!(same_engine(
+        &load_request(),
+        &LoadRequest {
+            ctx: 9,
+            ..load_request()
+        }
+    ));
+    let demo_seed_2 = LoadRequest {
+        source: ModelSource::Demo { seed: 2 },
+        ..load_request()
+    };
+    assert!(!same_engine(&load_request(), &demo_seed_2));
+    for other in [
+        LoadRequest {
+            backend: BackendChoice::Cpu,
+            ..base.clone()
+        },
+        LoadRequest {
+            weights: WeightPlacement::Map,
+            ..base.clone()
+        },
+        LoadRequest {
+            threads: 3,
+            ..base.clone()
+        },
+    ] {
+        assert!(!same_engine(&base, &other), "{other:?}");
+    }
+}
