@@ -4,10 +4,12 @@
 
 mod common;
 
-use ds4_chat::backend::cpu::CpuBackend;
+use std::sync::Arc;
+
 use ds4_chat::backend::cpu::cache::Rows;
 use ds4_chat::backend::cpu::ops::{E2M1_VALUES, e4m3_value};
-use ds4_chat::backend::{Backend, EngineError};
+use ds4_chat::backend::cpu::{CpuBackend, CpuEngine};
+use ds4_chat::backend::{Backend, Engine, EngineError};
 use ds4_chat::gguf::half::round_f16;
 
 /// Deterministic token ids (LCG), all inside the vocabulary.
@@ -298,4 +300,28 @@ fn other_dimensions_run_and_prefill_equals_decode() {
     let mut r = CpuBackend::new(model, 300, 0).unwrap();
     r.load_state(&state).unwrap();
     assert_eq!(r.save_state(), state);
+}
+
+/// Sessions of one `CpuEngine` share its model and start empty: a second session with another
+/// context, opened while the first holds tokens, gives bitwise the logits of a backend made from
+/// scratch, and so does the first.
+#[test]
+fn engine_sessions_share_the_model_and_keep_their_own_caches() {
+    use ds4_chat::genmodel::{ExpertMix, tiny_model};
+    use ds4_chat::model::Model;
+    let model = Arc::new(Model::bind(tiny_model(7, ExpertMix::Q2).unwrap()).unwrap());
+    let engine = CpuEngine::new(model.clone(), 1).unwrap();
+    let toks = ids(6, 3, model.hp.n_vocab);
+    let mut first = engine.session(16).unwrap();
+    decode_all(&mut first, &toks);
+    let mut second = engine.open_session(32).unwrap();
+    assert_eq!((second.ctx(), second.n_past()), (32, 0));
+    assert!(Arc::ptr_eq(engine.model(), &model) && Arc::ptr_eq(first.model(), &model));
+    second.eval(&toks, &mut |_, _| true).unwrap();
+    let mut fresh = CpuBackend::new(model.clone(), 32, 1).unwrap();
+    decode_all(&mut fresh, &toks);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(second.logits()), bits(fresh.logits()));
+    assert_eq!(bits(first.logits()), bits(fresh.logits()));
+    assert!(matches!(engine.session(1), Err(EngineError::Other(m)) if m.contains("too small")));
 }

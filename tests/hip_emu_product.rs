@@ -17,11 +17,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ds4_chat::backend::hip::backend::{open_backend, open_backend_with_progress};
+use ds4_chat::backend::hip::backend::{open_backend, open_backend_with_progress, open_engine_with_progress};
 use ds4_chat::backend::hip::footprint::session_bytes;
 use ds4_chat::backend::hip::weights::{DeviceWeights, data_section_bytes};
 use ds4_chat::backend::hip::{HipContext, bandwidth};
-use ds4_chat::backend::{Backend, EngineError};
+use ds4_chat::backend::{Backend, Engine, EngineError};
 use ds4_chat::engine::backend_open;
 use ds4_chat::engine::events::{BackendChoice, Command as WorkerCommand, Event, LoadRequest, ModelSource};
 use ds4_chat::engine::events::{WarmupPhase, WeightPlacement};
@@ -85,6 +85,9 @@ fn hip_backend_product_features_on_the_emulator() {
     let t = Instant::now();
     save_and_load(&model);
     eprintln!("save/load: {:.1} s", t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    sessions_share_the_engine(&model);
+    eprintln!("sessions: {:.1} s", t.elapsed().as_secs_f64());
     let t = Instant::now();
     memory_guard(&model);
     eprintln!("memory guard: {:.1} s", t.elapsed().as_secs_f64());
@@ -225,6 +228,58 @@ fn save_and_load(model: &Arc<Model>) {
     assert_eq!(bits(&x[0]), bits(&y[0]), "a refused payload changed the session");
 }
 
+/// Sessions opened from one engine share its weights: a second session (another context) allocates
+/// only its own KV and scratch while the weights stay where they are, its logits are bitwise those
+/// of a backend opened from scratch, and a session that does not fit next to the weights is refused
+/// by the memory guard with its one line.
+fn sessions_share_the_engine(model: &Arc<Model>) {
+    let hip = HipContext::new().unwrap();
+    let mut copied = 0;
+    let engine = open_engine_with_progress(model.clone(), WeightPlacement::Copy, 16, &mut |d, _| copied = d).unwrap();
+    assert_eq!(copied, data_section_bytes(&model.file));
+    let groups = model.grouped_tensors();
+    let probe = groups[0].1;
+    let weights_at = engine.weights().tensor(probe);
+    let tokens = [77u32, 300, 5];
+    let mut first = engine.session(16).unwrap();
+    let first_logits = eval(&mut first, &tokens);
+
+    let (free_before, _) = hip.mem_info().unwrap();
+    let mut second = engine.open_session(32).unwrap();
+    let (free_after, _) = hip.mem_info().unwrap();
+    let s = session_bytes(&model.hp, 32);
+    let used = free_before - free_after;
+    assert!(
+        used >= s.kv + s.scratch && used <= s.kv + s.scratch + 512 * 256,
+        "a second session took {used} bytes, its KV + scratch are {}",
+        s.kv + s.scratch
+    );
+    assert_eq!(engine.weights().tensor(probe), weights_at);
+    assert_eq!(second.weights_placement(), engine.weights_placement());
+    let got = eval(second.as_mut(), &tokens);
+    let mut fresh = open_backend(model.clone(), WeightPlacement::Copy, 32).unwrap();
+    let want = eval(fresh.as_mut(), &tokens);
+    for ((g, w), f) in got.iter().zip(&want).zip(&first_logits) {
+        assert_eq!(bits(g), bits(w), "a second session differs from a fresh backend");
+        assert_eq!(bits(g), bits(f), "sessions of one engine differ");
+    }
+    drop(fresh);
+
+    // Room for the weights and these two sessions, not for a third.
+    let (free, total) = hip.mem_info().unwrap();
+    let in_use_mib = (total - free).div_ceil(1 << 20);
+    set_env("DS4_EMU_MEM_MIB", &(in_use_mib + 1).to_string());
+    let e = engine.session(16).err().expect("no room for another session");
+    assert!(
+        e.starts_with("too little device memory: need ") && e.ends_with("use a smaller --ctx") && !e.contains('\n'),
+        "{e}"
+    );
+    set_env("DS4_EMU_MEM_MIB", "16384");
+    drop((first, second));
+    let mut third = engine.session(16).unwrap();
+    assert_eq!(bits(&eval(&mut third, &tokens)[2]), bits(&first_logits[2]));
+}
+
 /// With DS4_EMU_MEM_MIB the emulated device has that much memory: a copy that does not fit is
 /// refused with "too little device memory: need X, have Y" before anything is allocated, auto maps
 /// instead, and a session that does not fit at all is refused whatever the placement.
@@ -266,18 +321,18 @@ fn memory_guard(model: &Arc<Model>) {
 /// The gate: closed, `--backend hip` fails with one line and auto falls back to the CPU with it.
 fn gate_and_fallback(model: &Arc<Model>) {
     set_env("DS4_HIP_FORWARD", "0");
-    let e = backend_open::open_backend(model.clone(), BackendChoice::Hip, WeightPlacement::Auto, 16, 1)
+    let e = backend_open::open_engine(model.clone(), BackendChoice::Hip, WeightPlacement::Auto, 16, 1)
         .err()
         .expect("gate closed");
     assert!(
         e.starts_with("--backend hip: the HIP forward pass is not validated") && !e.contains('\n'),
         "{e}"
     );
-    let o = backend_open::open_backend(model.clone(), BackendChoice::Auto, WeightPlacement::Auto, 16, 1).unwrap();
+    let o = backend_open::open_engine(model.clone(), BackendChoice::Auto, WeightPlacement::Auto, 16, 1).unwrap();
     assert_eq!(o.backend.name(), "cpu");
     assert!(o.fallback_reason.unwrap().contains("DS4_HIP_FORWARD=1"));
     set_env("DS4_HIP_FORWARD", "1");
-    let o = backend_open::open_backend(model.clone(), BackendChoice::Auto, WeightPlacement::Auto, 16, 1).unwrap();
+    let o = backend_open::open_engine(model.clone(), BackendChoice::Auto, WeightPlacement::Auto, 16, 1).unwrap();
     assert_eq!((o.backend.name(), o.fallback_reason), ("hip", None));
     // Progress through the engine entry point ends at the bytes placed: the data section, from the
     // start of the 4 KiB block holding its first byte.
@@ -295,25 +350,30 @@ fn worker_reports_the_upload() {
     use ds4_chat::engine::loader::EngineLoader;
     use ds4_chat::engine::worker::Worker;
     let w = Worker::spawn(Box::new(EngineLoader::new()));
-    w.send(WorkerCommand::Load(LoadRequest {
+    let request = |ctx| LoadRequest {
         source: ModelSource::Demo { seed: 2 },
-        ctx: 64,
+        ctx,
         backend: BackendChoice::Hip,
         weights: WeightPlacement::Copy,
         threads: 1,
-    }));
-    let mut events = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline {
-        match w.recv_timeout(Duration::from_millis(100)) {
-            Some(e @ (Event::Loaded(_) | Event::Error { .. })) => {
-                events.push(e);
-                break;
+    };
+    let until_loaded = || {
+        let mut events = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            match w.recv_timeout(Duration::from_millis(100)) {
+                Some(e @ (Event::Loaded(_) | Event::Error { .. })) => {
+                    events.push(e);
+                    break;
+                }
+                Some(e) => events.push(e),
+                None => {}
             }
-            Some(e) => events.push(e),
-            None => {}
         }
-    }
+        events
+    };
+    w.send(WorkerCommand::Load(request(64)));
+    let events = until_loaded();
     let demo = ds4_chat::genmodel::tiny_model(2, ExpertMix::Q2).unwrap();
     let total = data_section_bytes(&demo);
     let progress: Vec<(u64, u64)> = events
@@ -340,6 +400,21 @@ fn worker_reports_the_upload() {
     assert_eq!(info.backend, "hip");
     let p = info.weights.as_ref().expect("placement in the model info");
     assert!(p.copied && p.bytes == total, "{p:?}");
+
+    // `/ctx 128`: a new session on the loaded engine, nothing copied again.
+    w.send(WorkerCommand::Load(request(128)));
+    let events = until_loaded();
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::WarmupProgress { .. } | Event::WarmupDone { .. })),
+        "{events:?}"
+    );
+    let Some(Event::Loaded(resized)) = events.last() else {
+        panic!("{events:?}")
+    };
+    assert_eq!((resized.ctx, &resized.weights), (128, &info.weights));
+    assert!(resized.kv_bytes > info.kv_bytes);
 }
 
 /// `bench --backend hip`: placement and load time printed, the peak measured on the device, CSV rows.

@@ -1,7 +1,10 @@
 //! Compute backends: the CPU reference (always built) and HIP (feature `hip`).
 //!
-//! Owns the execution of the forward pass on a device behind one narrow trait, shaped like ds4.h's
-//! engine/session boundary. Must not know about chat, text or the UI; token ids in, logits out.
+//! Owns the execution of the forward pass on a device behind two narrow traits, shaped like ds4.h's
+//! engine/session boundary: an `Engine` is the model loaded once onto a device (the file mapping, and
+//! on a GPU the device context, the kernels and the weights' device copy); a `Backend` is one session
+//! opened from it (a cache of `ctx` tokens and the logits). Must not know about chat, text or the UI;
+//! token ids in, logits out.
 
 pub mod agreement;
 pub mod cpu;
@@ -15,6 +18,9 @@ pub mod payload;
 mod hip_kernels;
 
 use std::fmt;
+use std::sync::Arc;
+
+use crate::model::Model;
 
 /// Failure of a backend operation, as a value.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,7 +147,27 @@ pub struct DevicePick {
 /// chunk/token boundary (the backend then returns `EngineError::Cancelled`).
 pub type Progress<'a> = &'a mut dyn FnMut(usize, usize) -> bool;
 
-/// One model executing on one device with one live cache (a session's state).
+/// A model loaded once onto one device. Sessions opened from it share the model and everything the
+/// device holds for it (kernels, weights); opening one reads nothing from the model file and moves no
+/// weights, it only allocates the session's cache and scratch.
+pub trait Engine: Send {
+    /// "cpu" or "hip".
+    fn name(&self) -> &'static str;
+    /// Human-readable device name.
+    fn device_name(&self) -> String;
+    /// The model every session of this engine runs.
+    fn model(&self) -> &Arc<Model>;
+    /// Where the weights live on a GPU engine; `None` when they are read from the file mapping on the
+    /// host (the CPU).
+    fn weights_placement(&self) -> Option<WeightsPlacement> {
+        None
+    }
+    /// A session with an empty cache of `ctx` tokens. A GPU engine checks first that the session's
+    /// cache and scratch fit the free device memory.
+    fn open_session(&self, ctx: usize) -> Result<Box<dyn Backend>, EngineError>;
+}
+
+/// One session on an engine: the model executing on one device with one live cache.
 pub trait Backend: Send {
     /// "cpu" or "hip".
     fn name(&self) -> &'static str;

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::CliResult;
 use crate::backend::{Backend, EngineError};
-use crate::engine::backend_open::open_backend;
+use crate::engine::backend_open::open_engine;
 use crate::engine::generate::{Hooks, Limits, generate};
 use crate::engine::settings::{self, named};
 use crate::model::Model;
@@ -224,7 +224,7 @@ pub fn run(args: Args) -> CliResult {
         None => synthetic_tokens(tok.as_ref().ok(), model.hp.n_vocab, args.ctx_max),
     };
     let t_open = Instant::now();
-    let opened = open_backend(model.clone(), choice, weights, ctx_alloc, threads)?;
+    let opened = open_engine(model.clone(), choice, weights, ctx_alloc, threads)?;
     let open_secs = t_open.elapsed().as_secs_f64();
     if let Some(why) = &opened.fallback_reason {
         eprintln!("ds4-chat bench: using the CPU backend: {why}");

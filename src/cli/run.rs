@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::CliResult;
 use crate::backend::{Backend, EngineError};
-use crate::engine::backend_open::open_backend;
+use crate::engine::backend_open::open_engine;
 use crate::engine::events::TextKind;
 use crate::engine::events::{BackendChoice, SamplingParams, WeightPlacement};
 use crate::engine::generate::{Hooks, Limits, Stop, generate, sample_next};
@@ -37,7 +37,7 @@ pub fn open_session_backend(
     ctx: usize,
     threads: usize,
 ) -> Result<Box<dyn Backend>, String> {
-    let opened = open_backend(model, choice, weights, ctx, threads)?;
+    let opened = open_engine(model, choice, weights, ctx, threads)?;
     if let Some(reason) = &opened.fallback_reason {
         eprintln!("ds4-chat: using the CPU backend: {reason}");
     }

@@ -1,53 +1,51 @@
-//! Choosing and opening the backend for a model: one place that decides HIP vs CPU and why.
+//! Choosing and opening the engine for a model: one place that decides HIP vs CPU and why.
 //!
 //! Owns the fallback policy (`--backend auto` takes the GPU when one is usable, else the CPU with the
 //! reason stated). Used by the worker, `run`, `score` and `bench`. Must not run the model.
 
 use std::sync::Arc;
 
-use crate::backend::Backend;
-use crate::backend::cpu::CpuBackend;
+use crate::backend::cpu::CpuEngine;
+use crate::backend::{Backend, Engine};
 use crate::model::Model;
 
 use super::events::{BackendChoice, WeightPlacement};
 
-/// A backend ready for a session, and why it is not the one asked for (if so).
-pub struct OpenedBackend {
+/// An engine and its first session, and why it is not the one asked for (if so).
+pub struct OpenedEngine {
+    /// The model on its device; further sessions (another context) are opened from it.
+    pub engine: Box<dyn Engine>,
+    /// The first session, with a cache of the `ctx` tokens asked for.
     pub backend: Box<dyn Backend>,
     /// Set when `Auto` fell back to the CPU: the reason, shown to the user.
     pub fallback_reason: Option<String>,
 }
 
-/// Open `choice` for `model` with a cache of `ctx` tokens. `Hip` fails with the reason when no GPU
-/// backend can run; `Auto` then falls back to the CPU.
-pub fn open_backend(
+/// Open `choice` for `model` and a first session with a cache of `ctx` tokens. `Hip` fails with the
+/// reason when no GPU engine can run; `Auto` then falls back to the CPU.
+pub fn open_engine(
     model: Arc<Model>,
     choice: BackendChoice,
     weights: WeightPlacement,
     ctx: usize,
     threads: usize,
-) -> Result<OpenedBackend, String> {
-    open_backend_with_progress(model, choice, weights, ctx, threads, &mut |_, _| {})
+) -> Result<OpenedEngine, String> {
+    open_engine_with_progress(model, choice, weights, ctx, threads, &mut |_, _| {})
 }
 
-/// `open_backend` reporting a GPU weight copy: `upload(done, total)` bytes after every chunk.
-pub fn open_backend_with_progress(
+/// `open_engine` reporting a GPU weight copy: `upload(done, total)` bytes after every chunk.
+pub fn open_engine_with_progress(
     model: Arc<Model>,
     choice: BackendChoice,
     weights: WeightPlacement,
     ctx: usize,
     threads: usize,
     upload: &mut dyn FnMut(u64, u64),
-) -> Result<OpenedBackend, String> {
+) -> Result<OpenedEngine, String> {
     let gpu_unavailable = match choice {
         BackendChoice::Cpu => None,
         BackendChoice::Hip | BackendChoice::Auto => match open_gpu(&model, weights, ctx, upload) {
-            Ok(backend) => {
-                return Ok(OpenedBackend {
-                    backend,
-                    fallback_reason: None,
-                });
-            }
+            Ok(opened) => return Ok(opened),
             Err(reason) if choice == BackendChoice::Hip => return Err(format!("--backend hip: {reason}")),
             Err(reason) => Some(reason),
         },
@@ -59,21 +57,31 @@ pub fn open_backend_with_progress(
         ctx as u64,
         crate::backend::cpu::PREFILL_CHUNK as u64,
     )?;
-    let cpu = CpuBackend::new(model, ctx, threads).map_err(|e| e.to_string())?;
-    Ok(OpenedBackend {
-        backend: Box::new(cpu),
+    let cpu = CpuEngine::new(model, threads).map_err(|e| e.to_string())?;
+    let backend = cpu.open_session(ctx).map_err(|e| e.to_string())?;
+    Ok(OpenedEngine {
+        engine: Box::new(cpu),
+        backend,
         fallback_reason: gpu_unavailable,
     })
 }
 
+/// The GPU engine and its first session; a session that cannot open counts as the GPU being
+/// unusable, so `Auto` falls back to the CPU then too.
 #[cfg(feature = "hip")]
 fn open_gpu(
     model: &Arc<Model>,
     weights: WeightPlacement,
     ctx: usize,
     upload: &mut dyn FnMut(u64, u64),
-) -> Result<Box<dyn Backend>, String> {
-    crate::backend::hip::backend::open_backend_with_progress(model.clone(), weights, ctx, upload)
+) -> Result<OpenedEngine, String> {
+    let engine = crate::backend::hip::backend::open_engine_with_progress(model.clone(), weights, ctx, upload)?;
+    let backend = Box::new(engine.session(ctx)?);
+    Ok(OpenedEngine {
+        engine: Box::new(engine),
+        backend,
+        fallback_reason: None,
+    })
 }
 
 #[cfg(not(feature = "hip"))]
@@ -82,6 +90,6 @@ fn open_gpu(
     _weights: WeightPlacement,
     _ctx: usize,
     _upload: &mut dyn FnMut(u64, u64),
-) -> Result<Box<dyn Backend>, String> {
+) -> Result<OpenedEngine, String> {
     Err("this build has no GPU backend (rebuild with `--features hip`)".to_string())
 }

@@ -139,6 +139,10 @@ impl ChatAdapter {
 }
 
 impl ChatText for ChatAdapter {
+    fn for_context(&self, ctx: u32) -> Box<dyn ChatText> {
+        Box::new(ChatAdapter::new(self.tok.clone(), ctx))
+    }
+
     fn prompt(&mut self, conv: &Conversation, think: ThinkMode, _live: &[u32]) -> Result<Vec<u32>, String> {
         let Some((last, history)) = conv.messages.split_last() else {
             return Err("the conversation is empty".into());

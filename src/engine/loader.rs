@@ -1,6 +1,7 @@
 //! The application's model loader: opens a GGUF file (or generates the in-memory demo model), creates
-//! the backend and the chat text, checks memory before the cache is ever written (memguard.rs), and
-//! hands the worker the mapping to warm up and probe.
+//! the engine with its first session and the chat text, checks memory before the cache is ever
+//! written (memguard.rs), and hands the worker the mapping to warm up and probe. Later sessions on
+//! the same engine (`/ctx`) pass the same context and memory checks (`open_session`).
 //!
 //! Owns the order of a load. The backend choice and its CPU fallback are `backend_open`'s. Must not
 //! run turns (worker.rs) or compute kernels.
@@ -8,11 +9,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::MemoryReport;
+use crate::backend::{Backend, Engine, MemoryReport};
 use crate::model::Model;
 use crate::model::accounting::{table_from_model, weight_bytes_per_token};
 
-use super::backend_open::open_backend_with_progress;
+use super::backend_open::open_engine_with_progress;
 use super::events::{Event, LoadRequest, ModelInfo, ModelSource, WarmupPhase, WeightPlacement};
 use super::memguard::{MemoryNeed, MemoryVerdict, WeightResidence, check_memory, read_host_memory};
 use super::residency::{MappedRegion, ResidencyProbe, mostly_cached};
@@ -62,6 +63,57 @@ pub fn cpu_memory_need(model: &Model, mem: &MemoryReport) -> MemoryNeed {
     }
 }
 
+/// The context sizes `model` supports.
+fn check_ctx(model: &Model, ctx: usize) -> Result<(), String> {
+    if ctx < 2 || ctx as u64 > model.hp.context_length {
+        return Err(format!(
+            "--ctx {ctx} is out of range: the model supports 2..={}",
+            model.hp.context_length
+        ));
+    }
+    Ok(())
+}
+
+/// The host memory guard for a CPU session (GPU engines check device memory themselves when they
+/// place weights and open sessions: memguard's `check_memory` with `GpuMemory`); the CPU cache lives
+/// in host RAM. A warning becomes a notice, a refusal the error.
+fn guard_host_memory(
+    model: &Model,
+    backend: &dyn Backend,
+    ctx: usize,
+    notice: &mut dyn FnMut(Event),
+) -> Result<(), String> {
+    if backend.name() != "cpu" {
+        return Ok(());
+    }
+    let need = cpu_memory_need(model, &backend.memory());
+    match read_host_memory() {
+        Ok(host) => match check_memory(&need, &host, None, &model.hp, ctx as u64) {
+            MemoryVerdict::Fits => {}
+            MemoryVerdict::Warn(message) => notice(Event::Notice { message }),
+            MemoryVerdict::Refuse(message) => return Err(message),
+        },
+        Err(e) => notice(Event::Notice {
+            message: format!("memory check skipped: {e}"),
+        }),
+    }
+    Ok(())
+}
+
+/// A session of `ctx` tokens on the engine of a loaded model, checked as a load checks its first
+/// one: the context range, then the memory its cache needs. Reads nothing from the model file and
+/// moves no weights.
+pub fn open_session(
+    engine: &dyn Engine,
+    ctx: usize,
+    notice: &mut dyn FnMut(Event),
+) -> Result<Box<dyn Backend>, String> {
+    check_ctx(engine.model(), ctx)?;
+    let backend = engine.open_session(ctx).map_err(|e| e.to_string())?;
+    guard_host_memory(engine.model(), backend.as_ref(), ctx, notice)?;
+    Ok(backend)
+}
+
 impl ModelLoader for EngineLoader {
     fn load(&mut self, req: &LoadRequest, notice: &mut dyn FnMut(Event)) -> Result<LoadedModel, String> {
         let (model, is_demo) = match &req.source {
@@ -73,12 +125,7 @@ impl ModelLoader for EngineLoader {
             }
         };
         let ctx = req.ctx as u64;
-        if ctx < 2 || ctx > model.hp.context_length {
-            return Err(format!(
-                "--ctx {ctx} is out of range: the model supports 2..={}",
-                model.hp.context_length
-            ));
-        }
+        check_ctx(&model, ctx as usize)?;
         let text = (self.chat_text)(&model, ctx as u32)?;
         let per_token = weight_bytes_per_token(&model.hp, &table_from_model(&model)).total();
         let model = Arc::new(model);
@@ -105,7 +152,7 @@ impl ModelLoader for EngineLoader {
                 elapsed: upload_start.elapsed(),
             });
         };
-        let opened = open_backend_with_progress(
+        let opened = open_engine_with_progress(
             model.clone(),
             req.backend,
             req.weights,
@@ -134,21 +181,7 @@ impl ModelLoader for EngineLoader {
         }
         // Copied weights never read the mapping again: no page-in warm-up.
         let copied = placement.as_ref().is_some_and(|p| p.copied);
-        // GPU backends check device memory themselves when they place weights (memguard's
-        // `check_memory` with `GpuMemory`); the CPU cache lives in host RAM and is checked here.
-        if backend.name() == "cpu" {
-            let need = cpu_memory_need(&model, &backend.memory());
-            match read_host_memory() {
-                Ok(host) => match check_memory(&need, &host, None, &model.hp, ctx) {
-                    MemoryVerdict::Fits => {}
-                    MemoryVerdict::Warn(message) => notice(Event::Notice { message }),
-                    MemoryVerdict::Refuse(message) => return Err(message),
-                },
-                Err(e) => notice(Event::Notice {
-                    message: format!("memory check skipped: {e}"),
-                }),
-            }
-        }
+        guard_host_memory(&model, backend.as_ref(), ctx as usize, notice)?;
         let mapped = model.file.is_mapped();
         let info = ModelInfo {
             name: crate::model::checkpoint::describe_file(&model.file),
@@ -172,6 +205,7 @@ impl ModelLoader for EngineLoader {
             probe
         });
         Ok(LoadedModel {
+            engine: Some(opened.engine),
             backend,
             text,
             info,

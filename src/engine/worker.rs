@@ -1,5 +1,7 @@
-//! The engine worker thread: owns the model, the backend and the live session, and talks to its
-//! client (the TUI, `run`, tests) only through `Command`s in and `Event`s out (events.rs).
+//! The engine worker thread: owns the engine (the model on its device), the live session on it, and
+//! talks to its client (the TUI, `run`, tests) only through `Command`s in and `Event`s out (events.rs).
+//! A `Load` that differs from the loaded one only in its context (`/ctx N`) opens a new session on
+//! the same engine: the file is not read again and the weights stay where they are.
 //!
 //! Threads: the worker thread runs commands one at a time; a warm-up (warmup.rs) runs on its own
 //! threads and reports through the worker at 5 Hz; a residency thread samples the mapping at most
@@ -28,7 +30,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Backend, EngineError};
+use crate::backend::{Backend, Engine, EngineError};
 use crate::model::chat::{Conversation, THINK_MAX_MIN_CTX, ThinkMode};
 
 use super::events::{
@@ -67,6 +69,9 @@ pub trait ChatText: Send {
     fn eos(&self) -> u32;
     /// A streaming decoder for one turn; starts in reasoning when `think` is not Off.
     fn stream(&self, think: ThinkMode) -> Box<dyn TextStream>;
+    /// A fresh chat text (nothing rendered yet) for a new session of `ctx` tokens on the same model,
+    /// sharing this one's tokenizer.
+    fn for_context(&self, ctx: u32) -> Box<dyn ChatText>;
 }
 
 /// Streaming detokenizer of one turn: whole UTF-8 pieces, split into reasoning and answer.
@@ -78,6 +83,10 @@ pub trait TextStream: Send {
 
 /// Everything a load produces.
 pub struct LoadedModel {
+    /// The model on its device, kept for later sessions (`/ctx`); `None` when the loader has none
+    /// (then every load loads again).
+    pub engine: Option<Box<dyn Engine>>,
+    /// The first session.
     pub backend: Box<dyn Backend>,
     pub text: Box<dyn ChatText>,
     pub info: ModelInfo,
@@ -99,6 +108,30 @@ pub const SESSION_CHECKPOINTS: usize = 2;
 struct Loaded {
     session: Session,
     text: Box<dyn ChatText>,
+    engine: Option<Box<dyn Engine>>,
+    /// What was loaded and what `Loaded` said about it, for a new session on the same engine.
+    request: LoadRequest,
+    info: ModelInfo,
+}
+
+/// Whether `next` asks for the model `loaded` was made for, on the same engine settings: then only
+/// the context differs and a new session on the loaded engine serves it.
+fn same_engine(loaded: &LoadRequest, next: &LoadRequest) -> bool {
+    use super::events::ModelSource::{Demo, File};
+    let same_source = match (&loaded.source, &next.source) {
+        (File(a), File(b)) => a == b,
+        (Demo { seed: a }, Demo { seed: b }) => a == b,
+        _ => false,
+    };
+    same_source && loaded.backend == next.backend && loaded.weights == next.weights && loaded.threads == next.threads
+}
+
+/// The model a load request names, for `LoadStarted`.
+fn source_name(source: &super::events::ModelSource) -> String {
+    match source {
+        super::events::ModelSource::File(p) => p.display().to_string(),
+        super::events::ModelSource::Demo { seed } => format!("demo model (seed {seed})"),
+    }
 }
 
 /// Client side of the worker: a command sender, an event receiver and the thread.
@@ -388,12 +421,18 @@ impl WorkerState {
     }
 
     fn load(&mut self, req: LoadRequest) {
+        let reusable = self
+            .loaded
+            .take_if(|l| l.engine.is_some() && same_engine(&l.request, &req));
+        if let Some(mut l) = reusable
+            && let Some(engine) = l.engine.take()
+        {
+            return self.reopen(l, engine, req);
+        }
         self.unload();
-        let what = match &req.source {
-            super::events::ModelSource::File(p) => p.display().to_string(),
-            super::events::ModelSource::Demo { seed } => format!("demo model (seed {seed})"),
-        };
-        self.emit(Event::LoadStarted { what });
+        self.emit(Event::LoadStarted {
+            what: source_name(&req.source),
+        });
         let tx = self.tx.clone();
         let result = self.loader.load(&req, &mut |e| {
             let _ = tx.send(e);
@@ -401,20 +440,7 @@ impl WorkerState {
         match result {
             Err(message) => self.emit(Event::Error { message, fatal: true }),
             Ok(m) => {
-                let mut info = m.info;
-                let mem = m.backend.memory();
-                info.kv_bytes = mem.kv_bytes;
-                info.scratch_bytes = mem.scratch_bytes;
-                info.ctx = m.backend.ctx() as u32;
-                info.think_max_available = info.ctx >= THINK_MAX_MIN_CTX;
-                self.emit(Event::Loaded(info));
-                if let Some(dm) = super::metrics::device_memory(&mem) {
-                    self.emit(Event::DeviceMemory(dm));
-                }
-                self.loaded = Some(Loaded {
-                    session: Session::new(m.backend, SESSION_CHECKPOINTS),
-                    text: m.text,
-                });
+                self.start_session(m.backend, m.text, m.engine, req, m.info);
                 if let Some(region) = m.warmup {
                     self.warmup = Some(WarmupJob::start(region, default_warmup_threads()));
                 }
@@ -423,6 +449,82 @@ impl WorkerState {
                 }
             }
         }
+    }
+
+    /// Report a loaded session (its context and memory in `info`) and make it the live one.
+    fn start_session(
+        &mut self,
+        backend: Box<dyn Backend>,
+        text: Box<dyn ChatText>,
+        engine: Option<Box<dyn Engine>>,
+        request: LoadRequest,
+        mut info: ModelInfo,
+    ) {
+        let mem = backend.memory();
+        info.kv_bytes = mem.kv_bytes;
+        info.scratch_bytes = mem.scratch_bytes;
+        info.ctx = backend.ctx() as u32;
+        info.think_max_available = info.ctx >= THINK_MAX_MIN_CTX;
+        self.emit(Event::Loaded(info.clone()));
+        if let Some(dm) = super::metrics::device_memory(&mem) {
+            self.emit(Event::DeviceMemory(dm));
+        }
+        self.loaded = Some(Loaded {
+            session: Session::new(backend, SESSION_CHECKPOINTS),
+            text,
+            engine,
+            request,
+            info,
+        });
+    }
+
+    /// A new session of `req.ctx` tokens on the loaded engine; the warm-up and residency sampler of
+    /// the mapping carry on. The old session is dropped first, so the memory guard counts its memory
+    /// as free. When the new one is refused, a session of the old context is opened again and the
+    /// refusal is reported as a (non-fatal) error; only when that fails too is the model unloaded.
+    fn reopen(&mut self, old: Loaded, engine: Box<dyn Engine>, req: LoadRequest) {
+        let Loaded {
+            session,
+            text,
+            request,
+            info,
+            ..
+        } = old;
+        let old_ctx = session.ctx();
+        drop(session);
+        self.emit(Event::LoadStarted {
+            what: format!(
+                "{}: a session of {} tokens on the loaded weights",
+                source_name(&req.source),
+                req.ctx
+            ),
+        });
+        let tx = self.tx.clone();
+        let mut notice = |e: Event| {
+            let _ = tx.send(e);
+        };
+        let (backend, request) = match super::loader::open_session(engine.as_ref(), req.ctx as usize, &mut notice) {
+            Ok(backend) => (backend, req),
+            Err(refused) => match super::loader::open_session(engine.as_ref(), old_ctx, &mut notice) {
+                Ok(backend) => {
+                    self.emit(Event::Error {
+                        message: format!("{refused}; the context stays {old_ctx}"),
+                        fatal: false,
+                    });
+                    (backend, request)
+                }
+                Err(_) => {
+                    self.unload();
+                    self.emit(Event::Error {
+                        message: refused,
+                        fatal: true,
+                    });
+                    return;
+                }
+            },
+        };
+        let text = text.for_context(backend.ctx() as u32);
+        self.start_session(backend, text, Some(engine), request, info);
     }
 
     /// Poll commands during a turn (non-blocking).

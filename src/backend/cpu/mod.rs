@@ -4,7 +4,8 @@
 //! Module map: `quant` (activation quantization, dot products), `matvec` (row-parallel drivers),
 //! `ops` (norms, RoPE, FP8/FP4 simulations), `hc` (hyper-connections), `attention`, `compressor`,
 //! `indexer`, `moe`, `cache` (per-layer KV state), `resolved` (weight views), `forward` (the pass),
-//! `state` (checkpoint payload). This file owns `CpuBackend`, the `Backend` implementation.
+//! `state` (checkpoint payload). This file owns `CpuEngine` (the model, its weight views and the
+//! thread pool, made once) and `CpuBackend`, the session opened from it (cache, scratch, logits).
 
 pub mod attention;
 pub mod cache;
@@ -34,27 +35,18 @@ use resolved::Resolved;
 /// Tokens per prefill chunk: progress and cancellation are honoured between chunks.
 pub const PREFILL_CHUNK: usize = 128;
 
-pub struct CpuBackend {
+/// The model on the CPU: the file mapping, the weight views (`Resolved`, which copies the small
+/// vectors out of the file) and the thread pool, shared by every session opened from it.
+pub struct CpuEngine {
     model: Arc<Model>,
-    pool: rayon::ThreadPool,
-    ctx: usize,
-    w: Resolved,
-    ropes: Vec<Rope>,
-    caches: Vec<LayerCache>,
-    scratch: Scratch,
-    tokens: Vec<u32>,
-    logits: Vec<f32>,
+    pool: Arc<rayon::ThreadPool>,
+    w: Arc<Resolved>,
 }
 
-impl CpuBackend {
-    /// A backend with an empty cache for `ctx` tokens; `threads` 0 = all cores.
-    pub fn new(model: Arc<Model>, ctx: usize, threads: usize) -> Result<CpuBackend, EngineError> {
+impl CpuEngine {
+    /// The engine for `model`, or why the CPU engine cannot run it; `threads` 0 = all cores.
+    pub fn new(model: Arc<Model>, threads: usize) -> Result<CpuEngine, EngineError> {
         let hp = &model.hp;
-        if ctx < 2 {
-            return Err(EngineError::Other(format!(
-                "context {ctx} is too small (need at least 2)"
-            )));
-        }
         if hp.n_head_kv != 1 {
             return Err(EngineError::Other(format!(
                 "model has {} KV heads; the DS4 engine supports exactly 1",
@@ -72,22 +64,76 @@ impl CpuBackend {
             .thread_name(|i| format!("ds4-cpu-{i}"))
             .build()
             .map_err(|e| EngineError::Other(format!("cannot start the CPU thread pool: {e}")))?;
-        let w = Resolved::new(&model);
-        let ropes = forward::layer_ropes(hp);
-        let caches = (0..hp.n_layer).map(|l| LayerCache::new(hp, l, ctx)).collect();
-        let scratch = Scratch::new(hp, ctx, PREFILL_CHUNK.min(ctx));
-        let logits = vec![0.0; hp.n_vocab];
+        let w = Arc::new(Resolved::new(&model));
+        Ok(CpuEngine {
+            model,
+            pool: Arc::new(pool),
+            w,
+        })
+    }
+
+    /// A session with an empty cache for `ctx` tokens.
+    pub fn session(&self, ctx: usize) -> Result<CpuBackend, EngineError> {
+        if ctx < 2 {
+            return Err(EngineError::Other(format!(
+                "context {ctx} is too small (need at least 2)"
+            )));
+        }
+        let hp = &self.model.hp;
         Ok(CpuBackend {
             tokens: Vec::with_capacity(ctx),
-            model,
-            pool,
+            model: self.model.clone(),
+            pool: self.pool.clone(),
             ctx,
-            w,
-            ropes,
-            caches,
-            scratch,
-            logits,
+            w: self.w.clone(),
+            ropes: forward::layer_ropes(hp),
+            caches: (0..hp.n_layer).map(|l| LayerCache::new(hp, l, ctx)).collect(),
+            scratch: Scratch::new(hp, ctx, PREFILL_CHUNK.min(ctx)),
+            logits: vec![0.0; hp.n_vocab],
         })
+    }
+}
+
+impl super::Engine for CpuEngine {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn device_name(&self) -> String {
+        cpu_device_name(&self.pool)
+    }
+
+    fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    fn open_session(&self, ctx: usize) -> Result<Box<dyn Backend>, EngineError> {
+        Ok(Box::new(self.session(ctx)?))
+    }
+}
+
+fn cpu_device_name(pool: &rayon::ThreadPool) -> String {
+    format!("CPU ({} threads)", pool.current_num_threads())
+}
+
+/// A session on the CPU engine: the per-layer caches, scratch and logits of `ctx` tokens.
+pub struct CpuBackend {
+    model: Arc<Model>,
+    pool: Arc<rayon::ThreadPool>,
+    ctx: usize,
+    w: Arc<Resolved>,
+    ropes: Vec<Rope>,
+    caches: Vec<LayerCache>,
+    scratch: Scratch,
+    tokens: Vec<u32>,
+    logits: Vec<f32>,
+}
+
+impl CpuBackend {
+    /// A backend with an empty cache for `ctx` tokens on an engine of its own; `threads` 0 = all
+    /// cores. (Sessions that share the model's weight views and threads come from `CpuEngine`.)
+    pub fn new(model: Arc<Model>, ctx: usize, threads: usize) -> Result<CpuBackend, EngineError> {
+        CpuEngine::new(model, threads)?.session(ctx)
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -145,7 +191,7 @@ impl Backend for CpuBackend {
     }
 
     fn device_name(&self) -> String {
-        format!("CPU ({} threads)", self.pool.current_num_threads())
+        cpu_device_name(&self.pool)
     }
 
     fn ctx(&self) -> usize {

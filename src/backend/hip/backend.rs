@@ -1,4 +1,5 @@
-//! Opening the HIP backend for a model (the entry point `engine::backend_open` calls).
+//! Opening the HIP engine for a model (the entry point `engine::backend_open` calls): the weights
+//! placed once (`engine::HipEngine`), sessions opened from it.
 //!
 //! Owns the checks made before any weights move and the weight placement policy:
 //! * runtime and device present, kernels that load on it, every expert type supported;
@@ -23,6 +24,7 @@ use crate::engine::memguard;
 use crate::engine::placement::{self, CopyBudget, DeviceFacts};
 use crate::model::Model;
 
+use super::engine::HipEngine;
 use super::footprint::{SessionBytes, session_bytes};
 use super::forward::HipBackend;
 use super::kernel_module::KernelModule;
@@ -87,6 +89,18 @@ pub fn open_backend_with_progress(
     ctx: usize,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Box<dyn Backend>, String> {
+    let engine = open_engine_with_progress(model, weights, ctx, progress)?;
+    Ok(Box::new(engine.session(ctx)?))
+}
+
+/// Place `model`'s weights on the device for sessions of about `ctx` tokens (the placement plan
+/// counts one such session), reporting a copy as `progress(done, total)` bytes after every chunk.
+pub fn open_engine_with_progress(
+    model: Arc<Model>,
+    weights: WeightPlacement,
+    ctx: usize,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<HipEngine, String> {
     let hip = HipContext::new().map_err(|e| e.to_string())?;
     let kernels = KernelModule::load(&hip)?;
     if !forward_enabled() {
@@ -109,8 +123,7 @@ pub fn open_backend_with_progress(
         &|_| None,
     )?;
     let (placed, reason) = place_weights(&hip, &model, plan, progress)?;
-    let backend = HipBackend::with_weights(hip, kernels, model, ctx, placed, reason)?;
-    Ok(Box::new(backend))
+    Ok(HipEngine::new(hip, kernels, model, placed, reason))
 }
 
 /// The placement chosen before anything is allocated.

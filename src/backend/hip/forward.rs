@@ -83,10 +83,11 @@ pub struct HipBackend {
     pub(super) margins: std::cell::Cell<(f32, f32)>,
     /// DS4_HIP_PROFILE=1: device time per kernel, printed when the backend is dropped.
     profile: LaunchProfile,
-    weights: DeviceWeights,
+    /// Shared with the engine and its other sessions (`engine::HipEngine`).
+    weights: Arc<DeviceWeights>,
     placement: WeightsPlacement,
     stream: Stream,
-    kernels: KernelModule,
+    kernels: Arc<KernelModule>,
     hip: HipContext,
 }
 
@@ -144,17 +145,17 @@ impl HipBackend {
     pub fn new(hip: HipContext, kernels: KernelModule, model: Arc<Model>, ctx: usize) -> Result<HipBackend, String> {
         Self::check_model(&model)?;
         let weights = DeviceWeights::upload(&hip, &model, &mut |_, _| {})?;
-        Self::with_weights(hip, kernels, model, ctx, weights, String::new())
+        Self::with_weights(hip, Arc::new(kernels), model, ctx, Arc::new(weights), String::new())
     }
 
     /// Allocate a session of `ctx` tokens on the device for weights already placed (`reason`: why
-    /// that placement, for `weights_placement`).
+    /// that placement, for `weights_placement`); the kernels and weights are shared, not copied.
     pub fn with_weights(
         hip: HipContext,
-        kernels: KernelModule,
+        kernels: Arc<KernelModule>,
         model: Arc<Model>,
         ctx: usize,
-        weights: DeviceWeights,
+        weights: Arc<DeviceWeights>,
         reason: String,
     ) -> Result<HipBackend, String> {
         Self::check_model(&model)?;

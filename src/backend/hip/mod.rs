@@ -10,6 +10,8 @@
 //! * `kernel_module` — loads the kernel image that fits the device and runs `kernels::Launch` values.
 //! * `weights` — the model's tensor data on the device: copied (pread through pinned staging buffers)
 //!   or mapped zero-copy (the registered file mapping).
+//! * `engine` — `HipEngine`: the device context, kernels and placed weights, loaded once; sessions
+//!   (`HipBackend`) are opened from it and share them.
 //! * `forward` — `HipBackend`, the device forward pass: session state and `eval` (decode steps,
 //!   prefill chunks); `forward/state.rs` is its checkpoint payload (save_state / load_state).
 //! * `prefill` — the launch sequence for n tokens (decode n = 1; prefill chunks with batched GEMMs and
@@ -31,6 +33,7 @@
 pub mod backend;
 pub mod bandwidth;
 pub mod checks;
+pub mod engine;
 pub mod ffi;
 pub mod footprint;
 pub mod forward;

@@ -174,6 +174,9 @@ fn render(conv: &Conversation, think: ThinkMode) -> Vec<u32> {
 }
 
 impl ChatText for FakeText {
+    fn for_context(&self, _ctx: u32) -> Box<dyn ChatText> {
+        Box::new(FakeText)
+    }
     fn prompt(&mut self, conv: &Conversation, think: ThinkMode, _live: &[u32]) -> Result<Vec<u32>, String> {
         Ok(render(conv, think))
     }
@@ -218,6 +221,7 @@ impl ModelLoader for FakeLoader {
             return Err(format!("{}: no such toy model", p.display()));
         }
         Ok(LoadedModel {
+            engine: None,
             backend: Box::new(FakeBackend {
                 cfg: self.cfg.clone(),
                 tokens: Vec::new(),
@@ -622,6 +626,7 @@ impl ModelLoader for TinyLoader {
         let backend =
             crate::backend::cpu::CpuBackend::new(model, req.ctx as usize, req.threads).map_err(|e| e.to_string())?;
         Ok(LoadedModel {
+            engine: None,
             backend: Box::new(backend),
             text: Box::new(FakeText),
             info: ModelInfo::default(),
@@ -718,4 +723,51 @@ fn retry_restores_a_checkpoint_and_rewind_keeps_a_prefix() {
     assert_eq!(reused(&after), 3);
     assert_eq!(prefill_evaluated(&after), prompt_len - 3);
     assert_eq!(texts(&after), texts(&first));
+}
+
+#[test]
+fn only_a_different_context_keeps_the_engine() {
+    use crate::engine::events::{BackendChoice, ModelSource, WeightPlacement};
+    let file = |p: &str| LoadRequest {
+        source: ModelSource::File(p.into()),
+        ..load_request()
+    };
+    let base = file("/m/a.gguf");
+    assert!(same_engine(
+        &base,
+        &LoadRequest {
+            ctx: 77,
+            ..base.clone()
+        }
+    ));
+    assert!(!same_engine(&base, &file("/m/b.gguf")));
+    assert!(!same_engine(&base, &load_request()));
+    assert!(same_engine(
+        &load_request(),
+        &LoadRequest {
+            ctx: 9,
+            ..load_request()
+        }
+    ));
+    let demo_seed_2 = LoadRequest {
+        source: ModelSource::Demo { seed: 2 },
+        ..load_request()
+    };
+    assert!(!same_engine(&load_request(), &demo_seed_2));
+    for other in [
+        LoadRequest {
+            backend: BackendChoice::Cpu,
+            ..base.clone()
+        },
+        LoadRequest {
+            weights: WeightPlacement::Map,
+            ..base.clone()
+        },
+        LoadRequest {
+            threads: 3,
+            ..base.clone()
+        },
+    ] {
+        assert!(!same_engine(&base, &other), "{other:?}");
+    }
 }
