@@ -87,7 +87,7 @@ pub const SLASH_COMMANDS: &[SlashCommand] = &[
     idle_only(cmd(
         "/ctx",
         "N",
-        "context size (reload)",
+        "new session of N tokens",
         |app, name, arg| match ctx_value(arg) {
             Ok(ctx) => app.change_context(ctx),
             Err(e) => app.error_status(format!("{name}: {e}")),
@@ -264,7 +264,7 @@ impl App {
             self.phase = Phase::Loading;
             effects.push(Effect::Engine(Command::Load(load)));
         }
-        self.status = Some(format!("context {ctx}: reloading, conversation cleared"));
+        self.status = Some(format!("context {ctx}: new session, conversation cleared"));
         effects
     }
 

@@ -30,7 +30,7 @@ use crate::model::chat::{Conversation, Message, Role};
 #[derive(Clone, Debug)]
 pub struct App {
     pub config: Config,
-    /// How the model is loaded (kept for /ctx reloads).
+    /// How the model is loaded (kept for /ctx, which opens a new session on the same engine).
     pub load: Option<LoadRequest>,
     /// What the model is called in the UI (file name or "demo").
     pub model_label: String,
