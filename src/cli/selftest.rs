@@ -57,21 +57,21 @@ fn run_hip(args: &Args) -> CliResult {
     if let Some(n) = args.forward {
         let model = model.ok_or("selftest --forward needs --model FILE")?;
         drop(ctx);
-        let ok =
-            crate::backend::hip::selftest_forward::run_forward_check(model, n.max(1), args.greedy, args.seed, &mut |l| {
-                println!("{l}")
-            })
-            .map_err(|e| format!("selftest --forward: {e}"))?;
+        let ok = crate::backend::hip::selftest_forward::run_forward_check(
+            model,
+            n.max(1),
+            args.greedy,
+            args.seed,
+            &mut |l| println!("{l}"),
+        )
+        .map_err(|e| format!("selftest --forward: {e}"))?;
         return if ok {
             Ok(())
         } else {
             Err("selftest --forward: the device forward pass differs from the CPU engine".into())
         };
     }
-    let opts = CheckOptions {
-        seed: args.seed,
-        model,
-    };
+    let opts = CheckOptions { seed: args.seed, model };
     let print = |r: &CheckResult| {
         let status = match &r.verdict {
             Verdict::Pass => "PASS",

@@ -139,19 +139,17 @@ fn check_rows_finish(
             let r = (pos0 + t) % ring_cap;
             got_ring.extend_from_slice(&ring_all[r * head_dim..(r + 1) * head_dim]);
         }
-        emit(close_mostly(
+        emit(same_bits(
             &format!("{name}.ring"),
             &got_ring,
             &want,
-            1e-4,
-            0.005,
             format!("rows at pos % {ring_cap}"),
         ));
     }
     Ok(if quantized {
-        close_mostly(name, &got, &want, 1e-4, 0.005, note)
+        same_bits(name, &got, &want, note)
     } else {
-        close_scaled(name, &got, &want, 1e-5, note)
+        same_bits(name, &got, &want, note)
     })
 }
 

@@ -3,9 +3,9 @@
 
 use ds4_chat::backend::cpu::compressor::{CompressorState, NEG_INF};
 use ds4_chat::backend::cpu::indexer::top_k_mask;
+use ds4_chat::backend::cpu::quant::dot_f32;
 use ds4_chat::backend::hip::kernels;
 use ds4_chat::backend::hip::runtime::HipResult;
-use ds4_chat::backend::cpu::quant::dot_f32;
 use ds4_chat::gguf::half::f32_to_f16;
 
 use super::support::*;
@@ -93,19 +93,17 @@ fn check_compressor(
     state_got.extend(got_sc);
     let mut state_want = cpu.kv.clone();
     state_want.extend(&cpu.score);
-    emit(CheckResult::close(
+    emit(same_bits(
         &format!("{name}.state"),
         &state_got,
         &state_want,
-        0.0,
         "kv|score".into(),
     ));
     let emitted = want_rows.len() / head_dim;
-    Ok(close_scaled(
+    Ok(same_bits(
         name,
         &got_rows,
         &want_rows,
-        TOL_MATVEC,
         format!("{emitted} rows emitted, head_dim {head_dim}"),
     ))
 }
@@ -189,11 +187,10 @@ fn check_indexer(
             }
         }
     }
-    emit(close_scaled(
+    emit(same_bits(
         &format!("{name}.scores"),
         &got_s,
         &want_s,
-        TOL_MATVEC,
         format!("{n_tok} tok, {n_head} heads, {n_comp_avail} rows"),
     ));
     Ok(CheckResult {

@@ -22,7 +22,10 @@ fn block_dot_f16_seq_is_the_sequential_reference() {
     let mut rng = CheckRng::new(41);
     for (n, scale) in [(16384usize, 0.37f32), (2056, 1.0), (8, 3.5)] {
         let rows = 2;
-        let w: Vec<u16> = random_vec(&mut rng, rows * n, 0.5).into_iter().map(f32_to_f16).collect();
+        let w: Vec<u16> = random_vec(&mut rng, rows * n, 0.5)
+            .into_iter()
+            .map(f32_to_f16)
+            .collect();
         let wb: Vec<u8> = w.iter().flat_map(|h| h.to_le_bytes()).collect();
         let x = random_vec(&mut rng, n, 2.0);
         let flat: Vec<f32> = x.iter().map(|&v| v * scale).collect();

@@ -60,11 +60,10 @@ fn check_embed_hc(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
             want.extend_from_slice(&row);
         }
     }
-    Ok(CheckResult::close(
+    Ok(same_bits(
         "kernel.embed_hc",
         &got,
         &want,
-        0.0,
         format!("{n_tok} tokens (one out of range)"),
     ))
 }
@@ -238,13 +237,13 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckR
         &want_split,
         "second launch".into(),
     ));
-    emit(codes_close(
+    emit(same_codes(
         "kernel.hc_pre_fused.q8_0_codes",
         &got_q0,
         &want_q0,
         "of the GPU's xn".into(),
     ));
-    emit(codes_close(
+    emit(same_codes(
         "kernel.hc_pre_fused.q8_k_codes",
         &got_qk,
         &want_qk,
@@ -295,11 +294,10 @@ fn check_hc_post(gpu: &Gpu, rng: &mut CheckRng, name: &str, with_y2: bool) -> Hi
             n_embd,
         );
     }
-    Ok(close_scaled(
+    Ok(same_bits(
         name,
         &got,
         &want,
-        1e-5,
         format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}"),
     ))
 }

@@ -123,9 +123,16 @@ fn wave64_emulator_passes_the_same_checks() {
         .env_remove("DS4_HIP_LIBRARY")
         .output()
         .expect("run this test binary again");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     println!("wave64:\n{text}");
-    assert!(out.status.success(), "the wave64 emulator fails the kernel checks (output above)");
+    assert!(
+        out.status.success(),
+        "the wave64 emulator fails the kernel checks (output above)"
+    );
 }
 
 /// One report line: status, name, errors against the tolerance, notes.

@@ -3,9 +3,7 @@
 
 use ds4_chat::backend::cpu::moe::swiglu;
 use ds4_chat::backend::cpu::ops::rms_norm;
-use ds4_chat::backend::cpu::quant::{
-    BlockQ8K, Q8_0Act, dot_f16, dot_q8_0, quantize_q8_0, quantize_q8_k,
-};
+use ds4_chat::backend::cpu::quant::{BlockQ8K, Q8_0Act, dot_f16, dot_q8_0, quantize_q8_0, quantize_q8_k};
 use ds4_chat::backend::hip::kernels::{self, ExpertFormat, QuantOut};
 use ds4_chat::backend::hip::runtime::HipResult;
 use ds4_chat::gguf::GgmlType;
@@ -16,7 +14,11 @@ use super::support::*;
 pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
     // The selftest's one kernel launch (a user's check of the module) is this suite's fill check.
     gpu.launched.borrow_mut().insert(kernels::FILL_F32.name);
-    emit(ds4_chat::backend::hip::selftest::check_fill(&gpu.ctx, &gpu.kernels, rng));
+    emit(ds4_chat::backend::hip::selftest::check_fill(
+        &gpu.ctx,
+        &gpu.kernels,
+        rng,
+    ));
     let r = guard("kernel.rms_norm_quant", || check_rms_norm_quant(gpu, rng, &mut *emit));
     emit(r);
     for (n_in, n_out, rows_per_group, n_tok, gemm) in [
@@ -105,30 +107,28 @@ fn check_rms_norm_quant(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(Chec
         wk.extend(b);
     }
     let wkp = q8k_planes(&wk);
-    emit(codes_close(
+    emit(same_codes(
         "kernel.rms_norm_quant.q8_0_codes",
         &g0q,
         &w0q,
         format!("{rows}x{n}"),
     ));
-    emit(CheckResult::close(
+    emit(same_bits(
         "kernel.rms_norm_quant.q8_0_scales",
         &g0d,
         &w0d,
-        1e-6,
         String::new(),
     ));
-    emit(codes_close(
+    emit(same_codes(
         "kernel.rms_norm_quant.q8_k_codes",
         &gkq,
         &wkp.q,
         format!("{rows}x{n}"),
     ));
-    emit(CheckResult::close(
+    emit(same_bits(
         "kernel.rms_norm_quant.q8_k_scales",
         &gkd,
         &wkp.d,
-        1e-6,
         String::new(),
     ));
     // The block sums must be exactly the sums of the GPU's own codes.
@@ -137,18 +137,16 @@ fn check_rms_norm_quant(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(Chec
         .map(|c| c.iter().map(|&q| q as f32).sum())
         .collect();
     let gkb_f: Vec<f32> = gkb.iter().map(|&s| s as f32).collect();
-    emit(CheckResult::close(
+    emit(same_bits(
         "kernel.rms_norm_quant.q8_k_bsums",
         &gkb_f,
         &sums,
-        0.0,
         "vs own codes".into(),
     ));
-    Ok(CheckResult::close(
+    Ok(same_bits(
         "kernel.rms_norm_quant.out",
         &got_out,
         &want_out,
-        1e-5,
         format!("{rows} rows of {n}, stride {stride}, with weight"),
     ))
 }

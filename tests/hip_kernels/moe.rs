@@ -34,7 +34,6 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
     }
 }
 
-
 /// Distinct random experts per token and positive weights.
 fn random_selection(rng: &mut CheckRng, n_tok: usize, n_used: usize, n_expert: usize) -> (Vec<u32>, Vec<f32>) {
     let mut sel = Vec::new();
@@ -327,7 +326,10 @@ fn check_moe_gemm_tile_classes(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: E
 /// the unbiased probs normalised by their sum and scaled. Ids must match exactly; weights to 1e-5.
 fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, hash: bool) -> HipResult<CheckResult> {
     let (n_expert, n_used, n_tok, scale) = (256usize, 6usize, 3usize, 1.5f32);
-    let logits = random_vec(rng, n_tok * n_expert, 4.0);
+    let mut logits = random_vec(rng, n_tok * n_expert, 4.0);
+    logits[5] = logits[9]; // a tie
+    logits[1] = 25.0; // both softplus branches
+    logits[2] = -25.0;
     let bias = random_vec(rng, n_expert, 0.05);
     let tokens: Vec<u32> = (0..n_tok).map(|_| rng.int_in(0, 99) as u32).collect();
     let table: Vec<u32> = (0..100 * n_used)
@@ -371,11 +373,10 @@ fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, hash: bool) -> HipRes
         want_sel.extend(ids.iter().map(|&e| e as u32));
         want_w.extend(ids.iter().map(|&e| probs[e] / sum * scale));
     }
-    let mut r = CheckResult::close(name, &got_w, &want_w, 1e-5, format!("{n_tok} tok, {n_used}/{n_expert}"));
+    let mut r = same_bits(name, &got_w, &want_w, format!("{n_tok} tok, {n_used}/{n_expert}"));
     if got_sel != want_sel {
         r.verdict = Verdict::Fail;
         r.note = format!("expert ids differ: gpu {got_sel:?} cpu {want_sel:?}");
     }
     Ok(r)
 }
-

@@ -80,7 +80,9 @@ fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
             .max_by(|&&a, &&b| logits[a].partial_cmp(&logits[b]).unwrap().then(b.cmp(&a)))
         else {
             if (dev, drew) != (host, false) {
-                failures.push(format!("trial {trial}: no finite logit, device ({dev}, {drew}), host {host}"));
+                failures.push(format!(
+                    "trial {trial}: no finite logit, device ({dev}, {drew}), host {host}"
+                ));
             }
             continue;
         };
@@ -155,7 +157,10 @@ fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
         },
         note: format!(
             "{draws} draws compared, {boundary_cases} at a rounding boundary{}",
-            failures.first().map(|f| format!("; {} failures, first: {f}", failures.len())).unwrap_or_default()
+            failures
+                .first()
+                .map(|f| format!("; {} failures, first: {f}", failures.len()))
+                .unwrap_or_default()
         ),
     })
 }
