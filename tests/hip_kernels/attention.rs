@@ -39,12 +39,12 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
 enum RowsVariant {
     /// Attention q rows: RMSNorm (no weight) + plain RoPE (dense layer).
     Q,
-    /// Inverse RoPE (attention output de-rotation, spec §3.4).
+    /// Inverse RoPE (attention output de-rotation).
     QInverse,
     /// KV row of a compressed layer: RMSNorm with weight, YaRN RoPE, E4M3 on the non-rope dims, f16
-    /// rounding, stored into the raw ring (spec §3.4, §3.6, §4.2).
+    /// rounding, stored into the raw ring.
     Kv,
-    /// Indexer q rows: YaRN RoPE + Hadamard-128 and FP4 (spec §3.6, §3.8).
+    /// Indexer q rows: YaRN RoPE + Hadamard-128 and FP4.
     Indexer,
 }
 
@@ -130,7 +130,6 @@ fn check_rows_finish(
             }
         }
     }
-    let quantized = flags & (f::E4M3 | f::HADAMARD_FP4) != 0;
     let note = format!("{n_tok} tok x {n_head} heads x {head_dim}, pos {pos0}");
     if flags & f::STORE_RING != 0 {
         let ring_all = ring.to_vec::<f32>()?;
@@ -146,14 +145,10 @@ fn check_rows_finish(
             format!("rows at pos % {ring_cap}"),
         ));
     }
-    Ok(if quantized {
-        same_bits(name, &got, &want, note)
-    } else {
-        same_bits(name, &got, &want, note)
-    })
+    Ok(same_bits(name, &got, &want, note))
 }
 
-/// Attention with sinks over the raw ring and the compressed rows (spec §3.4, pitfall 8) against the
+/// Attention with sinks over the raw ring and the compressed rows against the
 /// CPU `attend`, for decode (split rows + combine) and batched prefill, with and without the
 /// indexer's row selection. `shape` = (n_tok, pos0, ratio, n_comp_avail, top_k; 0 = no selection).
 fn check_attention(

@@ -28,7 +28,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
     }
 }
 
-/// Compressor state update and pooling (spec §3.7) against `CompressorState::push`, starting from a
+/// Compressor state update and pooling against `CompressorState::push`, starting from a
 /// random mid-stream state; checks the emitted rows and the final kv/score state.
 fn check_compressor(
     gpu: &Gpu,
@@ -108,7 +108,7 @@ fn check_compressor(
     ))
 }
 
-/// Lightning indexer (spec §3.8): scores Σ_h max(0, k·q_h)·w_h·scale over the visible compressed rows
+/// Lightning indexer: scores Σ_h max(0, k·q_h)·w_h·scale over the visible compressed rows
 /// (against the CPU formula with `dot_f32`), then the top-k selection of the GPU's own scores
 /// against `top_k_mask` (ties to the lower row), exact.
 fn check_indexer(

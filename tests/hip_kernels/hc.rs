@@ -68,7 +68,7 @@ fn check_embed_hc(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
     ))
 }
 
-/// HC pre step (spec §3.2): unweighted RMSNorm of the flattened streams, F16 control matvec, Sinkhorn
+/// HC pre step: unweighted RMSNorm of the flattened streams, F16 control matvec, Sinkhorn
 /// split, weighted stream sum, through ds4_hc_mix + ds4_hc_pre_finish: bitwise equal to the CPU
 /// reference (the kernels follow its operation order). Flash shape per token with a smaller n_embd.
 fn check_hc_pre(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) -> HipResult<CheckResult> {
@@ -257,7 +257,7 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckR
     ))
 }
 
-/// HC post (spec §3.3) with a random split (post weights and combine matrix), y2 optional.
+/// HC post with a random split (post weights and combine matrix), y2 optional.
 fn check_hc_post(gpu: &Gpu, rng: &mut CheckRng, name: &str, with_y2: bool) -> HipResult<CheckResult> {
     let (n_hc, n_embd, n_tok) = (4usize, 1000usize, 3usize);
     let n_mix = 2 * n_hc + n_hc * n_hc;
@@ -302,7 +302,7 @@ fn check_hc_post(gpu: &Gpu, rng: &mut CheckRng, name: &str, with_y2: bool) -> Hi
     ))
 }
 
-/// Output-head HC reduction (spec §3.10): unweighted RMSNorm of the streams, F16 head control,
+/// Output-head HC reduction: unweighted RMSNorm of the streams, F16 head control,
 /// stable sigmoid weights + eps, weighted stream sum.
 fn check_hc_head(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
     let (n_hc, n_embd, n_tok, eps_rms, eps_hc) = (4usize, 1024usize, 2usize, 1e-6f32, 1e-6f32);

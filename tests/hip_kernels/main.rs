@@ -135,7 +135,7 @@ fn wave64_emulator_passes_the_same_checks() {
     );
 }
 
-/// One report line: status, name, errors against the tolerance, notes.
+/// One report line: status, name, how far off (0 when bitwise equal), notes.
 fn line(r: &CheckResult) -> String {
     let status = match &r.verdict {
         Verdict::Pass => "PASS",

@@ -322,8 +322,8 @@ fn check_moe_gemm_tile_classes(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: E
     Ok(r)
 }
 
-/// Router (spec §3.9): top-k of sqrt(softplus(logit)) + bias, or hash-table experts; weights are
-/// the unbiased probs normalised by their sum and scaled. Ids must match exactly; weights to 1e-5.
+/// Router: top-k of sqrt(softplus(logit)) + bias, or hash-table experts; weights are
+/// the unbiased probs normalised by their sum and scaled. Ids and weights must match exactly.
 fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, hash: bool) -> HipResult<CheckResult> {
     let (n_expert, n_used, n_tok, scale) = (256usize, 6usize, 3usize, 1.5f32);
     let mut logits = random_vec(rng, n_tok * n_expert, 4.0);
@@ -369,9 +369,13 @@ fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, hash: bool) -> HipRes
             top_k_desc(&biased, n_used, &mut idx);
             idx
         };
-        let sum = ids.iter().map(|&e| probs[e]).sum::<f32>().max(6.103_515_6e-5);
+        // The CPU engine's grouping (backend/cpu/moe.rs): pairwise for 6 experts, w·scale·(1/sum),
+        // the sum floored at 2^-14.
+        let w: Vec<f32> = ids.iter().map(|&e| probs[e]).collect();
+        let sum = ((w[0] + w[1]) + (w[2] + w[3])) + (w[4] + w[5]);
+        let inv = 1.0 / sum.max(2f32.powi(-14));
         want_sel.extend(ids.iter().map(|&e| e as u32));
-        want_w.extend(ids.iter().map(|&e| probs[e] / sum * scale));
+        want_w.extend(w.iter().map(|&p| p * scale * inv));
     }
     let mut r = same_bits(name, &got_w, &want_w, format!("{n_tok} tok, {n_used}/{n_expert}"));
     if got_sel != want_sel {

@@ -1,6 +1,6 @@
 //! The suite's device, report and input helpers: one `Gpu` (a HIP context, the project's kernel module
 //! and a stream) whose launches are recorded for the coverage check; the comparisons with their
-//! tolerances; random weights in every GGUF block format the kernels read; Q8_K activation planes.
+//! bitwise comparisons; random weights in every GGUF block format the kernels read; Q8_K activation planes.
 //!
 //! Every comparison is bitwise: the kernels compute the CPU reference's float operations in its order
 //! (kernels/prelude.h, "arithmetic contract"), including the reductions, the quantizers and the
