@@ -14,7 +14,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
     emit(guard("kernel.argmax+sample_min_p[vs host sampler]", || {
         check_sampling(gpu, rng)
     }));
-    for which in kernels::MathFn::ALL {
+    for which in kernels::MathFn::ALL.into_iter().filter(|_| !wave_rerun()) {
         let name = format!("kernel.mathf[{which:?}, bitwise]");
         emit(guard(&name, || check_mathf(gpu, &name, which)));
     }

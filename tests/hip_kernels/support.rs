@@ -20,6 +20,13 @@ use ds4_chat::gguf::half::f32_to_f16;
 
 pub use ds4_chat::backend::hip::selftest::{CheckResult, CheckRng, Verdict};
 
+/// Whether this is the emulator's rerun for another wave size (`DS4_EMU_WARP` set by
+/// `wave64_emulator_passes_the_same_checks`): the checks of per-thread code (the transcendental
+/// functions) and of shuffle-free kernels (the grouped GEMMs' tile classes) already ran at wave32.
+pub fn wave_rerun() -> bool {
+    std::env::var("DS4_EMU_WARP").is_ok_and(|w| w != "32")
+}
+
 /// The device the checks run on, with the names of the kernels launched so far.
 pub struct Gpu {
     pub ctx: HipContext,
