@@ -69,10 +69,13 @@ pub fn run_forward_check(
     let mut greedy = Vec::new();
     let mut first_logits = Vec::new();
     for p in 0..n_prompt + n_greedy {
-        let tok = if p < n_prompt { tokens[p] } else { argmax(cpu.logits()) };
-        if p >= n_prompt {
-            greedy.push(tok);
-        }
+        let tok = match tokens.get(p) {
+            Some(&t) => t,
+            None => {
+                greedy.push(argmax(cpu.logits()));
+                greedy[greedy.len() - 1]
+            }
+        };
         let t = Instant::now();
         gpu.eval(&[tok], &mut |_, _| true)
             .map_err(|e| format!("HIP eval at {p}: {e}"))?;
