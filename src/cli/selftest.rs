@@ -72,21 +72,7 @@ fn run_hip(args: &Args) -> CliResult {
         };
     }
     let opts = CheckOptions { seed: args.seed, model };
-    let print = |r: &CheckResult| {
-        let status = match &r.verdict {
-            Verdict::Pass => "PASS",
-            Verdict::Fail => "FAIL",
-            Verdict::Skip(_) => "SKIP",
-        };
-        let detail = match &r.verdict {
-            Verdict::Skip(why) => why.clone(),
-            _ => r.note.clone(),
-        };
-        println!(
-            "{status} {:<40} max_abs {:<10.3e} max_rel {:<10.3e} tol {:<8.1e} {detail}",
-            r.name, r.max_abs, r.max_rel, r.tol
-        );
-    };
+    let print = |r: &CheckResult| println!("{r}");
     let results = selftest::run_all(&ctx, &opts, &mut { print });
     let failed = results.iter().filter(|r| r.verdict == Verdict::Fail).count();
     let skipped = results.iter().filter(|r| matches!(r.verdict, Verdict::Skip(_))).count();

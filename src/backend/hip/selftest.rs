@@ -93,6 +93,22 @@ impl CheckResult {
     }
 }
 
+/// The report line: status, name, how far off against the bound, notes (or why it was skipped).
+impl std::fmt::Display for CheckResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (status, detail) = match &self.verdict {
+            Verdict::Pass => ("PASS", &self.note),
+            Verdict::Fail => ("FAIL", &self.note),
+            Verdict::Skip(why) => ("SKIP", why),
+        };
+        write!(
+            f,
+            "{status} {:<40} max_abs {:<10.3e} max_rel {:<10.3e} tol {:<8.1e} {detail}",
+            self.name, self.max_abs, self.max_rel, self.tol
+        )
+    }
+}
+
 /// (max abs error, max rel error, all within tolerance). An element passes when
 /// |got − want| ≤ tol · max(1, |want|); NaN never passes; a length mismatch fails.
 pub fn compare(got: &[f32], want: &[f32], tol: f64) -> (f64, f64, bool) {
