@@ -91,7 +91,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_pair(float* y0, 
 }
 
 #if defined(DS4_EMU)
-// Emulator-only test entry (not in the GPU code objects; kernels_emu_tests.rs): y[b] =
+// Emulator-only test entry (not in the GPU code objects; tests/hip_kernels/emulator.rs): y[b] =
 // block_dot_f16_seq(row b of w, x, x_scale, n), written by the block's last thread (every thread
 // holds the sum). Launch: grid (n_rows), block 256. Not extern "C": it is no kernel of the module
 // (kernels.rs ALL_KERNELS lists those); the emulator registers it by its C++ name.

@@ -10,7 +10,7 @@
 //!     and replayed at every one of those positions).
 //! (b) Device sampling through the backend: greedy equals the host argmax of the same logits, and
 //!     the min-p path equals the host sampler for the same draw (the kernel-level comparison on many
-//!     random vectors is in src/backend/hip/kernels_emu_tests.rs).
+//!     random vectors is in tests/hip_kernels/sample.rs).
 //! Runs with `cargo test --release --features hip --test hip_emu_graph`; skipped (with a message)
 //! when there is no C++ compiler to build the emulator.
 #![cfg(feature = "hip")]
@@ -160,7 +160,7 @@ fn device_sampling_matches_the_host_sampler_on_the_backend() {
         );
         let host = Sampler::new(Some(seed)).sample(&logits, &params);
         // The kernel sums in another order: a different pick is possible only when u01 falls within
-        // float rounding of a boundary, checked exactly in kernels_emu_tests.rs; 6 draws on these
+        // float rounding of a boundary, checked exactly in tests/hip_kernels/sample.rs; 6 draws on these
         // logits are far from one (it would fail here, not pass silently).
         assert_eq!((pick.token, pick.drew), (host, true), "step {i}, u01 {u01}");
     }

@@ -1,5 +1,6 @@
 // CPU emulator of the ds4 kernels as a shared library (see hip/hip_runtime.h here for the model).
-// Built and loaded by src/backend/hip/kernels_emu_tests.rs:
+// Included by hip_api.cpp (the HIP runtime on the CPU, tools/build-hip-emu.sh), which runs launches
+// through registry(); the C ABI below also lets a test load the kernels alone:
 //   c++ -std=c++17 -O1 -fPIC -shared -DDS4_EMU -DDS4_EMU_WARP=32 -Ikernels/emu -Ikernels \
 //       kernels/emu/emu_lib.cpp -o libds4emu.so
 // Entry points (C ABI):
@@ -175,7 +176,7 @@ const std::vector<Entry>& registry() {
         K(ds4_moe_gemm_gate_up_iq2_xxs), K(ds4_moe_gemm_gate_up_q2_k), K(ds4_moe_gemm_gate_up_q4_k),
         K(ds4_moe_gemm_down_iq2_xxs), K(ds4_moe_gemm_down_q2_k), K(ds4_moe_gemm_down_q4_k), K(ds4_moe_sum),
         K(ds4_gemm_f16), K(ds4_test_mathf),
-        // Emulator-only test entries (kernels_emu_tests.rs; names start with ds4_emutest_).
+        // Emulator-only test entries (tests/hip_kernels/emulator.rs; names start with ds4_emutest_).
         K(ds4_emutest_block_dot_f16_seq),
     };
     return r;

@@ -1,8 +1,10 @@
-//! `ds4-chat selftest --backend hip [--kernels-only] [--model FILE [--forward N]]`: checks the GPU runtime and every kernel against
-//! the CPU reference on random inputs, one line per check (max abs/rel error vs tolerance, PASS/FAIL);
-//! fails (non-zero exit) if any check fails.
+//! `ds4-chat selftest --backend hip [--model FILE [--forward N]]`: checks the GPU's HIP runtime, the
+//! kernel module and (with a model) weight placement, one line per check (PASS/FAIL/SKIP); with
+//! `--forward N` the device forward pass against the CPU engine on the model. Fails (non-zero exit)
+//! if any check fails. Every kernel against the CPU reference is the test suite tests/hip_kernels.
 //!
-//! Owns argument parsing and printing only; the checks are `backend::hip::checks`.
+//! Owns argument parsing and printing only; the checks are `backend::hip::selftest` and
+//! `backend::hip::selftest_forward`.
 
 use super::CliResult;
 
@@ -11,9 +13,6 @@ pub struct Args {
     /// Backend to check against the CPU reference (only `hip` has device checks).
     #[arg(long, default_value = "hip")]
     pub backend: String,
-    /// Run only the kernel checks (skip the runtime smoke checks).
-    #[arg(long)]
-    pub kernels_only: bool,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -45,7 +44,7 @@ fn run_hip(_args: &Args) -> CliResult {
 #[cfg(feature = "hip")]
 fn run_hip(args: &Args) -> CliResult {
     use crate::backend::hip::HipContext;
-    use crate::backend::hip::checks::{self, CheckOptions, CheckResult, Verdict};
+    use crate::backend::hip::selftest::{self, CheckOptions, CheckResult, Verdict};
 
     let ctx = HipContext::new().map_err(|e| format!("selftest: {e}"))?;
     println!("selftest: {}", ctx.info().summary());
@@ -58,38 +57,23 @@ fn run_hip(args: &Args) -> CliResult {
     if let Some(n) = args.forward {
         let model = model.ok_or("selftest --forward needs --model FILE")?;
         drop(ctx);
-        let ok =
-            crate::backend::hip::forward_check::run_forward_check(model, n.max(1), args.greedy, args.seed, &mut |l| {
-                println!("{l}")
-            })
-            .map_err(|e| format!("selftest --forward: {e}"))?;
+        let ok = crate::backend::hip::selftest_forward::run_forward_check(
+            model,
+            n.max(1),
+            args.greedy,
+            args.seed,
+            &mut |l| println!("{l}"),
+        )
+        .map_err(|e| format!("selftest --forward: {e}"))?;
         return if ok {
             Ok(())
         } else {
             Err("selftest --forward: the device forward pass differs from the CPU engine".into())
         };
     }
-    let opts = CheckOptions {
-        kernels_only: args.kernels_only,
-        seed: args.seed,
-        model,
-    };
-    let print = |r: &CheckResult| {
-        let status = match &r.verdict {
-            Verdict::Pass => "PASS",
-            Verdict::Fail => "FAIL",
-            Verdict::Skip(_) => "SKIP",
-        };
-        let detail = match &r.verdict {
-            Verdict::Skip(why) => why.clone(),
-            _ => r.note.clone(),
-        };
-        println!(
-            "{status} {:<40} max_abs {:<10.3e} max_rel {:<10.3e} tol {:<8.1e} {detail}",
-            r.name, r.max_abs, r.max_rel, r.tol
-        );
-    };
-    let results = checks::run_all(&ctx, &opts, &mut { print });
+    let opts = CheckOptions { seed: args.seed, model };
+    let print = |r: &CheckResult| println!("{r}");
+    let results = selftest::run_all(&ctx, &opts, &mut { print });
     let failed = results.iter().filter(|r| r.verdict == Verdict::Fail).count();
     let skipped = results.iter().filter(|r| matches!(r.verdict, Verdict::Skip(_))).count();
     println!(

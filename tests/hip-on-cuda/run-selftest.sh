@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One device call on an NVIDIA machine: build the shim, the smoke-test and the project kernels with the
 # local nvcc, then run `ds4-chat selftest --backend hip` through the shim (and once more under
-# compute-sanitizer memcheck). Logs go to $OUT (or ./out).
-# Usage: run-selftest.sh DS4_CHAT_BINARY TREE   (TREE holds tests/hip-on-cuda, kernels, tools and
-#        src/backend/hip/ffi.rs of the same commit as the binary)
+# compute-sanitizer memcheck, over the kernel suite's test binary when given). Logs go to $OUT (or ./out).
+# Usage: run-selftest.sh DS4_CHAT_BINARY TREE [KERNELS_TEST_BIN]   (TREE holds tests/hip-on-cuda,
+#        kernels, tools and src/backend/hip/ffi.rs of the same commit as the binary; KERNELS_TEST_BIN
+#        from `cargo test --release --features hip --test hip_kernels --no-run`)
 set -uo pipefail
 bin="$(readlink -f "${1:?usage: run-selftest.sh BINARY TREE}")"
 tree="$(readlink -f "${2:?usage: run-selftest.sh BINARY TREE}")"
+kbin="${3:+$(readlink -f "$3")}"
 out="${OUT:-$PWD/out}"
 work=/tmp/ds4-hip-on-cuda
 mkdir -p "$out"
@@ -32,20 +34,19 @@ step() { echo; echo "== $* ($(date -u +%T))"; }
   DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" "$bin" selftest --backend hip
   echo "selftest rc=$?"
 
-  step "selftest --kernels-only, seed 2 (library found on LD_LIBRARY_PATH as libamdhip64.so.5)"
-  LD_LIBRARY_PATH="$work/lib" "$bin" selftest --backend hip --kernels-only --seed 2
+  step "selftest, seed 2 (library found on LD_LIBRARY_PATH as libamdhip64.so.5)"
+  LD_LIBRARY_PATH="$work/lib" "$bin" selftest --backend hip --seed 2
   echo "selftest rc=$?"
 
   step "weights: generate the tiny model, upload through pinned staging, read back"
   "$bin" gen-model --preset tiny --out /tmp/ds4-tiny.gguf 2>&1 | tail -1
-  DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" "$bin" selftest --backend hip --kernels-only --seed 4 \
-    --model /tmp/ds4-tiny.gguf | grep -v '^PASS kernel\.'
-  echo "selftest rc=${PIPESTATUS[0]}"
+  DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" "$bin" selftest --backend hip --seed 4 --model /tmp/ds4-tiny.gguf
+  echo "selftest rc=$?"
 
-  if command -v compute-sanitizer >/dev/null; then
-    step "compute-sanitizer memcheck, kernels only"
-    DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" timeout 240 compute-sanitizer --tool memcheck --print-limit 20 \
-      "$bin" selftest --backend hip --kernels-only --seed 3 2>&1 | tail -60
+  if command -v compute-sanitizer >/dev/null && [ -n "$kbin" ]; then
+    step "compute-sanitizer memcheck, the kernel suite (seed 3)"
+    DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_KERNEL_SEED=3 timeout 240 compute-sanitizer --tool memcheck \
+      --print-limit 20 "$kbin" --nocapture --test-threads 1 2>&1 | tail -60
     echo "memcheck rc=${PIPESTATUS[0]}"
   fi
   step done

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# The H200 validation of the HIP backend in one device call (issue #7 item 6): shim + kernels built
-# there, every kernel against the CPU reference, the device forward pass against the CPU engine on
-# the tiny q2/q4/mixed models, the reference vectors (case A) on the HIP backend, and
-# `run --backend hip` against `run --backend cpu`. Logs go to $OUT (default ./out).
-#   run-validation.sh BIN TREE [VECTORS_TEST_BIN [VECTORS_DIR]]
-# BIN: a `--features hip` release ds4-chat; TREE: this repository; VECTORS_TEST_BIN: the vectors
-# integration test binary (`cargo test --release --features hip --test vectors --no-run`);
-# VECTORS_DIR: the vectors (default: TREE/tests/fixtures/vectors). The test binary runs in TREE and
-# rebuilds tiny_a.gguf with TREE/tools/gen_tiny_gguf.py, which needs python3 with numpy and gguf
-# (carry the gguf wheel: PYTHONPATH).
+# The H200 validation of the HIP backend in one device call: shim + kernels built there, the
+# selftest's runtime checks, every kernel against the CPU reference bit for bit (the kernel suite's
+# test binary), the device forward pass against the CPU engine on the tiny q2/q4/mixed models, the
+# reference vectors (case A) on the HIP backend, and `run --backend hip` against
+# `run --backend cpu`. Logs go to $OUT (default ./out).
+#   run-validation.sh BIN TREE KERNELS_TEST_BIN [VECTORS_TEST_BIN [VECTORS_DIR]]
+# BIN: a `--features hip` release ds4-chat; TREE: this repository; KERNELS_TEST_BIN: the kernel
+# suite's test binary (`cargo test --release --features hip --test hip_kernels --no-run` prints its
+# path); VECTORS_TEST_BIN: the vectors integration test binary (`cargo test --release --features hip
+# --test vectors --no-run`); VECTORS_DIR: the vectors (default: TREE/tests/fixtures/vectors). The test
+# binary runs in TREE and rebuilds tiny_a.gguf with TREE/tools/gen_tiny_gguf.py, which needs python3
+# with numpy and gguf (carry the gguf wheel: PYTHONPATH).
 set -uo pipefail
-bin="$(readlink -f "${1:?usage: run-validation.sh BIN TREE [VECTORS_TEST_BIN [VECTORS_DIR]]}")"
-tree="$(readlink -f "${2:?usage: run-validation.sh BIN TREE [VECTORS_TEST_BIN [VECTORS_DIR]]}")"
-vbin="${3:-}"; vdir="${4:-$tree/tests/fixtures/vectors}"
+usage="usage: run-validation.sh BIN TREE KERNELS_TEST_BIN [VECTORS_TEST_BIN [VECTORS_DIR]]"
+bin="$(readlink -f "${1:?$usage}")"
+tree="$(readlink -f "${2:?$usage}")"
+kbin="$(readlink -f "${3:?$usage}")"
+vbin="${4:-}"; vdir="${5:-$tree/tests/fixtures/vectors}"
 out="${OUT:-$PWD/out}"
 work=/tmp/ds4-hip-on-cuda
 mkdir -p "$out"
@@ -25,8 +29,10 @@ step() { echo; echo "== $* ($(date -u +%T))"; }
   bash "$tree/tests/hip-on-cuda/build.sh" "$work" sm_90 >/dev/null || { echo "SHIM BUILD FAILED"; exit 1; }
   bash "$tree/tools/build-kernels-nvcc.sh" "$work/kernels" sm_90 || { echo "PROJECT KERNEL BUILD FAILED"; exit 1; }
   export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_HIP_FORWARD=1
-  step "every kernel against the CPU reference"
+  step "selftest: runtime checks, kernel module"
   timeout 120 "$bin" selftest --backend hip; echo "selftest rc=$?"
+  step "every kernel against the CPU reference, bitwise (tests/hip_kernels)"
+  timeout 300 "$kbin" --nocapture --test-threads 1; echo "kernel suite rc=$?"
   for e in q2 q4 mixed; do
     step "tiny model, $e experts: forward 136 tokens + 64 greedy, GPU vs CPU"
     "$bin" gen-model --preset tiny --experts "$e" --out "/tmp/tiny-$e.gguf" 2>&1 | tail -1

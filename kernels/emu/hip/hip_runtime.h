@@ -1,5 +1,5 @@
 // CPU emulation of the device-side HIP names the ds4 kernels use, for tests on machines without a
-// GPU (src/backend/hip/kernels_emu_tests.rs). Selected by -DDS4_EMU with -Ikernels/emu, so that
+// GPU (tests/hip_kernels, tests/hip_emu*). Selected by -DDS4_EMU with -Ikernels/emu, so that
 // kernels/prelude.h's `#include <hip/hip_runtime.h>` lands here.
 //
 // Model: the blocks of a launch run one after another; the threads of a block are cooperative

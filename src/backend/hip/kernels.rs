@@ -1636,11 +1636,6 @@ pub fn embedded_targets() -> Vec<&'static str> {
     EMBEDDED_CODE_OBJECTS.iter().map(|(t, _)| *t).collect()
 }
 
-// The emulator tests run once per CI pass: in the default (CPU) build only.
-#[cfg(all(test, not(feature = "hip")))]
-#[path = "kernels_emu_tests.rs"]
-mod emu_tests;
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,9 +22,10 @@
 //! * `footprint` — a session's device bytes (KV + scratch) from the shapes, for the memory guard.
 //! * `bandwidth` — peak device bandwidth (a timed device-to-device copy) for `bench`.
 //! * `profile` — `DS4_HIP_PROFILE=1`: device time per kernel of the forward pass.
-//! * `forward_check` — `selftest --forward N`: `HipBackend` against the CPU engine on a model.
-//! * `checks`, `kernel_checks` — the GPU selftest: runtime smoke checks; every kernel against the CPU
-//!   reference on random inputs.
+//! * `selftest` — `ds4-chat selftest --backend hip`: the runtime's smoke checks, the kernel module's
+//!   load and one launch, weight placement read back; `selftest_forward` — `selftest --forward N`:
+//!   `HipBackend` against the CPU engine on a model. Every kernel against the CPU reference is the
+//!   test suite tests/hip_kernels (on the emulator in CI, on a GPU by carrying its binary).
 //!
 //! Kernel images: AMD code objects are embedded by build.rs; on the NVIDIA test shim
 //! (tests/hip-on-cuda) they come from `$DS4_KERNEL_DIR/<stem>.sm_<cc>.cubin`
@@ -32,18 +33,17 @@
 
 pub mod backend;
 pub mod bandwidth;
-pub mod checks;
 pub mod engine;
 pub mod ffi;
 pub mod footprint;
 pub mod forward;
-pub mod forward_check;
-pub mod kernel_checks;
 pub mod kernel_module;
 pub mod kernels;
 pub mod prefill;
 pub mod profile;
 pub mod runtime;
+pub mod selftest;
+pub mod selftest_forward;
 pub mod weights;
 
 pub use backend::open_backend;

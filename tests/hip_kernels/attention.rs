@@ -1,0 +1,268 @@
+//! Attention-side kernels against the CPU reference: row finishing (RMSNorm, RoPE and its inverse,
+//! E4M3 KV rounding, the raw ring store, the indexer's Hadamard + FP4) and attention over the ring
+//! and the compressed rows (dense, ratio 4 with indexer selection, ratio 128, prefill).
+
+use ds4_chat::backend::cpu::attention::{Visible, attend};
+use ds4_chat::backend::cpu::ops::{Rope, fp8_kv_round_trip, indexer_qat, rms_norm};
+use ds4_chat::backend::hip::kernels;
+use ds4_chat::backend::hip::runtime::HipResult;
+use ds4_chat::gguf::half::round_f16;
+use ds4_chat::model::hparams::HParams;
+
+use super::support::*;
+
+/// Every check of this file, with its shapes.
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+    for (label, n_tok, pos0, ratio, n_comp_avail, top_k) in [
+        ("decode dense", 1usize, 200usize, 0usize, 0usize, 0usize),
+        ("decode ratio4 +indexer sel", 1, 1000, 4, 250, 64),
+        ("prefill 20 tok ratio128", 20, 130, 128, 1, 0),
+        ("prefill 3 tok ratio4", 3, 37, 4, 9, 0),
+    ] {
+        let name = format!("kernel.attention[{label}]");
+        let shape = (n_tok, pos0, ratio, n_comp_avail, top_k);
+        emit(guard(&name, || check_attention(gpu, rng, &name, shape)));
+    }
+    for v in [
+        RowsVariant::Q,
+        RowsVariant::QInverse,
+        RowsVariant::Kv,
+        RowsVariant::Indexer,
+    ] {
+        let name = format!("kernel.rows_finish[{v:?}]");
+        let r = guard(&name, || check_rows_finish(gpu, rng, &name, v, &mut *emit));
+        emit(r);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum RowsVariant {
+    /// Attention q rows: RMSNorm (no weight) + plain RoPE (dense layer).
+    Q,
+    /// Inverse RoPE (attention output de-rotation).
+    QInverse,
+    /// KV row of a compressed layer: RMSNorm with weight, YaRN RoPE, E4M3 on the non-rope dims, f16
+    /// rounding, stored into the raw ring.
+    Kv,
+    /// Indexer q rows: YaRN RoPE + Hadamard-128 and FP4.
+    Indexer,
+}
+
+fn check_rows_finish(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    v: RowsVariant,
+    emit: &mut dyn FnMut(CheckResult),
+) -> HipResult<CheckResult> {
+    use kernels::row_flags as f;
+    let hp = HParams::flash();
+    let eps = 1e-6f32;
+    let (n_head, head_dim, n_tok, pos0, flags, compressed) = match v {
+        RowsVariant::Q => (3usize, hp.head_dim, 2usize, 1000usize, f::NORM | f::ROPE, false),
+        RowsVariant::QInverse => (2, hp.head_dim, 2, 77, f::ROPE | f::ROPE_INVERSE, false),
+        RowsVariant::Kv => (
+            1,
+            hp.head_dim,
+            3,
+            300,
+            f::NORM | f::ROPE | f::E4M3 | f::ROUND_F16 | f::STORE_RING,
+            true,
+        ),
+        RowsVariant::Indexer => (4, hp.idx_head_dim, 2, 4100, f::ROPE | f::HADAMARD_FP4, true),
+    };
+    let ring_cap = 256usize;
+    let x = random_vec(rng, n_tok * n_head * head_dim, 3.0);
+    let w: Vec<f32> = (0..head_dim).map(|_| 1.0 + 0.3 * rng.next_f32()).collect();
+    let use_w = v == RowsVariant::Kv;
+    let x_d = gpu.up(&x)?;
+    let w_d = gpu.up(&w)?;
+    let ring = gpu.poisoned::<f32>(ring_cap * head_dim)?;
+    let pos_d = gpu.up(&[pos0 as u32])?;
+    let rope = if compressed {
+        kernels::RopeParams::yarn(
+            hp.n_rot as u32,
+            hp.compress_rope_freq_base,
+            hp.rope_scaling_factor,
+            hp.rope_orig_ctx as u32,
+            hp.yarn_beta_fast,
+            hp.yarn_beta_slow,
+        )
+    } else {
+        kernels::RopeParams::plain(hp.n_rot as u32, hp.rope_freq_base)
+    };
+    gpu.run(&kernels::rows_finish(
+        x_d.ptr().0,
+        if flags & f::STORE_RING != 0 {
+            ring.ptr().0
+        } else {
+            kernels::NULL
+        },
+        if use_w { w_d.ptr().0 } else { kernels::NULL },
+        pos_d.ptr().0,
+        n_head as u32,
+        head_dim as u32,
+        flags,
+        ring_cap as u32,
+        rope,
+        eps,
+        n_tok as u32,
+    ))?;
+    let got = x_d.to_vec::<f32>()?;
+    let cpu_rope = Rope::for_layer(&hp, compressed);
+    let mut want = x.clone();
+    for t in 0..n_tok {
+        for h in 0..n_head {
+            let row = &mut want[(t * n_head + h) * head_dim..(t * n_head + h + 1) * head_dim];
+            if flags & f::NORM != 0 {
+                let src = row.to_vec();
+                rms_norm(row, &src, if use_w { Some(&w) } else { None }, eps);
+            }
+            cpu_rope.apply(row, head_dim, pos0 + t, flags & f::ROPE_INVERSE != 0);
+            if flags & f::E4M3 != 0 {
+                fp8_kv_round_trip(row, head_dim - hp.n_rot);
+            }
+            if flags & f::HADAMARD_FP4 != 0 {
+                indexer_qat(row);
+            }
+            if flags & f::ROUND_F16 != 0 {
+                row.iter_mut().for_each(|x| *x = round_f16(*x));
+            }
+        }
+    }
+    let note = format!("{n_tok} tok x {n_head} heads x {head_dim}, pos {pos0}");
+    if flags & f::STORE_RING != 0 {
+        let ring_all = ring.to_vec::<f32>()?;
+        let mut got_ring = Vec::new();
+        for t in 0..n_tok {
+            let r = (pos0 + t) % ring_cap;
+            got_ring.extend_from_slice(&ring_all[r * head_dim..(r + 1) * head_dim]);
+        }
+        emit(same_bits(
+            &format!("{name}.ring"),
+            &got_ring,
+            &want,
+            format!("rows at pos % {ring_cap}"),
+        ));
+    }
+    Ok(same_bits(name, &got, &want, note))
+}
+
+/// Attention with sinks over the raw ring and the compressed rows against the
+/// CPU `attend`, for decode (split rows + combine) and batched prefill, with and without the
+/// indexer's row selection. `shape` = (n_tok, pos0, ratio, n_comp_avail, top_k; 0 = no selection).
+fn check_attention(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    shape: (usize, usize, usize, usize, usize),
+) -> HipResult<CheckResult> {
+    let (n_tok, pos0, ratio, n_comp_avail, top_k) = shape;
+    let (n_head, head_dim, window, ring_cap) = (16usize, 512usize, 128usize, 256usize);
+    let q = random_vec(rng, n_tok * n_head * head_dim, 1.0);
+    let ring = random_vec(rng, ring_cap * head_dim, 1.0);
+    let comp = random_vec(rng, n_comp_avail.max(1) * head_dim, 1.0);
+    let sinks = random_vec(rng, n_head, 2.0);
+    // Ascending distinct selections of top_k rows among the visible compressed rows of each token.
+    let mut sel: Vec<u32> = Vec::new();
+    let visible_comp = |p: usize| (p + 1).checked_div(ratio).map_or(0, |c| c.min(n_comp_avail));
+    for t in 0..n_tok {
+        let n_c = visible_comp(pos0 + t);
+        let mut rows: Vec<u32> = Vec::new();
+        if top_k > 0 {
+            let mut all: Vec<u32> = (0..n_c as u32).collect();
+            for i in (1..all.len()).rev() {
+                all.swap(i, rng.int_in(0, i as i64) as usize);
+            }
+            rows = all.into_iter().take(top_k.min(n_c)).collect();
+            rows.sort_unstable();
+            rows.resize(top_k, 0);
+        }
+        sel.extend(rows);
+    }
+    let att = kernels::AttentionShape {
+        n_head: n_head as u32,
+        head_dim: head_dim as u32,
+        ring_cap: ring_cap as u32,
+        window: window as u32,
+        ratio: ratio as u32,
+        top_k: top_k as u32,
+    };
+    let selected = top_k > 0;
+    let rows = att.visible_rows((pos0 + n_tok - 1) as u32, n_comp_avail as u32, selected);
+    let (q_d, r_d, c_d, s_d) = (gpu.up(&q)?, gpu.up(&ring)?, gpu.up(&comp)?, gpu.up(&sinks)?);
+    let sel_d = gpu.up(&if sel.is_empty() { vec![0u32] } else { sel.clone() })?;
+    let out = gpu.poisoned::<f32>(n_tok * n_head * head_dim)?;
+    // A score stride of 3 spare rows (as a captured decode graph sizes it for the session): the
+    // spare score blocks exit and the output is the same.
+    let sc = gpu.poisoned::<f32>(att.score_floats(n_tok as u32, rows + 3))?;
+    let inv = gpu.poisoned::<f32>(n_tok * n_head)?;
+    let pos_d = gpu.up(&[pos0 as u32])?;
+    for launch in kernels::attention(
+        &att,
+        out.ptr().0,
+        sc.ptr().0,
+        inv.ptr().0,
+        q_d.ptr().0,
+        r_d.ptr().0,
+        c_d.ptr().0,
+        if selected { sel_d.ptr().0 } else { kernels::NULL },
+        s_d.ptr().0,
+        pos_d.ptr().0,
+        n_comp_avail as u32,
+        rows + 3,
+        n_tok as u32,
+    ) {
+        gpu.run(&launch)?;
+    }
+    let got = out.to_vec::<f32>()?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("1-thread pool");
+    let mut want = vec![0f32; n_tok * n_head * head_dim];
+    for t in 0..n_tok {
+        let p = pos0 + t;
+        let first = (p + 1).saturating_sub(window);
+        let raw: Vec<f32> = (first..=p)
+            .flat_map(|pos| {
+                ring[(pos % ring_cap) * head_dim..(pos % ring_cap + 1) * head_dim]
+                    .iter()
+                    .copied()
+            })
+            .collect();
+        let n_c = visible_comp(p);
+        let allowed: Option<Vec<bool>> = (selected && n_c > top_k).then(|| {
+            let mut a = vec![false; n_c];
+            for &r in &sel[t * top_k..(t + 1) * top_k] {
+                a[r as usize] = true;
+            }
+            a
+        });
+        let vis = Visible {
+            raw: &raw,
+            comp: &comp[..n_c * head_dim],
+            allowed: allowed.as_deref(),
+        };
+        let mut scores = vec![0f32; n_head * (raw.len() / head_dim + n_c).max(1)];
+        let qt = &q[t * n_head * head_dim..(t + 1) * n_head * head_dim];
+        attend(
+            &pool,
+            qt,
+            &vis,
+            &sinks,
+            head_dim,
+            &mut want[t * n_head * head_dim..(t + 1) * n_head * head_dim],
+            &mut scores,
+        );
+    }
+    Ok(same_bits(
+        name,
+        &got,
+        &want,
+        format!(
+            "{n_tok} tok at {pos0}, {n_head}x{head_dim}, {rows} rows (stride {})",
+            rows + 3
+        ),
+    ))
+}

@@ -1,0 +1,212 @@
+//! The compressed cache's kernels against the CPU reference: the compressor's pooling (ratio 4 and
+//! 128, across and within windows) and the indexer's scores and top-k selection.
+
+use ds4_chat::backend::cpu::compressor::{CompressorState, NEG_INF};
+use ds4_chat::backend::cpu::indexer::top_k_mask;
+use ds4_chat::backend::cpu::quant::dot_f32;
+use ds4_chat::backend::hip::kernels;
+use ds4_chat::backend::hip::runtime::HipResult;
+use ds4_chat::gguf::half::f32_to_f16;
+
+use super::support::*;
+
+/// Every check of this file, with its shapes.
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+    for (ratio, head_dim, pos0, n_tok) in [(4usize, 512usize, 5usize, 11usize), (4, 128, 0, 1), (128, 512, 120, 10)] {
+        let name = format!("kernel.compressor_pool[ratio {ratio}, {n_tok} tok at {pos0}]");
+        let r = guard(&name, || {
+            check_compressor(gpu, rng, &name, (ratio, head_dim, pos0, n_tok), &mut *emit)
+        });
+        emit(r);
+    }
+    for (n_tok, pos0, top_k) in [(1usize, 1203usize, 64usize), (5, 600, 100)] {
+        let name = format!("kernel.indexer[{n_tok} tok at {pos0}, top {top_k}]");
+        let r = guard(&format!("{name}.topk"), || {
+            check_indexer(gpu, rng, &name, (n_tok, pos0, top_k), &mut *emit)
+        });
+        emit(r);
+    }
+}
+
+/// Compressor state update and pooling against `CompressorState::push`, starting from a
+/// random mid-stream state; checks the emitted rows and the final kv/score state.
+fn check_compressor(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    shape: (usize, usize, usize, usize),
+    emit: &mut dyn FnMut(CheckResult),
+) -> HipResult<CheckResult> {
+    let (ratio, head_dim, pos0, n_tok) = shape;
+    let comp_cap = 64usize;
+    let mut cpu = CompressorState::new(ratio, head_dim);
+    let w = cpu.width();
+    // A state as left by earlier tokens: random rows, some never-written rows (NEG_INF scores).
+    for (k, s) in cpu.kv.iter_mut().zip(cpu.score.iter_mut()) {
+        *k = rng.next_f32();
+        *s = if rng.next_u64().is_multiple_of(5) {
+            NEG_INF
+        } else {
+            2.0 * rng.next_f32()
+        };
+    }
+    let kv_cur = random_vec(rng, n_tok * w, 1.0);
+    let sc_cur = random_vec(rng, n_tok * w, 2.0);
+    let ape_bits: Vec<u16> = (0..ratio * w).map(|_| f32_to_f16(0.5 * rng.next_f32())).collect();
+    let ape: Vec<f32> = ape_bits.iter().map(|&h| ds4_chat::gguf::half::f16_to_f32(h)).collect();
+    let (skv_d, ssc_d) = (gpu.up(&cpu.kv)?, gpu.up(&cpu.score)?);
+    let (kv_d, sc_d, ape_d) = (gpu.up(&kv_cur)?, gpu.up(&sc_cur)?, gpu.up(&ape_bits)?);
+    let comp = gpu.poisoned::<f32>(comp_cap * head_dim)?;
+    let pos_d = gpu.up(&[pos0 as u32])?;
+    gpu.run(&kernels::compressor_pool(
+        comp.ptr().0,
+        skv_d.ptr().0,
+        ssc_d.ptr().0,
+        kv_d.ptr().0,
+        sc_d.ptr().0,
+        ape_d.ptr().0,
+        pos_d.ptr().0,
+        head_dim as u32,
+        ratio as u32,
+        n_tok as u32,
+        comp_cap as u32,
+    ))?;
+    let comp_all = comp.to_vec::<f32>()?;
+    let (mut got_rows, mut want_rows) = (Vec::new(), Vec::new());
+    let mut row = vec![0f32; head_dim];
+    for t in 0..n_tok {
+        let p = pos0 + t;
+        if cpu.push(
+            &kv_cur[t * w..(t + 1) * w],
+            &sc_cur[t * w..(t + 1) * w],
+            &ape,
+            p,
+            &mut row,
+        ) {
+            let r = (p + 1) / ratio - 1;
+            want_rows.extend_from_slice(&row);
+            got_rows.extend_from_slice(&comp_all[r * head_dim..(r + 1) * head_dim]);
+        }
+    }
+    let (got_kv, got_sc) = (skv_d.to_vec::<f32>()?, ssc_d.to_vec::<f32>()?);
+    let mut state_got = got_kv;
+    state_got.extend(got_sc);
+    let mut state_want = cpu.kv.clone();
+    state_want.extend(&cpu.score);
+    emit(same_bits(
+        &format!("{name}.state"),
+        &state_got,
+        &state_want,
+        "kv|score".into(),
+    ));
+    let emitted = want_rows.len() / head_dim;
+    Ok(same_bits(
+        name,
+        &got_rows,
+        &want_rows,
+        format!("{emitted} rows emitted, head_dim {head_dim}"),
+    ))
+}
+
+/// Lightning indexer: scores Σ_h max(0, k·q_h)·w_h·scale over the visible compressed rows
+/// (against the CPU formula with `dot_f32`), then the top-k selection of the GPU's own scores
+/// against `top_k_mask` (ties to the lower row), exact.
+fn check_indexer(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    shape: (usize, usize, usize),
+    emit: &mut dyn FnMut(CheckResult),
+) -> HipResult<CheckResult> {
+    let (n_tok, pos0, top_k) = shape;
+    let (n_head, head_dim, ratio) = (64usize, 128usize, 4usize);
+    let n_comp_avail = (pos0 + n_tok) / ratio;
+    let score_stride = n_comp_avail + 3;
+    let qi = random_vec(rng, n_tok * n_head * head_dim, 1.0);
+    let w = random_vec(rng, n_tok * n_head, 1.0);
+    let mut krows = random_vec(rng, n_comp_avail * head_dim, 1.0);
+    // Two identical rows give an exact score tie for the selection's tie rule.
+    let dup = krows[..head_dim].to_vec();
+    krows[head_dim..2 * head_dim].copy_from_slice(&dup);
+    let w_scale = 1.0 / ((head_dim * n_head) as f32).sqrt();
+    let (q_d, w_d, k_d) = (gpu.up(&qi)?, gpu.up(&w)?, gpu.up(&krows)?);
+    let scores = gpu.poisoned::<f32>(n_tok * score_stride)?;
+    let sel = gpu.poisoned::<u32>(n_tok * top_k)?;
+    let pos_d = gpu.up(&[pos0 as u32])?;
+    gpu.run(&kernels::indexer_scores(
+        scores.ptr().0,
+        q_d.ptr().0,
+        w_d.ptr().0,
+        k_d.ptr().0,
+        pos_d.ptr().0,
+        n_head as u32,
+        n_comp_avail as u32,
+        ratio as u32,
+        top_k as u32,
+        score_stride as u32,
+        w_scale,
+        n_comp_avail as u32,
+        n_tok as u32,
+    ))?;
+    gpu.run(&kernels::indexer_topk(
+        sel.ptr().0,
+        scores.ptr().0,
+        pos_d.ptr().0,
+        score_stride as u32,
+        n_comp_avail as u32,
+        ratio as u32,
+        top_k as u32,
+        n_tok as u32,
+    ))?;
+    let (got_scores_all, got_sel) = (scores.to_vec::<f32>()?, sel.to_vec::<u32>()?);
+    let (mut got_s, mut want_s) = (Vec::new(), Vec::new());
+    let mut sel_mismatch = Vec::new();
+    for t in 0..n_tok {
+        let n_c = ((pos0 + t + 1) / ratio).min(n_comp_avail);
+        // Tokens that see at most top_k rows use no selection: the kernels skip them.
+        if n_c <= top_k {
+            continue;
+        }
+        let row_scores = &got_scores_all[t * score_stride..t * score_stride + n_c];
+        got_s.extend_from_slice(row_scores);
+        for c in 0..n_c {
+            let k = &krows[c * head_dim..(c + 1) * head_dim];
+            let mut acc = 0f32;
+            for h in 0..n_head {
+                let q = &qi[(t * n_head + h) * head_dim..(t * n_head + h + 1) * head_dim];
+                acc += dot_f32(k, q).max(0.0) * (w[t * n_head + h] * w_scale);
+            }
+            want_s.push(acc);
+        }
+        if n_c > top_k {
+            let mut allowed = vec![false; n_c];
+            top_k_mask(row_scores, top_k, &mut allowed);
+            let want_sel: Vec<u32> = (0..n_c as u32).filter(|&c| allowed[c as usize]).collect();
+            if got_sel[t * top_k..(t + 1) * top_k] != want_sel[..] {
+                sel_mismatch.push(t);
+            }
+        }
+    }
+    emit(same_bits(
+        &format!("{name}.scores"),
+        &got_s,
+        &want_s,
+        format!("{n_tok} tok, {n_head} heads, {n_comp_avail} rows"),
+    ));
+    Ok(CheckResult {
+        name: format!("{name}.topk"),
+        max_abs: sel_mismatch.len() as f64,
+        max_rel: 0.0,
+        tol: 0.0,
+        verdict: if sel_mismatch.is_empty() {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+        note: if sel_mismatch.is_empty() {
+            format!("selection of the GPU scores equals top_k_mask for all {n_tok} tokens")
+        } else {
+            format!("selection differs for tokens {sel_mismatch:?}")
+        },
+    })
+}

@@ -1,0 +1,139 @@
+//! Every GPU kernel (kernels/*.hip) against the CPU reference engine (`backend::cpu`) on random inputs
+//! of every weight format and odd sizes, through the production launch builders
+//! (`backend::hip::kernels`), kernel module and HIP runtime layer.
+//!
+//! Where it runs:
+//! * CI and any machine without a GPU: on the CPU emulator of the HIP runtime (tests/hip_emu,
+//!   kernels/emu/hip_api.cpp), wave32, and wave64 in a child process of this binary.
+//! * A GPU: set `DS4_HIP_LIBRARY` to the HIP runtime (or the NVIDIA shim of tests/hip-on-cuda, with
+//!   `DS4_KERNEL_DIR` naming the nvcc cubins) and run the compiled binary
+//!   (`cargo test --release --features hip --test hip_kernels --no-run`); no emulator is built.
+//!
+//! `DS4_KERNEL_SEED` changes the random inputs (default 1); `DS4_KERNEL_CHECKS=moe,hc` runs only those
+//! groups (the coverage check then does not apply, nor in the wave64 rerun, which skips the checks
+//! that cannot depend on the wave size). Each check prints one line; the test fails if
+//! any check fails or some kernel of the module was never launched.
+#![cfg(feature = "hip")]
+
+#[path = "../hip_emu/mod.rs"]
+mod hip_emu;
+
+mod attention;
+mod cache;
+mod emulator;
+mod hc;
+mod matvec;
+mod moe;
+mod sample;
+mod support;
+
+use std::sync::OnceLock;
+
+use ds4_chat::backend::hip::kernels::ALL_KERNELS;
+use support::{CheckResult, CheckRng, Gpu, Verdict};
+
+/// Whether the HIP runtime was named from outside (a real device or the NVIDIA shim) rather than the
+/// emulator this binary builds. Read once, before `use_emulated_hip` sets `DS4_HIP_LIBRARY` itself.
+fn on_device() -> bool {
+    static DEVICE: OnceLock<bool> = OnceLock::new();
+    *DEVICE.get_or_init(|| std::env::var_os("DS4_HIP_LIBRARY").is_some())
+}
+
+/// The device of this process, or `None` when the emulator cannot be built here (no C++ compiler,
+/// outside CI).
+pub fn open_gpu() -> Option<Gpu> {
+    if !on_device() && hip_emu::use_emulated_hip().is_none() {
+        return None;
+    }
+    Some(Gpu::open().unwrap_or_else(|e| panic!("HIP device: {e}")))
+}
+
+type Group = fn(&Gpu, &mut CheckRng, &mut dyn FnMut(CheckResult));
+
+const GROUPS: [(&str, Group); 6] = [
+    ("matvec", matvec::run),
+    ("moe", moe::run),
+    ("hc", hc::run),
+    ("attention", attention::run),
+    ("cache", cache::run),
+    ("sample", sample::run),
+];
+
+#[test]
+fn every_kernel_matches_the_cpu_reference() {
+    let Some(gpu) = open_gpu() else { return };
+    let seed = std::env::var("DS4_KERNEL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let only = std::env::var("DS4_KERNEL_CHECKS").ok().filter(|s| !s.is_empty());
+    println!(
+        "kernel checks on {} ({} kernels for {}, {}), seed {seed}",
+        gpu.ctx.info().summary(),
+        ALL_KERNELS.len(),
+        gpu.kernels.target,
+        gpu.kernels.source
+    );
+    let mut rng = CheckRng::new(seed);
+    let mut results = Vec::new();
+    let mut last = std::time::Instant::now();
+    let mut emit = |r: CheckResult| {
+        println!("{r} [{:.2} s]", last.elapsed().as_secs_f64());
+        last = std::time::Instant::now();
+        results.push(r);
+    };
+    for (name, group) in GROUPS {
+        if only.as_deref().is_none_or(|o| o.split(',').any(|g| g == name)) {
+            let t0 = std::time::Instant::now();
+            group(&gpu, &mut rng, &mut emit);
+            println!("group {name}: {:.1} s", t0.elapsed().as_secs_f64());
+        }
+    }
+    if only.is_none() && !support::wave_rerun() {
+        let launched = gpu.launched.borrow();
+        let missing: Vec<&str> = ALL_KERNELS
+            .iter()
+            .map(|k| k.name)
+            .filter(|n| !launched.contains(n))
+            .collect();
+        assert!(missing.is_empty(), "kernels no check launched: {}", missing.join(", "));
+    }
+    let failed: Vec<&str> = results
+        .iter()
+        .filter(|r| r.verdict == Verdict::Fail)
+        .map(|r| r.name.as_str())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} kernel checks failed: {}",
+        failed.len(),
+        results.len(),
+        failed.join(", ")
+    );
+}
+
+/// The wave64 emulator runs this binary's tests again in a child process (a process loads one HIP
+/// runtime, and the emulator's wave size is fixed when it is built).
+#[test]
+fn wave64_emulator_passes_the_same_checks() {
+    if on_device() || std::env::var_os("DS4_EMU_WARP").is_some() || hip_emu::use_emulated_hip().is_none() {
+        return;
+    }
+    let exe = std::env::current_exe().expect("this test binary");
+    let out = std::process::Command::new(exe)
+        .args(["--skip", "wave64_emulator_passes_the_same_checks", "--nocapture"])
+        .env("DS4_EMU_WARP", "64")
+        .env_remove("DS4_HIP_LIBRARY")
+        .output()
+        .expect("run this test binary again");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("wave64:\n{text}");
+    assert!(
+        out.status.success(),
+        "the wave64 emulator fails the kernel checks (output above)"
+    );
+}

@@ -1,0 +1,362 @@
+//! Dense kernels against the CPU reference: fill, RMSNorm with both activation quantizations, the
+//! Q8_0 / F16 / K-quant matvecs and GEMMs (bitwise), the F16 pair matvec and the Q8_0 SwiGLU matvec.
+
+use ds4_chat::backend::cpu::moe::swiglu;
+use ds4_chat::backend::cpu::ops::rms_norm;
+use ds4_chat::backend::cpu::quant::{BlockQ8K, Q8_0Act, dot_f16, dot_q8_0, quantize_q8_0, quantize_q8_k};
+use ds4_chat::backend::hip::kernels::{self, ExpertFormat, QuantOut};
+use ds4_chat::backend::hip::runtime::HipResult;
+use ds4_chat::gguf::GgmlType;
+
+use super::support::*;
+
+/// Every check of this file, with its shapes.
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+    // The selftest's one kernel launch (a user's check of the module) is this suite's fill check.
+    gpu.launched.borrow_mut().insert(kernels::FILL_F32.name);
+    emit(ds4_chat::backend::hip::selftest::check_fill(
+        &gpu.ctx,
+        &gpu.kernels,
+        rng,
+    ));
+    let r = guard("kernel.rms_norm_quant", || check_rms_norm_quant(gpu, rng, &mut *emit));
+    emit(r);
+    for (n_in, n_out, rows_per_group, n_tok, gemm) in [
+        (4096usize, 1029usize, 1029usize, 2usize, false),
+        (1024, 96, 24, 2, false),
+        (4096, 1029, 1088, 70, true),
+        (1024, 512, 128, 33, true),
+    ] {
+        let kind = if gemm { "gemm" } else { "matvec" };
+        let name = format!("kernel.{kind}_q8_0[{n_in}x{n_out},group {rows_per_group},{n_tok} tok]");
+        let shape = (n_in, n_out, rows_per_group, n_tok);
+        emit(guard(&name, || check_matvec_q8_0(gpu, rng, &name, shape, gemm)));
+    }
+    for (n_in, n_out, n_tok, gemm) in [(2056usize, 77usize, 3usize, false), (2056, 77, 70, true)] {
+        let kind = if gemm { "gemm" } else { "matvec" };
+        let name = format!("kernel.{kind}_f16[{n_in}x{n_out},{n_tok} tok]");
+        let shape = (n_in, n_out, n_tok);
+        emit(guard(&name, || check_matvec_f16(gpu, rng, &name, shape, gemm)));
+    }
+    for (n_tok, gemm) in [(2usize, false), (67, true)] {
+        let kind = if gemm { "gemm" } else { "matvec" };
+        let name = format!("kernel.{kind}_q8_0_swiglu[{n_tok} tok]");
+        emit(guard(&name, || check_matvec_q8_0_swiglu(gpu, rng, &name, n_tok, gemm)));
+    }
+    emit(guard("kernel.matvec_f16_pair", || check_matvec_f16_pair(gpu, rng)));
+    for fmt in EXPERT_FORMATS {
+        let name = format!("kernel.matvec_{}[4096x203]", fmt_name(fmt));
+        emit(guard(&name, || check_matvec_k(gpu, rng, &name, fmt, 4096, 203)));
+    }
+}
+
+/// RMSNorm + both activation quantizations of 3 rows (n = 4096, row stride 4100), with weight.
+/// The normed output is compared with the CPU RMSNorm; the quantized outputs with the CPU
+/// quantization of the GPU's own normed rows (isolating quantization from norm rounding).
+fn check_rms_norm_quant(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) -> HipResult<CheckResult> {
+    let (rows, n, stride, eps) = (3usize, 4096usize, 4100usize, 1e-6f32);
+    let x = random_vec(rng, rows * stride, 3.0);
+    let w: Vec<f32> = (0..n).map(|_| 1.0 + 0.2 * rng.next_f32()).collect();
+    let (x_d, w_d) = (gpu.up(&x)?, gpu.up(&w)?);
+    let out = gpu.poisoned::<f32>(rows * n)?;
+    let q0_q = gpu.poisoned::<i8>(rows * n)?;
+    let q0_d = gpu.poisoned::<f32>(rows * n / q8_0_block())?;
+    let qk_q = gpu.poisoned::<i8>(rows * n)?;
+    let qk_d = gpu.poisoned::<f32>(rows * n / q8k_block())?;
+    let qk_bs = gpu.poisoned::<i16>(rows * n / 16)?;
+    let o = QuantOut {
+        out: out.ptr().0,
+        q8_0_q: q0_q.ptr().0,
+        q8_0_d: q0_d.ptr().0,
+        q8_k_q: qk_q.ptr().0,
+        q8_k_d: qk_d.ptr().0,
+        q8_k_bs: qk_bs.ptr().0,
+    };
+    gpu.run(&kernels::rms_norm_quant(
+        o,
+        x_d.ptr().0,
+        w_d.ptr().0,
+        n as u32,
+        stride as u32,
+        rows as u32,
+        kernels::NQ_NORM,
+        eps,
+    ))?;
+    let got_out = out.to_vec::<f32>()?;
+    let mut want_out = vec![0f32; rows * n];
+    for r in 0..rows {
+        rms_norm(
+            &mut want_out[r * n..(r + 1) * n],
+            &x[r * stride..r * stride + n],
+            Some(&w),
+            eps,
+        );
+    }
+    // Quantization of the GPU's normed rows on the CPU.
+    let (g0q, g0d) = (q0_q.to_vec::<i8>()?, q0_d.to_vec::<f32>()?);
+    let (gkq, gkd, gkb) = (qk_q.to_vec::<i8>()?, qk_d.to_vec::<f32>()?, qk_bs.to_vec::<i16>()?);
+    let (mut w0q, mut w0d, mut wk) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..rows {
+        let row = &got_out[r * n..(r + 1) * n];
+        let mut a = Q8_0Act::with_len(n);
+        quantize_q8_0(row, &mut a);
+        w0q.extend_from_slice(&a.qs);
+        w0d.extend_from_slice(&a.scales);
+        let mut b = vec![BlockQ8K::default(); n / q8k_block()];
+        quantize_q8_k(row, &mut b);
+        wk.extend(b);
+    }
+    let wkp = q8k_planes(&wk);
+    emit(same_codes(
+        "kernel.rms_norm_quant.q8_0_codes",
+        &g0q,
+        &w0q,
+        format!("{rows}x{n}"),
+    ));
+    emit(same_bits(
+        "kernel.rms_norm_quant.q8_0_scales",
+        &g0d,
+        &w0d,
+        String::new(),
+    ));
+    emit(same_codes(
+        "kernel.rms_norm_quant.q8_k_codes",
+        &gkq,
+        &wkp.q,
+        format!("{rows}x{n}"),
+    ));
+    emit(same_bits(
+        "kernel.rms_norm_quant.q8_k_scales",
+        &gkd,
+        &wkp.d,
+        String::new(),
+    ));
+    // The block sums must be exactly the sums of the GPU's own codes.
+    let sums: Vec<f32> = gkq
+        .chunks_exact(16)
+        .map(|c| c.iter().map(|&q| q as f32).sum())
+        .collect();
+    let gkb_f: Vec<f32> = gkb.iter().map(|&s| s as f32).collect();
+    emit(same_bits(
+        "kernel.rms_norm_quant.q8_k_bsums",
+        &gkb_f,
+        &sums,
+        "vs own codes".into(),
+    ));
+    Ok(same_bits(
+        "kernel.rms_norm_quant.out",
+        &got_out,
+        &want_out,
+        format!("{rows} rows of {n}, stride {stride}, with weight"),
+    ))
+}
+
+/// Q8_0 matvec over 2 tokens; `rows_per_group < n_out` exercises the grouped output projection.
+fn check_matvec_q8_0(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    (n_in, n_out, rows_per_group, n_tok): (usize, usize, usize, usize),
+    gemm: bool,
+) -> HipResult<CheckResult> {
+    let groups = n_out.div_ceil(rows_per_group);
+    let x_stride = groups * n_in;
+    let w = random_weights(rng, GgmlType::Q8_0, n_in, n_out);
+    let x = random_vec(rng, n_tok * x_stride, 2.0);
+    let mut act = Q8_0Act::with_len(n_tok * x_stride);
+    quantize_q8_0(&x, &mut act);
+    let (w_d, xq_d, xd_d) = (gpu.up(&w)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
+    let y = gpu.poisoned::<f32>(n_tok * n_out)?;
+    let build = if gemm { kernels::gemm_q8_0 } else { kernels::matvec_q8_0 };
+    gpu.run(&build(
+        y.ptr().0,
+        w_d.ptr().0,
+        xq_d.ptr().0,
+        xd_d.ptr().0,
+        n_in as u32,
+        n_out as u32,
+        rows_per_group as u32,
+        x_stride as u32,
+        n_tok as u32,
+    ))?;
+    let got = y.to_vec::<f32>()?;
+    let rb = GgmlType::Q8_0.row_bytes(n_in);
+    let mut want = vec![0f32; n_tok * n_out];
+    for t in 0..n_tok {
+        for r in 0..n_out {
+            let off = t * x_stride + (r / rows_per_group) * n_in;
+            want[t * n_out + r] = dot_q8_0(
+                &w[r * rb..(r + 1) * rb],
+                &act.qs[off..off + n_in],
+                &act.scales[off / q8_0_block()..(off + n_in) / q8_0_block()],
+            );
+        }
+    }
+    Ok(same_bits(name, &got, &want, format!("{n_tok} tokens")))
+}
+
+fn check_matvec_f16(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    (n_in, n_out, n_tok): (usize, usize, usize),
+    gemm: bool,
+) -> HipResult<CheckResult> {
+    let x_stride = n_in + 4;
+    let w = random_weights(rng, GgmlType::F16, n_in, n_out);
+    let x = random_vec(rng, n_tok * x_stride, 2.0);
+    let (w_d, x_d) = (gpu.up(&w)?, gpu.up(&x)?);
+    let y = gpu.poisoned::<f32>(n_tok * n_out)?;
+    let build = if gemm { kernels::gemm_f16 } else { kernels::matvec_f16 };
+    gpu.run(&build(
+        y.ptr().0,
+        w_d.ptr().0,
+        x_d.ptr().0,
+        n_in as u32,
+        n_out as u32,
+        x_stride as u32,
+        n_tok as u32,
+    ))?;
+    let got = y.to_vec::<f32>()?;
+    let rb = GgmlType::F16.row_bytes(n_in);
+    let mut want = vec![0f32; n_tok * n_out];
+    for t in 0..n_tok {
+        for r in 0..n_out {
+            want[t * n_out + r] = dot_f16(&w[r * rb..(r + 1) * rb], &x[t * x_stride..t * x_stride + n_in]);
+        }
+    }
+    Ok(same_bits(
+        name,
+        &got,
+        &want,
+        format!("{n_tok} tokens, x stride {x_stride}"),
+    ))
+}
+
+fn check_matvec_k(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    fmt: ExpertFormat,
+    n_in: usize,
+    n_out: usize,
+) -> HipResult<CheckResult> {
+    let n_tok = 2usize;
+    let w = random_weights(rng, fmt_type(fmt), n_in, n_out);
+    let x = random_vec(rng, n_tok * n_in, 2.0);
+    let mut blocks = vec![BlockQ8K::default(); n_tok * n_in / q8k_block()];
+    quantize_q8_k(&x, &mut blocks);
+    let p = q8k_planes(&blocks);
+    let (w_d, q_d, d_d, b_d) = (gpu.up(&w)?, gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
+    let y = gpu.poisoned::<f32>(n_tok * n_out)?;
+    let xk = q8k_device(&q_d, &d_d, &b_d);
+    gpu.run(&kernels::matvec_k(
+        fmt,
+        y.ptr().0,
+        w_d.ptr().0,
+        xk,
+        n_in as u32,
+        n_out as u32,
+        n_tok as u32,
+    ))?;
+    let got = y.to_vec::<f32>()?;
+    let rb = fmt_type(fmt).row_bytes(n_in);
+    let bpt = n_in / q8k_block();
+    let mut want = vec![0f32; n_tok * n_out];
+    for t in 0..n_tok {
+        for r in 0..n_out {
+            want[t * n_out + r] = expert_dot(fmt, &w[r * rb..(r + 1) * rb], &blocks[t * bpt..(t + 1) * bpt]);
+        }
+    }
+    Ok(same_bits(name, &got, &want, format!("{n_tok} tokens")))
+}
+
+fn check_matvec_f16_pair(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
+    let (n_in, n_out, n_tok) = (1024usize, 37usize, 2usize);
+    let w0 = random_weights(rng, GgmlType::F16, n_in, n_out);
+    let w1 = random_weights(rng, GgmlType::F16, n_in, n_out);
+    let x = random_vec(rng, n_tok * n_in, 2.0);
+    let (w0_d, w1_d, x_d) = (gpu.up(&w0)?, gpu.up(&w1)?, gpu.up(&x)?);
+    let (y0, y1) = (gpu.poisoned::<f32>(n_tok * n_out)?, gpu.poisoned::<f32>(n_tok * n_out)?);
+    gpu.run(&kernels::matvec_f16_pair(
+        y0.ptr().0,
+        y1.ptr().0,
+        w0_d.ptr().0,
+        w1_d.ptr().0,
+        x_d.ptr().0,
+        n_in as u32,
+        n_out as u32,
+        n_in as u32,
+        n_tok as u32,
+    ))?;
+    let mut got = y0.to_vec::<f32>()?;
+    got.extend(y1.to_vec::<f32>()?);
+    let rb = GgmlType::F16.row_bytes(n_in);
+    let mut want = Vec::new();
+    for w in [&w0, &w1] {
+        for t in 0..n_tok {
+            for r in 0..n_out {
+                want.push(dot_f16(&w[r * rb..(r + 1) * rb], &x[t * n_in..(t + 1) * n_in]));
+            }
+        }
+    }
+    Ok(same_bits(
+        "kernel.matvec_f16_pair",
+        &got,
+        &want,
+        format!("2 x {n_in}x{n_out}, {n_tok} tok"),
+    ))
+}
+
+fn check_matvec_q8_0_swiglu(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    n_tok: usize,
+    gemm: bool,
+) -> HipResult<CheckResult> {
+    let (n_in, n_ff, limit) = (2048usize, 101usize, 3.0f32);
+    let wg = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
+    let wu = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
+    let x = random_vec(rng, n_tok * n_in, 2.0);
+    let mut act = Q8_0Act::with_len(n_tok * n_in);
+    quantize_q8_0(&x, &mut act);
+    let (g_d, u_d, xq_d, xd_d) = (gpu.up(&wg)?, gpu.up(&wu)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
+    let mid = gpu.poisoned::<f32>(n_tok * n_ff)?;
+    let build = if gemm {
+        kernels::gemm_q8_0_swiglu
+    } else {
+        kernels::matvec_q8_0_swiglu
+    };
+    gpu.run(&build(
+        mid.ptr().0,
+        g_d.ptr().0,
+        u_d.ptr().0,
+        xq_d.ptr().0,
+        xd_d.ptr().0,
+        n_in as u32,
+        n_ff as u32,
+        limit,
+        n_tok as u32,
+    ))?;
+    let got = mid.to_vec::<f32>()?;
+    let rb = GgmlType::Q8_0.row_bytes(n_in);
+    let mut want = vec![0f32; n_tok * n_ff];
+    for t in 0..n_tok {
+        let (q, d) = (
+            &act.qs[t * n_in..(t + 1) * n_in],
+            &act.scales[t * n_in / q8_0_block()..(t + 1) * n_in / q8_0_block()],
+        );
+        for r in 0..n_ff {
+            let g = dot_q8_0(&wg[r * rb..(r + 1) * rb], q, d);
+            let u = dot_q8_0(&wu[r * rb..(r + 1) * rb], q, d);
+            want[t * n_ff + r] = swiglu(g, u, limit);
+        }
+    }
+    Ok(same_bits(
+        name,
+        &got,
+        &want,
+        format!("{n_in}->{n_ff}, {n_tok} tok, limit {limit}"),
+    ))
+}

@@ -1,0 +1,485 @@
+//! The routed experts against the CPU reference: the router (top-k with bias, hash), the decode expert
+//! kernels and the grouped expert GEMMs (bitwise, every tile class), for each expert format.
+
+use ds4_chat::backend::cpu::moe::{swiglu, top_k_desc};
+use ds4_chat::backend::cpu::ops::softplus;
+use ds4_chat::backend::cpu::quant::{BlockQ8K, quantize_q8_k};
+use ds4_chat::backend::hip::kernels::{self, ExpertFormat};
+use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipError, HipResult};
+
+use super::support::*;
+
+/// Every check of this file, with its shapes.
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+    for (n_tok, gemm) in [(2usize, false), (45, true)] {
+        let kind = if gemm { "moe_gemm" } else { "moe" };
+        for fmt in EXPERT_FORMATS {
+            let name = format!("kernel.{kind}_gate_up_{}[{n_tok} tok]", fmt_name(fmt));
+            emit(guard(&name, || check_moe_gate_up(gpu, rng, &name, fmt, n_tok, gemm)));
+            let name = format!("kernel.{kind}_down_{}[{n_tok} tok]", fmt_name(fmt));
+            emit(guard(&name, || check_moe_down(gpu, rng, &name, fmt, n_tok, gemm)));
+        }
+    }
+    for fmt in EXPERT_FORMATS.into_iter().filter(|_| !wave_rerun()) {
+        let name = format!("kernel.moe_gemm_tile_classes_{}[bitwise vs 64-wide]", fmt_name(fmt));
+        let r = guard(&name, || check_moe_gemm_tile_classes(gpu, rng, &name, fmt, &mut *emit));
+        emit(r);
+    }
+    for hash in [false, true] {
+        let name = if hash {
+            "kernel.router[hash]"
+        } else {
+            "kernel.router[topk+bias]"
+        };
+        emit(guard(name, || check_router(gpu, rng, name, hash)));
+    }
+}
+
+/// Distinct random experts per token and positive weights.
+fn random_selection(rng: &mut CheckRng, n_tok: usize, n_used: usize, n_expert: usize) -> (Vec<u32>, Vec<f32>) {
+    let mut sel = Vec::new();
+    for _ in 0..n_tok {
+        let mut chosen: Vec<u32> = Vec::new();
+        while chosen.len() < n_used {
+            let e = rng.int_in(0, n_expert as i64 - 1) as u32;
+            if !chosen.contains(&e) {
+                chosen.push(e);
+            }
+        }
+        sel.extend(chosen);
+    }
+    let selw = (0..n_tok * n_used)
+        .map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0))
+        .collect();
+    (sel, selw)
+}
+
+const MOE_SHAPE: (usize, usize, usize, usize) = (768, 512, 8, 3); // n_in, n_ff, n_expert, n_used
+
+/// Runs ds4_moe_group for `sel` (narrowest column class `min_cols`) and returns the tile buffers
+/// (kept alive by the caller).
+fn expert_tiles(
+    gpu: &Gpu,
+    sel: &DeviceBuffer,
+    n_tok: usize,
+    n_used: usize,
+    n_expert: usize,
+    min_cols: u32,
+) -> HipResult<(kernels::ExpertTiles, [DeviceBuffer; 3])> {
+    let max_tiles = kernels::moe_max_tiles(n_tok as u32, n_used as u32, n_expert as u32);
+    let pairs = gpu.poisoned::<u32>(n_tok * n_used)?;
+    let tiles = gpu.poisoned::<u32>((kernels::MOE_TILE_WORDS * max_tiles) as usize)?;
+    let n_tiles = gpu.poisoned::<u32>(1)?;
+    gpu.run(&kernels::moe_group(
+        pairs.ptr().0,
+        tiles.ptr().0,
+        n_tiles.ptr().0,
+        sel.ptr().0,
+        n_tok as u32,
+        n_used as u32,
+        n_expert as u32,
+        min_cols,
+    ))?;
+    let t = kernels::ExpertTiles {
+        pairs: pairs.ptr().0,
+        tiles: tiles.ptr().0,
+        n_tiles: n_tiles.ptr().0,
+        max_tiles,
+    };
+    Ok((t, [pairs, tiles, n_tiles]))
+}
+
+fn check_moe_gate_up(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    fmt: ExpertFormat,
+    n_tok: usize,
+    gemm: bool,
+) -> HipResult<CheckResult> {
+    let (n_in, n_ff, n_expert, n_used) = MOE_SHAPE;
+    let limit = 2.0f32; // small enough that some gate/up values clamp
+    let ty = fmt_type(fmt);
+    let gate = random_weights(rng, ty, n_in, n_ff * n_expert);
+    let up = random_weights(rng, ty, n_in, n_ff * n_expert);
+    let x = random_vec(rng, n_tok * n_in, 2.0);
+    let mut blocks = vec![BlockQ8K::default(); n_tok * n_in / q8k_block()];
+    quantize_q8_k(&x, &mut blocks);
+    let p = q8k_planes(&blocks);
+    let (sel, selw) = random_selection(rng, n_tok, n_used, n_expert);
+    let (g_d, u_d) = (gpu.up(&gate)?, gpu.up(&up)?);
+    let (q_d, d_d, b_d) = (gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
+    let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
+    let mid = gpu.poisoned::<f32>(n_tok * n_used * n_ff)?;
+    let xk = q8k_device(&q_d, &d_d, &b_d);
+    if gemm {
+        let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
+        gpu.run(&kernels::moe_gemm_gate_up(
+            fmt,
+            mid.ptr().0,
+            g_d.ptr().0,
+            u_d.ptr().0,
+            xk,
+            tiles,
+            sw_d.ptr().0,
+            n_in as u32,
+            n_ff as u32,
+            n_used as u32,
+            limit,
+        ))?;
+    } else {
+        gpu.run(&kernels::moe_gate_up(
+            fmt,
+            mid.ptr().0,
+            g_d.ptr().0,
+            u_d.ptr().0,
+            xk,
+            s_d.ptr().0,
+            sw_d.ptr().0,
+            n_in as u32,
+            n_ff as u32,
+            n_used as u32,
+            limit,
+            n_tok as u32,
+        ))?;
+    }
+    let got = mid.to_vec::<f32>()?;
+    let rb = ty.row_bytes(n_in);
+    let bpt = n_in / q8k_block();
+    let mut want = vec![0f32; n_tok * n_used * n_ff];
+    for t in 0..n_tok {
+        let xb = &blocks[t * bpt..(t + 1) * bpt];
+        for k in 0..n_used {
+            let e = sel[t * n_used + k] as usize;
+            for r in 0..n_ff {
+                let row = (e * n_ff + r) * rb;
+                let g = expert_dot(fmt, &gate[row..row + rb], xb);
+                let u = expert_dot(fmt, &up[row..row + rb], xb);
+                want[(t * n_used + k) * n_ff + r] = swiglu(g, u, limit) * selw[t * n_used + k];
+            }
+        }
+    }
+    Ok(same_bits(
+        name,
+        &got,
+        &want,
+        format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_in}->{n_ff}, limit {limit}"),
+    ))
+}
+
+fn check_moe_down(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    fmt: ExpertFormat,
+    n_tok: usize,
+    gemm: bool,
+) -> HipResult<CheckResult> {
+    let (_, n_ff, n_expert, n_used) = MOE_SHAPE;
+    let n_out = 203usize;
+    let ty = fmt_type(fmt);
+    let down = random_weights(rng, ty, n_ff, n_out * n_expert);
+    let mids = random_vec(rng, n_tok * n_used * n_ff, 1.5);
+    let mut blocks = vec![BlockQ8K::default(); n_tok * n_used * n_ff / q8k_block()];
+    quantize_q8_k(&mids, &mut blocks);
+    let p = q8k_planes(&blocks);
+    let (sel, _) = random_selection(rng, n_tok, n_used, n_expert);
+    let dn_d = gpu.up(&down)?;
+    let (q_d, d_d, b_d) = (gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
+    let s_d = gpu.up(&sel)?;
+    let out = gpu.poisoned::<f32>(n_tok * n_out)?;
+    let mk = q8k_device(&q_d, &d_d, &b_d);
+    if gemm {
+        let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
+        let outp = gpu.poisoned::<f32>(n_tok * n_used * n_out)?;
+        gpu.run(&kernels::moe_gemm_down(
+            fmt,
+            outp.ptr().0,
+            dn_d.ptr().0,
+            mk,
+            tiles,
+            n_ff as u32,
+            n_out as u32,
+            n_used as u32,
+        ))?;
+        gpu.run(&kernels::moe_sum(
+            out.ptr().0,
+            outp.ptr().0,
+            n_out as u32,
+            n_used as u32,
+            n_tok as u32,
+        ))?;
+    } else {
+        gpu.run(&kernels::moe_down(
+            fmt,
+            out.ptr().0,
+            dn_d.ptr().0,
+            mk,
+            s_d.ptr().0,
+            n_ff as u32,
+            n_out as u32,
+            n_used as u32,
+            n_tok as u32,
+        ))?;
+    }
+    let got = out.to_vec::<f32>()?;
+    let rb = ty.row_bytes(n_ff);
+    let bpr = n_ff / q8k_block();
+    let mut want = vec![0f32; n_tok * n_out];
+    for t in 0..n_tok {
+        for r in 0..n_out {
+            let mut acc = 0f32;
+            for k in 0..n_used {
+                let e = sel[t * n_used + k] as usize;
+                let row = (e * n_out + r) * rb;
+                let m = &blocks[(t * n_used + k) * bpr..(t * n_used + k + 1) * bpr];
+                acc += expert_dot(fmt, &down[row..row + rb], m);
+            }
+            want[t * n_out + r] = acc;
+        }
+    }
+    Ok(same_bits(
+        name,
+        &got,
+        &want,
+        format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_ff}->{n_out}"),
+    ))
+}
+
+/// The expert grouping (`ds4_moe_group`) of a selection: pair ids by expert, and one tile
+/// [expert, first pair, pairs, column class] per 64 pairs of an expert, the class being the narrowest
+/// of [`kernels::MOE_TILE_COLS`] that holds the pairs and is at least `min_cols`.
+fn expected_grouping(sel: &[u32], n_expert: usize, min_cols: u32) -> (Vec<u32>, Vec<[u32; 4]>) {
+    let mut pairs = Vec::new();
+    let mut tiles = Vec::new();
+    for e in 0..n_expert as u32 {
+        let mine: Vec<u32> = (0..sel.len() as u32).filter(|&p| sel[p as usize] == e).collect();
+        for (i, part) in mine.chunks(64).enumerate() {
+            let n = part.len() as u32;
+            let cols = *kernels::MOE_TILE_COLS
+                .iter()
+                .find(|&&c| c >= min_cols && c >= n)
+                .unwrap();
+            tiles.push([e, (pairs.len() + 64 * i) as u32, n, cols]);
+        }
+        pairs.extend(mine);
+    }
+    (pairs, tiles)
+}
+
+/// The grouped expert GEMMs in every column class (`min_cols` 64, 24 and the smallest) for pair
+/// counts per expert [`kernels::TILE_CLASS_COUNTS`] (every class and its edges), a row count (203)
+/// that ends inside a tile and two 256-row tall tiles: the grouping must equal the documented rule
+/// exactly (`.grouping`), every class's outputs must be bitwise identical to the all-64-wide tiling
+/// (each class accumulates every output over the same chunks in the same order, kernels/gemm.hip),
+/// and the smallest classes' outputs equal the CPU reference dots bit for bit (`.vs_cpu`).
+fn check_moe_gemm_tile_classes(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    fmt: ExpertFormat,
+    emit: &mut dyn FnMut(CheckResult),
+) -> HipResult<CheckResult> {
+    let (n_in, n_ff, n_out, n_used, limit) = (512usize, 512usize, 203usize, 2usize, 2.0f32);
+    let n_expert = kernels::TILE_CLASS_COUNTS.len();
+    let sel = kernels::selection_with_counts(&kernels::TILE_CLASS_COUNTS, rng.next_u64());
+    let n_tok = sel.len() / n_used;
+    let ty = fmt_type(fmt);
+    let (gate_h, up_h) = (
+        random_weights(rng, ty, n_in, n_ff * n_expert),
+        random_weights(rng, ty, n_in, n_ff * n_expert),
+    );
+    let down_h = random_weights(rng, ty, n_ff, n_out * n_expert);
+    let (gate, up, down) = (gpu.up(&gate_h)?, gpu.up(&up_h)?, gpu.up(&down_h)?);
+    let blocks = |v: &[f32]| {
+        let mut b = vec![BlockQ8K::default(); v.len() / q8k_block()];
+        quantize_q8_k(v, &mut b);
+        b
+    };
+    let planes = |b: &[BlockQ8K]| {
+        let p = q8k_planes(b);
+        Ok::<_, HipError>([gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?])
+    };
+    let q8k = |b: &[DeviceBuffer; 3]| q8k_device(&b[0], &b[1], &b[2]);
+    let (xb, mb) = (
+        blocks(&random_vec(rng, n_tok * n_in, 2.0)),
+        blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5)),
+    );
+    let (x, mids) = (planes(&xb)?, planes(&mb)?);
+    let selw: Vec<f32> = (0..sel.len()).map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0)).collect();
+    let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
+    let mut outputs: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
+    let mut classes = Vec::new();
+    let mut grouping_errors = Vec::new();
+    for min_cols in [64, 24, kernels::MOE_MIN_COLS] {
+        let (tiles, keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, min_cols)?;
+        let mid = gpu.poisoned::<f32>(n_tok * n_used * n_ff)?;
+        let outp = gpu.poisoned::<f32>(n_tok * n_used * n_out)?;
+        gpu.run(&kernels::moe_gemm_gate_up(
+            fmt,
+            mid.ptr().0,
+            gate.ptr().0,
+            up.ptr().0,
+            q8k(&x),
+            tiles,
+            sw_d.ptr().0,
+            n_in as u32,
+            n_ff as u32,
+            n_used as u32,
+            limit,
+        ))?;
+        gpu.run(&kernels::moe_gemm_down(
+            fmt,
+            outp.ptr().0,
+            down.ptr().0,
+            q8k(&mids),
+            tiles,
+            n_ff as u32,
+            n_out as u32,
+            n_used as u32,
+        ))?;
+        let n_tiles = keep[2].to_vec::<u32>()?[0] as usize;
+        let words = keep[1].to_vec::<u32>()?;
+        let got_tiles: Vec<[u32; 4]> = words
+            .chunks(4)
+            .take(n_tiles)
+            .map(|t| [t[0], t[1], t[2], t[3]])
+            .collect();
+        let (want_pairs, want_tiles) = expected_grouping(&sel, n_expert, min_cols);
+        if keep[0].to_vec::<u32>()? != want_pairs || got_tiles != want_tiles {
+            grouping_errors.push(min_cols);
+        }
+        classes = got_tiles.iter().map(|t| t[3]).collect();
+        outputs.push((mid.to_vec::<f32>()?, outp.to_vec::<f32>()?));
+    }
+    emit(CheckResult {
+        name: format!("{name}.grouping"),
+        max_abs: grouping_errors.len() as f64,
+        max_rel: 0.0,
+        tol: 0.0,
+        verdict: if grouping_errors.is_empty() {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+        note: format!("pairs and tiles differ from the rule for min_cols {grouping_errors:?}"),
+    });
+    // The smallest classes against the CPU reference dots.
+    let (rb_in, rb_ff) = (ty.row_bytes(n_in), ty.row_bytes(n_ff));
+    let (bpt, bpr) = (n_in / q8k_block(), n_ff / q8k_block());
+    let mut want_mid = Vec::with_capacity(sel.len() * n_ff);
+    let mut want_outp = Vec::with_capacity(sel.len() * n_out);
+    for (pr, &ex) in sel.iter().enumerate() {
+        let ex = ex as usize;
+        let xt = &xb[pr / n_used * bpt..][..bpt];
+        for r in 0..n_ff {
+            let row = (ex * n_ff + r) * rb_in;
+            let g = expert_dot(fmt, &gate_h[row..row + rb_in], xt);
+            let u = expert_dot(fmt, &up_h[row..row + rb_in], xt);
+            want_mid.push(swiglu(g, u, limit) * selw[pr]);
+        }
+        for r in 0..n_out {
+            let row = (ex * n_out + r) * rb_ff;
+            want_outp.push(expert_dot(fmt, &down_h[row..row + rb_ff], &mb[pr * bpr..][..bpr]));
+        }
+    }
+    let (mid_small, outp_small) = &outputs[outputs.len() - 1];
+    let vs_cpu = same_bits(
+        &format!("{name}.vs_cpu"),
+        &[mid_small.as_slice(), outp_small.as_slice()].concat(),
+        &[want_mid, want_outp].concat(),
+        format!("min_cols {}", kernels::MOE_MIN_COLS),
+    );
+    emit(vs_cpu);
+    let (mid64, outp64) = &outputs[0];
+    let all64 = [mid64.as_slice(), outp64.as_slice()].concat();
+    let differ = outputs[1..]
+        .iter()
+        .map(|(m, o)| [m.as_slice(), o.as_slice()].concat())
+        .filter(|v| v.iter().zip(&all64).any(|(a, b)| a.to_bits() != b.to_bits()))
+        .count();
+    let all_classes = kernels::MOE_TILE_COLS.iter().all(|c| classes.contains(c));
+    Ok(CheckResult {
+        name: name.to_string(),
+        max_abs: differ as f64,
+        max_rel: 0.0,
+        tol: 0.0,
+        verdict: if differ == 0 && all_classes {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+        note: format!(
+            "{differ} of 2 narrower tilings differ from all-64 in bits; {n_tok} tok x {n_used}, pairs per expert {:?}, tile classes {classes:?}{}",
+            kernels::TILE_CLASS_COUNTS,
+            if all_classes {
+                ""
+            } else {
+                "; the grouping did not use every column class"
+            }
+        ),
+    })
+}
+
+/// Router: top-k of sqrt(softplus(logit)) + bias, or hash-table experts; weights are
+/// the unbiased probs normalised by their sum and scaled. Ids and weights must match exactly.
+fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, hash: bool) -> HipResult<CheckResult> {
+    let (n_expert, n_used, n_tok, scale) = (256usize, 6usize, 3usize, 1.5f32);
+    let mut logits = random_vec(rng, n_tok * n_expert, 4.0);
+    logits[5] = logits[9]; // a tie
+    logits[1] = 25.0; // both softplus branches
+    logits[2] = -25.0;
+    let bias = random_vec(rng, n_expert, 0.05);
+    let tokens: Vec<u32> = (0..n_tok).map(|_| rng.int_in(0, 99) as u32).collect();
+    let table: Vec<u32> = (0..100 * n_used)
+        .map(|_| rng.int_in(0, n_expert as i64 - 1) as u32)
+        .collect();
+    let (l_d, b_d, t_d, tab_d) = (gpu.up(&logits)?, gpu.up(&bias)?, gpu.up(&tokens)?, gpu.up(&table)?);
+    let sel = gpu.poisoned::<u32>(n_tok * n_used)?;
+    let selw = gpu.poisoned::<f32>(n_tok * n_used)?;
+    gpu.run(&kernels::router(
+        sel.ptr().0,
+        selw.ptr().0,
+        l_d.ptr().0,
+        if hash { kernels::NULL } else { b_d.ptr().0 },
+        if hash { tab_d.ptr().0 } else { kernels::NULL },
+        t_d.ptr().0,
+        n_expert as u32,
+        n_used as u32,
+        scale,
+        n_tok as u32,
+    ))?;
+    let (got_sel, got_w) = (sel.to_vec::<u32>()?, selw.to_vec::<f32>()?);
+    let mut want_sel = Vec::new();
+    let mut want_w = Vec::new();
+    for t in 0..n_tok {
+        let probs: Vec<f32> = logits[t * n_expert..(t + 1) * n_expert]
+            .iter()
+            .map(|&z| softplus(z).sqrt())
+            .collect();
+        let ids: Vec<usize> = if hash {
+            table[tokens[t] as usize * n_used..(tokens[t] as usize + 1) * n_used]
+                .iter()
+                .map(|&e| e as usize)
+                .collect()
+        } else {
+            let biased: Vec<f32> = probs.iter().zip(&bias).map(|(p, b)| p + b).collect();
+            let mut idx = vec![0usize; n_used];
+            top_k_desc(&biased, n_used, &mut idx);
+            idx
+        };
+        // The CPU engine's grouping (backend/cpu/moe.rs): pairwise for 6 experts, w·scale·(1/sum),
+        // the sum floored at 2^-14.
+        let w: Vec<f32> = ids.iter().map(|&e| probs[e]).collect();
+        let sum = ((w[0] + w[1]) + (w[2] + w[3])) + (w[4] + w[5]);
+        let inv = 1.0 / sum.max(2f32.powi(-14));
+        want_sel.extend(ids.iter().map(|&e| e as u32));
+        want_w.extend(w.iter().map(|&p| p * scale * inv));
+    }
+    let mut r = same_bits(name, &got_w, &want_w, format!("{n_tok} tok, {n_used}/{n_expert}"));
+    if got_sel != want_sel {
+        r.verdict = Verdict::Fail;
+        r.note = format!("expert ids differ: gpu {got_sel:?} cpu {want_sel:?}");
+    }
+    Ok(r)
+}

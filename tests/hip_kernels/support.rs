@@ -1,0 +1,238 @@
+//! The suite's device, report and input helpers: one `Gpu` (a HIP context, the project's kernel module
+//! and a stream) whose launches are recorded for the coverage check; the comparisons with their
+//! bitwise comparisons; random weights in every GGUF block format the kernels read; Q8_K activation planes.
+//!
+//! Every comparison is bitwise: the kernels compute the CPU reference's float operations in its order
+//! (kernels/prelude.h, "arithmetic contract"), including the reductions, the quantizers and the
+//! transcendental functions, so each output has the reference's bits (`same_bits`, which also tells
+//! -0 from +0) and each quantized code is the reference's code (`same_codes`). max_abs / max_rel
+//! still say how far off a failing output is.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+
+use ds4_chat::backend::cpu::quant::{BlockQ8K, dot_iq2_xxs, dot_q2_k, dot_q4_k};
+use ds4_chat::backend::hip::kernel_module::KernelModule;
+use ds4_chat::backend::hip::kernels::{ExpertFormat, Launch, Q8K};
+use ds4_chat::backend::hip::runtime::{DeviceBuffer, DeviceCopy, HipContext, HipResult, Stream};
+use ds4_chat::gguf::GgmlType;
+use ds4_chat::gguf::half::f32_to_f16;
+
+pub use ds4_chat::backend::hip::selftest::{CheckResult, CheckRng, Verdict};
+
+/// Whether this is the emulator's rerun for another wave size (`DS4_EMU_WARP` set by
+/// `wave64_emulator_passes_the_same_checks`): the checks of per-thread code (the transcendental
+/// functions) and of shuffle-free kernels (the grouped GEMMs' tile classes) already ran at wave32.
+pub fn wave_rerun() -> bool {
+    std::env::var("DS4_EMU_WARP").is_ok_and(|w| w != "32")
+}
+
+/// The device the checks run on, with the names of the kernels launched so far.
+pub struct Gpu {
+    pub ctx: HipContext,
+    pub kernels: KernelModule,
+    pub stream: Stream,
+    pub launched: RefCell<BTreeSet<&'static str>>,
+}
+
+impl Gpu {
+    pub fn open() -> Result<Gpu, String> {
+        let ctx = HipContext::new().map_err(|e| e.to_string())?;
+        let kernels = KernelModule::load(&ctx)?;
+        let stream = ctx.stream().map_err(|e| e.to_string())?;
+        Ok(Gpu {
+            ctx,
+            kernels,
+            stream,
+            launched: RefCell::default(),
+        })
+    }
+
+    pub fn up<T: DeviceCopy>(&self, data: &[T]) -> HipResult<DeviceBuffer> {
+        self.ctx.upload(data)
+    }
+
+    /// A device buffer of `n` T's filled with a poison pattern (0xFF bytes: NaN for f32), so that
+    /// unwritten outputs fail the comparison.
+    pub fn poisoned<T: DeviceCopy>(&self, n: usize) -> HipResult<DeviceBuffer> {
+        let mut b = self.ctx.alloc(n * std::mem::size_of::<T>())?;
+        let len = b.len_bytes();
+        b.fill_bytes_async(0, len, 0xFF, &self.stream)?;
+        self.stream.synchronize()?;
+        Ok(b)
+    }
+
+    pub fn run(&self, launch: &Launch) -> HipResult<()> {
+        self.launched.borrow_mut().insert(launch.kernel.name);
+        // SAFETY: every check sizes its buffers for the shapes it passes (documented per kernel).
+        unsafe { self.kernels.launch(&self.stream, launch)? };
+        self.stream.synchronize()
+    }
+}
+
+/// Run one check; a device error or a panic (e.g. a launch builder's shape assertion) becomes a FAIL
+/// line instead of ending the suite.
+pub fn guard(name: &str, check: impl FnOnce() -> HipResult<CheckResult>) -> CheckResult {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => CheckResult::error(name, e),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".to_string());
+            CheckResult::error(name, format!("panicked: {msg}"))
+        }
+    }
+}
+
+/// Scaled comparison (the figures of `same_bits`): passes when max|got − want| ≤ tol · max|want| and nothing is NaN.
+pub fn close_scaled(name: &str, got: &[f32], want: &[f32], tol: f64, note: String) -> CheckResult {
+    let scale = want
+        .iter()
+        .fold(0f64, |m, &v| m.max((v as f64).abs()))
+        .max(f64::MIN_POSITIVE);
+    let mut max_abs = 0f64;
+    let mut max_rel = 0f64;
+    let mut ok = got.len() == want.len();
+    for (&g, &w) in got.iter().zip(want) {
+        let d = (g as f64 - w as f64).abs();
+        if !d.is_finite() {
+            ok = false;
+            max_abs = f64::INFINITY;
+            continue;
+        }
+        max_abs = max_abs.max(d);
+        if (w as f64).abs() > 1e-3 * scale {
+            max_rel = max_rel.max(d / (w as f64).abs());
+        }
+    }
+    ok &= max_abs <= tol * scale;
+    CheckResult {
+        name: name.to_string(),
+        max_abs,
+        max_rel,
+        tol,
+        verdict: if ok { Verdict::Pass } else { Verdict::Fail },
+        note: format!("{note}; scale max|ref| {scale:.3e}"),
+    }
+}
+
+/// Bitwise comparison: passes only when every output has the reference's bits (so -0 differs from
+/// +0); max_abs / max_rel still say how far off a failing output is.
+pub fn same_bits(name: &str, got: &[f32], want: &[f32], note: String) -> CheckResult {
+    let mut r = close_scaled(name, got, want, 0.0, note);
+    let differ = got.iter().zip(want).filter(|(g, w)| g.to_bits() != w.to_bits()).count();
+    let ok = got.len() == want.len() && differ == 0;
+    r.verdict = if ok { Verdict::Pass } else { Verdict::Fail };
+    r.note = format!("{}; {differ} of {} outputs differ in bits", r.note, want.len());
+    r
+}
+
+/// Code comparison: every quantized code must be the reference's; max_abs is the largest step off.
+pub fn same_codes(name: &str, got: &[i8], want: &[i8], note: String) -> CheckResult {
+    let off = got.iter().zip(want).filter(|(g, w)| g != w).count();
+    let max_step = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (g as i32 - w as i32).abs())
+        .max()
+        .unwrap_or(0);
+    let ok = got.len() == want.len() && off == 0;
+    CheckResult {
+        name: name.to_string(),
+        max_abs: max_step as f64,
+        max_rel: off as f64 / got.len().max(1) as f64,
+        tol: 0.0,
+        verdict: if ok { Verdict::Pass } else { Verdict::Fail },
+        note: format!("{note}; {off} of {} codes differ (max step {max_step})", got.len()),
+    }
+}
+
+/// Random weight rows of `n_out` × `n_in` in a GGUF block format, as file bytes. Every byte pattern
+/// is a valid block except the f16 scales, which are set to finite small values.
+pub fn random_weights(rng: &mut CheckRng, ty: GgmlType, n_in: usize, n_out: usize) -> Vec<u8> {
+    let f16 = |v: f32| f32_to_f16(v).to_le_bytes();
+    let block_bytes = ty.block_bytes() as usize;
+    let mut out = vec![0u8; n_out * ty.row_bytes(n_in)];
+    rng.fill_bytes(&mut out);
+    for blk in out.chunks_exact_mut(block_bytes) {
+        let d = (0.002 + 0.01 * (rng.next_f32() + 1.0)) * if rng.next_u64() & 1 == 1 { -1.0 } else { 1.0 };
+        let dmin = 0.004 * (rng.next_f32() + 1.0);
+        match ty {
+            GgmlType::F16 => blk.copy_from_slice(&f16(rng.next_f32())),
+            GgmlType::Q8_0 | GgmlType::Iq2Xxs => blk[0..2].copy_from_slice(&f16(d)),
+            GgmlType::Q2K => {
+                blk[80..82].copy_from_slice(&f16(d.abs()));
+                blk[82..84].copy_from_slice(&f16(dmin));
+            }
+            GgmlType::Q4K => {
+                blk[0..2].copy_from_slice(&f16(d.abs()));
+                blk[2..4].copy_from_slice(&f16(dmin));
+            }
+            t => panic!("random_weights: no kernel reads {t} weights"),
+        }
+    }
+    out
+}
+
+/// Elements per Q8_K activation block (the expert kernels' activation format).
+pub fn q8k_block() -> usize {
+    GgmlType::Q8K.block_elems() as usize
+}
+
+/// Elements per Q8_0 activation block (the dense matvecs' activation format).
+pub fn q8_0_block() -> usize {
+    GgmlType::Q8_0.block_elems() as usize
+}
+
+pub fn expert_dot(fmt: ExpertFormat, row: &[u8], x: &[BlockQ8K]) -> f32 {
+    match fmt {
+        ExpertFormat::Iq2Xxs => dot_iq2_xxs(row, x),
+        ExpertFormat::Q2K => dot_q2_k(row, x),
+        ExpertFormat::Q4K => dot_q4_k(row, x),
+    }
+}
+
+pub fn fmt_type(fmt: ExpertFormat) -> GgmlType {
+    match fmt {
+        ExpertFormat::Iq2Xxs => GgmlType::Iq2Xxs,
+        ExpertFormat::Q2K => GgmlType::Q2K,
+        ExpertFormat::Q4K => GgmlType::Q4K,
+    }
+}
+
+pub fn fmt_name(fmt: ExpertFormat) -> String {
+    fmt_type(fmt).name().to_lowercase()
+}
+
+pub const EXPERT_FORMATS: [ExpertFormat; 3] = [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K];
+
+/// Q8_K activation planes for the GPU: codes, scales, block sums (`kernels::Q8K` layout).
+pub struct Q8kPlanes {
+    pub q: Vec<i8>,
+    pub d: Vec<f32>,
+    pub bsums: Vec<i16>,
+}
+
+/// Q8_K activation planes already on the device (codes, scales, 16-element sums).
+pub fn q8k_device(q: &DeviceBuffer, d: &DeviceBuffer, bsums: &DeviceBuffer) -> Q8K {
+    Q8K {
+        q: q.ptr().0,
+        d: d.ptr().0,
+        bsums: bsums.ptr().0,
+    }
+}
+
+pub fn q8k_planes(blocks: &[BlockQ8K]) -> Q8kPlanes {
+    Q8kPlanes {
+        q: blocks.iter().flat_map(|b| b.qs).collect(),
+        d: blocks.iter().map(|b| b.d).collect(),
+        bsums: blocks.iter().flat_map(|b| b.bsums).collect(),
+    }
+}
+
+pub fn random_vec(rng: &mut CheckRng, n: usize, amp: f32) -> Vec<f32> {
+    (0..n).map(|_| amp * rng.next_f32()).collect()
+}
