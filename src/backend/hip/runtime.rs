@@ -16,6 +16,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::ffi::{self, HipApi, HipStatus, LoadError};
+use super::kernels::Arg;
+
+/// The kernels' one argument packer (`kernels::KernelArgs`), under the runtime's name.
+pub use super::kernels::KernelArgs;
 
 /// A failed HIP call: which entry point and the raw status it returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -459,6 +463,13 @@ impl DevicePtr {
     }
 }
 
+/// A device pointer passed to a kernel: its address.
+impl From<DevicePtr> for Arg {
+    fn from(p: DevicePtr) -> Arg {
+        Arg::Ptr(p.0)
+    }
+}
+
 fn range_check(call: &'static str, offset: usize, len: usize, size: usize) -> HipResult<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
@@ -881,57 +892,6 @@ impl Function {
     }
 }
 
-/// Kernel arguments by value, packed for `hipModuleLaunchKernel`'s `kernelParams` array (one pointer
-/// per argument, each pointing at the argument's bytes).
-#[derive(Default)]
-pub struct KernelArgs {
-    /// 8-byte slots; each argument starts on a slot boundary (covers the ≤ 8-byte alignment of every
-    /// scalar and pointer argument).
-    slots: Vec<u64>,
-    starts: Vec<usize>,
-}
-
-impl KernelArgs {
-    pub fn new() -> KernelArgs {
-        KernelArgs::default()
-    }
-
-    /// Append one argument.
-    pub fn push<T: DeviceCopy>(&mut self, value: T) -> &mut KernelArgs {
-        let size = std::mem::size_of::<T>();
-        let start = self.slots.len();
-        self.slots.resize(start + size.div_ceil(8).max(1), 0);
-        // SAFETY: the slots just added cover `size` bytes; T is plain data (DeviceCopy).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (&value as *const T).cast::<u8>(),
-                self.slots[start..].as_mut_ptr().cast::<u8>(),
-                size,
-            );
-        }
-        self.starts.push(start);
-        self
-    }
-
-    pub fn len(&self) -> usize {
-        self.starts.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.starts.is_empty()
-    }
-
-    /// Pointers to each argument (valid while `self` is neither moved nor pushed to).
-    fn pointers(&mut self) -> Vec<*mut c_void> {
-        let base = self.slots.as_mut_ptr();
-        // SAFETY: every start indexes inside `slots`.
-        self.starts
-            .iter()
-            .map(|&s| unsafe { base.add(s) }.cast::<c_void>())
-            .collect()
-    }
-}
-
 /// A captured graph (a template; instantiate it to run it).
 pub struct Graph {
     ctx: HipContext,
@@ -1222,7 +1182,7 @@ mod tests {
             .push(-2.5f32)
             .push(7u32)
             .push(u64::MAX - 1)
-            .push(-3i8);
+            .push(-3i32);
         assert_eq!(args.len(), 5);
         let p = args.pointers();
         // SAFETY: each pointer addresses the bytes of the argument pushed at that index.
@@ -1231,7 +1191,7 @@ mod tests {
             assert_eq!(*(p[1] as *const f32), -2.5);
             assert_eq!(*(p[2] as *const u32), 7);
             assert_eq!(*(p[3] as *const u64), u64::MAX - 1);
-            assert_eq!(*(p[4] as *const i8), -3);
+            assert_eq!(*(p[4] as *const i32), -3);
         }
         // Every argument starts 8-byte aligned (pointers and u64 need it).
         assert!(p.iter().all(|q| (*q as usize).is_multiple_of(8)));
