@@ -66,7 +66,7 @@ fn open_gpu(
     ctx: usize,
     upload: &mut dyn FnMut(u64, u64),
 ) -> Result<Box<dyn Backend>, String> {
-    crate::backend::hip::backend::open_backend_with_progress(model.clone(), weights, ctx, upload)
+    crate::backend::hip::open_backend_with_progress(model.clone(), weights, ctx, upload)
 }
 
 #[cfg(not(feature = "hip"))]

@@ -23,8 +23,8 @@ use crate::engine::events::SamplingParams;
 use crate::engine::sampler::{Sampler, Xorshift64Star};
 use crate::model::Model;
 
+use super::backend::HipBackend;
 use super::checks::CheckRng;
-use super::forward::HipBackend;
 use super::kernel_module::KernelModule;
 use super::runtime::HipContext;
 

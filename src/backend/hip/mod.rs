@@ -10,40 +10,61 @@
 //! * `kernel_module` — loads the kernel image that fits the device and runs `kernels::Launch` values.
 //! * `weights` — the model's tensor data on the device: copied (pread through pinned staging buffers)
 //!   or mapped zero-copy (the registered file mapping).
-//! * `forward` — `HipBackend`, the device forward pass: session state and `eval` (decode steps,
-//!   prefill chunks); `forward/state.rs` is its checkpoint payload (save_state / load_state).
-//! * `prefill` — the launch sequence for n tokens (decode n = 1; prefill chunks with batched GEMMs and
-//!   experts grouped by id) and the activation buffers sized for the largest chunk.
-//! * `backend` — `open_backend`, called by `engine::backend_open`: the forward-pass gate
-//!   (`FORWARD_VALIDATED`, `DS4_HIP_FORWARD`), the device memory guard and the weight placement
-//!   policy; a failure is one line and `--backend auto` falls back to the CPU with it.
+//! * `acts` — the activation buffers, sized for the largest prefill chunk, and the step parameters.
+//! * `prefill` — chunked prefill: the chunk size, when a batch takes the GEMMs and grouped experts.
 //! * `footprint` — a session's device bytes (KV + scratch) from the shapes, for the memory guard.
+//! * `cache` — the session cache on the device (`LayerState` per layer) and its read-back.
+//! * `probe` — the selection-margin probe of `selftest --forward`.
+//! * `pass` — one launch sequence's view of a session (`Pass`) and the launch helpers.
+//! * `attention_layer`, `ffn_layer` — the two sublayers' launches; `layers` — the sequence over
+//!   every layer and the head for n tokens (decode n = 1, prefill chunks), and each layer's RoPE.
+//! * `decode` — the decode step: step parameters, the captured graph, device sampling.
+//! * `backend` — `HipBackend`, the `Backend` of the device: session buffers and `eval`;
+//!   `backend/state.rs` is its checkpoint payload (save_state / load_state).
+//! * `open` — `open_backend`, called by `engine::backend_open`: the `DS4_HIP_FORWARD=0` escape
+//!   hatch, the device memory guard and the weight placement policy; a failure is one line and
+//!   `--backend auto` falls back to the CPU with it.
 //! * `bandwidth` — peak device bandwidth (a timed device-to-device copy) for `bench`.
 //! * `profile` — `DS4_HIP_PROFILE=1`: device time per kernel of the forward pass.
 //! * `forward_check` — `selftest --forward N`: `HipBackend` against the CPU engine on a model.
 //! * `checks`, `kernel_checks` — the GPU selftest: runtime smoke checks; every kernel against the CPU
 //!   reference on random inputs.
 //!
+//! Dependencies run one way, in this order (a file uses only those before it): ffi → kernels (plain
+//! data, also built without the feature) → runtime → kernel_module, profile, bandwidth → acts →
+//! prefill → footprint → weights → cache → probe → pass → attention_layer, ffn_layer → layers →
+//! decode → backend → open.
+//!
 //! Kernel images: AMD code objects are embedded by build.rs; on the NVIDIA test shim
 //! (tests/hip-on-cuda) they come from `$DS4_KERNEL_DIR/<stem>.sm_<cc>.cubin`
 //! (`HipContext::kernel_image_override`).
 
+mod acts;
+mod attention_layer;
 pub mod backend;
 pub mod bandwidth;
+pub mod cache;
 pub mod checks;
+mod decode;
 pub mod ffi;
+mod ffn_layer;
 pub mod footprint;
-pub mod forward;
 pub mod forward_check;
 pub mod kernel_checks;
 pub mod kernel_module;
 pub mod kernels;
+mod layers;
+pub mod open;
+mod pass;
 pub mod prefill;
+mod probe;
 pub mod profile;
 pub mod runtime;
 pub mod weights;
 
-pub use backend::open_backend;
+pub use backend::HipBackend;
+pub use decode::GRAPH_ENV;
+pub use open::{open_backend, open_backend_with_progress};
 pub use runtime::{
     CaptureMode, DeviceAttribute, DeviceBuffer, DeviceCopy, DeviceInfo, DevicePtr, Event, Function, Graph, GraphExec,
     HipContext, HipError, HipResult, HipUnavailable, HostRegistration, KernelArgs, LaunchDims, Module, PinnedBuffer,
