@@ -302,7 +302,6 @@ pub(super) fn max_visible_rows(hp: &HParams, l: usize, comp_cap: usize) -> usize
 mod tests {
     use super::*;
     use crate::backend::hip::kernels::AttentionShape;
-    use crate::backend::hip::prefill::PREFILL_CHUNK;
 
     /// The attention score buffer covers every batch the backend launches: any chunk size
     /// 1..=n_max at any position, with the indexer selection exactly when `attention_sublayer` uses
@@ -344,28 +343,6 @@ mod tests {
                 }
                 assert!(shape.score_floats(1, most) <= bound);
             }
-        }
-    }
-
-    /// The activation memory of a chunk, for the report (kernels/README.md): Flash with
-    /// PREFILL_CHUNK-token chunks. Grows with ctx only through the indexer scores and the attention scores.
-    #[test]
-    fn activation_bytes_for_flash() {
-        let hp = HParams::flash();
-        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-        let mut last = 0;
-        for ctx in [4096usize, 65536, 1 << 20] {
-            let decode = activation_bytes(&hp, 1, ctx);
-            let chunk = activation_bytes(&hp, PREFILL_CHUNK, ctx);
-            eprintln!(
-                "Flash ctx {ctx}: activations {:.1} MiB for {PREFILL_CHUNK}-token chunks, {:.1} MiB for decode only",
-                mib(chunk),
-                mib(decode)
-            );
-            // A chunk holds at least n_max tokens' worth of the per-token rows (q: H*D floats).
-            assert!(chunk >= (PREFILL_CHUNK * hp.q_dim() * 4) as u64 && chunk > decode);
-            assert!(chunk >= last);
-            last = chunk;
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Device memory footprint of one `HipBackend` session besides the weights, computed from the
-//! shapes alone so the memory guard (`backend::open_backend`) can check it before anything is
+//! shapes alone so the memory guard (`open::open_backend`) can check it before anything is
 //! allocated: the KV ring, compressed rows and compressor/indexer state, and the activations.
 //!
 //! The per-layer buffers come from one plan (`layer_plans`) that `cache::alloc_layers` allocates

@@ -26,36 +26,17 @@
 //! the sublayers are `attention_layer.rs` and `ffn_layer.rs`, the buffers `acts.rs` and `cache.rs`.
 
 use crate::backend::EngineError;
+use crate::backend::cpu::ops::Rope;
 use crate::model::hparams::HParams;
 
 use super::kernels::{self, NQ_NORM, QuantOut, RopeParams};
 use super::pass::{Pass, p0};
 
-/// RoPE of layer `l` on the device, the same choice as the CPU's `Rope::for_layer` (spec §3.5).
-fn layer_rope(hp: &HParams, l: usize) -> RopeParams {
-    let compressed = hp.ratio(l) != 0;
-    let base = if compressed && hp.compress_rope_freq_base > 0.0 {
-        hp.compress_rope_freq_base
-    } else {
-        hp.rope_freq_base
-    };
-    if compressed && hp.rope_scaling_factor > 1.0 {
-        RopeParams::yarn(
-            hp.n_rot as u32,
-            base,
-            hp.rope_scaling_factor,
-            hp.rope_orig_ctx as u32,
-            hp.yarn_beta_fast,
-            hp.yarn_beta_slow,
-        )
-    } else {
-        RopeParams::plain(hp.n_rot as u32, base)
-    }
-}
-
-/// RoPE of every layer.
+/// RoPE of every layer: the CPU engine's choice and terms (`Rope::for_layer`).
 pub(super) fn layer_ropes(hp: &HParams) -> Vec<RopeParams> {
-    (0..hp.n_layer).map(|l| layer_rope(hp, l)).collect()
+    (0..hp.n_layer)
+        .map(|l| RopeParams::from_rope(&Rope::for_layer(hp, hp.ratio(l) != 0)))
+        .collect()
 }
 
 impl Pass<'_> {

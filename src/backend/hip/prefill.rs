@@ -77,3 +77,32 @@ pub(super) fn expert_grouping(acts: &Acts, n_tok: u32, n_used: u32, n_expert: u3
         min_cols: kernels::MOE_MIN_COLS,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::hip::acts::activation_bytes;
+    use crate::model::hparams::HParams;
+
+    /// The activation memory of a chunk, for the report (kernels/README.md): Flash with
+    /// PREFILL_CHUNK-token chunks. Grows with ctx only through the indexer scores and the attention scores.
+    #[test]
+    fn activation_bytes_for_flash() {
+        let hp = HParams::flash();
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let mut last = 0;
+        for ctx in [4096usize, 65536, 1 << 20] {
+            let decode = activation_bytes(&hp, 1, ctx);
+            let chunk = activation_bytes(&hp, PREFILL_CHUNK, ctx);
+            eprintln!(
+                "Flash ctx {ctx}: activations {:.1} MiB for {PREFILL_CHUNK}-token chunks, {:.1} MiB for decode only",
+                mib(chunk),
+                mib(decode)
+            );
+            // A chunk holds at least n_max tokens' worth of the per-token rows (q: H*D floats).
+            assert!(chunk >= (PREFILL_CHUNK * hp.q_dim() * 4) as u64 && chunk > decode);
+            assert!(chunk >= last);
+            last = chunk;
+        }
+    }
+}

@@ -1,6 +1,8 @@
 //! Builders of kernels/rows.hip: the per-row finishing (norm, RoPE, E4M3 / FP4 rounding, ring
 //! store) of query, kv and compressed rows, and the RoPE parameters the kernel takes.
 
+use crate::backend::cpu::ops::{Rope, RopeTerms};
+
 use super::abi::{DevPtr, NULL, ROWS_FINISH};
 use super::launch::{Launch, f, ptr, u};
 
@@ -37,33 +39,34 @@ pub struct RopeParams {
 impl RopeParams {
     /// Dense (ratio-0) layers: plain rotation with `base`.
     pub fn plain(n_rot: u32, base: f32) -> RopeParams {
-        RopeParams {
-            n_rot,
-            theta_scale: base.powf(-2.0 / n_rot as f32),
-            freq_scale: 1.0,
-            ext_factor: 0.0,
-            corr_low: 0.0,
-            corr_high: 0.0,
-            mscale: 1.0,
-        }
+        Self::from_terms(n_rot, RopeTerms::plain(n_rot as usize, base))
     }
 
     /// Compressed layers and their indexer: `base` (160000 for Flash), frequency scale 1/`factor`
     /// and the YaRN ramp between the correction dims of beta_fast / beta_slow (spec §3.5).
     pub fn yarn(n_rot: u32, base: f32, factor: f32, orig_ctx: u32, beta_fast: f32, beta_slow: f32) -> RopeParams {
-        let corr =
-            |beta: f32| n_rot as f32 * (orig_ctx as f32 / (beta * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln());
+        let terms = RopeTerms::yarn(n_rot as usize, base, factor, orig_ctx as u64, beta_fast, beta_slow);
+        Self::from_terms(n_rot, terms)
+    }
+
+    /// The CPU engine's RoPE of a layer (`Rope::for_layer`), as the kernels take it.
+    pub fn from_rope(rope: &Rope) -> RopeParams {
+        Self::from_terms(rope.n_rot as u32, rope.terms)
+    }
+
+    fn from_terms(n_rot: u32, t: RopeTerms) -> RopeParams {
+        let (ext_factor, (corr_low, corr_high)) = match t.yarn {
+            Some(dims) => (1.0, dims),
+            None => (0.0, (0.0, 0.0)),
+        };
         RopeParams {
             n_rot,
-            theta_scale: base.powf(-2.0 / n_rot as f32),
-            freq_scale: 1.0 / factor,
-            ext_factor: 1.0,
-            corr_low: corr(beta_fast).floor().max(0.0),
-            corr_high: corr(beta_slow).ceil().min((n_rot - 1) as f32),
-            mscale: {
-                let m = 1.0 + 0.1 * (1.0 / (1.0 / factor)).ln();
-                (1.0 / m) * m
-            },
+            theta_scale: t.theta_scale,
+            freq_scale: t.freq_scale,
+            ext_factor,
+            corr_low,
+            corr_high,
+            mscale: t.mscale,
         }
     }
 }

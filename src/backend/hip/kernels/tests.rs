@@ -268,11 +268,20 @@ fn yarn_parameters_for_flash() {
 }
 
 #[test]
-fn targets_and_file_names() {
-    assert_eq!(amd_target("gfx1151:sramecc-:xnack-"), "gfx1151");
-    assert_eq!(amd_target("gfx1100"), "gfx1100");
-    assert_eq!(kernel_image_file("gfx1151"), "ds4_kernels.gfx1151.hsaco");
-    assert_eq!(kernel_image_file("sm_90"), "ds4_kernels.sm_90.cubin");
+fn device_rope_is_the_cpu_engines() {
+    use crate::backend::cpu::ops::Rope;
+    use crate::model::hparams::HParams;
+    let hp = HParams::flash();
+    let yarn = RopeParams::yarn(64, 160000.0, 16.0, 65536, 32.0, 1.0);
+    assert_eq!(RopeParams::from_rope(&Rope::for_layer(&hp, true)), yarn);
+    assert_eq!(
+        RopeParams::from_rope(&Rope::for_layer(&hp, false)),
+        RopeParams::plain(hp.n_rot as u32, hp.rope_freq_base)
+    );
+}
+
+#[test]
+fn a_missing_target_names_the_built_ones_and_the_fix() {
     let e = embedded_code_object("gfx9999").unwrap_err();
     assert!(
         e.contains("no GPU kernels for gfx9999") && e.contains("DS4_HIP_ARCHS=gfx9999"),

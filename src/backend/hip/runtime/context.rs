@@ -201,15 +201,6 @@ impl HipContext {
         Ok((free as u64, total as u64))
     }
 
-    pub fn attribute(&self, attr: DeviceAttribute) -> HipResult<i32> {
-        let mut v: c_int = 0;
-        // SAFETY: valid out-pointer.
-        check("hipDeviceGetAttribute", unsafe {
-            (self.api().hipDeviceGetAttribute)(&mut v, attr as c_int, self.inner.info.ordinal)
-        })?;
-        Ok(v)
-    }
-
     /// Wait for all work on the device.
     pub fn synchronize(&self) -> HipResult<()> {
         // SAFETY: plain call.

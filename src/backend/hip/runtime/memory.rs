@@ -34,8 +34,6 @@ unsafe impl DeviceCopy for DevicePtr {}
 pub struct DevicePtr(pub u64);
 
 impl DevicePtr {
-    pub const NULL: DevicePtr = DevicePtr(0);
-
     /// The address `bytes` further on.
     pub fn offset(self, bytes: usize) -> DevicePtr {
         DevicePtr(self.0 + bytes as u64)
@@ -115,53 +113,6 @@ impl DeviceBuffer {
         let mut v = vec![T::default(); self.bytes / std::mem::size_of::<T>()];
         self.copy_to_host(0, &mut v)?;
         Ok(v)
-    }
-
-    /// Enqueue a host → device copy on `stream`.
-    ///
-    /// # Safety
-    /// `src` must stay alive and unmodified until the stream has passed this copy (synchronize it or
-    /// wait on a later event). Use pinned memory for a truly asynchronous copy.
-    pub unsafe fn copy_from_host_async<T: DeviceCopy>(
-        &mut self,
-        offset: usize,
-        src: &[T],
-        stream: &Stream,
-    ) -> HipResult<()> {
-        let n = std::mem::size_of_val(src);
-        range_check("hipMemcpyAsync", offset, n, self.bytes)?;
-        check("hipMemcpyAsync", unsafe {
-            (self.ctx.api().hipMemcpyAsync)(
-                self.ptr().offset(offset).as_mut_ptr(),
-                src.as_ptr().cast(),
-                n,
-                ffi::MEMCPY_HOST_TO_DEVICE,
-                stream.raw,
-            )
-        })
-    }
-
-    /// Enqueue a device → host copy on `stream`.
-    ///
-    /// # Safety
-    /// `dst` must stay alive and must not be read until the stream has passed this copy.
-    pub unsafe fn copy_to_host_async<T: DeviceCopy>(
-        &self,
-        offset: usize,
-        dst: &mut [T],
-        stream: &Stream,
-    ) -> HipResult<()> {
-        let n = std::mem::size_of_val(dst);
-        range_check("hipMemcpyAsync", offset, n, self.bytes)?;
-        check("hipMemcpyAsync", unsafe {
-            (self.ctx.api().hipMemcpyAsync)(
-                dst.as_mut_ptr().cast(),
-                self.ptr().offset(offset).as_mut_ptr(),
-                n,
-                ffi::MEMCPY_DEVICE_TO_HOST,
-                stream.raw,
-            )
-        })
     }
 
     /// Enqueue a device → device copy of `bytes` from `src[src_offset..]` to `self[offset..]`.

@@ -102,7 +102,7 @@ impl Function {
     ///
     /// # Safety
     /// As `launch`; additionally each pointer must address the argument's bytes until this returns.
-    pub unsafe fn launch_raw(&self, stream: &Stream, dims: LaunchDims, params: &mut [*mut c_void]) -> HipResult<()> {
+    unsafe fn launch_raw(&self, stream: &Stream, dims: LaunchDims, params: &mut [*mut c_void]) -> HipResult<()> {
         let params = if params.is_empty() {
             std::ptr::null_mut()
         } else {
