@@ -17,8 +17,8 @@
 
 mod hip_emu;
 
+use ds4_chat::backend::hip::HipBackend;
 use ds4_chat::backend::hip::HipContext;
-use ds4_chat::backend::hip::forward::HipBackend;
 use ds4_chat::backend::hip::kernel_module::KernelModule;
 use ds4_chat::backend::{Backend, DevicePick, DeviceSample};
 use ds4_chat::engine::events::SamplingParams;

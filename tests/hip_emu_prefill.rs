@@ -19,10 +19,10 @@ use std::time::Instant;
 
 use ds4_chat::backend::agreement::{Agreement, LogitDiff, compare_logits};
 use ds4_chat::backend::cpu::CpuBackend;
+use ds4_chat::backend::hip::HipBackend;
 use ds4_chat::backend::hip::HipContext;
-use ds4_chat::backend::hip::forward::HipBackend;
+use ds4_chat::backend::hip::cache::LayerCacheView;
 use ds4_chat::backend::hip::kernel_module::KernelModule;
-use ds4_chat::backend::hip::prefill::LayerCacheView;
 use ds4_chat::backend::{Backend, EngineError};
 use ds4_chat::genmodel::ExpertMix;
 use ds4_chat::model::Model;

@@ -13,7 +13,7 @@ pub mod hip;
 pub mod payload;
 // The kernel table is plain data: its tests run in builds without the `hip` feature too.
 #[cfg(all(test, not(feature = "hip")))]
-#[path = "hip/kernels.rs"]
+#[path = "hip/kernels/mod.rs"]
 #[allow(dead_code)]
 mod hip_kernels;
 

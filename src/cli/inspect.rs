@@ -8,8 +8,8 @@ use serde_json::json;
 use super::CliResult;
 use crate::model::Model;
 use crate::model::accounting::{Accounting, account, table_from_model};
-use crate::units::fmt_gib;
 use crate::model::checkpoint::{Generation, describe_file};
+use crate::units::fmt_gib;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

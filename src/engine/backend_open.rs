@@ -75,7 +75,7 @@ fn open_gpu(
     ctx: usize,
     upload: &mut dyn FnMut(u64, u64),
 ) -> Result<OpenedEngine, String> {
-    let engine = crate::backend::hip::backend::open_engine_with_progress(model.clone(), weights, ctx, upload)?;
+    let engine = crate::backend::hip::open_engine_with_progress(model.clone(), weights, ctx, upload)?;
     let backend = Box::new(engine.session(ctx)?);
     Ok(OpenedEngine {
         engine: Box::new(engine),

@@ -72,15 +72,55 @@ pub fn softplus(z: f32) -> f32 {
     }
 }
 
+/// The angle terms of a RoPE flavour, computed once here for the CPU engine and the
+/// device kernels (`kernels::RopeParams`), so both rotate by the same floats.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeTerms {
+    /// base^(-2/n_rot): the ratio of successive pair frequencies.
+    pub theta_scale: f32,
+    pub freq_scale: f32,
+    /// YaRN on: (low, high) correction dims of the ramp.
+    pub yarn: Option<(f32, f32)>,
+    /// Factor on cos and sin.
+    pub mscale: f32,
+}
+
+impl RopeTerms {
+    /// Plain rotation with `base`.
+    pub fn plain(n_rot: usize, base: f32) -> RopeTerms {
+        RopeTerms {
+            theta_scale: base.powf(-2.0 / n_rot as f32),
+            freq_scale: 1.0,
+            yarn: None,
+            mscale: 1.0,
+        }
+    }
+
+    /// Frequency scale 1/`factor` and the YaRN ramp between the correction dims of `beta_fast` and
+    /// `beta_slow` for a training context of `orig_ctx` tokens.
+    pub fn yarn(n_rot: usize, base: f32, factor: f32, orig_ctx: u64, beta_fast: f32, beta_slow: f32) -> RopeTerms {
+        let freq_scale = 1.0 / factor;
+        let corr =
+            |beta: f32| n_rot as f32 * (orig_ctx as f32 / (beta * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln());
+        let low = corr(beta_fast).floor().max(0.0);
+        let high = corr(beta_slow).ceil().min((n_rot - 1) as f32);
+        // ds4 hands the helper the inverse of the YaRN magnitude factor so that the two cancel;
+        // doing the same two float operations keeps the product exactly what ds4 uses.
+        let m = 1.0 + 0.1 * (1.0 / freq_scale).ln();
+        RopeTerms {
+            theta_scale: base.powf(-2.0 / n_rot as f32),
+            freq_scale,
+            yarn: Some((low, high)),
+            mscale: (1.0 / m) * m,
+        }
+    }
+}
+
 /// The RoPE flavour of one layer (docs/model.md#rope-and-yarn): base, frequency scale and the YaRN ramp.
 #[derive(Clone, Copy, Debug)]
 pub struct Rope {
     pub n_rot: usize,
-    theta_scale: f32,
-    freq_scale: f32,
-    /// YaRN on: (low, high) correction dims.
-    yarn: Option<(f32, f32)>,
-    mscale: f32,
+    pub terms: RopeTerms,
 }
 
 impl Rope {
@@ -93,39 +133,25 @@ impl Rope {
         } else {
             hp.rope_freq_base
         };
-        let theta_scale = base.powf(-2.0 / n_rot as f32);
-        let use_yarn = compressed && hp.rope_scaling_factor > 1.0;
-        if !use_yarn {
-            return Rope {
+        let terms = if compressed && hp.rope_scaling_factor > 1.0 {
+            RopeTerms::yarn(
                 n_rot,
-                theta_scale,
-                freq_scale: 1.0,
-                yarn: None,
-                mscale: 1.0,
-            };
-        }
-        let freq_scale = 1.0 / hp.rope_scaling_factor;
-        let corr = |beta: f32| {
-            n_rot as f32 * (hp.rope_orig_ctx as f32 / (beta * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln())
+                base,
+                hp.rope_scaling_factor,
+                hp.rope_orig_ctx,
+                hp.yarn_beta_fast,
+                hp.yarn_beta_slow,
+            )
+        } else {
+            RopeTerms::plain(n_rot, base)
         };
-        let low = corr(hp.yarn_beta_fast).floor().max(0.0);
-        let high = corr(hp.yarn_beta_slow).ceil().min((n_rot - 1) as f32);
-        // ds4 hands the helper the inverse of the YaRN magnitude factor so that the two cancel;
-        // doing the same two float operations keeps the product exactly what ds4 uses.
-        let m = 1.0 + 0.1 * (1.0 / freq_scale).ln();
-        let mscale = (1.0 / m) * m;
-        Rope {
-            n_rot,
-            theta_scale,
-            freq_scale,
-            yarn: Some((low, high)),
-            mscale,
-        }
+        Rope { n_rot, terms }
     }
 
     /// Rotate the last `n_rot` dims of each `head_dim`-wide head of `x` at position `pos`,
     /// interleaved pairs; `inverse` rotates back.
     pub fn apply(&self, x: &mut [f32], head_dim: usize, pos: usize, inverse: bool) {
+        let t = &self.terms;
         let sign = if inverse { -1.0 } else { 1.0 };
         let n_nope = head_dim - self.n_rot;
         for head in x.chunks_exact_mut(head_dim) {
@@ -133,8 +159,8 @@ impl Rope {
             // θ by iterated product, as the reference does (bit-level agreement of the angles).
             let mut theta_extrap = pos as f32;
             for k in 0..self.n_rot / 2 {
-                let theta_interp = self.freq_scale * theta_extrap;
-                let theta = match self.yarn {
+                let theta_interp = t.freq_scale * theta_extrap;
+                let theta = match t.yarn {
                     Some((low, high)) => {
                         let y = (k as f32 - low) / (high - low).max(0.001);
                         let ramp = 1.0 - y.clamp(0.0, 1.0);
@@ -142,13 +168,13 @@ impl Rope {
                     }
                     None => theta_interp,
                 };
-                let c = transcend::cos(theta) * self.mscale;
-                let s = sign * transcend::sin(theta) * self.mscale;
+                let c = transcend::cos(theta) * t.mscale;
+                let s = sign * transcend::sin(theta) * t.mscale;
                 let x0 = tail[2 * k];
                 let x1 = tail[2 * k + 1];
                 tail[2 * k] = x0 * c - x1 * s;
                 tail[2 * k + 1] = x0 * s + x1 * c;
-                theta_extrap *= self.theta_scale;
+                theta_extrap *= t.theta_scale;
             }
         }
     }
@@ -332,8 +358,8 @@ mod tests {
     #[test]
     fn rope_yarn_corr_dims_for_flash() {
         let r = Rope::for_layer(&HParams::flash(), true);
-        assert_eq!(r.yarn, Some((15.0, 25.0)));
-        assert_eq!(r.mscale, 1.0);
+        assert_eq!(r.terms.yarn, Some((15.0, 25.0)));
+        assert_eq!(r.terms.mscale, 1.0);
         // Forward then inverse is the identity (rotation).
         let mut x: Vec<f32> = (0..128).map(|i| (i as f32 * 0.37).sin()).collect();
         let orig = x.clone();

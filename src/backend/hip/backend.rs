@@ -1,255 +1,81 @@
-//! Opening the HIP engine for a model (the entry point `engine::backend_open` calls): the weights
-//! placed once (`engine::HipEngine`), sessions opened from it.
+//! `HipBackend`: the forward pass on one HIP device, a `backend::Backend` whose weights,
+//! activations, KV ring, compressed rows and compressor/indexer state live on the device.
 //!
-//! Owns the checks made before any weights move and the weight placement policy:
-//! * runtime and device present, kernels that load on it, every expert type supported;
-//! * the forward-pass gate (`forward_enabled`): the device forward pass is validated against the
-//!   CPU engine and the shared reference vectors on an NVIDIA H200 through the HIP-on-CUDA shim and
-//!   on the CPU emulator (tests/hip-on-cuda/results/), so it opens by default; `DS4_HIP_FORWARD=0`
-//!   turns it off (the CPU backend is then used, with that reason);
-//! * the memory guard: device memory (`hipMemGetInfo`) must hold the KV cache and scratch, plus the
-//!   weights when they are copied, before anything is allocated ("too little device memory: need X,
-//!   have Y"); on unified memory (integrated GPUs, gfx115x) a copy is pinned system RAM, so its
-//!   budget is the GTT limit and the usable RAM instead (`engine::placement`);
-//! * `--weights auto|copy|map`: auto copies when the weights fit next to the session, else maps the
-//!   file (zero copy); a refused registration falls back to a copy when that fits, else fails.
+//! `eval` runs a single token as one decode step (`decode.rs`: replay of the captured graph, or
+//! direct launches) and longer inputs as chunks of up to `Acts::n_max` tokens (`prefill.rs`), both
+//! through the launch sequence of `layers.rs`. The logits stay on the device until someone asks for
+//! them (`logits()`), and `sample_on_device` picks the next token there. The semantics are those of
+//! the CPU engine (`backend::cpu::forward`, spec §3); the emulator tests compare the two bit for bit.
 //!
-//! Every failure is one line; `--backend auto` then falls back to the CPU with it as the reason.
+//! Owns the device buffers of one session and the order of an eval (chunks, progress, cancel); must
+//! not know about chat or sampling (the checkpoint payload is `backend/state.rs`'s).
 
+use std::cell::{Cell, OnceCell};
 use std::sync::Arc;
 
-use crate::backend::{Backend, WeightsPlacement};
-use crate::engine::events::WeightPlacement;
-use crate::engine::memguard;
-use crate::engine::placement::{self, CopyBudget, DeviceFacts};
+use crate::backend::{Backend, DevicePick, DeviceSample, EngineError, MemoryReport, Progress, WeightsPlacement};
 use crate::model::Model;
 
-use super::engine::HipEngine;
-use super::footprint::{SessionBytes, session_bytes};
-use super::forward::HipBackend;
+use super::acts::Acts;
+use super::cache::{self, LayerCacheView, LayerState};
+use super::decode::{self, DecodeGraph};
 use super::kernel_module::KernelModule;
-use super::runtime::HipContext;
-use super::weights::{DeviceWeights, data_section_bytes};
+use super::kernels::{self, ExpertFormat, RopeParams};
+use super::layers;
+use super::pass::Pass;
+use super::prefill;
+use super::probe::SelectionProbe;
+use super::profile::LaunchProfile;
+use super::runtime::{HipContext, PinnedBuffer, Stream};
+use super::weights::DeviceWeights;
 
-/// Environment variable that enables the device forward pass before it is validated (`1`), or
-/// turns it off once it is (`0`).
-pub const FORWARD_ENV: &str = "DS4_HIP_FORWARD";
+/// The checkpoint payload of the device state (a child module: it reads the private buffers).
+mod state;
 
-/// Whether the device forward pass has passed validation: `selftest --backend hip --forward`, the
-/// kernel checks and the case A reference vectors on the H200 (2026-11-30, through the shim; no AMD
-/// GPU was available). With `true`, `--backend auto` takes the GPU unless `DS4_HIP_FORWARD=0`.
-pub const FORWARD_VALIDATED: bool = true;
-
-/// Device memory kept free next to the weights and the session: allocation rounding, the runtime's
-/// own buffers and the bench's bandwidth probe.
-pub const DEVICE_RESERVE: u64 = 64 << 20;
-
-/// Whether the forward pass may open here: validated (unless `DS4_HIP_FORWARD=0`), or enabled by
-/// `DS4_HIP_FORWARD=1`.
-pub fn forward_enabled() -> bool {
-    forward_enabled_by(FORWARD_VALIDATED, std::env::var(FORWARD_ENV).ok().as_deref())
-}
-
-fn forward_enabled_by(validated: bool, env: Option<&str>) -> bool {
-    match env {
-        Some("1") => true,
-        Some("0") => false,
-        _ => validated,
-    }
-}
-
-/// Bytes for messages: MiB below 1 GiB, else GiB.
-pub fn fmt_size(b: u64) -> String {
-    if b >= 1 << 30 {
-        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
-    } else {
-        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
-    }
-}
-
-/// The memory guard's one line: "too little device memory: need X, have Y <detail>".
-pub fn too_little_memory(need: u64, have: u64, detail: &str) -> String {
-    format!(
-        "too little device memory: need {}, have {} {detail}",
-        fmt_size(need),
-        fmt_size(have)
-    )
-}
-
-/// Open the HIP backend for `model` with a cache of `ctx` tokens, or give the one-line reason it
-/// cannot run here.
-pub fn open_backend(model: Arc<Model>, weights: WeightPlacement, ctx: usize) -> Result<Box<dyn Backend>, String> {
-    open_backend_with_progress(model, weights, ctx, &mut |_, _| {})
-}
-
-/// `open_backend` reporting the weight copy: `progress(done, total)` bytes after every chunk.
-pub fn open_backend_with_progress(
+/// The forward pass on one HIP device for one model and one session cache.
+pub struct HipBackend {
     model: Arc<Model>,
-    weights: WeightPlacement,
     ctx: usize,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<Box<dyn Backend>, String> {
-    let engine = open_engine_with_progress(model, weights, ctx, progress)?;
-    Ok(Box::new(engine.session(ctx)?))
+    n_past: usize,
+    /// Host copy of `acts.logits`, fetched by the first `logits()` after an eval (a decode loop that
+    /// samples on the device never needs it); `logits_spare` keeps its allocation between steps.
+    host_logits: OnceCell<Vec<f32>>,
+    logits_spare: Cell<Vec<f32>>,
+    /// Pinned staging of the step parameters (`acts::STEP_TOKENS` words, then the token ids) and
+    /// of the device sampling result.
+    step_host: PinnedBuffer,
+    sample_host: PinnedBuffer,
+    /// The captured decode step (made at the first decode step) and whether to use one
+    /// (`DS4_HIP_GRAPH`).
+    decode_graph: Option<DecodeGraph>,
+    use_graph: bool,
+    layers: Vec<LayerState>,
+    acts: Acts,
+    /// Tokens per prefill chunk (<= acts.n_max).
+    chunk: usize,
+    /// Batches up to this size take the decode kernels token by token (`prefill::MATVEC_MAX_TOKENS`).
+    matvec_tokens: usize,
+    kv_bytes: u64,
+    scratch_bytes: u64,
+    ropes: Vec<RopeParams>,
+    /// The selection-margin probe of `selftest --forward` (`set_probe`); `None` in the product.
+    probe: Option<SelectionProbe>,
+    /// DS4_HIP_PROFILE=1: device time per kernel, printed when the backend is dropped.
+    profile: LaunchProfile,
+    /// Shared with the engine and its other sessions (`engine::HipEngine`).
+    weights: Arc<DeviceWeights>,
+    placement: WeightsPlacement,
+    stream: Stream,
+    kernels: Arc<KernelModule>,
+    hip: HipContext,
 }
 
-/// Place `model`'s weights on the device for sessions of about `ctx` tokens (the placement plan
-/// counts one such session), reporting a copy as `progress(done, total)` bytes after every chunk.
-pub fn open_engine_with_progress(
-    model: Arc<Model>,
-    weights: WeightPlacement,
-    ctx: usize,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<HipEngine, String> {
-    let hip = HipContext::new().map_err(|e| e.to_string())?;
-    let kernels = KernelModule::load(&hip)?;
-    if !forward_enabled() {
-        return Err(format!(
-            "the HIP forward pass is not validated on AMD hardware yet; set {FORWARD_ENV}=1 to use it ({} is usable and its kernels for {} load; selftest --backend hip checks them)",
-            hip.name(),
-            kernels.target
-        ));
-    }
-    HipBackend::check_model(&model)?;
-    let session = session_bytes(&model.hp, ctx);
-    let budget = copy_budget_of(&hip, &kernels.target)?;
-    let plan = plan_placement(
-        weights,
-        data_section_bytes(&model.file),
-        session,
-        budget.free,
-        budget.total,
-        &budget.label,
-        &|_| None,
-    )?;
-    let (placed, reason) = place_weights(&hip, &model, plan, progress)?;
-    Ok(HipEngine::new(hip, kernels, model, placed, reason))
-}
-
-/// The placement chosen before anything is allocated.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Plan {
-    /// Copy; the string says why (empty when asked for).
-    Copy(String),
-    /// Map the file; when `copy_fallback` the copy fits too (used if registration is refused).
-    Map { reason: String, copy_fallback: bool },
-}
-
-/// Decide the placement from device memory: `free`/`total` from hipMemGetInfo, `weight_bytes` to
-/// copy, the `session` (KV + scratch) that lives in device memory either way. `host_refuses_copy`
-/// gives the reason pinned host RAM cannot hold a copy (integrated GPUs), if so.
-pub fn plan_placement(
-    asked: WeightPlacement,
-    weight_bytes: u64,
-    session: SessionBytes,
-    free: u64,
-    total: u64,
-    device: &str,
-    host_refuses_copy: &dyn Fn(u64) -> Option<String>,
-) -> Result<Plan, String> {
-    let session_need = session.kv + session.scratch + DEVICE_RESERVE;
-    let copy_need = weight_bytes + session_need;
-    let breakdown = |with_weights: bool| {
-        format!(
-            "free of {} on {device} ({}KV {} + scratch {} + reserve {})",
-            fmt_size(total),
-            if with_weights {
-                format!("weights {} + ", fmt_size(weight_bytes))
-            } else {
-                String::new()
-            },
-            fmt_size(session.kv),
-            fmt_size(session.scratch),
-            fmt_size(DEVICE_RESERVE)
-        )
-    };
-    if session_need > free {
-        return Err(too_little_memory(
-            if asked == WeightPlacement::Map {
-                session_need
-            } else {
-                copy_need
-            },
-            free,
-            &format!("{}; use a smaller --ctx", breakdown(asked != WeightPlacement::Map)),
-        ));
-    }
-    let copy_refusal = if copy_need > free {
-        Some(too_little_memory(copy_need, free, &breakdown(true)))
-    } else {
-        host_refuses_copy(weight_bytes)
-    };
-    match (asked, copy_refusal) {
-        (WeightPlacement::Copy, None) => Ok(Plan::Copy(String::new())),
-        (WeightPlacement::Copy, Some(why)) => Err(format!("{why}; use --weights map or a smaller --ctx")),
-        (WeightPlacement::Map, refusal) => Ok(Plan::Map {
-            reason: String::new(),
-            copy_fallback: refusal.is_none(),
-        }),
-        (WeightPlacement::Auto, None) => Ok(Plan::Copy(format!(
-            "auto: the weights fit device memory ({} of {} free)",
-            fmt_size(copy_need),
-            fmt_size(free)
-        ))),
-        (WeightPlacement::Auto, Some(why)) => Ok(Plan::Map {
-            reason: format!("auto: no room for a copy ({why})"),
-            copy_fallback: false,
-        }),
-    }
-}
-
-/// The memory a copy must fit: device memory on a discrete GPU; on unified memory the GTT limit
-/// and the usable RAM (`engine::placement`), read from amdgpu sysfs and /proc/meminfo.
-fn copy_budget_of(hip: &HipContext, gfx: &str) -> Result<CopyBudget, String> {
-    let (free, total) = hip.mem_info().map_err(|e| e.to_string())?;
-    let dev = DeviceFacts {
-        name: hip.name().to_string(),
-        gfx: gfx.to_string(),
-        integrated: hip.info().integrated,
-        free,
-        total,
-    };
-    let host = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| placement::unified_facts(&t, memguard::find_amdgpu_memory().as_ref()));
-    Ok(placement::copy_budget(&dev, host.as_ref()))
-}
-
-/// Place the weights as planned; returns them with the reason for the side panel.
-fn place_weights(
-    hip: &HipContext,
-    model: &Model,
-    plan: Plan,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<(DeviceWeights, String), String> {
-    // A copy's reason ends with how the file was read (O_DIRECT, or plain reads and why).
-    let with_method = |reason: String, w: &DeviceWeights| {
-        if reason.is_empty() {
-            w.method.clone()
-        } else {
-            format!("{reason}; {}", w.method)
-        }
-    };
-    match plan {
-        Plan::Copy(reason) => {
-            let w = DeviceWeights::upload(hip, model, progress)?;
-            let reason = with_method(reason, &w);
-            Ok((w, reason))
-        }
-        Plan::Map { reason, copy_fallback } => match DeviceWeights::map(hip, model) {
-            Ok(w) => Ok((w, reason)),
-            Err(e) if copy_fallback => {
-                let w = DeviceWeights::upload(hip, model, progress)?;
-                let reason = with_method(format!("map refused, copied instead: {e}"), &w);
-                Ok((w, reason))
-            }
-            Err(e) => Err(format!("--weights map: {e}; a copy does not fit device memory either")),
-        },
-    }
+fn dev(e: impl std::fmt::Display) -> EngineError {
+    EngineError::Device(e.to_string())
 }
 
 /// The placement the backend reports, from the placed weights.
-pub fn placement_of(w: &DeviceWeights, reason: String) -> WeightsPlacement {
+pub(super) fn placement_of(w: &DeviceWeights, reason: String) -> WeightsPlacement {
     WeightsPlacement {
         copied: !w.is_mapped(),
         bytes: w.len_bytes() as u64,
@@ -258,102 +84,358 @@ pub fn placement_of(w: &DeviceWeights, reason: String) -> WeightsPlacement {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
-    use crate::gguf::GgufFile;
-
-    #[test]
-    fn opening_gives_a_one_line_reason_and_never_a_half_backend() {
-        // No AMD GPU here (CI, development machines): the reason names the runtime's answer. With a GPU
-        // and the gate closed the reason is the gate. Either way the engine falls back.
-        let bytes = model_bytes(&GenSpec::new(Preset::Micro, 1, ExpertMix::Q2)).unwrap();
-        let model = Arc::new(Model::bind(Arc::new(GgufFile::from_bytes(bytes).unwrap())).unwrap());
-        for placement in [WeightPlacement::Auto, WeightPlacement::Map, WeightPlacement::Copy] {
-            match open_backend(model.clone(), placement, 64) {
-                Ok(_) if forward_enabled() => {}
-                Ok(_) => panic!("the HIP backend must not open with the forward gate closed"),
-                Err(e) => {
-                    eprintln!("{e}");
-                    assert!(
-                        e.starts_with("no AMD GPU: ") || e.contains("not validated") || forward_enabled(),
-                        "{e}"
-                    );
-                    assert!(!e.contains('\n'), "{e}");
+impl HipBackend {
+    /// Fail with a one-line reason when the model has tensors the GPU kernels cannot run.
+    pub fn check_model(model: &Model) -> Result<(), String> {
+        if model.hp.n_expert_used > kernels::MOE_MAX_USED {
+            return Err(format!(
+                "expert_used_count is {}, the GPU expert kernels handle at most {}",
+                model.hp.n_expert_used,
+                kernels::MOE_MAX_USED
+            ));
+        }
+        for (l, lw) in model.w.layers.iter().enumerate() {
+            for t in [&lw.ffn_gate_exps, &lw.ffn_up_exps, &lw.ffn_down_exps] {
+                if ExpertFormat::from_ggml_type(t.ty().id()).is_none() {
+                    return Err(format!(
+                        "layer {l}: expert tensor {} has type {:?}, which the GPU kernels do not support",
+                        t.t.name,
+                        t.ty()
+                    ));
                 }
             }
         }
+        Ok(())
     }
 
-    #[test]
-    fn the_gate_is_one_constant_and_the_variable_overrides_it() {
-        assert!(!forward_enabled_by(false, None));
-        assert!(!forward_enabled_by(false, Some("")));
-        assert!(forward_enabled_by(false, Some("1")));
-        assert!(forward_enabled_by(true, None));
-        assert!(!forward_enabled_by(true, Some("0")));
+    /// Upload `model`'s weights (copy) and allocate a session of `ctx` tokens on the device.
+    pub fn new(hip: HipContext, kernels: KernelModule, model: Arc<Model>, ctx: usize) -> Result<HipBackend, String> {
+        Self::check_model(&model)?;
+        let weights = DeviceWeights::upload(&hip, &model, &mut |_, _| {})?;
+        Self::with_weights(hip, Arc::new(kernels), model, ctx, Arc::new(weights), String::new())
     }
 
-    const MIB: u64 = 1 << 20;
+    /// Allocate a session of `ctx` tokens on the device for weights already placed (`reason`: why
+    /// that placement, for `weights_placement`); the kernels and weights are shared, not copied.
+    pub fn with_weights(
+        hip: HipContext,
+        kernels: Arc<KernelModule>,
+        model: Arc<Model>,
+        ctx: usize,
+        weights: Arc<DeviceWeights>,
+        reason: String,
+    ) -> Result<HipBackend, String> {
+        Self::check_model(&model)?;
+        let placement = placement_of(&weights, reason);
+        let hp = &model.hp;
+        let stream = hip.stream().map_err(|e| e.to_string())?;
+        let n_max = prefill::prefill_chunk(ctx)?;
+        let (layers, kv_bytes) = cache::alloc_layers(&hip, hp, ctx, n_max)?;
+        let acts = Acts::new(&hip, hp, n_max, ctx)?;
+        let scratch_bytes = acts.len_bytes();
+        let pinned = |bytes: usize| PinnedBuffer::new(&hip, bytes).map_err(|e| e.to_string());
+        let step_host = pinned(acts.step.len_bytes())?;
+        let sample_host = pinned(4 * kernels::SAMPLE_OUT_WORDS)?;
+        let mut backend = HipBackend {
+            host_logits: OnceCell::from(vec![0.0; hp.n_vocab]),
+            logits_spare: Cell::new(Vec::new()),
+            step_host,
+            sample_host,
+            decode_graph: None,
+            use_graph: decode::graph_enabled(),
+            model: model.clone(),
+            ctx,
+            n_past: 0,
+            layers,
+            acts,
+            chunk: n_max,
+            matvec_tokens: prefill::matvec_max_tokens()?,
+            kv_bytes,
+            scratch_bytes,
+            ropes: layers::layer_ropes(hp),
+            probe: None,
+            profile: LaunchProfile::from_env(&hip),
+            weights,
+            placement,
+            stream,
+            kernels,
+            hip,
+        };
+        backend.clear_state().map_err(|e| e.to_string())?;
+        Ok(backend)
+    }
 
-    fn session() -> SessionBytes {
-        SessionBytes {
-            kv: 100 * MIB,
-            scratch: 36 * MIB,
+    /// The launch sequence's view of this session.
+    fn pass(&self) -> Pass<'_> {
+        Pass {
+            model: &self.model,
+            weights: &self.weights,
+            acts: &self.acts,
+            layers: &self.layers,
+            ropes: &self.ropes,
+            matvec_tokens: self.matvec_tokens,
+            probe: self.probe.as_ref(),
+            hip: &self.hip,
+            stream: &self.stream,
+            kernels: &self.kernels,
+            profile: &self.profile,
         }
     }
 
-    fn no_host_limit(_: u64) -> Option<String> {
-        None
+    /// Batches of up to `n` tokens run the decode kernels token by token, larger ones the GEMMs and
+    /// grouped experts (1 = only single tokens; tests use it to reach both paths). Returns the value set.
+    pub fn set_matvec_max_tokens(&mut self, n: usize) -> usize {
+        self.matvec_tokens = n.max(1);
+        self.matvec_tokens
     }
 
-    #[test]
-    fn auto_copies_when_weights_fit_and_maps_otherwise() {
-        // Session 100 + 36 + 64 reserve = 200 MiB; weights 800 MiB; a copy needs 1000 MiB.
-        let plan = |asked, free| plan_placement(asked, 800 * MIB, session(), free, 4096 * MIB, "dev", &no_host_limit);
-        assert!(matches!(plan(WeightPlacement::Auto, 1000 * MIB), Ok(Plan::Copy(r)) if r.starts_with("auto: ")));
-        match plan(WeightPlacement::Auto, 999 * MIB) {
-            Ok(Plan::Map {
-                reason,
-                copy_fallback: false,
-            }) => {
-                assert!(reason.contains("need 1000.0 MiB, have 999.0 MiB"), "{reason}");
+    /// Turn on the selection-margin probe (slow: one synchronization per routed layer; decode steps
+    /// then use direct launches).
+    pub fn set_probe(&mut self, on: bool) {
+        self.probe = on.then(SelectionProbe::default);
+    }
+
+    /// Replay the captured decode graph for decode steps (the default unless `DS4_HIP_GRAPH=0`) or
+    /// launch the same kernels directly.
+    pub fn set_decode_graph(&mut self, on: bool) {
+        self.use_graph = on;
+    }
+
+    /// Whether the next decode step replays the graph: not with the selection probe (it reads
+    /// scores back between launches) nor with the launch profile (it brackets every launch).
+    pub fn decode_graph_active(&self) -> bool {
+        self.use_graph && self.probe.is_none() && !self.profile.is_on()
+    }
+
+    /// Kernel launches one replay of the decode graph runs (`None` before the first graph step).
+    pub fn decode_graph_launches(&self) -> Option<u64> {
+        self.decode_graph.as_ref().map(|g| g.launches)
+    }
+
+    /// Kernel launches of the launch sequence since the backend was made (directly or by replays of
+    /// the decode graph; device sampling and cache fills not counted).
+    pub fn launch_count(&self) -> u64 {
+        self.acts.launches.get()
+    }
+
+    /// One decode step (step parameters already written) by replaying the captured graph; the
+    /// first call captures it.
+    fn decode_step_graph(&mut self) -> Result<(), EngineError> {
+        if self.decode_graph.is_none() {
+            let graph = DecodeGraph::capture(&self.pass())?;
+            self.decode_graph = Some(graph);
+        }
+        let g = self.decode_graph.as_ref().expect("captured above");
+        g.replay(&self.acts, &self.stream)
+    }
+
+    /// The next token from the last eval's logits, picked on the device; 8 bytes come back.
+    fn sample_device(&mut self, how: DeviceSample) -> Result<DevicePick, EngineError> {
+        self.hip.bind_thread().map_err(dev)?;
+        let launch = decode::sample_launch(&self.acts, self.model.hp.n_vocab, how);
+        self.pass().run(&launch)?;
+        decode::read_pick(&self.acts, &mut self.sample_host, &self.stream)
+    }
+
+    /// Forget the host copy of the logits (the device's are about to change).
+    fn invalidate_logits(&mut self) {
+        if let Some(v) = self.host_logits.take() {
+            self.logits_spare.set(v);
+        }
+    }
+
+    /// Set the logits of the last token on the device and on the host (checkpoint restore).
+    fn restore_logits(&mut self, logits: Vec<f32>) -> Result<(), EngineError> {
+        self.acts.logits.copy_from_host(0, &logits).map_err(dev)?;
+        self.invalidate_logits();
+        let _ = self.host_logits.set(logits);
+        Ok(())
+    }
+
+    /// Tokens per prefill chunk from now on: at most the chunk the buffers were allocated for
+    /// (`prefill::prefill_chunk`), at least 1 (1 = every token a decode step). Returns the value set.
+    pub fn set_prefill_chunk(&mut self, n: usize) -> usize {
+        self.chunk = n.clamp(1, self.acts.n_max);
+        self.chunk
+    }
+
+    /// Smallest gap of the last evaluated token between the K-th and (K+1)-th biased router score
+    /// over the score-routed layers, and between the top_k-th and next indexer score (relative to
+    /// the largest) over the selecting layers (see `set_probe`; infinite without the probe).
+    pub fn selection_margins(&self) -> (f32, f32) {
+        self.probe
+            .as_ref()
+            .map_or((f32::INFINITY, f32::INFINITY), SelectionProbe::margins)
+    }
+
+    /// The session cache of every layer (synchronizes the stream; slow, for tests and diagnostics).
+    pub fn read_cache(&self) -> Result<Vec<LayerCacheView>, EngineError> {
+        let hp = &self.model.hp;
+        cache::read_cache(&self.hip, &self.stream, hp, &self.layers, self.acts.n_max, self.n_past)
+    }
+
+    /// Empty cache: rings and rows zeroed, compressor kv 0 and scores -1e30, the HC counter 0.
+    fn clear_state(&mut self) -> Result<(), EngineError> {
+        let stream = &self.stream;
+        let mut fills = Vec::new();
+        for ls in self.layers.iter_mut() {
+            let n = ls.ring.len_bytes();
+            ls.ring.fill_bytes_async(0, n, 0, stream).map_err(dev)?;
+            for st in ls.comp.iter_mut().chain(ls.index.iter_mut()) {
+                for b in st[..2].iter_mut() {
+                    let n = b.len_bytes();
+                    b.fill_bytes_async(0, n, 0, stream).map_err(dev)?;
+                }
+                fills.push(kernels::fill_f32(st[2].ptr().0, (st[2].len_bytes() / 4) as u64, -1e30));
             }
-            p => panic!("{p:?}"),
         }
-        // Map asked: a copy that fits is kept as the fallback for a refused registration.
-        assert_eq!(
-            plan(WeightPlacement::Map, 1000 * MIB),
-            Ok(Plan::Map {
-                reason: String::new(),
-                copy_fallback: true
-            })
-        );
-        // Copy asked but too big: one line with both numbers and the fixes.
-        let e = plan(WeightPlacement::Copy, 999 * MIB).unwrap_err();
-        assert!(
-            e.starts_with("too little device memory: need 1000.0 MiB, have 999.0 MiB free of 4.00 GiB on dev"),
-            "{e}"
-        );
-        assert!(e.contains("weights 800.0 MiB + KV 100.0 MiB + scratch 36.0 MiB") && e.ends_with("--ctx"));
-        // Not even the session fits: refused whatever the placement.
-        for asked in [WeightPlacement::Auto, WeightPlacement::Map, WeightPlacement::Copy] {
-            let e = plan(asked, 199 * MIB).unwrap_err();
-            assert!(e.starts_with("too little device memory: need "), "{e}");
-            assert!(e.contains("have 199.0 MiB") && !e.contains('\n'), "{e}");
+        let n = self.acts.counter.len_bytes();
+        self.acts.counter.fill_bytes_async(0, n, 0, stream).map_err(dev)?;
+        // The logits of an empty cache are zeros, on the device (device sampling) and the host.
+        let n = self.acts.logits.len_bytes();
+        self.acts.logits.fill_bytes_async(0, n, 0, stream).map_err(dev)?;
+        for f in &fills {
+            self.pass().run(f)?;
         }
-        let e = plan(WeightPlacement::Map, 199 * MIB).unwrap_err();
-        assert!(e.starts_with("too little device memory: need 200.0 MiB"), "{e}");
+        self.stream.synchronize().map_err(dev)?;
+        self.n_past = 0;
+        self.invalidate_logits();
+        let _ = self.host_logits.set(vec![0.0; self.model.hp.n_vocab]);
+        Ok(())
+    }
+}
+
+impl Backend for HipBackend {
+    fn name(&self) -> &'static str {
+        "hip"
     }
 
-    #[test]
-    fn host_ram_limits_a_copy_on_integrated_gpus() {
-        let refuse = |_: u64| Some("not enough memory: pinned RAM".to_string());
-        let plan = |asked| plan_placement(asked, 800 * MIB, session(), 4096 * MIB, 4096 * MIB, "apu", &refuse);
-        assert!(
-            matches!(plan(WeightPlacement::Auto), Ok(Plan::Map { copy_fallback: false, reason }) if reason.contains("pinned RAM"))
-        );
-        assert!(plan(WeightPlacement::Copy).unwrap_err().contains("pinned RAM"));
+    fn device_name(&self) -> String {
+        self.hip.name().to_string()
+    }
+
+    fn ctx(&self) -> usize {
+        self.ctx
+    }
+
+    fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), EngineError> {
+        if self.n_past + tokens.len() > self.ctx {
+            return Err(EngineError::ContextFull {
+                needed: self.n_past + tokens.len(),
+                ctx: self.ctx,
+            });
+        }
+        let n_vocab = self.model.hp.n_vocab;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(EngineError::Other(format!(
+                "token id {bad} is out of the vocabulary ({n_vocab})"
+            )));
+        }
+        self.hip.bind_thread().map_err(dev)?;
+        if !tokens.is_empty() {
+            self.invalidate_logits();
+        }
+        // Chunks of up to `self.chunk` tokens (one token = a decode step); progress and cancellation
+        // between chunks. A cancel leaves n_past at the chunks done and the logits of their last token.
+        // The logits stay on the device (`logits()` fetches them).
+        let total = tokens.len();
+        let mut done = 0;
+        let mut prev = 0;
+        while done < total {
+            if !progress(done, total) {
+                if prev > 0 {
+                    self.pass().head(prev - 1)?;
+                    self.stream.synchronize().map_err(dev)?;
+                }
+                return Err(EngineError::Cancelled { done });
+            }
+            let n = self.chunk.min(total - done);
+            let last = done + n == total;
+            decode::write_step(
+                &mut self.acts,
+                &mut self.step_host,
+                &self.stream,
+                self.n_past,
+                &tokens[done..done + n],
+            )?;
+            if n == 1 && last && self.decode_graph_active() {
+                self.decode_step_graph()?;
+            } else {
+                self.pass().forward_tokens(n, last, Some(self.n_past))?;
+            }
+            self.stream.synchronize().map_err(dev)?;
+            self.profile.collect();
+            self.n_past += n;
+            done += n;
+            prev = n;
+        }
+        progress(total, total);
+        Ok(())
+    }
+
+    fn logits(&self) -> &[f32] {
+        self.host_logits.get_or_init(|| {
+            let mut v = self.logits_spare.take();
+            v.resize(self.model.hp.n_vocab, 0.0);
+            // eval ends with the stream synchronized. The trait has no error channel here: a failed
+            // copy (a device in error) reads as NaN logits, and the next eval reports the error.
+            let copied = self
+                .hip
+                .bind_thread()
+                .and_then(|_| self.acts.logits.copy_to_host(0, &mut v));
+            if copied.is_err() {
+                v.fill(f32::NAN);
+            }
+            v
+        })
+    }
+
+    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, EngineError>> {
+        Some(self.sample_device(how))
+    }
+
+    fn reset(&mut self) {
+        // A failure here leaves a device in error; the next eval reports it.
+        let _ = self.hip.bind_thread();
+        let _ = self.clear_state();
+    }
+
+    fn save_state(&self) -> Vec<u8> {
+        // The trait has no error channel here; a device failure yields an empty payload, which
+        // `load_state` rejects (the session then re-evaluates instead of restoring).
+        let _ = self.hip.bind_thread();
+        state::save(self).unwrap_or_default()
+    }
+
+    fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
+        self.hip.bind_thread().map_err(dev)?;
+        state::load(self, bytes)
+    }
+
+    fn memory(&self) -> MemoryReport {
+        let (used, total) = match self.hip.mem_info() {
+            Ok((free, total)) => (Some(total - free), Some(total)),
+            Err(_) => (None, None),
+        };
+        MemoryReport {
+            kv_bytes: self.kv_bytes,
+            scratch_bytes: self.scratch_bytes,
+            // Zero-copy weights stay in host memory (MemoryReport's convention).
+            device_weight_bytes: if self.placement.copied {
+                self.weights.len_bytes() as u64
+            } else {
+                0
+            },
+            device_used: used,
+            device_total: total,
+        }
+    }
+
+    fn weights_placement(&self) -> Option<WeightsPlacement> {
+        Some(self.placement.clone())
     }
 }

@@ -3,8 +3,9 @@
 //! activations, logits) are opened. Every session shares the three; opening one allocates only its
 //! own buffers, after the memory guard has checked that they fit next to the weights.
 //!
-//! Owns the sharing and the per-session memory check. The placement policy and the checks made
-//! before the weights move are `backend.rs`'s; the forward pass is `forward.rs`'s.
+//! Owns opening (`open_engine_with_progress`, `open_backend*`: runtime, kernels, the
+//! `DS4_HIP_FORWARD=0` escape hatch, then the weights placed by `open.rs`'s policy), the sharing and
+//! the per-session memory check. The forward pass is `backend.rs`'s.
 
 use std::sync::Arc;
 
@@ -12,12 +13,62 @@ use crate::backend::{Backend, Engine, EngineError, WeightsPlacement};
 use crate::engine::events::WeightPlacement;
 use crate::model::Model;
 
-use super::backend::{placement_of, plan_placement};
+use super::backend::{HipBackend, placement_of};
 use super::footprint::session_bytes;
-use super::forward::HipBackend;
 use super::kernel_module::KernelModule;
+use super::open::{FORWARD_ENV, copy_budget_of, forward_enabled, place_weights, plan_placement};
 use super::runtime::HipContext;
-use super::weights::DeviceWeights;
+use super::weights::{DeviceWeights, data_section_bytes};
+
+/// Open the HIP backend for `model` with a cache of `ctx` tokens, or give the one-line reason it
+/// cannot run here.
+pub fn open_backend(model: Arc<Model>, weights: WeightPlacement, ctx: usize) -> Result<Box<dyn Backend>, String> {
+    open_backend_with_progress(model, weights, ctx, &mut |_, _| {})
+}
+
+/// `open_backend` reporting the weight copy: `progress(done, total)` bytes after every chunk.
+pub fn open_backend_with_progress(
+    model: Arc<Model>,
+    weights: WeightPlacement,
+    ctx: usize,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Box<dyn Backend>, String> {
+    let engine = open_engine_with_progress(model, weights, ctx, progress)?;
+    Ok(Box::new(engine.session(ctx)?))
+}
+
+/// Place `model`'s weights on the device for sessions of about `ctx` tokens (the placement plan
+/// counts one such session), reporting a copy as `progress(done, total)` bytes after every chunk.
+pub fn open_engine_with_progress(
+    model: Arc<Model>,
+    weights: WeightPlacement,
+    ctx: usize,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<HipEngine, String> {
+    let hip = HipContext::new().map_err(|e| e.to_string())?;
+    let kernels = KernelModule::load(&hip)?;
+    if !forward_enabled() {
+        return Err(format!(
+            "{FORWARD_ENV}=0 turns the HIP forward pass off ({} is usable and its kernels for {} load; selftest --backend hip checks them)",
+            hip.name(),
+            kernels.target
+        ));
+    }
+    HipBackend::check_model(&model)?;
+    let session = session_bytes(&model.hp, ctx);
+    let budget = copy_budget_of(&hip, &kernels.target)?;
+    let plan = plan_placement(
+        weights,
+        data_section_bytes(&model.file),
+        session,
+        budget.free,
+        budget.total,
+        &budget.label,
+        &|_| None,
+    )?;
+    let (placed, reason) = place_weights(&hip, &model, plan, progress)?;
+    Ok(HipEngine::new(hip, kernels, model, placed, reason))
+}
 
 /// The model on one HIP device, ready to open sessions.
 pub struct HipEngine {

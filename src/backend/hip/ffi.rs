@@ -2,7 +2,7 @@
 //!
 //! Owns: finding and `dlopen`ing libamdhip64, resolving every symbol we use into a table of function
 //! pointers, the hipError_t name table and the few enum values we pass. Must not hold any policy:
-//! the safe wrappers live in `runtime.rs`.
+//! the safe wrappers live in `runtime/`.
 //!
 //! Why run-time loading (not link-time through hip-runtime-sys):
 //! * a binary linked on Debian records `NEEDED libamdhip64.so.5` and does not start at all on a ROCm 6 or
@@ -36,7 +36,6 @@ pub type RawGraphExec = *mut c_void;
 pub type RawGraphNode = *mut c_void;
 
 pub const HIP_SUCCESS: HipStatus = 0;
-pub const HIP_ERROR_NO_DEVICE: HipStatus = 100;
 
 /// hipMemcpyKind (unchanged 5.x → 7.x; same values as cudaMemcpyKind).
 pub const MEMCPY_HOST_TO_DEVICE: c_int = 1;
@@ -47,7 +46,6 @@ pub const MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
 pub const STREAM_NON_BLOCKING: c_uint = 0x1;
 pub const EVENT_DEFAULT: c_uint = 0x0;
 pub const EVENT_DISABLE_TIMING: c_uint = 0x2;
-pub const HOST_REGISTER_DEFAULT: c_uint = 0x0;
 pub const HOST_REGISTER_PORTABLE: c_uint = 0x1;
 pub const HOST_REGISTER_MAPPED: c_uint = 0x2;
 /// hipHostRegisterReadOnly in ROCm >= 6; the same bit is hipExtHostRegisterCoarseGrained in 5.x, which

@@ -1,20 +1,21 @@
 //! Device memory footprint of one `HipBackend` session besides the weights, computed from the
-//! shapes alone so the memory guard (`backend::open_backend`) can check it before anything is
+//! shapes alone so the memory guard (`open::open_backend`) can check it before anything is
 //! allocated: the KV ring, compressed rows and compressor/indexer state, and the activations.
 //!
-//! The per-layer buffers come from one plan (`layer_plans`) that `forward::HipBackend::with_weights`
-//! allocates from, and the activations from the plan they are allocated from
-//! (`prefill::activation_bytes`); the emulator test (tests/hip_emu_product.rs) compares the total
-//! with what the device actually hands out. Owns the formulas only.
+//! The per-layer buffers come from one plan (`layer_plans`) that `cache::alloc_layers` allocates
+//! from, and the activations from the plan they are allocated from (`acts::activation_bytes`); the
+//! emulator test (tests/hip_emu_product.rs) compares the total with what the device actually hands
+//! out. Owns the formulas and the memory guard's message.
 
 use crate::model::hparams::HParams;
 
+use super::acts;
 use super::prefill;
 
 /// Device memory of one session besides the weights: the KV ring, compressed rows and
 /// compressor/indexer state (`kv`), and the per-token activations (`scratch`). Computed from the
 /// shapes alone, so the memory guard can check it before anything is allocated; it is exactly what
-/// `forward::HipBackend::with_weights` allocates (a test compares the two).
+/// `backend::HipBackend::with_weights` allocates (a test compares the two).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SessionBytes {
     pub kv: u64,
@@ -47,7 +48,7 @@ impl LayerPlan {
 /// The device state of every layer for `ctx` tokens and prefill chunks of `n_max` tokens.
 pub fn layer_plans(hp: &HParams, ctx: usize, n_max: usize) -> Vec<LayerPlan> {
     let (d, di) = (hp.head_dim, hp.idx_head_dim);
-    let raw_cap = prefill::ring_rows(hp, n_max);
+    let raw_cap = acts::ring_rows(hp, n_max);
     (0..hp.n_layer)
         .map(|l| {
             let ratio = hp.ratio(l) as usize;
@@ -69,13 +70,32 @@ pub fn layer_plans(hp: &HParams, ctx: usize, n_max: usize) -> Vec<LayerPlan> {
 }
 
 /// The session's device bytes for `ctx` tokens (see `SessionBytes`): the per-layer state of
-/// `layer_plans` (rings of `prefill::ring_rows` rows for the prefill chunk), the activations from
-/// the plan `prefill::Acts::new` allocates from.
+/// `layer_plans` (rings of `acts::ring_rows` rows for the prefill chunk), the activations from
+/// the plan `acts::Acts::new` allocates from.
 pub fn session_bytes(hp: &HParams, ctx: usize) -> SessionBytes {
     // A malformed DS4_HIP_PREFILL_CHUNK fails in with_weights with its reason; count the default.
     let n_max = prefill::prefill_chunk(ctx).unwrap_or(prefill::PREFILL_CHUNK.min(ctx.max(1)));
     SessionBytes {
         kv: layer_plans(hp, ctx, n_max).iter().map(LayerPlan::bytes).sum(),
-        scratch: prefill::activation_bytes(hp, n_max, ctx),
+        scratch: acts::activation_bytes(hp, n_max, ctx),
     }
+}
+
+// TODO(lead): shared byte formatter
+/// Bytes for messages: MiB below 1 GiB, else GiB.
+pub fn fmt_size(b: u64) -> String {
+    if b >= 1 << 30 {
+        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    }
+}
+
+/// The memory guard's one line: "too little device memory: need X, have Y <detail>".
+pub fn too_little_memory(need: u64, have: u64, detail: &str) -> String {
+    format!(
+        "too little device memory: need {}, have {} {detail}",
+        fmt_size(need),
+        fmt_size(have)
+    )
 }

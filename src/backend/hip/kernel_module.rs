@@ -95,8 +95,7 @@ impl KernelModule {
             block: launch.block,
             shared_bytes: launch.shared_bytes,
         };
-        let mut packed = launch.packed();
-        let mut params = packed.pointers();
-        unsafe { self.function(launch.kernel).launch_raw(stream, dims, &mut params) }
+        let mut args = launch.packed();
+        unsafe { self.function(launch.kernel).launch(stream, dims, &mut args) }
     }
 }

@@ -12,14 +12,20 @@
 //!   or mapped zero-copy (the registered file mapping).
 //! * `engine` — `HipEngine`: the device context, kernels and placed weights, loaded once; sessions
 //!   (`HipBackend`) are opened from it and share them.
-//! * `forward` — `HipBackend`, the device forward pass: session state and `eval` (decode steps,
-//!   prefill chunks); `forward/state.rs` is its checkpoint payload (save_state / load_state).
-//! * `prefill` — the launch sequence for n tokens (decode n = 1; prefill chunks with batched GEMMs and
-//!   experts grouped by id) and the activation buffers sized for the largest chunk.
-//! * `backend` — `open_backend`, called by `engine::backend_open`: the forward-pass gate
-//!   (`FORWARD_VALIDATED`, `DS4_HIP_FORWARD`), the device memory guard and the weight placement
-//!   policy; a failure is one line and `--backend auto` falls back to the CPU with it.
+//! * `acts` — the activation buffers, sized for the largest prefill chunk, and the step parameters.
+//! * `prefill` — chunked prefill: the chunk size, when a batch takes the GEMMs and grouped experts.
 //! * `footprint` — a session's device bytes (KV + scratch) from the shapes, for the memory guard.
+//! * `cache` — the session cache on the device (`LayerState` per layer) and its read-back.
+//! * `probe` — the selection-margin probe of `selftest --forward`.
+//! * `pass` — one launch sequence's view of a session (`Pass`) and the launch helpers.
+//! * `attention_layer`, `ffn_layer` — the two sublayers' launches; `layers` — the sequence over
+//!   every layer and the head for n tokens (decode n = 1, prefill chunks), and each layer's RoPE.
+//! * `decode` — the decode step: step parameters, the captured graph, device sampling.
+//! * `backend` — `HipBackend`, the `Backend` of the device: session buffers and `eval`;
+//!   `backend/state.rs` is its checkpoint payload (save_state / load_state).
+//! * `open` — `open_backend`, called by `engine::backend_open`: the `DS4_HIP_FORWARD=0` escape
+//!   hatch, the device memory guard and the weight placement policy; a failure is one line and
+//!   `--backend auto` falls back to the CPU with it.
 //! * `bandwidth` — peak device bandwidth (a timed device-to-device copy) for `bench`.
 //! * `profile` — `DS4_HIP_PROFILE=1`: device time per kernel of the forward pass.
 //! * `selftest` — `ds4-chat selftest --backend hip`: the runtime's smoke checks, the kernel module's
@@ -27,26 +33,41 @@
 //!   `HipBackend` against the CPU engine on a model. Every kernel against the CPU reference is the
 //!   test suite tests/hip_kernels (on the emulator in CI, on a GPU by carrying its binary).
 //!
+//! Dependencies run one way, in this order (a file uses only those before it): ffi → kernels (plain
+//! data, also built without the feature) → runtime → kernel_module, profile, bandwidth → acts →
+//! prefill → footprint → weights → cache → probe → pass → attention_layer, ffn_layer → layers →
+//! decode → backend → open (the placement policy) → engine (opening, sessions).
+//!
 //! Kernel images: AMD code objects are embedded by build.rs; on the NVIDIA test shim
 //! (tests/hip-on-cuda) they come from `$DS4_KERNEL_DIR/<stem>.sm_<cc>.cubin`
 //! (`HipContext::kernel_image_override`).
 
+mod acts;
+mod attention_layer;
 pub mod backend;
 pub mod bandwidth;
+pub mod cache;
+mod decode;
 pub mod engine;
 pub mod ffi;
+mod ffn_layer;
 pub mod footprint;
-pub mod forward;
 pub mod kernel_module;
 pub mod kernels;
+mod layers;
+pub mod open;
+mod pass;
 pub mod prefill;
+mod probe;
 pub mod profile;
 pub mod runtime;
 pub mod selftest;
 pub mod selftest_forward;
 pub mod weights;
 
-pub use backend::open_backend;
+pub use backend::HipBackend;
+pub use decode::GRAPH_ENV;
+pub use engine::{open_backend, open_backend_with_progress, open_engine_with_progress};
 pub use runtime::{
     CaptureMode, DeviceAttribute, DeviceBuffer, DeviceCopy, DeviceInfo, DevicePtr, Event, Function, Graph, GraphExec,
     HipContext, HipError, HipResult, HipUnavailable, HostRegistration, KernelArgs, LaunchDims, Module, PinnedBuffer,

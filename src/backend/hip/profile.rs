@@ -43,10 +43,6 @@ impl LaunchProfile {
         }
     }
 
-    pub fn enabled(&self) -> bool {
-        self.ctx.is_some()
-    }
-
     /// Time `launch` (which enqueues one kernel on `stream`) under `name`.
     pub fn time<T, E>(
         &self,
@@ -110,7 +106,7 @@ impl LaunchProfile {
 
 impl Drop for LaunchProfile {
     fn drop(&mut self) {
-        if self.enabled() && !self.totals.borrow().is_empty() {
+        if self.is_on() && !self.totals.borrow().is_empty() {
             eprint!("{}", self.report());
         }
     }

@@ -19,7 +19,7 @@ use crate::engine::events::SamplingParams;
 use crate::engine::sampler::{Sampler, Xorshift64Star};
 use crate::model::Model;
 
-use super::forward::HipBackend;
+use super::backend::HipBackend;
 use super::kernel_module::KernelModule;
 use super::runtime::HipContext;
 use super::selftest::CheckRng;

@@ -132,7 +132,7 @@ impl DeviceWeights {
         let section = data_section_bytes(file);
         let (free, _) = ctx.mem_info().map_err(|e| e.to_string())?;
         if section > free {
-            return Err(super::backend::too_little_memory(
+            return Err(super::footprint::too_little_memory(
                 section,
                 free,
                 &format!("for the weights on {}", ctx.name()),

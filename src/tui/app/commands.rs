@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use super::transcript;
 use super::{App, Item, Phase};
 use crate::engine::events::Command;
-use crate::model::chat::ThinkMode;
 use crate::engine::settings;
+use crate::model::chat::ThinkMode;
 use crate::tui::config;
 use crate::tui::effect::Effect;
 

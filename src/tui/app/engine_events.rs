@@ -4,9 +4,9 @@
 //! Owns `App::on_engine_event`; it only updates state (no commands go back to the worker from here).
 
 use super::state::{PrefillLive, RATE_HISTORY, TurnState, Warmup};
-use crate::engine::metrics;
 use super::{App, Phase};
 use crate::engine::events::{Event, TextKind, WarmupPhase};
+use crate::engine::metrics;
 
 impl App {
     /// Applies one worker event.

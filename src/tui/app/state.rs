@@ -7,8 +7,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::engine::metrics;
 use crate::engine::events::{DeviceMemory, FinishReason, LiveStats, ModelInfo, Residency, WarmupPhase};
+use crate::engine::metrics;
 use crate::model::chat::ThinkMode;
 
 /// Most per-token rates kept for the sparkline.

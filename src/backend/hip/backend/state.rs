@@ -73,11 +73,12 @@ pub fn save(b: &HipBackend) -> Result<Vec<u8>, EngineError> {
         put_u32(&mut out, w);
     }
     put_f32s(&mut out, crate::backend::Backend::logits(b));
-    let append = |buf: &super::DeviceBuffer, n: usize, out: &mut Vec<u8>| -> Result<(), EngineError> {
-        let at = out.len();
-        out.resize(at + n, 0);
-        buf.copy_to_host(0, &mut out[at..]).map_err(dev)
-    };
+    let append =
+        |buf: &crate::backend::hip::runtime::DeviceBuffer, n: usize, out: &mut Vec<u8>| -> Result<(), EngineError> {
+            let at = out.len();
+            out.resize(at + n, 0);
+            buf.copy_to_host(0, &mut out[at..]).map_err(dev)
+        };
     let counter = b.acts.counter.len_bytes();
     put_u32(&mut out, counter as u32);
     append(&b.acts.counter, counter, &mut out)?;

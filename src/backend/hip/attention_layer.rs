@@ -1,0 +1,324 @@
+//! The attention sublayer of one layer on the device (spec §3.4): query and kv rows, the raw ring,
+//! the compressors (§3.7) and the indexer's selection (§3.8), attention over the window and the
+//! compressed rows, the grouped output projection and the HC post step.
+
+use crate::backend::EngineError;
+use crate::model::weights::CompressorWeights;
+
+use super::acts::{max_visible_rows, ring_rows};
+use super::kernels::{self, AttentionShape, NQ_NORM, NULL, QuantOut, RopeParams, row_flags as rf};
+use super::pass::{Pass, p0};
+use super::runtime::DeviceBuffer;
+
+impl Pass<'_> {
+    /// The attention sublayer of layer `l` for the `n` tokens at pos0.. (spec §3.4); `host_pos`:
+    /// pos0 when the host knows it (see `forward_tokens`).
+    pub(super) fn attention_sublayer(&self, l: usize, n: usize, host_pos: Option<u32>) -> Result<(), EngineError> {
+        let hp = &self.model.hp;
+        let a = &self.acts;
+        let lw = &self.model.w.layers[l];
+        let ls = &self.layers[l];
+        let rope = self.ropes[l];
+        let ratio = hp.ratio(l);
+        let nt = n as u32;
+        let (ne, d, di) = (hp.n_embd as u32, hp.head_dim as u32, hp.idx_head_dim as u32);
+        let nhc = hp.n_hc as u32;
+        let (qr_w, h, hi) = (hp.q_lora_rank as u32, hp.n_head as u32, hp.idx_n_head as u32);
+        let (g, or) = (hp.n_out_group as u32, hp.o_lora_rank as u32);
+        let eps = hp.rms_eps;
+        let pos = a.pos_ptr();
+        let raw_cap = ring_rows(hp, a.n_max) as u32;
+        let comp_cap = ls.comp_cap as u32;
+        let top_k = hp.idx_top_k as u32;
+        self.hc_pre(
+            p0(&a.split_a),
+            false,
+            [&lw.hc_attn_fn, &lw.hc_attn_scale, &lw.hc_attn_base, &lw.attn_norm],
+            nt,
+        )?;
+        // Query (steps 3, 5).
+        self.proj_q8_0(
+            p0(&a.qr),
+            self.w(&lw.attn_q_a),
+            p0(&a.xq),
+            p0(&a.xd),
+            ne,
+            qr_w,
+            qr_w,
+            ne,
+            nt,
+        )?;
+        self.launch(&kernels::rms_norm_quant(
+            QuantOut {
+                out: p0(&a.qrn),
+                q8_0_q: p0(&a.qq),
+                q8_0_d: p0(&a.qd),
+                ..Default::default()
+            },
+            p0(&a.qr),
+            self.w(&lw.attn_q_a_norm),
+            qr_w,
+            qr_w,
+            nt,
+            NQ_NORM,
+            eps,
+        ))?;
+        self.proj_q8_0(
+            p0(&a.q),
+            self.w(&lw.attn_q_b),
+            p0(&a.qq),
+            p0(&a.qd),
+            qr_w,
+            h * d,
+            h * d,
+            qr_w,
+            nt,
+        )?;
+        self.head_rows_in_place(p0(&a.q), pos, h, d, rf::NORM | rf::ROPE, rope, nt)?;
+        // KV (steps 4-7): every token's row enters the ring before the attention of the batch.
+        self.proj_q8_0(p0(&a.kv), self.w(&lw.attn_kv), p0(&a.xq), p0(&a.xd), ne, d, d, ne, nt)?;
+        self.launch(&kernels::rows_finish(
+            p0(&a.kv),
+            p0(&ls.ring),
+            self.w(&lw.attn_kv_a_norm),
+            pos,
+            1,
+            d,
+            rf::NORM | rf::ROPE | rf::E4M3 | rf::STORE_RING,
+            raw_cap,
+            rope,
+            eps,
+            nt,
+        ))?;
+        // Compressors (spec §3.7), then the indexer's selection (§3.8). The kernels bound each
+        // token's compressed rows by its own floor((p + 1) / ratio) and the capacity; the host's
+        // n_comp (rows emitted up to the batch's last token, when it knows the position) only
+        // decides what may be left out.
+        let n_comp = host_pos.map(|p| ((p + nt).checked_div(ratio).unwrap_or(0)).min(comp_cap));
+        let mut sel = NULL;
+        if let (Some(cw), Some(st)) = (&lw.compressor, &ls.comp) {
+            let c = hp.compress_overlap(l) as u32;
+            let flags = rf::NORM | rf::ROPE | rf::E4M3 | rf::ROUND_F16;
+            self.compress(cw, st, comp_cap, c * d, d, ratio, nt, flags, rope, host_pos)?;
+        }
+        if let (Some(iwt), Some(st)) = (&lw.indexer, &ls.index) {
+            let c = hp.compress_overlap(l) as u32;
+            let flags = rf::NORM | rf::ROPE | rf::HADAMARD_FP4 | rf::ROUND_F16;
+            self.compress(
+                &iwt.compressor,
+                st,
+                comp_cap,
+                c * di,
+                di,
+                ratio,
+                nt,
+                flags,
+                rope,
+                host_pos,
+            )?;
+            // The selection is used once a token sees more than top_k rows (both kernels skip the
+            // other tokens).
+            if n_comp.is_none_or(|c| c > top_k) {
+                self.proj_f16(p0(&a.qi), self.w(&iwt.q_b), p0(&a.qrn), qr_w, hi * di, qr_w, nt)?;
+                self.head_rows_in_place(p0(&a.qi), pos, hi, di, rf::ROPE | rf::HADAMARD_FP4, rope, nt)?;
+                self.proj_f16(p0(&a.iw), self.w(&iwt.proj), p0(&a.xn), ne, hi, ne, nt)?;
+                let stride = comp_cap;
+                self.launch(&kernels::indexer_scores(
+                    p0(&a.scores),
+                    p0(&a.qi),
+                    p0(&a.iw),
+                    p0(&st[0]),
+                    pos,
+                    hi,
+                    comp_cap,
+                    ratio,
+                    top_k,
+                    stride,
+                    1.0 / ((di * hi) as f32).sqrt(),
+                    n_comp.unwrap_or(comp_cap),
+                    nt,
+                ))?;
+                if let Some(probe) = self.probe.filter(|_| n == 1) {
+                    let rows = n_comp.expect("the probe runs with direct launches") as usize;
+                    let mut sc = self.read_f32(p0(&a.scores), rows)?;
+                    probe.note(&mut sc, hp.idx_top_k, true, false);
+                }
+                self.launch(&kernels::indexer_topk(
+                    p0(&a.sel),
+                    p0(&a.scores),
+                    pos,
+                    stride,
+                    comp_cap,
+                    ratio,
+                    top_k,
+                    nt,
+                ))?;
+                sel = p0(&a.sel);
+            }
+        }
+        // Attention (steps 10-11): scores, softmax, weighted values. The score grid and stride are
+        // the rows of this batch's last token when the host knows the position, else the most any
+        // position of the session sees (a captured decode step).
+        let shape = AttentionShape {
+            n_head: h,
+            head_dim: d,
+            ring_cap: raw_cap,
+            window: hp.sliding_window as u32,
+            ratio,
+            top_k,
+        };
+        let max_rows = match (host_pos, n_comp) {
+            (Some(p), Some(c)) => shape.visible_rows(p + nt - 1, c, sel != NULL),
+            _ => max_visible_rows(hp, l, ls.comp_cap) as u32,
+        };
+        if shape.score_floats(nt, max_rows) * 4 > a.att_sc.len_bytes() {
+            return Err(EngineError::Device(format!(
+                "attention scores of {n} tokens over {max_rows} rows exceed the preallocated buffer (layer {l}, position {host_pos:?})"
+            )));
+        }
+        let comp_rows = ls.comp.as_ref().map_or(NULL, |st| p0(&st[0]));
+        for launch in kernels::attention(
+            &shape,
+            p0(&a.att),
+            p0(&a.att_sc),
+            p0(&a.att_inv),
+            p0(&a.q),
+            p0(&ls.ring),
+            comp_rows,
+            sel,
+            self.w(&lw.attn_sinks),
+            pos,
+            comp_cap,
+            max_rows,
+            nt,
+        ) {
+            self.launch(&launch)?;
+        }
+        self.head_rows_in_place(p0(&a.att), pos, h, d, rf::ROPE | rf::ROPE_INVERSE, rope, nt)?;
+        // Grouped output projection (step 12): the H heads of every token as H rows of D.
+        self.quantize_q8_0(p0(&a.aq), p0(&a.ad), p0(&a.att), d, h * nt)?;
+        self.proj_q8_0(
+            p0(&a.low),
+            self.w(&lw.attn_output_a),
+            p0(&a.aq),
+            p0(&a.ad),
+            h * d / g,
+            g * or,
+            or,
+            h * d,
+            nt,
+        )?;
+        self.quantize_q8_0(p0(&a.lq), p0(&a.ld), p0(&a.low), g * or, nt)?;
+        self.proj_q8_0(
+            p0(&a.y),
+            self.w(&lw.attn_output_b),
+            p0(&a.lq),
+            p0(&a.ld),
+            g * or,
+            ne,
+            ne,
+            g * or,
+            nt,
+        )?;
+        self.launch(&kernels::hc_post(
+            p0(&a.hc),
+            p0(&a.hc),
+            p0(&a.y),
+            NULL,
+            p0(&a.split_a),
+            ne,
+            nhc,
+            nt,
+        ))
+    }
+
+    /// One compressor of a layer (attention rows or indexer rows) for the `n` tokens at pos0..:
+    /// projections, the state walk in token order, then the finishing of the rows it emitted
+    /// (left out when the host knows the position and the batch emits none).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn compress(
+        &self,
+        cw: &CompressorWeights,
+        st: &[DeviceBuffer; 3],
+        comp_cap: u32,
+        width: u32,
+        hd: u32,
+        ratio: u32,
+        n: u32,
+        flags: u32,
+        rope: RopeParams,
+        host_pos: Option<u32>,
+    ) -> Result<(), EngineError> {
+        let a = &self.acts;
+        let ne = self.model.hp.n_embd as u32;
+        if self.token_wise(n) {
+            self.launch(&kernels::matvec_f16_pair(
+                p0(&a.ckv),
+                p0(&a.csc),
+                self.w(&cw.kv),
+                self.w(&cw.gate),
+                p0(&a.xn),
+                ne,
+                width,
+                ne,
+                n,
+            ))?;
+        } else {
+            self.launch(&kernels::gemm_f16(
+                p0(&a.ckv),
+                self.w(&cw.kv),
+                p0(&a.xn),
+                ne,
+                width,
+                ne,
+                n,
+            ))?;
+            self.launch(&kernels::gemm_f16(
+                p0(&a.csc),
+                self.w(&cw.gate),
+                p0(&a.xn),
+                ne,
+                width,
+                ne,
+                n,
+            ))?;
+        }
+        self.launch(&kernels::compressor_pool(
+            p0(&st[0]),
+            p0(&st[1]),
+            p0(&st[2]),
+            p0(&a.ckv),
+            p0(&a.csc),
+            self.w(&cw.ape),
+            a.pos_ptr(),
+            hd,
+            ratio,
+            n,
+            comp_cap,
+        ))?;
+        // compressor_pool skips rows past comp_cap; so does the finishing.
+        let rows = match host_pos {
+            Some(p) => {
+                let (first, count) = kernels::compressor_emitted(ratio, p, n);
+                count.min(comp_cap.saturating_sub(first))
+            }
+            None => kernels::compressor_max_emitted(ratio, n),
+        };
+        if rows > 0 {
+            self.launch(&kernels::rows_finish_emitted(
+                p0(&st[0]),
+                self.w(&cw.norm),
+                a.pos_ptr(),
+                hd,
+                flags,
+                ratio,
+                comp_cap,
+                rope,
+                self.model.hp.rms_eps,
+                n,
+                rows,
+            ))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,116 @@
+//! The FFN sublayer of one layer on the device (spec §3.9): the HC pre step, the router, the routed
+//! experts (per token, or grouped by expert id for a chunk), the shared expert and the HC post step.
+
+use crate::backend::EngineError;
+
+use super::kernels::{self, NULL, Q8K, RoutedExperts};
+use super::pass::{Pass, expert_format, p0};
+use super::prefill;
+
+impl Pass<'_> {
+    /// The FFN sublayer of layer `l` for `n` tokens (spec §3.9).
+    pub(super) fn ffn_sublayer(&self, l: usize, n: usize) -> Result<(), EngineError> {
+        let hp = &self.model.hp;
+        let a = &self.acts;
+        let lw = &self.model.w.layers[l];
+        let nt = n as u32;
+        let ne = hp.n_embd as u32;
+        let nhc = hp.n_hc as u32;
+        let (ff, ke, nex) = (hp.n_ff_exp as u32, hp.n_expert_used as u32, hp.n_expert as u32);
+        let clamp = hp.swiglu_clamp[l];
+        self.hc_pre(
+            p0(&a.split_f),
+            true,
+            [&lw.hc_ffn_fn, &lw.hc_ffn_scale, &lw.hc_ffn_base, &lw.ffn_norm],
+            nt,
+        )?;
+        // Router (steps 3-4).
+        self.proj_f16(p0(&a.rl), self.w(&lw.ffn_gate_inp), p0(&a.xn), ne, nex, ne, nt)?;
+        self.launch(&kernels::router(
+            p0(&a.sel_e),
+            p0(&a.selw),
+            p0(&a.rl),
+            lw.exp_probs_b.as_ref().map_or(NULL, |t| self.w(t)),
+            lw.ffn_gate_tid2eid.as_ref().map_or(NULL, |t| self.w(t)),
+            a.token_ids(),
+            nex,
+            ke,
+            hp.expert_weights_scale,
+            nt,
+        ))?;
+        if let Some(probe) = self.probe.filter(|_| n == 1 && lw.ffn_gate_tid2eid.is_none()) {
+            let rl = self.read_f32(p0(&a.rl), hp.n_expert)?;
+            let bias = match &lw.exp_probs_b {
+                Some(t) => self.read_f32(self.w(t), hp.n_expert)?,
+                None => vec![0.0; hp.n_expert],
+            };
+            let mut sc: Vec<f32> = rl
+                .iter()
+                .zip(&bias)
+                .map(|(&l, &b)| (l.max(0.0) + (-l.abs()).exp().ln_1p()).sqrt() + b)
+                .collect();
+            probe.note(&mut sc, hp.n_expert_used, false, true);
+        }
+        // Routed experts (step 5): per token for a decode step or a small batch, grouped by expert for a chunk.
+        let experts = RoutedExperts {
+            fmt_gate_up: expert_format(&lw.ffn_gate_exps),
+            fmt_down: expert_format(&lw.ffn_down_exps),
+            gate: self.w(&lw.ffn_gate_exps.t),
+            up: self.w(&lw.ffn_up_exps.t),
+            down: self.w(&lw.ffn_down_exps.t),
+            x: Q8K {
+                q: p0(&a.kq),
+                d: p0(&a.kd),
+                bsums: p0(&a.kbs),
+            },
+            sel: p0(&a.sel_e),
+            selw: p0(&a.selw),
+            mid: p0(&a.mid),
+            mid_q: Q8K {
+                q: p0(&a.mq),
+                d: p0(&a.md),
+                bsums: p0(&a.mbs),
+            },
+            out: p0(&a.moe),
+            n_in: ne,
+            n_ff: ff,
+            n_used: ke,
+            n_expert: nex,
+            limit: clamp,
+        };
+        let grouping = (!self.token_wise(nt)).then(|| prefill::expert_grouping(a, nt, ke, nex));
+        for l in experts.launches(nt, grouping) {
+            self.launch(&l)?;
+        }
+        // Shared expert (step 6), then HC post of moe + shared (steps 7-8).
+        let (wg, wu) = (self.w(&lw.ffn_gate_shexp), self.w(&lw.ffn_up_shexp));
+        let swiglu = if self.token_wise(nt) {
+            kernels::matvec_q8_0_swiglu
+        } else {
+            kernels::gemm_q8_0_swiglu
+        };
+        self.launch(&swiglu(p0(&a.smid), wg, wu, p0(&a.xq), p0(&a.xd), ne, ff, clamp, nt))?;
+        self.quantize_q8_0(p0(&a.sq), p0(&a.sd), p0(&a.smid), ff, nt)?;
+        self.proj_q8_0(
+            p0(&a.y),
+            self.w(&lw.ffn_down_shexp),
+            p0(&a.sq),
+            p0(&a.sd),
+            ff,
+            ne,
+            ne,
+            ff,
+            nt,
+        )?;
+        self.launch(&kernels::hc_post(
+            p0(&a.hc),
+            p0(&a.hc),
+            p0(&a.moe),
+            p0(&a.y),
+            p0(&a.split_f),
+            ne,
+            nhc,
+            nt,
+        ))
+    }
+}

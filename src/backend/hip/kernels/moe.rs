@@ -1,0 +1,188 @@
+//! Builders of kernels/moe.hip: the router and the per-token routed-expert kernels of every expert
+//! format (decode steps and small batches).
+
+use super::abi::*;
+use super::launch::{Launch, blocks, f, ptr, u};
+use super::matvec::MATVEC_ROWS;
+
+/// `ds4_router`: expert ids and weights per token (bias and tid2eid may be NULL; tokens is read
+/// only for hash layers). Grid (n_tok).
+pub fn router(
+    sel: DevPtr,
+    selw: DevPtr,
+    logits: DevPtr,
+    bias: DevPtr,
+    tid2eid: DevPtr,
+    tokens: DevPtr,
+    n_expert: u32,
+    n_used: u32,
+    weight_scale: f32,
+    n_tok: u32,
+) -> Launch {
+    assert!(
+        n_expert <= 1024 && n_used <= 16,
+        "router: n_expert {n_expert} / n_used {n_used} too large"
+    );
+    Launch::new(
+        &ROUTER,
+        [n_tok, 1, 1],
+        vec![
+            ptr(sel),
+            ptr(selw),
+            ptr(logits),
+            ptr(bias),
+            ptr(tid2eid),
+            ptr(tokens),
+            u(n_expert),
+            u(n_used),
+            f(weight_scale),
+            u(n_tok),
+        ],
+    )
+}
+
+/// Routed-expert weight formats that have kernels (GGML type ids, spec §1.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertFormat {
+    Iq2Xxs,
+    Q2K,
+    Q4K,
+}
+
+impl ExpertFormat {
+    /// From a GGML type id; `None` for types without expert kernels.
+    pub fn from_ggml_type(t: u32) -> Option<ExpertFormat> {
+        match t {
+            16 => Some(ExpertFormat::Iq2Xxs),
+            10 => Some(ExpertFormat::Q2K),
+            12 => Some(ExpertFormat::Q4K),
+            _ => None,
+        }
+    }
+
+    fn gate_up(self) -> &'static KernelDef {
+        match self {
+            ExpertFormat::Iq2Xxs => &MOE_GATE_UP_IQ2_XXS,
+            ExpertFormat::Q2K => &MOE_GATE_UP_Q2_K,
+            ExpertFormat::Q4K => &MOE_GATE_UP_Q4_K,
+        }
+    }
+
+    fn down(self) -> &'static KernelDef {
+        match self {
+            ExpertFormat::Iq2Xxs => &MOE_DOWN_IQ2_XXS,
+            ExpertFormat::Q2K => &MOE_DOWN_Q2_K,
+            ExpertFormat::Q4K => &MOE_DOWN_Q4_K,
+        }
+    }
+
+    pub(super) fn gemm_gate_up(self) -> &'static KernelDef {
+        match self {
+            ExpertFormat::Iq2Xxs => &MOE_GEMM_GATE_UP_IQ2_XXS,
+            ExpertFormat::Q2K => &MOE_GEMM_GATE_UP_Q2_K,
+            ExpertFormat::Q4K => &MOE_GEMM_GATE_UP_Q4_K,
+        }
+    }
+
+    pub(super) fn gemm_down(self) -> &'static KernelDef {
+        match self {
+            ExpertFormat::Iq2Xxs => &MOE_GEMM_DOWN_IQ2_XXS,
+            ExpertFormat::Q2K => &MOE_GEMM_DOWN_Q2_K,
+            ExpertFormat::Q4K => &MOE_GEMM_DOWN_Q4_K,
+        }
+    }
+
+    fn matvec(self) -> &'static KernelDef {
+        match self {
+            ExpertFormat::Iq2Xxs => &MATVEC_IQ2_XXS,
+            ExpertFormat::Q2K => &MATVEC_Q2_K,
+            ExpertFormat::Q4K => &MATVEC_Q4_K,
+        }
+    }
+}
+
+/// Q8_K activation planes (see [`QuantOut`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Q8K {
+    pub q: DevPtr,
+    pub d: DevPtr,
+    pub bsums: DevPtr,
+}
+
+/// `ds4_moe_gate_up_<fmt>`: mid[t][k][r] = swiglu(gate_e[r]·x_t, up_e[r]·x_t) * selw[t][k].
+/// Grid (ceil(n_ff/8), n_used, n_tok).
+pub fn moe_gate_up(
+    fmt: ExpertFormat,
+    mid: DevPtr,
+    gate: DevPtr,
+    up: DevPtr,
+    x: Q8K,
+    sel: DevPtr,
+    selw: DevPtr,
+    n_in: u32,
+    n_ff: u32,
+    n_used: u32,
+    limit: f32,
+    n_tok: u32,
+) -> Launch {
+    Launch::new(
+        fmt.gate_up(),
+        [blocks(n_ff, MATVEC_ROWS), n_used, n_tok],
+        vec![
+            ptr(mid),
+            ptr(gate),
+            ptr(up),
+            ptr(x.q),
+            ptr(x.d),
+            ptr(x.bsums),
+            ptr(sel),
+            ptr(selw),
+            u(n_in),
+            u(n_ff),
+            u(n_used),
+            f(limit),
+        ],
+    )
+}
+
+/// Experts per token the per-token expert kernels handle (`DS4_MOE_MAX_USED` in kernels/moe.hip).
+pub const MOE_MAX_USED: usize = 8;
+
+/// `ds4_moe_down_<fmt>`: out[t][r] = Σ_k down_e[r]·mid_{t,k} (slot order), mid given as Q8_K rows
+/// (t*n_used + k). Grid (ceil(n_out/8), n_tok).
+pub fn moe_down(
+    fmt: ExpertFormat,
+    out: DevPtr,
+    down: DevPtr,
+    mid: Q8K,
+    sel: DevPtr,
+    n_ff: u32,
+    n_out: u32,
+    n_used: u32,
+    n_tok: u32,
+) -> Launch {
+    Launch::new(
+        fmt.down(),
+        [blocks(n_out, MATVEC_ROWS), n_tok, 1],
+        vec![
+            ptr(out),
+            ptr(down),
+            ptr(mid.q),
+            ptr(mid.d),
+            ptr(mid.bsums),
+            ptr(sel),
+            u(n_ff),
+            u(n_out),
+            u(n_used),
+        ],
+    )
+}
+
+/// `ds4_matvec_<fmt>`: plain K-quant matvec with Q8_K activations. Grid (ceil(n_out/8), n_tok).
+pub fn matvec_k(fmt: ExpertFormat, y: DevPtr, w: DevPtr, x: Q8K, n_in: u32, n_out: u32, n_tok: u32) -> Launch {
+    Launch::new(
+        fmt.matvec(),
+        [blocks(n_out, MATVEC_ROWS), n_tok, 1],
+        vec![ptr(y), ptr(w), ptr(x.q), ptr(x.d), ptr(x.bsums), u(n_in), u(n_out)],
+    )
+}

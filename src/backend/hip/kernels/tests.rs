@@ -1,0 +1,290 @@
+//! The kernel table against the kernel sources, and the builders' arguments and grids.
+
+use super::*;
+use std::path::Path;
+
+/// (name, [(param name, kind)]) of every `extern "C" __global__` kernel in kernels/*.hip.
+fn parse_kernel_sources() -> Vec<(String, Vec<(String, ArgKind)>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "hip") || p.ends_with("mathf.h"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let src = std::fs::read_to_string(&file).unwrap();
+        let mut rest = src.as_str();
+        while let Some(i) = rest.find("extern \"C\" __global__") {
+            rest = &rest[i..];
+            let v = rest.find(" void ").expect("void after extern C");
+            let open = rest[v..].find('(').unwrap() + v;
+            let name = rest[v + 6..open].trim().to_string();
+            let close = rest[open..].find(')').unwrap() + open;
+            let params = rest[open + 1..close]
+                .split(',')
+                .map(|p| {
+                    let p = p.split_whitespace().collect::<Vec<_>>().join(" ");
+                    let pname = p.rsplit([' ', '*']).next().unwrap().to_string();
+                    let kind = if p.contains('*') {
+                        ArgKind::Ptr
+                    } else if p.starts_with("u32 ") {
+                        ArgKind::U32
+                    } else if p.starts_with("u64 ") {
+                        ArgKind::U64
+                    } else if p.starts_with("float ") {
+                        ArgKind::F32
+                    } else {
+                        panic!("{}: {name}: unsupported parameter type in '{p}'", file.display())
+                    };
+                    (pname, kind)
+                })
+                .collect();
+            out.push((name, params));
+            rest = &rest[close..];
+        }
+    }
+    out
+}
+
+#[test]
+fn kernel_table_matches_sources() {
+    let parsed = parse_kernel_sources();
+    assert_eq!(parsed.len(), ALL_KERNELS.len(), "kernel count: sources vs ALL_KERNELS");
+    for (name, params) in &parsed {
+        let def = kernel_def(name).unwrap_or_else(|| panic!("{name} is in kernels/ but not in ALL_KERNELS"));
+        let ours: Vec<(String, ArgKind)> = def.params.iter().map(|p| (p.name.to_string(), p.kind)).collect();
+        assert_eq!(&ours, params, "{name}: parameter list differs from the source");
+    }
+}
+
+#[test]
+fn every_kernel_is_included_by_the_translation_unit() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    let tu = std::fs::read_to_string(root.join("ds4.hip")).unwrap();
+    for e in std::fs::read_dir(&root).unwrap() {
+        let p = e.unwrap().path();
+        let fname = p.file_name().unwrap().to_str().unwrap().to_string();
+        if fname.ends_with(".hip") && fname != "ds4.hip" {
+            assert!(
+                tu.contains(&format!("#include \"{fname}\"")),
+                "kernels/ds4.hip does not include {fname}"
+            );
+        }
+    }
+}
+
+#[test]
+fn iq2_grid_header_matches_rust_table() {
+    let h = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/iq2xxs_grid.h")).unwrap();
+    let vals: Vec<u64> = h
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter_map(|w| w.strip_prefix("0x")?.strip_suffix("ull"))
+        .map(|w| u64::from_str_radix(w, 16).unwrap())
+        .collect();
+    assert_eq!(vals.as_slice(), &crate::gguf::iq2_tables::IQ2XXS_GRID[..]);
+}
+
+#[test]
+fn packed_arguments_are_little_endian_slots() {
+    let l = fill_f32(0x1234_5678_9abc, 1000, -1.0e30);
+    let mut p = l.packed();
+    assert_eq!(p.slots(), &[0x1234_5678_9abc, 1000, (-1.0e30f32).to_bits() as u64]);
+    let ptrs = p.pointers();
+    // SAFETY: each pointer addresses one live u64 slot of `p`.
+    let third = unsafe { *(ptrs[2] as *const f32) };
+    assert_eq!(third, -1.0e30);
+    assert_eq!(l.grid, [4, 1, 1]);
+}
+
+#[test]
+fn builders_cover_every_kernel_with_matching_arguments() {
+    // Launch::new asserts count and kinds; here every builder is called once with Flash shapes.
+    let rope = RopeParams::yarn(64, 160000.0, 16.0, 65536, 32.0, 1.0);
+    let shape = AttentionShape {
+        n_head: 64,
+        head_dim: 512,
+        ring_cap: 2304,
+        window: 128,
+        ratio: 4,
+        top_k: 512,
+    };
+    let att = attention(&shape, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1000, 640, 1);
+    let q8k = Q8K { q: 1, d: 2, bsums: 3 };
+    let mut launches = vec![
+        embed_hc(1, 2, 3, 4096, 4, 129280, 1),
+        fill_f32(1, 10, 0.0),
+        rms_norm_quant(QuantOut::default(), 1, 0, 4096, 4096, 1, NQ_NORM, 1e-6),
+        matvec_q8_0(1, 2, 3, 4, 4096, 1024, 1024, 4096, 1),
+        matvec_q8_0_swiglu(1, 2, 3, 4, 5, 4096, 2048, 10.0, 1),
+        matvec_f16(1, 2, 3, 4096, 256, 4096, 1),
+        matvec_f16_pair(1, 2, 3, 4, 5, 4096, 1024, 4096, 1),
+        router(1, 2, 3, 0, 0, 4, 256, 6, 1.5, 1),
+        hc_mix(1, 2, 3, 16384, 24, 1e-6, 1),
+        hc_pre_finish(1, 2, 3, 4, 5, 6, 4096, 4, 20, 1e-6, 1),
+        hc_head_finish(1, 2, 3, 4, 5, 4096, 4, 1e-6, 1),
+        hc_pre_fused(
+            1,
+            QuantOut::default(),
+            2,
+            3,
+            4,
+            5,
+            6,
+            7,
+            8,
+            4096,
+            4,
+            20,
+            HcEps {
+                rms: 1e-6,
+                hc: 1e-6,
+                norm: 1e-6,
+            },
+            1,
+        ),
+        hc_post(1, 1, 2, 0, 3, 4096, 4, 1),
+        rows_finish(
+            1,
+            2,
+            3,
+            4,
+            1,
+            512,
+            row_flags::NORM | row_flags::ROPE,
+            2304,
+            rope,
+            1e-6,
+            1,
+        ),
+        rows_finish_emitted(1, 2, 3, 512, row_flags::NORM, 4, 1026, rope, 1e-6, 1, 1),
+        compressor_pool(1, 2, 3, 4, 5, 6, 7, 512, 4, 1, 1026),
+        indexer_scores(1, 2, 3, 4, 5, 64, 1000, 4, 512, 1024, 0.011, 1000, 1),
+        indexer_topk(1, 2, 3, 1024, 1000, 4, 512, 1),
+        argmax(1, 2, 129280),
+        sample_min_p(1, 2, 129280, 1.0, 0.05, 0.5),
+    ];
+    launches.extend(att);
+    for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
+        launches.push(moe_gate_up(fmt, 1, 2, 3, q8k, 4, 5, 4096, 2048, 6, 10.0, 1));
+        launches.push(moe_down(fmt, 1, 2, q8k, 4, 2048, 4096, 6, 1));
+        launches.push(matvec_k(fmt, 1, 2, q8k, 4096, 4096, 1));
+        let t = ExpertTiles {
+            pairs: 1,
+            tiles: 2,
+            n_tiles: 3,
+            max_tiles: moe_max_tiles(2048, 6, 256),
+        };
+        launches.push(moe_gemm_gate_up(fmt, 1, 2, 3, q8k, t, 4, 4096, 2048, 6, 10.0));
+        launches.push(moe_gemm_down(fmt, 1, 2, q8k, t, 2048, 4096, 6));
+    }
+    launches.push(gemm_q8_0(1, 2, 3, 4, 4096, 1024, 1024, 4096, 2048));
+    launches.push(gemm_q8_0_swiglu(1, 2, 3, 4, 5, 4096, 2048, 10.0, 2048));
+    launches.push(moe_group(1, 2, 3, 4, 2048, 6, 256, MOE_MIN_COLS));
+    launches.push(moe_sum(1, 2, 4096, 6, 2048));
+    launches.push(gemm_f16(1, 2, 3, 4096, 1024, 4096, 2048));
+    launches.push(test_mathf(1, 2, 1000, MathFn::Sin));
+    let mut names: Vec<&str> = launches.iter().map(|l| l.kernel.name).collect();
+    names.sort();
+    names.dedup();
+    let mut all: Vec<&str> = ALL_KERNELS.iter().map(|k| k.name).collect();
+    all.sort();
+    assert_eq!(
+        names, all,
+        "a kernel without a builder (or a builder for an unknown kernel)"
+    );
+}
+
+#[test]
+fn launch_grids_for_flash_decode() {
+    // 1024 q_a rows, 8 per block.
+    assert_eq!(matvec_q8_0(1, 2, 3, 4, 4096, 1024, 1024, 4096, 1).grid, [128, 1, 1]);
+    // LM head: 129280 rows -> 16160 blocks.
+    assert_eq!(
+        matvec_q8_0(1, 2, 3, 4, 4096, 129280, 129280, 4096, 1).grid,
+        [16160, 1, 1]
+    );
+    // 6 experts x 2048 rows for 2 tokens.
+    let l = moe_gate_up(ExpertFormat::Q4K, 1, 2, 3, Q8K::default(), 4, 5, 4096, 2048, 6, 10.0, 2);
+    assert_eq!(l.grid, [256, 6, 2]);
+    assert_eq!(hc_mix(1, 2, 3, 16384, 24, 1e-6, 1).grid, [24, 1, 1]);
+    // Prefill: 2048 tokens x 6 slots = 192 full tiles + at most one partial tile per expert.
+    assert_eq!(moe_max_tiles(2048, 6, 256), 192 + 256);
+    assert_eq!(gemm_q8_0(1, 2, 3, 4, 4096, 32768, 32768, 1024, 2048).grid, [512, 32, 1]);
+}
+
+#[test]
+fn attention_visibility_and_grids() {
+    let s = AttentionShape {
+        n_head: 64,
+        head_dim: 512,
+        ring_cap: 2304,
+        window: 128,
+        ratio: 4,
+        top_k: 512,
+    };
+    // p = 2: 3 raw rows, no compressed row yet (first one at p = 3).
+    assert_eq!(s.visible_rows(2, 0, false), 3);
+    // p = 3: 4 raw + 1 compressed.
+    assert_eq!(s.visible_rows(3, 1, false), 5);
+    // p = 4000: 128 raw + min(1000, 1000) compressed, or 512 with the indexer selection.
+    assert_eq!(s.visible_rows(4000, 1000, false), 1128);
+    assert_eq!(s.visible_rows(4000, 1000, true), 640);
+    // Scores of a decode step over 640 rows; the score grid has a block per 8 rows.
+    assert_eq!(s.score_floats(1, 640), 64 * 640);
+    let [scores, softmax, values] = attention(&s, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1000, 640, 1);
+    assert_eq!(
+        (scores.grid, softmax.grid, values.grid),
+        ([80, 1, 1], [64, 1, 1], [8, 8, 1])
+    );
+}
+
+#[test]
+fn compressor_emission_rows() {
+    // Decode at p = 3 (ratio 4) emits row 0; p = 4 emits nothing.
+    assert_eq!(compressor_emitted(4, 3, 1), (0, 1));
+    assert_eq!(compressor_emitted(4, 4, 1).1, 0);
+    // A 2048-token chunk from 0 emits rows 0..511 (ratio 4) and 0..15 (ratio 128).
+    assert_eq!(compressor_emitted(4, 0, 2048), (0, 512));
+    assert_eq!(compressor_emitted(128, 0, 2048), (0, 16));
+    // Chunk 100..300 at ratio 128: p = 127 and 255 emit rows 0 and 1.
+    assert_eq!(compressor_emitted(128, 100, 200), (0, 2));
+    // The most rows a batch emits bounds every position's count (the emitted-rows grid).
+    for (ratio, n) in [(4u32, 1u32), (4, 3), (4, 4), (4, 5), (128, 1), (128, 200), (128, 256)] {
+        let most = (0..600).map(|p| compressor_emitted(ratio, p, n).1).max().unwrap();
+        assert_eq!(compressor_max_emitted(ratio, n), most, "ratio {ratio}, {n} tokens");
+    }
+}
+
+#[test]
+fn yarn_parameters_for_flash() {
+    // spec §3.5: corr dims 15.453 / 24.708 -> low 15, high 25 for Flash.
+    let r = RopeParams::yarn(64, 160000.0, 16.0, 65536, 32.0, 1.0);
+    assert_eq!((r.corr_low, r.corr_high), (15.0, 25.0));
+    assert_eq!(r.freq_scale, 1.0 / 16.0);
+    assert!((r.theta_scale - 160000f32.powf(-1.0 / 32.0)).abs() < 1e-9);
+    assert_eq!(RopeParams::plain(64, 10000.0).ext_factor, 0.0);
+}
+
+#[test]
+fn device_rope_is_the_cpu_engines() {
+    use crate::backend::cpu::ops::Rope;
+    use crate::model::hparams::HParams;
+    let hp = HParams::flash();
+    let yarn = RopeParams::yarn(64, 160000.0, 16.0, 65536, 32.0, 1.0);
+    assert_eq!(RopeParams::from_rope(&Rope::for_layer(&hp, true)), yarn);
+    assert_eq!(
+        RopeParams::from_rope(&Rope::for_layer(&hp, false)),
+        RopeParams::plain(hp.n_rot as u32, hp.rope_freq_base)
+    );
+}
+
+#[test]
+fn a_missing_target_names_the_built_ones_and_the_fix() {
+    let e = embedded_code_object("gfx9999").unwrap_err();
+    assert!(
+        e.contains("no GPU kernels for gfx9999") && e.contains("DS4_HIP_ARCHS=gfx9999"),
+        "{e}"
+    );
+}

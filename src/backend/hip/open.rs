@@ -1,0 +1,263 @@
+//! The policy applied when the HIP engine opens (`engine.rs` runs it, in this order):
+//! * runtime and device present, kernels that load on it, every expert type supported;
+//! * the escape hatch `DS4_HIP_FORWARD=0` (`forward_enabled`): the device forward pass is validated
+//!   against the CPU engine and the shared reference vectors on an NVIDIA H200 through the
+//!   HIP-on-CUDA shim and on the CPU emulator, not yet on AMD hardware; the variable turns it off
+//!   (the CPU backend is then used, with that reason);
+//! * the memory guard: device memory (`hipMemGetInfo`) must hold the KV cache and scratch, plus the
+//!   weights when they are copied, before anything is allocated ("too little device memory: need X,
+//!   have Y"); on unified memory (integrated GPUs, gfx115x) a copy is pinned system RAM, so its
+//!   budget is the GTT limit and the usable RAM instead (`engine::placement`);
+//! * `--weights auto|copy|map`: auto copies when the weights fit next to the session, else maps the
+//!   file (zero copy); a refused registration falls back to a copy when that fits, else fails.
+//!
+//! Every failure is one line; `--backend auto` then falls back to the CPU with it as the reason.
+
+use crate::engine::events::WeightPlacement;
+use crate::engine::memguard;
+use crate::engine::placement::{self, CopyBudget, DeviceFacts};
+use crate::model::Model;
+
+use super::footprint::{SessionBytes, fmt_size, too_little_memory};
+use super::runtime::HipContext;
+use super::weights::DeviceWeights;
+
+/// Environment variable that turns the device forward pass off (`0`).
+pub const FORWARD_ENV: &str = "DS4_HIP_FORWARD";
+
+/// Device memory kept free next to the weights and the session: allocation rounding, the runtime's
+/// own buffers and the bench's bandwidth probe.
+pub const DEVICE_RESERVE: u64 = 64 << 20;
+
+/// Whether the forward pass may open here: unless `DS4_HIP_FORWARD=0`.
+pub fn forward_enabled() -> bool {
+    forward_enabled_by(std::env::var(FORWARD_ENV).ok().as_deref())
+}
+
+fn forward_enabled_by(env: Option<&str>) -> bool {
+    env != Some("0")
+}
+
+/// The placement chosen before anything is allocated.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    /// Copy; the string says why (empty when asked for).
+    Copy(String),
+    /// Map the file; when `copy_fallback` the copy fits too (used if registration is refused).
+    Map { reason: String, copy_fallback: bool },
+}
+
+/// Decide the placement from device memory: `free`/`total` from hipMemGetInfo, `weight_bytes` to
+/// copy, the `session` (KV + scratch) that lives in device memory either way. `host_refuses_copy`
+/// gives the reason pinned host RAM cannot hold a copy (integrated GPUs), if so.
+pub fn plan_placement(
+    asked: WeightPlacement,
+    weight_bytes: u64,
+    session: SessionBytes,
+    free: u64,
+    total: u64,
+    device: &str,
+    host_refuses_copy: &dyn Fn(u64) -> Option<String>,
+) -> Result<Plan, String> {
+    let session_need = session.kv + session.scratch + DEVICE_RESERVE;
+    let copy_need = weight_bytes + session_need;
+    let breakdown = |with_weights: bool| {
+        format!(
+            "free of {} on {device} ({}KV {} + scratch {} + reserve {})",
+            fmt_size(total),
+            if with_weights {
+                format!("weights {} + ", fmt_size(weight_bytes))
+            } else {
+                String::new()
+            },
+            fmt_size(session.kv),
+            fmt_size(session.scratch),
+            fmt_size(DEVICE_RESERVE)
+        )
+    };
+    if session_need > free {
+        return Err(too_little_memory(
+            if asked == WeightPlacement::Map {
+                session_need
+            } else {
+                copy_need
+            },
+            free,
+            &format!("{}; use a smaller --ctx", breakdown(asked != WeightPlacement::Map)),
+        ));
+    }
+    let copy_refusal = if copy_need > free {
+        Some(too_little_memory(copy_need, free, &breakdown(true)))
+    } else {
+        host_refuses_copy(weight_bytes)
+    };
+    match (asked, copy_refusal) {
+        (WeightPlacement::Copy, None) => Ok(Plan::Copy(String::new())),
+        (WeightPlacement::Copy, Some(why)) => Err(format!("{why}; use --weights map or a smaller --ctx")),
+        (WeightPlacement::Map, refusal) => Ok(Plan::Map {
+            reason: String::new(),
+            copy_fallback: refusal.is_none(),
+        }),
+        (WeightPlacement::Auto, None) => Ok(Plan::Copy(format!(
+            "auto: the weights fit device memory ({} of {} free)",
+            fmt_size(copy_need),
+            fmt_size(free)
+        ))),
+        (WeightPlacement::Auto, Some(why)) => Ok(Plan::Map {
+            reason: format!("auto: no room for a copy ({why})"),
+            copy_fallback: false,
+        }),
+    }
+}
+
+/// The memory a copy must fit: device memory on a discrete GPU; on unified memory the GTT limit
+/// and the usable RAM (`engine::placement`), read from amdgpu sysfs and /proc/meminfo.
+pub(super) fn copy_budget_of(hip: &HipContext, gfx: &str) -> Result<CopyBudget, String> {
+    let (free, total) = hip.mem_info().map_err(|e| e.to_string())?;
+    let dev = DeviceFacts {
+        name: hip.name().to_string(),
+        gfx: gfx.to_string(),
+        integrated: hip.info().integrated,
+        free,
+        total,
+    };
+    let host = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| placement::unified_facts(&t, memguard::find_amdgpu_memory().as_ref()));
+    Ok(placement::copy_budget(&dev, host.as_ref()))
+}
+
+/// Place the weights as planned; returns them with the reason for the side panel.
+pub(super) fn place_weights(
+    hip: &HipContext,
+    model: &Model,
+    plan: Plan,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(DeviceWeights, String), String> {
+    // A copy's reason ends with how the file was read (O_DIRECT, or plain reads and why).
+    let with_method = |reason: String, w: &DeviceWeights| {
+        if reason.is_empty() {
+            w.method.clone()
+        } else {
+            format!("{reason}; {}", w.method)
+        }
+    };
+    match plan {
+        Plan::Copy(reason) => {
+            let w = DeviceWeights::upload(hip, model, progress)?;
+            let reason = with_method(reason, &w);
+            Ok((w, reason))
+        }
+        Plan::Map { reason, copy_fallback } => match DeviceWeights::map(hip, model) {
+            Ok(w) => Ok((w, reason)),
+            Err(e) if copy_fallback => {
+                let w = DeviceWeights::upload(hip, model, progress)?;
+                let reason = with_method(format!("map refused, copied instead: {e}"), &w);
+                Ok((w, reason))
+            }
+            Err(e) => Err(format!("--weights map: {e}; a copy does not fit device memory either")),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
+    use crate::gguf::GgufFile;
+    use std::sync::Arc;
+
+    #[test]
+    fn opening_gives_a_one_line_reason_and_never_a_half_backend() {
+        // No AMD GPU here (CI, development machines): the reason names the runtime's answer. With a GPU
+        // and the gate closed the reason is the gate. Either way the engine falls back.
+        let bytes = model_bytes(&GenSpec::new(Preset::Micro, 1, ExpertMix::Q2)).unwrap();
+        let model = Arc::new(Model::bind(Arc::new(GgufFile::from_bytes(bytes).unwrap())).unwrap());
+        for placement in [WeightPlacement::Auto, WeightPlacement::Map, WeightPlacement::Copy] {
+            match super::super::open_backend(model.clone(), placement, 64) {
+                Ok(_) if forward_enabled() => {}
+                Ok(_) => panic!("the HIP backend must not open with {FORWARD_ENV}=0"),
+                Err(e) => {
+                    eprintln!("{e}");
+                    assert!(
+                        e.starts_with("no AMD GPU: ")
+                            || e.contains("turns the HIP forward pass off")
+                            || forward_enabled(),
+                        "{e}"
+                    );
+                    assert!(!e.contains('\n'), "{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_variable_at_zero_turns_the_forward_pass_off() {
+        assert!(forward_enabled_by(None));
+        assert!(forward_enabled_by(Some("")));
+        assert!(forward_enabled_by(Some("1")));
+        assert!(!forward_enabled_by(Some("0")));
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    fn session() -> SessionBytes {
+        SessionBytes {
+            kv: 100 * MIB,
+            scratch: 36 * MIB,
+        }
+    }
+
+    fn no_host_limit(_: u64) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn auto_copies_when_weights_fit_and_maps_otherwise() {
+        // Session 100 + 36 + 64 reserve = 200 MiB; weights 800 MiB; a copy needs 1000 MiB.
+        let plan = |asked, free| plan_placement(asked, 800 * MIB, session(), free, 4096 * MIB, "dev", &no_host_limit);
+        assert!(matches!(plan(WeightPlacement::Auto, 1000 * MIB), Ok(Plan::Copy(r)) if r.starts_with("auto: ")));
+        match plan(WeightPlacement::Auto, 999 * MIB) {
+            Ok(Plan::Map {
+                reason,
+                copy_fallback: false,
+            }) => {
+                assert!(reason.contains("need 1000.0 MiB, have 999.0 MiB"), "{reason}");
+            }
+            p => panic!("{p:?}"),
+        }
+        // Map asked: a copy that fits is kept as the fallback for a refused registration.
+        assert_eq!(
+            plan(WeightPlacement::Map, 1000 * MIB),
+            Ok(Plan::Map {
+                reason: String::new(),
+                copy_fallback: true
+            })
+        );
+        // Copy asked but too big: one line with both numbers and the fixes.
+        let e = plan(WeightPlacement::Copy, 999 * MIB).unwrap_err();
+        assert!(
+            e.starts_with("too little device memory: need 1000.0 MiB, have 999.0 MiB free of 4.00 GiB on dev"),
+            "{e}"
+        );
+        assert!(e.contains("weights 800.0 MiB + KV 100.0 MiB + scratch 36.0 MiB") && e.ends_with("--ctx"));
+        // Not even the session fits: refused whatever the placement.
+        for asked in [WeightPlacement::Auto, WeightPlacement::Map, WeightPlacement::Copy] {
+            let e = plan(asked, 199 * MIB).unwrap_err();
+            assert!(e.starts_with("too little device memory: need "), "{e}");
+            assert!(e.contains("have 199.0 MiB") && !e.contains('\n'), "{e}");
+        }
+        let e = plan(WeightPlacement::Map, 199 * MIB).unwrap_err();
+        assert!(e.starts_with("too little device memory: need 200.0 MiB"), "{e}");
+    }
+
+    #[test]
+    fn host_ram_limits_a_copy_on_integrated_gpus() {
+        let refuse = |_: u64| Some("not enough memory: pinned RAM".to_string());
+        let plan = |asked| plan_placement(asked, 800 * MIB, session(), 4096 * MIB, 4096 * MIB, "apu", &refuse);
+        assert!(
+            matches!(plan(WeightPlacement::Auto), Ok(Plan::Map { copy_fallback: false, reason }) if reason.contains("pinned RAM"))
+        );
+        assert!(plan(WeightPlacement::Copy).unwrap_err().contains("pinned RAM"));
+    }
+}

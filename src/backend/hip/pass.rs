@@ -1,0 +1,198 @@
+//! One launch sequence's view of a session (`Pass`): the borrowed model, device weights, activation
+//! buffers, layer caches and kernel launcher, with the launch helpers every sublayer shares (counted
+//! launches, the fused HC pre step, quantizations, projections that pick a matvec or a GEMM).
+//!
+//! `HipBackend` makes one per eval, decode step or sample (`HipBackend::pass`); the sublayers
+//! (`attention_layer.rs`, `ffn_layer.rs`) and the sequence over the layers (`layers.rs`) are
+//! methods of it.
+
+use crate::backend::EngineError;
+use crate::model::Model;
+use crate::model::weights::{ExpertTensor, TensorRef};
+
+use super::acts::Acts;
+use super::cache::{self, LayerState};
+use super::kernel_module::KernelModule;
+use super::kernels::{self, DevPtr, ExpertFormat, GEMM_TILE, HcEps, NULL, QuantOut, RopeParams};
+use super::prefill;
+use super::probe::SelectionProbe;
+use super::profile::LaunchProfile;
+use super::runtime::{DeviceBuffer, HipContext, Stream};
+use super::weights::DeviceWeights;
+
+/// The session state one launch sequence reads and writes, borrowed from `HipBackend`.
+pub(super) struct Pass<'a> {
+    pub(super) model: &'a Model,
+    pub(super) weights: &'a DeviceWeights,
+    pub(super) acts: &'a Acts,
+    pub(super) layers: &'a [LayerState],
+    /// RoPE of every layer (`layers::layer_ropes`).
+    pub(super) ropes: &'a [RopeParams],
+    /// Batches up to this size take the decode kernels token by token (`prefill::token_wise`).
+    pub(super) matvec_tokens: usize,
+    pub(super) probe: Option<&'a SelectionProbe>,
+    pub(super) hip: &'a HipContext,
+    pub(super) stream: &'a Stream,
+    pub(super) kernels: &'a KernelModule,
+    pub(super) profile: &'a LaunchProfile,
+}
+
+pub(super) fn p0(b: &DeviceBuffer) -> DevPtr {
+    b.ptr().0
+}
+
+pub(super) fn expert_format(t: &ExpertTensor) -> ExpertFormat {
+    ExpertFormat::from_ggml_type(t.ty().id()).expect("expert types are checked in HipBackend::new")
+}
+
+impl Pass<'_> {
+    pub(super) fn run(&self, launch: &kernels::Launch) -> Result<(), EngineError> {
+        // SAFETY: every buffer was sized in `new` for the model's shapes and `ctx` (positions are
+        // checked against ctx in `eval`), and the weight pointers address tensors of the uploaded file.
+        self.profile
+            .time(launch.kernel.name, self.stream, || unsafe {
+                self.kernels.launch(self.stream, launch)
+            })
+            .map_err(|e| EngineError::Device(format!("{}: {e}", launch.kernel.name)))
+    }
+
+    pub(super) fn w(&self, t: &TensorRef) -> DevPtr {
+        self.weights.tensor(t).0
+    }
+
+    pub(super) fn read_f32(&self, ptr: DevPtr, n: usize) -> Result<Vec<f32>, EngineError> {
+        cache::read_f32(self.hip, self.stream, ptr, n)
+    }
+
+    /// Whether a batch of `n` tokens runs the decode kernels token by token (`prefill::token_wise`).
+    pub(super) fn token_wise<N: Into<u64>>(&self, n: N) -> bool {
+        prefill::token_wise(self.matvec_tokens, n.into())
+    }
+
+    /// Every launch of the sequence goes through here (counted for `launch_count`).
+    pub(super) fn launch(&self, l: &kernels::Launch) -> Result<(), EngineError> {
+        self.acts.launches.set(self.acts.launches.get() + 1);
+        self.run(l)
+    }
+
+    /// Q8_0 planes (codes `q`, scales `d`) of `rows` rows of `n` floats at `x`: the activation
+    /// quantization before a Q8_0 projection (spec §2.3).
+    pub(super) fn quantize_q8_0(&self, q: DevPtr, d: DevPtr, x: DevPtr, n: u32, rows: u32) -> Result<(), EngineError> {
+        self.launch(&kernels::quantize_rows(
+            QuantOut {
+                q8_0_q: q,
+                q8_0_d: d,
+                ..Default::default()
+            },
+            x,
+            n,
+            rows,
+        ))
+    }
+
+    /// `ds4_rows_finish` in place on the `n_head` rows of `head_dim` floats of every batch token at `x`
+    /// (query heads, indexer queries, attention output: no ring store, no norm weight).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn head_rows_in_place(
+        &self,
+        x: DevPtr,
+        pos: DevPtr,
+        n_head: u32,
+        head_dim: u32,
+        flags: u32,
+        rope: RopeParams,
+        nt: u32,
+    ) -> Result<(), EngineError> {
+        let eps = self.model.hp.rms_eps;
+        self.launch(&kernels::rows_finish(
+            x, NULL, NULL, pos, n_head, head_dim, flags, 1, rope, eps, nt,
+        ))
+    }
+
+    /// HC pre of a sublayer and its input norm (spec §3.2, §3.4 step 2 / §3.9 step 2), fused: the
+    /// split goes to `split`, the normed input to `xn` and its Q8_0 planes (plus Q8_K for the FFN's
+    /// routed experts when `q8_k`). `w` = [hc fn, hc scale, hc base, norm weight] of the sublayer.
+    pub(super) fn hc_pre(&self, split: DevPtr, q8_k: bool, w: [&TensorRef; 4], nt: u32) -> Result<(), EngineError> {
+        let hp = &self.model.hp;
+        let a = &self.acts;
+        let p0 = |b: &DeviceBuffer| b.ptr().0;
+        let (ne, nhc) = (hp.n_embd as u32, hp.n_hc as u32);
+        let mut quant = QuantOut {
+            out: p0(&a.xn),
+            q8_0_q: p0(&a.xq),
+            q8_0_d: p0(&a.xd),
+            ..Default::default()
+        };
+        if q8_k {
+            (quant.q8_k_q, quant.q8_k_d, quant.q8_k_bs) = (p0(&a.kq), p0(&a.kd), p0(&a.kbs));
+        }
+        self.launch(&kernels::hc_pre_fused(
+            split,
+            quant,
+            p0(&a.mix),
+            p0(&a.counter),
+            p0(&a.hc),
+            self.w(w[0]),
+            self.w(w[1]),
+            self.w(w[2]),
+            self.w(w[3]),
+            ne,
+            nhc,
+            hp.sinkhorn_iters as u32,
+            self.hc_eps(),
+            nt,
+        ))
+    }
+
+    pub(super) fn hc_eps(&self) -> HcEps {
+        let hp = &self.model.hp;
+        HcEps {
+            rms: hp.hc_eps,
+            hc: hp.hc_eps,
+            norm: hp.rms_eps,
+        }
+    }
+
+    /// y[t] = W · x_t for Q8_0 weights and Q8_0 activations: a matvec for one token, the tiled GEMM
+    /// for a chunk (when the group size fits its 64-row tiles).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn proj_q8_0(
+        &self,
+        y: DevPtr,
+        w: DevPtr,
+        xq: DevPtr,
+        xd: DevPtr,
+        n_in: u32,
+        n_out: u32,
+        rows_per_group: u32,
+        x_stride: u32,
+        n: u32,
+    ) -> Result<(), EngineError> {
+        let product = if self.token_wise(n) || !rows_per_group.is_multiple_of(GEMM_TILE) {
+            kernels::matvec_q8_0
+        } else {
+            kernels::gemm_q8_0
+        };
+        self.launch(&product(y, w, xq, xd, n_in, n_out, rows_per_group, x_stride, n))
+    }
+
+    /// y[t] = W · x_t for F16 weights and f32 activations (matvec for one token, GEMM for a chunk).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn proj_f16(
+        &self,
+        y: DevPtr,
+        w: DevPtr,
+        x: DevPtr,
+        n_in: u32,
+        n_out: u32,
+        x_stride: u32,
+        n: u32,
+    ) -> Result<(), EngineError> {
+        let product = if self.token_wise(n) {
+            kernels::matvec_f16
+        } else {
+            kernels::gemm_f16
+        };
+        self.launch(&product(y, w, x, n_in, n_out, x_stride, n))
+    }
+}
