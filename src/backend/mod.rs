@@ -14,7 +14,7 @@ pub mod payload;
 // The kernel table is plain data: its tests run in builds without the `hip` feature too.
 #[cfg(all(test, not(feature = "hip")))]
 #[path = "hip/kernels/mod.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod hip_kernels;
 
 use std::fmt;

@@ -53,9 +53,5 @@ pub use norm_quant::*;
 pub use rows::*;
 pub use sample::*;
 
-// The emulator tests name `c_void` through `super::*`.
-#[cfg(all(test, not(feature = "hip")))]
-use std::ffi::c_void;
-
 #[cfg(test)]
 mod tests;
