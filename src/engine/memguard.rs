@@ -287,7 +287,7 @@ mod tests {
     const MB: f64 = 1e6;
 
     #[test]
-    fn flash_kv_bytes_match_the_published_figures() {
+    fn flash_kv_bytes_match_the_documented_figures() {
         let hp = HParams::flash();
         // Raw windows 43 × 128 × 512 × 4 B = 11,272,192 B (11.27 MB), states 12.2 MB fixed,
         // compressed rows at 4K = 56.6 MB (docs/model.md#kv-bytes-per-token).
@@ -296,7 +296,7 @@ mod tests {
         let states = 21 * (2 * 8192 + 2 * 2048) * 4 + 20 * (2 * 65536) * 4u64;
         assert!((states as f64 / MB - 12.2).abs() < 0.05, "{states}");
         let at4k = cpu_kv_bytes(&hp, 4096) - raw - states;
-        // Tolerance 0.05 MB: the published figure is rounded to one decimal.
+        // Tolerance 0.05 MB: the documented figure is rounded to one decimal.
         assert!((at4k as f64 / MB - 56.6).abs() < 0.05, "{at4k}");
         let at1m = cpu_kv_bytes(&hp, 1_048_576) - raw - states;
         assert!((at1m as f64 / 1e9 - 14.43).abs() < 0.005, "{at1m}");

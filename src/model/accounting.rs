@@ -206,7 +206,7 @@ mod tests {
     }
 
     #[test]
-    fn flash_per_token_bytes_match_the_published_figures() {
+    fn flash_per_token_bytes_match_the_documented_figures() {
         // docs/model.md#weight-bytes-per-token rows (GB = 1e9 B) and totals 9.56 GB (q2) / 11.38 GB (q4),
         // rounded to the shown digits, so each check allows half a unit of the last digit.
         let q2 = flash(ExpertTypes::Q2);
@@ -237,7 +237,7 @@ mod tests {
     }
 
     #[test]
-    fn flash_kv_and_totals_match_the_published_figures() {
+    fn flash_kv_and_totals_match_the_documented_figures() {
         let hp = HParams::flash();
         assert_eq!(kv_bytes_per_context_token(&hp), 13_760.0);
         let q2 = flash(ExpertTypes::Q2);
