@@ -1,4 +1,4 @@
-//! The HIP backend's captured decode graph and device sampling without a GPU (src/backend/hip/forward.rs):
+//! The HIP backend's captured decode graph and device sampling without a GPU (src/backend/hip/decode.rs):
 //! the unmodified backend on the HIP runtime of kernels/emu/hip_api.cpp (which records stream
 //! captures and replays them), every kernel executed by the CPU emulator, tiny synthetic model with a
 //! 512-token vocabulary (window 16, ratios [0, 0, 4, 128, 4, 128], indexer top-k 4).

@@ -84,7 +84,7 @@ fn specials_resolve_by_string() {
 }
 
 #[test]
-fn token_bytes_follow_spec_5_4() {
+fn token_bytes_follow_the_byte_alphabet() {
     let tok = common::gguf_tokenizer();
     assert_eq!(tok.token_bytes(0), "<｜begin▁of▁sentence｜>".as_bytes());
     assert_eq!(tok.token_bytes(128825), "｜DSML｜".as_bytes());

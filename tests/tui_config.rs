@@ -9,7 +9,7 @@ use ds4_chat::tui::config::{self, Config, Theme};
 fn documented_defaults_match_the_built_in_defaults() {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml")).unwrap();
     assert_eq!(config::parse(&text).unwrap(), Config::default());
-    // And the built-in defaults are ds4's (spec §6.1, §7.1).
+    // And the built-in defaults are ds4's (docs/prompt.md#run-defaults, docs/sampler.md#defaults).
     let d = Config::default();
     assert_eq!(d.system, "You are a helpful assistant");
     assert_eq!(

@@ -531,8 +531,8 @@ fn case_a_score_binary_matches_ds4() {
     eprintln!("score prefill: {n} positions, {shared} shared top ids, |Δlogprob| max {max_d:.4}");
 }
 
-/// `run`'s prompt rendering (spec §6.1) yields exactly ds4's ids for every chat and rendered prompt,
-/// and plain text tokenizes to ds4's ids.
+/// `run`'s prompt rendering (docs/prompt.md#one-shot-prompt) yields exactly ds4's ids for every chat
+/// and rendered prompt, and plain text tokenizes to ds4's ids.
 #[test]
 fn case_a_run_rendering_matches_ds4_prompt_tokens() {
     let vectors = require_vectors();

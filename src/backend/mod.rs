@@ -25,7 +25,7 @@ use crate::model::Model;
 /// Failure of a backend operation, as a value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EngineError {
-    /// The prompt or generation does not fit the context (spec pitfall 23).
+    /// The prompt or generation does not fit the context (docs/prompt.md#stop-conditions).
     ContextFull {
         needed: usize,
         ctx: usize,
@@ -128,9 +128,9 @@ impl WeightsPlacement {
 pub enum DeviceSample {
     /// The first index of the largest logit (NaN never wins; 0 when none is above -inf).
     Greedy,
-    /// The default path (spec §7.2, top_k 0 and top_p 1): weights exp((l - max) / temperature) of
-    /// the finite logits, those below min_p dropped, the walk in id order until u01 times their
-    /// sum is used up.
+    /// The default path (docs/sampler.md#id-order-path, top_k 0 and top_p 1): weights exp((l - max) /
+    /// temperature) of the finite logits, those below min_p dropped, the walk in id order until u01
+    /// times their sum is used up.
     MinP { temperature: f32, min_p: f32, u01: f32 },
 }
 
@@ -192,7 +192,7 @@ pub trait Backend: Send {
     }
     /// Drop the whole cache.
     fn reset(&mut self);
-    /// Serialize the cache and logits (spec §4.3).
+    /// Serialize the cache and logits (docs/model.md#checkpoints).
     fn save_state(&self) -> Vec<u8>;
     /// Restore a state made by `save_state` of the same model and context.
     fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError>;

@@ -1,7 +1,7 @@
 //! Little-endian byte payloads of session checkpoints (`Backend::save_state` / `load_state`): the
 //! writers and the bounds-checked reader both backends' formats are built from (cpu/state.rs for the
-//! spec §4.3 payload, hip/forward/state.rs for the device session). Owns the byte encoding only; the
-//! layouts and their validation belong to the backends.
+//! checkpoint payload of docs/model.md#checkpoints, hip/backend/state.rs for the device session). Owns
+//! the byte encoding only; the layouts and their validation belong to the backends.
 
 use super::EngineError;
 

@@ -1,6 +1,6 @@
 //! `ds4-chat bench`: prefill and decode speed at growing context frontiers, as a CSV shaped like
 //! ds4-bench's, plus the decode step's weight bytes per token and the fraction of the memory
-//! bandwidth roofline it reaches (spec §8.2).
+//! bandwidth roofline it reaches (docs/model.md#weight-bytes-per-token).
 //!
 //! Owns the measurement loop only: the backend is opened by `engine::backend_open`, byte counts come
 //! from `model::accounting`.

@@ -11,7 +11,7 @@ use crate::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum PresetArg {
-    /// Spec §10 tiny model with the real vocabulary (~110 MB).
+    /// The tiny model (docs/model.md#tiny-model) with the real vocabulary (~110 MB).
     Tiny,
     /// The real DeepSeek V4 Flash shapes (80.76 GiB with q2 experts).
     Flash,

@@ -1,5 +1,6 @@
 //! `ds4-chat inspect FILE [--json]`: validate a model file (parse + bind) and print its
-//! architecture, hyperparameters and byte accounting (spec §8, `model::accounting`).
+//! architecture, hyperparameters and byte accounting (docs/model.md#memory-figures,
+//! `model::accounting`).
 
 use std::path::PathBuf;
 

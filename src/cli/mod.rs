@@ -16,7 +16,7 @@ pub mod tokenize;
 /// Error type of every subcommand: a one-line message.
 pub type CliResult = Result<(), String>;
 
-/// The reasoning-mode flags shared by the chat app and `run` (spec §6.1).
+/// The reasoning-mode flags shared by the chat app and `run` (docs/prompt.md#think-modes).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ThinkArgs {
     /// No reasoning: the prompt ends with `</think>`.

@@ -1,8 +1,10 @@
-//! `ds4-chat run`: one-shot headless generation (spec §6.1, §6.4, §7), like ds4's CLI with `-p`.
+//! `ds4-chat run`: one-shot headless generation, like ds4's CLI with `-p`
+//! (docs/prompt.md#one-shot-prompt, #stop-conditions; docs/sampler.md).
 //!
 //! Renders the one-shot prompt (or takes raw ids), prefills, then samples and streams the answer to
 //! stdout (reasoning to stderr) until EOS, `-n`, or the context is full. `--dump-logprobs` instead
-//! writes ds4's greedy logprob dump (§7.3). Owns argument handling and printing only.
+//! writes ds4's greedy logprob dump (docs/sampler.md#log-probability-dumps). Owns argument handling and
+//! printing only.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -146,7 +148,7 @@ impl RunSettings {
     }
 }
 
-/// Most new tokens that fit: `-n`, and the context keeps one slot free (spec §6.4, pitfall 23).
+/// Most new tokens that fit: `-n`, and the context keeps one slot free (docs/prompt.md#stop-conditions).
 pub fn generation_budget(max_tokens: usize, ctx: usize, n_past: usize) -> usize {
     let room = ctx.saturating_sub(n_past);
     if room <= 1 { 0 } else { max_tokens.min(room - 1) }
@@ -184,9 +186,9 @@ pub fn sample_loop(
     generate(backend, limits, &mut hooks).map_err(|e| e.to_string())
 }
 
-/// ds4's `--dump-logprobs` (spec §7.3): from the prefilled state, a greedy continuation of up to
-/// `budget` steps, each recording the selected token and the top-`k` logprobs; the step that selects
-/// EOS is written and ends the dump.
+/// ds4's `--dump-logprobs` (docs/sampler.md#log-probability-dumps): from the prefilled state, a greedy
+/// continuation of up to `budget` steps, each recording the selected token and the top-`k` logprobs;
+/// the step that selects EOS is written and ends the dump.
 pub fn greedy_logprob_dump(
     backend: &mut dyn Backend,
     prompt_tokens: usize,
@@ -241,7 +243,7 @@ pub fn run(args: Args) -> CliResult {
     if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= n_vocab) {
         return Err(format!("token id {bad} is outside the vocabulary (n_vocab {n_vocab})"));
     }
-    // A prompt must be strictly shorter than the context (pitfall 23).
+    // A prompt must be strictly shorter than the context (docs/prompt.md#stop-conditions).
     if prompt.len() >= ctx {
         return Err(format!(
             "the prompt has {} tokens and does not fit a context of {ctx} (raise --ctx)",

@@ -1,4 +1,5 @@
-//! `ds4-chat tokenize`: the ids a model file's tokenizer gives a text (spec §5, §7.3 `--dump-tokens`).
+//! `ds4-chat tokenize`: the ids a model file's tokenizer gives a text (docs/prompt.md#tokenizer;
+//! `--dump-tokens`: docs/sampler.md#log-probability-dumps).
 //!
 //! Reads only the file's metadata (no weight is bound or touched). Output: one line per token,
 //! `id<TAB>text`, where text is the token's decoded bytes with `\\`, `\n`, `\r`, `\t`, other control
@@ -113,7 +114,8 @@ pub fn escape_bytes(b: &[u8]) -> String {
 }
 
 /// Token bytes as a JSON string value: the text when valid UTF-8, else every byte >= 0x80 as the
-/// code point of the same value (ds4's convention in logprob dumps, spec §7.3).
+/// code point of the same value (ds4's convention in logprob dumps,
+/// docs/sampler.md#log-probability-dumps).
 pub fn json_token_text(b: &[u8]) -> String {
     match std::str::from_utf8(b) {
         Ok(s) => s.to_string(),

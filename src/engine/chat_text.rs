@@ -1,13 +1,15 @@
-//! The worker's `ChatText` over the real tokenizer, the live transcript (spec §6.3) and the streaming
-//! detokenizer (spec §5.4).
+//! The worker's `ChatText` over the real tokenizer, the live transcript
+//! (docs/prompt.md#live-transcript) and the streaming detokenizer
+//! (docs/prompt.md#decoding-and-streaming).
 //!
-//! Prefix reuse: the session cache cannot be rolled back (spec §4.3), so the prompt of every turn must
-//! extend the tokens already cached. The live transcript does exactly that: the sampled tokens
-//! (reasoning included) stay in it verbatim and each turn only appends. A snapshot of the transcript
-//! is kept at every turn boundary; a conversation continues from the longest snapshot it starts with
-//! (the last one in a plain chat; an earlier one after a retry or an edit, whose prefix the session
-//! restores from its checkpoint), and whatever the snapshots do not cover (a loaded chat, an edited
-//! assistant message) is replayed in the same live form, assistant messages re-tokenized from text.
+//! Prefix reuse: the session cache cannot be rolled back (docs/model.md#checkpoints), so the prompt of
+//! every turn must extend the tokens already cached. The live transcript does exactly that: the sampled
+//! tokens (reasoning included) stay in it verbatim and each turn only appends. A snapshot of the
+//! transcript is kept at every turn boundary; a conversation continues from the longest snapshot it
+//! starts with (the last one in a plain chat; an earlier one after a retry or an edit, whose prefix the
+//! session restores from its checkpoint), and whatever the snapshots do not cover (a loaded chat, an
+//! edited assistant message) is replayed in the same live form, assistant messages re-tokenized from
+//! text.
 //!
 //! Owns only the glue; rendering rules live in `model::chat`, decoding in `model::detok`. Must not
 //! touch the session.
@@ -63,7 +65,7 @@ fn starts_with(history: &[Message], prefix: &[Message]) -> bool {
 }
 
 impl ChatAdapter {
-    /// `ctx` decides whether Think Max is honoured (spec §6.1).
+    /// `ctx` decides whether Think Max is honoured (docs/prompt.md#think-modes).
     pub fn new(tok: Arc<Tokenizer>, ctx: u32) -> ChatAdapter {
         ChatAdapter {
             tok,

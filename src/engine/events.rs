@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::model::chat::{Conversation, ThinkMode};
 
-/// Sampling settings of one turn (spec §7.1 defaults).
+/// Sampling settings of one turn (defaults: docs/sampler.md#defaults).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
     /// 0 (or below) means greedy argmax.
@@ -94,8 +94,10 @@ pub enum Command {
     Cancel,
     /// Forget the session (next turn prefills from scratch).
     Reset,
-    /// Keep only the first `keep_tokens` tokens of the live session. /edit and /retry do not need it:
-    /// submitting the edited conversation makes the session restore its matching turn checkpoint.
+    /// Keep only the first `keep_tokens` tokens of the live session (/retry and /edit send it before the
+    /// conversation is resubmitted). The cache cannot drop rows, so the session rebuilds the shorter
+    /// state from its longest checkpoint that is a prefix of it and evaluates the rest
+    /// (`Session::rewind`, docs/model.md#checkpoints).
     Rewind {
         keep_tokens: u32,
     },
@@ -225,10 +227,10 @@ pub enum Event {
     },
     Residency(Residency),
     DeviceMemory(DeviceMemory),
-    /// A turn was accepted; `think` is the mode actually used (max may drop to high, spec §6.1).
-    /// `reused_tokens` is the live cache prefix the prompt extends; when the session restores a
-    /// turn checkpoint instead (retry, edit), `PrefillDone::tokens` (the tokens actually evaluated)
-    /// is the authoritative figure.
+    /// A turn was accepted; `think` is the mode actually used (max may drop to high,
+    /// docs/prompt.md#think-modes). `reused_tokens` is the live cache prefix the prompt extends; when
+    /// the session restores a turn checkpoint instead (retry, edit), `PrefillDone::tokens` (the tokens
+    /// actually evaluated) is the authoritative figure.
     TurnStarted {
         prompt_tokens: u32,
         reused_tokens: u32,

@@ -1,4 +1,5 @@
-//! Log-probabilities of next-token logits and the JSON forms that carry them (spec §7.3).
+//! Log-probabilities of next-token logits and the JSON forms that carry them
+//! (docs/sampler.md#log-probability-dumps).
 //!
 //! Owns: top-k by logit, logsumexp, per-token logprobs, C `%.9g` number formatting, ds4's JSON string
 //! escaping, and the `--dump-logprobs` / `score` JSON writers. Must not evaluate the model or know
@@ -159,8 +160,9 @@ pub fn push_token_json(out: &mut String, id: u32, bytes: &[u8]) {
     out.push_str("]}");
 }
 
-/// Builds the `--dump-logprobs` document in ds4's exact layout (spec §7.3): one header, one line per
-/// greedy step, a closing bracket. `source` is "ds4-chat" (nothing reads it; the rest is ds4's shape).
+/// Builds the `--dump-logprobs` document in ds4's exact layout (docs/sampler.md#log-probability-dumps):
+/// one header, one line per greedy step, a closing bracket. `source` is "ds4-chat" (nothing reads it;
+/// the rest is ds4's shape).
 #[derive(Debug)]
 pub struct LogprobDump {
     text: String,

@@ -6,8 +6,9 @@
 //! * CPU backend, weights mapped from the file: the weights are page cache. Those pages are
 //!   file-backed and clean, so the kernel reclaims them under pressure instead of killing anything;
 //!   too little RAM makes decoding slow (experts re-read from disk every token), not fatal. Only
-//!   the anonymous memory — the KV cache and scratch (spec §4.1, §8.3) — must fit in MemAvailable
-//!   minus a headroom for the desktop; weights that exceed the RAM left over only earn a warning.
+//!   the anonymous memory — the KV cache and scratch (docs/model.md#kv-cache, #kv-bytes-per-token) —
+//!   must fit in MemAvailable minus a headroom for the desktop; weights that exceed the RAM left over
+//!   only earn a warning.
 //! * GPU, weights copied to device memory: copies are not reclaimable. On a discrete GPU weights +
 //!   KV + scratch must fit the free VRAM. On unified memory (Strix Halo: the GPU allocates system RAM
 //!   through GTT) they must fit both the GTT limit and MemAvailable, since every byte is pinned RAM.
@@ -20,11 +21,12 @@ use std::path::Path;
 
 use crate::model::HParams;
 
-/// Bytes of the CPU backend's KV cache and compressor/indexer state for `ctx` tokens (spec §4.1,
-/// §8.3). All rows are f32. Per layer: a raw window of min(W, ctx) rows (at least 1) of `head_dim`;
-/// compressed layers add ctx/ratio + 2 compressed rows and two compressor state tensors of
-/// (overlap·head_dim)·(overlap·ratio) floats; ratio-4 layers add as many indexer rows of
-/// `idx_head_dim` and two indexer state tensors of (overlap·idx_head_dim)·(overlap·ratio) floats.
+/// Bytes of the CPU backend's KV cache and compressor/indexer state for `ctx` tokens
+/// (docs/model.md#kv-cache, #kv-bytes-per-token). All rows are f32. Per layer: a raw window of min(W,
+/// ctx) rows (at least 1) of `head_dim`; compressed layers add ctx/ratio + 2 compressed rows and two
+/// compressor state tensors of (overlap·head_dim)·(overlap·ratio) floats; ratio-4 layers add as many
+/// indexer rows of `idx_head_dim` and two indexer state tensors of
+/// (overlap·idx_head_dim)·(overlap·ratio) floats.
 pub fn cpu_kv_bytes(hp: &HParams, ctx: u64) -> u64 {
     let f = 4u64;
     let (hd, ihd) = (hp.head_dim as u64, hp.idx_head_dim as u64);
@@ -74,7 +76,7 @@ pub struct MemoryNeed {
     /// The KV and scratch live in device memory (GPU backends) rather than host RAM.
     pub kv_on_device: bool,
     /// Host RAM the session's turn checkpoints can reach when the context is full (each holds the
-    /// live cache rows, spec §4.3). Only warned about: short chats never get there.
+    /// live cache rows, docs/model.md#checkpoints). Only warned about: short chats never get there.
     pub checkpoint_bytes: u64,
 }
 
@@ -285,16 +287,16 @@ mod tests {
     const MB: f64 = 1e6;
 
     #[test]
-    fn flash_kv_matches_spec_8_3() {
+    fn flash_kv_bytes_match_the_documented_figures() {
         let hp = HParams::flash();
         // Raw windows 43 × 128 × 512 × 4 B = 11,272,192 B (11.27 MB), states 12.2 MB fixed,
-        // compressed rows at 4K = 56.6 MB (spec §8.3).
+        // compressed rows at 4K = 56.6 MB (docs/model.md#kv-bytes-per-token).
         let raw = 43 * 128 * 512 * 4u64;
         assert_eq!(raw, 11_272_192);
         let states = 21 * (2 * 8192 + 2 * 2048) * 4 + 20 * (2 * 65536) * 4u64;
         assert!((states as f64 / MB - 12.2).abs() < 0.05, "{states}");
         let at4k = cpu_kv_bytes(&hp, 4096) - raw - states;
-        // Tolerance 0.05 MB: the spec rounds to one decimal.
+        // Tolerance 0.05 MB: the documented figure is rounded to one decimal.
         assert!((at4k as f64 / MB - 56.6).abs() < 0.05, "{at4k}");
         let at1m = cpu_kv_bytes(&hp, 1_048_576) - raw - states;
         assert!((at1m as f64 / 1e9 - 14.43).abs() < 0.005, "{at1m}");
@@ -302,8 +304,8 @@ mod tests {
 
     #[test]
     fn flash_kv_grows_13760_bytes_per_token() {
-        // Spec §8.3: 21 ratio-4 layers × 640 B + 20 ratio-128 layers × 16 B per token. Exact when
-        // both contexts are multiples of 128 and above the raw window.
+        // docs/model.md#kv-bytes-per-token: 21 ratio-4 layers × 640 B + 20 ratio-128 layers × 16 B per
+        // token. Exact when both contexts are multiples of 128 and above the raw window.
         let hp = HParams::flash();
         let n = 65536u64;
         assert_eq!(cpu_kv_bytes(&hp, 2 * n) - cpu_kv_bytes(&hp, n), n * 13_760);

@@ -1,4 +1,4 @@
-//! Next-token sampling with ds4's exact semantics (spec §7.1–7.2, pitfall 24).
+//! Next-token sampling with ds4's exact semantics (docs/sampler.md).
 //!
 //! Owns the xorshift64* generator and the three sampling paths (greedy, id-ordered full vocabulary,
 //! sorted top-k/top-p), and which of them a backend may run on its device instead
@@ -17,7 +17,7 @@ use crate::engine::events::SamplingParams;
 /// Most candidates the top-k path keeps (ds4 caps `top_k` the same way).
 pub const MAX_TOP_K: u32 = 1024;
 
-/// The xorshift64* generator ds4 samples with (spec §7.2).
+/// The xorshift64* generator ds4 samples with (docs/sampler.md#generator).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Xorshift64Star {
     state: u64,
@@ -78,8 +78,8 @@ struct Candidate {
 }
 
 /// Descending logit, ties to the lower id. This is the order ds4's top-k insertion produces, and the
-/// order of its qsort on glibc ≤ 2.36 (a stable merge sort there; pitfall 24 notes qsort ties are not
-/// guaranteed elsewhere).
+/// order of its qsort on glibc ≤ 2.36 (a stable merge sort there; C does not promise an order for ties,
+/// so other C libraries may differ; docs/sampler.md#sorted-paths).
 fn by_logit_desc(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
     b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id))
 }
@@ -113,7 +113,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// `None` seeds from the clock and pid (spec §7.1).
+    /// `None` seeds from the clock and pid (docs/sampler.md#defaults).
     pub fn new(seed: Option<u64>) -> Self {
         Sampler {
             rng: Xorshift64Star::new(seed.unwrap_or_else(Xorshift64Star::seed_from_time)),
@@ -121,7 +121,7 @@ impl Sampler {
         }
     }
 
-    /// Pick the next token from `logits` under `params` (spec §7.2).
+    /// Pick the next token from `logits` under `params` (docs/sampler.md#sampling-paths).
     pub fn sample(&mut self, logits: &[f32], params: &SamplingParams) -> u32 {
         let temperature = params.temperature;
         if temperature <= 0.0 || temperature.is_nan() {
@@ -180,7 +180,8 @@ impl Sampler {
     }
 
     /// Default path (top_k off, top_p 1): weights relative to the top token, tokens whose weight is
-    /// below `min_p` dropped, and the draw walks ids in increasing order (not sorted; pitfall 24).
+    /// below `min_p` dropped, and the draw walks ids in increasing order (not sorted;
+    /// docs/sampler.md#id-order-path).
     fn sample_id_order(&mut self, logits: &[f32], temperature: f32, min_p: f32) -> u32 {
         let Some((best, max_logit)) = finite_max(logits) else {
             return argmax(logits);
@@ -396,7 +397,7 @@ mod tests {
         }
     }
 
-    /// Reference values from a Python one-off of spec §7.2's generator:
+    /// Reference values from a Python one-off of the generator in docs/sampler.md#generator:
     /// `x = s or 0x9e3779b97f4a7c15; x ^= x>>12; x ^= (x<<25) mod 2^64; x ^= x>>27; out = x*0x2545f4914f6cdd1d mod 2^64`.
     #[test]
     fn rng_matches_independent_xorshift64star() {
@@ -546,8 +547,8 @@ mod tests {
         assert_eq!(s.sample(&[f32::NAN, f32::INFINITY], &params(1.0, 1.0, 0, 0.0)), 1);
     }
 
-    /// A plain transcription of spec §7.2 (two exp passes, a full stable sort, no shortcuts), for
-    /// checking that the pre-filters of the fast paths never change a draw.
+    /// A plain transcription of docs/sampler.md#sampling-paths (two exp passes, a full stable sort, no
+    /// shortcuts), for checking that the pre-filters of the fast paths never change a draw.
     fn reference_sample(logits: &[f32], p: &SamplingParams, rng: &mut Xorshift64Star) -> u32 {
         let t = p.temperature;
         if t <= 0.0 {

@@ -1,6 +1,7 @@
-//! A chat session over one backend (spec §4.3–§4.4): the live token list that mirrors the backend's
-//! cache, prefix reuse when a new prompt extends what is cached, and checkpoints at turn boundaries so
-//! an edited or retried conversation restores the longest saved prefix instead of prefilling again.
+//! A chat session over one backend (docs/model.md#checkpoints): the live token list that mirrors the
+//! backend's cache, prefix reuse when a new prompt extends what is cached, and checkpoints at turn
+//! boundaries so an edited or retried conversation restores the longest saved prefix instead of
+//! prefilling again.
 //!
 //! Owns the token bookkeeping and the checkpoint list; the math and the cache format belong to the
 //! backend (`Backend::save_state` / `load_state`). Must not know about text, chat templates or sampling.

@@ -48,7 +48,7 @@ use super::warmup::{WarmupJob, default_warmup_threads};
 /// the UI keeps running, so restoring the terminal or printing to it there would break the screen.
 pub const WORKER_THREAD: &str = "ds4-worker";
 
-/// Warm-up progress period (5 Hz; the brief asks for at least 4 Hz).
+/// Warm-up progress period (5 Hz: the warm-up bar moves at least 4 times a second).
 const WARMUP_TICK: Duration = Duration::from_millis(200);
 /// Least time between two prefill progress events, and between two live stats while decoding.
 const PREFILL_EVENT_PERIOD: Duration = Duration::from_millis(50);
@@ -102,7 +102,7 @@ pub trait ModelLoader: Send {
 }
 
 /// Turn-boundary checkpoints the session keeps for retried or edited conversations. Each holds the
-/// live cache rows (spec §4.3), up to the KV size at a full context, so keep few.
+/// live cache rows (docs/model.md#checkpoints), up to the KV size at a full context, so keep few.
 pub const SESSION_CHECKPOINTS: usize = 2;
 
 struct Loaded {
@@ -602,7 +602,7 @@ impl WorkerState {
         let ctx = l.session.ctx();
         let think = req.think.for_context(ctx as u32);
         let note = (think != req.think)
-            .then(|| format!("Think Max needs --ctx {THINK_MAX_MIN_CTX} or more (spec §6.1); using high thinking"));
+            .then(|| format!("Think Max needs --ctx {THINK_MAX_MIN_CTX} or more; using high thinking"));
         let prompt = match l.text.prompt(&req.conversation, think, l.session.tokens()) {
             Ok(p) => p,
             Err(message) => {

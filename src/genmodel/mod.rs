@@ -506,7 +506,7 @@ mod tests {
         let want = globals + 43 * common + 21 * r4 + 20 * r128 + 3 * 3_102_720 + 40 * 1_024;
         assert_eq!(want, 86_714_775_900);
         let planned = plan_tensors(&HParams::flash(), ExpertMix::Q2);
-        // 1328 tensors like the shipped q2 file (notes/peer-baseline.md).
+        // 1328 tensors, as in the shipped q2 file.
         assert_eq!(planned.len(), 1328);
         let bytes: u64 = planned
             .iter()
@@ -520,8 +520,8 @@ mod tests {
     #[test]
     fn flash_file_layout_without_writing_it() {
         // The whole layout (metadata with the 129,280-token vocabulary, directory, padding) of the
-        // 81 GiB file is computed without generating any weight. The peer's synthetic Flash file was
-        // 86,720,106,496 bytes in all (notes/peer-baseline.md); ours differs only by its metadata.
+        // 81 GiB file is computed without generating any weight. A synthetic Flash file written by
+        // another implementation was 86,720,106,496 bytes in all; ours differs only by its metadata.
         let m = SyntheticModel::new(&GenSpec::new(Preset::Flash, 1, ExpertMix::Q2)).unwrap();
         assert_eq!(m.layout.tensors.len(), 1328);
         assert_eq!(m.layout.tensor_bytes(), 86_714_775_900);

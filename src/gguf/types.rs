@@ -128,7 +128,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_round_trip_and_sizes_match_spec() {
+    fn ids_round_trip_and_block_sizes_are_ggmls() {
         for t in GgmlType::ALL {
             assert_eq!(GgmlType::from_id(t.id()), Some(t));
         }

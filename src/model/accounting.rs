@@ -181,7 +181,7 @@ mod tests {
     use crate::model::layout::{ExpertTypes, concrete_type, tensor_plan};
 
     /// The table of the layout plan with per-layer expert types, `exp_probs_b` on non-hash layers only
-    /// (as the shipped files, spec §8.1).
+    /// (as the shipped files, docs/model.md#file-sizes).
     pub fn table_from_plan(hp: &HParams, experts: impl Fn(usize) -> ExpertTypes) -> Vec<TensorBytes> {
         tensor_plan(hp)
             .into_iter()
@@ -206,7 +206,7 @@ mod tests {
     }
 
     #[test]
-    fn flash_per_token_bytes_match_spec_8_2() {
+    fn flash_per_token_bytes_match_the_documented_figures() {
         // docs/model.md#weight-bytes-per-token rows (GB = 1e9 B) and totals 9.56 GB (q2) / 11.38 GB (q4),
         // rounded to the shown digits, so each check allows half a unit of the last digit.
         let q2 = flash(ExpertTypes::Q2);
@@ -237,7 +237,7 @@ mod tests {
     }
 
     #[test]
-    fn flash_kv_and_totals_match_spec() {
+    fn flash_kv_and_totals_match_the_documented_figures() {
         let hp = HParams::flash();
         assert_eq!(kv_bytes_per_context_token(&hp), 13_760.0);
         let q2 = flash(ExpertTypes::Q2);

@@ -483,7 +483,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn flash_schedule_matches_spec() {
+    fn flash_layer_schedule_is_ds4s() {
         let hp = HParams::flash();
         assert_eq!(hp.compress_ratios.iter().filter(|&&r| r == 4).count(), 21);
         assert_eq!(hp.compress_ratios.iter().filter(|&&r| r == 128).count(), 20);

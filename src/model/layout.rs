@@ -301,7 +301,7 @@ mod tests {
     }
 
     #[test]
-    fn flash_file_sizes_match_spec_8_1() {
+    fn flash_file_sizes_match_the_shipped_files() {
         let hp = HParams::flash();
         // docs/model.md#file-sizes: q2 80.76 GiB, q4 153.32 GiB with exp_probs_b on layers 3..42.
         let q2 = plan_bytes(&hp, ExpertTypes::Q2, false) as f64 / (1u64 << 30) as f64;

@@ -342,7 +342,7 @@ impl Tokenizer {
         let resolve = |s: &str| {
             index.get(s).copied().ok_or_else(|| {
                 GgufError::msg(format!(
-                    "key '{KEY_TOKENS}': special token {s:?} not found in the vocabulary (spec §5.2)"
+                    "key '{KEY_TOKENS}': special token {s:?} not found in the vocabulary"
                 ))
             })
         };

@@ -4,7 +4,7 @@
 // TEST INFRASTRUCTURE ONLY (see README.md): it covers exactly the entry points listed in
 // src/backend/hip/ffi.rs (HIP_SYMBOLS) and nothing else; it is never shipped.
 //
-// Mapping rules (toolchain notes §4):
+// Mapping rules:
 //  * results: CUresult codes that have a hipError_t namesake of the same value pass through; a few
 //    are folded onto their nearest HIP meaning; every other code becomes hipErrorUnknown (999), so no
 //    value outside hipError_t ever reaches the caller;

@@ -19,7 +19,7 @@ use super::runtime::{DeviceBuffer, HipContext};
 pub(super) const STEP_TOKENS: usize = 4;
 
 /// Raw-ring rows for chunks of up to `n_max` tokens: a chunk stores all its kv rows before its
-/// attention, and its first token still needs the window - 1 rows before it (spec §4.2).
+/// attention, and its first token still needs the window - 1 rows before it (docs/model.md#device-ring).
 pub fn ring_rows(hp: &HParams, n_max: usize) -> usize {
     hp.sliding_window.max(1) + n_max - 1
 }

@@ -1,6 +1,7 @@
-//! The attention sublayer of one layer on the device (spec §3.4): query and kv rows, the raw ring,
-//! the compressors (§3.7) and the indexer's selection (§3.8), attention over the window and the
-//! compressed rows, the grouped output projection and the HC post step.
+//! The attention sublayer of one layer on the device (docs/model.md#attention): query and kv rows, the
+//! raw ring, the compressors (docs/model.md#compressor) and the indexer's selection
+//! (docs/model.md#indexer), attention over the window and the compressed rows, the grouped output
+//! projection and the HC post step.
 
 use crate::backend::EngineError;
 use crate::model::weights::CompressorWeights;
@@ -11,8 +12,8 @@ use super::pass::{Pass, p0};
 use super::runtime::DeviceBuffer;
 
 impl Pass<'_> {
-    /// The attention sublayer of layer `l` for the `n` tokens at pos0.. (spec §3.4); `host_pos`:
-    /// pos0 when the host knows it (see `forward_tokens`).
+    /// The attention sublayer of layer `l` for the `n` tokens at pos0.. (docs/model.md#attention);
+    /// `host_pos`: pos0 when the host knows it (see `forward_tokens`).
     pub(super) fn attention_sublayer(&self, l: usize, n: usize, host_pos: Option<u32>) -> Result<(), EngineError> {
         let hp = &self.model.hp;
         let a = &self.acts;
@@ -90,10 +91,10 @@ impl Pass<'_> {
             eps,
             nt,
         ))?;
-        // Compressors (spec §3.7), then the indexer's selection (§3.8). The kernels bound each
-        // token's compressed rows by its own floor((p + 1) / ratio) and the capacity; the host's
-        // n_comp (rows emitted up to the batch's last token, when it knows the position) only
-        // decides what may be left out.
+        // Compressors (docs/model.md#compressor), then the indexer's selection (docs/model.md#indexer).
+        // The kernels bound each token's compressed rows by its own floor((p + 1) / ratio) and the
+        // capacity; the host's n_comp (rows emitted up to the batch's last token, when it knows the
+        // position) only decides what may be left out.
         let n_comp = host_pos.map(|p| ((p + nt).checked_div(ratio).unwrap_or(0)).min(comp_cap));
         let mut sel = NULL;
         if let (Some(cw), Some(st)) = (&lw.compressor, &ls.comp) {

@@ -5,7 +5,8 @@
 //! direct launches) and longer inputs as chunks of up to `Acts::n_max` tokens (`prefill.rs`), both
 //! through the launch sequence of `layers.rs`. The logits stay on the device until someone asks for
 //! them (`logits()`), and `sample_on_device` picks the next token there. The semantics are those of
-//! the CPU engine (`backend::cpu::forward`, spec §3); the emulator tests compare the two bit for bit.
+//! the CPU engine (`backend::cpu::forward`, docs/model.md#forward-pass); the emulator tests compare the
+//! two bit for bit.
 //!
 //! Owns the device buffers of one session and the order of an eval (chunks, progress, cancel); must
 //! not know about chat or sampling (the checkpoint payload is `backend/state.rs`'s).

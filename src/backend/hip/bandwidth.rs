@@ -1,7 +1,8 @@
 //! Peak device memory bandwidth, for `bench`'s roofline column on a GPU: a large device-to-device
 //! copy timed with device events, counting the bytes read plus the bytes written (a decode step
 //! only reads its weights, and a copy is the simplest kernel that streams memory at the rate the
-//! memory system sustains both ways; spec §8.2 takes weight bytes per token against this figure).
+//! memory system sustains both ways; docs/model.md#weight-bytes-per-token takes weight bytes per token
+//! against this figure).
 //!
 //! Owns the measurement only; `cli::bench` decides when to use it (`--peak-gbps` overrides it).
 

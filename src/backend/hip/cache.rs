@@ -10,7 +10,8 @@ use super::footprint::layer_plans;
 use super::kernels::DevPtr;
 use super::runtime::{DeviceBuffer, DevicePtr, HipContext, Stream};
 
-/// Device state of one layer (spec §4.1): the raw ring, compressed rows and compressor states.
+/// Device state of one layer (docs/model.md#kv-cache): the raw ring, compressed rows and compressor
+/// states.
 pub(super) struct LayerState {
     /// `acts::ring_rows` rows of head_dim floats, row = position % rows.
     pub(super) ring: DeviceBuffer,

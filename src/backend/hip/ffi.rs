@@ -7,16 +7,16 @@
 //! Why run-time loading (not link-time through hip-runtime-sys):
 //! * a binary linked on Debian records `NEEDED libamdhip64.so.5` and does not start at all on a ROCm 6 or
 //!   7 host (SONAME .so.6 / .so.7) nor on a machine without ROCm, so the engine could never fall back to
-//!   the CPU backend (toolchain notes §0, §2);
-//! * every call below has the same C signature from ROCm 5.2 to 7.x (toolchain notes §3), so one table
+//!   the CPU backend;
+//! * every call below has the same C signature from ROCm 5.2 to 7.x, so one table
 //!   serves all of them;
 //! * results are read as raw `i32`, never as a Rust enum: newer runtimes return codes that 5.x bindings
-//!   lack, and an unknown discriminant in a `#[repr(u32)]` enum would be undefined behaviour (§3);
+//!   lack, and an unknown discriminant in a `#[repr(u32)]` enum would be undefined behaviour;
 //! * no ROCm is needed to build, so CI builds `--features hip` without the SDK.
 //!
-//! Deliberately absent (toolchain notes §3): hipGetDeviceProperties (struct layout changed in ROCm 6),
-//! hipPointerGetAttributes (enum renumbered), the attributes renamed "Unused" in ROCm 6 (Name, Uuid,
-//! Arch, GcnArch, GcnArchName), hipHostMalloc (deprecated).
+//! Deliberately absent (their ABI changed between ROCm 5 and 7): hipGetDeviceProperties (struct layout
+//! changed in ROCm 6), hipPointerGetAttributes (enum renumbered), the attributes renamed "Unused" in
+//! ROCm 6 (Name, Uuid, Arch, GcnArch, GcnArchName), hipHostMalloc (deprecated).
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::fmt;
@@ -49,7 +49,7 @@ pub const EVENT_DISABLE_TIMING: c_uint = 0x2;
 pub const HOST_REGISTER_PORTABLE: c_uint = 0x1;
 pub const HOST_REGISTER_MAPPED: c_uint = 0x2;
 /// hipHostRegisterReadOnly in ROCm >= 6; the same bit is hipExtHostRegisterCoarseGrained in 5.x, which
-/// also suits memory the device only reads (toolchain notes §4).
+/// also suits memory the device only reads.
 pub const HOST_REGISTER_READ_ONLY: c_uint = 0x8;
 
 /// Library names tried in order: the unversioned development link first (a ROCm install or a user's
@@ -84,7 +84,7 @@ macro_rules! hip_api {
             ///
             /// # Safety
             /// `handle` must be a live handle from `dlopen`, and the library's symbols must have the C
-            /// signatures declared here (true for libamdhip64 5.2 → 7.x, toolchain notes §3).
+            /// signatures declared here (true for libamdhip64 5.2 → 7.x).
             unsafe fn resolve(handle: *mut c_void, library: String) -> Result<HipApi, LoadError> {
                 Ok(HipApi {
                     $( $name: {
@@ -400,7 +400,7 @@ mod tests {
 
     #[test]
     fn symbol_table_avoids_abi_unsafe_calls() {
-        // Toolchain notes §3: these changed layout or meaning across ROCm 5 → 7.
+        // These changed layout or meaning across ROCm 5 → 7.
         for bad in [
             "hipGetDeviceProperties",
             "hipPointerGetAttributes",

@@ -1,5 +1,6 @@
-//! The FFN sublayer of one layer on the device (spec §3.9): the HC pre step, the router, the routed
-//! experts (per token, or grouped by expert id for a chunk), the shared expert and the HC post step.
+//! The FFN sublayer of one layer on the device (docs/model.md#moe): the HC pre step, the router, the
+//! routed experts (per token, or grouped by expert id for a chunk), the shared expert and the HC post
+//! step.
 
 use crate::backend::EngineError;
 
@@ -8,7 +9,7 @@ use super::pass::{Pass, expert_format, p0};
 use super::prefill;
 
 impl Pass<'_> {
-    /// The FFN sublayer of layer `l` for `n` tokens (spec §3.9).
+    /// The FFN sublayer of layer `l` for `n` tokens (docs/model.md#moe).
     pub(super) fn ffn_sublayer(&self, l: usize, n: usize) -> Result<(), EngineError> {
         let hp = &self.model.hp;
         let a = &self.acts;

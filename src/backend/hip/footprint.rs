@@ -22,8 +22,8 @@ pub struct SessionBytes {
     pub scratch: u64,
 }
 
-/// Floats of one layer's device state (spec §4.1): the raw ring, and for a compressed layer the
-/// compressed rows plus the compressor's kv and score state, for the indexer likewise.
+/// Floats of one layer's device state (docs/model.md#kv-cache): the raw ring, and for a compressed
+/// layer the compressed rows plus the compressor's kv and score state, for the indexer likewise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayerPlan {
     pub ring: usize,
@@ -32,7 +32,7 @@ pub struct LayerPlan {
     pub comp: Option<(usize, usize)>,
     /// The same for the indexer (ratio-4 layers), with the indexer head dim.
     pub index: Option<(usize, usize)>,
-    /// Compressed rows kept: ctx / ratio + 2, as the CPU cache (spec §4.1).
+    /// Compressed rows kept: ctx / ratio + 2, as the CPU cache (docs/model.md#kv-cache).
     pub comp_cap: usize,
 }
 

@@ -4,7 +4,7 @@
 //! Owns image selection: `$DS4_KERNEL_DIR/ds4_kernels.sm_<cc>.cubin` when that variable is set (the
 //! NVIDIA test shim), else the embedded AMD code objects tried in turn. The runtime's ABI-safe calls
 //! cannot read the device's gfx name (the GcnArchName attribute was retired in ROCm 6 and the property
-//! struct changed layout, toolchain notes §3), so the loader lets the runtime decide: a code object for
+//! struct changed layout), so the loader lets the runtime decide: a code object for
 //! another ISA is refused by hipModuleLoadData (hipErrorNoBinaryForGpu / hipErrorInvalidImage) and the
 //! next one is tried. `$DS4_HIP_TARGET` restricts the choice to one embedded target.
 

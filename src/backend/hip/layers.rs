@@ -1,17 +1,17 @@
 //! The device launch sequence for `n` consecutive tokens (kernels/README.md "Forward-pass recipe"),
 //! shared by decode (`n == 1`) and the batched prefill (a chunk of up to `Acts::n_max` tokens).
 //!
-//! A prefill chunk runs one launch sequence per layer (spec §3.11, the semantics of the CPU engine's
-//! `forward_chunk`): the wide products as GEMMs that read every weight once per chunk (`gemm_q8_0`,
-//! `gemm_q8_0_swiglu`, `gemm_f16`), the routed experts grouped by expert id (`moe_group` →
-//! `moe_gemm_gate_up` → `rms_norm_quant` over K_e·n rows → `moe_gemm_down` → `moe_sum`), and the
-//! causal parts with the kernels' token-count forms: the chunk's kv rows go into the raw ring
-//! before attention (the ring holds window + n_max − 1 rows, spec §4.2), `compressor_pool` walks the
-//! chunk in token order, the indexer scores every token of the chunk and `indexer_topk` / `attention`
-//! use a token's list only when it sees more than T_k rows. The head runs on the last token only.
-//! With `n == 1` the same code issues the decode launches (matvecs, per-token expert kernels), and so
-//! does a batch of up to `MATVEC_MAX_TOKENS` tokens (one grid row per token), where a GEMM tile would
-//! be mostly empty.
+//! A prefill chunk runs one launch sequence per layer (docs/model.md#batched-prefill, the semantics of
+//! the CPU engine's `forward_chunk`): the wide products as GEMMs that read every weight once per chunk
+//! (`gemm_q8_0`, `gemm_q8_0_swiglu`, `gemm_f16`), the routed experts grouped by expert id (`moe_group`
+//! → `moe_gemm_gate_up` → `rms_norm_quant` over K_e·n rows → `moe_gemm_down` → `moe_sum`), and the
+//! causal parts with the kernels' token-count forms: the chunk's kv rows go into the raw ring before
+//! attention (the ring holds window + n_max − 1 rows, docs/model.md#device-ring), `compressor_pool`
+//! walks the chunk in token order, the indexer scores every token of the chunk and `indexer_topk` /
+//! `attention` use a token's list only when it sees more than T_k rows. The head runs on the last token
+//! only. With `n == 1` the same code issues the decode launches (matvecs, per-token expert kernels),
+//! and so does a batch of up to `MATVEC_MAX_TOKENS` tokens (one grid row per token), where a GEMM tile
+//! would be mostly empty.
 //!
 //! Position-dependent values reach the kernels only through the step parameters in device memory
 //! (`Acts::step`: the batch's first position, then its token ids), never as launch arguments: the
@@ -84,7 +84,7 @@ impl Pass<'_> {
         if want_logits { self.head(n - 1) } else { Ok(()) }
     }
 
-    /// Output head (spec §3.10) on the HC state of batch token `t`: writes `acts.logits`.
+    /// Output head (docs/model.md#output-head) on the HC state of batch token `t`: writes `acts.logits`.
     pub(super) fn head(&self, t: usize) -> Result<(), EngineError> {
         let hp = &self.model.hp;
         let a = &self.acts;

@@ -214,7 +214,7 @@ mod tests {
 
     #[test]
     fn auto_copies_when_weights_fit_and_maps_otherwise() {
-        // Session 100 + 36 + 64 reserve = 200 MiB; weights 800 MiB; a copy needs 1000 MiB.
+        // Device session state 100 + 36 + 64 reserve = 200 MiB; weights 800 MiB; a copy needs 1000 MiB.
         let plan = |asked, free| plan_placement(asked, 800 * MIB, session(), free, 4096 * MIB, "dev", &no_host_limit);
         assert!(matches!(plan(WeightPlacement::Auto, 1000 * MIB), Ok(Plan::Copy(r)) if r.starts_with("auto: ")));
         match plan(WeightPlacement::Auto, 999 * MIB) {

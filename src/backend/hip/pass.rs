@@ -76,7 +76,7 @@ impl Pass<'_> {
     }
 
     /// Q8_0 planes (codes `q`, scales `d`) of `rows` rows of `n` floats at `x`: the activation
-    /// quantization before a Q8_0 projection (spec §2.3).
+    /// quantization before a Q8_0 projection (docs/arithmetic.md#dot-products).
     pub(super) fn quantize_q8_0(&self, q: DevPtr, d: DevPtr, x: DevPtr, n: u32, rows: u32) -> Result<(), EngineError> {
         self.launch(&kernels::quantize_rows(
             QuantOut {
@@ -109,9 +109,10 @@ impl Pass<'_> {
         ))
     }
 
-    /// HC pre of a sublayer and its input norm (spec §3.2, §3.4 step 2 / §3.9 step 2), fused: the
-    /// split goes to `split`, the normed input to `xn` and its Q8_0 planes (plus Q8_K for the FFN's
-    /// routed experts when `q8_k`). `w` = [hc fn, hc scale, hc base, norm weight] of the sublayer.
+    /// HC pre of a sublayer and its input norm (docs/model.md#hc-pre, then the attention or FFN norm),
+    /// fused: the split goes to `split`, the normed input to `xn` and its Q8_0 planes (plus Q8_K for
+    /// the FFN's routed experts when `q8_k`). `w` = [hc fn, hc scale, hc base, norm weight] of the
+    /// sublayer.
     pub(super) fn hc_pre(&self, split: DevPtr, q8_k: bool, w: [&TensorRef; 4], nt: u32) -> Result<(), EngineError> {
         let hp = &self.model.hp;
         let a = &self.acts;

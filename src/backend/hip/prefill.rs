@@ -12,7 +12,7 @@ use super::kernels::{self, ExpertGrouping, ExpertTiles};
 /// Tokens per prefill chunk. Every non-expert weight is read once per chunk instead of once per
 /// token (64-token GEMM tiles), and the routed experts see chunk·K_e token/expert pairs, so larger
 /// chunks share more of each expert's weight reads. Measured on the H200 (Flash-shaped q2 file, a
-/// 4096-token prompt, column-class expert GEMMs, 2026-11-30 session 3): 512 → 692 t/s (2048-token
+/// 4096-token prompt, column-class expert GEMMs): 512 → 692 t/s (2048-token
 /// prompt), 1024 → 812 t/s, 2048 → 909 t/s. 1024 rather than 2048 because the chunk is also the
 /// cancel and progress granularity: 1.3 s on the H200, several times that on a Strix Halo iGPU.
 /// `DS4_HIP_PREFILL_CHUNK` overrides it (for tuning; 1 = decode steps only).
@@ -37,7 +37,7 @@ pub fn prefill_chunk(ctx: usize) -> Result<usize, String> {
 /// Batches of at most this many tokens run the decode kernels with one grid row per token (matvecs,
 /// per-token experts) instead of the tiled GEMMs and grouped experts: a short prompt or a chat turn's
 /// few template tokens leave GEMM tiles mostly empty and few blocks on the device. Measured on the
-/// H200 (Flash-shaped q2 file, prefill t/s of batches of n tokens, token-wise vs GEMMs, session 3):
+/// H200 (Flash-shaped q2 file, prefill t/s of batches of n tokens, token-wise vs GEMMs):
 /// n = 8: 219 vs 37, 16: 250 vs 65, 32: 268 vs 112, 64: 278 vs 189, 128: 282 vs 322.
 /// `DS4_HIP_MATVEC_TOKENS` overrides it (1 = the GEMMs for every n > 1).
 pub const MATVEC_MAX_TOKENS: usize = 64;

@@ -615,8 +615,9 @@ fn warmup_yields_to_a_turn_and_completes() {
     ev.clear();
 }
 
-/// Loads the in-memory tiny model (spec §10) on the real CPU backend; the chat text stays the toy
-/// byte-level one (its ids are valid ids of the real vocabulary), so this measures the real engine.
+/// Loads the in-memory tiny model (docs/model.md#tiny-model) on the real CPU backend; the chat text
+/// stays the toy byte-level one (its ids are valid ids of the real vocabulary), so this measures the
+/// real engine.
 struct TinyLoader;
 
 impl ModelLoader for TinyLoader {
@@ -649,8 +650,8 @@ fn real_tiny_model_cancel_latency_and_prefix_reuse() {
         panic!("{ev:?}")
     };
     eprintln!("tiny model loaded in {:?}", t.elapsed());
-    // The memory guard's formula (memguard.rs, from spec §4.1) against what the CPU backend allocated,
-    // and its scratch estimate is an upper bound of the real scratch.
+    // The memory guard's formula (memguard.rs, from docs/model.md#kv-cache) against what the CPU
+    // backend allocated, and its scratch estimate is an upper bound of the real scratch.
     let hp = crate::model::HParams::tiny();
     assert_eq!(info.kv_bytes, crate::engine::memguard::cpu_kv_bytes(&hp, 1024));
     let estimate = crate::engine::memguard::cpu_scratch_estimate(&hp, crate::backend::cpu::PREFILL_CHUNK as u64);

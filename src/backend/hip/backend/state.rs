@@ -1,6 +1,6 @@
 //! The checkpoint payload of `HipBackend` (`Backend::save_state` / `load_state`): what the session's
 //! turn checkpoints (retry, edit, rewind) and `bench` save and restore on the GPU, playing the role
-//! of the CPU's spec §4.3 payload for the device state. Little endian:
+//! of the CPU's checkpoint payload (docs/model.md#checkpoints) for the device state. Little endian:
 //!
 //! * header, u32 words: magic "DS4H", version, ctx, n_past, n_layer, n_embd, head_dim,
 //!   idx_head_dim, n_vocab, raw ring rows, n_hc;
@@ -8,7 +8,8 @@
 //! * per layer: the raw KV ring (all rows: it is small and its slots are position mod ring size; a
 //!   ring of another length, from a session with another prefill chunk, is remapped on load);
 //!   then, for the compressed rows and for the indexer rows where the layer has them: the live row
-//!   count (n_past / ratio, spec §3.7), those rows, the compressor kv state and score state.
+//!   count (n_past / ratio, docs/model.md#compressor), those rows, the compressor kv state and score
+//!   state.
 //!
 //! The device buffers are copied as bytes. A payload is validated completely before anything is
 //! written, so a rejected one leaves the session untouched; rows past the restored count are zeroed,
@@ -50,7 +51,8 @@ fn ring_rows(b: &HipBackend) -> usize {
 
 /// The ring of a session with `dst_rows` rows holding what a ring of `src_rows` rows holds after
 /// `n_past` tokens: the newest min(src, dst, n_past) positions moved to their rows, the rest zero.
-/// Attention reads only the sliding window (spec §4.1), so rings at least that long carry over.
+/// Attention reads only the sliding window (docs/model.md#kv-cache), so rings at least that long carry
+/// over.
 fn remap_ring(src: &[u8], src_rows: usize, dst_rows: usize, n_past: usize) -> Vec<u8> {
     let row = src.len() / src_rows.max(1);
     let mut dst = vec![0u8; row * dst_rows];

@@ -17,7 +17,7 @@ pub const ATTENTION_MAX_DIM: u32 = 512;
 pub struct AttentionShape {
     pub n_head: u32,
     pub head_dim: u32,
-    /// Rows of the raw ring; must be >= window + (largest batch) - 1 (spec §4.2).
+    /// Rows of the raw ring; must be >= window + (largest batch) - 1 (docs/model.md#device-ring).
     pub ring_cap: u32,
     pub window: u32,
     /// Compression ratio (0 for dense layers).

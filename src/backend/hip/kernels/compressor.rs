@@ -4,7 +4,8 @@
 use super::abi::{COMPRESSOR_POOL, DevPtr};
 use super::launch::{BLOCK, Launch, blocks, ptr, u};
 
-/// Compressed rows a batch at pos0..pos0+n_tok emits: (first row index, count) (spec §3.7).
+/// Compressed rows a batch at pos0..pos0+n_tok emits: (first row index, count)
+/// (docs/model.md#compressor).
 pub fn compressor_emitted(ratio: u32, pos0: u32, n_tok: u32) -> (u32, u32) {
     if ratio == 0 {
         return (0, 0);

@@ -8,8 +8,9 @@ use super::launch::{Launch, blocks, f, ptr, u};
 pub const MATVEC_ROWS: u32 = 8;
 
 /// `ds4_matvec_q8_0`: y[t][r] = W[r] · x_t (Q8_0 weights, Q8_0 activations). Plain projection:
-/// `rows_per_group = n_out`, `x_stride = n_in`; grouped output projection (spec §3.4 step 12):
-/// `rows_per_group = O_r`, `x_stride = G * n_in`. Grid (ceil(n_out/8), n_tok).
+/// `rows_per_group = n_out`, `x_stride = n_in`; grouped output projection
+/// (docs/model.md#grouped-output-projection): `rows_per_group = O_r`, `x_stride = G * n_in`. Grid
+/// (ceil(n_out/8), n_tok).
 pub fn matvec_q8_0(
     y: DevPtr,
     w: DevPtr,

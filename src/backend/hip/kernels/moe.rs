@@ -41,7 +41,7 @@ pub fn router(
     )
 }
 
-/// Routed-expert weight formats that have kernels (GGML type ids, spec §1.1).
+/// Routed-expert weight formats that have kernels (GGML type ids, docs/gguf.md#element-types).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExpertFormat {
     Iq2Xxs,

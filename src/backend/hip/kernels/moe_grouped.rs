@@ -167,8 +167,8 @@ pub fn moe_sum(out: DevPtr, outp: DevPtr, n_out: u32, n_used: u32, n_tok: u32) -
     )
 }
 
-/// The routed experts of a batch (spec §3.9 step 5) on device buffers: gate/up + SwiGLU into `mid`,
-/// its Q8_K quantization, the down projection into `out` [n_tok][n_out] (n_out = n_in).
+/// The routed experts of a batch (docs/model.md#routed-experts) on device buffers: gate/up + SwiGLU
+/// into `mid`, its Q8_K quantization, the down projection into `out` [n_tok][n_out] (n_out = n_in).
 #[derive(Clone, Copy, Debug)]
 pub struct RoutedExperts {
     pub fmt_gate_up: ExpertFormat,

@@ -20,7 +20,7 @@ pub mod row_flags {
     pub const STORE_RING: u32 = 64;
 }
 
-/// RoPE parameters of one layer (spec §3.5), as the kernels take them.
+/// RoPE parameters of one layer (docs/model.md#rope-and-yarn), as the kernels take them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RopeParams {
     pub n_rot: u32,
@@ -43,7 +43,8 @@ impl RopeParams {
     }
 
     /// Compressed layers and their indexer: `base` (160000 for Flash), frequency scale 1/`factor`
-    /// and the YaRN ramp between the correction dims of beta_fast / beta_slow (spec §3.5).
+    /// and the YaRN ramp between the correction dims of beta_fast / beta_slow
+    /// (docs/model.md#rope-and-yarn).
     pub fn yarn(n_rot: u32, base: f32, factor: f32, orig_ctx: u32, beta_fast: f32, beta_slow: f32) -> RopeParams {
         let terms = RopeTerms::yarn(n_rot as usize, base, factor, orig_ctx as u64, beta_fast, beta_slow);
         Self::from_terms(n_rot, terms)
@@ -93,8 +94,8 @@ pub fn rows_finish(
 }
 
 /// `ds4_rows_finish` on the compressed rows that the n_tok tokens at pos0 (device word `pos`)
-/// emitted into `rows` [row_cap][head_dim] (spec §3.7, after [`compressor_pool`]): row c at RoPE
-/// position c * ratio. Grid (1, `grid_rows`): at least the rows this batch emits
+/// emitted into `rows` [row_cap][head_dim] (docs/model.md#compressor, after [`compressor_pool`]): row c
+/// at RoPE position c * ratio. Grid (1, `grid_rows`): at least the rows this batch emits
 /// ([`compressor_emitted`]; [`compressor_max_emitted`] for any position), blocks past them exit.
 pub fn rows_finish_emitted(
     rows: DevPtr,

@@ -259,7 +259,7 @@ fn compressor_emission_rows() {
 
 #[test]
 fn yarn_parameters_for_flash() {
-    // spec §3.5: corr dims 15.453 / 24.708 -> low 15, high 25 for Flash.
+    // docs/model.md#rope-and-yarn: corr dims 15.453 / 24.708 -> low 15, high 25 for Flash.
     let r = RopeParams::yarn(64, 160000.0, 16.0, 65536, 32.0, 1.0);
     assert_eq!((r.corr_low, r.corr_high), (15.0, 25.0));
     assert_eq!(r.freq_scale, 1.0 / 16.0);

@@ -12,7 +12,7 @@ use super::module::{Module, ModuleInner};
 use super::stream::{Event, Stream};
 use super::{HipError, HipResult, HipUnavailable, check};
 
-/// hipDeviceAttribute_t values we query: all unchanged from ROCm 5.2 to 7.x (toolchain notes §3), none
+/// hipDeviceAttribute_t values we query: all unchanged from ROCm 5.2 to 7.x, none
 /// of the five renamed "Unused" in ROCm 6.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]

@@ -73,8 +73,8 @@ pub(super) fn check(call: &'static str, code: HipStatus) -> HipResult<()> {
 #[derive(Clone, Debug, PartialEq)]
 pub enum HipUnavailable {
     Library(LoadError),
-    /// hipInit failed: on a machine without a usable AMD GPU ROCm returns hipErrorInvalidDevice (101)
-    /// (toolchain notes §2), so this is the ordinary "no GPU" case, not a crash.
+    /// hipInit failed: on a machine without a usable AMD GPU ROCm returns hipErrorInvalidDevice (101),
+    /// so this is the ordinary "no GPU" case, not a crash.
     Init(HipError),
     /// hipGetDeviceCount failed or found nothing.
     NoDevice(Option<HipError>),
