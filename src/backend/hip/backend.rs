@@ -97,7 +97,7 @@ impl HipBackend {
         }
         for (l, lw) in model.w.layers.iter().enumerate() {
             for t in [&lw.ffn_gate_exps, &lw.ffn_up_exps, &lw.ffn_down_exps] {
-                if ExpertFormat::from_ggml_type(t.ty().id()).is_none() {
+                if ExpertFormat::from_ggml_type(t.ty()).is_none() {
                     return Err(format!(
                         "layer {l}: expert tensor {} has type {:?}, which the GPU kernels do not support",
                         t.t.name,

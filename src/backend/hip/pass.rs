@@ -42,7 +42,7 @@ pub(super) fn p0(b: &DeviceBuffer) -> DevPtr {
 }
 
 pub(super) fn expert_format(t: &ExpertTensor) -> ExpertFormat {
-    ExpertFormat::from_ggml_type(t.ty().id()).expect("expert types are checked in HipBackend::new")
+    ExpertFormat::from_ggml_type(t.ty()).expect("expert types are checked in HipBackend::new")
 }
 
 impl Pass<'_> {

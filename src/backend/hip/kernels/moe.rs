@@ -4,6 +4,7 @@
 use super::abi::*;
 use super::launch::{Launch, blocks, f, ptr, u};
 use super::matvec::MATVEC_ROWS;
+use crate::gguf::types::GgmlType;
 
 /// `ds4_router`: expert ids and weights per token (bias and tid2eid may be NULL; tokens is read
 /// only for hash layers). Grid (n_tok).
@@ -41,7 +42,7 @@ pub fn router(
     )
 }
 
-/// Routed-expert weight formats that have kernels (GGML type ids, docs/gguf.md#element-types).
+/// Routed-expert weight formats that have kernels (docs/gguf.md#element-types).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExpertFormat {
     Iq2Xxs,
@@ -50,12 +51,12 @@ pub enum ExpertFormat {
 }
 
 impl ExpertFormat {
-    /// From a GGML type id; `None` for types without expert kernels.
-    pub fn from_ggml_type(t: u32) -> Option<ExpertFormat> {
+    /// From a tensor's element type; `None` for types without expert kernels.
+    pub fn from_ggml_type(t: GgmlType) -> Option<ExpertFormat> {
         match t {
-            16 => Some(ExpertFormat::Iq2Xxs),
-            10 => Some(ExpertFormat::Q2K),
-            12 => Some(ExpertFormat::Q4K),
+            GgmlType::Iq2Xxs => Some(ExpertFormat::Iq2Xxs),
+            GgmlType::Q2K => Some(ExpertFormat::Q2K),
+            GgmlType::Q4K => Some(ExpertFormat::Q4K),
             _ => None,
         }
     }
