@@ -24,7 +24,6 @@ use super::kernels::{self, ExpertFormat, RopeParams};
 use super::layers;
 use super::pass::Pass;
 use super::prefill;
-use super::probe::SelectionProbe;
 use super::profile::LaunchProfile;
 use super::runtime::{HipContext, PinnedBuffer, Stream};
 use super::weights::DeviceWeights;
@@ -58,8 +57,6 @@ pub struct HipBackend {
     kv_bytes: u64,
     scratch_bytes: u64,
     ropes: Vec<RopeParams>,
-    /// The selection-margin probe of `selftest --forward` (`set_probe`); `None` in the product.
-    probe: Option<SelectionProbe>,
     /// DS4_HIP_PROFILE=1: device time per kernel, printed when the backend is dropped.
     profile: LaunchProfile,
     /// Shared with the engine and its other sessions (`engine::HipEngine`).
@@ -153,7 +150,6 @@ impl HipBackend {
             kv_bytes,
             scratch_bytes,
             ropes: layers::layer_ropes(hp),
-            probe: None,
             profile: LaunchProfile::from_env(&hip),
             weights,
             placement,
@@ -174,8 +170,6 @@ impl HipBackend {
             layers: &self.layers,
             ropes: &self.ropes,
             matvec_tokens: self.matvec_tokens,
-            probe: self.probe.as_ref(),
-            hip: &self.hip,
             stream: &self.stream,
             kernels: &self.kernels,
             profile: &self.profile,
@@ -189,22 +183,16 @@ impl HipBackend {
         self.matvec_tokens
     }
 
-    /// Turn on the selection-margin probe (slow: one synchronization per routed layer; decode steps
-    /// then use direct launches).
-    pub fn set_probe(&mut self, on: bool) {
-        self.probe = on.then(SelectionProbe::default);
-    }
-
     /// Replay the captured decode graph for decode steps (the default unless `DS4_HIP_GRAPH=0`) or
     /// launch the same kernels directly.
     pub fn set_decode_graph(&mut self, on: bool) {
         self.use_graph = on;
     }
 
-    /// Whether the next decode step replays the graph: not with the selection probe (it reads
-    /// scores back between launches) nor with the launch profile (it brackets every launch).
+    /// Whether the next decode step replays the graph: not with the launch profile (it brackets
+    /// every launch).
     pub fn decode_graph_active(&self) -> bool {
-        self.use_graph && self.probe.is_none() && !self.profile.is_on()
+        self.use_graph && !self.profile.is_on()
     }
 
     /// Kernel launches one replay of the decode graph runs (`None` before the first graph step).
@@ -257,15 +245,6 @@ impl HipBackend {
     pub fn set_prefill_chunk(&mut self, n: usize) -> usize {
         self.chunk = n.clamp(1, self.acts.n_max);
         self.chunk
-    }
-
-    /// Smallest gap of the last evaluated token between the K-th and (K+1)-th biased router score
-    /// over the score-routed layers, and between the top_k-th and next indexer score (relative to
-    /// the largest) over the selecting layers (see `set_probe`; infinite without the probe).
-    pub fn selection_margins(&self) -> (f32, f32) {
-        self.probe
-            .as_ref()
-            .map_or((f32::INFINITY, f32::INFINITY), SelectionProbe::margins)
     }
 
     /// The session cache of every layer (synchronizes the stream; slow, for tests and diagnostics).

@@ -16,7 +16,6 @@
 //! * `prefill` — chunked prefill: the chunk size, when a batch takes the GEMMs and grouped experts.
 //! * `footprint` — a session's device bytes (KV + scratch) from the shapes, for the memory guard.
 //! * `cache` — the session cache on the device (`LayerState` per layer) and its read-back.
-//! * `probe` — the selection-margin probe of `selftest --forward`.
 //! * `pass` — one launch sequence's view of a session (`Pass`) and the launch helpers.
 //! * `attention_layer`, `ffn_layer` — the two sublayers' launches; `layers` — the sequence over
 //!   every layer and the head for n tokens (decode n = 1, prefill chunks), and each layer's RoPE.
@@ -35,7 +34,7 @@
 //!
 //! Dependencies run one way, in this order (a file uses only those before it): ffi → kernels (plain
 //! data, also built without the feature) → runtime → kernel_module, profile, bandwidth → acts →
-//! prefill → footprint → weights → cache → probe → pass → attention_layer, ffn_layer → layers →
+//! prefill → footprint → weights → cache → pass → attention_layer, ffn_layer → layers →
 //! decode → backend → open (the placement policy) → engine (opening, sessions).
 //!
 //! Kernel images: AMD code objects are embedded by build.rs; on the NVIDIA test shim
@@ -58,7 +57,6 @@ mod layers;
 pub mod open;
 mod pass;
 pub mod prefill;
-mod probe;
 pub mod profile;
 pub mod runtime;
 pub mod selftest;
