@@ -17,24 +17,30 @@
 
 mod hip_emu;
 
-use ds4_chat::backend::hip::HipBackend;
-use ds4_chat::backend::hip::HipContext;
+use std::cell::Cell;
+
 use ds4_chat::backend::hip::kernel_module::KernelModule;
+use ds4_chat::backend::hip::{HipBackend, HipContext, HipOptions};
 use ds4_chat::backend::{Backend, DevicePick, DeviceSample};
 use ds4_chat::engine::events::SamplingParams;
 use ds4_chat::engine::sampler::{Sampler, argmax};
 use ds4_chat::genmodel::ExpertMix;
+use hip_emu::{kernels_run_by, thread_counts};
 
 /// Context of the sessions: past the indexer activation (p = 19) with room for the prefill case.
 const CTX: usize = 40;
 
+/// A session replaying the decode graph (`graph`) or launching directly, prefilling in chunks of 5.
 fn backend(graph: bool) -> HipBackend {
     let model = hip_emu::small_vocab_tiny(11, ExpertMix::Mixed);
     let hip = HipContext::new().expect("emulated HIP runtime");
     let kernels = KernelModule::load(&hip).expect("kernel module");
-    let mut b = HipBackend::new(hip, kernels, model, CTX).expect("HipBackend on the emulator");
-    b.set_decode_graph(graph);
-    b
+    let options = HipOptions {
+        prefill_chunk: 5,
+        decode_graph: graph,
+        ..HipOptions::default()
+    };
+    HipBackend::new(hip, kernels, model, CTX, options).expect("HipBackend on the emulator")
 }
 
 fn ids(n: usize, seed: u64) -> Vec<u32> {
@@ -49,8 +55,9 @@ fn bit_diffs(a: &[f32], b: &[f32]) -> usize {
     a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count()
 }
 
-fn step(b: &mut HipBackend, t: u32) {
-    b.eval(&[t], &mut |_, _| true).expect("decode step");
+/// One decode step; returns the kernels the emulator ran for it.
+fn step(b: &mut HipBackend, t: u32) -> u64 {
+    kernels_run_by(|| b.eval(&[t], &mut |_, _| true).expect("decode step")).1
 }
 
 #[test]
@@ -59,14 +66,24 @@ fn decode_graph_replay_is_bit_identical_to_direct_launches() {
         return;
     }
     let t0 = std::time::Instant::now();
+    let captures0 = thread_counts().captures;
     let (mut g, mut d) = (backend(true), backend(false));
-    assert!(g.decode_graph_active() && !d.decode_graph_active());
     let toks = ids(21, 5);
     let mut steps = 0;
+    // Kernels the emulator ran for each graph step (all the same: one replay per step, whose
+    // first step captures and then replays) and for all direct steps.
+    let per_replay = Cell::new(None);
+    let direct = Cell::new(0);
     let mut check = |g: &mut HipBackend, d: &mut HipBackend, t: u32, what: &str| {
-        step(g, t);
-        step(d, t);
-        let p = g.n_past() - 1;
+        let p = g.n_past();
+        let replayed = step(g, t);
+        let want = per_replay.get().unwrap_or(replayed);
+        per_replay.set(Some(want));
+        assert_eq!(
+            replayed, want,
+            "{what}: a graph step at position {p} ran another number of kernels"
+        );
+        direct.set(direct.get() + step(d, t));
         assert_eq!(
             bit_diffs(g.logits(), d.logits()),
             0,
@@ -78,17 +95,20 @@ fn decode_graph_replay_is_bit_identical_to_direct_launches() {
     for &t in &toks {
         check(&mut g, &mut d, t, "decode");
     }
-    let per_replay = g.decode_graph_launches().expect("the graph was captured");
+    // Only the graph session captured, once.
+    assert_eq!(
+        thread_counts().captures - captures0,
+        1,
+        "one capture for the graph session"
+    );
+    let (per_replay, direct) = (per_replay.get().expect("decode steps ran"), direct.get());
     // The direct launches leave out what exits at once (inactive indexer, one-split combine, no
     // emitted rows), so a replay runs at least as many launches as any direct step.
-    let direct = d.launch_count();
-    assert!(d.decode_graph_launches().is_none());
     assert!(
-        per_replay * toks.len() as u64 >= direct,
+        per_replay * toks.len() as u64 >= direct && direct > 0,
         "graph {per_replay} launches per step, direct {direct} in {} steps",
         toks.len()
     );
-    assert_eq!(g.launch_count(), per_replay * toks.len() as u64, "one replay per step");
 
     // A checkpoint, more steps, then back to the checkpoint: the same graph replays at the restored
     // positions.
@@ -109,14 +129,13 @@ fn decode_graph_replay_is_bit_identical_to_direct_launches() {
     g.reset();
     d.reset();
     for x in [&mut g, &mut d] {
-        x.set_prefill_chunk(5);
         x.eval(&toks[..12], &mut |_, _| true).expect("prefill");
     }
     assert_eq!(bit_diffs(g.logits(), d.logits()), 0, "prefill logits");
     for &t in &toks[12..16] {
         check(&mut g, &mut d, t, "decode after reset and prefill");
     }
-    assert_eq!(g.decode_graph_launches(), Some(per_replay), "captured once");
+    assert_eq!(thread_counts().captures - captures0, 1, "captured once");
     eprintln!(
         "{steps} decode steps compared bitwise in {:.1}s; {per_replay} launches per graph replay, \
          {:.1} per direct step",

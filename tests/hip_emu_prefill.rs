@@ -19,13 +19,12 @@ use std::time::Instant;
 
 use ds4_chat::backend::agreement::{Agreement, LogitDiff, compare_logits};
 use ds4_chat::backend::cpu::CpuBackend;
-use ds4_chat::backend::hip::HipBackend;
-use ds4_chat::backend::hip::HipContext;
-use ds4_chat::backend::hip::cache::LayerCacheView;
 use ds4_chat::backend::hip::kernel_module::KernelModule;
+use ds4_chat::backend::hip::{HipBackend, HipContext, HipOptions};
 use ds4_chat::backend::{Backend, EngineError};
 use ds4_chat::genmodel::ExpertMix;
 use ds4_chat::model::Model;
+use hip_emu::{LayerCacheView, hip_cache, kernels_run_by};
 
 /// The emulated HIP runtime for this process (tests/hip_emu); false (reason printed) without a C++
 /// compiler.
@@ -39,11 +38,17 @@ fn model() -> Arc<Model> {
     M.get_or_init(|| hip_emu::small_vocab_tiny(7, ExpertMix::Q2)).clone()
 }
 
-/// A HipBackend on the emulator (made directly: the tests set the prefill chunk and read the cache).
-fn gpu(ctx: usize) -> HipBackend {
+/// A HipBackend on the emulator with `prefill_chunk` tokens per chunk and batches of up to
+/// `matvec_tokens` on the token-wise kernels (made directly: the tests choose both).
+fn gpu(ctx: usize, prefill_chunk: usize, matvec_tokens: usize) -> HipBackend {
     let hip = HipContext::new().expect("emulated HIP runtime");
     let kernels = KernelModule::load(&hip).expect("kernel module");
-    HipBackend::new(hip, kernels, model(), ctx).expect("HipBackend on the emulator")
+    let options = HipOptions {
+        prefill_chunk,
+        matvec_tokens,
+        ..HipOptions::default()
+    };
+    HipBackend::new(hip, kernels, model(), ctx, options).expect("HipBackend on the emulator")
 }
 
 /// Deterministic token ids (LCG) inside the vocabulary.
@@ -181,19 +186,17 @@ fn device_prefill_matches_device_decode() {
     let ends = [3usize, 11, 16, 20];
     // Decode: one token per eval; logits kept at the prefill's eval ends.
     let t0 = Instant::now();
-    let mut dec = gpu(64);
-    dec.set_prefill_chunk(1);
-    let launches0 = dec.launch_count();
+    let mut dec = gpu(64, 1, HipOptions::default().matvec_tokens);
     let mut dec_logits = Vec::new();
+    let mut dec_launches = 0;
     for (p, &t) in prompt.iter().enumerate() {
-        eval(&mut dec, &[t]);
+        dec_launches += kernels_run_by(|| eval(&mut dec, &[t])).1;
         if ends.contains(&(p + 1)) {
             dec_logits.push(dec.logits().to_vec());
         }
     }
     let t_dec = t0.elapsed().as_secs_f64();
-    let dec_launches = dec.launch_count() - launches0;
-    let dec_cache = dec.read_cache().unwrap();
+    let dec_cache = hip_cache(&dec, &model().hp);
     let mut cpu = CpuBackend::new(model(), 64, 0).unwrap();
     let mut cpu_logits = Vec::new();
     let mut from = 0;
@@ -204,11 +207,9 @@ fn device_prefill_matches_device_decode() {
     }
     // Prefill: 3 tokens from 0; from 3 in chunks of 8, cancelled after the first chunk; then 11..16, 16..20.
     let t0 = Instant::now();
-    let mut pre = gpu(64);
-    assert_eq!(pre.set_prefill_chunk(8), 8);
     // Batches this small would take the token-wise decode kernels (prefill::MATVEC_MAX_TOKENS); this
     // test is about the GEMMs and grouped experts, so every n > 1 takes them here.
-    assert_eq!(pre.set_matvec_max_tokens(1), 1);
+    let mut pre = gpu(64, 8, 1);
     let mut pre_logits = Vec::new();
     eval(&mut pre, &prompt[..3]);
     pre_logits.push(pre.logits().to_vec());
@@ -218,15 +219,13 @@ fn device_prefill_matches_device_decode() {
     }
     assert_eq!(pre.n_past(), 11, "a cancelled prefill keeps the chunks it finished");
     pre_logits.push(pre.logits().to_vec());
-    let l0 = pre.launch_count();
-    eval(&mut pre, &prompt[11..16]);
-    let chunk_launches = pre.launch_count() - l0;
+    let chunk_launches = kernels_run_by(|| eval(&mut pre, &prompt[11..16])).1;
     pre_logits.push(pre.logits().to_vec());
     eval(&mut pre, &prompt[16..]);
     pre_logits.push(pre.logits().to_vec());
     assert_eq!(pre.n_past(), 20);
     let t_pre = t0.elapsed().as_secs_f64();
-    let pre_cache = pre.read_cache().unwrap();
+    let pre_cache = hip_cache(&pre, &model().hp);
     let (mut vs_dec, mut vs_cpu) = (Agreement::default(), Agreement::default());
     for (i, &e) in ends.iter().enumerate() {
         let d = compare_logits(&pre_logits[i], &dec_logits[i]);
@@ -279,10 +278,8 @@ fn device_prefill_matches_the_cpu_engine() {
     }
     let toks = ids(138, 5);
     let (prompt, tail) = toks.split_at(136);
-    let mut g = gpu(160);
     // Chunks of 24 take the GEMMs; the last one (16 tokens) the token-wise kernels.
-    assert_eq!(g.set_prefill_chunk(24), 24);
-    assert_eq!(g.set_matvec_max_tokens(16), 16);
+    let mut g = gpu(160, 24, 16);
     let mut c = CpuBackend::new(model(), 160, 0).unwrap();
     let mut agreement = Agreement::default();
     let t0 = Instant::now();
@@ -301,7 +298,7 @@ fn device_prefill_matches_the_cpu_engine() {
         from = end;
     }
     let t_pre = t0.elapsed().as_secs_f64();
-    assert_same_cache("GPU vs CPU", &g.read_cache().unwrap(), &cpu_cache(&c), false);
+    assert_same_cache("GPU vs CPU", &hip_cache(&g, &model().hp), &cpu_cache(&c), false);
     for &t in tail {
         eval(&mut g, &[t]);
         eval(&mut c, &[t]);

@@ -65,6 +65,9 @@ bool g_init = false;
 std::map<void*, size_t> g_allocs;
 std::map<char*, size_t> g_registered;
 size_t g_used = 0;
+// Kernels executed and stream captures begun by the calling thread (operations run on the thread
+// that submits them): the tests count a backend's launches through them (ds4emu_thread_counts).
+thread_local unsigned long long t_kernels_run = 0, t_captures = 0;
 
 size_t total_bytes() {
     const char* s = getenv("DS4_EMU_MEM_MIB");
@@ -87,6 +90,7 @@ hipError_t run_op(const Op& op) {
             memset(op.dst, op.value, op.bytes);
             return kSuccess;
         case Op::Launch: {
+            ++t_kernels_run;
             std::vector<void*> ptrs;
             for (const auto& a : op.args) ptrs.push_back(const_cast<char*>(a.data()));
             return ds4emu_launch(op.kernel->name, op.grid, op.block, ptrs.data()) == 0 ? kSuccess : kLaunchFailure;
@@ -363,6 +367,7 @@ EMU_EXPORT hipError_t hipStreamBeginCapture(void* stream, int mode) {
     if (!s || mode < 0 || mode > 2) return kInvalidValue;
     if (s->capturing) return kStreamCaptureUnsupported;
     s->capturing = new Graph();
+    ++t_captures;
     return kSuccess;
 }
 EMU_EXPORT hipError_t hipStreamEndCapture(void* stream, void** graph) {
@@ -402,4 +407,11 @@ EMU_EXPORT hipError_t hipGraphDestroy(void* graph) {
     NEED_INIT();
     delete static_cast<Graph*>(graph);
     return kSuccess;
+}
+
+// Not HIP: kernels this thread has executed (directly or by graph replays) and stream captures it
+// has begun, since it started.
+EMU_EXPORT void ds4emu_thread_counts(unsigned long long* kernels_run, unsigned long long* captures) {
+    *kernels_run = t_kernels_run;
+    *captures = t_captures;
 }

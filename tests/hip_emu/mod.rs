@@ -8,13 +8,18 @@
 //! is a failure.
 #![allow(dead_code)]
 
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::OnceLock;
 
+use ds4_chat::backend::Backend;
+use ds4_chat::backend::payload::PayloadReader;
 use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
 use ds4_chat::gguf::GgufFile;
 use ds4_chat::model::Model;
-use std::sync::Arc;
+use ds4_chat::model::hparams::HParams;
 
 /// Build the emulator runtime and select it for this process; `None` (with "SKIPPED" and the reason
 /// printed) when no C++ compiler is available, a panic under CI. Call before anything touches HIP;
@@ -74,4 +79,106 @@ pub fn small_vocab_tiny(seed: u64, experts: ExpertMix) -> Arc<Model> {
     spec.tokenizer = false;
     let bytes = model_bytes(&spec).expect("generate the model");
     Arc::new(Model::bind(Arc::new(GgufFile::from_bytes(bytes).expect("parse"))).expect("bind"))
+}
+
+/// What the emulator has done on the calling thread since it started (operations run on the thread
+/// that submits them, so a test's own backends are counted apart from other tests').
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadCounts {
+    /// Kernels executed, directly or by graph replays.
+    pub kernels_run: u64,
+    /// Stream captures begun (decode graphs captured).
+    pub captures: u64,
+}
+
+/// The emulator's counts for this thread (`ds4emu_thread_counts` in kernels/emu/hip_api.cpp).
+pub fn thread_counts() -> ThreadCounts {
+    type CountsFn = unsafe extern "C" fn(*mut u64, *mut u64);
+    static COUNTS: OnceLock<usize> = OnceLock::new();
+    let f = *COUNTS.get_or_init(|| {
+        let lib = use_emulated_hip().expect("the emulated HIP runtime is in use");
+        let path = CString::new(lib.as_os_str().as_bytes()).expect("library path without NUL");
+        // SAFETY: the path names the emulator library the backend loads; dlopen of a loaded
+        // library returns that same object (its thread-local counters).
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW) };
+        assert!(!handle.is_null(), "dlopen {}", lib.display());
+        // SAFETY: a live handle and a NUL-terminated name.
+        let sym = unsafe { libc::dlsym(handle, c"ds4emu_thread_counts".as_ptr()) };
+        assert!(!sym.is_null(), "the emulator library has no ds4emu_thread_counts");
+        sym as usize
+    });
+    // SAFETY: the symbol is `void ds4emu_thread_counts(unsigned long long*, unsigned long long*)`.
+    let f: CountsFn = unsafe { std::mem::transmute::<usize, CountsFn>(f) };
+    let (mut kernels_run, mut captures) = (0u64, 0u64);
+    // SAFETY: two valid pointers to u64 (unsigned long long).
+    unsafe { f(&mut kernels_run, &mut captures) };
+    ThreadCounts { kernels_run, captures }
+}
+
+/// Kernels the emulator runs on this thread while `f` runs.
+pub fn kernels_run_by<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    let before = thread_counts().kernels_run;
+    let out = f();
+    (out, thread_counts().kernels_run - before)
+}
+
+/// One layer's session cache laid out like the CPU engine's `LayerCache`: rows as f32, oldest first.
+#[derive(Clone, Debug, Default)]
+pub struct LayerCacheView {
+    /// Raw rows of the last min(n_past, window) positions, [rows][head_dim].
+    pub raw: Vec<f32>,
+    /// Compressed attention rows emitted so far, [rows][head_dim] (ratio != 0).
+    pub comp: Vec<f32>,
+    /// Indexer rows emitted so far, [rows][idx_head_dim] (ratio 4).
+    pub index: Vec<f32>,
+    /// Compressor kv and score state of the attention rows, then of the indexer rows.
+    pub state: Vec<f32>,
+}
+
+/// Every layer's cache of a HIP session, read from its checkpoint payload (`save_state`, format in
+/// src/backend/hip/backend/state.rs): what a restore writes back is what is compared.
+pub fn hip_cache(b: &dyn Backend, hp: &HParams) -> Vec<LayerCacheView> {
+    let payload = b.save_state();
+    let mut r = PayloadReader::new(&payload);
+    let mut header = [0usize; 11];
+    for (i, w) in header.iter_mut().enumerate() {
+        *w = r.u32(&format!("header word {i}")).expect("payload header") as usize;
+    }
+    assert_eq!(
+        &header[..2],
+        &[u32::from_le_bytes(*b"DS4H") as usize, 1],
+        "a HIP payload, version 1"
+    );
+    let (ctx, n_past, ring_rows) = (header[2], header[3], header[9]);
+    let f32s = |r: &mut PayloadReader, n: usize, what: &str| {
+        let mut v = vec![0f32; n];
+        r.f32s(&mut v, what).expect("payload section");
+        v
+    };
+    f32s(&mut r, hp.n_vocab, "logits");
+    let counters = r.u32("HC counter length").expect("payload") as usize;
+    r.take(counters, "HC counters").expect("payload");
+    let plans = ds4_chat::backend::hip::footprint::layer_plans(hp, ctx, 1);
+    let d = hp.head_dim;
+    let mut out = Vec::with_capacity(hp.n_layer);
+    for (l, plan) in plans.iter().enumerate() {
+        let mut v = LayerCacheView::default();
+        let ring = f32s(&mut r, ring_rows * d, "raw ring");
+        for pos in n_past.saturating_sub(hp.sliding_window)..n_past {
+            let row = pos % ring_rows;
+            v.raw.extend_from_slice(&ring[row * d..(row + 1) * d]);
+        }
+        for (st, width, dst) in [(plan.comp, d, &mut v.comp), (plan.index, hp.idx_head_dim, &mut v.index)] {
+            if let Some((_, state_floats)) = st {
+                let rows = r.u32(&format!("layer {l} row count")).expect("payload") as usize;
+                dst.extend(f32s(&mut r, rows * width, "rows"));
+                for what in ["state kv", "state score"] {
+                    v.state.extend(f32s(&mut r, state_floats, what));
+                }
+            }
+        }
+        out.push(v);
+    }
+    assert_eq!(r.remaining(), 0, "bytes after the last layer of the payload");
+    out
 }

@@ -139,11 +139,6 @@ impl Pass<'_> {
                     n_comp.unwrap_or(comp_cap),
                     nt,
                 ))?;
-                if let Some(probe) = self.probe.filter(|_| n == 1) {
-                    let rows = n_comp.expect("the probe runs with direct launches") as usize;
-                    let mut sc = self.read_f32(p0(&a.scores), rows)?;
-                    probe.note(&mut sc, hp.idx_top_k, true, false);
-                }
                 self.launch(&kernels::indexer_topk(
                     p0(&a.sel),
                     p0(&a.scores),

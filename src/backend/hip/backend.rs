@@ -18,14 +18,13 @@ use crate::backend::{Backend, DevicePick, DeviceSample, EngineError, MemoryRepor
 use crate::model::Model;
 
 use super::acts::Acts;
-use super::cache::{self, LayerCacheView, LayerState};
+use super::cache::{self, LayerState};
 use super::decode::{self, DecodeGraph};
 use super::kernel_module::KernelModule;
 use super::kernels::{self, ExpertFormat, RopeParams};
 use super::layers;
+use super::options::HipOptions;
 use super::pass::Pass;
-use super::prefill;
-use super::probe::SelectionProbe;
 use super::profile::LaunchProfile;
 use super::runtime::{HipContext, PinnedBuffer, Stream};
 use super::weights::DeviceWeights;
@@ -47,20 +46,16 @@ pub struct HipBackend {
     step_host: PinnedBuffer,
     sample_host: PinnedBuffer,
     /// The captured decode step (made at the first decode step) and whether to use one
-    /// (`DS4_HIP_GRAPH`).
+    /// (`HipOptions::decode_graph`).
     decode_graph: Option<DecodeGraph>,
     use_graph: bool,
     layers: Vec<LayerState>,
     acts: Acts,
-    /// Tokens per prefill chunk (<= acts.n_max).
-    chunk: usize,
-    /// Batches up to this size take the decode kernels token by token (`prefill::MATVEC_MAX_TOKENS`).
+    /// Batches up to this size take the decode kernels token by token (`HipOptions::matvec_tokens`).
     matvec_tokens: usize,
     kv_bytes: u64,
     scratch_bytes: u64,
     ropes: Vec<RopeParams>,
-    /// The selection-margin probe of `selftest --forward` (`set_probe`); `None` in the product.
-    probe: Option<SelectionProbe>,
     /// DS4_HIP_PROFILE=1: device time per kernel, printed when the backend is dropped.
     profile: LaunchProfile,
     /// Shared with the engine and its other sessions (`engine::HipEngine`).
@@ -110,10 +105,24 @@ impl HipBackend {
     }
 
     /// Upload `model`'s weights (copy) and allocate a session of `ctx` tokens on the device.
-    pub fn new(hip: HipContext, kernels: KernelModule, model: Arc<Model>, ctx: usize) -> Result<HipBackend, String> {
+    pub fn new(
+        hip: HipContext,
+        kernels: KernelModule,
+        model: Arc<Model>,
+        ctx: usize,
+        options: HipOptions,
+    ) -> Result<HipBackend, String> {
         Self::check_model(&model)?;
         let weights = DeviceWeights::upload(&hip, &model, &mut |_, _| {})?;
-        Self::with_weights(hip, Arc::new(kernels), model, ctx, Arc::new(weights), String::new())
+        Self::with_weights(
+            hip,
+            Arc::new(kernels),
+            model,
+            ctx,
+            Arc::new(weights),
+            String::new(),
+            options,
+        )
     }
 
     /// Allocate a session of `ctx` tokens on the device for weights already placed (`reason`: why
@@ -125,12 +134,13 @@ impl HipBackend {
         ctx: usize,
         weights: Arc<DeviceWeights>,
         reason: String,
+        options: HipOptions,
     ) -> Result<HipBackend, String> {
         Self::check_model(&model)?;
         let placement = placement_of(&weights, reason);
         let hp = &model.hp;
         let stream = hip.stream().map_err(|e| e.to_string())?;
-        let n_max = prefill::prefill_chunk(ctx)?;
+        let n_max = options.prefill_chunk.clamp(1, ctx.max(1));
         let (layers, kv_bytes) = cache::alloc_layers(&hip, hp, ctx, n_max)?;
         let acts = Acts::new(&hip, hp, n_max, ctx)?;
         let scratch_bytes = acts.len_bytes();
@@ -143,18 +153,16 @@ impl HipBackend {
             step_host,
             sample_host,
             decode_graph: None,
-            use_graph: decode::graph_enabled(),
+            use_graph: options.decode_graph,
             model: model.clone(),
             ctx,
             n_past: 0,
             layers,
             acts,
-            chunk: n_max,
-            matvec_tokens: prefill::matvec_max_tokens()?,
+            matvec_tokens: options.matvec_tokens.max(1),
             kv_bytes,
             scratch_bytes,
             ropes: layers::layer_ropes(hp),
-            probe: None,
             profile: LaunchProfile::from_env(&hip),
             weights,
             placement,
@@ -175,47 +183,27 @@ impl HipBackend {
             layers: &self.layers,
             ropes: &self.ropes,
             matvec_tokens: self.matvec_tokens,
-            probe: self.probe.as_ref(),
-            hip: &self.hip,
             stream: &self.stream,
             kernels: &self.kernels,
             profile: &self.profile,
         }
     }
 
-    /// Batches of up to `n` tokens run the decode kernels token by token, larger ones the GEMMs and
-    /// grouped experts (1 = only single tokens; tests use it to reach both paths). Returns the value set.
-    pub fn set_matvec_max_tokens(&mut self, n: usize) -> usize {
-        self.matvec_tokens = n.max(1);
-        self.matvec_tokens
-    }
-
-    /// Turn on the selection-margin probe (slow: one synchronization per routed layer; decode steps
-    /// then use direct launches).
-    pub fn set_probe(&mut self, on: bool) {
-        self.probe = on.then(SelectionProbe::default);
-    }
-
-    /// Replay the captured decode graph for decode steps (the default unless `DS4_HIP_GRAPH=0`) or
-    /// launch the same kernels directly.
-    pub fn set_decode_graph(&mut self, on: bool) {
+    /// Replay the captured decode graph for decode steps or launch the same kernels directly
+    /// (`selftest --forward` compares the two on one session).
+    pub(super) fn set_decode_graph(&mut self, on: bool) {
         self.use_graph = on;
     }
 
-    /// Whether the next decode step replays the graph: not with the selection probe (it reads
-    /// scores back between launches) nor with the launch profile (it brackets every launch).
-    pub fn decode_graph_active(&self) -> bool {
-        self.use_graph && self.probe.is_none() && !self.profile.is_on()
-    }
-
-    /// Kernel launches one replay of the decode graph runs (`None` before the first graph step).
-    pub fn decode_graph_launches(&self) -> Option<u64> {
-        self.decode_graph.as_ref().map(|g| g.launches)
+    /// Whether the next decode step replays the graph: not with the launch profile (it brackets
+    /// every launch).
+    fn decode_graph_active(&self) -> bool {
+        self.use_graph && !self.profile.is_on()
     }
 
     /// Kernel launches of the launch sequence since the backend was made (directly or by replays of
-    /// the decode graph; device sampling and cache fills not counted).
-    pub fn launch_count(&self) -> u64 {
+    /// the decode graph; device sampling and cache fills not counted), for `selftest --forward`.
+    pub(super) fn launch_count(&self) -> u64 {
         self.acts.launches.get()
     }
 
@@ -251,28 +239,6 @@ impl HipBackend {
         self.invalidate_logits();
         let _ = self.host_logits.set(logits);
         Ok(())
-    }
-
-    /// Tokens per prefill chunk from now on: at most the chunk the buffers were allocated for
-    /// (`prefill::prefill_chunk`), at least 1 (1 = every token a decode step). Returns the value set.
-    pub fn set_prefill_chunk(&mut self, n: usize) -> usize {
-        self.chunk = n.clamp(1, self.acts.n_max);
-        self.chunk
-    }
-
-    /// Smallest gap of the last evaluated token between the K-th and (K+1)-th biased router score
-    /// over the score-routed layers, and between the top_k-th and next indexer score (relative to
-    /// the largest) over the selecting layers (see `set_probe`; infinite without the probe).
-    pub fn selection_margins(&self) -> (f32, f32) {
-        self.probe
-            .as_ref()
-            .map_or((f32::INFINITY, f32::INFINITY), SelectionProbe::margins)
-    }
-
-    /// The session cache of every layer (synchronizes the stream; slow, for tests and diagnostics).
-    pub fn read_cache(&self) -> Result<Vec<LayerCacheView>, EngineError> {
-        let hp = &self.model.hp;
-        cache::read_cache(&self.hip, &self.stream, hp, &self.layers, self.acts.n_max, self.n_past)
     }
 
     /// Empty cache: rings and rows zeroed, compressor kv 0 and scores -1e30, the HC counter 0.
@@ -340,7 +306,7 @@ impl Backend for HipBackend {
         if !tokens.is_empty() {
             self.invalidate_logits();
         }
-        // Chunks of up to `self.chunk` tokens (one token = a decode step); progress and cancellation
+        // Chunks of up to `acts.n_max` tokens (one token = a decode step); progress and cancellation
         // between chunks. A cancel leaves n_past at the chunks done and the logits of their last token.
         // The logits stay on the device (`logits()` fetches them).
         let total = tokens.len();
@@ -354,7 +320,7 @@ impl Backend for HipBackend {
                 }
                 return Err(EngineError::Cancelled { done });
             }
-            let n = self.chunk.min(total - done);
+            let n = self.acts.n_max.min(total - done);
             let last = done + n == total;
             decode::write_step(
                 &mut self.acts,

@@ -17,6 +17,7 @@ use super::backend::{HipBackend, placement_of};
 use super::footprint::session_bytes;
 use super::kernel_module::KernelModule;
 use super::open::{FORWARD_ENV, copy_budget_of, forward_enabled, place_weights, plan_placement};
+use super::options::HipOptions;
 use super::runtime::HipContext;
 use super::weights::{DeviceWeights, data_section_bytes};
 
@@ -120,6 +121,7 @@ impl HipEngine {
             ctx,
             self.weights.clone(),
             self.reason.clone(),
+            HipOptions::from_env()?,
         )
     }
 }

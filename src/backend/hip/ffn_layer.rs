@@ -39,19 +39,6 @@ impl Pass<'_> {
             hp.expert_weights_scale,
             nt,
         ))?;
-        if let Some(probe) = self.probe.filter(|_| n == 1 && lw.ffn_gate_tid2eid.is_none()) {
-            let rl = self.read_f32(p0(&a.rl), hp.n_expert)?;
-            let bias = match &lw.exp_probs_b {
-                Some(t) => self.read_f32(self.w(t), hp.n_expert)?,
-                None => vec![0.0; hp.n_expert],
-            };
-            let mut sc: Vec<f32> = rl
-                .iter()
-                .zip(&bias)
-                .map(|(&l, &b)| (l.max(0.0) + (-l.abs()).exp().ln_1p()).sqrt() + b)
-                .collect();
-            probe.note(&mut sc, hp.n_expert_used, false, true);
-        }
         // Routed experts (step 5): per token for a decode step or a small batch, grouped by expert for a chunk.
         let experts = RoutedExperts {
             fmt_gate_up: expert_format(&lw.ffn_gate_exps),

@@ -73,7 +73,7 @@ pub fn layer_plans(hp: &HParams, ctx: usize, n_max: usize) -> Vec<LayerPlan> {
 /// `layer_plans` (rings of `acts::ring_rows` rows for the prefill chunk), the activations from
 /// the plan `acts::Acts::new` allocates from.
 pub fn session_bytes(hp: &HParams, ctx: usize) -> SessionBytes {
-    // A malformed DS4_HIP_PREFILL_CHUNK fails in with_weights with its reason; count the default.
+    // A malformed DS4_HIP_PREFILL_CHUNK fails in HipOptions::from_env with its reason; count the default.
     let n_max = prefill::prefill_chunk(ctx).unwrap_or(prefill::PREFILL_CHUNK.min(ctx.max(1)));
     SessionBytes {
         kv: layer_plans(hp, ctx, n_max).iter().map(LayerPlan::bytes).sum(),

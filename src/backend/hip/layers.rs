@@ -59,13 +59,6 @@ impl Pass<'_> {
             "forward_tokens: {n} tokens, buffers for {}",
             a.n_max
         );
-        if let Some(probe) = self.probe {
-            assert!(
-                host_pos.is_some(),
-                "the selection probe reads back scores: direct launches only"
-            );
-            probe.reset();
-        }
         let mw = &self.model.w;
         self.launch(&kernels::embed_hc(
             p0(&a.hc),

@@ -15,12 +15,13 @@
 //! * `acts` — the activation buffers, sized for the largest prefill chunk, and the step parameters.
 //! * `prefill` — chunked prefill: the chunk size, when a batch takes the GEMMs and grouped experts.
 //! * `footprint` — a session's device bytes (KV + scratch) from the shapes, for the memory guard.
-//! * `cache` — the session cache on the device (`LayerState` per layer) and its read-back.
-//! * `probe` — the selection-margin probe of `selftest --forward`.
+//! * `cache` — the session cache on the device (`LayerState` per layer).
 //! * `pass` — one launch sequence's view of a session (`Pass`) and the launch helpers.
 //! * `attention_layer`, `ffn_layer` — the two sublayers' launches; `layers` — the sequence over
 //!   every layer and the head for n tokens (decode n = 1, prefill chunks), and each layer's RoPE.
 //! * `decode` — the decode step: step parameters, the captured graph, device sampling.
+//! * `options` — `HipOptions`: prefill chunk, token-wise batch limit and decode graph of a session
+//!   (from the environment by default).
 //! * `backend` — `HipBackend`, the `Backend` of the device: session buffers and `eval`;
 //!   `backend/state.rs` is its checkpoint payload (save_state / load_state).
 //! * `open` — `open_backend`, called by `engine::backend_open`: the `DS4_HIP_FORWARD=0` escape
@@ -35,8 +36,8 @@
 //!
 //! Dependencies run one way, in this order (a file uses only those before it): ffi → kernels (plain
 //! data, also built without the feature) → runtime → kernel_module, profile, bandwidth → acts →
-//! prefill → footprint → weights → cache → probe → pass → attention_layer, ffn_layer → layers →
-//! decode → backend → open (the placement policy) → engine (opening, sessions).
+//! prefill → footprint → weights → cache → pass → attention_layer, ffn_layer → layers →
+//! decode → options → backend → open (the placement policy) → engine (opening, sessions).
 //!
 //! Kernel images: AMD code objects are embedded by build.rs; on the NVIDIA test shim
 //! (tests/hip-on-cuda) they come from `$DS4_KERNEL_DIR/<stem>.sm_<cc>.cubin`
@@ -56,9 +57,9 @@ pub mod kernel_module;
 pub mod kernels;
 mod layers;
 pub mod open;
+pub mod options;
 mod pass;
 pub mod prefill;
-mod probe;
 pub mod profile;
 pub mod runtime;
 pub mod selftest;
@@ -68,6 +69,7 @@ pub mod weights;
 pub use backend::HipBackend;
 pub use decode::GRAPH_ENV;
 pub use engine::{open_backend, open_backend_with_progress, open_engine_with_progress};
+pub use options::HipOptions;
 pub use runtime::{
     CaptureMode, DeviceAttribute, DeviceBuffer, DeviceCopy, DeviceInfo, DevicePtr, Event, Function, Graph, GraphExec,
     HipContext, HipError, HipResult, HipUnavailable, HostRegistration, KernelArgs, LaunchDims, Module, PinnedBuffer,

@@ -11,13 +11,12 @@ use crate::model::Model;
 use crate::model::weights::{ExpertTensor, TensorRef};
 
 use super::acts::Acts;
-use super::cache::{self, LayerState};
+use super::cache::LayerState;
 use super::kernel_module::KernelModule;
 use super::kernels::{self, DevPtr, ExpertFormat, GEMM_TILE, HcEps, NULL, QuantOut, RopeParams};
 use super::prefill;
-use super::probe::SelectionProbe;
 use super::profile::LaunchProfile;
-use super::runtime::{DeviceBuffer, HipContext, Stream};
+use super::runtime::{DeviceBuffer, Stream};
 use super::weights::DeviceWeights;
 
 /// The session state one launch sequence reads and writes, borrowed from `HipBackend`.
@@ -30,8 +29,6 @@ pub(super) struct Pass<'a> {
     pub(super) ropes: &'a [RopeParams],
     /// Batches up to this size take the decode kernels token by token (`prefill::token_wise`).
     pub(super) matvec_tokens: usize,
-    pub(super) probe: Option<&'a SelectionProbe>,
-    pub(super) hip: &'a HipContext,
     pub(super) stream: &'a Stream,
     pub(super) kernels: &'a KernelModule,
     pub(super) profile: &'a LaunchProfile,
@@ -58,10 +55,6 @@ impl Pass<'_> {
 
     pub(super) fn w(&self, t: &TensorRef) -> DevPtr {
         self.weights.tensor(t).0
-    }
-
-    pub(super) fn read_f32(&self, ptr: DevPtr, n: usize) -> Result<Vec<f32>, EngineError> {
-        cache::read_f32(self.hip, self.stream, ptr, n)
     }
 
     /// Whether a batch of `n` tokens runs the decode kernels token by token (`prefill::token_wise`).

@@ -21,6 +21,7 @@ use crate::model::Model;
 
 use super::backend::HipBackend;
 use super::kernel_module::KernelModule;
+use super::options::HipOptions;
 use super::runtime::HipContext;
 use super::selftest::CheckRng;
 
@@ -53,7 +54,7 @@ pub fn run_forward_check(
     let hip = HipContext::new().map_err(|e| e.to_string())?;
     let kernels = KernelModule::load(&hip)?;
     let t0 = Instant::now();
-    let mut gpu = HipBackend::new(hip, kernels, model.clone(), ctx)?;
+    let mut gpu = HipBackend::new(hip, kernels, model.clone(), ctx, HipOptions::from_env()?)?;
     line(format!(
         "forward: HIP backend ready in {:.2} s (weights {:.1} MiB, kv {:.1} MiB); {n_prompt} prompt tokens, {n_greedy} greedy, ctx {ctx}",
         t0.elapsed().as_secs_f64(),

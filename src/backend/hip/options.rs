@@ -1,0 +1,41 @@
+//! `HipOptions`: the settings that tune how a HIP session runs (chunk sizes, the decode graph)
+//! without changing what it computes: every choice gives the same bits. The engine fills them
+//! from the environment (`from_env`: `DS4_HIP_PREFILL_CHUNK`, `DS4_HIP_MATVEC_TOKENS`,
+//! `DS4_HIP_GRAPH`, README "GPU backend"); a program that opens a backend itself passes its own.
+
+use super::decode;
+use super::prefill;
+
+/// How a `HipBackend` session runs; fixed when it is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HipOptions {
+    /// Tokens per prefill chunk (1 = every token a decode step); the session allocates its
+    /// buffers for min(this, ctx) tokens. Default [`prefill::PREFILL_CHUNK`].
+    pub prefill_chunk: usize,
+    /// Batches of up to this many tokens take the decode kernels token by token, larger ones the
+    /// GEMMs and grouped experts (1 = only single tokens). Default [`prefill::MATVEC_MAX_TOKENS`].
+    pub matvec_tokens: usize,
+    /// Decode steps replay the captured graph (else direct launches of the same kernels).
+    pub decode_graph: bool,
+}
+
+impl Default for HipOptions {
+    fn default() -> HipOptions {
+        HipOptions {
+            prefill_chunk: prefill::PREFILL_CHUNK,
+            matvec_tokens: prefill::MATVEC_MAX_TOKENS,
+            decode_graph: true,
+        }
+    }
+}
+
+impl HipOptions {
+    /// The defaults overridden by the environment; a malformed value is a one-line error naming it.
+    pub fn from_env() -> Result<HipOptions, String> {
+        Ok(HipOptions {
+            prefill_chunk: prefill::prefill_chunk(usize::MAX)?,
+            matvec_tokens: prefill::matvec_max_tokens()?,
+            decode_graph: decode::graph_enabled(),
+        })
+    }
+}
