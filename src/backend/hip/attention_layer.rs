@@ -265,24 +265,9 @@ impl Pass<'_> {
                 n,
             ))?;
         } else {
-            self.launch(&kernels::gemm_f16(
-                p0(&a.ckv),
-                self.w(&cw.kv),
-                p0(&a.xn),
-                ne,
-                width,
-                ne,
-                n,
-            ))?;
-            self.launch(&kernels::gemm_f16(
-                p0(&a.csc),
-                self.w(&cw.gate),
-                p0(&a.xn),
-                ne,
-                width,
-                ne,
-                n,
-            ))?;
+            for (out, w) in [(&a.ckv, &cw.kv), (&a.csc, &cw.gate)] {
+                self.launch(&kernels::gemm_f16(p0(out), self.w(w), p0(&a.xn), ne, width, ne, n))?;
+            }
         }
         self.launch(&kernels::compressor_pool(
             p0(&st[0]),
