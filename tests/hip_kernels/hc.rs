@@ -3,7 +3,7 @@
 
 use ds4_chat::backend::cpu::hc::{post as hc_post_ref, split_sinkhorn, weighted_sum};
 use ds4_chat::backend::cpu::ops::{rms_norm, sigmoid_stable};
-use ds4_chat::backend::cpu::quant::{BlockQ8K, Q8_0Act, dot_f16, quantize_q8_0, quantize_q8_k};
+use ds4_chat::backend::cpu::quant::{Q8_0Act, dot_f16, quantize_q8_0};
 use ds4_chat::backend::hip::kernels::{self, QuantOut};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 use ds4_chat::gguf::GgmlType;
@@ -187,9 +187,7 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckR
         let mut a = Q8_0Act::with_len(n_embd);
         quantize_q8_0(row, &mut a);
         want_q0.extend(a.qs);
-        let mut b = vec![BlockQ8K::default(); n_embd / q8k_block()];
-        quantize_q8_k(row, &mut b);
-        want_qk.extend(q8k_planes(&b).q);
+        want_qk.extend(q8k_planes(&q8k_blocks(row)).q);
     }
     emit(same_bits(
         "kernel.hc_pre_fused.split",

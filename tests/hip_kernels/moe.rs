@@ -3,9 +3,8 @@
 
 use ds4_chat::backend::cpu::moe::{swiglu, top_k_desc};
 use ds4_chat::backend::cpu::ops::softplus;
-use ds4_chat::backend::cpu::quant::{BlockQ8K, quantize_q8_k};
 use ds4_chat::backend::hip::kernels::{self, ExpertFormat};
-use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipError, HipResult};
+use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 
 use super::support::*;
 
@@ -102,16 +101,13 @@ fn check_moe_gate_up(
     let ty = fmt_type(fmt);
     let gate = random_weights(rng, ty, n_in, n_ff * n_expert);
     let up = random_weights(rng, ty, n_in, n_ff * n_expert);
-    let x = random_vec(rng, n_tok * n_in, 2.0);
-    let mut blocks = vec![BlockQ8K::default(); n_tok * n_in / q8k_block()];
-    quantize_q8_k(&x, &mut blocks);
-    let p = q8k_planes(&blocks);
+    let blocks = q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0));
     let (sel, selw) = random_selection(rng, n_tok, n_used, n_expert);
     let (g_d, u_d) = (gpu.up(&gate)?, gpu.up(&up)?);
-    let (q_d, d_d, b_d) = (gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
+    let x_d = gpu.up_q8k(&blocks)?;
     let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
     let mid = gpu.poisoned::<f32>(n_tok * n_used * n_ff)?;
-    let xk = q8k_device(&q_d, &d_d, &b_d);
+    let xk = x_d.planes();
     if gemm {
         let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
         gpu.run(&kernels::moe_gemm_gate_up(
@@ -179,16 +175,13 @@ fn check_moe_down(
     let n_out = 203usize;
     let ty = fmt_type(fmt);
     let down = random_weights(rng, ty, n_ff, n_out * n_expert);
-    let mids = random_vec(rng, n_tok * n_used * n_ff, 1.5);
-    let mut blocks = vec![BlockQ8K::default(); n_tok * n_used * n_ff / q8k_block()];
-    quantize_q8_k(&mids, &mut blocks);
-    let p = q8k_planes(&blocks);
+    let blocks = q8k_blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5));
     let (sel, _) = random_selection(rng, n_tok, n_used, n_expert);
     let dn_d = gpu.up(&down)?;
-    let (q_d, d_d, b_d) = (gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
+    let m_d = gpu.up_q8k(&blocks)?;
     let s_d = gpu.up(&sel)?;
     let out = gpu.poisoned::<f32>(n_tok * n_out)?;
-    let mk = q8k_device(&q_d, &d_d, &b_d);
+    let mk = m_d.planes();
     if gemm {
         let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
         let outp = gpu.poisoned::<f32>(n_tok * n_used * n_out)?;
@@ -291,21 +284,11 @@ fn check_moe_gemm_tile_classes(
     );
     let down_h = random_weights(rng, ty, n_ff, n_out * n_expert);
     let (gate, up, down) = (gpu.up(&gate_h)?, gpu.up(&up_h)?, gpu.up(&down_h)?);
-    let blocks = |v: &[f32]| {
-        let mut b = vec![BlockQ8K::default(); v.len() / q8k_block()];
-        quantize_q8_k(v, &mut b);
-        b
-    };
-    let planes = |b: &[BlockQ8K]| {
-        let p = q8k_planes(b);
-        Ok::<_, HipError>([gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?])
-    };
-    let q8k = |b: &[DeviceBuffer; 3]| q8k_device(&b[0], &b[1], &b[2]);
     let (xb, mb) = (
-        blocks(&random_vec(rng, n_tok * n_in, 2.0)),
-        blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5)),
+        q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0)),
+        q8k_blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5)),
     );
-    let (x, mids) = (planes(&xb)?, planes(&mb)?);
+    let (x, mids) = (gpu.up_q8k(&xb)?, gpu.up_q8k(&mb)?);
     let selw: Vec<f32> = (0..sel.len()).map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0)).collect();
     let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
     let mut outputs: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
@@ -320,7 +303,7 @@ fn check_moe_gemm_tile_classes(
             mid.ptr().0,
             gate.ptr().0,
             up.ptr().0,
-            q8k(&x),
+            x.planes(),
             tiles,
             sw_d.ptr().0,
             n_in as u32,
@@ -332,7 +315,7 @@ fn check_moe_gemm_tile_classes(
             fmt,
             outp.ptr().0,
             down.ptr().0,
-            q8k(&mids),
+            mids.planes(),
             tiles,
             n_ff as u32,
             n_out as u32,

@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 
-use ds4_chat::backend::cpu::quant::{BlockQ8K, dot_iq2_xxs, dot_q2_k, dot_q4_k};
+use ds4_chat::backend::cpu::quant::{BlockQ8K, dot_iq2_xxs, dot_q2_k, dot_q4_k, quantize_q8_k};
 use ds4_chat::backend::hip::kernel_module::KernelModule;
 use ds4_chat::backend::hip::kernels::{ExpertFormat, Launch, Q8K};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, DeviceCopy, HipContext, HipResult, Stream};
@@ -60,6 +60,12 @@ impl Gpu {
         b.fill_bytes_async(0, len, 0xFF, &self.stream)?;
         self.stream.synchronize()?;
         Ok(b)
+    }
+
+    /// The Q8_K activation planes of `blocks` on the device.
+    pub fn up_q8k(&self, blocks: &[BlockQ8K]) -> HipResult<Q8kDevice> {
+        let p = q8k_planes(blocks);
+        Ok(Q8kDevice([self.up(&p.q)?, self.up(&p.d)?, self.up(&p.bsums)?]))
     }
 
     pub fn run(&self, launch: &Launch) -> HipResult<()> {
@@ -216,13 +222,26 @@ pub struct Q8kPlanes {
     pub bsums: Vec<i16>,
 }
 
-/// Q8_K activation planes already on the device (codes, scales, 16-element sums).
-pub fn q8k_device(q: &DeviceBuffer, d: &DeviceBuffer, bsums: &DeviceBuffer) -> Q8K {
-    Q8K {
-        q: q.ptr().0,
-        d: d.ptr().0,
-        bsums: bsums.ptr().0,
+/// Q8_K activation planes on the device (codes, scales, 16-element sums), from [`Gpu::up_q8k`].
+pub struct Q8kDevice([DeviceBuffer; 3]);
+
+impl Q8kDevice {
+    /// The planes as the launch builders take them.
+    pub fn planes(&self) -> Q8K {
+        let [q, d, bsums] = &self.0;
+        Q8K {
+            q: q.ptr().0,
+            d: d.ptr().0,
+            bsums: bsums.ptr().0,
+        }
     }
+}
+
+/// The CPU's Q8_K quantization of `x` (a whole number of blocks).
+pub fn q8k_blocks(x: &[f32]) -> Vec<BlockQ8K> {
+    let mut b = vec![BlockQ8K::default(); x.len() / q8k_block()];
+    quantize_q8_k(x, &mut b);
+    b
 }
 
 pub fn q8k_planes(blocks: &[BlockQ8K]) -> Q8kPlanes {
