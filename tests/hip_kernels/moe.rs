@@ -335,18 +335,14 @@ fn check_moe_gemm_tile_classes(
         classes = got_tiles.iter().map(|t| t[3]).collect();
         outputs.push((mid.to_vec::<f32>()?, outp.to_vec::<f32>()?));
     }
-    emit(CheckResult {
-        name: format!("{name}.grouping"),
-        max_abs: grouping_errors.len() as f64,
-        max_rel: 0.0,
-        tol: 0.0,
-        verdict: if grouping_errors.is_empty() {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
-        note: format!("pairs and tiles differ from the rule for min_cols {grouping_errors:?}"),
-    });
+    emit(CheckResult::measured(
+        &format!("{name}.grouping"),
+        grouping_errors.len() as f64,
+        0.0,
+        0.0,
+        grouping_errors.is_empty(),
+        format!("pairs and tiles differ from the rule for min_cols {grouping_errors:?}"),
+    ));
     // The smallest classes against the CPU reference dots.
     let (rb_in, rb_ff) = (ty.row_bytes(n_in), ty.row_bytes(n_ff));
     let (bpt, bpr) = (n_in / q8k_block(), n_ff / q8k_block());
@@ -382,17 +378,13 @@ fn check_moe_gemm_tile_classes(
         .filter(|v| v.iter().zip(&all64).any(|(a, b)| a.to_bits() != b.to_bits()))
         .count();
     let all_classes = kernels::MOE_TILE_COLS.iter().all(|c| classes.contains(c));
-    Ok(CheckResult {
-        name: name.to_string(),
-        max_abs: differ as f64,
-        max_rel: 0.0,
-        tol: 0.0,
-        verdict: if differ == 0 && all_classes {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
-        note: format!(
+    Ok(CheckResult::measured(
+        name,
+        differ as f64,
+        0.0,
+        0.0,
+        differ == 0 && all_classes,
+        format!(
             "{differ} of 2 narrower tilings differ from all-64 in bits; {n_tok} tok x {n_used}, pairs per expert {:?}, tile classes {classes:?}{}",
             kernels::TILE_CLASS_COUNTS,
             if all_classes {
@@ -401,7 +393,7 @@ fn check_moe_gemm_tile_classes(
                 "; the grouping did not use every column class"
             }
         ),
-    })
+    ))
 }
 
 /// Router: top-k of sqrt(softplus(logit)) + bias, or hash-table experts; weights are

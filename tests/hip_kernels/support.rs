@@ -115,14 +115,14 @@ pub fn close_scaled(name: &str, got: &[f32], want: &[f32], tol: f64, note: Strin
         }
     }
     ok &= max_abs <= tol * scale;
-    CheckResult {
-        name: name.to_string(),
+    CheckResult::measured(
+        name,
         max_abs,
         max_rel,
         tol,
-        verdict: if ok { Verdict::Pass } else { Verdict::Fail },
-        note: format!("{note}; scale max|ref| {scale:.3e}"),
-    }
+        ok,
+        format!("{note}; scale max|ref| {scale:.3e}"),
+    )
 }
 
 /// Bitwise comparison: passes only when every output has the reference's bits (so -0 differs from
@@ -146,14 +146,15 @@ pub fn same_codes(name: &str, got: &[i8], want: &[i8], note: String) -> CheckRes
         .max()
         .unwrap_or(0);
     let ok = got.len() == want.len() && off == 0;
-    CheckResult {
-        name: name.to_string(),
-        max_abs: max_step as f64,
-        max_rel: off as f64 / got.len().max(1) as f64,
-        tol: 0.0,
-        verdict: if ok { Verdict::Pass } else { Verdict::Fail },
-        note: format!("{note}; {off} of {} codes differ (max step {max_step})", got.len()),
-    }
+    let note = format!("{note}; {off} of {} codes differ (max step {max_step})", got.len());
+    CheckResult::measured(
+        name,
+        max_step as f64,
+        off as f64 / got.len().max(1) as f64,
+        0.0,
+        ok,
+        note,
+    )
 }
 
 /// Random weight rows of `n_out` × `n_in` in a GGUF block format, as file bytes. Every byte pattern
