@@ -3,22 +3,30 @@
 mod common;
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ds4-chat");
 /// Official ids of the example (HF tokenizers on the official tokenizer.json).
 const HELLO: &str = "Hello! 毕老师！1 + 1 = 2";
 const HELLO_IDS: [u32; 13] = [19923, 3, 223, 5464, 5008, 1175, 19, 940, 223, 19, 438, 223, 20];
 
+/// `ds4-chat tokenize OPTIONS --model MODEL TEXT`, run to completion.
+fn tokenize(options: &[&str], model: &Path, text: &str) -> Output {
+    Command::new(BIN)
+        .arg("tokenize")
+        .args(options)
+        .arg("--model")
+        .arg(model)
+        .arg(text)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn prints_official_ids_one_per_line_and_as_json() {
     let model = common::tokenizer_gguf_file("tok_cli_a.gguf", "deepseek4");
-    let out = Command::new(BIN)
-        .args(["tokenize", "--model"])
-        .arg(&model)
-        .arg(HELLO)
-        .output()
-        .unwrap();
+    let out = tokenize(&[], &model, HELLO);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = stdout.lines().collect();
@@ -33,12 +41,7 @@ fn prints_official_ids_one_per_line_and_as_json() {
     let joined: String = lines.iter().map(|l| l.split_once('\t').unwrap().1).collect();
     assert_eq!(joined, HELLO);
 
-    let out = Command::new(BIN)
-        .args(["tokenize", "--json", "--model"])
-        .arg(&model)
-        .arg("<｜User｜>hi\n")
-        .output()
-        .unwrap();
+    let out = tokenize(&["--json"], &model, "<｜User｜>hi\n");
     assert!(out.status.success());
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert_eq!(stdout.lines().count(), 1);
@@ -77,12 +80,7 @@ fn reads_stdin_and_plain_mode() {
 #[test]
 fn rejects_other_architectures_and_missing_files() {
     let model = common::tokenizer_gguf_file("tok_cli_llama.gguf", "llama");
-    let out = Command::new(BIN)
-        .args(["tokenize", "--model"])
-        .arg(&model)
-        .arg("x")
-        .output()
-        .unwrap();
+    let out = tokenize(&[], &model, "x");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -91,10 +89,7 @@ fn rejects_other_architectures_and_missing_files() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
 
-    let out = Command::new(BIN)
-        .args(["tokenize", "--model", "/nonexistent/model.gguf", "x"])
-        .output()
-        .unwrap();
+    let out = tokenize(&[], Path::new("/nonexistent/model.gguf"), "x");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/model.gguf"));
 }

@@ -63,6 +63,14 @@ fn assert_device_equals_file(ctx: &HipContext, model: &Model, w: &DeviceWeights)
     assert!(tensors > 10, "{tensors}");
 }
 
+/// Load `path` (no drop-behind), check that the load says it used `method`, and compare the device
+/// copy with the file; everything is released on return.
+fn load_and_compare(ctx: &HipContext, path: &Path, direct: DirectReads, method: &str) {
+    let (model, w) = load(ctx, path, direct, false);
+    assert!(w.method.starts_with(method), "{}", w.method);
+    assert_device_equals_file(ctx, &model, &w);
+}
+
 fn load(ctx: &HipContext, path: &Path, direct: DirectReads, drop_behind: bool) -> (Arc<Model>, DeviceWeights) {
     let model = Arc::new(Model::open(path).unwrap());
     let opts = LoadOptions { direct, drop_behind };
@@ -89,25 +97,21 @@ fn single_copy_load_on_the_emulator() {
 
     // O_DIRECT from a disk filesystem (target/ is not tmpfs on the machines this runs on).
     drop_pages(&path);
-    let (model, w) = load(&ctx, &path, DirectReads::Always, false);
-    assert!(
-        w.method.starts_with("O_DIRECT reads through 4 pinned staging buffers"),
-        "{}",
-        w.method
+    load_and_compare(
+        &ctx,
+        &path,
+        DirectReads::Always,
+        "O_DIRECT reads through 4 pinned staging buffers",
     );
-    assert_device_equals_file(&ctx, &model, &w);
-    drop((model, w));
 
     // Auto on a file fully in the page cache: plain reads, said why.
     std::fs::read(&path).unwrap();
-    let (model, w) = load(&ctx, &path, DirectReads::Auto, false);
-    assert!(
-        w.method.starts_with("plain reads (100% of the file in the page cache)"),
-        "{}",
-        w.method
+    load_and_compare(
+        &ctx,
+        &path,
+        DirectReads::Auto,
+        "plain reads (100% of the file in the page cache)",
     );
-    assert_device_equals_file(&ctx, &model, &w);
-    drop((model, w));
 
     // Pages dropped behind the reads, where the filesystem honours DONTNEED. Pages the model's
     // own mapping holds (the header the parser read, with the kernel's fault-around) cannot be

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::model::chat::{Conversation, ThinkMode};
+use crate::model::chat::{Conversation, Message, ThinkMode};
 
 /// Sampling settings of one turn (defaults: docs/sampler.md#defaults).
 #[derive(Clone, Debug, PartialEq)]
@@ -81,6 +81,21 @@ pub struct TurnRequest {
     pub sampling: SamplingParams,
     /// Most tokens to generate (context room also limits it).
     pub max_tokens: u32,
+}
+
+impl TurnRequest {
+    /// A greedy request (temperature 0, the other sampling settings default) over `messages`.
+    pub fn greedy(messages: Vec<Message>, think: ThinkMode, max_tokens: u32) -> TurnRequest {
+        TurnRequest {
+            conversation: Conversation { messages },
+            think,
+            sampling: SamplingParams {
+                temperature: 0.0,
+                ..Default::default()
+            },
+            max_tokens,
+        }
+    }
 }
 
 /// Commands into the worker.

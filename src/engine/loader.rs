@@ -220,11 +220,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::engine::events::{BackendChoice, Command, SamplingParams, TextKind, TurnRequest};
+    use crate::engine::events::{BackendChoice, Command, TextKind, TurnRequest};
     use crate::engine::memguard::cpu_kv_bytes;
     use crate::engine::worker::Worker;
     use crate::engine::worker::tests::{collect_until_within, is_finished};
-    use crate::model::chat::{Conversation, Message, ThinkMode};
+    use crate::model::chat::{Message, ThinkMode};
 
     const WAIT: Duration = Duration::from_secs(60);
 
@@ -243,15 +243,7 @@ mod tests {
     }
 
     fn turn(messages: Vec<Message>, think: ThinkMode, max_tokens: u32) -> TurnRequest {
-        TurnRequest {
-            conversation: Conversation { messages },
-            think,
-            sampling: SamplingParams {
-                temperature: 0.0,
-                ..Default::default()
-            },
-            max_tokens,
-        }
+        TurnRequest::greedy(messages, think, max_tokens)
     }
 
     /// (reused, evaluated, generated, context used, reasoning, answer, prompt tokens) of a turn.

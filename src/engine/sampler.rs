@@ -189,26 +189,13 @@ impl Sampler {
         let surely_below = SurelyBelow::new(min_p);
         // One pass keeps the surviving (id, weight) pairs in id order; the sum and the walk then use
         // exactly the weights and order ds4 uses.
-        self.scratch.clear();
-        let mut sum = 0.0f32;
-        for (i, &v) in logits.iter().enumerate() {
-            if !v.is_finite() {
-                continue;
-            }
-            let x = (v - max_logit) / temperature;
+        let sum = self.weigh_finite(logits, max_logit, temperature, |x| {
             if surely_below.skips(x) {
-                continue;
+                return None;
             }
             let w = x.exp();
-            if w >= min_p {
-                self.scratch.push(Candidate {
-                    id: i as u32,
-                    logit: v,
-                    weight: w,
-                });
-                sum += w;
-            }
-        }
+            (w >= min_p).then_some(w)
+        });
         if !(sum > 0.0 && sum.is_finite()) {
             return best;
         }
@@ -222,25 +209,40 @@ impl Sampler {
         best
     }
 
-    /// top_k off, top_p < 1: all finite tokens sorted by logit; the normaliser is the whole vocabulary.
-    fn sample_sorted_full(&mut self, logits: &[f32], temperature: f32, top_p: f32, min_p: f32) -> u32 {
-        let Some((best, max_logit)) = finite_max(logits) else {
-            return argmax(logits);
-        };
+    /// Fill the scratch, in id order, with the finite tokens that `weight` keeps: it gets
+    /// x = (logit − max_logit) / temperature and gives the token's weight, or `None` to drop it.
+    /// Returns the sum of the kept weights, added in id order.
+    fn weigh_finite(
+        &mut self,
+        logits: &[f32],
+        max_logit: f32,
+        temperature: f32,
+        weight: impl Fn(f32) -> Option<f32>,
+    ) -> f32 {
         self.scratch.clear();
         let mut sum = 0.0f32;
         for (i, &v) in logits.iter().enumerate() {
             if !v.is_finite() {
                 continue;
             }
-            let w = ((v - max_logit) / temperature).exp();
-            self.scratch.push(Candidate {
-                id: i as u32,
-                logit: v,
-                weight: w,
-            });
-            sum += w;
+            if let Some(w) = weight((v - max_logit) / temperature) {
+                self.scratch.push(Candidate {
+                    id: i as u32,
+                    logit: v,
+                    weight: w,
+                });
+                sum += w;
+            }
         }
+        sum
+    }
+
+    /// top_k off, top_p < 1: all finite tokens sorted by logit; the normaliser is the whole vocabulary.
+    fn sample_sorted_full(&mut self, logits: &[f32], temperature: f32, top_p: f32, min_p: f32) -> u32 {
+        let Some((best, max_logit)) = finite_max(logits) else {
+            return argmax(logits);
+        };
+        let sum = self.weigh_finite(logits, max_logit, temperature, |x| Some(x.exp()));
         if !(sum > 0.0 && sum.is_finite()) {
             return best;
         }

@@ -41,7 +41,7 @@ use super::metrics::TurnTimeline;
 use super::residency::{MappedRegion, ResidencyProbe};
 use super::sampler::Sampler;
 use super::session::Session;
-use super::warmup::{WarmupJob, default_warmup_threads};
+use super::warmup::{WarmupJob, WarmupStatus, default_warmup_threads};
 
 /// Name of the worker thread. A process-wide panic hook (the TUI's terminal-restoring one) must
 /// leave panics on this thread alone: they are caught and reported as `Event::Error{fatal}` while
@@ -242,17 +242,49 @@ impl ResidencyThread {
 
 struct WorkerState {
     loader: Box<dyn ModelLoader>,
-    rx: Receiver<Command>,
+    inbox: Inbox,
     tx: Sender<Event>,
     loaded: Option<Loaded>,
     warmup: Option<WarmupJob>,
     residency: Option<ResidencyThread>,
+    /// A turn is being handled (so a panic must still end it with `TurnFinished`).
+    turn_in_flight: bool,
+}
+
+/// The worker's side of the command channel, with what a turn in flight sets aside.
+struct Inbox {
+    rx: Receiver<Command>,
     /// Commands that arrived during a turn and wait for it to end.
     pending: VecDeque<Command>,
     /// Latest `SetSampling`, applied to the turn in flight from the next token.
     sampling_override: Option<SamplingParams>,
-    /// A turn is being handled (so a panic must still end it with `TurnFinished`).
-    turn_in_flight: bool,
+}
+
+impl Inbox {
+    /// Poll commands during a turn (non-blocking).
+    fn poll_during_turn(&mut self) -> Interrupt {
+        let Inbox {
+            rx,
+            pending,
+            sampling_override: sampling,
+        } = self;
+        loop {
+            match rx.try_recv() {
+                Ok(Command::Cancel) => return Interrupt::Stop,
+                Ok(c @ (Command::Shutdown | Command::Load(_))) => {
+                    pending.push_back(c);
+                    return Interrupt::Stop;
+                }
+                Ok(Command::SetSampling(p)) => *sampling = Some(p),
+                Ok(c) => pending.push_back(c),
+                Err(TryRecvError::Empty) => return Interrupt::None,
+                Err(TryRecvError::Disconnected) => {
+                    pending.push_back(Command::Shutdown);
+                    return Interrupt::Stop;
+                }
+            }
+        }
+    }
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -274,13 +306,15 @@ impl WorkerState {
     fn new(loader: Box<dyn ModelLoader>, rx: Receiver<Command>, tx: Sender<Event>) -> WorkerState {
         WorkerState {
             loader,
-            rx,
+            inbox: Inbox {
+                rx,
+                pending: VecDeque::new(),
+                sampling_override: None,
+            },
             tx,
             loaded: None,
             warmup: None,
             residency: None,
-            pending: VecDeque::new(),
-            sampling_override: None,
             turn_in_flight: false,
         }
     }
@@ -319,14 +353,14 @@ impl WorkerState {
 
     /// The next command: queued ones first; while a warm-up runs, wake every tick to report it.
     fn next_command(&mut self) -> Option<Command> {
-        if let Some(c) = self.pending.pop_front() {
+        if let Some(c) = self.inbox.pending.pop_front() {
             return Some(c);
         }
         loop {
             if self.warmup.is_none() {
-                return self.rx.recv().ok();
+                return self.inbox.rx.recv().ok();
             }
-            match self.rx.recv_timeout(WARMUP_TICK) {
+            match self.inbox.rx.recv_timeout(WARMUP_TICK) {
                 Ok(c) => return Some(c),
                 Err(RecvTimeoutError::Timeout) => self.report_warmup(),
                 Err(RecvTimeoutError::Disconnected) => return None,
@@ -337,12 +371,7 @@ impl WorkerState {
     fn report_warmup(&mut self) {
         let Some(job) = &self.warmup else { return };
         let s = job.status();
-        self.emit(Event::WarmupProgress {
-            phase: WarmupPhase::PageIn,
-            done_bytes: s.done_bytes,
-            total_bytes: s.total_bytes,
-            elapsed: s.elapsed,
-        });
+        self.emit_page_in_progress(&s);
         if s.finished {
             let s = self.warmup.take().expect("checked above").stop();
             self.emit(Event::WarmupDone {
@@ -350,6 +379,15 @@ impl WorkerState {
                 elapsed: s.elapsed,
             });
         }
+    }
+
+    fn emit_page_in_progress(&self, s: &WarmupStatus) {
+        self.emit(Event::WarmupProgress {
+            phase: WarmupPhase::PageIn,
+            done_bytes: s.done_bytes,
+            total_bytes: s.total_bytes,
+            elapsed: s.elapsed,
+        });
     }
 
     fn unload(&mut self) {
@@ -371,13 +409,7 @@ impl WorkerState {
                 // Nothing in flight but maybe a warm-up: stop it (the turn-time cancel is polled
                 // inside `turn`).
                 if let Some(w) = self.warmup.take() {
-                    let s = w.stop();
-                    self.emit(Event::WarmupProgress {
-                        phase: WarmupPhase::PageIn,
-                        done_bytes: s.done_bytes,
-                        total_bytes: s.total_bytes,
-                        elapsed: s.elapsed,
-                    });
+                    self.emit_page_in_progress(&w.stop());
                 }
             }
             Command::Reset => {
@@ -387,7 +419,7 @@ impl WorkerState {
                 }
             }
             Command::Rewind { keep_tokens } => self.rewind(keep_tokens as usize),
-            Command::SetSampling(p) => self.sampling_override = Some(p),
+            Command::SetSampling(p) => self.inbox.sampling_override = Some(p),
         }
         Flow::Continue
     }
@@ -396,18 +428,11 @@ impl WorkerState {
     /// checkpoint or by evaluating the kept tokens again; that evaluation is cancellable. The chat
     /// text needs no notice: it matches the next conversation against its own turn snapshots.
     fn rewind(&mut self, keep: usize) {
-        let WorkerState {
-            rx,
-            tx,
-            loaded,
-            pending,
-            sampling_override,
-            ..
-        } = self;
+        let WorkerState { inbox, tx, loaded, .. } = self;
         let Some(l) = loaded else { return };
-        let r = l.session.rewind(keep, &mut |_, _| {
-            Self::poll_during_turn(rx, pending, sampling_override) == Interrupt::None
-        });
+        let r = l
+            .session
+            .rewind(keep, &mut |_, _| inbox.poll_during_turn() == Interrupt::None);
         match r {
             Ok(()) | Err(EngineError::Cancelled { .. }) => {}
             Err(e) => {
@@ -527,30 +552,6 @@ impl WorkerState {
         self.start_session(backend, text, Some(engine), request, info);
     }
 
-    /// Poll commands during a turn (non-blocking).
-    fn poll_during_turn(
-        rx: &Receiver<Command>,
-        pending: &mut VecDeque<Command>,
-        sampling: &mut Option<SamplingParams>,
-    ) -> Interrupt {
-        loop {
-            match rx.try_recv() {
-                Ok(Command::Cancel) => return Interrupt::Stop,
-                Ok(c @ (Command::Shutdown | Command::Load(_))) => {
-                    pending.push_back(c);
-                    return Interrupt::Stop;
-                }
-                Ok(Command::SetSampling(p)) => *sampling = Some(p),
-                Ok(c) => pending.push_back(c),
-                Err(TryRecvError::Empty) => return Interrupt::None,
-                Err(TryRecvError::Disconnected) => {
-                    pending.push_back(Command::Shutdown);
-                    return Interrupt::Stop;
-                }
-            }
-        }
-    }
-
     fn turn(&mut self, req: TurnRequest) {
         let submitted = Instant::now();
         if self.loaded.is_none() {
@@ -569,7 +570,7 @@ impl WorkerState {
         if let Some(w) = &self.warmup {
             w.pause();
         }
-        self.sampling_override = None;
+        self.inbox.sampling_override = None;
         self.turn_in_flight = true;
         let reason = self.run_turn(&req, submitted);
         self.turn_in_flight = false;
@@ -587,14 +588,7 @@ impl WorkerState {
 
     /// The chat flow of one turn; returns (generated tokens, why it ended).
     fn run_turn(&mut self, req: &TurnRequest, submitted: Instant) -> (u32, FinishReason) {
-        let WorkerState {
-            rx,
-            tx,
-            loaded,
-            pending,
-            sampling_override,
-            ..
-        } = self;
+        let WorkerState { inbox, tx, loaded, .. } = self;
         let l = loaded.as_mut().expect("checked by the caller");
         let emit = |e: Event| {
             let _ = tx.send(e);
@@ -647,7 +641,7 @@ impl WorkerState {
                     elapsed: prefill_start.elapsed(),
                 });
             }
-            stopped = Self::poll_during_turn(rx, pending, sampling_override) == Interrupt::Stop;
+            stopped = inbox.poll_during_turn() == Interrupt::Stop;
             !stopped
         });
         let evaluated = match sync {
@@ -707,9 +701,7 @@ impl WorkerState {
             step_start: Instant::now(),
             last_stats: Instant::now(),
             tx,
-            rx,
-            pending,
-            sampling_override,
+            inbox,
         };
         let result = generate(&mut l.session, limits, &mut hooks);
         let TurnHooks {
@@ -763,15 +755,13 @@ struct TurnHooks<'a> {
     step_start: Instant,
     last_stats: Instant,
     tx: &'a Sender<Event>,
-    rx: &'a Receiver<Command>,
-    pending: &'a mut VecDeque<Command>,
-    sampling_override: &'a mut Option<SamplingParams>,
+    inbox: &'a mut Inbox,
 }
 
 impl Hooks<Session> for TurnHooks<'_> {
     fn pick(&mut self, session: &mut Session) -> Result<u32, EngineError> {
         self.step_start = Instant::now();
-        if let Some(p) = self.sampling_override.take() {
+        if let Some(p) = self.inbox.sampling_override.take() {
             self.params = p;
         }
         let token = sample_next(session, &mut self.sampler, &self.params)?;
@@ -801,7 +791,7 @@ impl Hooks<Session> for TurnHooks<'_> {
             self.last_stats = Instant::now();
             let _ = self.tx.send(live_stats(self.tl, session));
         }
-        WorkerState::poll_during_turn(self.rx, self.pending, self.sampling_override) == Interrupt::None
+        self.inbox.poll_during_turn() == Interrupt::None
     }
 }
 

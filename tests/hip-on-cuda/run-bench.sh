@@ -6,11 +6,8 @@
 set -uo pipefail
 bin="$(readlink -f "${1:?usage: run-bench.sh BIN TREE DS4_SOURCE_TAR PROMPT_FILE}")"
 tree="$(readlink -f "$2")"; tar="$(readlink -f "$3")"; prompt="$(readlink -f "$4")"
-out="${OUT:-$PWD/out}"; mkdir -p "$out"
-work=/tmp/ds4-hip-on-cuda
+source "$tree/tests/hip-on-cuda/common.sh"
 model=/dev/shm/flash.gguf
-export PATH="$PATH:/usr/local/cuda/bin"
-step() { echo; echo "== $* ($(date -u +%T))"; }
 {
   step device
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.memory --format=csv

@@ -9,11 +9,8 @@
 set -uo pipefail
 bin="$(readlink -f "${1:?usage: run-load.sh BIN TREE DS4_SOURCE_TAR [DISK_DIR]}")"
 tree="$(readlink -f "$2")"; tar="$(readlink -f "$3")"; disk="${4:-}"
-out="${OUT:-$PWD/out}"; mkdir -p "$out"
-work=/tmp/ds4-hip-on-cuda
+source "$tree/tests/hip-on-cuda/common.sh"
 model=/dev/shm/flash.gguf
-export PATH="$PATH:/usr/local/cuda/bin"
-step() { echo; echo "== $* ($(date -u +%T))"; }
 drop_pages() { python3 -c 'import os,sys; fd=os.open(sys.argv[1],os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED)' "$1"; }
 ours() { # FILE LABEL
   timeout 300 "$bin" bench --model "$1" --backend hip --weights copy --ctx-start 2048 --ctx-max 2048 \

@@ -9,11 +9,7 @@ set -uo pipefail
 bin="$(readlink -f "${1:?usage: run-selftest.sh BINARY TREE}")"
 tree="$(readlink -f "${2:?usage: run-selftest.sh BINARY TREE}")"
 kbin="${3:+$(readlink -f "$3")}"
-out="${OUT:-$PWD/out}"
-work=/tmp/ds4-hip-on-cuda
-mkdir -p "$out"
-export PATH="$PATH:/usr/local/cuda/bin"
-step() { echo; echo "== $* ($(date -u +%T))"; }
+source "$tree/tests/hip-on-cuda/common.sh"
 {
   step device
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv

@@ -17,11 +17,7 @@ bin="$(readlink -f "${1:?$usage}")"
 tree="$(readlink -f "${2:?$usage}")"
 kbin="$(readlink -f "${3:?$usage}")"
 vbin="${4:-}"; vdir="${5:-$tree/tests/fixtures/vectors}"
-out="${OUT:-$PWD/out}"
-work=/tmp/ds4-hip-on-cuda
-mkdir -p "$out"
-export PATH="$PATH:/usr/local/cuda/bin"
-step() { echo; echo "== $* ($(date -u +%T))"; }
+source "$tree/tests/hip-on-cuda/common.sh"
 {
   step device
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv

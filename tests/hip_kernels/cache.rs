@@ -193,20 +193,17 @@ fn check_indexer(
         &want_s,
         format!("{n_tok} tok, {n_head} heads, {n_comp_avail} rows"),
     ));
-    Ok(CheckResult {
-        name: format!("{name}.topk"),
-        max_abs: sel_mismatch.len() as f64,
-        max_rel: 0.0,
-        tol: 0.0,
-        verdict: if sel_mismatch.is_empty() {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
-        note: if sel_mismatch.is_empty() {
-            format!("selection of the GPU scores equals top_k_mask for all {n_tok} tokens")
-        } else {
-            format!("selection differs for tokens {sel_mismatch:?}")
-        },
-    })
+    let note = if sel_mismatch.is_empty() {
+        format!("selection of the GPU scores equals top_k_mask for all {n_tok} tokens")
+    } else {
+        format!("selection differs for tokens {sel_mismatch:?}")
+    };
+    Ok(CheckResult::measured(
+        &format!("{name}.topk"),
+        sel_mismatch.len() as f64,
+        0.0,
+        0.0,
+        sel_mismatch.is_empty(),
+        note,
+    ))
 }

@@ -3,9 +3,9 @@
 
 use ds4_chat::backend::cpu::hc::{post as hc_post_ref, split_sinkhorn, weighted_sum};
 use ds4_chat::backend::cpu::ops::{rms_norm, sigmoid_stable};
-use ds4_chat::backend::cpu::quant::{BlockQ8K, Q8_0Act, dot_f16, quantize_q8_0, quantize_q8_k};
+use ds4_chat::backend::cpu::quant::{Q8_0Act, dot_f16, quantize_q8_0};
 use ds4_chat::backend::hip::kernels::{self, QuantOut};
-use ds4_chat::backend::hip::runtime::HipResult;
+use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 use ds4_chat::gguf::GgmlType;
 
 use super::support::*;
@@ -75,23 +75,11 @@ fn check_hc_pre(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)
     let (n_hc, n_embd, n_tok, iters, eps_rms, eps_hc) = (4usize, 1024usize, 2usize, 20usize, 1e-6f32, 1e-6f32);
     let n_in = n_hc * n_embd;
     let n_mix = 2 * n_hc + n_hc * n_hc;
-    let hc = random_vec(rng, n_tok * n_in, 2.0);
-    let fn_w = random_weights(rng, GgmlType::F16, n_in, n_mix);
-    let scale: Vec<f32> = (0..3).map(|_| 0.5 + 0.5 * (rng.next_f32() + 1.0)).collect();
-    let base = random_vec(rng, n_mix, 0.5);
-    let (hc_d, fn_d, sc_d, b_d) = (gpu.up(&hc)?, gpu.up(&fn_w)?, gpu.up(&scale)?, gpu.up(&base)?);
-    let mix_d = gpu.poisoned::<f32>(n_tok * n_mix)?;
+    let inp = HcInputs::random(rng, n_tok, n_in, n_mix, 3);
+    let [hc_d, fn_d, sc_d, b_d] = inp.upload(gpu)?;
     let x_out = gpu.poisoned::<f32>(n_tok * n_embd)?;
     let split = gpu.poisoned::<f32>(n_tok * n_mix)?;
-    gpu.run(&kernels::hc_mix(
-        mix_d.ptr().0,
-        hc_d.ptr().0,
-        fn_d.ptr().0,
-        n_in as u32,
-        n_mix as u32,
-        eps_rms,
-        n_tok as u32,
-    ))?;
+    let mix_d = launch_hc_mix(gpu, &hc_d, &fn_d, n_in, n_mix, eps_rms, n_tok)?;
     gpu.run(&kernels::hc_pre_finish(
         x_out.ptr().0,
         split.ptr().0,
@@ -106,21 +94,11 @@ fn check_hc_pre(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)
         n_tok as u32,
     ))?;
     let (got_x, got_split) = (x_out.to_vec::<f32>()?, split.to_vec::<f32>()?);
-    let rb = GgmlType::F16.row_bytes(n_in);
     let (mut want_x, mut want_split) = (Vec::new(), Vec::new());
     for t in 0..n_tok {
-        let xs = &hc[t * n_in..(t + 1) * n_in];
-        let mut normed = vec![0f32; n_in];
-        rms_norm(&mut normed, xs, None, eps_rms);
-        let mix: Vec<f32> = (0..n_mix)
-            .map(|o| dot_f16(&fn_w[o * rb..(o + 1) * rb], &normed))
-            .collect();
-        let (mut pre, mut post, mut comb) = (vec![0f32; n_hc], vec![0f32; n_hc], vec![0f32; n_hc * n_hc]);
-        split_sinkhorn(&mix, &scale, &base, n_hc, iters, eps_hc, &mut pre, &mut post, &mut comb);
-        let mut x = vec![0f32; n_embd];
-        weighted_sum(&mut x, xs, &pre, n_embd);
+        let (x, split) = inp.ref_pre(t, n_hc, n_embd, iters, eps_rms, eps_hc);
         want_x.extend(x);
-        want_split.extend(pre.iter().chain(&post).chain(&comb));
+        want_split.extend(split);
     }
     emit(same_bits(
         "kernel.hc_pre.split",
@@ -150,18 +128,10 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckR
     };
     let n_in = n_hc * n_embd;
     let n_mix = 2 * n_hc + n_hc * n_hc;
-    let hc = random_vec(rng, n_tok * n_in, 2.0);
-    let fn_w = random_weights(rng, GgmlType::F16, n_in, n_mix);
-    let scale: Vec<f32> = (0..3).map(|_| 0.5 + 0.5 * (rng.next_f32() + 1.0)).collect();
-    let base = random_vec(rng, n_mix, 0.5);
+    let inp = HcInputs::random(rng, n_tok, n_in, n_mix, 3);
     let norm_w: Vec<f32> = (0..n_embd).map(|_| 1.0 + 0.2 * rng.next_f32()).collect();
-    let (hc_d, fn_d, sc_d, b_d, nw_d) = (
-        gpu.up(&hc)?,
-        gpu.up(&fn_w)?,
-        gpu.up(&scale)?,
-        gpu.up(&base)?,
-        gpu.up(&norm_w)?,
-    );
+    let [hc_d, fn_d, sc_d, b_d] = inp.upload(gpu)?;
+    let nw_d = gpu.up(&norm_w)?;
     let part = gpu.poisoned::<f32>(n_tok * n_mix)?;
     let counter = gpu.up(&vec![0u32; n_tok])?;
     let split = gpu.poisoned::<f32>(n_tok * n_mix)?;
@@ -206,30 +176,18 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckR
     let [split, xn, q0_q, _q0_d, qk_q, _qk_d, _qk_bs] = outs;
     let (got_split, got_xn) = (split.to_vec::<f32>()?, xn.to_vec::<f32>()?);
     let (got_q0, got_qk) = (q0_q.to_vec::<i8>()?, qk_q.to_vec::<i8>()?);
-    let rb = GgmlType::F16.row_bytes(n_in);
     let (mut want_split, mut want_xn, mut want_q0, mut want_qk) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for t in 0..n_tok {
-        let xs = &hc[t * n_in..(t + 1) * n_in];
-        let mut normed = vec![0f32; n_in];
-        rms_norm(&mut normed, xs, None, eps.rms);
-        let mix: Vec<f32> = (0..n_mix)
-            .map(|o| dot_f16(&fn_w[o * rb..(o + 1) * rb], &normed))
-            .collect();
-        let (mut pre, mut post, mut comb) = (vec![0f32; n_hc], vec![0f32; n_hc], vec![0f32; n_hc * n_hc]);
-        split_sinkhorn(&mix, &scale, &base, n_hc, iters, eps.hc, &mut pre, &mut post, &mut comb);
-        let mut x = vec![0f32; n_embd];
-        weighted_sum(&mut x, xs, &pre, n_embd);
+        let (x, split) = inp.ref_pre(t, n_hc, n_embd, iters, eps.rms, eps.hc);
         let mut x_n = vec![0f32; n_embd];
         rms_norm(&mut x_n, &x, Some(&norm_w), eps.norm);
         want_xn.extend(x_n);
-        want_split.extend(pre.iter().chain(&post).chain(&comb));
+        want_split.extend(split);
         let row = &got_xn[t * n_embd..(t + 1) * n_embd];
         let mut a = Q8_0Act::with_len(n_embd);
         quantize_q8_0(row, &mut a);
         want_q0.extend(a.qs);
-        let mut b = vec![BlockQ8K::default(); n_embd / q8k_block()];
-        quantize_q8_k(row, &mut b);
-        want_qk.extend(q8k_planes(&b).q);
+        want_qk.extend(q8k_planes(&q8k_blocks(row)).q);
     }
     emit(same_bits(
         "kernel.hc_pre_fused.split",
@@ -307,22 +265,10 @@ fn check_hc_post(gpu: &Gpu, rng: &mut CheckRng, name: &str, with_y2: bool) -> Hi
 fn check_hc_head(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
     let (n_hc, n_embd, n_tok, eps_rms, eps_hc) = (4usize, 1024usize, 2usize, 1e-6f32, 1e-6f32);
     let n_in = n_hc * n_embd;
-    let hc = random_vec(rng, n_tok * n_in, 2.0);
-    let fn_w = random_weights(rng, GgmlType::F16, n_in, n_hc);
-    let scale = vec![0.5 + 0.5 * (rng.next_f32() + 1.0)];
-    let base = random_vec(rng, n_hc, 0.5);
-    let (hc_d, fn_d, sc_d, b_d) = (gpu.up(&hc)?, gpu.up(&fn_w)?, gpu.up(&scale)?, gpu.up(&base)?);
-    let mix = gpu.poisoned::<f32>(n_tok * n_hc)?;
+    let inp = HcInputs::random(rng, n_tok, n_in, n_hc, 1);
+    let [hc_d, fn_d, sc_d, b_d] = inp.upload(gpu)?;
     let x_out = gpu.poisoned::<f32>(n_tok * n_embd)?;
-    gpu.run(&kernels::hc_mix(
-        mix.ptr().0,
-        hc_d.ptr().0,
-        fn_d.ptr().0,
-        n_in as u32,
-        n_hc as u32,
-        eps_rms,
-        n_tok as u32,
-    ))?;
+    let mix = launch_hc_mix(gpu, &hc_d, &fn_d, n_in, n_hc, eps_rms, n_tok)?;
     gpu.run(&kernels::hc_head_finish(
         x_out.ptr().0,
         mix.ptr().0,
@@ -335,14 +281,13 @@ fn check_hc_head(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
         n_tok as u32,
     ))?;
     let got = x_out.to_vec::<f32>()?;
-    let rb = GgmlType::F16.row_bytes(n_in);
     let mut want = Vec::new();
     for t in 0..n_tok {
-        let xs = &hc[t * n_in..(t + 1) * n_in];
-        let mut normed = vec![0f32; n_in];
-        rms_norm(&mut normed, xs, None, eps_rms);
-        let w: Vec<f32> = (0..n_hc)
-            .map(|h| sigmoid_stable(dot_f16(&fn_w[h * rb..(h + 1) * rb], &normed) * scale[0] + base[h]) + eps_hc)
+        let (xs, mix) = inp.ref_mix(t, n_hc, eps_rms);
+        let w: Vec<f32> = mix
+            .iter()
+            .zip(&inp.base)
+            .map(|(&m, &b)| sigmoid_stable(m * inp.scale[0] + b) + eps_hc)
             .collect();
         let mut x = vec![0f32; n_embd];
         weighted_sum(&mut x, xs, &w, n_embd);
@@ -354,4 +299,106 @@ fn check_hc_head(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
         &want,
         format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}"),
     ))
+}
+
+/// Random HC inputs: `n_tok` tokens' flattened streams, the F16 control weights (`n_out` rows of
+/// `n_in`), `n_scale` scales and `n_out` biases, drawn in that order.
+struct HcInputs {
+    hc: Vec<f32>,
+    fn_w: Vec<u8>,
+    scale: Vec<f32>,
+    base: Vec<f32>,
+    n_in: usize,
+}
+
+impl HcInputs {
+    fn random(rng: &mut CheckRng, n_tok: usize, n_in: usize, n_out: usize, n_scale: usize) -> HcInputs {
+        let hc = random_vec(rng, n_tok * n_in, 2.0);
+        let fn_w = random_weights(rng, GgmlType::F16, n_in, n_out);
+        let scale = (0..n_scale).map(|_| 0.5 + 0.5 * (rng.next_f32() + 1.0)).collect();
+        let base = random_vec(rng, n_out, 0.5);
+        HcInputs {
+            hc,
+            fn_w,
+            scale,
+            base,
+            n_in,
+        }
+    }
+
+    /// The streams, control weights, scales and biases on the device, in that order.
+    fn upload(&self, gpu: &Gpu) -> HipResult<[DeviceBuffer; 4]> {
+        Ok([
+            gpu.up(&self.hc)?,
+            gpu.up(&self.fn_w)?,
+            gpu.up(&self.scale)?,
+            gpu.up(&self.base)?,
+        ])
+    }
+
+    /// CPU reference of the control mix of token `t`: unweighted RMSNorm of its streams, then the
+    /// F16 matvec (`n_out` outputs). Returns the token's streams with the mix.
+    fn ref_mix(&self, t: usize, n_out: usize, eps_rms: f32) -> (&[f32], Vec<f32>) {
+        let n_in = self.n_in;
+        let xs = &self.hc[t * n_in..(t + 1) * n_in];
+        let mut normed = vec![0f32; n_in];
+        rms_norm(&mut normed, xs, None, eps_rms);
+        let rb = GgmlType::F16.row_bytes(n_in);
+        let mix = (0..n_out)
+            .map(|o| dot_f16(&self.fn_w[o * rb..(o + 1) * rb], &normed))
+            .collect();
+        (xs, mix)
+    }
+
+    /// CPU reference of the HC pre step of token `t`: the mix, the Sinkhorn split, the weighted
+    /// stream sum. Returns the sum and the split (pre|post|comb).
+    fn ref_pre(
+        &self,
+        t: usize,
+        n_hc: usize,
+        n_embd: usize,
+        iters: usize,
+        eps_rms: f32,
+        eps_hc: f32,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let (xs, mix) = self.ref_mix(t, 2 * n_hc + n_hc * n_hc, eps_rms);
+        let (mut pre, mut post, mut comb) = (vec![0f32; n_hc], vec![0f32; n_hc], vec![0f32; n_hc * n_hc]);
+        split_sinkhorn(
+            &mix,
+            &self.scale,
+            &self.base,
+            n_hc,
+            iters,
+            eps_hc,
+            &mut pre,
+            &mut post,
+            &mut comb,
+        );
+        let mut x = vec![0f32; n_embd];
+        weighted_sum(&mut x, xs, &pre, n_embd);
+        (x, pre.into_iter().chain(post).chain(comb).collect())
+    }
+}
+
+/// Launch ds4_hc_mix into a fresh poisoned buffer of `n_tok * n_out` mixes and return it.
+fn launch_hc_mix(
+    gpu: &Gpu,
+    hc_d: &DeviceBuffer,
+    fn_d: &DeviceBuffer,
+    n_in: usize,
+    n_out: usize,
+    eps_rms: f32,
+    n_tok: usize,
+) -> HipResult<DeviceBuffer> {
+    let mix = gpu.poisoned::<f32>(n_tok * n_out)?;
+    gpu.run(&kernels::hc_mix(
+        mix.ptr().0,
+        hc_d.ptr().0,
+        fn_d.ptr().0,
+        n_in as u32,
+        n_out as u32,
+        eps_rms,
+        n_tok as u32,
+    ))?;
+    Ok(mix)
 }

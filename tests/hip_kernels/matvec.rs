@@ -3,7 +3,7 @@
 
 use ds4_chat::backend::cpu::moe::swiglu;
 use ds4_chat::backend::cpu::ops::rms_norm;
-use ds4_chat::backend::cpu::quant::{BlockQ8K, Q8_0Act, dot_f16, dot_q8_0, quantize_q8_0, quantize_q8_k};
+use ds4_chat::backend::cpu::quant::{Q8_0Act, dot_f16, dot_q8_0, quantize_q8_0};
 use ds4_chat::backend::hip::kernels::{self, ExpertFormat, QuantOut};
 use ds4_chat::backend::hip::runtime::HipResult;
 use ds4_chat::gguf::GgmlType;
@@ -102,9 +102,7 @@ fn check_rms_norm_quant(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(Chec
         quantize_q8_0(row, &mut a);
         w0q.extend_from_slice(&a.qs);
         w0d.extend_from_slice(&a.scales);
-        let mut b = vec![BlockQ8K::default(); n / q8k_block()];
-        quantize_q8_k(row, &mut b);
-        wk.extend(b);
+        wk.extend(q8k_blocks(row));
     }
     let wkp = q8k_planes(&wk);
     emit(same_codes(
@@ -243,13 +241,10 @@ fn check_matvec_k(
 ) -> HipResult<CheckResult> {
     let n_tok = 2usize;
     let w = random_weights(rng, fmt_type(fmt), n_in, n_out);
-    let x = random_vec(rng, n_tok * n_in, 2.0);
-    let mut blocks = vec![BlockQ8K::default(); n_tok * n_in / q8k_block()];
-    quantize_q8_k(&x, &mut blocks);
-    let p = q8k_planes(&blocks);
-    let (w_d, q_d, d_d, b_d) = (gpu.up(&w)?, gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
+    let blocks = q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0));
+    let (w_d, x_d) = (gpu.up(&w)?, gpu.up_q8k(&blocks)?);
     let y = gpu.poisoned::<f32>(n_tok * n_out)?;
-    let xk = q8k_device(&q_d, &d_d, &b_d);
+    let xk = x_d.planes();
     gpu.run(&kernels::matvec_k(
         fmt,
         y.ptr().0,

@@ -3,9 +3,8 @@
 
 use ds4_chat::backend::cpu::moe::{swiglu, top_k_desc};
 use ds4_chat::backend::cpu::ops::softplus;
-use ds4_chat::backend::cpu::quant::{BlockQ8K, quantize_q8_k};
 use ds4_chat::backend::hip::kernels::{self, ExpertFormat};
-use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipError, HipResult};
+use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 
 use super::support::*;
 
@@ -102,16 +101,13 @@ fn check_moe_gate_up(
     let ty = fmt_type(fmt);
     let gate = random_weights(rng, ty, n_in, n_ff * n_expert);
     let up = random_weights(rng, ty, n_in, n_ff * n_expert);
-    let x = random_vec(rng, n_tok * n_in, 2.0);
-    let mut blocks = vec![BlockQ8K::default(); n_tok * n_in / q8k_block()];
-    quantize_q8_k(&x, &mut blocks);
-    let p = q8k_planes(&blocks);
+    let blocks = q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0));
     let (sel, selw) = random_selection(rng, n_tok, n_used, n_expert);
     let (g_d, u_d) = (gpu.up(&gate)?, gpu.up(&up)?);
-    let (q_d, d_d, b_d) = (gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
+    let x_d = gpu.up_q8k(&blocks)?;
     let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
     let mid = gpu.poisoned::<f32>(n_tok * n_used * n_ff)?;
-    let xk = q8k_device(&q_d, &d_d, &b_d);
+    let xk = x_d.planes();
     if gemm {
         let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
         gpu.run(&kernels::moe_gemm_gate_up(
@@ -179,16 +175,13 @@ fn check_moe_down(
     let n_out = 203usize;
     let ty = fmt_type(fmt);
     let down = random_weights(rng, ty, n_ff, n_out * n_expert);
-    let mids = random_vec(rng, n_tok * n_used * n_ff, 1.5);
-    let mut blocks = vec![BlockQ8K::default(); n_tok * n_used * n_ff / q8k_block()];
-    quantize_q8_k(&mids, &mut blocks);
-    let p = q8k_planes(&blocks);
+    let blocks = q8k_blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5));
     let (sel, _) = random_selection(rng, n_tok, n_used, n_expert);
     let dn_d = gpu.up(&down)?;
-    let (q_d, d_d, b_d) = (gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?);
+    let m_d = gpu.up_q8k(&blocks)?;
     let s_d = gpu.up(&sel)?;
     let out = gpu.poisoned::<f32>(n_tok * n_out)?;
-    let mk = q8k_device(&q_d, &d_d, &b_d);
+    let mk = m_d.planes();
     if gemm {
         let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
         let outp = gpu.poisoned::<f32>(n_tok * n_used * n_out)?;
@@ -291,21 +284,11 @@ fn check_moe_gemm_tile_classes(
     );
     let down_h = random_weights(rng, ty, n_ff, n_out * n_expert);
     let (gate, up, down) = (gpu.up(&gate_h)?, gpu.up(&up_h)?, gpu.up(&down_h)?);
-    let blocks = |v: &[f32]| {
-        let mut b = vec![BlockQ8K::default(); v.len() / q8k_block()];
-        quantize_q8_k(v, &mut b);
-        b
-    };
-    let planes = |b: &[BlockQ8K]| {
-        let p = q8k_planes(b);
-        Ok::<_, HipError>([gpu.up(&p.q)?, gpu.up(&p.d)?, gpu.up(&p.bsums)?])
-    };
-    let q8k = |b: &[DeviceBuffer; 3]| q8k_device(&b[0], &b[1], &b[2]);
     let (xb, mb) = (
-        blocks(&random_vec(rng, n_tok * n_in, 2.0)),
-        blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5)),
+        q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0)),
+        q8k_blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5)),
     );
-    let (x, mids) = (planes(&xb)?, planes(&mb)?);
+    let (x, mids) = (gpu.up_q8k(&xb)?, gpu.up_q8k(&mb)?);
     let selw: Vec<f32> = (0..sel.len()).map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0)).collect();
     let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
     let mut outputs: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
@@ -320,7 +303,7 @@ fn check_moe_gemm_tile_classes(
             mid.ptr().0,
             gate.ptr().0,
             up.ptr().0,
-            q8k(&x),
+            x.planes(),
             tiles,
             sw_d.ptr().0,
             n_in as u32,
@@ -332,7 +315,7 @@ fn check_moe_gemm_tile_classes(
             fmt,
             outp.ptr().0,
             down.ptr().0,
-            q8k(&mids),
+            mids.planes(),
             tiles,
             n_ff as u32,
             n_out as u32,
@@ -352,18 +335,14 @@ fn check_moe_gemm_tile_classes(
         classes = got_tiles.iter().map(|t| t[3]).collect();
         outputs.push((mid.to_vec::<f32>()?, outp.to_vec::<f32>()?));
     }
-    emit(CheckResult {
-        name: format!("{name}.grouping"),
-        max_abs: grouping_errors.len() as f64,
-        max_rel: 0.0,
-        tol: 0.0,
-        verdict: if grouping_errors.is_empty() {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
-        note: format!("pairs and tiles differ from the rule for min_cols {grouping_errors:?}"),
-    });
+    emit(CheckResult::measured(
+        &format!("{name}.grouping"),
+        grouping_errors.len() as f64,
+        0.0,
+        0.0,
+        grouping_errors.is_empty(),
+        format!("pairs and tiles differ from the rule for min_cols {grouping_errors:?}"),
+    ));
     // The smallest classes against the CPU reference dots.
     let (rb_in, rb_ff) = (ty.row_bytes(n_in), ty.row_bytes(n_ff));
     let (bpt, bpr) = (n_in / q8k_block(), n_ff / q8k_block());
@@ -399,17 +378,13 @@ fn check_moe_gemm_tile_classes(
         .filter(|v| v.iter().zip(&all64).any(|(a, b)| a.to_bits() != b.to_bits()))
         .count();
     let all_classes = kernels::MOE_TILE_COLS.iter().all(|c| classes.contains(c));
-    Ok(CheckResult {
-        name: name.to_string(),
-        max_abs: differ as f64,
-        max_rel: 0.0,
-        tol: 0.0,
-        verdict: if differ == 0 && all_classes {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
-        note: format!(
+    Ok(CheckResult::measured(
+        name,
+        differ as f64,
+        0.0,
+        0.0,
+        differ == 0 && all_classes,
+        format!(
             "{differ} of 2 narrower tilings differ from all-64 in bits; {n_tok} tok x {n_used}, pairs per expert {:?}, tile classes {classes:?}{}",
             kernels::TILE_CLASS_COUNTS,
             if all_classes {
@@ -418,7 +393,7 @@ fn check_moe_gemm_tile_classes(
                 "; the grouping did not use every column class"
             }
         ),
-    })
+    ))
 }
 
 /// Router: top-k of sqrt(softplus(logit)) + bias, or hash-table experts; weights are

@@ -145,24 +145,20 @@ fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
     if draws < 80 {
         failures.push(format!("too few draws compared: {draws}"));
     }
-    Ok(CheckResult {
-        name: name.to_string(),
-        max_abs: failures.len() as f64,
-        max_rel: 0.0,
-        tol: 0.0,
-        verdict: if failures.is_empty() {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
-        note: format!(
+    Ok(CheckResult::measured(
+        name,
+        failures.len() as f64,
+        0.0,
+        0.0,
+        failures.is_empty(),
+        format!(
             "{draws} draws compared, {boundary_cases} at a rounding boundary{}",
             failures
                 .first()
                 .map(|f| format!("; {} failures, first: {f}", failures.len()))
                 .unwrap_or_default()
         ),
-    })
+    ))
 }
 
 /// kernels/mathf.h against `backend::cpu::transcend`, bitwise (both NaN counts as equal: NaN payloads
@@ -204,12 +200,12 @@ fn check_mathf(gpu: &Gpu, name: &str, which: kernels::MathFn) -> HipResult<Check
             bad += 1;
         }
     }
-    Ok(CheckResult {
-        name: name.to_string(),
-        max_abs: bad as f64,
-        max_rel: 0.0,
-        tol: 0.0,
-        verdict: if bad == 0 { Verdict::Pass } else { Verdict::Fail },
-        note: format!("{bad} of {n} outputs differ from transcend.rs{first}"),
-    })
+    Ok(CheckResult::measured(
+        name,
+        bad as f64,
+        0.0,
+        0.0,
+        bad == 0,
+        format!("{bad} of {n} outputs differ from transcend.rs{first}"),
+    ))
 }

@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 
-use ds4_chat::backend::cpu::quant::{BlockQ8K, dot_iq2_xxs, dot_q2_k, dot_q4_k};
+use ds4_chat::backend::cpu::quant::{BlockQ8K, dot_iq2_xxs, dot_q2_k, dot_q4_k, quantize_q8_k};
 use ds4_chat::backend::hip::kernel_module::KernelModule;
 use ds4_chat::backend::hip::kernels::{ExpertFormat, Launch, Q8K};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, DeviceCopy, HipContext, HipResult, Stream};
@@ -62,6 +62,12 @@ impl Gpu {
         Ok(b)
     }
 
+    /// The Q8_K activation planes of `blocks` on the device.
+    pub fn up_q8k(&self, blocks: &[BlockQ8K]) -> HipResult<Q8kDevice> {
+        let p = q8k_planes(blocks);
+        Ok(Q8kDevice([self.up(&p.q)?, self.up(&p.d)?, self.up(&p.bsums)?]))
+    }
+
     pub fn run(&self, launch: &Launch) -> HipResult<()> {
         self.launched.borrow_mut().insert(launch.kernel.name);
         // SAFETY: every check sizes its buffers for the shapes it passes (documented per kernel).
@@ -109,14 +115,14 @@ pub fn close_scaled(name: &str, got: &[f32], want: &[f32], tol: f64, note: Strin
         }
     }
     ok &= max_abs <= tol * scale;
-    CheckResult {
-        name: name.to_string(),
+    CheckResult::measured(
+        name,
         max_abs,
         max_rel,
         tol,
-        verdict: if ok { Verdict::Pass } else { Verdict::Fail },
-        note: format!("{note}; scale max|ref| {scale:.3e}"),
-    }
+        ok,
+        format!("{note}; scale max|ref| {scale:.3e}"),
+    )
 }
 
 /// Bitwise comparison: passes only when every output has the reference's bits (so -0 differs from
@@ -140,14 +146,15 @@ pub fn same_codes(name: &str, got: &[i8], want: &[i8], note: String) -> CheckRes
         .max()
         .unwrap_or(0);
     let ok = got.len() == want.len() && off == 0;
-    CheckResult {
-        name: name.to_string(),
-        max_abs: max_step as f64,
-        max_rel: off as f64 / got.len().max(1) as f64,
-        tol: 0.0,
-        verdict: if ok { Verdict::Pass } else { Verdict::Fail },
-        note: format!("{note}; {off} of {} codes differ (max step {max_step})", got.len()),
-    }
+    let note = format!("{note}; {off} of {} codes differ (max step {max_step})", got.len());
+    CheckResult::measured(
+        name,
+        max_step as f64,
+        off as f64 / got.len().max(1) as f64,
+        0.0,
+        ok,
+        note,
+    )
 }
 
 /// Random weight rows of `n_out` × `n_in` in a GGUF block format, as file bytes. Every byte pattern
@@ -216,13 +223,26 @@ pub struct Q8kPlanes {
     pub bsums: Vec<i16>,
 }
 
-/// Q8_K activation planes already on the device (codes, scales, 16-element sums).
-pub fn q8k_device(q: &DeviceBuffer, d: &DeviceBuffer, bsums: &DeviceBuffer) -> Q8K {
-    Q8K {
-        q: q.ptr().0,
-        d: d.ptr().0,
-        bsums: bsums.ptr().0,
+/// Q8_K activation planes on the device (codes, scales, 16-element sums), from [`Gpu::up_q8k`].
+pub struct Q8kDevice([DeviceBuffer; 3]);
+
+impl Q8kDevice {
+    /// The planes as the launch builders take them.
+    pub fn planes(&self) -> Q8K {
+        let [q, d, bsums] = &self.0;
+        Q8K {
+            q: q.ptr().0,
+            d: d.ptr().0,
+            bsums: bsums.ptr().0,
+        }
     }
+}
+
+/// The CPU's Q8_K quantization of `x` (a whole number of blocks).
+pub fn q8k_blocks(x: &[f32]) -> Vec<BlockQ8K> {
+    let mut b = vec![BlockQ8K::default(); x.len() / q8k_block()];
+    quantize_q8_k(x, &mut b);
+    b
 }
 
 pub fn q8k_planes(blocks: &[BlockQ8K]) -> Q8kPlanes {

@@ -38,17 +38,7 @@ impl Pass<'_> {
             nt,
         )?;
         // Query (steps 3, 5).
-        self.proj_q8_0(
-            p0(&a.qr),
-            self.w(&lw.attn_q_a),
-            p0(&a.xq),
-            p0(&a.xd),
-            ne,
-            qr_w,
-            qr_w,
-            ne,
-            nt,
-        )?;
+        self.plain_proj_q8_0(p0(&a.qr), self.w(&lw.attn_q_a), p0(&a.xq), p0(&a.xd), ne, qr_w, nt)?;
         self.launch(&kernels::rms_norm_quant(
             QuantOut {
                 out: p0(&a.qrn),
@@ -64,20 +54,10 @@ impl Pass<'_> {
             NQ_NORM,
             eps,
         ))?;
-        self.proj_q8_0(
-            p0(&a.q),
-            self.w(&lw.attn_q_b),
-            p0(&a.qq),
-            p0(&a.qd),
-            qr_w,
-            h * d,
-            h * d,
-            qr_w,
-            nt,
-        )?;
+        self.plain_proj_q8_0(p0(&a.q), self.w(&lw.attn_q_b), p0(&a.qq), p0(&a.qd), qr_w, h * d, nt)?;
         self.head_rows_in_place(p0(&a.q), pos, h, d, rf::NORM | rf::ROPE, rope, nt)?;
         // KV (steps 4-7): every token's row enters the ring before the attention of the batch.
-        self.proj_q8_0(p0(&a.kv), self.w(&lw.attn_kv), p0(&a.xq), p0(&a.xd), ne, d, d, ne, nt)?;
+        self.plain_proj_q8_0(p0(&a.kv), self.w(&lw.attn_kv), p0(&a.xq), p0(&a.xd), ne, d, nt)?;
         self.launch(&kernels::rows_finish(
             p0(&a.kv),
             p0(&ls.ring),
@@ -205,15 +185,13 @@ impl Pass<'_> {
             nt,
         )?;
         self.quantize_q8_0(p0(&a.lq), p0(&a.ld), p0(&a.low), g * or, nt)?;
-        self.proj_q8_0(
+        self.plain_proj_q8_0(
             p0(&a.y),
             self.w(&lw.attn_output_b),
             p0(&a.lq),
             p0(&a.ld),
             g * or,
             ne,
-            ne,
-            g * or,
             nt,
         )?;
         self.launch(&kernels::hc_post(
@@ -260,24 +238,9 @@ impl Pass<'_> {
                 n,
             ))?;
         } else {
-            self.launch(&kernels::gemm_f16(
-                p0(&a.ckv),
-                self.w(&cw.kv),
-                p0(&a.xn),
-                ne,
-                width,
-                ne,
-                n,
-            ))?;
-            self.launch(&kernels::gemm_f16(
-                p0(&a.csc),
-                self.w(&cw.gate),
-                p0(&a.xn),
-                ne,
-                width,
-                ne,
-                n,
-            ))?;
+            for (out, w) in [(&a.ckv, &cw.kv), (&a.csc, &cw.gate)] {
+                self.launch(&kernels::gemm_f16(p0(out), self.w(w), p0(&a.xn), ne, width, ne, n))?;
+            }
         }
         self.launch(&kernels::compressor_pool(
             p0(&st[0]),

@@ -79,17 +79,7 @@ impl Pass<'_> {
         };
         self.launch(&swiglu(p0(&a.smid), wg, wu, p0(&a.xq), p0(&a.xd), ne, ff, clamp, nt))?;
         self.quantize_q8_0(p0(&a.sq), p0(&a.sd), p0(&a.smid), ff, nt)?;
-        self.proj_q8_0(
-            p0(&a.y),
-            self.w(&lw.ffn_down_shexp),
-            p0(&a.sq),
-            p0(&a.sd),
-            ff,
-            ne,
-            ne,
-            ff,
-            nt,
-        )?;
+        self.plain_proj_q8_0(p0(&a.y), self.w(&lw.ffn_down_shexp), p0(&a.sq), p0(&a.sd), ff, ne, nt)?;
         self.launch(&kernels::hc_post(
             p0(&a.hc),
             p0(&a.hc),

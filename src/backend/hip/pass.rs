@@ -170,6 +170,22 @@ impl Pass<'_> {
         self.launch(&product(y, w, xq, xd, n_in, n_out, rows_per_group, x_stride, n))
     }
 
+    /// A plain (ungrouped) Q8_0 projection of `n` tokens: one group of all `n_out` rows, activation
+    /// rows `n_in` apart.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn plain_proj_q8_0(
+        &self,
+        y: DevPtr,
+        w: DevPtr,
+        xq: DevPtr,
+        xd: DevPtr,
+        n_in: u32,
+        n_out: u32,
+        n: u32,
+    ) -> Result<(), EngineError> {
+        self.proj_q8_0(y, w, xq, xd, n_in, n_out, n_out, n_in, n)
+    }
+
     /// y[t] = W · x_t for F16 weights and f32 activations (matvec for one token, GEMM for a chunk).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn proj_f16(

@@ -36,6 +36,18 @@ pub struct CheckResult {
 }
 
 impl CheckResult {
+    /// A measured check: how far off it was, the bound it was held to, and whether it passed.
+    pub fn measured(name: &str, max_abs: f64, max_rel: f64, tol: f64, ok: bool, note: String) -> CheckResult {
+        CheckResult {
+            name: name.to_string(),
+            max_abs,
+            max_rel,
+            tol,
+            verdict: if ok { Verdict::Pass } else { Verdict::Fail },
+            note,
+        }
+    }
+
     fn skip(name: &str, why: String) -> CheckResult {
         CheckResult {
             name: name.to_string(),
@@ -65,31 +77,18 @@ impl CheckResult {
         } else {
             got.iter().zip(want).filter(|(a, b)| a != b).count()
         };
-        CheckResult {
-            name: name.to_string(),
-            max_abs: diff as f64,
-            max_rel: 0.0,
-            tol: 0.0,
-            verdict: if diff == 0 { Verdict::Pass } else { Verdict::Fail },
-            note: if diff == 0 {
-                note
-            } else {
-                format!("{diff} bytes differ; {note}")
-            },
-        }
+        let note = if diff == 0 {
+            note
+        } else {
+            format!("{diff} bytes differ; {note}")
+        };
+        CheckResult::measured(name, diff as f64, 0.0, 0.0, diff == 0, note)
     }
 
     /// Float comparison: passes when every element is within `tol` absolutely or relatively.
     pub fn close(name: &str, got: &[f32], want: &[f32], tol: f64, note: String) -> CheckResult {
         let (max_abs, max_rel, ok) = compare(got, want, tol);
-        CheckResult {
-            name: name.to_string(),
-            max_abs,
-            max_rel,
-            tol,
-            verdict: if ok { Verdict::Pass } else { Verdict::Fail },
-            note,
-        }
+        CheckResult::measured(name, max_abs, max_rel, tol, ok, note)
     }
 }
 
@@ -483,17 +482,14 @@ fn check_weight_upload(ctx: &HipContext, model: &crate::model::Model, mapped: bo
         tensors += 1;
         differing += back.iter().zip(model.data(t)).filter(|(a, b)| a != b).count();
     }
-    CheckResult {
-        name: name.into(),
-        max_abs: differing as f64,
-        max_rel: 0.0,
-        tol: 0.0,
-        verdict: if differing == 0 && tensors > 0 {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
-        note: format!(
+    let ok = differing == 0 && tensors > 0;
+    CheckResult::measured(
+        name,
+        differing as f64,
+        0.0,
+        0.0,
+        ok,
+        format!(
             "{tensors} tensors, {:.1} MiB placed in {:.3} s = {:.2} GB/s ({}); {differing} bytes differ",
             w.len_bytes() as f64 / (1u64 << 20) as f64,
             w.upload_seconds,
@@ -504,7 +500,7 @@ fn check_weight_upload(ctx: &HipContext, model: &crate::model::Model, mapped: bo
                 "pinned staging"
             }
         ),
-    }
+    )
 }
 
 #[cfg(test)]

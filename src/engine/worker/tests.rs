@@ -259,15 +259,7 @@ fn user(text: &str) -> Message {
 }
 
 fn turn(messages: Vec<Message>, think: ThinkMode) -> TurnRequest {
-    TurnRequest {
-        conversation: Conversation { messages },
-        think,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        },
-        max_tokens: 10_000,
-    }
+    TurnRequest::greedy(messages, think, 10_000)
 }
 
 fn started(cfg: FakeConfig) -> Worker {

@@ -73,26 +73,26 @@ pub fn attention(
     );
     let scale = 1.0 / (shape.head_dim as f32).sqrt();
     let stride = max_rows.max(1);
+    // The rows the scores and the values both read and how they are selected, in the ABI order
+    // both kernels share.
+    let rows = [
+        ptr(ring),
+        ptr(comp),
+        ptr(comp_sel),
+        ptr(pos),
+        u(shape.n_head),
+        u(shape.head_dim),
+        u(shape.ring_cap),
+        u(shape.window),
+        u(n_comp_avail),
+        u(shape.ratio),
+        u(shape.top_k),
+        u(stride),
+    ];
     let scores = Launch::new(
         &ATTENTION_SCORES,
         [blocks(stride, ATTENTION_SCORE_ROWS), n_tok, 1],
-        vec![
-            ptr(sc),
-            ptr(q),
-            ptr(ring),
-            ptr(comp),
-            ptr(comp_sel),
-            ptr(pos),
-            u(shape.n_head),
-            u(shape.head_dim),
-            u(shape.ring_cap),
-            u(shape.window),
-            u(n_comp_avail),
-            u(shape.ratio),
-            u(shape.top_k),
-            u(stride),
-            f(scale),
-        ],
+        [&[ptr(sc), ptr(q)][..], &rows, &[f(scale)]].concat(),
     );
     let softmax = Launch::new(
         &ATTENTION_SOFTMAX,
@@ -118,23 +118,7 @@ pub fn attention(
             shape.head_dim / ATTENTION_VAL_DIMS,
             n_tok,
         ],
-        vec![
-            ptr(out),
-            ptr(sc),
-            ptr(inv),
-            ptr(ring),
-            ptr(comp),
-            ptr(comp_sel),
-            ptr(pos),
-            u(shape.n_head),
-            u(shape.head_dim),
-            u(shape.ring_cap),
-            u(shape.window),
-            u(n_comp_avail),
-            u(shape.ratio),
-            u(shape.top_k),
-            u(stride),
-        ],
+        [&[ptr(out), ptr(sc), ptr(inv)][..], &rows].concat(),
     );
     [scores, softmax, values]
 }

@@ -85,28 +85,26 @@ pub fn hc_pre_fused(
     Launch::new(
         &HC_PRE_FUSED,
         [2 * n_hc + n_hc * n_hc, n_tok, 1],
-        vec![
-            ptr(split_out),
-            ptr(o.out),
-            ptr(o.q8_0_q),
-            ptr(o.q8_0_d),
-            ptr(o.q8_k_q),
-            ptr(o.q8_k_d),
-            ptr(o.q8_k_bs),
-            ptr(mix),
-            ptr(counter),
-            ptr(hc),
-            ptr(fn_w),
-            ptr(scale),
-            ptr(base),
-            ptr(norm_w),
-            u(n_embd),
-            u(n_hc),
-            u(iters),
-            f(eps.rms),
-            f(eps.hc),
-            f(eps.norm),
-        ],
+        [
+            &[ptr(split_out)][..],
+            &o.args(),
+            &[
+                ptr(mix),
+                ptr(counter),
+                ptr(hc),
+                ptr(fn_w),
+                ptr(scale),
+                ptr(base),
+                ptr(norm_w),
+                u(n_embd),
+                u(n_hc),
+                u(iters),
+                f(eps.rms),
+                f(eps.hc),
+                f(eps.norm),
+            ],
+        ]
+        .concat(),
     )
 }
 

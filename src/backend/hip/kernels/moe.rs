@@ -110,6 +110,13 @@ pub struct Q8K {
     pub bsums: DevPtr,
 }
 
+impl Q8K {
+    /// The three plane pointers in the order the kernels that read them take them.
+    pub(super) fn args(&self) -> [Arg; 3] {
+        [self.q, self.d, self.bsums].map(ptr)
+    }
+}
+
 /// `ds4_moe_gate_up_<fmt>`: mid[t][k][r] = swiglu(gate_e[r]·x_t, up_e[r]·x_t) * selw[t][k].
 /// Grid (ceil(n_ff/8), n_used, n_tok).
 pub fn moe_gate_up(
@@ -129,20 +136,12 @@ pub fn moe_gate_up(
     Launch::new(
         fmt.gate_up(),
         [blocks(n_ff, MATVEC_ROWS), n_used, n_tok],
-        vec![
-            ptr(mid),
-            ptr(gate),
-            ptr(up),
-            ptr(x.q),
-            ptr(x.d),
-            ptr(x.bsums),
-            ptr(sel),
-            ptr(selw),
-            u(n_in),
-            u(n_ff),
-            u(n_used),
-            f(limit),
-        ],
+        [
+            &[ptr(mid), ptr(gate), ptr(up)][..],
+            &x.args(),
+            &[ptr(sel), ptr(selw), u(n_in), u(n_ff), u(n_used), f(limit)],
+        ]
+        .concat(),
     )
 }
 
@@ -165,17 +164,12 @@ pub fn moe_down(
     Launch::new(
         fmt.down(),
         [blocks(n_out, MATVEC_ROWS), n_tok, 1],
-        vec![
-            ptr(out),
-            ptr(down),
-            ptr(mid.q),
-            ptr(mid.d),
-            ptr(mid.bsums),
-            ptr(sel),
-            u(n_ff),
-            u(n_out),
-            u(n_used),
-        ],
+        [
+            &[ptr(out), ptr(down)][..],
+            &mid.args(),
+            &[ptr(sel), u(n_ff), u(n_out), u(n_used)],
+        ]
+        .concat(),
     )
 }
 
@@ -184,6 +178,6 @@ pub fn matvec_k(fmt: ExpertFormat, y: DevPtr, w: DevPtr, x: Q8K, n_in: u32, n_ou
     Launch::new(
         fmt.matvec(),
         [blocks(n_out, MATVEC_ROWS), n_tok, 1],
-        vec![ptr(y), ptr(w), ptr(x.q), ptr(x.d), ptr(x.bsums), u(n_in), u(n_out)],
+        [&[ptr(y), ptr(w)][..], &x.args(), &[u(n_in), u(n_out)]].concat(),
     )
 }

@@ -2,7 +2,7 @@
 //! expert id into column-class tiles, grouped GEMMs, the slot-order sum) and [`RoutedExperts`], the
 //! launches of a batch's routed experts either per token or grouped.
 
-use super::abi::{DevPtr, MOE_GROUP, MOE_SUM};
+use super::abi::{Arg, DevPtr, MOE_GROUP, MOE_SUM};
 use super::gemm::GEMM_TILE;
 use super::launch::{BLOCK, Launch, blocks, f, ptr, u};
 use super::moe::{ExpertFormat, Q8K, moe_down, moe_gate_up};
@@ -90,6 +90,13 @@ pub struct ExpertTiles {
     pub max_tiles: u32,
 }
 
+impl ExpertTiles {
+    /// The three table pointers in the order the grouped kernels take them.
+    fn args(&self) -> [Arg; 3] {
+        [self.pairs, self.tiles, self.n_tiles].map(ptr)
+    }
+}
+
 /// `ds4_moe_gemm_gate_up_<fmt>`: grouped gate/up + SwiGLU, mid [n_tok][n_used][n_ff].
 /// Grid (ceil(n_ff/64), max_tiles): sized for 64-row tiles; blocks of taller (narrower) tiles past n_ff exit.
 pub fn moe_gemm_gate_up(
@@ -108,22 +115,13 @@ pub fn moe_gemm_gate_up(
     Launch::new(
         fmt.gemm_gate_up(),
         [blocks(n_ff, GEMM_TILE), t.max_tiles.max(1), 1],
-        vec![
-            ptr(mid),
-            ptr(gate),
-            ptr(up),
-            ptr(x.q),
-            ptr(x.d),
-            ptr(x.bsums),
-            ptr(t.pairs),
-            ptr(t.tiles),
-            ptr(t.n_tiles),
-            ptr(selw),
-            u(n_in),
-            u(n_ff),
-            u(n_used),
-            f(limit),
-        ],
+        [
+            &[ptr(mid), ptr(gate), ptr(up)][..],
+            &x.args(),
+            &t.args(),
+            &[ptr(selw), u(n_in), u(n_ff), u(n_used), f(limit)],
+        ]
+        .concat(),
     )
 }
 
@@ -142,19 +140,13 @@ pub fn moe_gemm_down(
     Launch::new(
         fmt.gemm_down(),
         [blocks(n_out, GEMM_TILE), t.max_tiles.max(1), 1],
-        vec![
-            ptr(outp),
-            ptr(down),
-            ptr(mid.q),
-            ptr(mid.d),
-            ptr(mid.bsums),
-            ptr(t.pairs),
-            ptr(t.tiles),
-            ptr(t.n_tiles),
-            u(n_ff),
-            u(n_out),
-            u(n_used),
-        ],
+        [
+            &[ptr(outp), ptr(down)][..],
+            &mid.args(),
+            &t.args(),
+            &[u(n_ff), u(n_out), u(n_used)],
+        ]
+        .concat(),
     )
 }
 

@@ -72,6 +72,21 @@ pub struct QuantOut {
     pub q8_k_bs: DevPtr,
 }
 
+impl QuantOut {
+    /// The six output pointers in the order the kernels that write them take them.
+    pub(super) fn args(&self) -> [Arg; 6] {
+        [
+            self.out,
+            self.q8_0_q,
+            self.q8_0_d,
+            self.q8_k_q,
+            self.q8_k_d,
+            self.q8_k_bs,
+        ]
+        .map(ptr)
+    }
+}
+
 /// `ds4_rms_norm_quant`: per row of n floats (row r at x + r*x_stride), optional RMSNorm times w
 /// (w may be NULL), then the requested outputs. Grid (rows).
 pub fn rms_norm_quant(
@@ -87,20 +102,7 @@ pub fn rms_norm_quant(
     Launch::new(
         &RMS_NORM_QUANT,
         [rows, 1, 1],
-        vec![
-            ptr(o.out),
-            ptr(o.q8_0_q),
-            ptr(o.q8_0_d),
-            ptr(o.q8_k_q),
-            ptr(o.q8_k_d),
-            ptr(o.q8_k_bs),
-            ptr(x),
-            ptr(w),
-            u(n),
-            u(x_stride),
-            u(flags),
-            f(eps),
-        ],
+        [&o.args()[..], &[ptr(x), ptr(w), u(n), u(x_stride), u(flags), f(eps)]].concat(),
     )
 }
 

@@ -98,18 +98,23 @@ fn packed_arguments_are_little_endian_slots() {
     assert_eq!(l.grid, [4, 1, 1]);
 }
 
-#[test]
-fn builders_cover_every_kernel_with_matching_arguments() {
-    // Launch::new asserts count and kinds; here every builder is called once with Flash shapes.
-    let rope = RopeParams::yarn(64, 160000.0, 16.0, 65536, 32.0, 1.0);
-    let shape = AttentionShape {
+/// The attention shape of a Flash ratio-4 layer.
+fn flash_ratio4_shape() -> AttentionShape {
+    AttentionShape {
         n_head: 64,
         head_dim: 512,
         ring_cap: 2304,
         window: 128,
         ratio: 4,
         top_k: 512,
-    };
+    }
+}
+
+#[test]
+fn builders_cover_every_kernel_with_matching_arguments() {
+    // Launch::new asserts count and kinds; here every builder is called once with Flash shapes.
+    let rope = RopeParams::yarn(64, 160000.0, 16.0, 65536, 32.0, 1.0);
+    let shape = flash_ratio4_shape();
     let att = attention(&shape, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1000, 640, 1);
     let q8k = Q8K { q: 1, d: 2, bsums: 3 };
     let mut launches = vec![
@@ -216,14 +221,7 @@ fn launch_grids_for_flash_decode() {
 
 #[test]
 fn attention_visibility_and_grids() {
-    let s = AttentionShape {
-        n_head: 64,
-        head_dim: 512,
-        ring_cap: 2304,
-        window: 128,
-        ratio: 4,
-        top_k: 512,
-    };
+    let s = flash_ratio4_shape();
     // p = 2: 3 raw rows, no compressed row yet (first one at p = 3).
     assert_eq!(s.visible_rows(2, 0, false), 3);
     // p = 3: 4 raw + 1 compressed.
