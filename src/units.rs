@@ -28,6 +28,16 @@ pub fn fmt_gib(b: u64, decimals: usize) -> String {
     format!("{:.decimals$} GiB", gib(b))
 }
 
+/// `b` for memory-guard messages: GiB with two decimals from 1 GiB, else MiB with one: "80.76 GiB",
+/// "25.2 MiB".
+pub fn fmt_mib_or_gib(b: u64) -> String {
+    if b >= GIB {
+        fmt_gib(b, 2)
+    } else {
+        format!("{:.1} MiB", b as f64 / MIB as f64)
+    }
+}
+
 /// "done/total UNIT" for progress, the unit chosen by the total (GiB from 1 GiB, else MiB).
 pub fn fmt_bytes_pair(done: u64, total: u64) -> String {
     let (unit, name) = if total >= GIB { (GIB, "GiB") } else { (MIB, "MiB") };
@@ -51,5 +61,7 @@ mod tests {
         assert_eq!(gib(3 * GIB), 3.0);
         assert_eq!(fmt_bytes_pair(GIB / 2, 3 * GIB), "0.5/3.0 GiB");
         assert_eq!(fmt_bytes_pair(MIB, 4 * MIB), "1.0/4.0 MiB");
+        assert_eq!(fmt_mib_or_gib(3 * GIB + GIB / 4), "3.25 GiB");
+        assert_eq!(fmt_mib_or_gib(GIB - MIB), "1023.0 MiB");
     }
 }

@@ -65,7 +65,7 @@ pub fn usable_ram(mem_available: u64, cma_free: u64) -> u64 {
 }
 
 fn gib(b: u64) -> String {
-    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+    crate::units::fmt_gib(b, 1)
 }
 
 /// The budget a copy must fit on `dev`. Discrete devices: the device's free memory. Unified

@@ -8,6 +8,7 @@
 //! out. Owns the formulas and the memory guard's message.
 
 use crate::model::hparams::HParams;
+use crate::units::fmt_mib_or_gib;
 
 use super::acts;
 use super::prefill;
@@ -81,21 +82,11 @@ pub fn session_bytes(hp: &HParams, ctx: usize) -> SessionBytes {
     }
 }
 
-// TODO(lead): shared byte formatter
-/// Bytes for messages: MiB below 1 GiB, else GiB.
-pub fn fmt_size(b: u64) -> String {
-    if b >= 1 << 30 {
-        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
-    } else {
-        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
-    }
-}
-
 /// The memory guard's one line: "too little device memory: need X, have Y <detail>".
 pub fn too_little_memory(need: u64, have: u64, detail: &str) -> String {
     format!(
         "too little device memory: need {}, have {} {detail}",
-        fmt_size(need),
-        fmt_size(have)
+        fmt_mib_or_gib(need),
+        fmt_mib_or_gib(have)
     )
 }

@@ -17,8 +17,9 @@ use crate::engine::events::WeightPlacement;
 use crate::engine::memguard;
 use crate::engine::placement::{self, CopyBudget, DeviceFacts};
 use crate::model::Model;
+use crate::units::fmt_mib_or_gib;
 
-use super::footprint::{SessionBytes, fmt_size, too_little_memory};
+use super::footprint::{SessionBytes, too_little_memory};
 use super::runtime::HipContext;
 use super::weights::DeviceWeights;
 
@@ -64,15 +65,15 @@ pub fn plan_placement(
     let breakdown = |with_weights: bool| {
         format!(
             "free of {} on {device} ({}KV {} + scratch {} + reserve {})",
-            fmt_size(total),
+            fmt_mib_or_gib(total),
             if with_weights {
-                format!("weights {} + ", fmt_size(weight_bytes))
+                format!("weights {} + ", fmt_mib_or_gib(weight_bytes))
             } else {
                 String::new()
             },
-            fmt_size(session.kv),
-            fmt_size(session.scratch),
-            fmt_size(DEVICE_RESERVE)
+            fmt_mib_or_gib(session.kv),
+            fmt_mib_or_gib(session.scratch),
+            fmt_mib_or_gib(DEVICE_RESERVE)
         )
     };
     if session_need > free {
@@ -100,8 +101,8 @@ pub fn plan_placement(
         }),
         (WeightPlacement::Auto, None) => Ok(Plan::Copy(format!(
             "auto: the weights fit device memory ({} of {} free)",
-            fmt_size(copy_need),
-            fmt_size(free)
+            fmt_mib_or_gib(copy_need),
+            fmt_mib_or_gib(free)
         ))),
         (WeightPlacement::Auto, Some(why)) => Ok(Plan::Map {
             reason: format!("auto: no room for a copy ({why})"),
