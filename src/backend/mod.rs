@@ -7,6 +7,7 @@
 //! token ids in, logits out.
 
 pub mod agreement;
+pub mod arithmetic;
 pub mod cpu;
 #[cfg(feature = "hip")]
 pub mod hip;

@@ -1,9 +1,10 @@
 //! `HipOptions`: the settings that tune how a HIP session runs (chunk sizes, the decode graph)
 //! without changing what it computes: every choice gives the same bits. The engine fills them
 //! from the environment (`from_env`: `DS4_HIP_PREFILL_CHUNK`, `DS4_HIP_MATVEC_TOKENS`,
-//! `DS4_HIP_GRAPH`, README "GPU backend"); a program that opens a backend itself passes its own.
+//! `DS4_HIP_GRAPH`, `DS4_HIP_EXACT`, README "GPU backend"); a program that opens a backend itself passes its own.
 
 use super::decode;
+use crate::backend::arithmetic::Arithmetic;
 use super::prefill;
 
 /// How a `HipBackend` session runs; fixed when it is made.
@@ -17,6 +18,8 @@ pub struct HipOptions {
     pub matvec_tokens: usize,
     /// Decode steps replay the captured graph (else direct launches of the same kernels).
     pub decode_graph: bool,
+    /// The kernels' arithmetic contract (docs/arithmetic.md): fast by default, exact for verification.
+    pub arithmetic: Arithmetic,
 }
 
 impl Default for HipOptions {
@@ -25,6 +28,7 @@ impl Default for HipOptions {
             prefill_chunk: prefill::PREFILL_CHUNK,
             matvec_tokens: prefill::MATVEC_MAX_TOKENS,
             decode_graph: true,
+            arithmetic: Arithmetic::default(),
         }
     }
 }
@@ -36,6 +40,7 @@ impl HipOptions {
             prefill_chunk: prefill::prefill_chunk(usize::MAX)?,
             matvec_tokens: prefill::matvec_max_tokens()?,
             decode_graph: decode::graph_enabled(),
+            arithmetic: Arithmetic::default().with_env(),
         })
     }
 }
