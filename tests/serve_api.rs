@@ -48,7 +48,11 @@ fn tiny_model() -> PathBuf {
             .arg(&tmp)
             .output()
             .expect("run ds4-chat gen-model");
-        assert!(out.status.success(), "gen-model: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "gen-model: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         std::fs::rename(&tmp, &path).expect("move the tiny model in place");
     }
     path
@@ -80,8 +84,12 @@ fn start(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Server, S
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().expect("start ds4-chat serve");
-    let stderr = child.stderr.take().expect("piped stderr");
+    // Owned by the guard from here on, so every path kills and reaps it.
+    let mut server = Server {
+        child: cmd.spawn().expect("start ds4-chat serve"),
+        base: String::new(),
+    };
+    let stderr = server.child.stderr.take().expect("piped stderr");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -95,13 +103,13 @@ fn start(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Server, S
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(line) => {
                 if let Some(addr) = line.split("listening on ").nth(1) {
-                    let base = addr.trim().to_string();
-                    return Ok(Server { child, base });
+                    server.base = addr.trim().to_string();
+                    return Ok(server);
                 }
                 seen.push(line);
             }
             Err(_) => {
-                if let Ok(Some(status)) = child.try_wait() {
+                if let Ok(Some(status)) = server.child.try_wait() {
                     // The reader thread may still hold the last lines.
                     while let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
                         seen.push(line);
@@ -111,7 +119,6 @@ fn start(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Server, S
             }
         }
     }
-    let _ = child.kill();
     panic!("serve did not start listening within 120 s: {}", seen.join(" | "));
 }
 
@@ -161,22 +168,34 @@ fn openai_client_against_serve() {
         .find_map(|l| l.strip_suffix(" passed, 0 failed"))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0);
-    assert!(passed >= 60, "expected the full check list, got {passed} checks:\n{text}");
+    assert!(
+        passed >= 60,
+        "expected the full check list, got {passed} checks:\n{text}"
+    );
 }
 
 #[test]
 fn non_loopback_bind_needs_an_api_key() {
     let _one = ONE_SERVER.lock().unwrap_or_else(|e| e.into_inner());
     let model = tiny_model();
-    let refused = start(&model, &["--host", "0.0.0.0"], &[]).err().expect("0.0.0.0 without a key is refused");
+    let refused = start(&model, &["--host", "0.0.0.0"], &[])
+        .err()
+        .expect("0.0.0.0 without a key is refused");
     assert!(
         refused.contains("needs an API key") && refused.contains("--api-key-env"),
         "{refused}"
     );
-    let unset = start(&model, &["--host", "0.0.0.0", "--api-key-env", "DS4_SERVE_TEST_UNSET"], &[])
-        .err()
-        .expect("an unset key variable is refused");
-    assert!(unset.contains("DS4_SERVE_TEST_UNSET: the variable is not set"), "{unset}");
+    let unset = start(
+        &model,
+        &["--host", "0.0.0.0", "--api-key-env", "DS4_SERVE_TEST_UNSET"],
+        &[],
+    )
+    .err()
+    .expect("an unset key variable is refused");
+    assert!(
+        unset.contains("DS4_SERVE_TEST_UNSET: the variable is not set"),
+        "{unset}"
+    );
     if !have_openai() {
         return;
     }

@@ -16,7 +16,11 @@ pub struct ApiKey(Option<Vec<u8>>);
 
 impl std::fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "ApiKey(set)" } else { "ApiKey(none)" })
+        f.write_str(if self.0.is_some() {
+            "ApiKey(set)"
+        } else {
+            "ApiKey(none)"
+        })
     }
 }
 

@@ -100,7 +100,12 @@ pub fn serve(server: &Server, stream: &mut TcpStream, mut req: ChatRequest) -> R
             if let Some(e) = &outcome.error {
                 sse.event(&ApiError::status(500, e.clone()).body());
             }
-            sse.event(&responses::finish_chunk(&id, outcome.finish, &outcome.usage, &outcome.timings));
+            sse.event(&responses::finish_chunk(
+                &id,
+                outcome.finish,
+                &outcome.usage,
+                &outcome.timings,
+            ));
             if req.include_usage {
                 sse.event(&responses::usage_chunk(&id, &outcome.usage, &outcome.timings));
             }

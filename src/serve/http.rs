@@ -36,10 +36,7 @@ pub struct Request {
 
 impl Request {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 }
 
@@ -73,7 +70,10 @@ pub fn read_request(stream: &mut TcpStream, max_body: usize) -> Result<Request, 
             Ok(0) => return Err(ReadError::Gone),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) && !buf.is_empty() => {
-                return Err(ReadError::Respond(ApiError::status(408, "request head not received in time")));
+                return Err(ReadError::Respond(ApiError::status(
+                    408,
+                    "request head not received in time",
+                )));
             }
             Err(_) => return Err(ReadError::Gone),
         }
@@ -234,11 +234,17 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(
-            status(roundtrip(b"POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello world", 10)),
+            status(roundtrip(
+                b"POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello world",
+                10
+            )),
             413
         );
         assert_eq!(
-            status(roundtrip(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 10)),
+            status(roundtrip(
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                10
+            )),
             411
         );
         assert_eq!(status(roundtrip(b"GARBAGE\x01 / HTTP/1.1\r\n\r\n", 10)), 400);

@@ -26,12 +26,16 @@ impl Replies {
         if self.recent.len() == REMEMBERED {
             self.recent.pop_front();
         }
-        self.recent.push_back((answer.trim().to_string(), reasoning.to_string()));
+        self.recent
+            .push_back((answer.trim().to_string(), reasoning.to_string()));
     }
 
     /// Give assistant messages without reasoning the reasoning of the newest matching reply.
     pub fn restore_reasoning(&self, messages: &mut [Message]) {
-        for m in messages.iter_mut().filter(|m| m.role == Role::Assistant && m.reasoning.is_none()) {
+        for m in messages
+            .iter_mut()
+            .filter(|m| m.role == Role::Assistant && m.reasoning.is_none())
+        {
             let text = m.content.trim();
             if let Some((_, r)) = self.recent.iter().rev().find(|(a, _)| a == text) {
                 m.reasoning = Some(r.clone());

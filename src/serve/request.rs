@@ -48,11 +48,8 @@ impl ChatRequest {
 /// Parse and check a request body for the model served as `model_id`.
 pub fn parse_chat_request(body: &[u8], model_id: &str) -> Result<ChatRequest, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::status(
-            400,
-            format!("request body is not valid JSON: {e}").replace('\n', " "),
-        )
-        .with_code("invalid_json")
+        ApiError::status(400, format!("request body is not valid JSON: {e}").replace('\n', " "))
+            .with_code("invalid_json")
     })?;
     let Value::Object(obj) = value else {
         return Err(ApiError::status(400, "request body must be a JSON object"));
@@ -83,10 +80,15 @@ pub fn parse_chat_request(body: &[u8], model_id: &str) -> Result<ChatRequest, Ap
     if let Some(n) = f.int("n")?
         && n != 1
     {
-        return Err(ApiError::field("n", format!("{n}: only one choice (n = 1) is generated")));
+        return Err(ApiError::field(
+            "n",
+            format!("{n}: only one choice (n = 1) is generated"),
+        ));
     }
     for unsupported in ["tools", "functions", "tool_choice"] {
-        if f.get(unsupported).is_some_and(|v| !v.is_null() && v != &Value::Array(vec![])) {
+        if f.get(unsupported)
+            .is_some_and(|v| !v.is_null() && v != &Value::Array(vec![]))
+        {
             return Err(ApiError::field(unsupported, "tool calls are not supported"));
         }
     }
@@ -99,11 +101,26 @@ pub fn parse_chat_request(body: &[u8], model_id: &str) -> Result<ChatRequest, Ap
         messages,
         stream,
         include_usage,
-        temperature: f.number("temperature")?.map(|v| checked("temperature", settings::check_temp(v))).transpose()?,
-        top_p: f.number("top_p")?.map(|v| checked("top_p", settings::check_top_p(v))).transpose()?,
-        top_k: f.int("top_k")?.map(|v| checked("top_k", settings::check_top_k(v))).transpose()?,
-        min_p: f.number("min_p")?.map(|v| checked("min_p", settings::check_min_p(v))).transpose()?,
-        seed: f.int("seed")?.map(|v| checked("seed", settings::check_seed(v))).transpose()?,
+        temperature: f
+            .number("temperature")?
+            .map(|v| checked("temperature", settings::check_temp(v)))
+            .transpose()?,
+        top_p: f
+            .number("top_p")?
+            .map(|v| checked("top_p", settings::check_top_p(v)))
+            .transpose()?,
+        top_k: f
+            .int("top_k")?
+            .map(|v| checked("top_k", settings::check_top_k(v)))
+            .transpose()?,
+        min_p: f
+            .number("min_p")?
+            .map(|v| checked("min_p", settings::check_min_p(v)))
+            .transpose()?,
+        seed: f
+            .int("seed")?
+            .map(|v| checked("seed", settings::check_seed(v)))
+            .transpose()?,
         max_tokens,
         think: parse_think(&f)?,
     })
@@ -194,7 +211,12 @@ fn parse_messages(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
             None => return Err(ApiError::field(name("content"), "is required")),
             Some(Value::String(s)) => s.clone(),
             Some(Value::Array(parts)) => text_parts(parts, &name("content"))?,
-            Some(_) => return Err(ApiError::field(name("content"), "must be a string or an array of text parts")),
+            Some(_) => {
+                return Err(ApiError::field(
+                    name("content"),
+                    "must be a string or an array of text parts",
+                ));
+            }
         };
         let reasoning = match role {
             Role::Assistant => match m.string("reasoning_content", &name("reasoning_content"))? {
@@ -203,7 +225,11 @@ fn parse_messages(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
             },
             _ => None,
         };
-        out.push(Message { role, content, reasoning });
+        out.push(Message {
+            role,
+            content,
+            reasoning,
+        });
     }
     match out.last() {
         Some(m) if m.role == Role::User => Ok(out),
@@ -314,7 +340,10 @@ mod tests {
         assert_eq!(r.messages[1].content, "ab");
         assert_eq!(r.messages[2].reasoning.as_deref(), Some("r"));
         let s = r.sampling(&SamplingParams::default());
-        assert_eq!((s.temperature, s.top_p, s.top_k, s.min_p, s.seed), (0.0, 0.9, 40, 0.1, Some(7)));
+        assert_eq!(
+            (s.temperature, s.top_p, s.top_k, s.min_p, s.seed),
+            (0.0, 0.9, 40, 0.1, Some(7))
+        );
         assert_eq!(r.max_tokens, Some(12));
         assert_eq!(r.think, Some(ThinkMode::Off));
     }
@@ -325,7 +354,10 @@ mod tests {
         let think = |extra: &str| parse(&format!("{{{base},{extra}}}")).unwrap().think;
         assert_eq!(think(r#""thinking":{"type":"enabled"}"#), Some(ThinkMode::High));
         assert_eq!(think(r#""thinking":false"#), Some(ThinkMode::Off));
-        assert_eq!(think(r#""chat_template_kwargs":{"thinking":true}"#), Some(ThinkMode::High));
+        assert_eq!(
+            think(r#""chat_template_kwargs":{"thinking":true}"#),
+            Some(ThinkMode::High)
+        );
         assert_eq!(think(r#""reasoning_effort":"max""#), Some(ThinkMode::Max));
         assert_eq!(parse(&format!("{{{base}}}")).unwrap().think, None);
     }
@@ -336,7 +368,10 @@ mod tests {
         assert_eq!(refused("{"), (400, String::new()));
         assert_eq!(refused("[1]"), (400, String::new()));
         assert_eq!(refused(&format!(r#"{{"messages":{user}}}"#)), (400, "model".into()));
-        assert_eq!(refused(&format!(r#"{{"model":"other","messages":{user}}}"#)), (404, "model".into()));
+        assert_eq!(
+            refused(&format!(r#"{{"model":"other","messages":{user}}}"#)),
+            (404, "model".into())
+        );
         assert_eq!(refused(r#"{"model":"m"}"#), (400, "messages".into()));
         assert_eq!(refused(r#"{"model":"m","messages":[]}"#), (400, "messages".into()));
         assert_eq!(
@@ -371,6 +406,10 @@ mod tests {
             );
         }
         let e = parse(&format!(r#"{{"model":"m","messages":{user},"temperature":-1}}"#)).unwrap_err();
-        assert!(e.message.starts_with("temperature: -1 is out of range"), "{}", e.message);
+        assert!(
+            e.message.starts_with("temperature: -1 is out of range"),
+            "{}",
+            e.message
+        );
     }
 }

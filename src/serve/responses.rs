@@ -16,9 +16,7 @@ use super::turn::{Timings, Usage};
 
 /// Seconds since the epoch (`created`).
 pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// Identity of one completion, shared by all chunks of a stream.

@@ -55,7 +55,11 @@ impl Timings {
 }
 
 fn per_second(n: u32, ms: f64) -> f64 {
-    if n == 0 || ms <= 0.0 { 0.0 } else { n as f64 * 1000.0 / ms }
+    if n == 0 || ms <= 0.0 {
+        0.0
+    } else {
+        n as f64 * 1000.0 / ms
+    }
 }
 
 /// How a turn that started ended.
@@ -113,9 +117,9 @@ pub fn run_turn(
                 timings.prompt_ms = elapsed.as_secs_f64() * 1000.0;
             }
             Event::Text { kind, text } => {
-                if !cancelled && (!sink.text(kind, &text) || client_gone()) {
-                    cancelled = worker.send(Command::Cancel);
-                }
+                // Once cancelled, the rest of the text has nowhere to go.
+                let delivered = cancelled || (sink.text(kind, &text) && !client_gone());
+                cancelled |= !delivered && worker.send(Command::Cancel);
             }
             Event::TokenTiming { elapsed, .. } => timings.predicted_ms += elapsed.as_secs_f64() * 1000.0,
             Event::Error { message, .. } => error = Some(message),
