@@ -227,7 +227,9 @@ def hangups(args, c):
     stream.close()
     idle = wait_idle(args, 3.0)
     h = health(args)
-    check("a streaming client that disconnects stops the engine", idle is not None, h)
+    # A decode step of the tiny model takes ~10 ms; a second allows for a loaded CI machine.
+    check("a streaming client that disconnects stops the engine within a second",
+          idle is not None and idle < 1.0, f"idle after {idle} s: {h}")
     print(f"     (engine idle {idle:.3f} s after the hang-up)" if idle is not None else "")
     last = h.get("last_turn") or {}
     check("the disconnected stream's turn was cancelled early", last.get("finish_reason") == "cancelled"
@@ -247,7 +249,8 @@ def hangups(args, c):
     s.close()
     idle = wait_idle(args, 3.0)
     h = health(args)
-    check("a non-streaming client that disconnects stops the engine", idle is not None
+    check("a non-streaming client that disconnects stops the engine within a second",
+          idle is not None and idle < 1.0
           and (h.get("last_turn") or {}).get("finish_reason") == "cancelled", h)
 
     r = c.chat.completions.create(model=args.model, messages=messages("Hi"), max_tokens=3, reasoning_effort="none")
