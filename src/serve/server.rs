@@ -140,6 +140,7 @@ pub fn run(opts: ServeOptions) -> Result<(), String> {
         "ds4-chat serve: model \"{}\" listening on http://{bound}",
         server.model_id
     );
+    start_idle_drain(server.clone());
     let open = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
         let Ok(mut stream) = conn else { continue };
@@ -161,6 +162,35 @@ pub fn run(opts: ServeOptions) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// How often the worker's events are read while no turn runs.
+const IDLE_DRAIN_PERIOD: Duration = Duration::from_secs(2);
+
+/// Between turns nobody reads the worker's events, but the residency sampler and a warm-up keep
+/// sending them: read them every few seconds so they do not pile up, and log the ones meant for
+/// people. A turn holds the worker's lock for its whole run, so this never takes a turn's events.
+fn start_idle_drain(server: Arc<Server>) {
+    let _ = std::thread::Builder::new()
+        .name("ds4-serve-drain".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(IDLE_DRAIN_PERIOD);
+                let Ok(worker) = server.worker.try_lock() else { continue };
+                while let Some(event) = worker.try_recv() {
+                    match event {
+                        Event::Notice { message } => eprintln!("ds4-chat serve: {message}"),
+                        Event::Error { message, .. } => eprintln!("ds4-chat serve: error: {message}"),
+                        Event::WarmupDone { total_bytes, elapsed } => eprintln!(
+                            "ds4-chat serve: weights warm ({} in {:.1} s)",
+                            crate::units::fmt_bytes(total_bytes),
+                            elapsed.as_secs_f64()
+                        ),
+                        _ => {}
+                    }
+                }
+            }
+        });
 }
 
 fn refuse_busy(stream: &mut TcpStream) {
