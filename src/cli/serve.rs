@@ -11,13 +11,20 @@ use crate::model::chat::ThinkMode;
 use crate::serve::auth::ApiKey;
 use crate::serve::{ServeOptions, TurnDefaults};
 
+/// Seed of the `--demo` model (the chat app's default).
+const DEMO_SEED: u64 = 1;
+
 /// Default request body limit (a 1M-token prompt is about 4 MB of text).
 const DEFAULT_MAX_BODY: usize = 8 << 20;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Model file (ds4 GGUF).
-    pub model: PathBuf,
+    #[arg(required_unless_present = "demo")]
+    pub model: Option<PathBuf>,
+    /// Serve the tiny generated demo model (random text; for trying clients) instead of a file.
+    #[arg(long, conflicts_with = "model")]
+    pub demo: bool,
     /// Address to listen on; anything but loopback needs --api-key-env.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -64,22 +71,24 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
 }
 
 fn options(a: &Args) -> Result<ServeOptions, String> {
-    if !a.model.is_file() {
-        return Err(format!("{}: no such model file", a.model.display()));
-    }
+    let (source, file_id) = match (&a.model, a.demo) {
+        (Some(p), false) if p.is_file() => (
+            ModelSource::File(p.clone()),
+            p.file_stem().map(|s| s.to_string_lossy().into_owned()),
+        ),
+        (Some(p), false) => return Err(format!("{}: no such model file", p.display())),
+        (None, true) => (ModelSource::Demo { seed: DEMO_SEED }, Some("ds4-demo".to_string())),
+        _ => return Err("give a model file or --demo".into()),
+    };
     let key = match &a.api_key_env {
         Some(var) => ApiKey::from_env(var)?,
         None => ApiKey::none(),
     };
-    let model_id = a.model_name.clone().unwrap_or_else(|| {
-        a.model
-            .file_stem()
-            .map_or_else(|| "ds4".to_string(), |s| s.to_string_lossy().into_owned())
-    });
+    let model_id = a.model_name.clone().or(file_id).unwrap_or_else(|| "ds4".to_string());
     Ok(ServeOptions {
         addr: resolve(&a.host, a.port)?,
         load: LoadRequest {
-            source: ModelSource::File(a.model.clone()),
+            source,
             ctx: named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX))?,
             backend: named("--backend", settings::parse_backend(&a.backend))?,
             weights: named("--weights", settings::parse_weights(&a.weights))?,
