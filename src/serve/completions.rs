@@ -7,7 +7,7 @@
 
 use std::net::TcpStream;
 
-use crate::engine::events::{FinishReason, TextKind, TurnRequest};
+use crate::engine::events::{TextKind, TurnRequest};
 use crate::model::chat::Conversation;
 
 use super::disconnect::HangupWatch;
@@ -15,9 +15,9 @@ use super::error::ApiError;
 use super::http;
 use super::request::ChatRequest;
 use super::responses::{self, CompletionId};
-use super::server::{LastTurn, Server};
+use super::server::Server;
 use super::sse::SseWriter;
-use super::turn::{TurnOutcome, TurnSink, run_turn};
+use super::turn::{TurnSink, run_turn};
 
 /// A non-streaming turn's text.
 #[derive(Default)]
@@ -138,20 +138,4 @@ pub fn serve(server: &Server, stream: &mut TcpStream, mut req: ChatRequest) -> R
     );
     let _ = http::write_json(stream, 200, &body);
     Ok(())
-}
-
-impl LastTurn {
-    pub fn of(outcome: &TurnOutcome) -> LastTurn {
-        LastTurn {
-            finish_reason: if outcome.client_gone {
-                "cancelled"
-            } else if outcome.finish == FinishReason::Cancelled {
-                "error"
-            } else {
-                responses::finish_reason(outcome.finish)
-            },
-            completion_tokens: outcome.usage.completion_tokens,
-            cached_tokens: outcome.usage.cached_tokens,
-        }
-    }
 }

@@ -54,6 +54,22 @@ pub struct LastTurn {
     pub cached_tokens: u32,
 }
 
+impl LastTurn {
+    fn of(outcome: &TurnOutcome) -> LastTurn {
+        LastTurn {
+            finish_reason: if outcome.client_gone {
+                "cancelled"
+            } else if outcome.finish == crate::engine::events::FinishReason::Cancelled {
+                "error"
+            } else {
+                super::responses::finish_reason(outcome.finish)
+            },
+            completion_tokens: outcome.usage.completion_tokens,
+            cached_tokens: outcome.usage.cached_tokens,
+        }
+    }
+}
+
 pub struct Server {
     pub model_id: String,
     pub ctx: u32,
