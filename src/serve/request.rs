@@ -164,7 +164,7 @@ impl Fields<'_> {
             None => Ok(None),
             Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
                 (Some(v), _) => Ok(Some(v)),
-                (None, Some(_)) => Ok(Some(i64::MAX)),
+                (None, Some(_)) => Err(ApiError::field(k, format!("{n} is too large"))),
                 (None, None) => Err(ApiError::field(k, format!("{n} is not an integer"))),
             },
             Some(_) => Err(ApiError::field(k, "must be an integer")),
@@ -394,6 +394,7 @@ mod tests {
             ("top_k", "5000"),
             ("min_p", "2"),
             ("seed", "-1"),
+            ("seed", "18446744073709551615"),
             ("max_tokens", "0"),
             ("stream", "\"yes\""),
             ("n", "2"),
