@@ -256,6 +256,27 @@ def hangups(args, c):
     r = c.chat.completions.create(model=args.model, messages=messages("Hi"), max_tokens=3, reasoning_effort="none")
     check("the next request after a hang-up works", r.usage.completion_tokens > 0, r)
 
+    # A client that leaves while queued is skipped: the running turn is the last one.
+    running = threading.Thread(target=lambda: c.chat.completions.create(
+        model=args.model, messages=messages("Count."), max_tokens=100, seed=3, reasoning_effort="none"))
+    running.start()
+    t0 = time.time()
+    while not health(args)["generating"] and time.time() - t0 < 10:
+        time.sleep(0.005)
+    s = socket.create_connection((u.hostname, u.port))
+    s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    while health(args)["queued"] < 1 and time.time() - t0 < 10:
+        time.sleep(0.005)
+    queued = health(args)["queued"]
+    s.close()
+    running.join(120)
+    wait_idle(args, 3.0)
+    h = health(args)
+    last = h.get("last_turn") or {}
+    check("a client that leaves while queued is skipped", queued == 1 and last.get("finish_reason") == "length"
+          and last.get("completion_tokens") == 100 and h["queued"] == 0, (queued, h))
+
 
 def malformed(args, c):
     """Bad requests: each a 4xx JSON error naming the problem; the server stays up."""
