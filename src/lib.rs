@@ -2,7 +2,8 @@
 //!
 //! Layers, bottom up: `gguf` (file format) → `model` (hyperparameters, weights, tokenizer, chat) →
 //! `backend` (CPU reference, HIP) → `engine` (session, sampler, worker, metrics) → `tui`.
-//! `units` (byte formatting) sits below them all. `cli` wires the subcommands; `genmodel` writes synthetic ds4-layout files for tests and `--demo`.
+//! `units` (byte formatting) sits below them all. `cli` wires the subcommands; `genmodel` writes synthetic ds4-layout files for tests and `--demo`; `serve` is the OpenAI-compatible
+//! HTTP server on the engine worker.
 
 pub mod backend;
 pub mod cli;
@@ -10,5 +11,6 @@ pub mod engine;
 pub mod genmodel;
 pub mod gguf;
 pub mod model;
+pub mod serve;
 pub mod tui;
 pub mod units;
