@@ -1,9 +1,10 @@
 //! The single-copy weight load on the HIP runtime emulator (every hip* call runs on the CPU): the
 //! bytes on the device equal the file through O_DIRECT reads (a file on a disk filesystem under
-//! target/), through plain reads, and from /dev/shm (tmpfs, which refuses O_DIRECT before Linux
-//! 6.6; the forced refusal is a unit test in weights.rs); the file's pages are gone from the page
-//! cache after a load that drops them behind, where the filesystem honours DONTNEED; the staging
-//! pipeline keeps every byte across several chunks and a padded tail.
+//! target/), through plain reads, from the file mapping registered chunk by chunk, and from
+//! /dev/shm (tmpfs, which refuses O_DIRECT before Linux 6.6; the forced refusal is a unit test in
+//! weight_load.rs); the file's pages are gone from the page cache after a load that drops them
+//! behind, where the filesystem honours DONTNEED; the multi-threaded staging pipeline keeps every
+//! byte across many chunks and a padded tail.
 //!
 //! One test function: the emulator is selected through process environment variables before the
 //! HIP runtime is first loaded. Run with `--features hip`.
@@ -15,9 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ds4_chat::backend::hip::HipContext;
-use ds4_chat::backend::hip::weights::{
-    DIRECT_ALIGN, DeviceWeights, DirectReads, LoadOptions, STAGING_BYTES, upload_with,
-};
+use ds4_chat::backend::hip::weights::{DIRECT_ALIGN, DeviceWeights, LoadOptions, ReadMode, Staging, upload_with};
 use ds4_chat::engine::residency::file_cached_bytes;
 use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
 use ds4_chat::model::Model;
@@ -65,19 +64,33 @@ fn assert_device_equals_file(ctx: &HipContext, model: &Model, w: &DeviceWeights)
 
 /// Load `path` (no drop-behind), check that the load says it used `method`, and compare the device
 /// copy with the file; everything is released on return.
-fn load_and_compare(ctx: &HipContext, path: &Path, direct: DirectReads, method: &str) {
-    let (model, w) = load(ctx, path, direct, false);
+fn load_and_compare(ctx: &HipContext, path: &Path, mode: ReadMode, method: &str) {
+    let (model, w) = load(ctx, path, mode, false);
     assert!(w.method.starts_with(method), "{}", w.method);
     assert_device_equals_file(ctx, &model, &w);
 }
 
-fn load(ctx: &HipContext, path: &Path, direct: DirectReads, drop_behind: bool) -> (Arc<Model>, DeviceWeights) {
+fn load(ctx: &HipContext, path: &Path, mode: ReadMode, drop_behind: bool) -> (Arc<Model>, DeviceWeights) {
     let model = Arc::new(Model::open(path).unwrap());
-    let opts = LoadOptions { direct, drop_behind };
+    let opts = options(mode, drop_behind);
     let mut last = (0, 0);
     let w = DeviceWeights::upload_with_options(ctx, &model, opts, &mut |d, t| last = (d, t)).unwrap();
     assert_eq!(last, (w.len_bytes() as u64, w.len_bytes() as u64));
     (model, w)
+}
+
+/// Small chunks, so the tiny model crosses several of them on three reader threads.
+fn options(mode: ReadMode, drop_behind: bool) -> LoadOptions {
+    let staging = Staging {
+        chunk_bytes: 1 << 20,
+        buffers: 6,
+        threads: 3,
+    };
+    LoadOptions {
+        mode,
+        drop_behind,
+        staging,
+    }
 }
 
 #[test]
@@ -100,8 +113,8 @@ fn single_copy_load_on_the_emulator() {
     load_and_compare(
         &ctx,
         &path,
-        DirectReads::Always,
-        "O_DIRECT reads through 4 pinned staging buffers",
+        ReadMode::Direct,
+        "O_DIRECT reads through pinned staging (3 threads, 6 x 1 MiB)",
     );
 
     // Auto on a file fully in the page cache: plain reads, said why.
@@ -109,8 +122,16 @@ fn single_copy_load_on_the_emulator() {
     load_and_compare(
         &ctx,
         &path,
-        DirectReads::Auto,
-        "plain reads (100% of the file in the page cache)",
+        ReadMode::Auto,
+        "plain reads (100% of the file in the page cache) through pinned staging",
+    );
+
+    // No staging copy: the file mapping registered chunk by chunk.
+    load_and_compare(
+        &ctx,
+        &path,
+        ReadMode::Register,
+        "registered file mapping, chunk by chunk",
     );
 
     // Pages dropped behind the reads, where the filesystem honours DONTNEED. Pages the model's
@@ -126,10 +147,7 @@ fn single_copy_load_on_the_emulator() {
         "{} of {size} cached after reading the file",
         cached(&path)
     );
-    let opts = LoadOptions {
-        direct: DirectReads::Never,
-        drop_behind: true,
-    };
+    let opts = options(ReadMode::Buffered, true);
     let w = DeviceWeights::upload_with_options(&ctx, &model, opts, &mut |_, _| {}).unwrap();
     // Measured before anything reads the tensors through the mapping again.
     let after = cached(&path);
@@ -143,7 +161,7 @@ fn single_copy_load_on_the_emulator() {
         );
         // Without the drop the same load leaves the file cached.
         drop_pages(&path);
-        let (_m, _w) = load(&ctx, &path, DirectReads::Never, false);
+        let (_m, _w) = load(&ctx, &path, ReadMode::Buffered, false);
         assert!(cached(&path) >= size / 2, "{} of {size}", cached(&path));
     } else {
         eprintln!("this filesystem ignores POSIX_FADV_DONTNEED: page-drop check skipped");
@@ -156,7 +174,7 @@ fn single_copy_load_on_the_emulator() {
         std::fs::copy(&path, &p).unwrap();
         // tmpfs takes O_DIRECT since Linux 6.6; older kernels refuse it (the weights.rs unit tests
         // force the refusal on any kernel).
-        let (model, w) = load(&ctx, &p, DirectReads::Always, false);
+        let (model, w) = load(&ctx, &p, ReadMode::Direct, false);
         assert!(
             w.method.starts_with("plain reads (O_DIRECT refused: ") || w.method.starts_with("O_DIRECT reads"),
             "{}",
@@ -169,21 +187,30 @@ fn single_copy_load_on_the_emulator() {
         eprintln!("/dev/shm is not tmpfs here: O_DIRECT fallback check skipped");
     }
 
-    // The pipeline on its own: three full chunks and a tail padded to the alignment, through the
-    // four staging buffers; every byte lands where it belongs.
-    let total = 3 * STAGING_BYTES + 12_345;
+    // The pipeline on its own: many full chunks and a tail padded to the alignment, filled by
+    // four threads in whatever order they finish; every byte lands where it belongs.
+    let staging = Staging {
+        chunk_bytes: 1 << 20,
+        buffers: 6,
+        threads: 4,
+    };
+    let total = 37 * staging.chunk_bytes + 12_345;
     let pattern = |i: usize| (i.wrapping_mul(2_654_435_761) >> 13) as u8;
-    let mut read = |offset: usize, out: &mut [u8]| {
-        assert_eq!(offset % STAGING_BYTES, 0);
+    let read = |offset: usize, out: &mut [u8]| {
+        assert_eq!(offset % staging.chunk_bytes, 0);
         assert_eq!(out.len() % DIRECT_ALIGN, 0);
         for (i, b) in out.iter_mut().enumerate() {
             *b = pattern(offset + i);
         }
         Ok(())
     };
-    let mut chunks = 0;
-    let buf = upload_with(&ctx, total, DIRECT_ALIGN, &mut read, &mut |_, _| chunks += 1).unwrap();
-    assert_eq!(chunks, 4);
+    let (mut chunks, mut last) = (0, 0);
+    let buf = upload_with(&ctx, total, DIRECT_ALIGN, staging, &read, &mut |d, _| {
+        assert!(d > last);
+        (chunks, last) = (chunks + 1, d);
+    })
+    .unwrap();
+    assert_eq!((chunks, last), (38, total as u64));
     let mut back = vec![0u8; total];
     // SAFETY: `back` has the buffer's length.
     unsafe { ctx.copy_device_to_host(buf.ptr(), &mut back) }.unwrap();

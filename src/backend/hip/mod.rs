@@ -64,6 +64,7 @@ pub mod profile;
 pub mod runtime;
 pub mod selftest;
 pub mod selftest_forward;
+pub mod weight_load;
 pub mod weights;
 
 pub use backend::HipBackend;

@@ -161,6 +161,31 @@ impl DeviceBuffer {
         })
     }
 
+    /// Enqueue a copy of `bytes` from the host address `src` (a pinned buffer or a registered range).
+    ///
+    /// # Safety
+    /// `src..src+bytes` must be page-locked host memory that stays mapped and unchanged until the
+    /// stream passes this copy.
+    pub unsafe fn copy_from_locked_host_async(
+        &mut self,
+        offset: usize,
+        src: *const u8,
+        bytes: usize,
+        stream: &Stream,
+    ) -> HipResult<()> {
+        range_check("hipMemcpyAsync", offset, bytes, self.bytes)?;
+        // SAFETY: in-bounds device range; the host range is the caller's promise.
+        check("hipMemcpyAsync", unsafe {
+            (self.ctx.api().hipMemcpyAsync)(
+                self.ptr().offset(offset).as_mut_ptr(),
+                src as *mut c_void,
+                bytes,
+                ffi::MEMCPY_HOST_TO_DEVICE,
+                stream.raw,
+            )
+        })
+    }
+
     /// Enqueue a copy into a pinned host buffer.
     pub fn copy_to_pinned_async(
         &self,
