@@ -19,14 +19,16 @@ const FAST_GEMM_TOL: f64 = 1e-5;
 /// Every check of this file, with its shapes: partial row and token tiles, a K tail that is not a
 /// whole stage, grouped projections.
 pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
-    for (n_in, n_out, rows_per_group, n_tok) in [(1056usize, 200usize, 200usize, 150usize), (1024, 512, 128, 70)] {
+    for (n_in, n_out, rows_per_group, n_tok) in [(1056usize, 200usize, 256usize, 150usize), (1024, 512, 128, 70)] {
         let name = format!("kernel.gemm_q8_0_mma[{n_in}x{n_out},group {rows_per_group},{n_tok} tok]");
         let shape = (n_in, n_out, rows_per_group, n_tok);
         emit(guard(&name, || check_gemm_q8_0_mma(gpu, rng, &name, shape)));
     }
     for (n_in, n_out, n_tok) in [(2056usize, 77usize, 150usize), (512, 130, 33)] {
         let name = format!("kernel.gemm_f16_mma[{n_in}x{n_out},{n_tok} tok]");
-        emit(guard(&name, || check_gemm_f16_mma(gpu, rng, &name, (n_in, n_out, n_tok))));
+        emit(guard(&name, || {
+            check_gemm_f16_mma(gpu, rng, &name, (n_in, n_out, n_tok))
+        }));
     }
 }
 
@@ -68,7 +70,13 @@ fn check_gemm_q8_0_mma(
             )
         })
         .collect();
-    Ok(close_scaled(name, &got, &want, FAST_GEMM_TOL, format!("{n_tok} tokens")))
+    Ok(close_scaled(
+        name,
+        &got,
+        &want,
+        FAST_GEMM_TOL,
+        format!("{n_tok} tokens"),
+    ))
 }
 
 fn check_gemm_f16_mma(

@@ -124,8 +124,8 @@ typedef ds4emu_vec<int, 2> ds4emu_v2i;
 // Copies `bytes` (<= 64) from every lane of this thread's wave into all[lane * bytes].
 void ds4emu_warp_gather(const void* mine, unsigned bytes, void* all);
 
+#if DS4_EMU_WARP == 32  // wave32 instructions (the wave64 emulator runs mma.h's scalar fallback)
 inline ds4emu_v8f __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(ds4emu_v16h a, ds4emu_v16h b, ds4emu_v8f c) {
-    static_assert(DS4_EMU_WARP == 32, "wave32 WMMA");
     ds4emu_v16h as[32], bs[32];
     ds4emu_warp_gather(&a, sizeof a, as);
     ds4emu_warp_gather(&b, sizeof b, bs);
@@ -141,7 +141,6 @@ inline ds4emu_v8f __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(ds4emu_v16h a, ds4e
 
 inline ds4emu_v8i __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32(bool a_signed, ds4emu_v4i a, bool b_signed,
                                                               ds4emu_v4i b, ds4emu_v8i c, bool clamp) {
-    static_assert(DS4_EMU_WARP == 32, "wave32 WMMA");
     ds4emu_v4i as[32], bs[32];
     ds4emu_warp_gather(&a, sizeof a, as);
     ds4emu_warp_gather(&b, sizeof b, bs);
@@ -159,3 +158,4 @@ inline ds4emu_v8i __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32(bool a_signed, ds4e
     }
     return c;
 }
+#endif
