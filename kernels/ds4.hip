@@ -12,3 +12,4 @@
 #include "indexer.hip"
 #include "sample.hip"
 #include "gemm.hip"
+#include "gemm_fast.hip"

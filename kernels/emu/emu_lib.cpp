@@ -50,6 +50,7 @@ Barrier g_block_bar;
 std::vector<Barrier> g_warp_bar;
 std::vector<uint64_t> g_shfl;      // two slots per thread: shuffles alternate between them
 std::vector<unsigned> g_shfl_phase;  // per thread
+std::vector<char> g_gather;          // 64 bytes per thread (ds4emu_warp_gather)
 
 void yield_to_scheduler() {
     if (!_setjmp(g_fibers[g_cur].jb)) _longjmp(g_sched_jb, 1);
@@ -106,6 +107,7 @@ bool run_block(unsigned nthreads) {
     g_warp_bar.assign((nthreads + DS4_EMU_WARP - 1) / DS4_EMU_WARP, Barrier{});
     g_shfl.assign(2 * (size_t)nthreads, 0);
     g_shfl_phase.assign(nthreads, 0);
+    g_gather.assign(64 * (size_t)nthreads, 0);
     g_block_bar = Barrier{};
     for (unsigned i = 0; i < nthreads; ++i) {
         Fiber& f = g_fibers[i];
@@ -175,7 +177,7 @@ const std::vector<Entry>& registry() {
         K(ds4_argmax), K(ds4_sample_min_p), K(ds4_gemm_q8_0), K(ds4_gemm_q8_0_swiglu), K(ds4_moe_group),
         K(ds4_moe_gemm_gate_up_iq2_xxs), K(ds4_moe_gemm_gate_up_q2_k), K(ds4_moe_gemm_gate_up_q4_k),
         K(ds4_moe_gemm_down_iq2_xxs), K(ds4_moe_gemm_down_q2_k), K(ds4_moe_gemm_down_q4_k), K(ds4_moe_sum),
-        K(ds4_gemm_f16), K(ds4_test_mathf),
+        K(ds4_gemm_f16), K(ds4_gemm_q8_0_mma), K(ds4_gemm_f16_mma), K(ds4_test_mathf),
         // Emulator-only test entries (tests/hip_kernels/emulator.rs; names start with ds4_emutest_).
         K(ds4_emutest_block_dot_f16_seq),
     };
@@ -199,6 +201,16 @@ void ds4emu_shfl_exchange(uint64_t mine, unsigned src_thread, uint64_t* out) {
     g_shfl[2 * threadIdx.x + ph] = mine;
     ds4emu_warp_sync();
     *out = g_shfl[2 * (size_t)src_thread + ph];
+}
+
+// Two warp barriers: every lane has written its slot before any reads, and has read before any
+// lane's next gather overwrites it.
+void ds4emu_warp_gather(const void* mine, unsigned bytes, void* all) {
+    const unsigned lane = threadIdx.x % DS4_EMU_WARP, w0 = threadIdx.x - lane;
+    memcpy(&g_gather[64 * (size_t)threadIdx.x], mine, bytes);
+    ds4emu_warp_sync();
+    for (unsigned i = 0; i < DS4_EMU_WARP; ++i) memcpy((char*)all + (size_t)i * bytes, &g_gather[64 * (size_t)(w0 + i)], bytes);
+    ds4emu_warp_sync();
 }
 
 extern "C" int ds4emu_warp_size(void) { return DS4_EMU_WARP; }

@@ -21,6 +21,7 @@ mod hip_emu;
 mod attention;
 mod cache;
 mod emulator;
+mod gemm_fast;
 mod hc;
 mod matvec;
 mod moe;
@@ -50,8 +51,9 @@ pub fn open_gpu() -> Option<Gpu> {
 
 type Group = fn(&Gpu, &mut CheckRng, &mut dyn FnMut(CheckResult));
 
-const GROUPS: [(&str, Group); 6] = [
+const GROUPS: [(&str, Group); 7] = [
     ("matvec", matvec::run),
+    ("gemm_fast", gemm_fast::run),
     ("moe", moe::run),
     ("hc", hc::run),
     ("attention", attention::run),

@@ -239,7 +239,7 @@ impl Pass<'_> {
             ))?;
         } else {
             for (out, w) in [(&a.ckv, &cw.kv), (&a.csc, &cw.gate)] {
-                self.launch(&kernels::gemm_f16(p0(out), self.w(w), p0(&a.xn), ne, width, ne, n))?;
+                self.proj_f16(p0(out), self.w(w), p0(&a.xn), ne, width, ne, n)?;
             }
         }
         self.launch(&kernels::compressor_pool(

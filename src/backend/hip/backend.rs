@@ -14,6 +14,7 @@
 use std::cell::{Cell, OnceCell};
 use std::sync::Arc;
 
+use crate::backend::arithmetic::Arithmetic;
 use crate::backend::{Backend, DevicePick, DeviceSample, EngineError, MemoryReport, Progress, WeightsPlacement};
 use crate::model::Model;
 
@@ -53,6 +54,8 @@ pub struct HipBackend {
     acts: Acts,
     /// Batches up to this size take the decode kernels token by token (`HipOptions::matvec_tokens`).
     matvec_tokens: usize,
+    /// The kernels' arithmetic contract (`HipOptions::arithmetic`): fast prefill GEMMs on matrix cores.
+    arithmetic: Arithmetic,
     kv_bytes: u64,
     scratch_bytes: u64,
     ropes: Vec<RopeParams>,
@@ -160,6 +163,7 @@ impl HipBackend {
             layers,
             acts,
             matvec_tokens: options.matvec_tokens.max(1),
+            arithmetic: options.arithmetic,
             kv_bytes,
             scratch_bytes,
             ropes: layers::layer_ropes(hp),
@@ -183,6 +187,7 @@ impl HipBackend {
             layers: &self.layers,
             ropes: &self.ropes,
             matvec_tokens: self.matvec_tokens,
+            arithmetic: self.arithmetic,
             stream: &self.stream,
             kernels: &self.kernels,
             profile: &self.profile,

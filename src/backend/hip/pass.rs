@@ -7,6 +7,7 @@
 //! methods of it.
 
 use crate::backend::EngineError;
+use crate::backend::arithmetic::Arithmetic;
 use crate::model::Model;
 use crate::model::weights::{ExpertTensor, TensorRef};
 
@@ -29,6 +30,8 @@ pub(super) struct Pass<'a> {
     pub(super) ropes: &'a [RopeParams],
     /// Batches up to this size take the decode kernels token by token (`prefill::token_wise`).
     pub(super) matvec_tokens: usize,
+    /// Fast mode: batched projections take the matrix-core GEMMs (kernels/gemm_fast.hip).
+    pub(super) arithmetic: Arithmetic,
     pub(super) stream: &'a Stream,
     pub(super) kernels: &'a KernelModule,
     pub(super) profile: &'a LaunchProfile,
@@ -148,7 +151,7 @@ impl Pass<'_> {
     }
 
     /// y[t] = W · x_t for Q8_0 weights and Q8_0 activations: a matvec for one token, the tiled GEMM
-    /// for a chunk (when the group size fits its 64-row tiles).
+    /// for a chunk (when the group size fits its 64-row tiles; on matrix cores in fast mode).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn proj_q8_0(
         &self,
@@ -164,6 +167,8 @@ impl Pass<'_> {
     ) -> Result<(), EngineError> {
         let product = if self.token_wise(n) || !rows_per_group.is_multiple_of(GEMM_TILE) {
             kernels::matvec_q8_0
+        } else if self.arithmetic == Arithmetic::Fast {
+            kernels::gemm_q8_0_mma
         } else {
             kernels::gemm_q8_0
         };
@@ -186,7 +191,8 @@ impl Pass<'_> {
         self.proj_q8_0(y, w, xq, xd, n_in, n_out, n_out, n_in, n)
     }
 
-    /// y[t] = W · x_t for F16 weights and f32 activations (matvec for one token, GEMM for a chunk).
+    /// y[t] = W · x_t for F16 weights and f32 activations (matvec for one token, GEMM for a chunk:
+    /// on matrix cores in fast mode).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn proj_f16(
         &self,
@@ -200,6 +206,8 @@ impl Pass<'_> {
     ) -> Result<(), EngineError> {
         let product = if self.token_wise(n) {
             kernels::matvec_f16
+        } else if self.arithmetic == Arithmetic::Fast {
+            kernels::gemm_f16_mma
         } else {
             kernels::gemm_f16
         };

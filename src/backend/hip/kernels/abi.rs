@@ -164,6 +164,10 @@ kernel_defs! {
         tiles: Ptr, n_tiles: Ptr, n_ff: U32, n_out: U32, n_used: U32);
     MOE_SUM = "ds4_moe_sum"(out: Ptr, outp: Ptr, n_out: U32, n_used: U32);
     GEMM_F16 = "ds4_gemm_f16"(y: Ptr, w: Ptr, x: Ptr, n_in: U32, n_out: U32, x_stride: U32, n_tok: U32);
+    /// kernels/gemm_fast.hip (fast mode: matrix cores)
+    GEMM_Q8_0_MMA = "ds4_gemm_q8_0_mma"(y: Ptr, w: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_out: U32,
+        rows_per_group: U32, x_stride: U32, n_tok: U32);
+    GEMM_F16_MMA = "ds4_gemm_f16_mma"(y: Ptr, w: Ptr, x: Ptr, n_in: U32, n_out: U32, x_stride: U32, n_tok: U32);
     /// kernels/mathf.h (selftest of the transcendental functions)
     TEST_MATHF = "ds4_test_mathf"(out: Ptr, input: Ptr, n: U32, which: U32);
 }

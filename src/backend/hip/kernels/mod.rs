@@ -18,7 +18,7 @@
 //!
 //! Files: `abi` (parameter kinds, the kernel table, the argument packer), `launch` ([`Launch`]), one
 //! file of builders per kernel source (`norm_quant`, `matvec`, `moe`, `hc`, `rows`, `attention`,
-//! `compressor`, `indexer`, `sample`, `gemm`, `moe_grouped`), `code_objects` (the embedded images).
+//! `compressor`, `indexer`, `sample`, `gemm`, `gemm_fast`, `moe_grouped`), `code_objects` (the embedded images).
 //! Every public item is re-exported here: callers name them `kernels::X`.
 
 #![allow(clippy::too_many_arguments)]
@@ -28,6 +28,7 @@ mod attention;
 mod code_objects;
 mod compressor;
 mod gemm;
+mod gemm_fast;
 mod hc;
 mod indexer;
 mod launch;
@@ -43,6 +44,7 @@ pub use attention::*;
 pub use code_objects::*;
 pub use compressor::*;
 pub use gemm::*;
+pub use gemm_fast::*;
 pub use hc::*;
 pub use indexer::*;
 pub use launch::*;
