@@ -14,9 +14,9 @@ use crate::engine::events::WeightPlacement;
 use crate::model::Model;
 
 use super::backend::{HipBackend, placement_of};
-use super::footprint::session_bytes;
+use super::footprint::{ctx_hint, session_bytes};
 use super::kernel_module::KernelModule;
-use super::open::{FORWARD_ENV, copy_budget_of, forward_enabled, place_weights, plan_placement};
+use super::open::{DEVICE_RESERVE, FORWARD_ENV, copy_budget_of, forward_enabled, place_weights, plan_placement};
 use super::options::HipOptions;
 use super::runtime::HipContext;
 use super::weights::{DeviceWeights, data_section_bytes};
@@ -58,15 +58,21 @@ pub fn open_engine_with_progress(
     HipBackend::check_model(&model)?;
     let session = session_bytes(&model.hp, ctx);
     let budget = copy_budget_of(&hip, &kernels.target)?;
+    let weight_bytes = data_section_bytes(&model.file);
     let plan = plan_placement(
         weights,
-        data_section_bytes(&model.file),
+        weight_bytes,
         session,
         budget.free,
         budget.total,
         &budget.label,
         &|_| None,
-    )?;
+    )
+    .map_err(|e| {
+        let on_device = if weights == WeightPlacement::Map { 0 } else { weight_bytes };
+        let room = budget.free.saturating_sub(on_device + DEVICE_RESERVE);
+        format!("{e}; {}", ctx_hint(&model.hp, ctx, room))
+    })?;
     let (placed, reason) = place_weights(&hip, &model, plan, progress)?;
     Ok(HipEngine::new(hip, kernels, model, placed, reason))
 }
@@ -113,6 +119,10 @@ impl HipEngine {
         let session = session_bytes(&self.model.hp, ctx);
         plan_placement(WeightPlacement::Map, 0, session, free, total, self.hip.name(), &|_| {
             None
+        })
+        .map_err(|e| {
+            let room = free.saturating_sub(DEVICE_RESERVE);
+            format!("{e}; {}", ctx_hint(&self.model.hp, ctx, room))
         })?;
         HipBackend::with_weights(
             self.hip.clone(),

@@ -82,6 +82,34 @@ pub fn session_bytes(hp: &HParams, ctx: usize) -> SessionBytes {
     }
 }
 
+/// The largest context (a power of two from 4096 up to the model's) whose session fits in `room`
+/// bytes of device memory, if any.
+pub fn largest_ctx_within(hp: &HParams, room: u64) -> Option<usize> {
+    let top = (hp.context_length as usize).max(4096);
+    std::iter::successors(Some(4096usize), |c| c.checked_mul(2))
+        .take_while(|&c| c <= top)
+        .filter(|&c| {
+            let s = session_bytes(hp, c);
+            s.kv + s.scratch <= room
+        })
+        .last()
+}
+
+/// What a session of `ctx` tokens needs, and the largest context that fits `room` bytes when
+/// `ctx` does not: the tail of the memory guard's refusal.
+pub fn ctx_hint(hp: &HParams, ctx: usize, room: u64) -> String {
+    let s = session_bytes(hp, ctx);
+    let fits = match largest_ctx_within(hp, room) {
+        Some(c) if c < ctx => format!("--ctx {c} fits"),
+        _ => "no --ctx from 4096 up fits".to_string(),
+    };
+    format!(
+        "--ctx {ctx} needs KV {} + scratch {} (docs/memory.md); {fits}",
+        fmt_mib_or_gib(s.kv),
+        fmt_mib_or_gib(s.scratch)
+    )
+}
+
 /// The memory guard's one line: "too little device memory: need X, have Y <detail>".
 pub fn too_little_memory(need: u64, have: u64, detail: &str) -> String {
     format!(
@@ -89,4 +117,53 @@ pub fn too_little_memory(need: u64, have: u64, detail: &str) -> String {
         fmt_mib_or_gib(need),
         fmt_mib_or_gib(have)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Flash figures of docs/memory.md: device KV (raw rings for 1024-token chunks, compressed
+    /// and indexer rows, compressor states) and activations at 2k, 51k, 128k and 1M tokens; the KV
+    /// grows by exactly 13,760 bytes a token (f32 rows: 21 ratio-4 layers × (512 + 128) dims / 4 +
+    /// 20 ratio-128 layers × 512 dims / 128).
+    #[test]
+    fn flash_session_bytes_match_docs_memory() {
+        let hp = HParams::flash();
+        let kv = |ctx: usize, n: usize| layer_plans(&hp, ctx, n).iter().map(LayerPlan::bytes).sum::<u64>();
+        let docs = [
+            (2048usize, 141_937_664u64, 880_286_236u64),
+            (51_200, 818_269_184, 930_617_884),
+            (131_072, 1_917_307_904, 1_147_148_828),
+            (1 << 20, 14_542_162_944, 3_965_721_116),
+        ];
+        for (ctx, want_kv, want_scratch) in docs {
+            let n = prefill::PREFILL_CHUNK.min(ctx);
+            assert_eq!(kv(ctx, n), want_kv, "KV at {ctx}");
+            assert_eq!(acts::activation_bytes(&hp, n, ctx), want_scratch, "scratch at {ctx}");
+        }
+        assert_eq!(kv(2 * 65_536, 1024) - kv(65_536, 1024), 65_536 * 13_760);
+        // 16,384-token chunks: the rings grow by 15,360 rows of 2 KiB in each of 43 layers, and
+        // the activations (the attention and indexer scores most) 16-fold.
+        assert_eq!(kv(51_200, 16_384) - kv(51_200, 1024), 43 * 15_360 * 2048);
+        assert_eq!(acts::activation_bytes(&hp, 16_384, 131_072), 18_346_316_828);
+        assert_eq!(acts::activation_bytes(&hp, 16_384, 1 << 20), 63_443_473_436);
+    }
+
+    /// The hint names the largest power-of-two context that fits, and says when none does.
+    #[test]
+    fn ctx_hint_names_a_context_that_fits() {
+        let hp = HParams::flash();
+        let at = |c: usize| {
+            let s = session_bytes(&hp, c);
+            s.kv + s.scratch
+        };
+        assert_eq!(largest_ctx_within(&hp, at(65_536)), Some(65_536));
+        assert_eq!(largest_ctx_within(&hp, at(65_536) - 1), Some(32_768));
+        assert_eq!(largest_ctx_within(&hp, at(4096) - 1), None);
+        let hint = ctx_hint(&hp, 1 << 20, at(131_072) + 5);
+        assert!(hint.starts_with("--ctx 1048576 needs KV 13.54 GiB + scratch "), "{hint}");
+        assert!(hint.ends_with("; --ctx 131072 fits"), "{hint}");
+        assert!(ctx_hint(&hp, 8192, 0).ends_with("no --ctx from 4096 up fits"));
+    }
 }

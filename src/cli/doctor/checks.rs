@@ -6,7 +6,7 @@
 //! (groups render and video); `power_dpm_force_performance_level=high` measured +5 % decode and
 //! +20 % prefill. Owns the thresholds and the fix texts.
 
-use super::probe::{Access, Facts, Rocm};
+use super::probe::{Access, Facts, ModelFile, Rocm};
 use crate::engine::placement::{is_unified, usable_ram};
 
 const GIB: u64 = 1 << 30;
@@ -322,6 +322,19 @@ fn push_host_checks(f: &Facts, out: &mut Vec<Check>, unified: bool) {
             ),
         },
     });
+    if let Some(m) = f.model.as_ref().filter(|m| m.what.is_ok()) {
+        out.push(Check::ok("ctx", ctx_need(f.ctx, m)));
+    }
+}
+
+/// What `--ctx` costs next to the weights (docs/memory.md).
+fn ctx_need(ctx: u32, m: &ModelFile) -> String {
+    format!(
+        "--ctx {ctx} needs KV {} + scratch {}; with the model {} (pass --ctx N to see another)",
+        crate::units::fmt_mib_or_gib(m.kv_bytes),
+        crate::units::fmt_mib_or_gib(m.session_bytes - m.kv_bytes),
+        gib(m.bytes + m.session_bytes)
+    )
 }
 
 /// Exit status: 0 when no check failed.

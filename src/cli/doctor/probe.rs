@@ -70,8 +70,29 @@ pub struct ModelFile {
     pub cached_bytes: Option<u64>,
     /// "ds4 q2 imatrix (0731)" or the metadata's name; an error line when it does not open.
     pub what: Result<String, String>,
-    /// Bytes the KV cache and scratch take at the configured context (when the file opened).
+    /// Bytes the KV cache and scratch take at the configured context (when the file opened):
+    /// the GPU session's (`backend::hip::footprint`) in a build with the HIP backend, else the
+    /// CPU engine's.
     pub session_bytes: u64,
+    /// The KV cache's share of `session_bytes`.
+    pub kv_bytes: u64,
+}
+
+/// (KV, scratch) bytes of a session of `ctx` tokens: the GPU backend's plan where it is built in
+/// (what its memory guard checks), else the CPU engine's estimate.
+pub fn session_need(hp: &crate::model::HParams, ctx: u32) -> (u64, u64) {
+    #[cfg(feature = "hip")]
+    {
+        let s = crate::backend::hip::footprint::session_bytes(hp, ctx as usize);
+        (s.kv, s.scratch)
+    }
+    #[cfg(not(feature = "hip"))]
+    {
+        (
+            crate::engine::memguard::cpu_kv_bytes(hp, ctx as u64),
+            crate::engine::memguard::cpu_scratch_estimate(hp, 64),
+        )
+    }
 }
 
 /// Everything the checks look at.
@@ -290,17 +311,15 @@ fn probe_model(proc: &Path, path: &Path, ctx: u32) -> ModelFile {
         .ok()
         .and_then(|f| crate::engine::residency::file_cached_bytes(&f).ok());
     let opened = crate::model::Model::open(path).map_err(|e| e.to_string());
-    let session_bytes = opened.as_ref().map_or(0, |m| {
-        crate::engine::memguard::cpu_kv_bytes(&m.hp, ctx as u64)
-            + crate::engine::memguard::cpu_scratch_estimate(&m.hp, 64)
-    });
+    let (kv_bytes, scratch_bytes) = opened.as_ref().map_or((0, 0), |m| session_need(&m.hp, ctx));
     ModelFile {
         path: path.to_path_buf(),
         bytes,
         filesystem: filesystem_of(proc, path),
         cached_bytes,
         what: opened.map(|m| crate::model::checkpoint::describe_file(&m.file)),
-        session_bytes,
+        session_bytes: kv_bytes + scratch_bytes,
+        kv_bytes,
     }
 }
 

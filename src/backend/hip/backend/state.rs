@@ -3,29 +3,35 @@
 //! of the CPU's checkpoint payload (docs/model.md#checkpoints) for the device state. Little endian:
 //!
 //! * header, u32 words: magic "DS4H", version, ctx, n_past, n_layer, n_embd, head_dim,
-//!   idx_head_dim, n_vocab, raw ring rows, n_hc;
+//!   idx_head_dim, n_vocab, saved raw ring rows, n_hc;
 //! * the next-token logits (n_vocab f32); the byte length of the HC split counters, then the counters;
-//! * per layer: the raw KV ring (all rows: it is small and its slots are position mod ring size; a
-//!   ring of another length, from a session with another prefill chunk, is remapped on load);
-//!   then, for the compressed rows and for the indexer rows where the layer has them: the live row
-//!   count (n_past / ratio, docs/model.md#compressor), those rows, the compressor kv state and score
-//!   state.
+//! * per layer: the raw KV ring as a ring of the sliding window's rows (attention reads no older
+//!   row; the device ring is longer by a prefill chunk, and is rebuilt from it on load, its other
+//!   rows zero); then, for the compressed rows and for the indexer rows where the layer has them:
+//!   the live row count (n_past / ratio, docs/model.md#compressor), those rows, the compressor kv
+//!   state and score state.
 //!
-//! The device buffers are copied as bytes. A payload is validated completely before anything is
-//! written, so a rejected one leaves the session untouched; rows past the restored count are zeroed,
-//! so a restored session is byte-for-byte the one a fresh evaluation of the same tokens makes.
-//! Owns the format and its validation only.
+//! Cache rows (ring, compressed, indexer) are written by `payload::put_rows`: f16 when that is
+//! lossless, which it is for rows stored f16-rounded (docs/model.md#kv-cache), so a checkpoint
+//! takes about half the bytes of the cache it restores. Version 1 payloads (whole ring, f32 rows)
+//! still load. A payload is validated completely before anything is written, so a rejected one
+//! leaves the session untouched; rows past the restored count are zeroed, so a restored session
+//! computes bit for bit what a fresh evaluation of the same tokens computes. Owns the format and its
+//! validation only.
 
 use super::{HipBackend, dev};
 use crate::backend::EngineError;
 use crate::backend::hip::kernels;
-use crate::backend::payload::{PayloadReader, put_f32s, put_u32};
+use crate::backend::payload::{PayloadReader, put_f32s, put_rows, put_u32};
+use std::borrow::Cow;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"DS4H");
-const VERSION: u32 = 1;
+/// Version 2: window-sized ring, rows through `put_rows`. Version 1: whole ring, rows f32 bare.
+const VERSION: u32 = 2;
 const HEADER_WORDS: usize = 11;
 
-fn header(b: &HipBackend) -> [u32; HEADER_WORDS] {
+/// The header of this session, word 9 being `ring` rows.
+fn header(b: &HipBackend, ring: usize) -> [u32; HEADER_WORDS] {
     let hp = &b.model.hp;
     [
         MAGIC,
@@ -37,9 +43,14 @@ fn header(b: &HipBackend) -> [u32; HEADER_WORDS] {
         hp.head_dim as u32,
         hp.idx_head_dim as u32,
         hp.n_vocab as u32,
-        ring_rows(b) as u32,
+        ring as u32,
         hp.n_hc as u32,
     ]
+}
+
+/// Ring rows a payload saves: the sliding window (never more than the device ring).
+fn saved_ring_rows(b: &HipBackend) -> usize {
+    b.model.hp.sliding_window.max(1).min(ring_rows(b))
 }
 
 /// Rows of the raw KV rings of this session (all layers alike; the row of position p is p % rows).
@@ -71,29 +82,30 @@ fn live_rows(ratio: u32, n_past: usize) -> usize {
 pub fn save(b: &HipBackend) -> Result<Vec<u8>, EngineError> {
     b.stream.synchronize().map_err(dev)?;
     let mut out = Vec::new();
-    for w in header(b) {
+    let (rows_here, saved) = (ring_rows(b), saved_ring_rows(b));
+    for w in header(b, saved) {
         put_u32(&mut out, w);
     }
     put_f32s(&mut out, crate::backend::Backend::logits(b));
-    let append =
-        |buf: &crate::backend::hip::runtime::DeviceBuffer, n: usize, out: &mut Vec<u8>| -> Result<(), EngineError> {
-            let at = out.len();
-            out.resize(at + n, 0);
-            buf.copy_to_host(0, &mut out[at..]).map_err(dev)
-        };
+    let read = |buf: &crate::backend::hip::runtime::DeviceBuffer, n: usize| -> Result<Vec<u8>, EngineError> {
+        let mut host = vec![0u8; n];
+        buf.copy_to_host(0, &mut host).map_err(dev)?;
+        Ok(host)
+    };
     let counter = b.acts.counter.len_bytes();
     put_u32(&mut out, counter as u32);
-    append(&b.acts.counter, counter, &mut out)?;
+    out.extend_from_slice(&read(&b.acts.counter, counter)?);
     for (l, ls) in b.layers.iter().enumerate() {
-        append(&ls.ring, ls.ring.len_bytes(), &mut out)?;
+        let ring = read(&ls.ring, ls.ring.len_bytes())?;
+        put_rows(&mut out, &remap_ring(&ring, rows_here, saved, b.n_past));
         let ratio = b.model.hp.ratio(l);
         for (st, width) in [(&ls.comp, b.model.hp.head_dim), (&ls.index, b.model.hp.idx_head_dim)] {
             if let Some(st) = st {
                 let rows = live_rows(ratio, b.n_past);
                 put_u32(&mut out, rows as u32);
-                append(&st[0], rows * width * 4, &mut out)?;
-                append(&st[1], st[1].len_bytes(), &mut out)?;
-                append(&st[2], st[2].len_bytes(), &mut out)?;
+                put_rows(&mut out, &read(&st[0], rows * width * 4)?);
+                out.extend_from_slice(&read(&st[1], st[1].len_bytes())?);
+                out.extend_from_slice(&read(&st[2], st[2].len_bytes())?);
             }
         }
     }
@@ -105,7 +117,7 @@ struct Write<'a> {
     layer: usize,
     /// 0 = ring, 1 = compressed state, 2 = indexer state; then the buffer within the state.
     slot: (u8, usize),
-    bytes: &'a [u8],
+    bytes: Cow<'a, [u8]>,
 }
 
 pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
@@ -115,15 +127,16 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
     for (i, w) in h.iter_mut().enumerate() {
         *w = r.u32(&format!("header word {i}"))?;
     }
-    let want = header(b);
+    let want = header(b, ring_rows(b));
     if h[0] != MAGIC {
         return bad(format!(
             "magic {:#010x}, expected {MAGIC:#010x} (\"DS4H\", a HIP session)",
             h[0]
         ));
     }
-    if h[1] != VERSION {
-        return bad(format!("version {}, expected {VERSION}", h[1]));
+    let version = h[1];
+    if !(1..=VERSION).contains(&version) {
+        return bad(format!("version {version}, expected 1..={VERSION}"));
     }
     let names = [
         "layers",
@@ -153,7 +166,6 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
             hp.sliding_window
         ));
     }
-    let mut remapped = Vec::new();
     let logits: Vec<f32> = r
         .take(4 * hp.n_vocab, "logits")?
         .chunks_exact(4)
@@ -163,28 +175,20 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
     let counter = r.take(counter_len, "HC counters")?;
     let mut writes = Vec::new();
     let row_bytes = 4 * hp.head_dim;
-    let mut rings = Vec::new();
     for l in 0..b.layers.len() {
-        rings.push(r.take(saved_rows * row_bytes, &format!("layer {l} raw ring"))?);
-        layer_states(&mut r, b, l, n_past, &mut writes)?;
-    }
-    for (l, ring) in rings.into_iter().enumerate() {
-        if saved_rows == rows_here {
-            writes.push(Write {
-                layer: l,
-                slot: (0, 0),
-                bytes: ring,
-            });
+        let what = format!("layer {l} raw ring");
+        let ring = read_rows(&mut r, version, saved_rows * row_bytes / 4, &what)?;
+        let ring = if saved_rows == rows_here {
+            ring
         } else {
-            remapped.push((l, remap_ring(ring, saved_rows, rows_here, n_past)));
-        }
-    }
-    for (l, ring) in &remapped {
+            Cow::Owned(remap_ring(&ring, saved_rows, rows_here, n_past))
+        };
         writes.push(Write {
-            layer: *l,
+            layer: l,
             slot: (0, 0),
             bytes: ring,
         });
+        layer_states(&mut r, b, l, n_past, version, &mut writes)?;
     }
     if r.remaining() != 0 {
         return bad(format!("{} bytes after the last layer", r.remaining()));
@@ -199,6 +203,15 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
     b.restore_logits(logits)
 }
 
+/// `n` floats of cache rows: through `payload::put_rows` from version 2 on, bare f32 before.
+fn read_rows<'a>(r: &mut PayloadReader<'a>, version: u32, n: usize, what: &str) -> Result<Cow<'a, [u8]>, EngineError> {
+    if version >= 2 {
+        r.rows(n, what)
+    } else {
+        Ok(Cow::Borrowed(r.take(4 * n, what)?))
+    }
+}
+
 /// Read and check layer `l`'s compressed and indexer row counts, rows and states (they follow
 /// its ring in the payload).
 fn layer_states<'a>(
@@ -206,6 +219,7 @@ fn layer_states<'a>(
     b: &HipBackend,
     l: usize,
     n_past: usize,
+    version: u32,
     writes: &mut Vec<Write<'a>>,
 ) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::BadCheckpoint(m));
@@ -226,13 +240,18 @@ fn layer_states<'a>(
                 ls.comp_cap
             ));
         }
-        let lens = [rows * width * 4, st[1].len_bytes(), st[2].len_bytes()];
-        for (i, (n, what)) in lens.into_iter().zip(["rows", "state kv", "state score"]).enumerate() {
-            let bytes = r.take(n, &format!("layer {l} {name} {what}"))?;
+        let row_bytes = read_rows(r, version, rows * width, &format!("layer {l} {name} rows"))?;
+        writes.push(Write {
+            layer: l,
+            slot: (kind as u8 + 1, 0),
+            bytes: row_bytes,
+        });
+        for (i, what) in [(1, "state kv"), (2, "state score")] {
+            let bytes = r.take(st[i].len_bytes(), &format!("layer {l} {name} {what}"))?;
             writes.push(Write {
                 layer: l,
                 slot: (kind as u8 + 1, i),
-                bytes,
+                bytes: Cow::Borrowed(bytes),
             });
         }
     }
@@ -255,7 +274,7 @@ fn write_all(b: &mut HipBackend, writes: &[Write<'_>], counter: &[u8]) -> Result
             (1, i) => &mut ls.comp.as_mut().expect("validated against this model")[i],
             (_, i) => &mut ls.index.as_mut().expect("validated against this model")[i],
         };
-        buf.copy_from_host(0, w.bytes).map_err(dev)?;
+        buf.copy_from_host(0, &w.bytes).map_err(dev)?;
         let rest = buf.len_bytes() - w.bytes.len();
         if rest > 0 {
             buf.fill_bytes_async(w.bytes.len(), rest, 0, &b.stream).map_err(dev)?;
