@@ -18,6 +18,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use ds4_chat::backend::agreement::{Agreement, LogitDiff, compare_logits};
+use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::backend::cpu::CpuBackend;
 use ds4_chat::backend::hip::kernel_module::KernelModule;
 use ds4_chat::backend::hip::{HipBackend, HipContext, HipOptions};
@@ -46,6 +47,8 @@ fn gpu(ctx: usize, prefill_chunk: usize, matvec_tokens: usize) -> HipBackend {
     let options = HipOptions {
         prefill_chunk,
         matvec_tokens,
+        // Bitwise against the CPU engine: the exact contract.
+        arithmetic: Arithmetic::Exact,
         ..HipOptions::default()
     };
     HipBackend::new(hip, kernels, model(), ctx, options).expect("HipBackend on the emulator")

@@ -28,6 +28,7 @@ use super::pass::Pass;
 use super::profile::LaunchProfile;
 use super::runtime::{HipContext, PinnedBuffer, Stream};
 use super::weights::DeviceWeights;
+use crate::backend::arithmetic::Arithmetic;
 
 /// The checkpoint payload of the device state (a child module: it reads the private buffers).
 mod state;
@@ -49,6 +50,8 @@ pub struct HipBackend {
     /// (`HipOptions::decode_graph`).
     decode_graph: Option<DecodeGraph>,
     use_graph: bool,
+    /// The kernels' arithmetic contract (`HipOptions::arithmetic`).
+    arithmetic: Arithmetic,
     layers: Vec<LayerState>,
     acts: Acts,
     /// Batches up to this size take the decode kernels token by token (`HipOptions::matvec_tokens`).
@@ -154,6 +157,7 @@ impl HipBackend {
             sample_host,
             decode_graph: None,
             use_graph: options.decode_graph,
+            arithmetic: options.arithmetic,
             model: model.clone(),
             ctx,
             n_past: 0,
@@ -279,6 +283,10 @@ impl Backend for HipBackend {
 
     fn device_name(&self) -> String {
         self.hip.name().to_string()
+    }
+
+    fn arithmetic(&self) -> Option<Arithmetic> {
+        Some(self.arithmetic)
     }
 
     fn ctx(&self) -> usize {
