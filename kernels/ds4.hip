@@ -12,3 +12,7 @@
 #include "indexer.hip"
 #include "sample.hip"
 #include "gemm.hip"
+// Fast-arithmetic twins of decode kernels (docs/arithmetic.md): selected by HipOptions::arithmetic.
+#include "hc_fast.hip"
+#include "matvec_fast.hip"
+#include "sample_fast.hip"

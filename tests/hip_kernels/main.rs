@@ -21,6 +21,7 @@ mod hip_emu;
 mod attention;
 mod cache;
 mod emulator;
+mod fast;
 mod hc;
 mod matvec;
 mod moe;
@@ -50,13 +51,14 @@ pub fn open_gpu() -> Option<Gpu> {
 
 type Group = fn(&Gpu, &mut CheckRng, &mut dyn FnMut(CheckResult));
 
-const GROUPS: [(&str, Group); 6] = [
+const GROUPS: [(&str, Group); 7] = [
     ("matvec", matvec::run),
     ("moe", moe::run),
     ("hc", hc::run),
     ("attention", attention::run),
     ("cache", cache::run),
     ("sample", sample::run),
+    ("fast", fast::run),
 ];
 
 #[test]

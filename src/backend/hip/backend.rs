@@ -190,6 +190,7 @@ impl HipBackend {
             stream: &self.stream,
             kernels: &self.kernels,
             profile: &self.profile,
+            arithmetic: self.arithmetic,
         }
     }
 

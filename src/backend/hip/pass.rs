@@ -7,6 +7,7 @@
 //! methods of it.
 
 use crate::backend::EngineError;
+use crate::backend::arithmetic::Arithmetic;
 use crate::model::Model;
 use crate::model::weights::{ExpertTensor, TensorRef};
 
@@ -32,6 +33,8 @@ pub(super) struct Pass<'a> {
     pub(super) stream: &'a Stream,
     pub(super) kernels: &'a KernelModule,
     pub(super) profile: &'a LaunchProfile,
+    /// Fast arithmetic runs each launch's fast twin where it has one (`kernels::fast_twin`).
+    pub(super) arithmetic: Arithmetic,
 }
 
 pub(super) fn p0(b: &DeviceBuffer) -> DevPtr {
@@ -44,6 +47,11 @@ pub(super) fn expert_format(t: &ExpertTensor) -> ExpertFormat {
 
 impl Pass<'_> {
     pub(super) fn run(&self, launch: &kernels::Launch) -> Result<(), EngineError> {
+        let twin = match self.arithmetic {
+            Arithmetic::Fast => kernels::fast_twin(launch),
+            Arithmetic::Exact => None,
+        };
+        let launch = twin.as_ref().unwrap_or(launch);
         // SAFETY: every buffer was sized in `new` for the model's shapes and `ctx` (positions are
         // checked against ctx in `eval`), and the weight pointers address tensors of the uploaded file.
         self.profile
