@@ -80,6 +80,7 @@ fn request(path: &std::path::Path, ctx: u32) -> LoadRequest {
         ctx,
         backend: BackendChoice::Cpu,
         weights: Default::default(),
+        arithmetic: Default::default(),
         threads: 2,
     }
 }

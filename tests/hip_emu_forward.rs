@@ -8,6 +8,7 @@
 mod hip_emu;
 
 use ds4_chat::backend::agreement::{Agreement, compare_logits};
+use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::engine::backend_open::open_engine;
 use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
 use ds4_chat::genmodel::ExpertMix;
@@ -15,13 +16,27 @@ use ds4_chat::genmodel::ExpertMix;
 fn check(experts: ExpertMix, seed: u64, n: usize) {
     let model = hip_emu::small_vocab_tiny(seed, experts);
     let ctx = n + 8;
-    let mut gpu = open_engine(model.clone(), BackendChoice::Hip, WeightPlacement::Copy, ctx, 1)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .backend;
+    let mut gpu = open_engine(
+        model.clone(),
+        BackendChoice::Hip,
+        WeightPlacement::Copy,
+        Arithmetic::Exact,
+        ctx,
+        1,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+    .backend;
     assert_eq!(gpu.name(), "hip");
-    let mut cpu = open_engine(model.clone(), BackendChoice::Cpu, WeightPlacement::Auto, ctx, 0)
-        .unwrap()
-        .backend;
+    let mut cpu = open_engine(
+        model.clone(),
+        BackendChoice::Cpu,
+        WeightPlacement::Auto,
+        Arithmetic::Exact,
+        ctx,
+        0,
+    )
+    .unwrap()
+    .backend;
     // A fixed pseudo-random sequence over the 512-token vocabulary.
     let tokens: Vec<u32> = (0..n as u64)
         .map(|i| ((i * 2654435761 + seed * 97) % 509) as u32)

@@ -19,6 +19,7 @@ mod hip_emu;
 
 use std::cell::Cell;
 
+use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::backend::hip::kernel_module::KernelModule;
 use ds4_chat::backend::hip::{HipBackend, HipContext, HipOptions};
 use ds4_chat::backend::{Backend, DevicePick, DeviceSample};
@@ -38,6 +39,8 @@ fn backend(graph: bool) -> HipBackend {
     let options = HipOptions {
         prefill_chunk: 5,
         decode_graph: graph,
+        // Bitwise against the CPU engine: the exact contract.
+        arithmetic: Arithmetic::Exact,
         ..HipOptions::default()
     };
     HipBackend::new(hip, kernels, model, CTX, options).expect("HipBackend on the emulator")

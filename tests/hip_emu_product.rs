@@ -17,11 +17,15 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::backend::hip::footprint::session_bytes;
 use ds4_chat::backend::hip::open_engine_with_progress;
 use ds4_chat::backend::hip::weights::{DeviceWeights, data_section_bytes};
 use ds4_chat::backend::hip::{HipContext, bandwidth};
 use ds4_chat::backend::hip::{open_backend, open_backend_with_progress};
+
+/// Every check here compares bits with the CPU engine: the exact contract.
+const EXACT: Arithmetic = Arithmetic::Exact;
 use ds4_chat::backend::{Backend, Engine, EngineError};
 use ds4_chat::engine::backend_open;
 use ds4_chat::engine::events::{BackendChoice, Command as WorkerCommand, Event, LoadRequest, ModelSource};
@@ -144,7 +148,7 @@ fn placement_copy_and_map(model: &Arc<Model>) {
     let mut logits = Vec::new();
     for asked in [WeightPlacement::Auto, WeightPlacement::Map] {
         let (free_before, _) = ctx.mem_info().unwrap();
-        let mut b = open_backend(model.clone(), asked, 16).unwrap();
+        let mut b = open_backend(model.clone(), asked, 16, EXACT).unwrap();
         let p = b.weights_placement().unwrap();
         let mem = b.memory();
         let s = session_bytes(&model.hp, 16);
@@ -179,7 +183,7 @@ fn placement_copy_and_map(model: &Arc<Model>) {
 fn save_and_load(model: &Arc<Model>) {
     let prefix = [3u32, 9, 200, 41, 17];
     let more = [8u32, 450, 2];
-    let mut a = open_backend(model.clone(), WeightPlacement::Copy, 12).unwrap();
+    let mut a = open_backend(model.clone(), WeightPlacement::Copy, 12, EXACT).unwrap();
     eval(a.as_mut(), &prefix);
     let saved_logits = a.logits().to_vec();
     let state = a.save_state();
@@ -192,7 +196,7 @@ fn save_and_load(model: &Arc<Model>) {
         assert_eq!(bits(x), bits(y), "logits after load_state differ");
     }
     // The reference for the whole sequence evaluated token by token from scratch in a new session.
-    let mut fresh = open_backend(model.clone(), WeightPlacement::Copy, 32).unwrap();
+    let mut fresh = open_backend(model.clone(), WeightPlacement::Copy, 32, EXACT).unwrap();
     fresh.load_state(&state).unwrap();
     let restored = eval(fresh.as_mut(), &more);
     for (x, y) in first.iter().zip(&restored) {
@@ -218,7 +222,7 @@ fn save_and_load(model: &Arc<Model>) {
         }
         assert_eq!(a.n_past(), n_before);
     }
-    let mut small = open_backend(model.clone(), WeightPlacement::Copy, 4).unwrap();
+    let mut small = open_backend(model.clone(), WeightPlacement::Copy, 4, EXACT).unwrap();
     match small.load_state(&state) {
         Err(EngineError::BadCheckpoint(m)) => assert!(m.contains("do not fit this session's context 4"), "{m}"),
         r => panic!("{r:?}"),
@@ -236,7 +240,8 @@ fn save_and_load(model: &Arc<Model>) {
 fn sessions_share_the_engine(model: &Arc<Model>) {
     let hip = HipContext::new().unwrap();
     let mut copied = 0;
-    let engine = open_engine_with_progress(model.clone(), WeightPlacement::Copy, 16, &mut |d, _| copied = d).unwrap();
+    let engine =
+        open_engine_with_progress(model.clone(), WeightPlacement::Copy, 16, EXACT, &mut |d, _| copied = d).unwrap();
     // Progress ends at the bytes placed (the data section from its aligned block on, see above).
     assert_eq!(
         copied,
@@ -263,7 +268,7 @@ fn sessions_share_the_engine(model: &Arc<Model>) {
     assert_eq!(engine.weights().tensor(probe), weights_at);
     assert_eq!(second.weights_placement(), engine.weights_placement());
     let got = eval(second.as_mut(), &tokens);
-    let mut fresh = open_backend(model.clone(), WeightPlacement::Copy, 32).unwrap();
+    let mut fresh = open_backend(model.clone(), WeightPlacement::Copy, 32, EXACT).unwrap();
     let want = eval(fresh.as_mut(), &tokens);
     for ((g, w), f) in got.iter().zip(&want).zip(&first_logits) {
         assert_eq!(bits(g), bits(w), "a second session differs from a fresh backend");
@@ -296,7 +301,7 @@ fn memory_guard(model: &Arc<Model>) {
     // Room for the session and the reserve but not for the weights as well.
     let tight = mib(s.kv + s.scratch + (64 << 20)) + mib(weights) / 2;
     set_env("DS4_EMU_MEM_MIB", &tight.to_string());
-    let e = open_backend(model.clone(), WeightPlacement::Copy, 16)
+    let e = open_backend(model.clone(), WeightPlacement::Copy, 16, EXACT)
         .err()
         .expect("copy must be refused");
     assert!(e.starts_with("too little device memory: need "), "{e}");
@@ -304,7 +309,7 @@ fn memory_guard(model: &Arc<Model>) {
         e.contains(&format!("of {}.0 MiB on", tight)) && !e.contains('\n'),
         "{e}"
     );
-    let b = open_backend(model.clone(), WeightPlacement::Auto, 16).unwrap();
+    let b = open_backend(model.clone(), WeightPlacement::Auto, 16, EXACT).unwrap();
     let p = b.weights_placement().unwrap();
     assert!(
         !p.copied
@@ -315,7 +320,7 @@ fn memory_guard(model: &Arc<Model>) {
     drop(b);
     set_env("DS4_EMU_MEM_MIB", "8");
     for asked in [WeightPlacement::Auto, WeightPlacement::Map, WeightPlacement::Copy] {
-        let e = open_backend(model.clone(), asked, 16).err().expect("refused");
+        let e = open_backend(model.clone(), asked, 16, EXACT).err().expect("refused");
         assert!(
             e.starts_with("too little device memory: need ") && e.contains("have "),
             "{e}"
@@ -328,23 +333,26 @@ fn memory_guard(model: &Arc<Model>) {
 /// back to the CPU with it.
 fn gate_and_fallback(model: &Arc<Model>) {
     set_env("DS4_HIP_FORWARD", "0");
-    let e = backend_open::open_engine(model.clone(), BackendChoice::Hip, WeightPlacement::Auto, 16, 1)
+    let e = backend_open::open_engine(model.clone(), BackendChoice::Hip, WeightPlacement::Auto, EXACT, 16, 1)
         .err()
         .expect("forward pass turned off");
     assert!(
         e.starts_with("--backend hip: DS4_HIP_FORWARD=0 turns the HIP forward pass off") && !e.contains('\n'),
         "{e}"
     );
-    let o = backend_open::open_engine(model.clone(), BackendChoice::Auto, WeightPlacement::Auto, 16, 1).unwrap();
+    let o = backend_open::open_engine(model.clone(), BackendChoice::Auto, WeightPlacement::Auto, EXACT, 16, 1).unwrap();
     assert_eq!(o.backend.name(), "cpu");
     assert!(o.fallback_reason.unwrap().contains("DS4_HIP_FORWARD=0"));
     set_env("DS4_HIP_FORWARD", "1");
-    let o = backend_open::open_engine(model.clone(), BackendChoice::Auto, WeightPlacement::Auto, 16, 1).unwrap();
+    let o = backend_open::open_engine(model.clone(), BackendChoice::Auto, WeightPlacement::Auto, EXACT, 16, 1).unwrap();
     assert_eq!((o.backend.name(), o.fallback_reason), ("hip", None));
     // Progress through the engine entry point ends at the bytes placed: the data section, from the
     // start of the 4 KiB block holding its first byte.
     let mut last = (0, 0);
-    let b = open_backend_with_progress(model.clone(), WeightPlacement::Copy, 16, &mut |d, t| last = (d, t)).unwrap();
+    let b = open_backend_with_progress(model.clone(), WeightPlacement::Copy, 16, EXACT, &mut |d, t| {
+        last = (d, t)
+    })
+    .unwrap();
     let placed = b.weights_placement().unwrap().bytes;
     assert_eq!(last, (placed, placed));
     assert!(placed >= data_section_bytes(&model.file) && placed < data_section_bytes(&model.file) + 4096);
@@ -362,6 +370,7 @@ fn worker_reports_the_upload() {
         ctx,
         backend: BackendChoice::Hip,
         weights: WeightPlacement::Copy,
+        arithmetic: EXACT,
         threads: 1,
     };
     let until_loaded = || {

@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::cli::run::{open_model, open_session_backend};
 use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
 use ds4_chat::engine::logprobs::top_logprobs;
@@ -189,8 +190,15 @@ fn official_vectors_on_the_real_model() {
         let t0 = std::time::Instant::now();
         let text = std::fs::read_to_string(&c.prompt_file).unwrap();
         let prompt = one_shot_prompt(&tok, "", &text, ThinkMode::Off, c.ctx as u32).ids;
-        let mut backend = open_session_backend(model.clone(), backend_arg, WeightPlacement::Auto, c.ctx, 0)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut backend = open_session_backend(
+            model.clone(),
+            backend_arg,
+            WeightPlacement::Auto,
+            Arithmetic::Exact,
+            c.ctx,
+            0,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         backend
             .eval(&prompt, &mut |_, _| true)
             .unwrap_or_else(|e| panic!("{}: prefill: {e}", c.id));

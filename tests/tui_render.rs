@@ -201,6 +201,7 @@ fn demo_banner_and_narrow_strip() {
         ctx: 4096,
         backend: Default::default(),
         weights: Default::default(),
+        arithmetic: Default::default(),
         threads: 0,
     };
     let mut app = App::new(config(), "demo model (seed 1)".into(), Some(load));
@@ -214,6 +215,16 @@ fn demo_banner_and_narrow_strip() {
     assert!(s.contains("Its answers are random text"), "{s}");
     assert!(s.contains("– t/s │ ctx 0/4.1k │ cpu │ think high"), "{s}");
     assert_snapshot("demo_narrow", &s);
+}
+
+#[test]
+fn panel_names_the_gpu_arithmetic() {
+    let mut app = file_app();
+    let mut info = model_info();
+    info.arithmetic = Some(ds4_chat::backend::arithmetic::Arithmetic::Fast);
+    app.on_engine_event(Event::Loaded(info));
+    let s = screen(&app, W, H);
+    assert!(s.contains("hip · fast"), "{s}");
 }
 
 #[test]

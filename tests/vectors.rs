@@ -15,6 +15,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use ds4_chat::backend::Backend;
+use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::cli::run::{open_model, open_session_backend};
 use ds4_chat::cli::score::{ScorePath, teacher_forced};
 use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
@@ -193,8 +194,8 @@ fn case_a_engine_matches_ds4() {
         Ok("cpu") | Ok("") | Err(_) => BackendChoice::Cpu,
         Ok(other) => panic!("DS4_VECTORS_BACKEND={other}: expected cpu or hip"),
     };
-    let mut backend =
-        open_session_backend(model, choice, WeightPlacement::Auto, VECTOR_CTX, 0).unwrap_or_else(|e| panic!("{e}"));
+    let mut backend = open_session_backend(model, choice, WeightPlacement::Auto, Arithmetic::Exact, VECTOR_CTX, 0)
+        .unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "case A engine check on the {} backend ({})",
         backend.name(),

@@ -162,7 +162,26 @@ impl Agreement {
             ))
         }
     }
+
+    /// The fast arithmetic contract's verdict (docs/arithmetic.md): top-20 |Δlogprob| mean at most
+    /// [`FAST_MEAN_LOGPROB`], max at most [`FAST_MAX_LOGPROB`], and no argmax flip where the
+    /// reference's margin exceeds [`CONFIDENT_MARGIN`].
+    pub fn fast_verdict(&self) -> Result<(), String> {
+        let (mean, max, flips) = (self.mean_logprob(), self.max_logprob(), self.confident_flips());
+        if mean <= FAST_MEAN_LOGPROB && max <= FAST_MAX_LOGPROB && flips == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "fast tolerances exceeded: top-{TOP} |dlogprob| mean {mean:.4} (<= {FAST_MEAN_LOGPROB}), max {max:.4} (<= {FAST_MAX_LOGPROB}), {flips} confident argmax flips (0)"
+            ))
+        }
+    }
 }
+
+/// Fast mode's bound on the mean over positions of the top-20 |Δlogprob|.
+pub const FAST_MEAN_LOGPROB: f64 = 0.05;
+/// Fast mode's bound on any position's top-20 |Δlogprob|.
+pub const FAST_MAX_LOGPROB: f64 = 1.0;
 
 #[cfg(test)]
 mod tests {
@@ -209,5 +228,23 @@ mod tests {
         // -0 and +0 differ in bits.
         let (z, nz) = (vec![0.0f32, 1.0], vec![-0.0f32, 1.0]);
         assert!(!compare_logits(&nz, &z).identical);
+    }
+
+    #[test]
+    fn fast_verdict_allows_small_differences_and_fails_a_confident_flip() {
+        let r = wave(100);
+        let mut a = Agreement::default();
+        let mut o = r.clone();
+        o[7] += 1e-3;
+        a.push(compare_logits(&o, &r));
+        assert_eq!(a.fast_verdict(), Ok(()), "{}", a.summary());
+        assert!(a.verdict().is_err());
+        // The reference's argmax pushed far below: a confident flip.
+        let top = top_k(&r, 1)[0];
+        let mut f = r.clone();
+        f[top] -= 10.0;
+        a.push(compare_logits(&f, &r));
+        let e = a.fast_verdict().unwrap_err();
+        assert!(e.contains("1 confident argmax flips"), "{e}");
     }
 }

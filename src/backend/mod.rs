@@ -174,6 +174,10 @@ pub trait Backend: Send {
     fn name(&self) -> &'static str;
     /// Human-readable device name.
     fn device_name(&self) -> String;
+    /// The GPU kernels' arithmetic contract; `None` for the CPU engine (the reference).
+    fn arithmetic(&self) -> Option<arithmetic::Arithmetic> {
+        None
+    }
     /// Context size the cache was made for.
     fn ctx(&self) -> usize;
     /// Tokens currently in the cache.

@@ -55,6 +55,8 @@ pub struct Args {
     /// Write the CSV here instead of stdout.
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    #[command(flatten)]
+    pub arithmetic: super::ArithmeticArgs,
 }
 
 /// One CSV row.
@@ -224,7 +226,14 @@ pub fn run(args: Args) -> CliResult {
         None => synthetic_tokens(tok.as_ref().ok(), model.hp.n_vocab, args.ctx_max),
     };
     let t_open = Instant::now();
-    let opened = open_engine(model.clone(), choice, weights, ctx_alloc, threads)?;
+    let opened = open_engine(
+        model.clone(),
+        choice,
+        weights,
+        args.arithmetic.arithmetic(),
+        ctx_alloc,
+        threads,
+    )?;
     let open_secs = t_open.elapsed().as_secs_f64();
     if let Some(why) = &opened.fallback_reason {
         eprintln!("ds4-chat bench: using the CPU backend: {why}");
@@ -249,9 +258,13 @@ pub fn run(args: Args) -> CliResult {
         },
     };
     eprintln!(
-        "ds4-chat bench: backend {} ({}), ctx {}, weight bytes per decoded token {} ({:.2} GiB), peak {:.1} GB/s ({})",
+        "ds4-chat bench: backend {} ({}{}), ctx {}, weight bytes per decoded token {} ({:.2} GiB), peak {:.1} GB/s ({})",
         backend.name(),
         backend.device_name(),
+        backend
+            .arithmetic()
+            .map(|a| format!(", {a} arithmetic"))
+            .unwrap_or_default(),
         ctx_alloc,
         per_token,
         per_token as f64 / (1u64 << 30) as f64,

@@ -37,6 +37,8 @@ pub struct Args {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub threads: Option<i64>,
     #[command(flatten)]
+    pub arithmetic: super::ArithmeticArgs,
+    #[command(flatten)]
     pub think: super::ThinkArgs,
     /// System prompt ("" for none).
     #[arg(long, value_name = "TEXT")]
@@ -85,6 +87,9 @@ pub fn apply_flags(mut c: Config, a: &Args) -> Result<Config, String> {
     }
     if let Some(v) = a.threads {
         c.threads = named("--threads", settings::check_threads(v))?;
+    }
+    if let Some(mode) = a.arithmetic.requested() {
+        c.arithmetic = mode;
     }
     if let Some(mode) = a.think.requested() {
         c.think = mode;
@@ -161,6 +166,7 @@ pub fn run(args: Args) -> CliResult {
                 ctx: cfg.ctx,
                 backend: cfg.backend,
                 weights: cfg.weights,
+                arithmetic: cfg.arithmetic,
                 threads: cfg.threads,
             };
             let link = spawn_engine();

@@ -17,6 +17,26 @@ pub mod tokenize;
 /// Error type of every subcommand: a one-line message.
 pub type CliResult = Result<(), String>;
 
+/// The `--exact` flag of the app, `run`, `score`, `bench` and `selftest`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ArithmeticArgs {
+    /// GPU kernels in exact arithmetic, bit for bit equal to the CPU engine (default: fast).
+    #[arg(long)]
+    pub exact: bool,
+}
+
+impl ArithmeticArgs {
+    /// The arithmetic the flag asks for, `None` when it was not given (the config decides).
+    pub fn requested(&self) -> Option<crate::backend::arithmetic::Arithmetic> {
+        self.exact.then_some(crate::backend::arithmetic::Arithmetic::Exact)
+    }
+
+    /// The arithmetic to run: exact when asked for, else fast.
+    pub fn arithmetic(&self) -> crate::backend::arithmetic::Arithmetic {
+        self.requested().unwrap_or_default()
+    }
+}
+
 /// The reasoning-mode flags shared by the chat app and `run` (docs/prompt.md#think-modes).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ThinkArgs {

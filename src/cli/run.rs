@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::CliResult;
+use crate::backend::arithmetic::Arithmetic;
 use crate::backend::{Backend, EngineError};
 use crate::engine::backend_open::open_engine;
 use crate::engine::events::TextKind;
@@ -30,16 +31,17 @@ pub fn open_model(path: &Path) -> Result<Arc<Model>, String> {
     Model::open(path).map(Arc::new).map_err(|e| e.to_string())
 }
 
-/// A backend session for `model` (engine::backend_open's policy); a CPU fallback's reason goes to
-/// stderr.
+/// A backend session for `model` (engine::backend_open's policy; a GPU runs `arithmetic`); a CPU
+/// fallback's reason goes to stderr.
 pub fn open_session_backend(
     model: Arc<Model>,
     choice: BackendChoice,
     weights: WeightPlacement,
+    arithmetic: Arithmetic,
     ctx: usize,
     threads: usize,
 ) -> Result<Box<dyn Backend>, String> {
-    let opened = open_engine(model, choice, weights, ctx, threads)?;
+    let opened = open_engine(model, choice, weights, arithmetic, ctx, threads)?;
     if let Some(reason) = &opened.fallback_reason {
         eprintln!("ds4-chat: using the CPU backend: {reason}");
     }
@@ -110,6 +112,8 @@ pub struct Args {
     /// GPU weight placement: auto (copy when device memory holds the weights, else map), copy or map.
     #[arg(long, default_value = "auto")]
     pub weights: String,
+    #[command(flatten)]
+    pub arithmetic: super::ArithmeticArgs,
 }
 
 /// `run`'s settings after the range checks.
@@ -251,7 +255,14 @@ pub fn run(args: Args) -> CliResult {
         ));
     }
 
-    let mut backend = open_session_backend(model, set.backend, set.weights, ctx, set.threads)?;
+    let mut backend = open_session_backend(
+        model,
+        set.backend,
+        set.weights,
+        args.arithmetic.arithmetic(),
+        ctx,
+        set.threads,
+    )?;
     let t_prefill = Instant::now();
     // Long prefills on a big model take a while: show progress when stderr is a terminal.
     let show_progress = std::io::stderr().is_terminal();

@@ -43,6 +43,8 @@ pub struct Args {
     /// auto (GPU when usable, else CPU), hip or cpu.
     #[arg(long, default_value = "auto")]
     pub backend: String,
+    #[command(flatten)]
+    pub arithmetic: super::ArithmeticArgs,
 }
 
 /// Receives each position's index and next-token logits.
@@ -99,7 +101,14 @@ pub fn run(args: Args) -> CliResult {
             "--tokens: id {bad} is outside the vocabulary (n_vocab {n_vocab})"
         ));
     }
-    let mut backend = super::run::open_session_backend(model, backend, WeightPlacement::Auto, ctx, threads)?;
+    let mut backend = super::run::open_session_backend(
+        model,
+        backend,
+        WeightPlacement::Auto,
+        args.arithmetic.arithmetic(),
+        ctx,
+        threads,
+    )?;
     let k = args.top_k.min(n_vocab);
     let mut positions = Vec::with_capacity(args.tokens.len());
     teacher_forced(backend.as_mut(), &args.tokens, args.path, &mut |i, logits| {

@@ -1,4 +1,4 @@
-//! `ds4-chat selftest --backend hip [--model FILE [--forward N]]`: checks the GPU's HIP runtime, the
+//! `ds4-chat selftest --backend hip [--model FILE [--forward N [--exact]]]`: checks the GPU's HIP runtime, the
 //! kernel module and (with a model) weight placement, one line per check (PASS/FAIL/SKIP); with
 //! `--forward N` the device forward pass against the CPU engine on the model. Fails (non-zero exit)
 //! if any check fails. Every kernel against the CPU reference is the test suite tests/hip_kernels.
@@ -26,6 +26,8 @@ pub struct Args {
     /// Greedy continuation length of --forward.
     #[arg(long, default_value_t = 32)]
     pub greedy: usize,
+    #[command(flatten)]
+    pub arithmetic: super::ArithmeticArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -62,6 +64,7 @@ fn run_hip(args: &Args) -> CliResult {
             n.max(1),
             args.greedy,
             args.seed,
+            args.arithmetic.arithmetic(),
             &mut |l| println!("{l}"),
         )
         .map_err(|e| format!("selftest --forward: {e}"))?;

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::backend::arithmetic::Arithmetic;
 use crate::backend::cpu::CpuEngine;
 use crate::backend::{Backend, Engine};
 use crate::model::Model;
@@ -22,15 +23,17 @@ pub struct OpenedEngine {
 }
 
 /// Open `choice` for `model` and a first session with a cache of `ctx` tokens. `Hip` fails with the
-/// reason when no GPU engine can run; `Auto` then falls back to the CPU.
+/// reason when no GPU engine can run; `Auto` then falls back to the CPU. A GPU engine runs
+/// `arithmetic`; the CPU engine is the reference and ignores it.
 pub fn open_engine(
     model: Arc<Model>,
     choice: BackendChoice,
     weights: WeightPlacement,
+    arithmetic: Arithmetic,
     ctx: usize,
     threads: usize,
 ) -> Result<OpenedEngine, String> {
-    open_engine_with_progress(model, choice, weights, ctx, threads, &mut |_, _| {})
+    open_engine_with_progress(model, choice, weights, arithmetic, ctx, threads, &mut |_, _| {})
 }
 
 /// `open_engine` reporting a GPU weight copy: `upload(done, total)` bytes after every chunk.
@@ -38,13 +41,14 @@ pub fn open_engine_with_progress(
     model: Arc<Model>,
     choice: BackendChoice,
     weights: WeightPlacement,
+    arithmetic: Arithmetic,
     ctx: usize,
     threads: usize,
     upload: &mut dyn FnMut(u64, u64),
 ) -> Result<OpenedEngine, String> {
     let gpu_unavailable = match choice {
         BackendChoice::Cpu => None,
-        BackendChoice::Hip | BackendChoice::Auto => match open_gpu(&model, weights, ctx, upload) {
+        BackendChoice::Hip | BackendChoice::Auto => match open_gpu(&model, weights, arithmetic, ctx, upload) {
             Ok(opened) => return Ok(opened),
             Err(reason) if choice == BackendChoice::Hip => return Err(format!("--backend hip: {reason}")),
             Err(reason) => Some(reason),
@@ -72,10 +76,11 @@ pub fn open_engine_with_progress(
 fn open_gpu(
     model: &Arc<Model>,
     weights: WeightPlacement,
+    arithmetic: Arithmetic,
     ctx: usize,
     upload: &mut dyn FnMut(u64, u64),
 ) -> Result<OpenedEngine, String> {
-    let engine = crate::backend::hip::open_engine_with_progress(model.clone(), weights, ctx, upload)?;
+    let engine = crate::backend::hip::open_engine_with_progress(model.clone(), weights, ctx, arithmetic, upload)?;
     let backend = Box::new(engine.session(ctx)?);
     Ok(OpenedEngine {
         engine: Box::new(engine),
@@ -88,6 +93,7 @@ fn open_gpu(
 fn open_gpu(
     _model: &Arc<Model>,
     _weights: WeightPlacement,
+    _arithmetic: Arithmetic,
     _ctx: usize,
     _upload: &mut dyn FnMut(u64, u64),
 ) -> Result<OpenedEngine, String> {

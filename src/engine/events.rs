@@ -68,6 +68,8 @@ pub struct LoadRequest {
     pub ctx: u32,
     pub backend: BackendChoice,
     pub weights: WeightPlacement,
+    /// The GPU kernels' arithmetic (ignored by the CPU engine).
+    pub arithmetic: crate::backend::arithmetic::Arithmetic,
     /// Threads for CPU work (0 = all cores).
     pub threads: usize,
 }
@@ -176,6 +178,8 @@ pub struct ModelInfo {
     pub ctx: u32,
     pub backend: String,
     pub device: String,
+    /// The GPU kernels' arithmetic that ran; None on the CPU.
+    pub arithmetic: Option<crate::backend::arithmetic::Arithmetic>,
     /// Why the engine fell back to CPU, if it did.
     pub fallback_reason: Option<String>,
     pub kv_bytes: u64,

@@ -156,6 +156,7 @@ impl ModelLoader for EngineLoader {
             model.clone(),
             req.backend,
             req.weights,
+            req.arithmetic,
             ctx as usize,
             req.threads,
             &mut upload,
@@ -191,6 +192,7 @@ impl ModelLoader for EngineLoader {
             ctx: ctx as u32,
             backend: backend.name().to_string(),
             device: backend.device_name(),
+            arithmetic: backend.arithmetic(),
             fallback_reason: opened.fallback_reason,
             weight_bytes_per_token: per_token,
             is_demo,
@@ -238,6 +240,7 @@ mod tests {
             ctx,
             backend: BackendChoice::Cpu,
             weights: Default::default(),
+            arithmetic: Default::default(),
             threads: 2,
         }
     }

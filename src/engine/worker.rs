@@ -123,7 +123,11 @@ fn same_engine(loaded: &LoadRequest, next: &LoadRequest) -> bool {
         (Demo { seed: a }, Demo { seed: b }) => a == b,
         _ => false,
     };
-    same_source && loaded.backend == next.backend && loaded.weights == next.weights && loaded.threads == next.threads
+    same_source
+        && loaded.backend == next.backend
+        && loaded.weights == next.weights
+        && loaded.arithmetic == next.arithmetic
+        && loaded.threads == next.threads
 }
 
 /// The model a load request names, for `LoadStarted`.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::backend::arithmetic::Arithmetic;
 use crate::engine::events::{BackendChoice, SamplingParams, WeightPlacement};
 use crate::model::chat::ThinkMode;
 
@@ -38,6 +39,7 @@ struct FileConfig {
     ctx: Option<i64>,
     backend: Option<String>,
     weights: Option<String>,
+    arithmetic: Option<String>,
     threads: Option<i64>,
     think: Option<String>,
     system: Option<String>,
@@ -57,6 +59,8 @@ pub struct Config {
     pub ctx: u32,
     pub backend: BackendChoice,
     pub weights: WeightPlacement,
+    /// The GPU kernels' arithmetic (fast, or exact = bit for bit the CPU engine).
+    pub arithmetic: Arithmetic,
     pub threads: usize,
     pub think: ThinkMode,
     /// Empty string: no system prompt.
@@ -73,6 +77,7 @@ impl Default for Config {
             ctx: 32768,
             backend: BackendChoice::Auto,
             weights: WeightPlacement::Auto,
+            arithmetic: Arithmetic::Fast,
             threads: 0,
             think: ThinkMode::High,
             system: crate::model::chat::DEFAULT_SYSTEM_PROMPT.to_string(),
@@ -119,6 +124,9 @@ pub fn parse(text: &str) -> Result<Config, String> {
     }
     if let Some(v) = file.weights {
         c.weights = named("key `weights`", parse_weights(&v))?;
+    }
+    if let Some(v) = file.arithmetic {
+        c.arithmetic = named("key `arithmetic`", Arithmetic::parse(&v))?;
     }
     if let Some(v) = file.threads {
         c.threads = named("key `threads`", check_threads(v))?;

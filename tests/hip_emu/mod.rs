@@ -43,9 +43,6 @@ pub fn use_emulated_hip() -> Option<PathBuf> {
                 unsafe {
                     std::env::set_var("DS4_HIP_LIBRARY", &lib);
                     std::env::set_var("DS4_HIP_FORWARD", "1");
-                    // The emulator suites compare with the CPU engine bit for bit: exact arithmetic
-                    // (sessions made from the environment; hand-made options say so themselves).
-                    std::env::set_var("DS4_HIP_EXACT", "1");
                     std::env::remove_var("DS4_KERNEL_DIR");
                 }
                 Some(lib)

@@ -22,6 +22,7 @@ mod attention;
 mod cache;
 mod emulator;
 mod gemm_fast;
+mod fast;
 mod hc;
 mod matvec;
 mod moe;
@@ -59,6 +60,7 @@ const GROUPS: [(&str, Group); 7] = [
     ("attention", attention::run),
     ("cache", cache::run),
     ("sample", sample::run),
+    ("fast", fast::run),
 ];
 
 #[test]

@@ -80,6 +80,7 @@ pub fn file_app() -> App {
         ctx: 32768,
         backend: Default::default(),
         weights: Default::default(),
+        arithmetic: Default::default(),
         threads: 0,
     };
     let mut app = App::new(config(), "DeepSeek-V4-Flash-q2.gguf".into(), Some(load));
@@ -96,6 +97,7 @@ pub fn model_info() -> ModelInfo {
         ctx: 32768,
         backend: "hip".into(),
         device: "Radeon 8060S (gfx1151)".into(),
+        arithmetic: None,
         fallback_reason: None,
         kv_bytes: 3 * GIB / 2,
         scratch_bytes: GIB / 4,

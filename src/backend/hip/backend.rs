@@ -50,12 +50,12 @@ pub struct HipBackend {
     /// (`HipOptions::decode_graph`).
     decode_graph: Option<DecodeGraph>,
     use_graph: bool,
+    /// The kernels' arithmetic contract (`HipOptions::arithmetic`).
+    arithmetic: Arithmetic,
     layers: Vec<LayerState>,
     acts: Acts,
     /// Batches up to this size take the decode kernels token by token (`HipOptions::matvec_tokens`).
     matvec_tokens: usize,
-    /// The kernels' arithmetic contract (`HipOptions::arithmetic`): fast prefill GEMMs on matrix cores.
-    arithmetic: Arithmetic,
     kv_bytes: u64,
     scratch_bytes: u64,
     ropes: Vec<RopeParams>,
@@ -157,13 +157,13 @@ impl HipBackend {
             sample_host,
             decode_graph: None,
             use_graph: options.decode_graph,
+            arithmetic: options.arithmetic,
             model: model.clone(),
             ctx,
             n_past: 0,
             layers,
             acts,
             matvec_tokens: options.matvec_tokens.max(1),
-            arithmetic: options.arithmetic,
             kv_bytes,
             scratch_bytes,
             ropes: layers::layer_ropes(hp),
@@ -187,10 +187,10 @@ impl HipBackend {
             layers: &self.layers,
             ropes: &self.ropes,
             matvec_tokens: self.matvec_tokens,
-            arithmetic: self.arithmetic,
             stream: &self.stream,
             kernels: &self.kernels,
             profile: &self.profile,
+            arithmetic: self.arithmetic,
         }
     }
 
@@ -284,6 +284,10 @@ impl Backend for HipBackend {
 
     fn device_name(&self) -> String {
         self.hip.name().to_string()
+    }
+
+    fn arithmetic(&self) -> Option<Arithmetic> {
+        Some(self.arithmetic)
     }
 
     fn ctx(&self) -> usize {

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use crate::backend::arithmetic::Arithmetic;
 use crate::backend::{Backend, Engine, EngineError, WeightsPlacement};
 use crate::engine::events::WeightPlacement;
 use crate::model::Model;
@@ -23,8 +24,13 @@ use super::weights::{DeviceWeights, data_section_bytes};
 
 /// Open the HIP backend for `model` with a cache of `ctx` tokens, or give the one-line reason it
 /// cannot run here.
-pub fn open_backend(model: Arc<Model>, weights: WeightPlacement, ctx: usize) -> Result<Box<dyn Backend>, String> {
-    open_backend_with_progress(model, weights, ctx, &mut |_, _| {})
+pub fn open_backend(
+    model: Arc<Model>,
+    weights: WeightPlacement,
+    ctx: usize,
+    arithmetic: Arithmetic,
+) -> Result<Box<dyn Backend>, String> {
+    open_backend_with_progress(model, weights, ctx, arithmetic, &mut |_, _| {})
 }
 
 /// `open_backend` reporting the weight copy: `progress(done, total)` bytes after every chunk.
@@ -32,18 +38,21 @@ pub fn open_backend_with_progress(
     model: Arc<Model>,
     weights: WeightPlacement,
     ctx: usize,
+    arithmetic: Arithmetic,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Box<dyn Backend>, String> {
-    let engine = open_engine_with_progress(model, weights, ctx, progress)?;
+    let engine = open_engine_with_progress(model, weights, ctx, arithmetic, progress)?;
     Ok(Box::new(engine.session(ctx)?))
 }
 
 /// Place `model`'s weights on the device for sessions of about `ctx` tokens (the placement plan
 /// counts one such session), reporting a copy as `progress(done, total)` bytes after every chunk.
+/// Its sessions run `arithmetic` (`DS4_HIP_EXACT=1` forces exact).
 pub fn open_engine_with_progress(
     model: Arc<Model>,
     weights: WeightPlacement,
     ctx: usize,
+    arithmetic: Arithmetic,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<HipEngine, String> {
     let hip = HipContext::new().map_err(|e| e.to_string())?;
@@ -74,7 +83,7 @@ pub fn open_engine_with_progress(
         format!("{e}; {}", ctx_hint(&model.hp, ctx, room))
     })?;
     let (placed, reason) = place_weights(&hip, &model, plan, progress)?;
-    Ok(HipEngine::new(hip, kernels, model, placed, reason))
+    Ok(HipEngine::new(hip, kernels, model, placed, reason).with_arithmetic(arithmetic))
 }
 
 /// The model on one HIP device, ready to open sessions.
@@ -85,6 +94,8 @@ pub struct HipEngine {
     weights: Arc<DeviceWeights>,
     /// Why the weights were placed as they are (for `weights_placement`).
     reason: String,
+    /// The sessions' arithmetic contract.
+    arithmetic: Arithmetic,
 }
 
 impl HipEngine {
@@ -102,7 +113,14 @@ impl HipEngine {
             model,
             weights: Arc::new(weights),
             reason,
+            arithmetic: Arithmetic::default(),
         }
+    }
+
+    /// The engine whose sessions run `arithmetic` (`DS4_HIP_EXACT=1` still forces exact).
+    pub fn with_arithmetic(mut self, arithmetic: Arithmetic) -> HipEngine {
+        self.arithmetic = arithmetic;
+        self
     }
 
     /// The weights every session reads.
@@ -131,7 +149,10 @@ impl HipEngine {
             ctx,
             self.weights.clone(),
             self.reason.clone(),
-            HipOptions::from_env()?,
+            HipOptions {
+                arithmetic: self.arithmetic.with_env(),
+                ..HipOptions::from_env()?
+            },
         )
     }
 }

@@ -175,7 +175,7 @@ mod tests {
         let bytes = model_bytes(&GenSpec::new(Preset::Micro, 1, ExpertMix::Q2)).unwrap();
         let model = Arc::new(Model::bind(Arc::new(GgufFile::from_bytes(bytes).unwrap())).unwrap());
         for placement in [WeightPlacement::Auto, WeightPlacement::Map, WeightPlacement::Copy] {
-            match super::super::open_backend(model.clone(), placement, 64) {
+            match super::super::open_backend(model.clone(), placement, 64, Default::default()) {
                 Ok(_) if forward_enabled() => {}
                 Ok(_) => panic!("the HIP backend must not open with {FORWARD_ENV}=0"),
                 Err(e) => {

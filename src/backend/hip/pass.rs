@@ -30,11 +30,12 @@ pub(super) struct Pass<'a> {
     pub(super) ropes: &'a [RopeParams],
     /// Batches up to this size take the decode kernels token by token (`prefill::token_wise`).
     pub(super) matvec_tokens: usize,
-    /// Fast mode: batched projections take the matrix-core GEMMs (kernels/gemm_fast.hip).
-    pub(super) arithmetic: Arithmetic,
     pub(super) stream: &'a Stream,
     pub(super) kernels: &'a KernelModule,
     pub(super) profile: &'a LaunchProfile,
+    /// Fast arithmetic runs each launch's fast twin where it has one (`kernels::fast_twin`), and
+    /// batched projections take the matrix-core GEMMs (kernels/gemm_fast.hip).
+    pub(super) arithmetic: Arithmetic,
 }
 
 pub(super) fn p0(b: &DeviceBuffer) -> DevPtr {
@@ -47,6 +48,11 @@ pub(super) fn expert_format(t: &ExpertTensor) -> ExpertFormat {
 
 impl Pass<'_> {
     pub(super) fn run(&self, launch: &kernels::Launch) -> Result<(), EngineError> {
+        let twin = match self.arithmetic {
+            Arithmetic::Fast => kernels::fast_twin(launch),
+            Arithmetic::Exact => None,
+        };
+        let launch = twin.as_ref().unwrap_or(launch);
         // SAFETY: every buffer was sized in `new` for the model's shapes and `ctx` (positions are
         // checked against ctx in `eval`), and the weight pointers address tensors of the uploaded file.
         self.profile

@@ -1,6 +1,8 @@
 //! `selftest --backend hip --model FILE --forward N`: the device forward pass (`HipBackend`) against
-//! the CPU engine (`backend::cpu::CpuBackend`) on the same model. The kernels compute the CPU's float
-//! operations in its order, so every comparison is bitwise (`backend::agreement`).
+//! the CPU engine (`backend::cpu::CpuBackend`) on the same model. In exact arithmetic the kernels
+//! compute the CPU's float operations in its order, so every comparison is bitwise
+//! (`backend::agreement`); in fast arithmetic the logits are held to the fast tolerances
+//! (`Agreement::fast_verdict`), while the device's own repeats (checkpoint, reset, graph) stay bitwise.
 //!
 //! Both backends evaluate the same N pseudo-random tokens one by one, then continue greedily for G
 //! tokens; every position's logits must be the CPU's bit for bit (and so the greedy tokens equal).
@@ -13,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::agreement::{Agreement, compare_logits, top_k};
+use crate::backend::arithmetic::Arithmetic;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{Backend, DeviceSample};
 use crate::engine::events::SamplingParams;
@@ -43,8 +46,13 @@ pub fn run_forward_check(
     n_prompt: usize,
     n_greedy: usize,
     seed: u64,
+    arithmetic: Arithmetic,
     line: &mut dyn FnMut(String),
 ) -> Result<bool, String> {
+    let verdict = |a: &Agreement| match arithmetic {
+        Arithmetic::Exact => a.verdict(),
+        Arithmetic::Fast => a.fast_verdict(),
+    };
     let hp = &model.hp;
     let ctx = n_prompt + n_greedy + 8;
     let mut rng = CheckRng::new(seed);
@@ -54,12 +62,22 @@ pub fn run_forward_check(
     let hip = HipContext::new().map_err(|e| e.to_string())?;
     let kernels = KernelModule::load(&hip)?;
     let t0 = Instant::now();
-    let mut gpu = HipBackend::new(hip, kernels, model.clone(), ctx, HipOptions::from_env()?)?;
+    let mut gpu = HipBackend::new(
+        hip,
+        kernels,
+        model.clone(),
+        ctx,
+        HipOptions {
+            arithmetic: arithmetic.with_env(),
+            ..HipOptions::from_env()?
+        },
+    )?;
     line(format!(
-        "forward: HIP backend ready in {:.2} s (weights {:.1} MiB, kv {:.1} MiB); {n_prompt} prompt tokens, {n_greedy} greedy, ctx {ctx}",
+        "forward: HIP backend ready in {:.2} s (weights {:.1} MiB, kv {:.1} MiB); {n_prompt} prompt tokens, {n_greedy} greedy, ctx {ctx}, {} arithmetic",
         t0.elapsed().as_secs_f64(),
         gpu.memory().device_weight_bytes as f64 / (1 << 20) as f64,
         gpu.memory().kv_bytes as f64 / (1 << 20) as f64,
+        arithmetic.with_env(),
     ));
     let mut cpu = CpuBackend::new(model.clone(), ctx, 0).map_err(|e| e.to_string())?;
 
@@ -90,13 +108,13 @@ pub fn run_forward_check(
         }
         decode.push(compare_logits(gpu.logits(), cpu.logits()));
     }
-    let decode_ok = decode.verdict().is_ok();
+    let decode_ok = verdict(&decode).is_ok();
     let n = (n_prompt + n_greedy).max(1) as f64;
     line(format!(
         "{} forward.decode         {n_prompt} prompt + {n_greedy} greedy steps: {}{}; decode {:.1} ms/token GPU, {:.1} ms/token CPU",
         status(decode_ok),
         decode.summary(),
-        decode.verdict().err().map(|e| format!(" ({e})")).unwrap_or_default(),
+        verdict(&decode).err().map(|e| format!(" ({e})")).unwrap_or_default(),
         1e3 * gpu_s / n,
         1e3 * cpu_s / n,
     ));
@@ -163,13 +181,13 @@ pub fn run_forward_check(
             .map_err(|e| format!("CPU decode after prefill ({step}): {e}"))?;
         prefill.push(compare_logits(gpu.logits(), cpu.logits()));
     }
-    let prefill_ok = prefill.verdict().is_ok();
+    let prefill_ok = verdict(&prefill).is_ok();
     line(format!(
         "{} forward.prefill        {n_prompt} tokens in one eval, then {} decode steps: {}{}; prefill {:.1} ms ({:.0} tokens/s) GPU, {:.1} ms CPU",
         status(prefill_ok),
         prefill.positions.len() - 1,
         prefill.summary(),
-        prefill.verdict().err().map(|e| format!(" ({e})")).unwrap_or_default(),
+        verdict(&prefill).err().map(|e| format!(" ({e})")).unwrap_or_default(),
         1e3 * gpu_prefill_s,
         n_prompt as f64 / gpu_prefill_s.max(1e-9),
         1e3 * cpu_prefill_s,

@@ -246,6 +246,7 @@ fn load_request() -> LoadRequest {
         ctx: 4096,
         backend: Default::default(),
         weights: Default::default(),
+        arithmetic: Default::default(),
         threads: 1,
     }
 }

@@ -148,7 +148,12 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
         Some(info) => {
             // Which file: "ds4 q2 imatrix (0731)" for ds4's published files.
             out.push(kv("File", info.name.clone(), p));
-            out.push(kv("Backend", info.backend.clone(), p));
+            // A GPU says which arithmetic its kernels run ("hip · fast").
+            let backend = match info.arithmetic {
+                Some(a) => format!("{} · {a}", info.backend),
+                None => info.backend.clone(),
+            };
+            out.push(kv("Backend", backend, p));
             if !info.device.is_empty() {
                 out.push(Line::from(Span::styled(
                     format!(" {}", info.device),

@@ -168,6 +168,17 @@ kernel_defs! {
     GEMM_Q8_0_MMA = "ds4_gemm_q8_0_mma"(y: Ptr, w: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_out: U32,
         rows_per_group: U32, x_stride: U32, n_tok: U32);
     GEMM_F16_MMA = "ds4_gemm_f16_mma"(y: Ptr, w: Ptr, x: Ptr, n_in: U32, n_out: U32, x_stride: U32, n_tok: U32);
+    /// kernels/hc_fast.hip
+    HC_PRE_FUSED_FAST = "ds4_hc_pre_fused_fast"(split_out: Ptr, xn: Ptr, q0_q: Ptr, q0_d: Ptr, qk_q: Ptr,
+        qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc: Ptr, fn_w: Ptr, scale: Ptr, base: Ptr, norm_w: Ptr,
+        n_embd: U32, n_hc: U32, iters: U32, eps_rms: F32, eps_hc: F32, eps_norm: F32);
+    /// kernels/matvec_fast.hip
+    MATVEC_Q8_0_FAST = "ds4_matvec_q8_0_fast"(y: Ptr, w: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_out: U32,
+        rows_per_group: U32, x_stride: U32);
+    MATVEC_Q8_0_SWIGLU_FAST = "ds4_matvec_q8_0_swiglu_fast"(mid: Ptr, wg: Ptr, wu: Ptr, xq: Ptr, xd: Ptr,
+        n_in: U32, n_ff: U32, limit: F32);
+    /// kernels/sample_fast.hip
+    ARGMAX_FAST = "ds4_argmax_fast"(out: Ptr, logits: Ptr, n: U32);
     /// kernels/mathf.h (selftest of the transcendental functions)
     TEST_MATHF = "ds4_test_mathf"(out: Ptr, input: Ptr, n: U32, which: U32);
 }

@@ -18,7 +18,8 @@
 //!
 //! Files: `abi` (parameter kinds, the kernel table, the argument packer), `launch` ([`Launch`]), one
 //! file of builders per kernel source (`norm_quant`, `matvec`, `moe`, `hc`, `rows`, `attention`,
-//! `compressor`, `indexer`, `sample`, `gemm`, `gemm_fast`, `moe_grouped`), `code_objects` (the embedded images).
+//! `compressor`, `indexer`, `sample`, `gemm`, `gemm_fast`, `moe_grouped`), `fast` (the fast-arithmetic
+//! twins of exact launches), `code_objects` (the embedded images).
 //! Every public item is re-exported here: callers name them `kernels::X`.
 
 #![allow(clippy::too_many_arguments)]
@@ -27,6 +28,7 @@ mod abi;
 mod attention;
 mod code_objects;
 mod compressor;
+mod fast;
 mod gemm;
 mod gemm_fast;
 mod hc;
@@ -43,6 +45,7 @@ pub use abi::*;
 pub use attention::*;
 pub use code_objects::*;
 pub use compressor::*;
+pub use fast::*;
 pub use gemm::*;
 pub use gemm_fast::*;
 pub use hc::*;

@@ -1,0 +1,91 @@
+//! Fast-arithmetic twins (docs/arithmetic.md): for an exact kernel's launch, the launch of its
+//! fast twin (kernels/*_fast.hip) with the same arguments, or `None` where the kernel has no twin
+//! or the shapes miss the twin's preconditions (then the exact kernel runs, which is also within
+//! the fast tolerances). The twins take the exact kernels' parameter lists, so the launch sequence
+//! is built once and the arithmetic is chosen where it runs (`Pass::run`).
+
+use super::abi::{ARGMAX_FAST, Arg, HC_PRE_FUSED_FAST, KernelDef, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST};
+use super::launch::{BLOCK, Launch, blocks};
+
+/// Elements per lane chunk of the fast Q8_0 matvecs (DS4_Q8_0_CHUNK): n_in must be a multiple.
+pub const Q8_0_FAST_CHUNK: u32 = 256;
+
+/// Lanes per output row of the fast Q8_0 matvecs for rows of `n_in` elements (q8_0_fast_lanes).
+pub fn q8_0_fast_lanes(n_in: u32) -> u32 {
+    (n_in / Q8_0_FAST_CHUNK).next_power_of_two().clamp(1, 32)
+}
+
+/// The value of `l`'s u32 parameter `name`.
+fn arg_u32(l: &Launch, name: &str) -> u32 {
+    let i = l.kernel.params.iter().position(|p| p.name == name);
+    match i.map(|i| l.args[i]) {
+        Some(Arg::U32(v)) => v,
+        other => panic!("{}: no u32 parameter {name} ({other:?})", l.kernel.name),
+    }
+}
+
+fn twin(l: &Launch, kernel: &'static KernelDef, grid: [u32; 3]) -> Launch {
+    Launch::new(kernel, grid, l.args.clone())
+}
+
+/// The fast twin of `l`, if it has one whose preconditions the shapes meet.
+pub fn fast_twin(l: &Launch) -> Option<Launch> {
+    match l.kernel.name {
+        "ds4_hc_pre_fused" => {
+            let n_in = arg_u32(l, "n_embd") * arg_u32(l, "n_hc");
+            (n_in % 8 == 0).then(|| twin(l, &HC_PRE_FUSED_FAST, l.grid))
+        }
+        "ds4_matvec_q8_0" | "ds4_matvec_q8_0_swiglu" => {
+            let n_in = arg_u32(l, "n_in");
+            let (kernel, rows) = if l.kernel.name == "ds4_matvec_q8_0" {
+                (&MATVEC_Q8_0_FAST, arg_u32(l, "n_out"))
+            } else {
+                (&MATVEC_Q8_0_SWIGLU_FAST, arg_u32(l, "n_ff"))
+            };
+            let per_block = BLOCK / q8_0_fast_lanes(n_in);
+            (n_in % Q8_0_FAST_CHUNK == 0 && n_in > 0)
+                .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
+        }
+        "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, l.grid)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{HcEps, NULL, QuantOut, argmax, hc_pre_fused, matvec_q8_0, matvec_q8_0_swiglu};
+    use super::*;
+
+    #[test]
+    fn twins_keep_the_arguments_and_regrid_the_q8_0_matvecs() {
+        let l = matvec_q8_0(1, 2, 3, 4, 4096, 1000, 1000, 4096, 3);
+        let f = fast_twin(&l).expect("a twin");
+        assert_eq!(f.kernel.name, "ds4_matvec_q8_0_fast");
+        assert_eq!(f.args, l.args);
+        // 16 chunks per row: 16 lanes per row, 16 rows per block.
+        assert_eq!(q8_0_fast_lanes(4096), 16);
+        assert_eq!(f.grid, [1000u32.div_ceil(16), 3, 1]);
+        assert_eq!(q8_0_fast_lanes(65536), 32);
+        assert_eq!(q8_0_fast_lanes(256), 1);
+        // No twin where a row is not whole chunks.
+        assert!(fast_twin(&matvec_q8_0(1, 2, 3, 4, 4096 + 32, 8, 8, 4128, 1)).is_none());
+        let s = fast_twin(&matvec_q8_0_swiglu(1, 2, 3, 4, 5, 2048, 100, 7.0, 1)).unwrap();
+        assert_eq!(
+            (s.kernel.name, s.grid),
+            ("ds4_matvec_q8_0_swiglu_fast", [100u32.div_ceil(32), 1, 1])
+        );
+        assert_eq!(fast_twin(&argmax(1, 2, 129280)).unwrap().kernel.name, "ds4_argmax_fast");
+        let eps = HcEps {
+            rms: 1e-6,
+            hc: 1e-6,
+            norm: 1e-6,
+        };
+        let h = hc_pre_fused(1, QuantOut::default(), 2, 3, 4, 5, 6, 7, 8, 4096, 4, 20, eps, 1);
+        let hf = fast_twin(&h).unwrap();
+        assert_eq!(
+            (hf.kernel.name, hf.grid, &hf.args),
+            ("ds4_hc_pre_fused_fast", h.grid, &h.args)
+        );
+        assert!(fast_twin(&super::super::fill_f32(NULL, 4, 0.0)).is_none());
+    }
+}

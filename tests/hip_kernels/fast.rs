@@ -1,0 +1,262 @@
+//! The fast-arithmetic twins (kernels/*_fast.hip, `kernels::fast_twin`) against their exact kernels
+//! on the same random inputs: float outputs within FAST_TOL × max|exact| (a reordered sum of n
+//! products differs by a few ulps of its largest partial sums, far below 1e-5 for these lengths);
+//! quantized codes may differ only where the fast input sits within rounding of a code boundary,
+//! so by at most one step, and the differing codes are counted; the greedy pick exactly.
+
+use ds4_chat::backend::cpu::quant::{Q8_0Act, quantize_q8_0};
+use ds4_chat::backend::hip::kernels::{self, Launch, QuantOut};
+use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
+use ds4_chat::gguf::GgmlType;
+
+use super::support::*;
+
+/// Float outputs of a fast twin: max|fast − exact| ≤ FAST_TOL · max|exact|.
+const FAST_TOL: f64 = 1e-5;
+
+/// Every check of this file.
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+    for (n_in, n_out, rows_per_group, n_tok) in [
+        (4096usize, 1029usize, 1029usize, 2usize),
+        (1024, 96, 24, 2),
+        (7168, 77, 77, 1),
+        (256, 40, 40, 3),
+    ] {
+        let name = format!("fast.matvec_q8_0[{n_in}x{n_out},group {rows_per_group},{n_tok} tok]");
+        emit(guard(&name, || {
+            check_matvec_q8_0(gpu, rng, &name, (n_in, n_out, rows_per_group, n_tok))
+        }));
+    }
+    for (n_in, n_ff) in [(4096usize, 300usize), (512, 33)] {
+        let name = format!("fast.matvec_q8_0_swiglu[{n_in}x{n_ff}]");
+        emit(guard(&name, || check_swiglu(gpu, rng, &name, n_in, n_ff)));
+    }
+    for n in [129280usize, 1001, 3] {
+        let name = format!("fast.argmax[{n}]");
+        emit(guard(&name, || check_argmax(gpu, rng, &name, n)));
+    }
+    let r = guard("fast.hc_pre_fused.xn", || check_hc_pre_fused(gpu, rng, &mut *emit));
+    emit(r);
+}
+
+/// Runs `exact`, reads `outs`, poisons them, runs its fast twin and reads them again.
+fn exact_and_fast(
+    gpu: &Gpu,
+    exact: &Launch,
+    outs: &mut [&mut DeviceBuffer],
+) -> HipResult<(Vec<Vec<u8>>, Vec<Vec<u8>>)> {
+    let fast = kernels::fast_twin(exact).unwrap_or_else(|| panic!("{} has no fast twin here", exact.kernel.name));
+    gpu.run(exact)?;
+    let a = outs.iter().map(|b| b.to_vec::<u8>()).collect::<HipResult<Vec<_>>>()?;
+    for b in outs.iter_mut() {
+        let n = b.len_bytes();
+        b.fill_bytes_async(0, n, 0xFF, &gpu.stream)?;
+    }
+    gpu.stream.synchronize()?;
+    gpu.run(&fast)?;
+    let f = outs.iter().map(|b| b.to_vec::<u8>()).collect::<HipResult<Vec<_>>>()?;
+    Ok((a, f))
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn check_matvec_q8_0(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    (n_in, n_out, rows_per_group, n_tok): (usize, usize, usize, usize),
+) -> HipResult<CheckResult> {
+    let x_stride = n_out.div_ceil(rows_per_group) * n_in;
+    let w = random_weights(rng, GgmlType::Q8_0, n_in, n_out);
+    let x = random_vec(rng, n_tok * x_stride, 2.0);
+    let mut act = Q8_0Act::with_len(n_tok * x_stride);
+    quantize_q8_0(&x, &mut act);
+    let (w_d, xq_d, xd_d) = (gpu.up(&w)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
+    let mut y = gpu.poisoned::<f32>(n_tok * n_out)?;
+    let l = kernels::matvec_q8_0(
+        y.ptr().0,
+        w_d.ptr().0,
+        xq_d.ptr().0,
+        xd_d.ptr().0,
+        n_in as u32,
+        n_out as u32,
+        rows_per_group as u32,
+        x_stride as u32,
+        n_tok as u32,
+    );
+    let (a, f) = exact_and_fast(gpu, &l, &mut [&mut y])?;
+    Ok(close_scaled(
+        name,
+        &f32s(&f[0]),
+        &f32s(&a[0]),
+        FAST_TOL,
+        format!("{n_tok} tokens"),
+    ))
+}
+
+fn check_swiglu(gpu: &Gpu, rng: &mut CheckRng, name: &str, n_in: usize, n_ff: usize) -> HipResult<CheckResult> {
+    let wg = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
+    let wu = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
+    let x = random_vec(rng, n_in, 2.0);
+    let mut act = Q8_0Act::with_len(n_in);
+    quantize_q8_0(&x, &mut act);
+    let (g_d, u_d, xq_d, xd_d) = (gpu.up(&wg)?, gpu.up(&wu)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
+    let mut mid = gpu.poisoned::<f32>(n_ff)?;
+    let l = kernels::matvec_q8_0_swiglu(
+        mid.ptr().0,
+        g_d.ptr().0,
+        u_d.ptr().0,
+        xq_d.ptr().0,
+        xd_d.ptr().0,
+        n_in as u32,
+        n_ff as u32,
+        7.0,
+        1,
+    );
+    let (a, f) = exact_and_fast(gpu, &l, &mut [&mut mid])?;
+    Ok(close_scaled(
+        name,
+        &f32s(&f[0]),
+        &f32s(&a[0]),
+        FAST_TOL,
+        "clamp 7".into(),
+    ))
+}
+
+/// Random logits with NaN, -inf and a tie at the maximum (the first index must win).
+fn check_argmax(gpu: &Gpu, rng: &mut CheckRng, name: &str, n: usize) -> HipResult<CheckResult> {
+    let mut cases = Vec::new();
+    let mut x = random_vec(rng, n, 8.0);
+    if n > 10 {
+        x[n / 3] = f32::NAN;
+        x[n / 2] = f32::NEG_INFINITY;
+        x[n - 1] = 100.0;
+        x[n / 4 + 1] = 100.0;
+    }
+    cases.push(x);
+    cases.push(vec![f32::NAN; n]);
+    let mut last = vec![f32::NEG_INFINITY; n];
+    last[n - 1] = -5.0;
+    cases.push(last);
+    let mut differ = 0;
+    for logits in &cases {
+        let l_d = gpu.up(logits)?;
+        let mut out = gpu.poisoned::<u32>(kernels::SAMPLE_OUT_WORDS)?;
+        let l = kernels::argmax(out.ptr().0, l_d.ptr().0, n as u32);
+        let (a, f) = exact_and_fast(gpu, &l, &mut [&mut out])?;
+        differ += usize::from(a != f);
+    }
+    let ok = differ == 0;
+    Ok(CheckResult::measured(
+        name,
+        differ as f64,
+        0.0,
+        0.0,
+        ok,
+        format!(
+            "{} logit vectors (NaN, -inf, a tie at the maximum), {differ} picks differ",
+            cases.len()
+        ),
+    ))
+}
+
+/// The fused HC pre step: xn and the split within FAST_TOL of the exact kernel's; the Q8_0 codes of
+/// xn at most one step apart (a fast xn within rounding of a code boundary), the differing count
+/// reported. Launched twice on both kernels (the counters reset), as the decode graph replays it.
+fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) -> HipResult<CheckResult> {
+    let (n_hc, n_embd, n_tok, iters) = (4usize, 1024usize, 2usize, 20usize);
+    let eps = kernels::HcEps {
+        rms: 1e-6,
+        hc: 1e-6,
+        norm: 1e-6,
+    };
+    let n_in = n_hc * n_embd;
+    let n_mix = 2 * n_hc + n_hc * n_hc;
+    let hc = random_vec(rng, n_tok * n_in, 2.0);
+    let fn_w = random_weights(rng, GgmlType::F16, n_in, n_mix);
+    let scale: Vec<f32> = (0..3).map(|_| 0.5 + 0.5 * (rng.next_f32() + 1.0)).collect();
+    let base = random_vec(rng, n_mix, 0.5);
+    let norm_w: Vec<f32> = (0..n_embd).map(|_| 1.0 + 0.2 * rng.next_f32()).collect();
+    let (hc_d, fn_d, sc_d, b_d, nw_d) = (
+        gpu.up(&hc)?,
+        gpu.up(&fn_w)?,
+        gpu.up(&scale)?,
+        gpu.up(&base)?,
+        gpu.up(&norm_w)?,
+    );
+    let part = gpu.poisoned::<f32>(n_tok * n_mix)?;
+    let counter = gpu.up(&vec![0u32; n_tok])?;
+    let mut split = gpu.poisoned::<f32>(n_tok * n_mix)?;
+    let mut xn = gpu.poisoned::<f32>(n_tok * n_embd)?;
+    let mut q0_q = gpu.poisoned::<i8>(n_tok * n_embd)?;
+    let mut q0_d = gpu.poisoned::<f32>(n_tok * n_embd / q8_0_block())?;
+    let o = QuantOut {
+        out: xn.ptr().0,
+        q8_0_q: q0_q.ptr().0,
+        q8_0_d: q0_d.ptr().0,
+        ..Default::default()
+    };
+    let l = kernels::hc_pre_fused(
+        split.ptr().0,
+        o,
+        part.ptr().0,
+        counter.ptr().0,
+        hc_d.ptr().0,
+        fn_d.ptr().0,
+        sc_d.ptr().0,
+        b_d.ptr().0,
+        nw_d.ptr().0,
+        n_embd as u32,
+        n_hc as u32,
+        iters as u32,
+        eps,
+        n_tok as u32,
+    );
+    let mut outs = [&mut split, &mut xn, &mut q0_q, &mut q0_d];
+    let (a, f) = exact_and_fast(gpu, &l, &mut outs)?;
+    // Again: the per-token counters were reset by the first launches.
+    let (a2, f2) = exact_and_fast(gpu, &l, &mut outs)?;
+    let repeat_ok = a == a2 && f == f2;
+    emit(close_scaled(
+        "fast.hc_pre_fused.split",
+        &f32s(&f[0]),
+        &f32s(&a[0]),
+        FAST_TOL,
+        format!("{iters} Sinkhorn iterations; repeat launches identical: {repeat_ok}"),
+    ));
+    let (qa, qf) = (&a[2], &f[2]);
+    let differ = qa.iter().zip(qf).filter(|(x, y)| x != y).count();
+    let max_step = qa
+        .iter()
+        .zip(qf)
+        .map(|(&x, &y)| (x as i8 as i32 - y as i8 as i32).abs())
+        .max()
+        .unwrap_or(0);
+    emit(CheckResult::measured(
+        "fast.hc_pre_fused.q8_0",
+        max_step as f64,
+        differ as f64 / qa.len() as f64,
+        1.0,
+        max_step <= 1 && close_scaled("", &f32s(&f[3]), &f32s(&a[3]), FAST_TOL, String::new()).verdict == Verdict::Pass,
+        format!(
+            "{differ} of {} codes differ (by one step at most), scales within {FAST_TOL:e}",
+            qa.len()
+        ),
+    ));
+    let mut r = close_scaled(
+        "fast.hc_pre_fused.xn",
+        &f32s(&f[1]),
+        &f32s(&a[1]),
+        FAST_TOL,
+        format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}"),
+    );
+    if !repeat_ok {
+        r.verdict = Verdict::Fail;
+        r.note += "; a repeated launch gave other bits";
+    }
+    Ok(r)
+}
