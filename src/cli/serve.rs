@@ -58,6 +58,8 @@ pub struct Args {
     /// GPU weight placement: auto, copy or map.
     #[arg(long, default_value = "auto")]
     pub weights: String,
+    #[command(flatten)]
+    pub arithmetic: super::ArithmeticArgs,
 }
 
 /// `--host` and `--port` as one address (a name such as `localhost` is resolved).
@@ -92,6 +94,7 @@ fn options(a: &Args) -> Result<ServeOptions, String> {
             ctx: named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX))?,
             backend: named("--backend", settings::parse_backend(&a.backend))?,
             weights: named("--weights", settings::parse_weights(&a.weights))?,
+            arithmetic: a.arithmetic.arithmetic(),
             threads: named("--threads", settings::check_threads(a.threads))?,
         },
         model_id,

@@ -52,7 +52,7 @@ pub fn open_gpu() -> Option<Gpu> {
 
 type Group = fn(&Gpu, &mut CheckRng, &mut dyn FnMut(CheckResult));
 
-const GROUPS: [(&str, Group); 7] = [
+const GROUPS: [(&str, Group); 8] = [
     ("matvec", matvec::run),
     ("gemm_fast", gemm_fast::run),
     ("moe", moe::run),
