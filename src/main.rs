@@ -38,6 +38,8 @@ enum Cmd {
     Bench(cli::bench::Args),
     /// Check the GPU kernels and the engine against the CPU reference.
     Selftest(cli::selftest::Args),
+    /// Serve the model over an OpenAI-compatible HTTP API (chat completions, streaming).
+    Serve(cli::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
         Some(Cmd::Score(a)) => cli::score::run(a),
         Some(Cmd::Bench(a)) => cli::bench::run(a),
         Some(Cmd::Selftest(a)) => cli::selftest::run(a),
+        Some(Cmd::Serve(a)) => cli::serve::run(a),
         None => cli::chat::run(args.chat),
     };
     match result {

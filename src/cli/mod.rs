@@ -11,6 +11,7 @@ pub mod inspect;
 pub mod run;
 pub mod score;
 pub mod selftest;
+pub mod serve;
 pub mod tokenize;
 
 /// Error type of every subcommand: a one-line message.

@@ -1,0 +1,103 @@
+//! `ds4-chat serve MODEL`: the OpenAI-compatible server (`serve::`, docs/serve.md). Owns the flags
+//! and their checks.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+use super::CliResult;
+use crate::engine::events::{LoadRequest, ModelSource, SamplingParams};
+use crate::engine::settings::{self, named};
+use crate::model::chat::ThinkMode;
+use crate::serve::auth::ApiKey;
+use crate::serve::{ServeOptions, TurnDefaults};
+
+/// Default request body limit (a 1M-token prompt is about 4 MB of text).
+const DEFAULT_MAX_BODY: usize = 8 << 20;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Model file (ds4 GGUF).
+    pub model: PathBuf,
+    /// Address to listen on; anything but loopback needs --api-key-env.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port, printed at start).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Environment variable holding the API key clients must send as `Authorization: Bearer KEY`.
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// The model's name in the API (default: the file name without .gguf).
+    #[arg(long)]
+    pub model_name: Option<String>,
+    /// Context size in tokens.
+    #[arg(short = 'c', long, default_value_t = 32768, allow_negative_numbers = true)]
+    pub ctx: i64,
+    /// Requests that may wait while one generates; more get 429.
+    #[arg(long, default_value_t = 16)]
+    pub queue: usize,
+    /// Largest request body in bytes; larger get 413.
+    #[arg(long, default_value_t = DEFAULT_MAX_BODY)]
+    pub max_body_bytes: usize,
+    /// Think mode of requests that do not choose one (reasoning_effort, thinking).
+    #[command(flatten)]
+    pub think: super::ThinkArgs,
+    /// CPU threads (0 = all cores).
+    #[arg(short = 't', long, default_value_t = 0, allow_negative_numbers = true)]
+    pub threads: i64,
+    /// auto (GPU when usable, else CPU), hip or cpu.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// GPU weight placement: auto, copy or map.
+    #[arg(long, default_value = "auto")]
+    pub weights: String,
+}
+
+/// `--host` and `--port` as one address (a name such as `localhost` is resolved).
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("--host {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("--host {host}: resolves to no address"))
+}
+
+fn options(a: &Args) -> Result<ServeOptions, String> {
+    if !a.model.is_file() {
+        return Err(format!("{}: no such model file", a.model.display()));
+    }
+    let key = match &a.api_key_env {
+        Some(var) => ApiKey::from_env(var)?,
+        None => ApiKey::none(),
+    };
+    let model_id = a.model_name.clone().unwrap_or_else(|| {
+        a.model
+            .file_stem()
+            .map_or_else(|| "ds4".to_string(), |s| s.to_string_lossy().into_owned())
+    });
+    Ok(ServeOptions {
+        addr: resolve(&a.host, a.port)?,
+        load: LoadRequest {
+            source: ModelSource::File(a.model.clone()),
+            ctx: named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX))?,
+            backend: named("--backend", settings::parse_backend(&a.backend))?,
+            weights: named("--weights", settings::parse_weights(&a.weights))?,
+            threads: named("--threads", settings::check_threads(a.threads))?,
+        },
+        model_id,
+        key,
+        queue: a.queue,
+        max_body: a.max_body_bytes,
+        defaults: TurnDefaults {
+            sampling: SamplingParams::default(),
+            // ds4's CLI and server think by default.
+            think: a.think.requested().unwrap_or(ThinkMode::High),
+            max_tokens: u32::MAX,
+        },
+    })
+}
+
+pub fn run(args: Args) -> CliResult {
+    crate::serve::run(options(&args)?)
+}

@@ -1,0 +1,24 @@
+//! `ds4-chat serve`: an OpenAI-compatible HTTP server on the engine worker (docs/serve.md).
+//!
+//! One concept per file: `server` (state, start-up, accept loop), `routes` (endpoints), `http`
+//! (HTTP/1.1 framing on std sockets, head parsing by `httparse`), `request` (body parsing and
+//! validation), `completions` (one completion request), `turn` (one engine turn and its figures),
+//! `sse` (event stream writer), `responses` (OpenAI JSON shapes), `queue` (one generation at a
+//! time), `disconnect` (hang-up watcher), `auth` (bind policy and API key), `replies` (reasoning of
+//! recent answers for cache reuse), `error` (API errors). Must not draw anything (`tui::`).
+
+pub mod auth;
+pub mod completions;
+pub mod disconnect;
+pub mod error;
+pub mod http;
+pub mod queue;
+pub mod replies;
+pub mod request;
+pub mod responses;
+pub mod routes;
+pub mod server;
+pub mod sse;
+pub mod turn;
+
+pub use server::{ServeOptions, TurnDefaults, run};

@@ -1,0 +1,66 @@
+//! The server's memory of its own recent replies, so a follow-up request continues the cached
+//! conversation. OpenAI clients send earlier assistant turns back as `content` only, dropping the
+//! `reasoning_content` they were streamed; the engine's live transcript keeps the reasoning tokens
+//! it sampled, and a message without them would not match it, so the whole prompt would be
+//! evaluated again. An assistant message that arrives without reasoning and whose text is one of
+//! our recent answers gets that answer's reasoning back before the turn is submitted.
+//!
+//! Owns the remembered (answer, reasoning) pairs. Must not touch the engine.
+
+use std::collections::VecDeque;
+
+use crate::model::chat::{Message, Role};
+
+/// Replies remembered (text only, so cheap).
+const REMEMBERED: usize = 64;
+
+#[derive(Default)]
+pub struct Replies {
+    /// (answer, reasoning) of recent thinking turns, oldest first.
+    recent: VecDeque<(String, String)>,
+}
+
+impl Replies {
+    /// Remember a reply that had reasoning.
+    pub fn remember(&mut self, answer: &str, reasoning: &str) {
+        if self.recent.len() == REMEMBERED {
+            self.recent.pop_front();
+        }
+        self.recent
+            .push_back((answer.trim().to_string(), reasoning.to_string()));
+    }
+
+    /// Give assistant messages without reasoning the reasoning of the newest matching reply.
+    pub fn restore_reasoning(&self, messages: &mut [Message]) {
+        for m in messages
+            .iter_mut()
+            .filter(|m| m.role == Role::Assistant && m.reasoning.is_none())
+        {
+            let text = m.content.trim();
+            if let Some((_, r)) = self.recent.iter().rev().find(|(a, _)| a == text) {
+                m.reasoning = Some(r.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasoning_is_restored_only_where_missing_and_matching() {
+        let mut r = Replies::default();
+        r.remember("The answer.", "thought");
+        let mut msgs = vec![
+            Message::user("q"),
+            Message::assistant(" The answer.\n", None),
+            Message::assistant("other", None),
+            Message::assistant("The answer.", Some("kept".into())),
+        ];
+        r.restore_reasoning(&mut msgs);
+        assert_eq!(msgs[1].reasoning.as_deref(), Some("thought"));
+        assert_eq!(msgs[2].reasoning, None);
+        assert_eq!(msgs[3].reasoning.as_deref(), Some("kept"));
+    }
+}

@@ -1,0 +1,197 @@
+//! The OpenAI JSON shapes the server answers with: the model list, a whole `chat.completion`, the
+//! `chat.completion.chunk`s of a stream, `usage` (with `prompt_tokens_details.cached_tokens`) and the
+//! `timings` object (llama-server's field names: `prompt_n`, `prompt_ms`, `prompt_per_second`,
+//! `predicted_n`, `predicted_ms`, `predicted_per_second`, plus `cache_n`).
+//!
+//! Owns field names and values only. Must not do I/O.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::engine::events::{FinishReason, TextKind};
+
+use super::turn::{Timings, Usage};
+
+/// Seconds since the epoch (`created`).
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Identity of one completion, shared by all chunks of a stream.
+#[derive(Clone, Debug)]
+pub struct CompletionId {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+}
+
+impl CompletionId {
+    pub fn new(model: &str) -> CompletionId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let created = unix_now();
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        CompletionId {
+            id: format!("chatcmpl-{created:x}{n:04x}"),
+            created,
+            model: model.to_string(),
+        }
+    }
+}
+
+/// OpenAI's `finish_reason`: EOS is "stop"; the token budget or a full context is "length".
+pub fn finish_reason(r: FinishReason) -> &'static str {
+    match r {
+        FinishReason::Eos | FinishReason::Cancelled => "stop",
+        FinishReason::Length | FinishReason::ContextFull => "length",
+    }
+}
+
+pub fn usage(u: &Usage) -> Value {
+    json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+        "prompt_tokens_details": { "cached_tokens": u.cached_tokens },
+    })
+}
+
+pub fn timings(t: &Timings, u: &Usage) -> Value {
+    let per_token = |n: u32, ms: f64| if n == 0 { 0.0 } else { ms / n as f64 };
+    json!({
+        "cache_n": u.cached_tokens,
+        "prompt_n": t.prompt_n,
+        "prompt_ms": t.prompt_ms,
+        "prompt_per_token_ms": per_token(t.prompt_n, t.prompt_ms),
+        "prompt_per_second": t.prompt_per_second(),
+        "predicted_n": t.predicted_n,
+        "predicted_ms": t.predicted_ms,
+        "predicted_per_token_ms": per_token(t.predicted_n, t.predicted_ms),
+        "predicted_per_second": t.predicted_per_second(),
+    })
+}
+
+/// `GET /v1/models`.
+pub fn model_list(model: &str, created: u64, ctx: u32) -> Value {
+    json!({
+        "object": "list",
+        "data": [{
+            "id": model,
+            "object": "model",
+            "created": created,
+            "owned_by": "ds4-chat",
+            "max_model_len": ctx,
+        }],
+    })
+}
+
+/// A whole (non-streaming) completion.
+pub fn completion(
+    id: &CompletionId,
+    answer: &str,
+    reasoning: Option<&str>,
+    finish: FinishReason,
+    u: &Usage,
+    t: &Timings,
+) -> Value {
+    let mut message = json!({ "role": "assistant", "content": answer });
+    if let Some(r) = reasoning {
+        message["reasoning_content"] = Value::String(r.to_string());
+    }
+    json!({
+        "id": id.id,
+        "object": "chat.completion",
+        "created": id.created,
+        "model": id.model,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": null,
+            "finish_reason": finish_reason(finish),
+        }],
+        "usage": usage(u),
+        "timings": timings(t, u),
+    })
+}
+
+fn chunk(id: &CompletionId, choices: Value) -> Value {
+    json!({
+        "id": id.id,
+        "object": "chat.completion.chunk",
+        "created": id.created,
+        "model": id.model,
+        "choices": choices,
+    })
+}
+
+/// The first chunk of a stream: the role.
+pub fn role_chunk(id: &CompletionId) -> Value {
+    chunk(
+        id,
+        json!([{ "index": 0, "delta": { "role": "assistant", "content": "" }, "logprobs": null, "finish_reason": null }]),
+    )
+}
+
+/// A text delta: `content` for the answer, `reasoning_content` for the thinking.
+pub fn text_chunk(id: &CompletionId, kind: TextKind, text: &str) -> Value {
+    let delta = match kind {
+        TextKind::Answer => json!({ "content": text }),
+        TextKind::Reasoning => json!({ "reasoning_content": text }),
+    };
+    chunk(
+        id,
+        json!([{ "index": 0, "delta": delta, "logprobs": null, "finish_reason": null }]),
+    )
+}
+
+/// The chunk with the finish reason; it carries the timings (as llama-server's last chunk does).
+pub fn finish_chunk(id: &CompletionId, finish: FinishReason, u: &Usage, t: &Timings) -> Value {
+    let mut c = chunk(
+        id,
+        json!([{ "index": 0, "delta": {}, "logprobs": null, "finish_reason": finish_reason(finish) }]),
+    );
+    c["timings"] = timings(t, u);
+    c
+}
+
+/// The usage chunk of `stream_options.include_usage`: no choices, the usage (and timings again).
+pub fn usage_chunk(id: &CompletionId, u: &Usage, t: &Timings) -> Value {
+    let mut c = chunk(id, json!([]));
+    c["usage"] = usage(u);
+    c["timings"] = timings(t, u);
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_has_usage_cached_tokens_and_timings() {
+        let id = CompletionId::new("m");
+        let u = Usage {
+            prompt_tokens: 10,
+            cached_tokens: 4,
+            completion_tokens: 3,
+        };
+        let t = Timings {
+            prompt_n: 6,
+            prompt_ms: 12.0,
+            predicted_n: 3,
+            predicted_ms: 30.0,
+        };
+        let c = completion(&id, "hi", Some("why"), FinishReason::Length, &u, &t);
+        assert_eq!(c["choices"][0]["message"]["content"], "hi");
+        assert_eq!(c["choices"][0]["message"]["reasoning_content"], "why");
+        assert_eq!(c["choices"][0]["finish_reason"], "length");
+        assert_eq!(c["usage"]["total_tokens"], 13);
+        assert_eq!(c["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+        assert_eq!(c["timings"]["prompt_per_second"], 500.0);
+        assert_eq!(c["timings"]["predicted_per_second"], 100.0);
+        assert_eq!(c["timings"]["cache_n"], 4);
+        let r = text_chunk(&id, TextKind::Reasoning, "x");
+        assert_eq!(r["choices"][0]["delta"]["reasoning_content"], "x");
+        assert!(r["choices"][0]["delta"].get("content").is_none());
+    }
+}
