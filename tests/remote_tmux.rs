@@ -3,7 +3,7 @@
 //! the panel's remote figures; reasoning written inline as <think>…</think> is split; Esc closes
 //! the stream (the server sees the client go); a 500, a stream cut mid-answer, a silent server
 //! (timeout), a 401 and an unknown model are one-line messages; a server killed mid-answer gives a
-//! message and the app keeps running.
+//! message and the app keeps running. The same against our own `ds4-chat serve` on the tiny model.
 //!
 //! Skipped with a message when tmux or python3 is missing, except under CI (CI=true), where they
 //! must run.
@@ -260,4 +260,133 @@ fn remote_api_key_and_unknown_model() {
             .count()
             >= 1
     );
+}
+
+/// `ds4-chat serve` on the tiny generated model (written once, shared with tests/serve_api.rs),
+/// on a free loopback port; killed on drop.
+struct OwnServe {
+    child: Child,
+    url: String,
+}
+
+impl OwnServe {
+    fn start() -> OwnServe {
+        let bin = env!("CARGO_BIN_EXE_ds4-chat");
+        let model = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-tiny.gguf");
+        if !model.is_file() {
+            let tmp = model.with_extension("remote-partial");
+            let out = Command::new(bin)
+                .args(["gen-model", "--preset", "tiny", "--out"])
+                .arg(&tmp)
+                .output()
+                .expect("run ds4-chat gen-model");
+            assert!(
+                out.status.success(),
+                "gen-model: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::rename(&tmp, &model).expect("move the tiny model in place");
+        }
+        let mut child = Command::new(bin)
+            .arg("serve")
+            .arg(&model)
+            .args(["--port", "0", "--backend", "cpu", "--threads", "2", "--ctx", "4096"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start ds4-chat serve");
+        let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+        let mut seen = Vec::new();
+        let url = loop {
+            match lines.next() {
+                Some(Ok(line)) => match line.split("listening on ").nth(1) {
+                    Some(addr) => break format!("{}/v1", addr.trim()),
+                    None => seen.push(line),
+                },
+                _ => panic!("serve ended before listening: {}", seen.join(" | ")),
+            }
+        };
+        // Keep draining its log so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
+        OwnServe { child, url }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for OwnServe {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Tokens of the answer in flight, from its header ("DeepSeek  12 tok").
+fn tokens_shown(screen: &str) -> u32 {
+    screen
+        .lines()
+        .filter_map(|l| {
+            let i = l.find("DeepSeek  ")?;
+            l[i + 10..].split_whitespace().next()?.parse().ok()
+        })
+        .next_back()
+        .unwrap_or(0)
+}
+
+#[test]
+fn remote_chat_against_ds4_chat_serve() {
+    let mut serve = OwnServe::start();
+    let config = config_file("remote-serve.toml");
+    let args = format!(
+        "--remote {} --config {} --seed 3 --max-tokens 300",
+        serve.url,
+        config.display()
+    );
+    let Some(t) = start_app("remote-serve", "", &args) else {
+        return;
+    };
+    t.wait("the app to be ready", 60, |s| {
+        s.contains("● ready") && s.contains("serve-tiny")
+    });
+
+    // A whole turn: reasoning streams (reasoning_content), then the server's figures show.
+    send(&t, "Why is the sky blue?");
+    t.wait("streamed reasoning", 60, |s| {
+        s.contains("Thinking…") && tokens_shown(s) >= 5
+    });
+    let s = t.wait("the turn to end", 120, |s| {
+        s.contains("● ready") && s.contains("Server   prefill")
+    });
+    assert!(s.contains("Reasoning ·"), "the reasoning is on screen\n{s}");
+    assert!(
+        s.contains("Prompt   ") && s.contains("Answer   "),
+        "the server's usage\n{s}"
+    );
+    assert!(s.contains("decode ") && s.contains("Context  "), "{s}");
+
+    // Esc mid-answer.
+    send(&t, "Tell me more.");
+    t.wait("the second answer", 60, |s| {
+        s.contains("◉ generating") && tokens_shown(s) >= 5
+    });
+    t.keys(&["Escape"]);
+    t.wait("the cancel", 10, |s| s.contains("[cancelled]") && s.contains("● ready"));
+
+    // The server is killed mid-answer: one message, the app keeps running.
+    send(&t, "And once more.");
+    t.wait("the third answer", 60, |s| {
+        s.contains("◉ generating") && tokens_shown(s) >= 3
+    });
+    serve.kill();
+    let s = t.wait("the broken stream", 20, |s| {
+        s.contains("● ready") && (s.contains("broke off") || s.contains("closed the stream before"))
+    });
+    assert!(exit_line(&s).is_none(), "the app keeps running\n{s}");
+    t.keys(&["Escape"]);
+    std::thread::sleep(Duration::from_millis(200));
+    t.keys(&["Escape"]);
+    let s = t.wait("the app to exit", 20, |s| exit_line(s).is_some());
+    assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
 }
