@@ -8,6 +8,8 @@
 //! Skipped with a message when tmux or python3 is missing, except under CI (CI=true), where they
 //! must run.
 
+#[path = "support/mod.rs"]
+mod support;
 mod tmux_common;
 
 use std::io::{BufRead, BufReader};
@@ -16,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tmux_common::{Tmux, exit_line};
+use tmux_common::{Tmux, exit_line, tokens_shown};
 
 /// The fake server, its port, and what it printed (one line per request outcome).
 struct FakeServer {
@@ -90,10 +92,10 @@ impl Drop for FakeServer {
     }
 }
 
-/// A config file with a 2 s silence timeout (the timeout test stays short).
-fn config_file(name: &str) -> PathBuf {
+/// A config file with a silence timeout of `secs`.
+fn config_file(name: &str, secs: u32) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    std::fs::write(&p, "[remote]\ntimeout = 2\n").unwrap();
+    std::fs::write(&p, format!("[remote]\ntimeout = {secs}\n")).unwrap();
     p
 }
 
@@ -119,7 +121,7 @@ fn remote_chat_against_a_fake_server() {
     let Some(mut server) = FakeServer::start("remote-chat", &[]) else {
         return;
     };
-    let config = config_file("remote-chat.toml");
+    let config = config_file("remote-chat.toml", 2);
     let args = format!("--remote {} --config {}", server.url(), config.display());
     let Some(t) = start_app("remote-chat", "", &args) else {
         return;
@@ -210,7 +212,7 @@ fn remote_api_key_and_unknown_model() {
     let Some(server) = FakeServer::start("remote-auth", &["--api-key", "sekrit"]) else {
         return;
     };
-    let config = config_file("remote-auth.toml");
+    let config = config_file("remote-auth.toml", 2);
     // No key: the model list is refused, the app says so and keeps running.
     let args = format!("--remote {} --config {}", server.url(), config.display());
     let Some(t) = start_app("remote-auth", "", &args) else {
@@ -262,7 +264,7 @@ fn remote_api_key_and_unknown_model() {
     );
 }
 
-/// `ds4-chat serve` on the tiny generated model (written once, shared with tests/serve_api.rs),
+/// `ds4-chat serve` on the tiny generated model (`support::serve_tiny_model`),
 /// on a free loopback port; killed on drop.
 struct OwnServe {
     child: Child,
@@ -272,21 +274,7 @@ struct OwnServe {
 impl OwnServe {
     fn start() -> OwnServe {
         let bin = env!("CARGO_BIN_EXE_ds4-chat");
-        let model = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-tiny.gguf");
-        if !model.is_file() {
-            let tmp = model.with_extension("remote-partial");
-            let out = Command::new(bin)
-                .args(["gen-model", "--preset", "tiny", "--out"])
-                .arg(&tmp)
-                .output()
-                .expect("run ds4-chat gen-model");
-            assert!(
-                out.status.success(),
-                "gen-model: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::fs::rename(&tmp, &model).expect("move the tiny model in place");
-        }
+        let model = support::serve_tiny_model();
         let mut child = Command::new(bin)
             .arg("serve")
             .arg(&model)
@@ -323,22 +311,11 @@ impl Drop for OwnServe {
     }
 }
 
-/// Tokens of the answer in flight, from its header ("DeepSeek  12 tok").
-fn tokens_shown(screen: &str) -> u32 {
-    screen
-        .lines()
-        .filter_map(|l| {
-            let i = l.find("DeepSeek  ")?;
-            l[i + 10..].split_whitespace().next()?.parse().ok()
-        })
-        .next_back()
-        .unwrap_or(0)
-}
-
 #[test]
 fn remote_chat_against_ds4_chat_serve() {
     let mut serve = OwnServe::start();
-    let config = config_file("remote-serve.toml");
+    // A loaded machine may keep the tiny model's answer waiting for seconds; no timeout here.
+    let config = config_file("remote-serve.toml", 120);
     let args = format!(
         "--remote {} --config {} --seed 3 --max-tokens 300",
         serve.url,

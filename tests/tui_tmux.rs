@@ -11,7 +11,7 @@ mod tmux_common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tmux_common::{Tmux, exit_line};
+use tmux_common::{Tmux, exit_line, tokens_shown};
 
 /// The decode rate the side panel shows ("Decode   12.3 t/s").
 fn panel_rate(screen: &str) -> Option<f64> {
@@ -20,18 +20,6 @@ fn panel_rate(screen: &str) -> Option<f64> {
         let rest = l[i + "Decode".len()..].trim_start();
         rest.split_whitespace().next()?.parse::<f64>().ok()
     })
-}
-
-/// Tokens of the answer in flight, from its header ("DeepSeek  12 tok").
-fn tokens_shown(screen: &str) -> u32 {
-    screen
-        .lines()
-        .filter_map(|l| {
-            let i = l.find("DeepSeek  ")?;
-            l[i + 10..].split_whitespace().next()?.parse().ok()
-        })
-        .next_back()
-        .unwrap_or(0)
 }
 
 /// Starts `ds4-chat --demo EXTRA` in a fresh tmux server (120×36); `None` (after printing why) when

@@ -108,3 +108,13 @@ pub fn exit_line(s: &str) -> Option<String> {
         .find(|l| l.starts_with("EXIT=") && l[5..].starts_with(|c: char| c.is_ascii_digit()))
         .map(str::to_string)
 }
+
+/// Tokens of the newest answer, from its header ("DeepSeek  12 tok"); 0 while it has none.
+pub fn tokens_shown(screen: &str) -> u32 {
+    screen
+        .lines()
+        .filter_map(|l| l.find("▌ DeepSeek").map(|i| &l[i + "▌ DeepSeek".len()..]))
+        .next_back()
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
