@@ -367,3 +367,71 @@ fn remote_chat_against_ds4_chat_serve() {
     let s = t.wait("the app to exit", 20, |s| exit_line(s).is_some());
     assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
 }
+
+/// llama.cpp's server through `llama-cpp-python[server]` on a tiny random llama GGUF
+/// (tests/support/tiny_llama_gguf.py): an OpenAI-compatible server that is not ours. It runs where
+/// the package is installed and skips otherwise, also in CI: the package builds llama.cpp from
+/// source, longer than CI's budget (docs/remote.md#an-independent-server).
+#[test]
+fn remote_chat_against_llama_cpp_python_server() {
+    let have = Command::new("python3")
+        .args(["-c", "import llama_cpp.server, gguf, numpy"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        eprintln!(
+            "SKIPPED remote_chat_against_llama_cpp_python_server: pip install 'llama-cpp-python[server]' gguf numpy"
+        );
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let model = dir.join("tiny-llama.gguf");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/tiny_llama_gguf.py");
+    let out = Command::new("python3").arg(&script).arg(&model).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new("python3")
+        .args(["-m", "llama_cpp.server", "--host", "127.0.0.1", "--n_ctx", "2048"])
+        .args(["--model_alias", "tiny-llama", "--port", &port.to_string(), "--model"])
+        .arg(&model)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start llama_cpp.server");
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "llama_cpp.server did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let config = config_file("remote-llama.toml", 60);
+    let args = format!("--remote {url} --config {} --max-tokens 48 --seed 1", config.display());
+    let Some(t) = start_app("remote-llama", "", &args) else {
+        let _ = server.kill();
+        return;
+    };
+    t.wait("the app to be ready", 60, |s| {
+        s.contains("● ready") && s.contains("tiny-llama")
+    });
+    // Its chat template opens <think> in the prompt: the stream counts as reasoning.
+    send(&t, "Why is the sky blue?");
+    let s = t.wait("a finished answer", 120, |s| {
+        s.contains("● ready") && tokens_shown(s) > 0 && s.contains("Reasoning ·")
+    });
+    assert!(s.contains("TTFT") && !s.contains("✖"), "{s}");
+    t.keys(&["Escape"]);
+    std::thread::sleep(Duration::from_millis(200));
+    t.keys(&["Escape"]);
+    let s = t.wait("the app to exit", 20, |s| exit_line(s).is_some());
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
+}
