@@ -20,9 +20,25 @@ use std::time::{Duration, Instant};
 
 use tmux_common::{Tmux, exit_line, tokens_shown};
 
+/// A server process of a test: killed and reaped on drop, or earlier by `kill`.
+struct Reaped(Child);
+
+impl Reaped {
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// The fake server, its port, and what it printed (one line per request outcome).
 struct FakeServer {
-    child: Child,
+    child: Reaped,
     port: u16,
     log: Arc<Mutex<Vec<String>>>,
 }
@@ -60,7 +76,11 @@ impl FakeServer {
                 sink.lock().unwrap().push(l);
             }
         });
-        Some(FakeServer { child, port, log })
+        Some(FakeServer {
+            child: Reaped(child),
+            port,
+            log,
+        })
     }
 
     fn url(&self) -> String {
@@ -81,14 +101,7 @@ impl FakeServer {
     }
 
     fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for FakeServer {
-    fn drop(&mut self) {
-        self.kill();
+        self.child.kill();
     }
 }
 
@@ -267,7 +280,7 @@ fn remote_api_key_and_unknown_model() {
 /// `ds4-chat serve` on the tiny generated model (`support::serve_tiny_model`),
 /// on a free loopback port; killed on drop.
 struct OwnServe {
-    child: Child,
+    child: Reaped,
     url: String,
 }
 
@@ -296,18 +309,10 @@ impl OwnServe {
         };
         // Keep draining its log so the server never blocks on a full pipe.
         std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
-        OwnServe { child, url }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for OwnServe {
-    fn drop(&mut self) {
-        self.kill();
+        OwnServe {
+            child: Reaped(child),
+            url,
+        }
     }
 }
 
@@ -356,7 +361,7 @@ fn remote_chat_against_ds4_chat_serve() {
     t.wait("the third answer", 60, |s| {
         s.contains("◉ generating") && tokens_shown(s) >= 3
     });
-    serve.kill();
+    serve.child.kill();
     let s = t.wait("the broken stream", 20, |s| {
         s.contains("● ready") && (s.contains("broke off") || s.contains("closed the stream before"))
     });
@@ -395,14 +400,16 @@ fn remote_chat_against_llama_cpp_python_server() {
         .local_addr()
         .unwrap()
         .port();
-    let mut server = Command::new("python3")
-        .args(["-m", "llama_cpp.server", "--host", "127.0.0.1", "--n_ctx", "2048"])
-        .args(["--model_alias", "tiny-llama", "--port", &port.to_string(), "--model"])
-        .arg(&model)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start llama_cpp.server");
+    let _server = Reaped(
+        Command::new("python3")
+            .args(["-m", "llama_cpp.server", "--host", "127.0.0.1", "--n_ctx", "2048"])
+            .args(["--model_alias", "tiny-llama", "--port", &port.to_string(), "--model"])
+            .arg(&model)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start llama_cpp.server"),
+    );
     let url = format!("http://127.0.0.1:{port}/v1");
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -415,7 +422,6 @@ fn remote_chat_against_llama_cpp_python_server() {
     let config = config_file("remote-llama.toml", 60);
     let args = format!("--remote {url} --config {} --max-tokens 48 --seed 1", config.display());
     let Some(t) = start_app("remote-llama", "", &args) else {
-        let _ = server.kill();
         return;
     };
     t.wait("the app to be ready", 60, |s| {
@@ -431,7 +437,5 @@ fn remote_chat_against_llama_cpp_python_server() {
     std::thread::sleep(Duration::from_millis(200));
     t.keys(&["Escape"]);
     let s = t.wait("the app to exit", 20, |s| exit_line(s).is_some());
-    let _ = server.kill();
-    let _ = server.wait();
     assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
 }
