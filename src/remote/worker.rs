@@ -381,3 +381,84 @@ fn finish_reason(s: &str) -> FinishReason {
         _ => FinishReason::Eos,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::remote::chunk::Chunk;
+
+    fn texts(events: &[Event]) -> Vec<(TextKind, String)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Text { kind, text } => Some((*kind, text.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_split_stream_becomes_the_engine_events() {
+        let mut turn = StreamedTurn::new(ThinkMode::High, Instant::now(), 100);
+        let ev = turn.chunk(Chunk {
+            reasoning: Some("hmm".into()),
+            ..Default::default()
+        });
+        assert!(matches!(ev[0], Event::PrefillDone { tokens: 0, .. }), "{ev:?}");
+        assert_eq!(texts(&ev), vec![(TextKind::Reasoning, "hmm".to_string())]);
+        let ev = turn.chunk(Chunk {
+            content: Some("Yes.".into()),
+            ..Default::default()
+        });
+        assert!(matches!(ev[0], Event::TokenTiming { step: 1, .. }), "{ev:?}");
+        assert_eq!(texts(&ev), vec![(TextKind::Answer, "Yes.".to_string())]);
+        // Without usage: the context grows by the chunks streamed.
+        assert_eq!((turn.generated(), turn.context_used()), (2, 102));
+        // A role-only chunk carries no text and no timing.
+        assert!(turn.chunk(Chunk::default()).is_empty());
+        let report = ServerReport {
+            prompt_tokens: Some(40),
+            completion_tokens: Some(3),
+            ..Default::default()
+        };
+        turn.chunk(Chunk {
+            finish_reason: Some("length".into()),
+            report: Some(report.clone()),
+            ..Default::default()
+        });
+        assert_eq!(turn.finish, Some(FinishReason::Length));
+        let end = turn.end(4096);
+        assert!(matches!(&end[0], Event::Server(r) if *r == report), "{end:?}");
+        match &end[1] {
+            Event::Stats(s) => {
+                assert_eq!((s.context_used, s.context_size), (43, 4096));
+                assert!(s.prefill_latency.is_some());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!((turn.generated(), turn.context_used()), (3, 43));
+    }
+
+    #[test]
+    fn inline_reasoning_is_split_until_the_server_splits() {
+        let mut turn = StreamedTurn::new(ThinkMode::Off, Instant::now(), 0);
+        let mut all = Vec::new();
+        for piece in ["<think>a", "b</think>", "c"] {
+            all.extend(turn.chunk(Chunk {
+                content: Some(piece.into()),
+                ..Default::default()
+            }));
+        }
+        all.extend(turn.end(0));
+        assert_eq!(
+            texts(&all),
+            vec![
+                (TextKind::Reasoning, "a".into()),
+                (TextKind::Reasoning, "b".into()),
+                (TextKind::Answer, "c".into())
+            ]
+        );
+        assert_eq!(finish_reason("stop"), FinishReason::Eos);
+        assert_eq!(finish_reason("tool_calls"), FinishReason::Eos);
+    }
+}
