@@ -38,26 +38,6 @@ fn have_openai() -> bool {
     ok
 }
 
-/// The tiny preset written once by `ds4-chat gen-model` (same seed, same bytes).
-fn tiny_model() -> PathBuf {
-    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-tiny.gguf");
-    if !path.is_file() {
-        let tmp = path.with_extension("partial");
-        let out = Command::new(BIN)
-            .args(["gen-model", "--preset", "tiny", "--out"])
-            .arg(&tmp)
-            .output()
-            .expect("run ds4-chat gen-model");
-        assert!(
-            out.status.success(),
-            "gen-model: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::fs::rename(&tmp, &path).expect("move the tiny model in place");
-    }
-    path
-}
-
 /// A running server, killed on drop.
 struct Server {
     child: Child,
@@ -146,7 +126,7 @@ fn openai_client_against_serve() {
         return;
     }
     let _one = ONE_SERVER.lock().unwrap_or_else(|e| e.into_inner());
-    let model = tiny_model();
+    let model = support::serve_tiny_model();
     let server = start(&model, &["--queue", "1", "--max-body-bytes", MAX_BODY], &[]).expect("serve starts");
     let text = run_client(&[
         "main",
@@ -177,7 +157,7 @@ fn openai_client_against_serve() {
 #[test]
 fn non_loopback_bind_needs_an_api_key() {
     let _one = ONE_SERVER.lock().unwrap_or_else(|e| e.into_inner());
-    let model = tiny_model();
+    let model = support::serve_tiny_model();
     let refused = start(&model, &["--host", "0.0.0.0"], &[])
         .err()
         .expect("0.0.0.0 without a key is refused");

@@ -47,6 +47,40 @@ fn values_are_read() {
     assert_eq!(c.threads, 2);
 }
 
+#[test]
+fn the_remote_table_is_read_and_checked() {
+    let c = config::parse(
+        "[remote]\nurl = \"http://gpu:8000/v1\"\nmodel = \"deepseek-ai/DeepSeek-V4-Flash\"\n\
+         api_key_env = \"DS4_KEY\"\ntimeout = 30\n",
+    )
+    .unwrap();
+    assert_eq!(c.remote.url.as_deref(), Some("http://gpu:8000/v1"));
+    assert_eq!(c.remote.model.as_deref(), Some("deepseek-ai/DeepSeek-V4-Flash"));
+    assert_eq!(c.remote.api_key_env.as_deref(), Some("DS4_KEY"));
+    assert_eq!(c.remote.timeout_secs, 30);
+    assert_eq!(Config::default().remote.url, None);
+    let e = err("[remote]\ntimeout = 0\n");
+    assert!(e.contains("`remote.timeout`") && e.contains('0'), "{e}");
+    let e = err("[remote]\nendpoint = \"x\"\n");
+    assert!(e.contains("line 2") && e.contains("endpoint"), "{e}");
+    // The flags win over the file.
+    let args = Args {
+        remote: Some("http://other:1".into()),
+        remote_model: Some("m2".into()),
+        api_key_env: Some("OTHER_KEY".into()),
+        ..Default::default()
+    };
+    let c = apply_flags(c, &args).unwrap();
+    assert_eq!(
+        (
+            c.remote.url.as_deref(),
+            c.remote.model.as_deref(),
+            c.remote.api_key_env.as_deref()
+        ),
+        (Some("http://other:1"), Some("m2"), Some("OTHER_KEY"))
+    );
+}
+
 fn err(text: &str) -> String {
     let e = config::parse(text).unwrap_err();
     assert!(!e.contains('\n'), "error must be one line: {e:?}");

@@ -312,3 +312,63 @@ fn finished_turns_are_laid_out_in_update_and_drawing_only_reads_them() {
     assert_eq!(draw_text(&mut t, &uncached), from_cache);
     assert!(from_cache.contains("first answer"), "{from_cache}");
 }
+
+#[test]
+fn remote_panel_shows_the_server_and_says_remote_for_local_gauges() {
+    use ds4_chat::engine::events::{LiveStats, ModelInfo, ServerReport};
+    let mut app = App::new(config(), "remote http://gpu:8000/v1".into(), None);
+    app.on_resize(W, H);
+    app.on_engine_event(Event::Loaded(ModelInfo {
+        name: "deepseek-ai/DeepSeek-V4-Flash".into(),
+        ctx: 65536,
+        backend: "remote".into(),
+        device: "http://gpu:8000/v1".into(),
+        endpoint: Some("http://gpu:8000/v1".into()),
+        ..Default::default()
+    }));
+    send(&mut app, "Why?");
+    full_turn(&mut app, &["hmm "], &["Because."], Duration::from_millis(25));
+    app.on_engine_event(Event::Stats(LiveStats {
+        prefill_latency: Some(Duration::from_millis(350)),
+        context_used: 1534,
+        context_size: 65536,
+        ..Default::default()
+    }));
+    app.on_engine_event(Event::Server(ServerReport {
+        prompt_tokens: Some(1234),
+        cached_tokens: Some(1000),
+        completion_tokens: Some(300),
+        prefill_ms: Some(120.0),
+        prefill_tps: Some(1950.0),
+        decode_tps: Some(45.25),
+    }));
+    let s = screen(&app, W, H);
+    for want in [
+        "TTFT     350 ms",
+        "Server   prefill 120 ms · 1950 t/s",
+        "decode 45.2 t/s",
+        "Prompt   1.2k tok (1.0k cached)",
+        "Answer   300 tok",
+        "Context  1.5k / 65k",
+        " http://gpu:8000/v1",
+        " deepseek-ai/DeepSeek-V4-Flash",
+        "Warm-up  remote",
+        "Resident remote",
+        "KV cache remote",
+        "Device   remote",
+    ] {
+        assert!(s.contains(want), "missing {want:?}\n{s}");
+    }
+    // /ctx cannot change a server's context.
+    send(&mut app, "/ctx 8192");
+    assert_eq!(
+        app.status.as_deref(),
+        Some("/ctx: the server sets the context of a remote model")
+    );
+    // The narrow strip: time to first token instead of the prefill.
+    let s = screen(&app, 80, 24);
+    assert!(
+        s.contains("ttft 350 ms") && s.contains("ctx 1.5k/65k") && s.contains("remote"),
+        "{s}"
+    );
+}

@@ -2,75 +2,16 @@
 //! generated model): type a prompt, see streamed text and a non-zero decode rate, cancel with Esc,
 //! /clear, resize the pane mid-session, quit, and check the terminal left the alternate screen.
 //!
-//! Skipped with a message when tmux is missing, except under CI (CI=true), where it must run.
+//! Skipped with a message when tmux is missing, except under CI (CI=true), where it must run
+//! (tests/tmux_common).
 //! The mid-stream screen is written to target/tui-demo-screen.txt.
 
+mod tmux_common;
+
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn run(&self, args: &[&str]) -> String {
-        // CI may run without TERM; the tmux client refuses to start without a usable one.
-        let out = Command::new("tmux")
-            .env("TERM", "xterm-256color")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("run tmux");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn screen(&self) -> String {
-        self.run(&["capture-pane", "-p", "-t", "e2e"])
-    }
-
-    fn alternate_on(&self) -> String {
-        self.run(&["display", "-p", "-t", "e2e", "#{alternate_on}"])
-            .trim()
-            .to_string()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "e2e"];
-        args.extend_from_slice(keys);
-        self.run(&args);
-    }
-
-    fn literal(&self, text: &str) {
-        self.run(&["send-keys", "-t", "e2e", "-l", text]);
-    }
-
-    /// Polls the screen until `pred` holds; panics with the last screen after `secs`.
-    fn wait(&self, what: &str, secs: u64, pred: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.screen();
-            if pred(&s) {
-                return s;
-            }
-            if start.elapsed() > Duration::from_secs(secs) {
-                panic!("timed out after {secs} s waiting for {what}; screen:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .arg("kill-server")
-            .output();
-    }
-}
+use tmux_common::{Tmux, exit_line, tokens_shown};
 
 /// The decode rate the side panel shows ("Decode   12.3 t/s").
 fn panel_rate(screen: &str) -> Option<f64> {
@@ -81,47 +22,17 @@ fn panel_rate(screen: &str) -> Option<f64> {
     })
 }
 
-/// Tokens of the answer in flight, from its header ("DeepSeek  12 tok").
-fn tokens_shown(screen: &str) -> u32 {
-    screen
-        .lines()
-        .filter_map(|l| {
-            let i = l.find("DeepSeek  ")?;
-            l[i + 10..].split_whitespace().next()?.parse().ok()
-        })
-        .next_back()
-        .unwrap_or(0)
-}
-
 /// Starts `ds4-chat --demo EXTRA` in a fresh tmux server (120×36); `None` (after printing why) when
 /// tmux is missing outside CI.
 fn start(test: &str, env: &str, extra: &str) -> Option<Tmux> {
-    let have_tmux = Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have_tmux {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("tmux is required in CI for the TUI end-to-end tests");
-        }
-        eprintln!("SKIPPED {test}: tmux is not installed");
-        return None;
-    }
     let bin = env!("CARGO_BIN_EXE_ds4-chat");
     // A config path that does not exist: the built-in defaults, whatever the user's file says.
     let config = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tui-e2e-no-config.toml");
-    let t = Tmux {
-        socket: format!("ds4chat-{test}-{}", std::process::id()),
-    };
-    t.run(&["new-session", "-d", "-s", "e2e", "-x", "120", "-y", "36", "sh"]);
-    std::thread::sleep(Duration::from_millis(300));
     let cmd = format!(
         "{env} TERM=xterm-256color {bin} --demo --config {} {extra}; echo EXIT=$?",
         config.display()
     );
-    t.literal(&cmd);
-    t.keys(&["Enter"]);
-    Some(t)
+    Tmux::open(test, 120, 36, &cmd)
 }
 
 /// The pid of `parent`'s child process called `name` (from /proc/PID/stat: "pid (comm) state ppid ...").
@@ -134,13 +45,6 @@ fn child_named(parent: i32, name: &str) -> Option<i32> {
         let ppid: i32 = tail.split_whitespace().nth(1)?.parse().ok()?;
         (ppid == parent && comm == name).then_some(pid)
     })
-}
-
-/// The shell's "EXIT=n" line once the app has ended.
-fn exit_line(s: &str) -> Option<String> {
-    s.lines()
-        .find(|l| l.starts_with("EXIT=") && l[5..].starts_with(|c: char| c.is_ascii_digit()))
-        .map(str::to_string)
 }
 
 #[test]

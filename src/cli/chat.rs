@@ -1,6 +1,7 @@
-//! The default command: `ds4-chat MODEL.gguf` (or `--demo`) opens the chat TUI.
+//! The default command: `ds4-chat MODEL.gguf` (or `--demo`, or `--remote URL`) opens the chat TUI.
 //!
-//! Owns the flags, their merge over the config file, the no-model message and starting the worker.
+//! Owns the flags, their merge over the config file, the no-model message and starting the worker
+//! (the engine's, or the remote one on an OpenAI-compatible server).
 //! The UI itself is `tui::`.
 
 use std::path::PathBuf;
@@ -10,6 +11,7 @@ use crate::engine::events::{Command, LoadRequest, ModelSource};
 use crate::engine::loader::EngineLoader;
 use crate::engine::settings::{self, named};
 use crate::engine::worker::Worker;
+use crate::remote::RemoteTarget;
 use crate::tui::app::App;
 use crate::tui::config::{self, Config};
 use crate::tui::{self, EngineLink};
@@ -58,6 +60,16 @@ pub struct Args {
     /// Most tokens per answer.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_tokens: Option<i64>,
+    /// Chat with an OpenAI-compatible server (vLLM, SGLang, llama-server, ds4-server, `ds4-chat
+    /// serve`) instead of a local model, e.g. http://gpu-box:8000/v1.
+    #[arg(long, value_name = "URL")]
+    pub remote: Option<String>,
+    /// With --remote: the served model to ask for (default: the first the server lists).
+    #[arg(long = "model", value_name = "NAME")]
+    pub remote_model: Option<String>,
+    /// With --remote: the environment variable holding the API key (sent as a Bearer token).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
     /// Config file (default: the path printed by --print-config).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -115,6 +127,15 @@ pub fn apply_flags(mut c: Config, a: &Args) -> Result<Config, String> {
     if let Some(v) = a.max_tokens {
         c.max_tokens = named("--max-tokens", settings::check_max_tokens(v))?;
     }
+    if let Some(v) = &a.remote {
+        c.remote.url = Some(v.clone());
+    }
+    if let Some(v) = &a.remote_model {
+        c.remote.model = Some(v.clone());
+    }
+    if let Some(v) = &a.api_key_env {
+        c.remote.api_key_env = Some(v.clone());
+    }
     Ok(c)
 }
 
@@ -127,14 +148,11 @@ pub fn spawn_engine() -> EngineLink {
     EngineLink::from_worker(Worker::spawn(Box::new(EngineLoader::new())))
 }
 
-pub fn run(args: Args) -> CliResult {
-    if args.print_config {
-        match config_path(&args) {
-            Some(p) => println!("{}", p.display()),
-            None => return Err("no home directory: cannot place the config file (use --config FILE)".into()),
-        }
-        return Ok(());
-    }
+/// The app, its engine link and a setup error to report on exit.
+type Opened = (App, Option<EngineLink>, Option<String>);
+
+/// The app on the in-process engine (a model file or `--demo`).
+fn open_local(config: Result<Config, String>, args: &Args) -> Result<Opened, String> {
     let source = match (&args.model, args.demo) {
         (Some(_), true) => return Err("give either a model file or --demo, not both".into()),
         (Some(p), false) => ModelSource::File(p.clone()),
@@ -152,13 +170,7 @@ pub fn run(args: Args) -> CliResult {
             .map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into()),
         ModelSource::Demo { seed } => format!("demo model (seed {seed})"),
     };
-    // A bad config file or flag opens the UI with the error (and the same error on exit).
-    let loaded = match config_path(&args) {
-        Some(p) => config::load(&p),
-        None => Ok(Config::default()),
-    };
-    let config = loaded.and_then(|c| apply_flags(c, &args));
-    let (app, engine, setup_error) = match config {
+    Ok(match config {
         Err(e) => (App::failed(Config::default(), label, e.clone()), None, Some(e)),
         Ok(cfg) => {
             let load = LoadRequest {
@@ -174,6 +186,54 @@ pub fn run(args: Args) -> CliResult {
             let _ = link.commands.send(Command::SetSampling(cfg.sampling.clone()));
             (App::new(cfg, label, Some(load)), Some(link), None)
         }
+    })
+}
+
+/// The app on an OpenAI-compatible server at `url` (`--remote`, or `[remote] url`).
+fn open_remote(config: Result<Config, String>, url: String) -> Opened {
+    let label = format!("remote {url}");
+    let target = config.and_then(|cfg| {
+        let r = &cfg.remote;
+        let target = RemoteTarget::new(&url, r.model.clone(), r.api_key_env.as_deref(), r.timeout_secs)?;
+        Ok((cfg, target))
+    });
+    match target {
+        Err(e) => (App::failed(Config::default(), label, e.clone()), None, Some(e)),
+        Ok((cfg, target)) => {
+            let link = EngineLink::from_worker(crate::remote::spawn(target));
+            (App::new(cfg, label, None), Some(link), None)
+        }
+    }
+}
+
+pub fn run(args: Args) -> CliResult {
+    if args.print_config {
+        match config_path(&args) {
+            Some(p) => println!("{}", p.display()),
+            None => return Err("no home directory: cannot place the config file (use --config FILE)".into()),
+        }
+        return Ok(());
+    }
+    let local = args.model.is_some() || args.demo;
+    if local && args.remote.is_some() {
+        return Err("give one of a model file, --demo or --remote".into());
+    }
+    if local && (args.remote_model.is_some() || args.api_key_env.is_some()) {
+        return Err("--model and --api-key-env name what to ask a --remote server for".into());
+    }
+    // A bad config file or flag opens the UI with the error (and the same error on exit).
+    let loaded = match config_path(&args) {
+        Some(p) => config::load(&p),
+        None => Ok(Config::default()),
+    };
+    let config = loaded.and_then(|c| apply_flags(c, &args));
+    let remote_url = match &config {
+        Ok(c) if !local => c.remote.url.clone(),
+        _ => args.remote.clone().filter(|_| !local),
+    };
+    let (app, engine, setup_error) = match remote_url {
+        Some(url) => open_remote(config, url),
+        None => open_local(config, &args)?,
     };
     if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         return Err(setup_error.unwrap_or_else(|| {

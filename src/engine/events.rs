@@ -191,6 +191,9 @@ pub struct ModelInfo {
     pub think_max_available: bool,
     /// Where a GPU backend placed the weights (copy or map, bytes, time, why); None on the CPU.
     pub weights: Option<crate::backend::WeightsPlacement>,
+    /// The OpenAI-compatible endpoint generating the answers (`--remote`); None for the in-process
+    /// engine. Then the local figures (residency, warm-up, KV cache, device) do not apply.
+    pub endpoint: Option<String>,
 }
 
 /// Device memory figures when the backend knows them.
@@ -223,6 +226,19 @@ pub struct LiveStats {
     pub scratch_bytes: u64,
     pub device_weight_bytes: u64,
     pub device_memory: Option<DeviceMemory>,
+}
+
+/// What an OpenAI-compatible server reported about a finished turn (its `usage` and `timings`
+/// objects); each figure is `None` when the server did not send it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServerReport {
+    pub prompt_tokens: Option<u32>,
+    /// Prompt tokens the server took from its prefix cache.
+    pub cached_tokens: Option<u32>,
+    pub completion_tokens: Option<u32>,
+    pub prefill_ms: Option<f64>,
+    pub prefill_tps: Option<f64>,
+    pub decode_tps: Option<f64>,
 }
 
 /// Events out of the worker, in order.
@@ -278,6 +294,8 @@ pub enum Event {
     },
     /// Live metrics snapshot of the turn in flight.
     Stats(LiveStats),
+    /// The server's own figures of the turn (remote worker only), before its `TurnFinished`.
+    Server(ServerReport),
     TurnFinished {
         reason: FinishReason,
         generated: u32,

@@ -148,11 +148,18 @@ pub struct Worker {
 impl Worker {
     /// Start a worker that loads models with `loader`.
     pub fn spawn(loader: Box<dyn ModelLoader>) -> Worker {
+        Worker::spawn_with(move |commands, events| WorkerState::new(loader, commands, events).run())
+    }
+
+    /// Start a worker whose thread runs `serve` over the two channels: another implementation of
+    /// the same command/event contract (the remote worker, `remote::worker`). `serve` must answer
+    /// `Shutdown` by returning.
+    pub fn spawn_with(serve: impl FnOnce(Receiver<Command>, Sender<Event>) + Send + 'static) -> Worker {
         let (tx, cmd_rx) = mpsc::channel();
         let (ev_tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name(WORKER_THREAD.into())
-            .spawn(move || WorkerState::new(loader, cmd_rx, ev_tx).run())
+            .spawn(move || serve(cmd_rx, ev_tx))
             .expect("spawn the engine worker thread");
         Worker {
             tx,

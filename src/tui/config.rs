@@ -32,6 +32,52 @@ pub enum Theme {
     Light,
 }
 
+/// The `[remote]` table as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRemote {
+    url: Option<String>,
+    model: Option<String>,
+    api_key_env: Option<String>,
+    timeout: Option<i64>,
+}
+
+/// An OpenAI-compatible server to chat with instead of a local model (`[remote]`, `--remote`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemoteConfig {
+    /// Base URL; `None`: the local engine (unless `--remote` gives one).
+    pub url: Option<String>,
+    /// Model to ask for; `None`: the first one the server lists.
+    pub model: Option<String>,
+    /// Environment variable holding the API key (sent as a Bearer token).
+    pub api_key_env: Option<String>,
+    /// Seconds the server may send nothing before a turn gives up.
+    pub timeout_secs: u64,
+}
+
+impl Default for RemoteConfig {
+    fn default() -> Self {
+        RemoteConfig {
+            url: None,
+            model: None,
+            api_key_env: None,
+            timeout_secs: crate::remote::target::DEFAULT_TIMEOUT_SECS,
+        }
+    }
+}
+
+/// Longest remote timeout accepted (a day).
+pub const MAX_REMOTE_TIMEOUT_SECS: i64 = 86_400;
+
+/// `timeout` of `[remote]`: 1 ..= a day, in seconds.
+pub fn check_remote_timeout(v: i64) -> Result<u64, String> {
+    if (1..=MAX_REMOTE_TIMEOUT_SECS).contains(&v) {
+        Ok(v as u64)
+    } else {
+        Err(format!("{v} is out of range (1 ..= {MAX_REMOTE_TIMEOUT_SECS} seconds)"))
+    }
+}
+
 /// The file as written: every key optional, unknown keys rejected.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -51,6 +97,7 @@ struct FileConfig {
     max_tokens: Option<i64>,
     side_panel: Option<bool>,
     theme: Option<Theme>,
+    remote: Option<FileRemote>,
 }
 
 /// The resolved settings of one app run (file defaults, then file values, then CLI flags).
@@ -69,6 +116,7 @@ pub struct Config {
     pub max_tokens: u32,
     pub side_panel: bool,
     pub theme: Theme,
+    pub remote: RemoteConfig,
 }
 
 impl Default for Config {
@@ -85,6 +133,7 @@ impl Default for Config {
             max_tokens: 16384,
             side_panel: true,
             theme: Theme::Dark,
+            remote: RemoteConfig::default(),
         }
     }
 }
@@ -160,6 +209,14 @@ pub fn parse(text: &str) -> Result<Config, String> {
     }
     if let Some(v) = file.theme {
         c.theme = v;
+    }
+    if let Some(r) = file.remote {
+        c.remote.url = r.url;
+        c.remote.model = r.model;
+        c.remote.api_key_env = r.api_key_env;
+        if let Some(v) = r.timeout {
+            c.remote.timeout_secs = named("key `remote.timeout`", check_remote_timeout(v))?;
+        }
     }
     Ok(c)
 }

@@ -60,6 +60,28 @@ pub fn vectors_dir() -> PathBuf {
     }
 }
 
+/// The tiny preset written once by `ds4-chat gen-model` (same seed, same bytes) to
+/// `CARGO_TARGET_TMPDIR/serve-tiny.gguf`, for the tests that run `ds4-chat serve` on it.
+pub fn serve_tiny_model() -> PathBuf {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-tiny.gguf");
+    if !path.is_file() {
+        // A name of its own per process: two test binaries may write it at once.
+        let tmp = path.with_extension(format!("partial-{}", std::process::id()));
+        let out = Command::new(env!("CARGO_BIN_EXE_ds4-chat"))
+            .args(["gen-model", "--preset", "tiny", "--out"])
+            .arg(&tmp)
+            .output()
+            .expect("run ds4-chat gen-model");
+        assert!(
+            out.status.success(),
+            "gen-model: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::rename(&tmp, &path).expect("move the tiny model in place");
+    }
+    path
+}
+
 /// True when running under CI (`CI=true`), where a skipped check is a failure.
 pub fn in_ci() -> bool {
     std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)

@@ -105,6 +105,7 @@ pub fn model_info() -> ModelInfo {
         is_demo: false,
         think_max_available: false,
         weights: None,
+        endpoint: None,
     }
 }
 

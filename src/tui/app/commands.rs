@@ -229,7 +229,7 @@ impl App {
     fn set_think(&mut self, t: ThinkMode) -> Vec<Effect> {
         self.config.think = t;
         let mut msg = format!("thinking: {}", config::think_name(t));
-        if t == ThinkMode::Max && self.config.ctx < 393_216 {
+        if t == ThinkMode::Max && self.metrics.endpoint().is_none() && self.config.ctx < 393_216 {
             msg.push_str(" (needs ctx >= 393216; the engine will use high)");
         }
         self.status = Some(msg);
@@ -256,6 +256,9 @@ impl App {
 
     /// `/ctx N`: clears the conversation and asks the worker for a context of `ctx` tokens.
     fn change_context(&mut self, ctx: u32) -> Vec<Effect> {
+        if self.metrics.endpoint().is_some() {
+            return self.error_status("/ctx: the server sets the context of a remote model".into());
+        }
         self.config.ctx = ctx;
         let mut effects = self.clear();
         if let Some(mut load) = self.load.clone() {

@@ -145,6 +145,7 @@ impl App {
                 }
             }
             Event::Notice { message } => self.note(message, false),
+            Event::Server(r) => self.metrics.server = Some(r),
             Event::Stats(s) => {
                 self.metrics.context_used = s.context_used;
                 self.metrics.live = Some(s);

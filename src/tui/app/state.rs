@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::engine::events::{DeviceMemory, FinishReason, LiveStats, ModelInfo, Residency, WarmupPhase};
+use crate::engine::events::{DeviceMemory, FinishReason, LiveStats, ModelInfo, Residency, ServerReport, WarmupPhase};
 use crate::engine::metrics;
 use crate::model::chat::ThinkMode;
 
@@ -175,9 +175,16 @@ pub struct Metrics {
     pub generating: bool,
     /// The worker's latest live snapshot (decode rate, prefill latency, memory).
     pub live: Option<LiveStats>,
+    /// What a remote server reported about its last turn (usage, timings).
+    pub server: Option<ServerReport>,
 }
 
 impl Metrics {
+    /// The endpoint when the answers come from a server (`--remote`).
+    pub fn endpoint(&self) -> Option<&str> {
+        self.model.as_ref().and_then(|m| m.endpoint.as_deref())
+    }
+
     /// Live decode rate over the last few tokens, or the last turn's average when idle.
     pub fn decode_tps(&self) -> Option<f64> {
         if self.generating

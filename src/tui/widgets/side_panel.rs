@@ -1,6 +1,7 @@
 //! The performance side panel (decode rate + sparkline, prefill, context, KV, warm-up, residency,
 //! device memory, backend, think and sampling settings) and its one-line strip form for narrow
-//! terminals. Everything shown comes from worker events (`App::metrics`).
+//! terminals. Everything shown comes from worker events (`App::metrics`). With a remote server the
+//! body below the sparkline is `remote_panel`'s.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -15,18 +16,18 @@ use crate::tui::app::App;
 use crate::tui::config::think_name;
 use crate::units::{fmt_bytes, fmt_bytes_pair};
 
-fn kv<'a>(key: &str, val: String, p: &Palette) -> Line<'a> {
+pub(super) fn kv<'a>(key: &str, val: String, p: &Palette) -> Line<'a> {
     Line::from(vec![
         Span::styled(format!("{key:<9}"), Style::default().fg(p.dim)),
         Span::styled(val, Style::default().add_modifier(Modifier::BOLD)),
     ])
 }
 
-fn gauge_line<'a>(frac: f64, width: usize, color: ratatui::style::Color) -> Line<'a> {
+pub(super) fn gauge_line<'a>(frac: f64, width: usize, color: ratatui::style::Color) -> Line<'a> {
     Line::from(Span::styled(bar(frac, width), Style::default().fg(color)))
 }
 
-fn section<'a>(title: &str, width: usize, p: &Palette) -> Line<'a> {
+pub(super) fn section<'a>(title: &str, width: usize, p: &Palette) -> Line<'a> {
     let rest = width.saturating_sub(title.chars().count() + 3);
     Line::from(Span::styled(
         format!("─ {title} {}", "─".repeat(rest)),
@@ -176,13 +177,20 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
         )),
     }
 
-    out.push(section("Settings", w, p));
-    out.push(kv("Think", think_name(app.config.think).to_string(), p));
-    let s = &app.config.sampling;
-    out.push(kv("Temp", format!("{}  top_p {}", s.temperature, s.top_p), p));
-    out.push(kv("min_p", format!("{}  top_k {}", s.min_p, s.top_k), p));
-    out.push(kv("Seed", s.seed.map_or("random".to_string(), |v| v.to_string()), p));
+    out.extend(settings_lines(app, w, p));
     out
+}
+
+/// The Settings section (think mode and sampling), the same in both modes.
+pub(super) fn settings_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
+    let s = &app.config.sampling;
+    vec![
+        section("Settings", w, p),
+        kv("Think", think_name(app.config.think).to_string(), p),
+        kv("Temp", format!("{}  top_p {}", s.temperature, s.top_p), p),
+        kv("min_p", format!("{}  top_k {}", s.min_p, s.top_k), p),
+        kv("Seed", s.seed.map_or("random".to_string(), |v| v.to_string()), p),
+    ]
 }
 
 /// Draws the full side panel.
@@ -224,7 +232,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, p: &Palette) {
             .style(Style::default().fg(p.good)),
         spark,
     );
-    frame.render_widget(Paragraph::new(body_lines(app, w, p)), body);
+    let lines = if app.metrics.endpoint().is_some() {
+        super::remote_panel::body_lines(app, w, p)
+    } else {
+        body_lines(app, w, p)
+    };
+    frame.render_widget(Paragraph::new(lines), body);
 }
 
 /// Draws the one-line metrics strip (narrow terminals).
@@ -232,7 +245,13 @@ pub fn render_strip(frame: &mut Frame, area: Rect, app: &App, p: &Palette) {
     let m = &app.metrics;
     let mut parts: Vec<String> = Vec::new();
     parts.push(m.decode_tps().map_or("– t/s".to_string(), |r| format!("{r:.1} t/s")));
-    if let Some(pf) = m.prefill.as_ref().filter(|pf| pf.total > 0) {
+    if m.endpoint().is_some() {
+        let ttft = m.live.as_ref().and_then(|l| l.prefill_latency);
+        parts.push(format!(
+            "ttft {}",
+            ttft.map_or("–".into(), |t| fmt_secs(t.as_secs_f64()))
+        ));
+    } else if let Some(pf) = m.prefill.as_ref().filter(|pf| pf.total > 0) {
         parts.push(format!("prefill {:.0}%", 100.0 * pf.done as f64 / pf.total as f64));
     } else if let Some((tok, t)) = m.last_prefill {
         parts.push(format!(
@@ -242,11 +261,8 @@ pub fn render_strip(frame: &mut Frame, area: Rect, app: &App, p: &Palette) {
         ));
     }
     let ctx = m.model.as_ref().map_or(app.config.ctx, |i| i.ctx);
-    parts.push(format!(
-        "ctx {}/{}",
-        fmt_count(m.context_used as u64),
-        fmt_count(ctx as u64)
-    ));
+    let ctx = if ctx > 0 { fmt_count(ctx as u64) } else { "?".into() };
+    parts.push(format!("ctx {}/{ctx}", fmt_count(m.context_used as u64)));
     if let Some(wu) = m.warmup.as_ref().filter(|w| !w.finished && w.total_bytes > 0) {
         parts.push(format!(
             "warm-up {:.0}%",
