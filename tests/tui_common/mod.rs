@@ -94,6 +94,7 @@ pub fn model_info() -> ModelInfo {
         n_layer: 43,
         n_vocab: 129280,
         ctx: 32768,
+        context_length: 1 << 20,
         backend: "hip".into(),
         device: "Radeon 8060S (gfx1151)".into(),
         fallback_reason: None,
