@@ -203,6 +203,13 @@ pub fn draw_text(t: &mut Terminal<TestBackend>, app: &App) -> String {
     out
 }
 
+/// Asserts that the screen `s` shows every one of `texts`.
+pub fn assert_shows(s: &str, texts: &[&str]) {
+    for t in texts {
+        assert!(s.contains(t), "{t:?} is not on the screen:\n{s}");
+    }
+}
+
 /// Compares `text` with tests/snapshots/`name`.txt (rewrites it when UPDATE_SNAPSHOTS=1).
 pub fn assert_snapshot(name: &str, text: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
