@@ -188,3 +188,53 @@ fn backend_names_are_the_same_for_flags_and_config() {
         assert_eq!(ds4_chat::engine::settings::parse_backend(name), Ok(want), "{name}");
     }
 }
+
+/// A micro model file that states a context length of 64 tokens, removed on drop.
+struct ShortModel(PathBuf);
+
+impl ShortModel {
+    fn write() -> ShortModel {
+        use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
+        let mut spec = GenSpec::new(Preset::Micro, 3, ExpertMix::Q2);
+        spec.hp.context_length = 64;
+        let path = std::env::temp_dir().join(format!("ds4-chat-settings-ctx64-{}.gguf", std::process::id()));
+        SyntheticModel::new(&spec)
+            .unwrap()
+            .write_file(&path, 1, |_| {})
+            .unwrap();
+        ShortModel(path)
+    }
+}
+
+impl Drop for ShortModel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Once the model is open, the same context rule takes the length the model states, for `run`,
+/// `score` and `bench` alike.
+#[test]
+fn subcommands_refuse_a_context_longer_than_the_model_states() {
+    let model = ShortModel::write();
+    let m = model.0.to_str().unwrap();
+    let over = "--ctx: 65 is out of range (2 ..= 64, the model's context length)";
+    let cpu = ["--backend", "cpu"];
+    assert_refused(&["run", "-m", m], &["--tokens", "1,2"], &[(&["--ctx", "65"], over)]);
+    assert_refused(&["score", "-m", m], &["--tokens", "1,2"], &[(&["--ctx", "65"], over)]);
+    let bench: &[&str] = &["--ctx-start", "4", "--ctx-max", "8", "--gen-tokens", "56"];
+    assert_refused(
+        &["bench", "-m", m],
+        &cpu,
+        &[(
+            bench,
+            "--ctx-max + --gen-tokens: 65 is out of range (2 ..= 64, the model's context length)",
+        )],
+    );
+    // Within the model's length the check passes: `score` runs on the CPU and prints its result.
+    let out = Command::new(env!("CARGO_BIN_EXE_ds4-chat"))
+        .args(["score", "-m", m, "--ctx", "64", "--tokens", "1,2", "--backend", "cpu"])
+        .output()
+        .expect("spawn ds4-chat");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -198,6 +198,22 @@ fn clear_resets_and_ctx_reloads() {
 }
 
 #[test]
+fn ctx_stays_within_the_loaded_models_length() {
+    let mut app = ready_app();
+    app.metrics.model.as_mut().unwrap().context_length = 8192;
+    assert!(send(&mut app, "/ctx 16384").is_empty());
+    assert_eq!(
+        app.status.as_deref(),
+        Some("/ctx: 16384 is out of range (256 ..= 8192, the model's context length)")
+    );
+    let cmds = send(&mut app, "/ctx 8192");
+    assert!(
+        matches!(cmds.as_slice(), [Command::Reset, Command::Load(l)] if l.ctx == 8192),
+        "{cmds:?}"
+    );
+}
+
+#[test]
 fn tab_toggles_reasoning_and_completes_slash_commands() {
     let mut app = ready_app();
     send(&mut app, "q");

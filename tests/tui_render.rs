@@ -20,11 +20,16 @@ fn warmup_screen_shows_progress_rate_and_eta() {
     loaded_warming(&mut app);
     let s = screen(&app, W, H);
     // 30 GiB of 81 GiB in 10 s: 37%, 3.00 GiB/s, ETA 51 GiB / 3 GiB/s = 17.0 s.
-    assert!(s.contains("Warm-up  37% ETA 17.0 s"), "{s}");
-    assert!(s.contains("30.0/81.0 GiB 3.00 GiB/s"), "{s}");
-    assert!(s.contains("Resident 30.0/81.0 GiB"), "{s}");
-    assert!(s.contains("experts    26.0/75.0 GiB"), "{s}");
-    assert!(s.contains("Radeon 8060S (gfx1151)"), "{s}");
+    assert_shows(
+        &s,
+        &[
+            "Warm-up  37% ETA 17.0 s",
+            "30.0/81.0 GiB 3.00 GiB/s",
+            "Resident 30.0/81.0 GiB",
+            "experts    26.0/75.0 GiB",
+            "Radeon 8060S (gfx1151)",
+        ],
+    );
     assert_snapshot("warmup", &s);
 }
 
@@ -43,12 +48,17 @@ fn idle_screen_after_one_turn() {
     assert_eq!(app.phase, Phase::Idle);
     let s = screen(&app, W, H);
     // 5 tokens of 25 ms each: 40.0 t/s; prefill 20 tokens in 400 ms.
-    assert!(s.contains("40.0 t/s"), "{s}");
-    assert!(s.contains("20 tok in 400 ms"), "{s}");
-    assert!(s.contains("▸ Reasoning · 5 words"), "{s}");
-    assert!(s.contains("• one"), "{s}");
-    assert!(s.contains("Context  25 / 32k"), "{s}");
-    assert!(s.contains("● ready"), "{s}");
+    assert_shows(
+        &s,
+        &[
+            "40.0 t/s",
+            "20 tok in 400 ms",
+            "▸ Reasoning · 5 words",
+            "• one",
+            "Context  25 / 32k",
+            "● ready",
+        ],
+    );
     assert_snapshot("idle", &s);
 }
 
@@ -71,9 +81,7 @@ fn prefill_in_progress_shows_bar_and_eta() {
     });
     let s = screen(&app, W, H);
     // 1024 of 4096 in 2 s: 25%, ETA 3072 / 512 t/s = 6.0 s.
-    assert!(s.contains("Prefill  25% ETA 6.0 s"), "{s}");
-    assert!(s.contains("1.0k / 4.1k tok"), "{s}");
-    assert!(s.contains("◐ prefill 25%"), "{s}");
+    assert_shows(&s, &["Prefill  25% ETA 6.0 s", "1.0k / 4.1k tok", "◐ prefill 25%"]);
     assert_snapshot("prefill", &s);
 }
 
@@ -105,11 +113,9 @@ fn streaming_app() -> App {
 fn streaming_reasoning_is_open_while_thinking() {
     let app = streaming_app();
     let s = screen(&app, W, H);
-    assert!(s.contains("▾ Thinking…"), "{s}");
-    assert!(s.contains("│ The user wants a Rust program."), "{s}");
+    assert_shows(&s, &["▾ Thinking…", "│ The user wants a Rust program."]);
     // Three steps of 50 ms: 20.0 t/s live.
-    assert!(s.contains("Decode   20.0 t/s live"), "{s}");
-    assert!(s.contains("◉ generating 20.0 t/s"), "{s}");
+    assert_shows(&s, &["Decode   20.0 t/s live", "◉ generating 20.0 t/s"]);
     assert_snapshot("streaming_reasoning", &s);
 }
 
@@ -131,15 +137,13 @@ fn reasoning_collapses_when_the_answer_streams_and_tab_reopens_it() {
         Duration::from_millis(50),
     );
     let s = screen(&app, W, H);
-    assert!(s.contains("▸ Reasoning · 8 words · Tab shows"), "{s}");
+    assert_shows(&s, &["▸ Reasoning · 8 words · Tab shows"]);
     assert!(!s.contains("│ The user wants"), "{s}");
-    assert!(s.contains("╭ rust ─"), "{s}");
-    assert!(s.contains("│     println!(\"hi\");"), "{s}");
-    assert!(s.contains("╰────"), "{s}");
+    assert_shows(&s, &["╭ rust ─", "│     println!(\"hi\");", "╰────"]);
     assert_snapshot("streaming_collapsed", &s);
     app.on_key(key(KeyCode::Tab));
     let s = screen(&app, W, H);
-    assert!(s.contains("│ The user wants a Rust program."), "{s}");
+    assert_shows(&s, &["│ The user wants a Rust program."]);
 }
 
 #[test]
@@ -150,9 +154,7 @@ fn help_overlay() {
     app.on_key(key(KeyCode::F(1)));
     assert!(app.show_help);
     let s = screen(&app, W, H);
-    assert!(s.contains("Help · any key closes"), "{s}");
-    assert!(s.contains("/retry"), "{s}");
-    assert!(s.contains("Ctrl+Y"), "{s}");
+    assert_shows(&s, &["Help · any key closes", "/retry", "Ctrl+Y"]);
     assert_snapshot("help", &s);
     app.on_key(key(KeyCode::Char('x')));
     assert!(!app.show_help);
@@ -164,13 +166,12 @@ fn small_terminal_notice() {
     let mut app = file_app();
     loaded_warming(&mut app);
     let s = screen(&app, 59, 14);
-    assert!(s.contains("terminal too small"), "{s}");
-    assert!(s.contains("59×14, need 60×15"), "{s}");
+    assert_shows(&s, &["terminal too small", "59×14, need 60×15"]);
     assert_snapshot("small", &s);
     // 60×15 is enough, and the panel becomes a one-line strip below 100 columns.
     let s = screen(&app, 60, 15);
     assert!(!s.contains("terminal too small"), "{s}");
-    assert!(s.contains("ctx 0/32k"), "{s}");
+    assert_shows(&s, &["ctx 0/32k"]);
 }
 
 #[test]
@@ -188,7 +189,7 @@ fn fatal_error_is_shown_and_only_quit_works() {
         s.contains("✖ error: /models/DeepSeek-V4-Flash-q2.gguf: not a GGUF file"),
         "{s}"
     );
-    assert!(s.contains("Press Esc, q or Ctrl+C to quit."), "{s}");
+    assert_shows(&s, &["Press Esc, q or Ctrl+C to quit."]);
     assert_snapshot("error", &s);
     assert!(send(&mut app, "hello").is_empty());
     assert!(app.should_quit, "Enter quits in the failed state");
@@ -211,9 +212,14 @@ fn demo_banner_and_narrow_strip() {
     info.ctx = 4096;
     app.on_engine_event(Event::Loaded(info));
     let s = screen(&app, 80, 24);
-    assert!(s.contains("DEMO: a tiny random model"), "{s}");
-    assert!(s.contains("Its answers are random text"), "{s}");
-    assert!(s.contains("– t/s │ ctx 0/4.1k │ cpu │ think high"), "{s}");
+    assert_shows(
+        &s,
+        &[
+            "DEMO: a tiny random model",
+            "Its answers are random text",
+            "– t/s │ ctx 0/4.1k │ cpu │ think high",
+        ],
+    );
     assert_snapshot("demo_narrow", &s);
 }
 
@@ -258,12 +264,17 @@ fn live_stats_and_small_models_use_fitting_units() {
         ..Default::default()
     }));
     let s = screen(&app, W, H);
-    assert!(s.contains("Latency  450 ms 1st token"), "{s}");
-    assert!(s.contains("50.0 t/s"), "{s}");
-    assert!(s.contains("KV cache 5.0 MiB"), "{s}");
-    assert!(s.contains("Resident 30.0/120.0 MiB"), "{s}");
-    assert!(s.contains("embed+head 30.0/60.0 MiB"), "{s}");
-    assert!(s.contains("Context  23 / 32k"), "{s}");
+    assert_shows(
+        &s,
+        &[
+            "Latency  450 ms 1st token",
+            "50.0 t/s",
+            "KV cache 5.0 MiB",
+            "Resident 30.0/120.0 MiB",
+            "embed+head 30.0/60.0 MiB",
+            "Context  23 / 32k",
+        ],
+    );
 }
 
 #[test]

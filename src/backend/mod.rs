@@ -148,6 +148,43 @@ pub struct DevicePick {
 /// chunk/token boundary (the backend then returns `EngineError::Cancelled`).
 pub type Progress<'a> = &'a mut dyn FnMut(usize, usize) -> bool;
 
+/// What every backend's `eval` refuses before evaluating anything: a token that would sit at a
+/// position ≥ ctx (`ContextFull`) and a token id outside the vocabulary.
+pub fn check_eval_tokens(tokens: &[u32], n_past: usize, ctx: usize, n_vocab: usize) -> Result<(), EngineError> {
+    let needed = n_past + tokens.len();
+    if needed > ctx {
+        return Err(EngineError::ContextFull { needed, ctx });
+    }
+    match tokens.iter().find(|&&t| t as usize >= n_vocab) {
+        Some(bad) => Err(EngineError::Other(format!(
+            "token id {bad} is outside the vocabulary ({n_vocab})"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Evaluates `tokens` as chunks of at most `chunk` through `run`, asking `progress` after every
+/// chunk but the last whether to go on: a stop returns `Cancelled` with the tokens done. The end is
+/// reported as `(total, total)`.
+pub fn eval_in_chunks(
+    tokens: &[u32],
+    chunk: usize,
+    progress: Progress<'_>,
+    mut run: impl FnMut(&[u32]),
+) -> Result<(), EngineError> {
+    let total = tokens.len();
+    let mut done = 0;
+    for part in tokens.chunks(chunk.max(1)) {
+        run(part);
+        done += part.len();
+        if done < total && !progress(done, total) {
+            return Err(EngineError::Cancelled { done });
+        }
+    }
+    progress(total, total);
+    Ok(())
+}
+
 /// A model loaded once onto one device. Sessions opened from it share the model and everything the
 /// device holds for it (kernels, weights); opening one reads nothing from the model file and moves no
 /// weights, it only allocates the session's cache and scratch.

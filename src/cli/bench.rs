@@ -190,10 +190,15 @@ pub fn run(args: Args) -> CliResult {
     }
     // The cache holds the last frontier and the tokens decoded after it.
     let ctx_alloc = args.ctx_max.saturating_add(args.gen_tokens).saturating_add(1);
-    let ctx_alloc = named(
-        "--ctx-max + --gen-tokens",
-        settings::check_ctx(i64::try_from(ctx_alloc).unwrap_or(i64::MAX), settings::MIN_CLI_CTX),
-    )? as usize;
+    let ctx_alloc = i64::try_from(ctx_alloc).unwrap_or(i64::MAX);
+    let check_ctx_alloc = |model_ctx| {
+        named(
+            "--ctx-max + --gen-tokens",
+            settings::check_ctx(ctx_alloc, settings::MIN_CLI_CTX, model_ctx),
+        )
+        .map(|c| c as usize)
+    };
+    check_ctx_alloc(None)?;
     let threads = named("--threads", settings::check_threads(args.threads))?;
     let choice = named("--backend", settings::parse_backend(&args.backend))?;
     let weights = named("--weights", settings::parse_weights(&args.weights))?;
@@ -203,6 +208,7 @@ pub fn run(args: Args) -> CliResult {
         return Err(format!("--peak-gbps: {p} is not a positive bandwidth"));
     }
     let model = Arc::new(Model::open(&args.model).map_err(|e| e.to_string())?);
+    let ctx_alloc = check_ctx_alloc(Some(model.hp.context_length))?;
     // The tokenizer is only needed for --prompt-file (and to skip EOS while decoding).
     let tok = Tokenizer::from_gguf(&model.file);
     let per_token = weight_bytes_per_token(&model.hp, &table_from_model(&model)).total();

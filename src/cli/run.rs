@@ -135,7 +135,7 @@ impl RunSettings {
             None => None,
         };
         Ok(RunSettings {
-            ctx: named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX))? as usize,
+            ctx: named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX, None))? as usize,
             max_tokens: named("--max-tokens", settings::check_max_tokens(a.max_tokens))? as usize,
             params: SamplingParams {
                 temperature: named("--temp", settings::check_temp(a.temp))?,
@@ -220,9 +220,9 @@ pub fn greedy_logprob_dump(
 pub fn run(args: Args) -> CliResult {
     let set = RunSettings::from_args(&args)?;
     let model = open_model(&args.model)?;
+    let ctx = settings::check_session_ctx(set.ctx, &model.hp)?;
     let tok = Tokenizer::from_gguf(&model.file).map_err(|e| e.to_string())?;
     let specials = *tok.specials();
-    let ctx = set.ctx;
     // ds4's CLI thinks by default.
     let requested = args.think.requested().unwrap_or(ThinkMode::High);
 

@@ -82,7 +82,7 @@ pub fn teacher_forced(
 }
 
 pub fn run(args: Args) -> CliResult {
-    let ctx = named("--ctx", settings::check_ctx(args.ctx, settings::MIN_CLI_CTX))? as usize;
+    let ctx = named("--ctx", settings::check_ctx(args.ctx, settings::MIN_CLI_CTX, None))? as usize;
     let threads = named("--threads", settings::check_threads(args.threads))?;
     let backend = named("--backend", settings::parse_backend(&args.backend))?;
     if args.tokens.is_empty() {

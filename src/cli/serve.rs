@@ -91,7 +91,7 @@ fn options(a: &Args) -> Result<ServeOptions, String> {
         addr: resolve(&a.host, a.port)?,
         load: LoadRequest {
             source,
-            ctx: named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX))?,
+            ctx: named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX, None))?,
             backend: named("--backend", settings::parse_backend(&a.backend))?,
             weights: named("--weights", settings::parse_weights(&a.weights))?,
             arithmetic: a.arithmetic.arithmetic(),

@@ -46,6 +46,7 @@ pub fn open_engine_with_progress(
     threads: usize,
     upload: &mut dyn FnMut(u64, u64),
 ) -> Result<OpenedEngine, String> {
+    super::settings::check_session_ctx(ctx, &model.hp)?;
     let gpu_unavailable = match choice {
         BackendChoice::Cpu => None,
         BackendChoice::Hip | BackendChoice::Auto => match open_gpu(&model, weights, arithmetic, ctx, upload) {

@@ -176,6 +176,8 @@ pub struct ModelInfo {
     pub n_layer: u32,
     pub n_vocab: u32,
     pub ctx: u32,
+    /// The longest context the model states (0 when its file states none).
+    pub context_length: u64,
     pub backend: String,
     pub device: String,
     /// The GPU kernels' arithmetic that ran; None on the CPU.

@@ -17,6 +17,7 @@ use super::backend_open::open_engine_with_progress;
 use super::events::{Event, LoadRequest, ModelInfo, ModelSource, WarmupPhase, WeightPlacement};
 use super::memguard::{MemoryNeed, MemoryVerdict, WeightResidence, check_memory, read_host_memory};
 use super::residency::{MappedRegion, ResidencyProbe, mostly_cached};
+use super::settings::check_session_ctx;
 use super::worker::{ChatText, LoadedModel, ModelLoader, SESSION_CHECKPOINTS};
 
 /// Least time between two weight-copy progress events (5 Hz, as the page-in warm-up).
@@ -63,17 +64,6 @@ pub fn cpu_memory_need(model: &Model, mem: &MemoryReport) -> MemoryNeed {
     }
 }
 
-/// The context sizes `model` supports.
-fn check_ctx(model: &Model, ctx: usize) -> Result<(), String> {
-    if ctx < 2 || ctx as u64 > model.hp.context_length {
-        return Err(format!(
-            "--ctx {ctx} is out of range: the model supports 2..={}",
-            model.hp.context_length
-        ));
-    }
-    Ok(())
-}
-
 /// The host memory guard for a CPU session (GPU engines check device memory themselves when they
 /// place weights and open sessions: memguard's `check_memory` with `GpuMemory`); the CPU cache lives
 /// in host RAM. A warning becomes a notice, a refusal the error.
@@ -108,7 +98,7 @@ pub fn open_session(
     ctx: usize,
     notice: &mut dyn FnMut(Event),
 ) -> Result<Box<dyn Backend>, String> {
-    check_ctx(engine.model(), ctx)?;
+    check_session_ctx(ctx, &engine.model().hp)?;
     let backend = engine.open_session(ctx).map_err(|e| e.to_string())?;
     guard_host_memory(engine.model(), backend.as_ref(), ctx, notice)?;
     Ok(backend)
@@ -125,7 +115,6 @@ impl ModelLoader for EngineLoader {
             }
         };
         let ctx = req.ctx as u64;
-        check_ctx(&model, ctx as usize)?;
         let text = (self.chat_text)(&model, ctx as u32)?;
         let per_token = weight_bytes_per_token(&model.hp, &table_from_model(&model)).total();
         let model = Arc::new(model);
@@ -190,6 +179,7 @@ impl ModelLoader for EngineLoader {
             n_layer: model.hp.n_layer as u32,
             n_vocab: model.hp.n_vocab as u32,
             ctx: ctx as u32,
+            context_length: model.hp.context_length,
             backend: backend.name().to_string(),
             device: backend.device_name(),
             arithmetic: backend.arithmetic(),

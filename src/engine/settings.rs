@@ -41,9 +41,22 @@ fn int_in<T: TryFrom<i64> + PartialOrd + std::fmt::Display>(v: i64, lo: T, hi: T
         .ok_or_else(|| format!("{v} is out of range ({lo} ..= {hi})"))
 }
 
-/// Context size in tokens: `min ..= MAX_CTX`.
-pub fn check_ctx(v: i64, min: u32) -> Result<u32, String> {
-    int_in(v, min, MAX_CTX)
+/// The one rule for a context size in tokens, wherever it is set (`--ctx`, key `ctx`, `/ctx`, bench's
+/// `--ctx-max`) and again where a session opens: `min ..= MAX_CTX`, and no more than the context the
+/// model states (`model_ctx`, once the model is known; 0 when the file does not state one).
+pub fn check_ctx(v: i64, min: u32, model_ctx: Option<u64>) -> Result<u32, String> {
+    match model_ctx.filter(|&m| m > 0 && m < u64::from(MAX_CTX)) {
+        None => int_in(v, min, MAX_CTX),
+        Some(m) => int_in(v, min, m as u32)
+            .map_err(|_| format!("{v} is out of range ({min} ..= {m}, the model's context length)")),
+    }
+}
+
+/// A session of `ctx` tokens on `hp`'s model, checked by the engine opener (`--ctx` for the
+/// subcommands, the loaded setting for the app).
+pub fn check_session_ctx(ctx: usize, hp: &HParams) -> Result<usize, String> {
+    let v = i64::try_from(ctx).unwrap_or(i64::MAX);
+    named("--ctx", check_ctx(v, MIN_CLI_CTX, Some(hp.context_length))).map(|c| c as usize)
 }
 
 /// Temperature: 0 (greedy) ..= 10, finite.
@@ -171,8 +184,9 @@ pub fn parse_seed(s: &str) -> Result<u64, String> {
     check_seed(parse_integer(s)?)
 }
 
-pub fn parse_app_ctx(s: &str) -> Result<u32, String> {
-    check_ctx(parse_integer(s)?, MIN_APP_CTX)
+/// `/ctx N`, with the loaded model's context length when one is loaded.
+pub fn parse_app_ctx(s: &str, model_ctx: Option<u64>) -> Result<u32, String> {
+    check_ctx(parse_integer(s)?, MIN_APP_CTX, model_ctx)
 }
 
 /// The CPU backend's KV cache and scratch for `ctx` tokens must fit the RAM available now (the
@@ -208,13 +222,13 @@ mod tests {
 
     #[test]
     fn ranges_accept_their_bounds_and_refuse_beyond() {
-        assert_eq!(check_ctx(256, MIN_APP_CTX), Ok(256));
-        assert_eq!(check_ctx(1 << 20, MIN_APP_CTX), Ok(1 << 20));
+        assert_eq!(check_ctx(256, MIN_APP_CTX, None), Ok(256));
+        assert_eq!(check_ctx(1 << 20, MIN_APP_CTX, None), Ok(1 << 20));
         assert_eq!(
-            check_ctx(99_999_999_999, MIN_CLI_CTX),
+            check_ctx(99_999_999_999, MIN_CLI_CTX, None),
             Err("99999999999 is out of range (2 ..= 1048576)".into())
         );
-        assert!(check_ctx(255, MIN_APP_CTX).is_err());
+        assert!(check_ctx(255, MIN_APP_CTX, None).is_err());
         assert_eq!(check_temp(0.0), Ok(0.0));
         assert!(check_temp(-1.0).is_err() && check_temp(f64::NAN).is_err() && check_temp(10.5).is_err());
         assert_eq!(check_top_p(1.0), Ok(1.0));
@@ -228,6 +242,34 @@ mod tests {
         assert!(check_max_tokens(0).is_err());
         assert_eq!(check_threads(4096), Ok(4096));
         assert!(check_threads(4097).is_err());
+    }
+
+    #[test]
+    fn context_rule_takes_the_models_length_once_known() {
+        assert_eq!(check_ctx(4096, MIN_APP_CTX, Some(4096)), Ok(4096));
+        assert_eq!(
+            check_ctx(4097, MIN_APP_CTX, Some(4096)),
+            Err("4097 is out of range (256 ..= 4096, the model's context length)".into())
+        );
+        // A model longer than the engine's limit, or one that states none, leaves MAX_CTX.
+        assert_eq!(check_ctx(1 << 20, MIN_CLI_CTX, Some(1 << 30)), Ok(1 << 20));
+        assert_eq!(check_ctx(1 << 20, MIN_CLI_CTX, Some(0)), Ok(1 << 20));
+        assert!(check_ctx((1 << 20) + 1, MIN_CLI_CTX, Some(0)).is_err());
+        let mut hp = HParams::flash();
+        hp.context_length = 1000;
+        assert_eq!(check_session_ctx(1000, &hp), Ok(1000));
+        assert_eq!(
+            check_session_ctx(1001, &hp),
+            Err("--ctx: 1001 is out of range (2 ..= 1000, the model's context length)".into())
+        );
+        assert_eq!(
+            check_session_ctx(1, &hp),
+            Err("--ctx: 1 is out of range (2 ..= 1000, the model's context length)".into())
+        );
+        assert_eq!(
+            parse_app_ctx("2048", Some(1024)),
+            Err("2048 is out of range (256 ..= 1024, the model's context length)".into())
+        );
     }
 
     #[test]
@@ -258,8 +300,8 @@ mod tests {
         assert_eq!(parse_temp("warm"), Err("\"warm\" is not a number".into()));
         assert!(parse_top_p("2").is_err());
         assert_eq!(parse_seed("7"), Ok(7));
-        assert_eq!(parse_app_ctx("4096"), Ok(4096));
-        assert!(parse_app_ctx("4k").is_err());
+        assert_eq!(parse_app_ctx("4096", None), Ok(4096));
+        assert!(parse_app_ctx("4k", None).is_err());
     }
 
     #[test]

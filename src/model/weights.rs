@@ -193,21 +193,21 @@ fn bind_weights(g: &GgufFile, hp: &HParams) -> Result<Weights, GgufError> {
     let mut layers = Vec::with_capacity(hp.n_layer);
     for l in 0..hp.n_layer {
         let n = |s: &str| format!("blk.{l}.{s}");
-        let compressor = (hp.ratio(l) != 0).then(|| CompressorWeights {
-            ape: get(&n("attn_compressor_ape.weight")),
-            kv: get(&n("attn_compressor_kv.weight")),
-            gate: get(&n("attn_compressor_gate.weight")),
-            norm: get(&n("attn_compressor_norm.weight")),
-        });
+        // The attention's and the indexer's compressors: the same four tensors under two prefixes.
+        let compressor_at = |prefix: &str| {
+            let part = |s: &str| get(&n(&format!("{prefix}_compressor_{s}.weight")));
+            CompressorWeights {
+                ape: part("ape"),
+                kv: part("kv"),
+                gate: part("gate"),
+                norm: part("norm"),
+            }
+        };
+        let compressor = (hp.ratio(l) != 0).then(|| compressor_at("attn"));
         let indexer = hp.has_indexer(l).then(|| IndexerWeights {
             q_b: get(&n("indexer.attn_q_b.weight")),
             proj: get(&n("indexer.proj.weight")),
-            compressor: CompressorWeights {
-                ape: get(&n("indexer_compressor_ape.weight")),
-                kv: get(&n("indexer_compressor_kv.weight")),
-                gate: get(&n("indexer_compressor_gate.weight")),
-                norm: get(&n("indexer_compressor_norm.weight")),
-            },
+            compressor: compressor_at("indexer"),
         });
         layers.push(LayerWeights {
             hc_attn_fn: get(&n("hc_attn_fn.weight")),

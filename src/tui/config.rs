@@ -18,9 +18,10 @@ use crate::engine::settings::{
 };
 pub use crate::engine::settings::{backend_name, think_name};
 
-/// The app's context range (`MIN_APP_CTX ..= MAX_CTX`), for the config key and `--ctx`.
+/// The app's context range (`MIN_APP_CTX ..= MAX_CTX`), for the config key and `--ctx`; the model's
+/// own length is checked when it is loaded.
 pub fn parse_ctx(v: i64) -> Result<u32, String> {
-    check_ctx(v, MIN_APP_CTX)
+    check_ctx(v, MIN_APP_CTX, None)
 }
 
 /// Colour scheme of the UI.

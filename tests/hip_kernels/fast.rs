@@ -4,7 +4,6 @@
 //! quantized codes may differ only where the fast input sits within rounding of a code boundary,
 //! so by at most one step, and the differing codes are counted; the greedy pick exactly.
 
-use ds4_chat::backend::cpu::quant::{Q8_0Act, quantize_q8_0};
 use ds4_chat::backend::hip::kernels::{self, Launch, QuantOut};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 use ds4_chat::gguf::GgmlType;
@@ -39,12 +38,15 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
     emit(r);
 }
 
+/// The bytes of each output buffer.
+type Outputs = Vec<Vec<u8>>;
+
 /// Runs `exact`, reads `outs`, poisons them, runs its fast twin and reads them again.
 fn exact_and_fast(
     gpu: &Gpu,
     exact: &Launch,
     outs: &mut [&mut DeviceBuffer],
-) -> HipResult<(Vec<Vec<u8>>, Vec<Vec<u8>>)> {
+) -> HipResult<(Outputs, Outputs)> {
     let fast = kernels::fast_twin(exact).unwrap_or_else(|| panic!("{} has no fast twin here", exact.kernel.name));
     gpu.run(exact)?;
     let a = outs.iter().map(|b| b.to_vec::<u8>()).collect::<HipResult<Vec<_>>>()?;
@@ -73,21 +75,15 @@ fn check_matvec_q8_0(
     let x_stride = n_out.div_ceil(rows_per_group) * n_in;
     let w = random_weights(rng, GgmlType::Q8_0, n_in, n_out);
     let x = random_vec(rng, n_tok * x_stride, 2.0);
-    let mut act = Q8_0Act::with_len(n_tok * x_stride);
-    quantize_q8_0(&x, &mut act);
-    let (w_d, xq_d, xd_d) = (gpu.up(&w)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
+    let (_, x_d) = gpu.up_q8_0(&x)?;
+    let w_d = gpu.up(&w)?;
     let mut y = gpu.poisoned::<f32>(n_tok * n_out)?;
-    let l = kernels::matvec_q8_0(
-        y.ptr().0,
-        w_d.ptr().0,
-        xq_d.ptr().0,
-        xd_d.ptr().0,
-        n_in as u32,
-        n_out as u32,
-        rows_per_group as u32,
-        x_stride as u32,
-        n_tok as u32,
-    );
+    let proj = kernels::Q8Proj {
+        rows_per_group: rows_per_group as u32,
+        x_stride: x_stride as u32,
+        ..kernels::Q8Proj::plain(y.ptr().0, w_d.ptr().0, x_d.act(), n_in as u32, n_out as u32)
+    };
+    let l = kernels::matvec_q8_0(&proj, n_tok as u32);
     let (a, f) = exact_and_fast(gpu, &l, &mut [&mut y])?;
     Ok(close_scaled(
         name,
@@ -102,21 +98,19 @@ fn check_swiglu(gpu: &Gpu, rng: &mut CheckRng, name: &str, n_in: usize, n_ff: us
     let wg = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
     let wu = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
     let x = random_vec(rng, n_in, 2.0);
-    let mut act = Q8_0Act::with_len(n_in);
-    quantize_q8_0(&x, &mut act);
-    let (g_d, u_d, xq_d, xd_d) = (gpu.up(&wg)?, gpu.up(&wu)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
+    let (_, x_d) = gpu.up_q8_0(&x)?;
+    let (g_d, u_d) = (gpu.up(&wg)?, gpu.up(&wu)?);
     let mut mid = gpu.poisoned::<f32>(n_ff)?;
-    let l = kernels::matvec_q8_0_swiglu(
-        mid.ptr().0,
-        g_d.ptr().0,
-        u_d.ptr().0,
-        xq_d.ptr().0,
-        xd_d.ptr().0,
-        n_in as u32,
-        n_ff as u32,
-        7.0,
-        1,
-    );
+    let sw = kernels::Q8Swiglu {
+        mid: mid.ptr().0,
+        wg: g_d.ptr().0,
+        wu: u_d.ptr().0,
+        x: x_d.act(),
+        n_in: n_in as u32,
+        n_ff: n_ff as u32,
+        limit: 7.0,
+    };
+    let l = kernels::matvec_q8_0_swiglu(&sw, 1);
     let (a, f) = exact_and_fast(gpu, &l, &mut [&mut mid])?;
     Ok(close_scaled(
         name,

@@ -6,7 +6,7 @@
 //! the reference only in how the per-block float terms are added (fused); the F16 tiles split every
 //! activation into two f16 halves (about 22 significant bits) with f32 accumulation.
 
-use ds4_chat::backend::cpu::quant::{Q8_0Act, dot_f16, dot_q8_0, quantize_q8_0};
+use ds4_chat::backend::cpu::quant::{dot_f16, dot_q8_0};
 use ds4_chat::backend::hip::kernels;
 use ds4_chat::backend::hip::runtime::HipResult;
 use ds4_chat::gguf::GgmlType;
@@ -41,21 +41,15 @@ fn check_gemm_q8_0_mma(
     let x_stride = n_out.div_ceil(rows_per_group) * n_in;
     let w = random_weights(rng, GgmlType::Q8_0, n_in, n_out);
     let x = random_vec(rng, n_tok * x_stride, 2.0);
-    let mut act = Q8_0Act::with_len(n_tok * x_stride);
-    quantize_q8_0(&x, &mut act);
-    let (w_d, xq_d, xd_d) = (gpu.up(&w)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
+    let (act, x_d) = gpu.up_q8_0(&x)?;
+    let w_d = gpu.up(&w)?;
     let y = gpu.poisoned::<f32>(n_tok * n_out)?;
-    gpu.run(&kernels::gemm_q8_0_mma(
-        y.ptr().0,
-        w_d.ptr().0,
-        xq_d.ptr().0,
-        xd_d.ptr().0,
-        n_in as u32,
-        n_out as u32,
-        rows_per_group as u32,
-        x_stride as u32,
-        n_tok as u32,
-    ))?;
+    let proj = kernels::Q8Proj {
+        rows_per_group: rows_per_group as u32,
+        x_stride: x_stride as u32,
+        ..kernels::Q8Proj::plain(y.ptr().0, w_d.ptr().0, x_d.act(), n_in as u32, n_out as u32)
+    };
+    gpu.run(&kernels::gemm_q8_0_mma(&proj, n_tok as u32))?;
     let got = y.to_vec::<f32>()?;
     let rb = GgmlType::Q8_0.row_bytes(n_in);
     let qb = q8_0_block();

@@ -80,15 +80,12 @@ fn check_hc_pre(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)
     let x_out = gpu.poisoned::<f32>(n_tok * n_embd)?;
     let split = gpu.poisoned::<f32>(n_tok * n_mix)?;
     let mix_d = launch_hc_mix(gpu, &hc_d, &fn_d, n_in, n_mix, eps_rms, n_tok)?;
+    let mixed = hc_mixed(&mix_d, &hc_d, &sc_d, &b_d, n_embd, n_hc);
+    let (x_p, split_p) = (x_out.ptr().0, split.ptr().0);
     gpu.run(&kernels::hc_pre_finish(
-        x_out.ptr().0,
-        split.ptr().0,
-        mix_d.ptr().0,
-        hc_d.ptr().0,
-        sc_d.ptr().0,
-        b_d.ptr().0,
-        n_embd as u32,
-        n_hc as u32,
+        x_p,
+        split_p,
+        &mixed,
         iters as u32,
         eps_hc,
         n_tok as u32,
@@ -269,17 +266,8 @@ fn check_hc_head(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
     let [hc_d, fn_d, sc_d, b_d] = inp.upload(gpu)?;
     let x_out = gpu.poisoned::<f32>(n_tok * n_embd)?;
     let mix = launch_hc_mix(gpu, &hc_d, &fn_d, n_in, n_hc, eps_rms, n_tok)?;
-    gpu.run(&kernels::hc_head_finish(
-        x_out.ptr().0,
-        mix.ptr().0,
-        hc_d.ptr().0,
-        sc_d.ptr().0,
-        b_d.ptr().0,
-        n_embd as u32,
-        n_hc as u32,
-        eps_hc,
-        n_tok as u32,
-    ))?;
+    let mixed = hc_mixed(&mix, &hc_d, &sc_d, &b_d, n_embd, n_hc);
+    gpu.run(&kernels::hc_head_finish(x_out.ptr().0, &mixed, eps_hc, n_tok as u32))?;
     let got = x_out.to_vec::<f32>()?;
     let mut want = Vec::new();
     for t in 0..n_tok {
@@ -309,6 +297,25 @@ struct HcInputs {
     scale: Vec<f32>,
     base: Vec<f32>,
     n_in: usize,
+}
+
+/// The finishing steps' inputs on the device buffers of a check.
+fn hc_mixed(
+    mix: &DeviceBuffer,
+    hc: &DeviceBuffer,
+    scale: &DeviceBuffer,
+    base: &DeviceBuffer,
+    n_embd: usize,
+    n_hc: usize,
+) -> kernels::HcMixed {
+    kernels::HcMixed {
+        mix: mix.ptr().0,
+        hc: hc.ptr().0,
+        scale: scale.ptr().0,
+        base: base.ptr().0,
+        n_embd: n_embd as u32,
+        n_hc: n_hc as u32,
+    }
 }
 
 impl HcInputs {

@@ -161,22 +161,16 @@ fn check_matvec_q8_0(
     let x_stride = groups * n_in;
     let w = random_weights(rng, GgmlType::Q8_0, n_in, n_out);
     let x = random_vec(rng, n_tok * x_stride, 2.0);
-    let mut act = Q8_0Act::with_len(n_tok * x_stride);
-    quantize_q8_0(&x, &mut act);
-    let (w_d, xq_d, xd_d) = (gpu.up(&w)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
+    let (act, x_d) = gpu.up_q8_0(&x)?;
+    let w_d = gpu.up(&w)?;
     let y = gpu.poisoned::<f32>(n_tok * n_out)?;
     let build = if gemm { kernels::gemm_q8_0 } else { kernels::matvec_q8_0 };
-    gpu.run(&build(
-        y.ptr().0,
-        w_d.ptr().0,
-        xq_d.ptr().0,
-        xd_d.ptr().0,
-        n_in as u32,
-        n_out as u32,
-        rows_per_group as u32,
-        x_stride as u32,
-        n_tok as u32,
-    ))?;
+    let proj = kernels::Q8Proj {
+        rows_per_group: rows_per_group as u32,
+        x_stride: x_stride as u32,
+        ..kernels::Q8Proj::plain(y.ptr().0, w_d.ptr().0, x_d.act(), n_in as u32, n_out as u32)
+    };
+    gpu.run(&build(&proj, n_tok as u32))?;
     let got = y.to_vec::<f32>()?;
     let rb = GgmlType::Q8_0.row_bytes(n_in);
     let mut want = vec![0f32; n_tok * n_out];
@@ -314,26 +308,24 @@ fn check_matvec_q8_0_swiglu(
     let wg = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
     let wu = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
     let x = random_vec(rng, n_tok * n_in, 2.0);
-    let mut act = Q8_0Act::with_len(n_tok * n_in);
-    quantize_q8_0(&x, &mut act);
-    let (g_d, u_d, xq_d, xd_d) = (gpu.up(&wg)?, gpu.up(&wu)?, gpu.up(&act.qs)?, gpu.up(&act.scales)?);
+    let (act, x_d) = gpu.up_q8_0(&x)?;
+    let (g_d, u_d) = (gpu.up(&wg)?, gpu.up(&wu)?);
     let mid = gpu.poisoned::<f32>(n_tok * n_ff)?;
     let build = if gemm {
         kernels::gemm_q8_0_swiglu
     } else {
         kernels::matvec_q8_0_swiglu
     };
-    gpu.run(&build(
-        mid.ptr().0,
-        g_d.ptr().0,
-        u_d.ptr().0,
-        xq_d.ptr().0,
-        xd_d.ptr().0,
-        n_in as u32,
-        n_ff as u32,
+    let shared = kernels::Q8Swiglu {
+        mid: mid.ptr().0,
+        wg: g_d.ptr().0,
+        wu: u_d.ptr().0,
+        x: x_d.act(),
+        n_in: n_in as u32,
+        n_ff: n_ff as u32,
         limit,
-        n_tok as u32,
-    ))?;
+    };
+    gpu.run(&build(&shared, n_tok as u32))?;
     let got = mid.to_vec::<f32>()?;
     let rb = GgmlType::Q8_0.row_bytes(n_in);
     let mut want = vec![0f32; n_tok * n_ff];

@@ -11,9 +11,9 @@
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 
-use ds4_chat::backend::cpu::quant::{BlockQ8K, dot_iq2_xxs, dot_q2_k, dot_q4_k, quantize_q8_k};
+use ds4_chat::backend::cpu::quant::{BlockQ8K, Q8_0Act, dot_iq2_xxs, dot_q2_k, dot_q4_k, quantize_q8_0, quantize_q8_k};
 use ds4_chat::backend::hip::kernel_module::KernelModule;
-use ds4_chat::backend::hip::kernels::{ExpertFormat, Launch, Q8K};
+use ds4_chat::backend::hip::kernels::{ExpertFormat, Launch, Q8Act, Q8K};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, DeviceCopy, HipContext, HipResult, Stream};
 use ds4_chat::gguf::GgmlType;
 use ds4_chat::gguf::half::f32_to_f16;
@@ -66,6 +66,14 @@ impl Gpu {
     pub fn up_q8k(&self, blocks: &[BlockQ8K]) -> HipResult<Q8kDevice> {
         let p = q8k_planes(blocks);
         Ok(Q8kDevice([self.up(&p.q)?, self.up(&p.d)?, self.up(&p.bsums)?]))
+    }
+
+    /// The CPU's Q8_0 quantization of `x` and its upload.
+    pub fn up_q8_0(&self, x: &[f32]) -> HipResult<(Q8_0Act, Q8_0Device)> {
+        let mut act = Q8_0Act::with_len(x.len());
+        quantize_q8_0(x, &mut act);
+        let dev = Q8_0Device([self.up(&act.qs)?, self.up(&act.scales)?]);
+        Ok((act, dev))
     }
 
     pub fn run(&self, launch: &Launch) -> HipResult<()> {
@@ -234,6 +242,20 @@ impl Q8kDevice {
             q: q.ptr().0,
             d: d.ptr().0,
             bsums: bsums.ptr().0,
+        }
+    }
+}
+
+/// Q8_0 activations on the device (codes, scales), from [`Gpu::up_q8_0`].
+pub struct Q8_0Device([DeviceBuffer; 2]);
+
+impl Q8_0Device {
+    /// The activations as the launch builders take them.
+    pub fn act(&self) -> Q8Act {
+        let [q, d] = &self.0;
+        Q8Act {
+            q: q.ptr().0,
+            d: d.ptr().0,
         }
     }
 }

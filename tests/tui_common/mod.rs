@@ -95,6 +95,7 @@ pub fn model_info() -> ModelInfo {
         n_layer: 43,
         n_vocab: 129280,
         ctx: 32768,
+        context_length: 1 << 20,
         backend: "hip".into(),
         device: "Radeon 8060S (gfx1151)".into(),
         arithmetic: None,
@@ -203,6 +204,13 @@ pub fn draw_text(t: &mut Terminal<TestBackend>, app: &App) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Asserts that the screen `s` shows every one of `texts`.
+pub fn assert_shows(s: &str, texts: &[&str]) {
+    for t in texts {
+        assert!(s.contains(t), "{t:?} is not on the screen:\n{s}");
+    }
 }
 
 /// Compares `text` with tests/snapshots/`name`.txt (rewrites it when UPDATE_SNAPSHOTS=1).

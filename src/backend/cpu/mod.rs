@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use crate::model::weights::Model;
 
-use super::{Backend, EngineError, MemoryReport, Progress};
+use super::{Backend, EngineError, MemoryReport, Progress, check_eval_tokens, eval_in_chunks};
 use cache::LayerCache;
 use forward::{Engine, Scratch};
 use ops::Rope;
@@ -209,36 +209,15 @@ impl Backend for CpuBackend {
         if tokens.is_empty() {
             return Ok(());
         }
-        let needed = self.tokens.len() + tokens.len();
-        if needed > self.ctx {
-            return Err(EngineError::ContextFull { needed, ctx: self.ctx });
-        }
-        let n_vocab = self.model.hp.n_vocab;
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(EngineError::Other(format!(
-                "token id {bad} is outside the vocabulary ({n_vocab})"
-            )));
-        }
-        let total = tokens.len();
+        check_eval_tokens(tokens, self.tokens.len(), self.ctx, self.model.hp.n_vocab)?;
+        // Logits after each chunk's last token (one head evaluation per chunk), so that a cancel
+        // leaves `logits()` consistent with the cache at `done`.
         let chunk = self.scratch.n_max;
-        let mut done = 0;
-        while done < total {
-            let end = (done + chunk).min(total);
-            let last = end == total;
-            // Logits after each chunk's last token (one head evaluation per chunk), so that a cancel
-            // leaves `logits()` consistent with the cache at `done`.
-            self.run_chunk(&tokens[done..end], true);
-            done = end;
-            if !last && !progress(done, total) {
-                self.clear_stale_compressor_rows();
-                return Err(EngineError::Cancelled { done });
-            }
-        }
-        if total > 1 {
+        let r = eval_in_chunks(tokens, chunk, progress, |part| self.run_chunk(part, true));
+        if r.is_err() || tokens.len() > 1 {
             self.clear_stale_compressor_rows();
         }
-        progress(total, total);
-        Ok(())
+        r
     }
 
     fn logits(&self) -> &[f32] {

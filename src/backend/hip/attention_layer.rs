@@ -7,8 +7,8 @@ use crate::backend::EngineError;
 use crate::model::weights::CompressorWeights;
 
 use super::acts::{max_visible_rows, ring_rows};
-use super::kernels::{self, AttentionShape, NQ_NORM, NULL, QuantOut, RopeParams, row_flags as rf};
-use super::pass::{Pass, p0};
+use super::kernels::{self, AttentionShape, NQ_NORM, NULL, Q8Proj, QuantOut, RopeParams, row_flags as rf};
+use super::pass::{Pass, p0, q8};
 use super::runtime::DeviceBuffer;
 
 impl Pass<'_> {
@@ -38,7 +38,8 @@ impl Pass<'_> {
             nt,
         )?;
         // Query (steps 3, 5).
-        self.plain_proj_q8_0(p0(&a.qr), self.w(&lw.attn_q_a), p0(&a.xq), p0(&a.xd), ne, qr_w, nt)?;
+        let xq = q8(&a.xq, &a.xd);
+        self.proj_q8_0(&Q8Proj::plain(p0(&a.qr), self.w(&lw.attn_q_a), xq, ne, qr_w), nt)?;
         self.launch(&kernels::rms_norm_quant(
             QuantOut {
                 out: p0(&a.qrn),
@@ -54,10 +55,11 @@ impl Pass<'_> {
             NQ_NORM,
             eps,
         ))?;
-        self.plain_proj_q8_0(p0(&a.q), self.w(&lw.attn_q_b), p0(&a.qq), p0(&a.qd), qr_w, h * d, nt)?;
+        let qrq = q8(&a.qq, &a.qd);
+        self.proj_q8_0(&Q8Proj::plain(p0(&a.q), self.w(&lw.attn_q_b), qrq, qr_w, h * d), nt)?;
         self.head_rows_in_place(p0(&a.q), pos, h, d, rf::NORM | rf::ROPE, rope, nt)?;
         // KV (steps 4-7): every token's row enters the ring before the attention of the batch.
-        self.plain_proj_q8_0(p0(&a.kv), self.w(&lw.attn_kv), p0(&a.xq), p0(&a.xd), ne, d, nt)?;
+        self.proj_q8_0(&Q8Proj::plain(p0(&a.kv), self.w(&lw.attn_kv), xq, ne, d), nt)?;
         self.launch(&kernels::rows_finish(
             p0(&a.kv),
             p0(&ls.ring),
@@ -173,27 +175,16 @@ impl Pass<'_> {
         self.head_rows_in_place(p0(&a.att), pos, h, d, rf::ROPE | rf::ROPE_INVERSE, rope, nt)?;
         // Grouped output projection (step 12): the H heads of every token as H rows of D.
         self.quantize_q8_0(p0(&a.aq), p0(&a.ad), p0(&a.att), d, h * nt)?;
-        self.proj_q8_0(
-            p0(&a.low),
-            self.w(&lw.attn_output_a),
-            p0(&a.aq),
-            p0(&a.ad),
-            h * d / g,
-            g * or,
-            or,
-            h * d,
-            nt,
-        )?;
+        let heads = q8(&a.aq, &a.ad);
+        let grouped = Q8Proj {
+            rows_per_group: or,
+            x_stride: h * d,
+            ..Q8Proj::plain(p0(&a.low), self.w(&lw.attn_output_a), heads, h * d / g, g * or)
+        };
+        self.proj_q8_0(&grouped, nt)?;
         self.quantize_q8_0(p0(&a.lq), p0(&a.ld), p0(&a.low), g * or, nt)?;
-        self.plain_proj_q8_0(
-            p0(&a.y),
-            self.w(&lw.attn_output_b),
-            p0(&a.lq),
-            p0(&a.ld),
-            g * or,
-            ne,
-            nt,
-        )?;
+        let low = q8(&a.lq, &a.ld);
+        self.proj_q8_0(&Q8Proj::plain(p0(&a.y), self.w(&lw.attn_output_b), low, g * or, ne), nt)?;
         self.launch(&kernels::hc_post(
             p0(&a.hc),
             p0(&a.hc),

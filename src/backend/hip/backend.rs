@@ -299,18 +299,7 @@ impl Backend for HipBackend {
     }
 
     fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), EngineError> {
-        if self.n_past + tokens.len() > self.ctx {
-            return Err(EngineError::ContextFull {
-                needed: self.n_past + tokens.len(),
-                ctx: self.ctx,
-            });
-        }
-        let n_vocab = self.model.hp.n_vocab;
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(EngineError::Other(format!(
-                "token id {bad} is out of the vocabulary ({n_vocab})"
-            )));
-        }
+        crate::backend::check_eval_tokens(tokens, self.n_past, self.ctx, self.model.hp.n_vocab)?;
         self.hip.bind_thread().map_err(dev)?;
         if !tokens.is_empty() {
             self.invalidate_logits();

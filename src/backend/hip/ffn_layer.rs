@@ -4,8 +4,8 @@
 
 use crate::backend::EngineError;
 
-use super::kernels::{self, NULL, Q8K, RoutedExperts};
-use super::pass::{Pass, expert_format, p0};
+use super::kernels::{self, NULL, Q8K, Q8Proj, Q8Swiglu, RoutedExperts};
+use super::pass::{Pass, expert_format, p0, q8};
 use super::prefill;
 
 impl Pass<'_> {
@@ -71,15 +71,19 @@ impl Pass<'_> {
             self.launch(&l)?;
         }
         // Shared expert (step 6), then HC post of moe + shared (steps 7-8).
-        let (wg, wu) = (self.w(&lw.ffn_gate_shexp), self.w(&lw.ffn_up_shexp));
-        let swiglu = if self.token_wise(nt) {
-            kernels::matvec_q8_0_swiglu
-        } else {
-            kernels::gemm_q8_0_swiglu
+        let shared = Q8Swiglu {
+            mid: p0(&a.smid),
+            wg: self.w(&lw.ffn_gate_shexp),
+            wu: self.w(&lw.ffn_up_shexp),
+            x: q8(&a.xq, &a.xd),
+            n_in: ne,
+            n_ff: ff,
+            limit: clamp,
         };
-        self.launch(&swiglu(p0(&a.smid), wg, wu, p0(&a.xq), p0(&a.xd), ne, ff, clamp, nt))?;
+        self.swiglu_q8_0(&shared, nt)?;
         self.quantize_q8_0(p0(&a.sq), p0(&a.sd), p0(&a.smid), ff, nt)?;
-        self.plain_proj_q8_0(p0(&a.y), self.w(&lw.ffn_down_shexp), p0(&a.sq), p0(&a.sd), ff, ne, nt)?;
+        let mid = q8(&a.sq, &a.sd);
+        self.proj_q8_0(&Q8Proj::plain(p0(&a.y), self.w(&lw.ffn_down_shexp), mid, ff, ne), nt)?;
         self.launch(&kernels::hc_post(
             p0(&a.hc),
             p0(&a.hc),

@@ -29,8 +29,8 @@ use crate::backend::EngineError;
 use crate::backend::cpu::ops::Rope;
 use crate::model::hparams::HParams;
 
-use super::kernels::{self, NQ_NORM, QuantOut, RopeParams};
-use super::pass::{Pass, p0};
+use super::kernels::{self, HcMixed, NQ_NORM, Q8Proj, QuantOut, RopeParams};
+use super::pass::{Pass, p0, q8};
 
 /// RoPE of every layer: the CPU engine's choice and terms (`Rope::for_layer`).
 pub(super) fn layer_ropes(hp: &HParams) -> Vec<RopeParams> {
@@ -93,17 +93,15 @@ impl Pass<'_> {
             hp.rms_eps,
             1,
         ))?;
-        self.launch(&kernels::hc_head_finish(
-            p0(&a.yh),
-            p0(&a.mix),
+        let mixed = HcMixed {
+            mix: p0(&a.mix),
             hc,
-            self.w(&mw.output_hc_scale),
-            self.w(&mw.output_hc_base),
-            ne,
-            nhc,
-            hp.hc_eps,
-            1,
-        ))?;
+            scale: self.w(&mw.output_hc_scale),
+            base: self.w(&mw.output_hc_base),
+            n_embd: ne,
+            n_hc: nhc,
+        };
+        self.launch(&kernels::hc_head_finish(p0(&a.yh), &mixed, hp.hc_eps, 1))?;
         self.launch(&kernels::rms_norm_quant(
             QuantOut {
                 q8_0_q: p0(&a.xq),
@@ -118,15 +116,9 @@ impl Pass<'_> {
             NQ_NORM,
             hp.rms_eps,
         ))?;
+        let x = q8(&a.xq, &a.xd);
         self.launch(&kernels::matvec_q8_0(
-            p0(&a.logits),
-            self.w(&mw.output),
-            p0(&a.xq),
-            p0(&a.xd),
-            ne,
-            v,
-            v,
-            ne,
+            &Q8Proj::plain(p0(&a.logits), self.w(&mw.output), x, ne, v),
             1,
         ))
     }

@@ -14,7 +14,9 @@ use crate::model::weights::{ExpertTensor, TensorRef};
 use super::acts::Acts;
 use super::cache::LayerState;
 use super::kernel_module::KernelModule;
-use super::kernels::{self, DevPtr, ExpertFormat, GEMM_TILE, HcEps, NULL, QuantOut, RopeParams};
+use super::kernels::{
+    self, DevPtr, ExpertFormat, GEMM_TILE, HcEps, NULL, Q8Act, Q8Proj, Q8Swiglu, QuantOut, RopeParams,
+};
 use super::prefill;
 use super::profile::LaunchProfile;
 use super::runtime::{DeviceBuffer, Stream};
@@ -40,6 +42,11 @@ pub(super) struct Pass<'a> {
 
 pub(super) fn p0(b: &DeviceBuffer) -> DevPtr {
     b.ptr().0
+}
+
+/// Q8_0 activations held in a quants buffer and a scales buffer.
+pub(super) fn q8(q: &DeviceBuffer, d: &DeviceBuffer) -> Q8Act {
+    Q8Act { q: p0(q), d: p0(d) }
 }
 
 pub(super) fn expert_format(t: &ExpertTensor) -> ExpertFormat {
@@ -158,43 +165,26 @@ impl Pass<'_> {
 
     /// y[t] = W · x_t for Q8_0 weights and Q8_0 activations: a matvec for one token, the tiled GEMM
     /// for a chunk (when the group size fits its 64-row tiles; on matrix cores in fast mode).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn proj_q8_0(
-        &self,
-        y: DevPtr,
-        w: DevPtr,
-        xq: DevPtr,
-        xd: DevPtr,
-        n_in: u32,
-        n_out: u32,
-        rows_per_group: u32,
-        x_stride: u32,
-        n: u32,
-    ) -> Result<(), EngineError> {
-        let product = if self.token_wise(n) || !rows_per_group.is_multiple_of(GEMM_TILE) {
+    pub(super) fn proj_q8_0(&self, p: &Q8Proj, n: u32) -> Result<(), EngineError> {
+        let product = if self.token_wise(n) || !p.rows_per_group.is_multiple_of(GEMM_TILE) {
             kernels::matvec_q8_0
         } else if self.arithmetic == Arithmetic::Fast {
             kernels::gemm_q8_0_mma
         } else {
             kernels::gemm_q8_0
         };
-        self.launch(&product(y, w, xq, xd, n_in, n_out, rows_per_group, x_stride, n))
+        self.launch(&product(p, n))
     }
 
-    /// A plain (ungrouped) Q8_0 projection of `n` tokens: one group of all `n_out` rows, activation
-    /// rows `n_in` apart.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn plain_proj_q8_0(
-        &self,
-        y: DevPtr,
-        w: DevPtr,
-        xq: DevPtr,
-        xd: DevPtr,
-        n_in: u32,
-        n_out: u32,
-        n: u32,
-    ) -> Result<(), EngineError> {
-        self.proj_q8_0(y, w, xq, xd, n_in, n_out, n_out, n_in, n)
+    /// The shared expert's gate/up + SwiGLU of `n` tokens: the matvec for one token, the GEMM for a
+    /// chunk.
+    pub(super) fn swiglu_q8_0(&self, s: &Q8Swiglu, n: u32) -> Result<(), EngineError> {
+        let product = if self.token_wise(n) {
+            kernels::matvec_q8_0_swiglu
+        } else {
+            kernels::gemm_q8_0_swiglu
+        };
+        self.launch(&product(s, n))
     }
 
     /// y[t] = W · x_t for F16 weights and f32 activations (matvec for one token, GEMM for a chunk:

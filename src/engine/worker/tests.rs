@@ -100,21 +100,13 @@ impl Backend for FakeBackend {
                 ctx: self.cfg.ctx,
             });
         }
-        let total = tokens.len();
-        let mut done = 0;
-        for chunk in tokens.chunks(self.cfg.chunk.max(1)) {
+        crate::backend::eval_in_chunks(tokens, self.cfg.chunk, progress, |chunk| {
             std::thread::sleep(self.cfg.delay);
             for &t in chunk {
                 self.push(t);
             }
             self.set_logits();
-            done += chunk.len();
-            if done < total && !progress(done, total) {
-                return Err(EngineError::Cancelled { done });
-            }
-        }
-        progress(total, total);
-        Ok(())
+        })
     }
     fn logits(&self) -> &[f32] {
         &self.logits

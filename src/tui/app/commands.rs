@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use super::transcript;
 use super::{App, Item, Phase};
-use crate::engine::events::Command;
+use crate::engine::events::{Command, ModelInfo};
 use crate::engine::settings;
 use crate::model::chat::ThinkMode;
 use crate::tui::config;
@@ -88,7 +88,7 @@ pub const SLASH_COMMANDS: &[SlashCommand] = &[
         "/ctx",
         "N",
         "new session of N tokens",
-        |app, name, arg| match ctx_value(arg) {
+        |app, name, arg| match ctx_value(arg, app.metrics.model.as_ref()) {
             Ok(ctx) => app.change_context(ctx),
             Err(e) => app.error_status(format!("{name}: {e}")),
         },
@@ -136,9 +136,9 @@ pub fn seed_value(arg: &str) -> Result<Option<u64>, String> {
     settings::parse_seed(arg).map(Some)
 }
 
-/// `/ctx N`: the context size in tokens.
-pub fn ctx_value(arg: &str) -> Result<u32, String> {
-    settings::parse_app_ctx(arg)
+/// `/ctx N`: the context size in tokens, within the loaded model's context length.
+pub fn ctx_value(arg: &str, model: Option<&ModelInfo>) -> Result<u32, String> {
+    settings::parse_app_ctx(arg, model.map(|m| m.context_length))
 }
 
 impl App {

@@ -33,7 +33,7 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
     match l.kernel.name {
         "ds4_hc_pre_fused" => {
             let n_in = arg_u32(l, "n_embd") * arg_u32(l, "n_hc");
-            (n_in % 8 == 0).then(|| twin(l, &HC_PRE_FUSED_FAST, l.grid))
+            n_in.is_multiple_of(8).then(|| twin(l, &HC_PRE_FUSED_FAST, l.grid))
         }
         "ds4_matvec_q8_0" | "ds4_matvec_q8_0_swiglu" => {
             let n_in = arg_u32(l, "n_in");
@@ -43,7 +43,7 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
                 (&MATVEC_Q8_0_SWIGLU_FAST, arg_u32(l, "n_ff"))
             };
             let per_block = BLOCK / q8_0_fast_lanes(n_in);
-            (n_in % Q8_0_FAST_CHUNK == 0 && n_in > 0)
+            (n_in.is_multiple_of(Q8_0_FAST_CHUNK) && n_in > 0)
                 .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
         }
         "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, l.grid)),
@@ -53,12 +53,15 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{HcEps, NULL, QuantOut, argmax, hc_pre_fused, matvec_q8_0, matvec_q8_0_swiglu};
+    use super::super::{
+        HcEps, NULL, Q8Act, Q8Proj, Q8Swiglu, QuantOut, argmax, hc_pre_fused, matvec_q8_0, matvec_q8_0_swiglu,
+    };
     use super::*;
 
     #[test]
     fn twins_keep_the_arguments_and_regrid_the_q8_0_matvecs() {
-        let l = matvec_q8_0(1, 2, 3, 4, 4096, 1000, 1000, 4096, 3);
+        let x = Q8Act { q: 3, d: 4 };
+        let l = matvec_q8_0(&Q8Proj::plain(1, 2, x, 4096, 1000), 3);
         let f = fast_twin(&l).expect("a twin");
         assert_eq!(f.kernel.name, "ds4_matvec_q8_0_fast");
         assert_eq!(f.args, l.args);
@@ -68,8 +71,18 @@ mod tests {
         assert_eq!(q8_0_fast_lanes(65536), 32);
         assert_eq!(q8_0_fast_lanes(256), 1);
         // No twin where a row is not whole chunks.
-        assert!(fast_twin(&matvec_q8_0(1, 2, 3, 4, 4096 + 32, 8, 8, 4128, 1)).is_none());
-        let s = fast_twin(&matvec_q8_0_swiglu(1, 2, 3, 4, 5, 2048, 100, 7.0, 1)).unwrap();
+        assert!(fast_twin(&matvec_q8_0(&Q8Proj::plain(1, 2, x, 4096 + 32, 8), 1)).is_none());
+        let x = Q8Act { q: 4, d: 5 };
+        let sw = Q8Swiglu {
+            mid: 1,
+            wg: 2,
+            wu: 3,
+            x,
+            n_in: 2048,
+            n_ff: 100,
+            limit: 7.0,
+        };
+        let s = fast_twin(&matvec_q8_0_swiglu(&sw, 1)).unwrap();
         assert_eq!(
             (s.kernel.name, s.grid),
             ("ds4_matvec_q8_0_swiglu_fast", [100u32.div_ceil(32), 1, 1])

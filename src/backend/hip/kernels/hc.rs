@@ -1,6 +1,6 @@
 //! Builders of kernels/hc.hip: the hyper-connection mix, split and post steps.
 
-use super::abi::{DevPtr, HC_HEAD_FINISH, HC_MIX, HC_POST, HC_PRE_FINISH, HC_PRE_FUSED};
+use super::abi::{Arg, DevPtr, HC_HEAD_FINISH, HC_MIX, HC_POST, HC_PRE_FINISH, HC_PRE_FUSED};
 use super::launch::{BLOCK, Launch, blocks, f, ptr, u};
 use super::norm_quant::QuantOut;
 
@@ -15,38 +15,39 @@ pub fn hc_mix(mix: DevPtr, hc: DevPtr, fn_w: DevPtr, n_in: u32, n_mix: u32, eps:
     )
 }
 
-/// `ds4_hc_pre_finish`: Sinkhorn split and weighted stream sum from `mix` [n_tok][2 n_hc + n_hc²];
+/// What the HC finishing steps ([`hc_pre_finish`], [`hc_head_finish`]) read, in their kernels'
+/// order: the `mix` of the HC state (a [`hc_mix`]), the state `hc` [n_tok][n_hc][n_embd] itself and
+/// the step's `scale` and `base` tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HcMixed {
+    pub mix: DevPtr,
+    pub hc: DevPtr,
+    pub scale: DevPtr,
+    pub base: DevPtr,
+    pub n_embd: u32,
+    pub n_hc: u32,
+}
+
+impl HcMixed {
+    fn args(&self) -> [Arg; 6] {
+        [
+            ptr(self.mix),
+            ptr(self.hc),
+            ptr(self.scale),
+            ptr(self.base),
+            u(self.n_embd),
+            u(self.n_hc),
+        ]
+    }
+}
+
+/// `ds4_hc_pre_finish`: Sinkhorn split and weighted stream sum from `m.mix` [n_tok][2 n_hc + n_hc²];
 /// split_out has the same shape. Grid (n_tok).
-pub fn hc_pre_finish(
-    x_out: DevPtr,
-    split_out: DevPtr,
-    mix: DevPtr,
-    hc: DevPtr,
-    scale: DevPtr,
-    base: DevPtr,
-    n_embd: u32,
-    n_hc: u32,
-    iters: u32,
-    eps_hc: f32,
-    n_tok: u32,
-) -> Launch {
+pub fn hc_pre_finish(x_out: DevPtr, split_out: DevPtr, m: &HcMixed, iters: u32, eps_hc: f32, n_tok: u32) -> Launch {
+    let n_hc = m.n_hc;
     assert!(n_hc <= 4, "hc_pre_finish: n_hc {n_hc} > 4");
-    Launch::new(
-        &HC_PRE_FINISH,
-        [n_tok, 1, 1],
-        vec![
-            ptr(x_out),
-            ptr(split_out),
-            ptr(mix),
-            ptr(hc),
-            ptr(scale),
-            ptr(base),
-            u(n_embd),
-            u(n_hc),
-            u(iters),
-            f(eps_hc),
-        ],
-    )
+    let args = [&[ptr(x_out), ptr(split_out)][..], &m.args(), &[u(iters), f(eps_hc)]].concat();
+    Launch::new(&HC_PRE_FINISH, [n_tok, 1, 1], args)
 }
 
 /// Eps values of the fused HC pre step.
@@ -110,31 +111,9 @@ pub fn hc_pre_fused(
 
 /// `ds4_hc_head_finish`: output-head stream weights and sum from `mix` [n_tok][n_hc] (a
 /// [`hc_mix`] of output_hc_fn). Grid (n_tok).
-pub fn hc_head_finish(
-    x_out: DevPtr,
-    mix: DevPtr,
-    hc: DevPtr,
-    scale: DevPtr,
-    base: DevPtr,
-    n_embd: u32,
-    n_hc: u32,
-    eps_hc: f32,
-    n_tok: u32,
-) -> Launch {
-    Launch::new(
-        &HC_HEAD_FINISH,
-        [n_tok, 1, 1],
-        vec![
-            ptr(x_out),
-            ptr(mix),
-            ptr(hc),
-            ptr(scale),
-            ptr(base),
-            u(n_embd),
-            u(n_hc),
-            f(eps_hc),
-        ],
-    )
+pub fn hc_head_finish(x_out: DevPtr, m: &HcMixed, eps_hc: f32, n_tok: u32) -> Launch {
+    let args = [&[ptr(x_out)][..], &m.args(), &[f(eps_hc)]].concat();
+    Launch::new(&HC_HEAD_FINISH, [n_tok, 1, 1], args)
 }
 
 /// `ds4_hc_post`: X' = post·(y + y2) + Mᵀ X (y2 may be NULL; hc_out may equal hc_in).

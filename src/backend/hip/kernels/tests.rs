@@ -117,18 +117,37 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     let shape = flash_ratio4_shape();
     let att = attention(&shape, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1000, 640, 1);
     let q8k = Q8K { q: 1, d: 2, bsums: 3 };
+    let x8 = Q8Act { q: 3, d: 4 };
+    let mixed = HcMixed {
+        mix: 3,
+        hc: 4,
+        scale: 5,
+        base: 6,
+        n_embd: 4096,
+        n_hc: 4,
+    };
+    let proj = Q8Proj::plain(1, 2, x8, 4096, 1024);
+    let swiglu = Q8Swiglu {
+        mid: 1,
+        wg: 2,
+        wu: 3,
+        x: x8,
+        n_in: 4096,
+        n_ff: 2048,
+        limit: 10.0,
+    };
     let mut launches = vec![
         embed_hc(1, 2, 3, 4096, 4, 129280, 1),
         fill_f32(1, 10, 0.0),
         rms_norm_quant(QuantOut::default(), 1, 0, 4096, 4096, 1, NQ_NORM, 1e-6),
-        matvec_q8_0(1, 2, 3, 4, 4096, 1024, 1024, 4096, 1),
-        matvec_q8_0_swiglu(1, 2, 3, 4, 5, 4096, 2048, 10.0, 1),
+        matvec_q8_0(&proj, 1),
+        matvec_q8_0_swiglu(&swiglu, 1),
         matvec_f16(1, 2, 3, 4096, 256, 4096, 1),
         matvec_f16_pair(1, 2, 3, 4, 5, 4096, 1024, 4096, 1),
         router(1, 2, 3, 0, 0, 4, 256, 6, 1.5, 1),
         hc_mix(1, 2, 3, 16384, 24, 1e-6, 1),
-        hc_pre_finish(1, 2, 3, 4, 5, 6, 4096, 4, 20, 1e-6, 1),
-        hc_head_finish(1, 2, 3, 4, 5, 4096, 4, 1e-6, 1),
+        hc_pre_finish(1, 2, &mixed, 20, 1e-6, 1),
+        hc_head_finish(1, &mixed, 1e-6, 1),
         hc_pre_fused(
             1,
             QuantOut::default(),
@@ -184,8 +203,8 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         launches.push(moe_gemm_gate_up(fmt, 1, 2, 3, q8k, t, 4, 4096, 2048, 6, 10.0));
         launches.push(moe_gemm_down(fmt, 1, 2, q8k, t, 2048, 4096, 6));
     }
-    launches.push(gemm_q8_0(1, 2, 3, 4, 4096, 1024, 1024, 4096, 2048));
-    launches.push(gemm_q8_0_swiglu(1, 2, 3, 4, 5, 4096, 2048, 10.0, 2048));
+    launches.push(gemm_q8_0(&proj, 2048));
+    launches.push(gemm_q8_0_swiglu(&swiglu, 2048));
     launches.push(moe_group(1, 2, 3, 4, 2048, 6, 256, MOE_MIN_COLS));
     launches.push(moe_sum(1, 2, 4096, 6, 2048));
     launches.push(gemm_f16(1, 2, 3, 4096, 1024, 4096, 2048));
@@ -204,10 +223,11 @@ fn builders_cover_every_kernel_with_matching_arguments() {
 #[test]
 fn launch_grids_for_flash_decode() {
     // 1024 q_a rows, 8 per block.
-    assert_eq!(matvec_q8_0(1, 2, 3, 4, 4096, 1024, 1024, 4096, 1).grid, [128, 1, 1]);
+    let x8 = Q8Act { q: 3, d: 4 };
+    assert_eq!(matvec_q8_0(&Q8Proj::plain(1, 2, x8, 4096, 1024), 1).grid, [128, 1, 1]);
     // LM head: 129280 rows -> 16160 blocks.
     assert_eq!(
-        matvec_q8_0(1, 2, 3, 4, 4096, 129280, 129280, 4096, 1).grid,
+        matvec_q8_0(&Q8Proj::plain(1, 2, x8, 4096, 129280), 1).grid,
         [16160, 1, 1]
     );
     // 6 experts x 2048 rows for 2 tokens.
@@ -216,7 +236,10 @@ fn launch_grids_for_flash_decode() {
     assert_eq!(hc_mix(1, 2, 3, 16384, 24, 1e-6, 1).grid, [24, 1, 1]);
     // Prefill: 2048 tokens x 6 slots = 192 full tiles + at most one partial tile per expert.
     assert_eq!(moe_max_tiles(2048, 6, 256), 192 + 256);
-    assert_eq!(gemm_q8_0(1, 2, 3, 4, 4096, 32768, 32768, 1024, 2048).grid, [512, 32, 1]);
+    assert_eq!(
+        gemm_q8_0(&Q8Proj::plain(1, 2, x8, 1024, 32768), 2048).grid,
+        [512, 32, 1]
+    );
 }
 
 #[test]

@@ -6,11 +6,49 @@ use super::context::HipContext;
 use super::{HipResult, check};
 use std::ffi::c_int;
 
-/// An ordered queue of device work.
-pub struct Stream {
-    pub(super) ctx: HipContext,
-    pub(super) raw: ffi::RawStream,
+/// A HIP handle owned by a struct with the context it belongs to, released by `$destroy` when the
+/// struct is dropped (the one place each kind of handle is released).
+macro_rules! owned_handle {
+    ($(#[$doc:meta])* $name:ident, $raw:ty, $destroy:ident) => {
+        $(#[$doc])*
+        pub struct $name {
+            pub(super) ctx: HipContext,
+            pub(super) raw: $raw,
+        }
+
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: the handle is live (made by this context) and released only here.
+                let _ = unsafe { (self.ctx.api().$destroy)(self.raw) };
+            }
+        }
+    };
 }
+
+owned_handle!(
+    /// An ordered queue of device work.
+    Stream,
+    ffi::RawStream,
+    hipStreamDestroy
+);
+owned_handle!(
+    /// A marker in a stream: for waiting and timing.
+    Event,
+    ffi::RawEvent,
+    hipEventDestroy
+);
+owned_handle!(
+    /// A captured graph (a template; instantiate it to run it).
+    Graph,
+    ffi::RawGraph,
+    hipGraphDestroy
+);
+owned_handle!(
+    /// An instantiated graph: replay it with `launch`.
+    GraphExec,
+    ffi::RawGraphExec,
+    hipGraphExecDestroy
+);
 
 // SAFETY: HIP streams may be used from any thread.
 unsafe impl Send for Stream {}
@@ -59,19 +97,6 @@ impl Stream {
     }
 }
 
-impl Drop for Stream {
-    fn drop(&mut self) {
-        // SAFETY: live stream destroyed once.
-        let _ = unsafe { (self.ctx.api().hipStreamDestroy)(self.raw) };
-    }
-}
-
-/// A marker in a stream: for waiting and timing.
-pub struct Event {
-    pub(super) ctx: HipContext,
-    pub(super) raw: ffi::RawEvent,
-}
-
 // SAFETY: HIP events may be used from any thread.
 unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
@@ -102,19 +127,6 @@ impl Event {
     }
 }
 
-impl Drop for Event {
-    fn drop(&mut self) {
-        // SAFETY: live event destroyed once.
-        let _ = unsafe { (self.ctx.api().hipEventDestroy)(self.raw) };
-    }
-}
-
-/// A captured graph (a template; instantiate it to run it).
-pub struct Graph {
-    pub(super) ctx: HipContext,
-    pub(super) raw: ffi::RawGraph,
-}
-
 // SAFETY: graph handles may be used from any thread.
 unsafe impl Send for Graph {}
 
@@ -132,19 +144,6 @@ impl Graph {
     }
 }
 
-impl Drop for Graph {
-    fn drop(&mut self) {
-        // SAFETY: live graph destroyed once.
-        let _ = unsafe { (self.ctx.api().hipGraphDestroy)(self.raw) };
-    }
-}
-
-/// An instantiated graph: replay it with `launch`.
-pub struct GraphExec {
-    pub(super) ctx: HipContext,
-    pub(super) raw: ffi::RawGraphExec,
-}
-
 // SAFETY: executable graphs may be launched from any thread.
 unsafe impl Send for GraphExec {}
 unsafe impl Sync for GraphExec {}
@@ -155,12 +154,5 @@ impl GraphExec {
         check("hipGraphLaunch", unsafe {
             (self.ctx.api().hipGraphLaunch)(self.raw, stream.raw)
         })
-    }
-}
-
-impl Drop for GraphExec {
-    fn drop(&mut self) {
-        // SAFETY: live executable graph destroyed once.
-        let _ = unsafe { (self.ctx.api().hipGraphExecDestroy)(self.raw) };
     }
 }
