@@ -10,5 +10,6 @@ pub mod engine;
 pub mod genmodel;
 pub mod gguf;
 pub mod model;
+pub mod sessions;
 pub mod tui;
 pub mod units;

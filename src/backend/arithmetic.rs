@@ -33,9 +33,7 @@ impl Arithmetic {
         match s.trim() {
             "fast" => Ok(Arithmetic::Fast),
             "exact" => Ok(Arithmetic::Exact),
-            other => Err(format!(
-                "arithmetic: expected \"fast\" or \"exact\", got {other:?}"
-            )),
+            other => Err(format!("arithmetic: expected \"fast\" or \"exact\", got {other:?}")),
         }
     }
 

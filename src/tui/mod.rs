@@ -9,6 +9,7 @@ pub mod app;
 pub mod config;
 pub mod effect;
 pub mod event;
+pub mod session_io;
 pub mod terminal;
 pub mod ui;
 pub mod widgets;
@@ -67,6 +68,12 @@ pub fn run(mut app: App, engine: Option<EngineLink>) -> Result<App, String> {
         e.commands
     });
     let result = event_loop(&mut terminal, &mut app, &hub, commands.as_ref());
+    // The conversation is kept on every way out (the KV snapshot was written after its last turn).
+    for effect in app.save_session() {
+        if let Effect::Session(store, op) = effect {
+            session_io::perform(&store, op);
+        }
+    }
     if let Some(c) = &commands {
         let _ = c.send(Command::Shutdown);
     }
@@ -135,6 +142,9 @@ fn perform(effect: Effect, hub: &EventHub, commands: Option<&Sender<Command>>) {
         }
         Effect::CopyToClipboard(text) => {
             let _ = terminal::copy_to_clipboard(&text);
+        }
+        Effect::Session(store, op) => {
+            let _ = hub.sender().send(AppEvent::Session(session_io::perform(&store, op)));
         }
     }
 }

@@ -4,8 +4,8 @@
 //! `DS4_HIP_GRAPH`, `DS4_HIP_EXACT`, README "GPU backend"); a program that opens a backend itself passes its own.
 
 use super::decode;
-use crate::backend::arithmetic::Arithmetic;
 use super::prefill;
+use crate::backend::arithmetic::Arithmetic;
 
 /// How a `HipBackend` session runs; fixed when it is made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
