@@ -49,6 +49,7 @@ struct FileConfig {
     max_tokens: Option<i64>,
     side_panel: Option<bool>,
     theme: Option<Theme>,
+    sessions_budget_gib: Option<f64>,
 }
 
 /// The resolved settings of one app run (file defaults, then file values, then CLI flags).
@@ -65,6 +66,19 @@ pub struct Config {
     pub max_tokens: u32,
     pub side_panel: bool,
     pub theme: Theme,
+    /// Disk budget of the sessions' KV snapshots, bytes (docs/sessions.md#disk-budget).
+    pub sessions_budget: u64,
+}
+
+/// Default disk budget of the KV snapshots: 4 GiB.
+pub const DEFAULT_SESSIONS_BUDGET: u64 = 4 << 30;
+
+/// `sessions_budget_gib`: GiB, 0 (keep no snapshot) up to 1,000,000.
+pub fn parse_budget_gib(v: f64) -> Result<u64, String> {
+    if !v.is_finite() || !(0.0..=1e6).contains(&v) {
+        return Err(format!("{v} is not a size in GiB from 0 to 1000000"));
+    }
+    Ok((v * (1u64 << 30) as f64) as u64)
 }
 
 impl Default for Config {
@@ -80,6 +94,7 @@ impl Default for Config {
             max_tokens: 16384,
             side_panel: true,
             theme: Theme::Dark,
+            sessions_budget: DEFAULT_SESSIONS_BUDGET,
         }
     }
 }
@@ -152,6 +167,9 @@ pub fn parse(text: &str) -> Result<Config, String> {
     }
     if let Some(v) = file.theme {
         c.theme = v;
+    }
+    if let Some(v) = file.sessions_budget_gib {
+        c.sessions_budget = named("key `sessions_budget_gib`", parse_budget_gib(v))?;
     }
     Ok(c)
 }

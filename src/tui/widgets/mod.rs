@@ -10,6 +10,7 @@ pub mod chat;
 pub mod help;
 pub mod input;
 pub mod markdown;
+pub mod sessions;
 pub mod side_panel;
 pub mod status_bar;
 
