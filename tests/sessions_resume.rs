@@ -88,7 +88,12 @@ fn damaged_snapshots_are_refused_with_one_line_each() {
     let first_token_at = 8 + 4 + 4 + 16 + 20 + 4 + 8;
     let cases: Vec<(&str, Vec<u8>, ModelIdentity, &str)> = vec![
         ("empty file", Vec::new(), id, "too short"),
-        ("other file type", b"PK\x03\x04 a zip file, not a snapshot".to_vec(), id, "bad magic"),
+        (
+            "other file type",
+            b"PK\x03\x04 a zip file, not a snapshot".to_vec(),
+            id,
+            "bad magic",
+        ),
         ("foreign version", patch(8, &2u32.to_le_bytes()), id, "version 2"),
         ("truncated", good[..good.len() * 2 / 3].to_vec(), id, "checksum"),
         ("truncated header", good[..20].to_vec(), id, "truncated"),
@@ -112,10 +117,30 @@ fn damaged_snapshots_are_refused_with_one_line_each() {
             },
             "another model file",
         ),
-        ("other shape", snapshot::encode(id, &other_shape, &held, &rows), id, "sliding window"),
-        ("token outside the vocabulary", snapshot::encode(id, hp, &out_of_vocab, &rows), id, "outside the vocabulary"),
-        ("token ids changed", patch(first_token_at, &[1, 0, 0, 0]), id, "do not match their hash"),
-        ("token count changed", patch(first_token_at - 12, &19u32.to_le_bytes()), id, "hash"),
+        (
+            "other shape",
+            snapshot::encode(id, &other_shape, &held, &rows),
+            id,
+            "sliding window",
+        ),
+        (
+            "token outside the vocabulary",
+            snapshot::encode(id, hp, &out_of_vocab, &rows),
+            id,
+            "outside the vocabulary",
+        ),
+        (
+            "token ids changed",
+            patch(first_token_at, &[1, 0, 0, 0]),
+            id,
+            "do not match their hash",
+        ),
+        (
+            "token count changed",
+            patch(first_token_at - 12, &19u32.to_le_bytes()),
+            id,
+            "hash",
+        ),
     ];
     assert!(cases.len() >= 10);
     for (what, bytes, want_id, says) in cases {
@@ -171,8 +196,11 @@ impl Chat {
 
     /// One greedy turn; returns the answer text.
     fn turn(&self, messages: Vec<Message>, max_tokens: u32) -> String {
-        self.worker
-            .send(Command::Submit(TurnRequest::greedy(messages, ThinkMode::Off, max_tokens)));
+        self.worker.send(Command::Submit(TurnRequest::greedy(
+            messages,
+            ThinkMode::Off,
+            max_tokens,
+        )));
         let events = self.until(|e| matches!(e, Event::TurnFinished { .. }), Duration::from_secs(300));
         events
             .iter()
@@ -185,7 +213,10 @@ impl Chat {
 
     fn save(&self, path: PathBuf) -> (u32, Option<TranscriptIds>) {
         self.worker.send(Command::SaveSnapshot { path });
-        match self.until(|e| matches!(e, Event::SnapshotSaved { .. }), Duration::from_secs(60)).pop() {
+        match self
+            .until(|e| matches!(e, Event::SnapshotSaved { .. }), Duration::from_secs(60))
+            .pop()
+        {
             Some(Event::SnapshotSaved {
                 result,
                 tokens,
@@ -202,7 +233,10 @@ impl Chat {
     /// Resume; returns (tokens, from snapshot, note, time to ready).
     fn resume(&self, req: ResumeRequest) -> (u32, bool, Option<String>, Duration) {
         self.worker.send(Command::Resume(req));
-        match self.until(|e| matches!(e, Event::Resumed { .. }), Duration::from_secs(600)).pop() {
+        match self
+            .until(|e| matches!(e, Event::Resumed { .. }), Duration::from_secs(600))
+            .pop()
+        {
             Some(Event::Resumed {
                 tokens,
                 from_snapshot,
@@ -295,8 +329,12 @@ fn time_to_ready_of_an_8k_conversation_from_its_snapshot_and_read_again() {
     }));
     let chat = Chat { worker };
     let loaded = chat.until(|e| matches!(e, Event::Loaded(_)), Duration::from_secs(600));
-    let Some(Event::Loaded(info)) = loaded.last() else { unreachable!() };
-    let words = ["sessions", "survive", "restarts", "because", "the", "cache", "is", "kept", "on", "disk."];
+    let Some(Event::Loaded(info)) = loaded.last() else {
+        unreachable!()
+    };
+    let words = [
+        "sessions", "survive", "restarts", "because", "the", "cache", "is", "kept", "on", "disk.",
+    ];
     let long: String = (0..7600).map(|i| words[i % words.len()]).collect::<Vec<_>>().join(" ");
     let messages = vec![Message::user(long)];
     let answer = chat.turn(messages.clone(), 4);

@@ -28,7 +28,10 @@ pub fn carry(model: &Model, from: &dyn Backend, held: &[u32], to: &mut dyn Backe
     assert!(same_bits(&back.logits, &rows.logits), "restored logits differ");
     assert_eq!(back.layers.len(), rows.layers.len());
     for (l, (a, b)) in back.layers.iter().zip(&rows.layers).enumerate() {
-        assert!(same_bits(&a.raw, &b.raw), "layer {l}: raw rows differ after the round trip");
+        assert!(
+            same_bits(&a.raw, &b.raw),
+            "layer {l}: raw rows differ after the round trip"
+        );
     }
 }
 
