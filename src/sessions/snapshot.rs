@@ -71,10 +71,14 @@ pub fn encode(id: ModelIdentity, hp: &HParams, tokens: &[u32], rows: &CacheRows)
     out
 }
 
-/// Writes the snapshot atomically (temporary file, fsync, rename); returns its size. On failure
+/// Writes the snapshot atomically (temporary file, fsync, rename; the directory is created);
+/// returns its size. On failure
 /// (a full disk) the old file stays as it was.
 pub fn save(path: &Path, id: ModelIdentity, hp: &HParams, tokens: &[u32], rows: &CacheRows) -> Result<u64, String> {
     let bytes = encode(id, hp, tokens, rows);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
     write_atomic_with(path, |f| f.write_all(&bytes)).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(bytes.len() as u64)
 }
