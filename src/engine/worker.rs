@@ -608,17 +608,10 @@ impl WorkerState {
         let mut tl = TurnTimeline::default();
         let prefill_start = Instant::now();
         tl.prefill_started(prefill_start - submitted);
-        let mut last_progress = Instant::now() - PREFILL_EVENT_PERIOD;
+        let mut progress = PrefillProgress::new(prefill_start);
         let mut stopped = false;
         let sync = l.session.sync(&prompt, &mut |done, total| {
-            if last_progress.elapsed() >= PREFILL_EVENT_PERIOD || done == total {
-                last_progress = Instant::now();
-                emit(Event::PrefillProgress {
-                    done: done as u32,
-                    total: total as u32,
-                    elapsed: prefill_start.elapsed(),
-                });
-            }
+            progress.report(tx, done, total);
             stopped = inbox.poll_during_turn() == Interrupt::Stop;
             !stopped
         });
@@ -709,6 +702,32 @@ impl WorkerState {
         emit(live_stats(&tl, &l.session));
         l.text.turn_done(&req.conversation, &generated, reason);
         (generated.len() as u32, reason)
+    }
+}
+
+/// `PrefillProgress` events of one evaluation: at most one per `PREFILL_EVENT_PERIOD`, and the last.
+struct PrefillProgress {
+    start: Instant,
+    last: Instant,
+}
+
+impl PrefillProgress {
+    fn new(start: Instant) -> PrefillProgress {
+        PrefillProgress {
+            start,
+            last: Instant::now() - PREFILL_EVENT_PERIOD,
+        }
+    }
+
+    fn report(&mut self, tx: &Sender<Event>, done: usize, total: usize) {
+        if self.last.elapsed() >= PREFILL_EVENT_PERIOD || done == total {
+            self.last = Instant::now();
+            let _ = tx.send(Event::PrefillProgress {
+                done: done as u32,
+                total: total as u32,
+                elapsed: self.start.elapsed(),
+            });
+        }
     }
 }
 

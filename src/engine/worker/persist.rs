@@ -3,16 +3,13 @@
 //! transcript, else by evaluating the transcript again (with a one-line notice saying why).
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::{Interrupt, Loaded, WorkerState};
+use super::{Interrupt, Loaded, PrefillProgress, WorkerState};
 use crate::backend::EngineError;
 use crate::engine::events::{Event, ResumeRequest};
 use crate::model::hparams::HParams;
 use crate::sessions::{ModelIdentity, snapshot};
-
-/// Least time between two progress events while a conversation is evaluated again.
-const PROGRESS_PERIOD: Duration = Duration::from_millis(50);
 
 /// The identity and shape a snapshot of this session is bound to.
 fn model_of(l: &Loaded) -> Result<(ModelIdentity, HParams), String> {
@@ -123,16 +120,9 @@ impl WorkerState {
                 }
             }
         }
-        let mut last = Instant::now() - PROGRESS_PERIOD;
+        let mut progress = PrefillProgress::new(start);
         let r = l.session.sync(target, &mut |done, total| {
-            if last.elapsed() >= PROGRESS_PERIOD || done == total {
-                last = Instant::now();
-                emit(Event::PrefillProgress {
-                    done: done as u32,
-                    total: total as u32,
-                    elapsed: start.elapsed(),
-                });
-            }
+            progress.report(tx, done, total);
             inbox.poll_during_turn() == Interrupt::None
         });
         match r {

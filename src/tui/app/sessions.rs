@@ -66,6 +66,9 @@ pub struct SessionsState {
     /// The transcript the worker reported with the last snapshot.
     pub transcript: Option<TranscriptIds>,
     pub tokens: u32,
+    /// A snapshot was asked for and its `SnapshotSaved` has not come back (the exit waits for it,
+    /// so the session file carries the last turn's transcript).
+    pub snapshot_pending: bool,
     /// `--resume` / `--session`, run once the model is loaded.
     pub pending_open: Option<OpenWhich>,
     /// The `/sessions` overlay and its selected row.
@@ -145,6 +148,7 @@ impl App {
         if !self.has_turns() && reason == FinishReason::Cancelled {
             return Vec::new();
         }
+        self.sessions.snapshot_pending = true;
         vec![Effect::Engine(Command::SaveSnapshot {
             path: store.snapshot_path(&self.sessions.id),
         })]
@@ -157,6 +161,7 @@ impl App {
         tokens: u32,
         transcript: Option<TranscriptIds>,
     ) -> Vec<Effect> {
+        self.sessions.snapshot_pending = false;
         if let Err(e) = result {
             self.status = Some(format!("KV snapshot not saved: {e}"));
         }
@@ -351,6 +356,9 @@ impl App {
     pub(super) fn load_command(&mut self, name: &'static str, arg: &str) -> Vec<Effect> {
         if arg.is_empty() {
             return self.error_status(format!("{name}: give a number from /sessions or an id"));
+        }
+        if self.is_busy() {
+            return self.error_status(format!("{name}: wait for the answer or press Esc"));
         }
         let Some(store) = self.store_or_status(name) else {
             return Vec::new();
