@@ -5,7 +5,8 @@
 //! Owns the conversation as shown, the live metrics, the input, scrolling, overlays and the chat's
 //! wrapped-line cache (refreshed here after each change, read by the render). Must not draw (`ui`,
 //! `widgets`), touch the terminal or files, or block. What keys do is `keys`, slash commands are
-//! `commands`, worker events are `engine_events`, the saved file formats are `transcript`.
+//! `commands`, worker events are `engine_events`, the saved file formats are `transcript`, kept
+//! conversations are `sessions`.
 
 pub mod commands;
 mod engine_events;

@@ -343,17 +343,16 @@ pub fn import(b: &mut HipBackend, rows: &CacheRows, n_past: usize) -> Result<(),
             ring_bytes[slot * d * 4..(slot + 1) * d * 4].copy_from_slice(&f32_bytes(row));
         }
         owned.push(((l, (0u8, 0usize)), ring_bytes));
+        let compressed = cache_rows::compressed_rows(hp.ratio(l) as usize, n_past);
+        if compressed > ls.comp_cap && (lr.comp.is_some() || lr.index.is_some()) {
+            return bad(format!(
+                "layer {l}: {compressed} compressed rows exceed the capacity {}",
+                ls.comp_cap
+            ));
+        }
         for (kind, part) in [(1u8, &lr.comp), (2u8, &lr.index)] {
-            if let Some(c) = part {
-                if c.rows.len() / if kind == 1 { d } else { hp.idx_head_dim } > ls.comp_cap {
-                    return bad(format!(
-                        "layer {l}: more compressed rows than the capacity {}",
-                        ls.comp_cap
-                    ));
-                }
-                for (i, v) in [&c.rows, &c.kv, &c.score].into_iter().enumerate() {
-                    owned.push(((l, (kind, i)), f32_bytes(v)));
-                }
+            for (i, v) in part.iter().flat_map(|c| [&c.rows, &c.kv, &c.score]).enumerate() {
+                owned.push(((l, (kind, i)), f32_bytes(v)));
             }
         }
     }
