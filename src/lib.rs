@@ -14,5 +14,6 @@ pub mod gguf;
 pub mod model;
 pub mod remote;
 pub mod serve;
+pub mod sessions;
 pub mod tui;
 pub mod units;

@@ -2,16 +2,20 @@
 //! step's launch order, every kernel executed by the CPU emulator, tests/hip_emu) against the CPU
 //! engine on small-vocabulary tiny models with q2, q4 and mixed experts.
 //!
-//! The comparison is bitwise: the kernels follow the CPU engine's operation order.
+//! The comparison is bitwise: the kernels follow the CPU engine's operation order. So a session's
+//! cache carried through the KV snapshot file format resumes on the other backend bitwise too
+//! (docs/sessions.md#kv-snapshots).
 #![cfg(feature = "hip")]
 
 mod hip_emu;
+mod sessions_common;
 
 use ds4_chat::backend::agreement::{Agreement, compare_logits};
 use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::engine::backend_open::open_engine;
 use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
 use ds4_chat::genmodel::ExpertMix;
+use sessions_common::{carry, continue_both, tokens};
 
 fn check(experts: ExpertMix, seed: u64, n: usize) {
     let model = hip_emu::small_vocab_tiny(seed, experts);
@@ -89,5 +93,35 @@ fn hip_decode_matches_the_cpu_engine_on_the_emulator() {
     }
     for (experts, seed) in [(ExpertMix::Q2, 7), (ExpertMix::Q4, 3), (ExpertMix::Mixed, 5)] {
         check(experts, seed, 32);
+    }
+}
+
+/// 18 tokens held (past the 16-token window, four ratio-4 rows, the ratio-128 state), then 2 more.
+/// The engines are opened once; each case opens fresh sessions on them.
+#[test]
+fn a_session_saved_on_one_backend_resumes_bitwise_on_the_other() {
+    if hip_emu::use_emulated_hip().is_none() {
+        return;
+    }
+    let model = hip_emu::small_vocab_tiny(2, ExpertMix::Q2);
+    let all = tokens(20, 4, model.hp.n_vocab);
+    let (held, then) = all.split_at(18);
+    let ctx = 32;
+    let engine = |choice| {
+        open_engine(model.clone(), choice, WeightPlacement::Copy, Arithmetic::Exact, ctx, 1)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .engine
+    };
+    let (cpu, hip) = (engine(BackendChoice::Cpu), engine(BackendChoice::Hip));
+    assert_eq!((cpu.name(), hip.name()), ("cpu", "hip"));
+    for (from, to) in [(&cpu, &hip), (&hip, &cpu), (&hip, &hip)] {
+        let what = format!("{} to {}", from.name(), to.name());
+        let mut saved = from.open_session(ctx).unwrap();
+        saved.eval(held, &mut |_, _| true).unwrap();
+        let mut resumed = to.open_session(ctx).unwrap();
+        carry(&model, saved.as_ref(), held, resumed.as_mut());
+        // The uninterrupted session continues on the backend the cache was saved on; the two
+        // backends compute the same bits, so the resumed one must match it exactly.
+        continue_both(resumed.as_mut(), saved.as_mut(), then, &what);
     }
 }

@@ -229,7 +229,7 @@ fn tab_toggles_reasoning_and_completes_slash_commands() {
     assert_eq!(app.input.text, "/retry");
     app.input.set("/s");
     let names: Vec<&str> = app.slash_matches().iter().map(|m| m.name).collect();
-    assert_eq!(names, vec!["/system", "/seed", "/save"]);
+    assert_eq!(names, vec!["/system", "/seed", "/save", "/sessions"]);
 }
 
 #[test]

@@ -2,6 +2,10 @@
 //! generated model): type a prompt, see streamed text and a non-zero decode rate, cancel with Esc,
 //! /clear, resize the pane mid-session, quit, and check the terminal left the alternate screen.
 //!
+//! `resume_in_tmux` chats, quits, starts again with `--resume` and checks that the earlier turn is on
+//! screen, restored from its KV snapshot, and that the next answer follows it. Every run keeps its
+//! sessions in its own directory under the target dir (`DS4_DATA_DIR`), never in the home directory.
+//!
 //! Skipped with a message when tmux is missing, except under CI (CI=true), where it must run
 //! (tests/tmux_common).
 //! The mid-stream screen is written to target/tui-demo-screen.txt.
@@ -22,6 +26,11 @@ fn panel_rate(screen: &str) -> Option<f64> {
     })
 }
 
+/// Where the runs of `test` keep their sessions.
+fn data_dir(test: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tui-e2e-data-{test}-{}", std::process::id()))
+}
+
 /// Starts `ds4-chat --demo EXTRA` in a fresh tmux server (120×36); `None` (after printing why) when
 /// tmux is missing outside CI.
 fn start(test: &str, env: &str, extra: &str) -> Option<Tmux> {
@@ -29,7 +38,8 @@ fn start(test: &str, env: &str, extra: &str) -> Option<Tmux> {
     // A config path that does not exist: the built-in defaults, whatever the user's file says.
     let config = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tui-e2e-no-config.toml");
     let cmd = format!(
-        "{env} TERM=xterm-256color {bin} --demo --config {} {extra}; echo EXIT=$?",
+        "{env} DS4_DATA_DIR={} TERM=xterm-256color {bin} --demo --config {} {extra}; echo EXIT=$?",
+        data_dir(test).display(),
         config.display()
     );
     Tmux::open(test, 120, 36, &cmd)
@@ -131,10 +141,83 @@ fn demo_chat_in_tmux() {
     t.wait("the wide layout", 30, |s| s.contains("Performance (F2)"));
 
     // Quit with Esc twice: the shell is back and the alternate screen is left.
+    quit(&t);
+}
+
+/// Esc twice: the app exits with status 0 and leaves the alternate screen.
+fn quit(t: &Tmux) {
     t.keys(&["Escape"]);
     std::thread::sleep(Duration::from_millis(200));
     t.keys(&["Escape"]);
     let s = t.wait("the app to exit", 30, |s| exit_line(s).is_some());
     assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
     assert_eq!(t.alternate_on(), "0", "the terminal must leave the alternate screen");
+}
+
+#[test]
+fn resume_in_tmux() {
+    let flags = "--ctx 4096 --nothink --seed 3 --threads 2 --max-tokens 16";
+    let data = data_dir("resume");
+    let _ = std::fs::remove_dir_all(&data);
+    let Some(t) = start("resume", "", flags) else {
+        return;
+    };
+    t.wait("the app to be ready", 120, |s| s.contains("● ready"));
+    t.literal("What is the capital of Mars?");
+    t.keys(&["Enter"]);
+    t.wait("the first answer", 120, |s| {
+        s.contains("● ready") && tokens_shown(s) > 0 && s.contains("What is the capital of Mars?")
+    });
+    quit(&t);
+    drop(t);
+    let sessions = data.join("sessions");
+    let names: Vec<String> = std::fs::read_dir(&sessions)
+        .expect("the sessions directory")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.ends_with(".json")) && names.iter().any(|n| n.ends_with(".kv")),
+        "{names:?}"
+    );
+    let json = sessions.join(names.iter().find(|n| n.ends_with(".json")).unwrap());
+    let read = || -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap() };
+    let first_ids = read()["transcript"]["ids"].as_array().unwrap().clone();
+    assert!(!first_ids.is_empty());
+
+    // Again with --resume: the earlier turn is on screen, the cache came from the snapshot.
+    let Some(t) = start("resume", "", &format!("{flags} --resume")) else {
+        return;
+    };
+    let s = t.wait("the resumed session", 120, |s| {
+        s.contains("● ready") && s.contains("What is the capital of Mars?") && s.contains("from its KV snapshot")
+    });
+    eprintln!("resumed screen:\n{s}");
+    t.literal("And of Venus?");
+    t.keys(&["Enter"]);
+    // Ready again with a second answer header that counts tokens (the restored turn's header shows
+    // no figures), so a screen from before the Enter was read does not pass.
+    t.wait("the next answer", 120, |s| {
+        s.contains("● ready")
+            && s.matches("▌ DeepSeek").count() == 2
+            && tokens_shown(s) > 0
+            && s.contains("What is the capital of Mars?")
+    });
+    quit(&t);
+    // The session file now holds both turns, lowercase roles, and a transcript that extends the
+    // first one's (the second answer followed the first turn's tokens).
+    let rec = read();
+    let roles: Vec<&str> = rec["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
+    assert_eq!(rec["messages"][2]["content"], "And of Venus?");
+    let ids = rec["transcript"]["ids"].as_array().unwrap();
+    assert!(
+        ids.len() > first_ids.len() && ids.starts_with(&first_ids),
+        "the second turn does not extend the first"
+    );
+    let _ = std::fs::remove_dir_all(&data);
 }

@@ -8,6 +8,7 @@
 
 pub mod agreement;
 pub mod arithmetic;
+pub mod cache_rows;
 pub mod cpu;
 #[cfg(feature = "hip")]
 pub mod hip;
@@ -238,6 +239,22 @@ pub trait Backend: Send {
     fn save_state(&self) -> Vec<u8>;
     /// Restore a state made by `save_state` of the same model and context.
     fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError>;
+    /// The cache and logits as backend-neutral rows (what a session's KV snapshot holds).
+    fn export_cache(&self) -> Result<cache_rows::CacheRows, EngineError> {
+        Err(EngineError::Other(format!(
+            "the {} backend cannot export its cache",
+            self.name()
+        )))
+    }
+    /// Restore rows exported by any backend of the same model, holding `tokens`; a rejected one
+    /// leaves the cache as it was.
+    fn import_cache(&mut self, rows: &cache_rows::CacheRows, tokens: &[u32]) -> Result<(), EngineError> {
+        let _ = (rows, tokens);
+        Err(EngineError::Other(format!(
+            "the {} backend cannot import a cache",
+            self.name()
+        )))
+    }
     fn memory(&self) -> MemoryReport;
     /// Where the weights live on a GPU backend; `None` for backends that read the file mapping on
     /// the host (the CPU).

@@ -12,7 +12,9 @@ use crate::engine::loader::EngineLoader;
 use crate::engine::settings::{self, named};
 use crate::engine::worker::Worker;
 use crate::remote::RemoteTarget;
+use crate::sessions::store::Store;
 use crate::tui::app::App;
+use crate::tui::app::sessions::{OpenWhich, SessionsState};
 use crate::tui::config::{self, Config};
 use crate::tui::{self, EngineLink};
 
@@ -76,6 +78,12 @@ pub struct Args {
     /// Print the config file path and exit.
     #[arg(long)]
     pub print_config: bool,
+    /// Open the most recent kept session of this model file.
+    #[arg(long, conflicts_with = "session")]
+    pub resume: bool,
+    /// Open the kept session ID (or its number in /sessions).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
 }
 
 /// How to get a model, printed when none is given.
@@ -184,7 +192,15 @@ fn open_local(config: Result<Config, String>, args: &Args) -> Result<Opened, Str
             let link = spawn_engine();
             let _ = link.commands.send(Command::Load(load.clone()));
             let _ = link.commands.send(Command::SetSampling(cfg.sampling.clone()));
-            (App::new(cfg, label, Some(load)), Some(link), None)
+            let budget = cfg.sessions_budget;
+            let mut app = App::new(cfg, label, Some(load));
+            app.sessions = SessionsState::new(Store::default_location(), budget);
+            app.sessions.pending_open = match (&args.session, args.resume) {
+                (Some(id), _) => Some(OpenWhich::Named(id.clone())),
+                (None, true) => Some(OpenWhich::Latest),
+                (None, false) => None,
+            };
+            (app, Some(link), None)
         }
     })
 }

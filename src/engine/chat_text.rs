@@ -192,6 +192,22 @@ impl ChatText for ChatAdapter {
         self.open = None;
     }
 
+    fn transcript(&self) -> Option<crate::sessions::store::TranscriptIds> {
+        self.snapshots
+            .last()
+            .map(|(m, t)| crate::sessions::store::TranscriptIds {
+                messages: m.len(),
+                ids: t.ids().to_vec(),
+            })
+    }
+
+    fn resume(&mut self, messages: &[Message], ids: &[u32]) -> Result<(), String> {
+        let t = Transcript::resumed(&self.tok, ids.to_vec())?;
+        self.forget();
+        self.snapshots.push((messages.to_vec(), t));
+        Ok(())
+    }
+
     fn eos(&self) -> u32 {
         self.tok.specials().eos
     }

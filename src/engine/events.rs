@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::model::chat::{Conversation, Message, ThinkMode};
+use crate::sessions::store::TranscriptIds;
 
 /// Sampling settings of one turn (defaults: docs/sampler.md#defaults).
 #[derive(Clone, Debug, PartialEq)]
@@ -121,7 +122,25 @@ pub enum Command {
     /// Change the sampling of the turn in flight from its next token (each `Submit` brings its
     /// own settings, which replace this).
     SetSampling(SamplingParams),
+    /// Write the session's cache and the tokens it holds to a KV snapshot file
+    /// (docs/sessions.md#kv-snapshots); answered by `SnapshotSaved`.
+    SaveSnapshot {
+        path: std::path::PathBuf,
+    },
+    /// Open a saved conversation (answered by `Resumed`).
+    Resume(ResumeRequest),
     Shutdown,
+}
+
+/// A saved conversation to continue: the session starts over with the transcript's tokens, from
+/// the snapshot when it holds exactly a prefix of them, else by evaluating them.
+#[derive(Clone, Debug)]
+pub struct ResumeRequest {
+    /// The conversation (system message first when there is one).
+    pub messages: Vec<Message>,
+    /// The live transcript saved with it; `None`: the next turn renders the conversation anew.
+    pub transcript: Option<TranscriptIds>,
+    pub snapshot: Option<std::path::PathBuf>,
 }
 
 /// What a weight warm-up is doing.
@@ -196,6 +215,9 @@ pub struct ModelInfo {
     /// The OpenAI-compatible endpoint generating the answers (`--remote`); None for the in-process
     /// engine. Then the local figures (residency, warm-up, KV cache, device) do not apply.
     pub endpoint: Option<String>,
+    /// The model file's identity (`sessions::ModelIdentity::to_text`); sessions and snapshots are
+    /// bound to it.
+    pub identity: String,
 }
 
 /// Device memory figures when the backend knows them.
@@ -312,6 +334,22 @@ pub enum Event {
     Error {
         message: String,
         fatal: bool,
+    },
+    /// A `SaveSnapshot` finished: the file's size or why it failed (the old file is kept), with
+    /// the tokens it holds and the live transcript the session file stores.
+    SnapshotSaved {
+        path: std::path::PathBuf,
+        result: Result<u64, String>,
+        tokens: u32,
+        transcript: Option<TranscriptIds>,
+    },
+    /// A `Resume` finished: the cache holds `tokens` tokens, restored from the snapshot or
+    /// evaluated again (`note` then says why), after `elapsed`.
+    Resumed {
+        tokens: u32,
+        from_snapshot: bool,
+        elapsed: Duration,
+        note: Option<String>,
     },
     ShutdownComplete,
 }

@@ -187,6 +187,7 @@ impl ModelLoader for EngineLoader {
             weight_bytes_per_token: per_token,
             is_demo,
             weights: placement.clone(),
+            identity: crate::sessions::ModelIdentity::of(&model.file).to_text(),
             ..Default::default()
         };
         let region: Option<Arc<dyn MappedRegion>> =

@@ -6,6 +6,7 @@
 //! Owns the token bookkeeping and the checkpoint list; the math and the cache format belong to the
 //! backend (`Backend::save_state` / `load_state`). Must not know about text, chat templates or sampling.
 
+use crate::backend::cache_rows::CacheRows;
 use crate::backend::{Backend, DevicePick, DeviceSample, EngineError, Progress};
 
 /// A saved backend state and the exact token prefix it holds.
@@ -116,6 +117,23 @@ impl Session {
         self.restore_best(&keep, &mut report)?;
         let suffix = keep[self.tokens.len()..].to_vec();
         self.eval_tracked(&suffix, progress)
+    }
+
+    /// The cache as backend-neutral rows (for a KV snapshot; the tokens are `tokens()`).
+    pub fn export(&self) -> Result<CacheRows, EngineError> {
+        self.backend.export_cache()
+    }
+
+    /// Start over from `rows` holding `tokens` (a KV snapshot, maybe from another backend). On
+    /// failure the session is empty.
+    pub fn restore(&mut self, tokens: &[u32], rows: &CacheRows) -> Result<(), EngineError> {
+        self.reset();
+        if let Err(e) = self.backend.import_cache(rows, tokens) {
+            self.backend.reset();
+            return Err(e);
+        }
+        self.tokens = tokens.to_vec();
+        Ok(())
     }
 
     /// Drop the cache and every checkpoint.

@@ -25,7 +25,6 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -42,6 +41,8 @@ use super::residency::{MappedRegion, ResidencyProbe};
 use super::sampler::Sampler;
 use super::session::Session;
 use super::warmup::{WarmupJob, WarmupStatus, default_warmup_threads};
+use crate::sessions::store::TranscriptIds;
+use residency_thread::ResidencyThread;
 
 /// Name of the worker thread. A process-wide panic hook (the TUI's terminal-restoring one) must
 /// leave panics on this thread alone: they are caught and reported as `Event::Error{fatal}` while
@@ -72,6 +73,16 @@ pub trait ChatText: Send {
     /// A fresh chat text (nothing rendered yet) for a new session of `ctx` tokens on the same model,
     /// sharing this one's tokenizer.
     fn for_context(&self, ctx: u32) -> Box<dyn ChatText>;
+    /// The transcript at the last turn boundary (what a session file keeps to resume from).
+    fn transcript(&self) -> Option<TranscriptIds> {
+        None
+    }
+    /// Continue from a saved transcript: a later conversation starting with `messages` extends
+    /// `ids` token for token. Errors say why the ids cannot be one.
+    fn resume(&mut self, messages: &[crate::model::chat::Message], ids: &[u32]) -> Result<(), String> {
+        let _ = (messages, ids);
+        Err("this chat text cannot resume a transcript".into())
+    }
 }
 
 /// Streaming detokenizer of one turn: whole UTF-8 pieces, split into reasoning and answer.
@@ -214,41 +225,6 @@ impl Drop for Worker {
 enum Flow {
     Continue,
     Shutdown,
-}
-
-struct ResidencyThread {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
-}
-
-impl ResidencyThread {
-    fn start(mut probe: ResidencyProbe, tx: Sender<Event>) -> ResidencyThread {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("ds4-residency".into())
-            .spawn(move || {
-                while !s.load(Ordering::Acquire) {
-                    let r = probe.sample();
-                    let wait = ResidencyProbe::next_interval(r.probe_time);
-                    if tx.send(Event::Residency(r)).is_err() {
-                        return;
-                    }
-                    // Sleep in short steps so stopping is prompt.
-                    let until = Instant::now() + wait;
-                    while Instant::now() < until && !s.load(Ordering::Acquire) {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                }
-            })
-            .expect("spawn the residency thread");
-        ResidencyThread { stop, thread }
-    }
-
-    fn stop(self) {
-        self.stop.store(true, Ordering::Release);
-        let _ = self.thread.join();
-    }
 }
 
 struct WorkerState {
@@ -431,6 +407,8 @@ impl WorkerState {
             }
             Command::Rewind { keep_tokens } => self.rewind(keep_tokens as usize),
             Command::SetSampling(p) => self.inbox.sampling_override = Some(p),
+            Command::SaveSnapshot { path } => self.save_snapshot(path),
+            Command::Resume(req) => self.resume(req),
         }
         Flow::Continue
     }
@@ -641,17 +619,10 @@ impl WorkerState {
         let mut tl = TurnTimeline::default();
         let prefill_start = Instant::now();
         tl.prefill_started(prefill_start - submitted);
-        let mut last_progress = Instant::now() - PREFILL_EVENT_PERIOD;
+        let mut progress = PrefillProgress::new(prefill_start);
         let mut stopped = false;
         let sync = l.session.sync(&prompt, &mut |done, total| {
-            if last_progress.elapsed() >= PREFILL_EVENT_PERIOD || done == total {
-                last_progress = Instant::now();
-                emit(Event::PrefillProgress {
-                    done: done as u32,
-                    total: total as u32,
-                    elapsed: prefill_start.elapsed(),
-                });
-            }
+            progress.report(tx, done, total);
             stopped = inbox.poll_during_turn() == Interrupt::Stop;
             !stopped
         });
@@ -745,6 +716,32 @@ impl WorkerState {
     }
 }
 
+/// `PrefillProgress` events of one evaluation: at most one per `PREFILL_EVENT_PERIOD`, and the last.
+struct PrefillProgress {
+    start: Instant,
+    last: Instant,
+}
+
+impl PrefillProgress {
+    fn new(start: Instant) -> PrefillProgress {
+        PrefillProgress {
+            start,
+            last: Instant::now() - PREFILL_EVENT_PERIOD,
+        }
+    }
+
+    fn report(&mut self, tx: &Sender<Event>, done: usize, total: usize) {
+        if self.last.elapsed() >= PREFILL_EVENT_PERIOD || done == total {
+            self.last = Instant::now();
+            let _ = tx.send(Event::PrefillProgress {
+                done: done as u32,
+                total: total as u32,
+                elapsed: self.start.elapsed(),
+            });
+        }
+    }
+}
+
 /// A snapshot of the turn's figures for the UI.
 fn live_stats(tl: &TurnTimeline, session: &Session) -> Event {
     Event::Stats(tl.stats(
@@ -806,5 +803,7 @@ impl Hooks<Session> for TurnHooks<'_> {
     }
 }
 
+mod persist;
+mod residency_thread;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -97,10 +97,15 @@ impl ThinkMode {
     }
 }
 
+/// Serialized as OpenAI's lowercase role names; the capitalized names of older files still read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
+    #[serde(alias = "System")]
     System,
+    #[serde(alias = "User")]
     User,
+    #[serde(alias = "Assistant")]
     Assistant,
 }
 
@@ -304,6 +309,35 @@ impl Transcript {
             t.ids.extend(tok.encode_plain(system));
         }
         t
+    }
+
+    /// A closed transcript continued from saved ids (a resumed session): BOS first, every id in the
+    /// vocabulary; the effort text after BOS is recognised so a later turn in another mode replaces
+    /// it as usual.
+    pub fn resumed(tok: &Tokenizer, ids: Vec<u32>) -> Result<Transcript, String> {
+        if ids.first() != Some(&tok.specials().bos) {
+            return Err("the saved transcript does not start with BOS".into());
+        }
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= tok.n_vocab()) {
+            return Err(format!(
+                "the saved transcript holds token {bad}, outside the vocabulary"
+            ));
+        }
+        let mut best = ("", 0);
+        for mode in [ThinkMode::Max, ThinkMode::High, ThinkMode::Off] {
+            let effort = mode.effort_prefix(tok.generation());
+            let enc = tok.encode_plain(effort);
+            if !effort.is_empty() && enc.len() > best.1 && ids[1..].starts_with(&enc) {
+                best = (effort, enc.len());
+            }
+        }
+        Ok(Transcript {
+            ids,
+            effort: best.0,
+            effort_len: best.1,
+            open_turn: None,
+            generated: 0,
+        })
     }
 
     /// Put `think`'s effort text after BOS; returns 1 when the tokens changed.

@@ -89,6 +89,20 @@ impl RemoteWorker {
                 Command::Submit(req) => self.turn(req),
                 Command::Reset => self.context_used = 0,
                 Command::Cancel | Command::Rewind { .. } | Command::SetSampling(_) => {}
+                // A server keeps no cache of ours: nothing to snapshot, and a resumed conversation
+                // is simply sent with its next turn.
+                Command::SaveSnapshot { path } => self.emit(Event::SnapshotSaved {
+                    path,
+                    result: Err("a remote server's cache is not saved".into()),
+                    tokens: 0,
+                    transcript: None,
+                }),
+                Command::Resume(_) => self.emit(Event::Resumed {
+                    tokens: 0,
+                    from_snapshot: false,
+                    elapsed: std::time::Duration::ZERO,
+                    note: Some("remote: the conversation is sent again with the next turn".into()),
+                }),
             }
         }
         self.emit(Event::ShutdownComplete);

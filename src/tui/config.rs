@@ -99,6 +99,7 @@ struct FileConfig {
     side_panel: Option<bool>,
     theme: Option<Theme>,
     remote: Option<FileRemote>,
+    sessions_budget_gib: Option<f64>,
 }
 
 /// The resolved settings of one app run (file defaults, then file values, then CLI flags).
@@ -118,6 +119,19 @@ pub struct Config {
     pub side_panel: bool,
     pub theme: Theme,
     pub remote: RemoteConfig,
+    /// Disk budget of the sessions' KV snapshots, bytes (docs/sessions.md#disk-budget).
+    pub sessions_budget: u64,
+}
+
+/// Default disk budget of the KV snapshots: 4 GiB.
+pub const DEFAULT_SESSIONS_BUDGET: u64 = 4 << 30;
+
+/// `sessions_budget_gib`: GiB, 0 (keep no snapshot) up to 1,000,000.
+pub fn parse_budget_gib(v: f64) -> Result<u64, String> {
+    if !v.is_finite() || !(0.0..=1e6).contains(&v) {
+        return Err(format!("{v} is not a size in GiB from 0 to 1000000"));
+    }
+    Ok((v * (1u64 << 30) as f64) as u64)
 }
 
 impl Default for Config {
@@ -135,6 +149,7 @@ impl Default for Config {
             side_panel: true,
             theme: Theme::Dark,
             remote: RemoteConfig::default(),
+            sessions_budget: DEFAULT_SESSIONS_BUDGET,
         }
     }
 }
@@ -218,6 +233,9 @@ pub fn parse(text: &str) -> Result<Config, String> {
         if let Some(v) = r.timeout {
             c.remote.timeout_secs = named("key `remote.timeout`", check_remote_timeout(v))?;
         }
+    }
+    if let Some(v) = file.sessions_budget_gib {
+        c.sessions_budget = named("key `sessions_budget_gib`", parse_budget_gib(v))?;
     }
     Ok(c)
 }

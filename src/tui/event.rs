@@ -28,6 +28,8 @@ pub enum AppEvent {
     EngineGone,
     /// SIGTERM or SIGHUP: restore the terminal and leave.
     Signal(i32),
+    /// The run loop read or wrote the sessions directory (`Effect::Session`).
+    Session(crate::tui::app::sessions::SessionOutcome),
     /// The run loop wrote (or failed to write) a transcript (`Effect::SaveTranscript`).
     TranscriptSaved {
         path: PathBuf,

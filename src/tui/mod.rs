@@ -9,6 +9,7 @@ pub mod app;
 pub mod config;
 pub mod effect;
 pub mod event;
+pub mod session_io;
 pub mod terminal;
 pub mod ui;
 pub mod widgets;
@@ -24,6 +25,8 @@ use crate::engine::events::{Command, Event};
 
 /// Frame interval while something changes (30 fps cap).
 pub const FRAME: Duration = Duration::from_millis(33);
+/// Longest the exit waits for the last turn's KV snapshot.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(5);
 /// How long an idle loop sleeps on the channel before looking again.
 pub const IDLE_WAIT: Duration = Duration::from_secs(1);
 
@@ -67,6 +70,19 @@ pub fn run(mut app: App, engine: Option<EngineLink>) -> Result<App, String> {
         e.commands
     });
     let result = event_loop(&mut terminal, &mut app, &hub, commands.as_ref());
+    // The conversation is kept on every way out: the snapshot of its last turn is waited for (a
+    // little), then the session file is written.
+    let deadline = Instant::now() + SNAPSHOT_WAIT;
+    while app.sessions.snapshot_pending && Instant::now() < deadline {
+        if let Some(AppEvent::Engine(ev @ Event::SnapshotSaved { .. })) = hub.next(FRAME) {
+            let _ = app.update(AppEvent::Engine(ev));
+        }
+    }
+    for effect in app.save_session() {
+        if let Effect::Session(store, op) = effect {
+            session_io::perform(&store, op);
+        }
+    }
     if let Some(c) = &commands {
         let _ = c.send(Command::Shutdown);
     }
@@ -135,6 +151,9 @@ fn perform(effect: Effect, hub: &EventHub, commands: Option<&Sender<Command>>) {
         }
         Effect::CopyToClipboard(text) => {
             let _ = terminal::copy_to_clipboard(&text);
+        }
+        Effect::Session(store, op) => {
+            let _ = hub.sender().send(AppEvent::Session(session_io::perform(&store, op)));
         }
     }
 }

@@ -118,6 +118,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
     if app.show_help {
         widgets::help::render(frame, area, &p);
     }
+    if let Some(list) = &app.sessions.list {
+        widgets::sessions::render(frame, area, list, app.sessions.selected, &p);
+    }
 }
 
 fn input_title(app: &App, p: &Palette) -> (Line<'static>, String) {

@@ -28,8 +28,12 @@ impl Tmux {
             eprintln!("SKIPPED {test}: tmux is not installed");
             return None;
         }
+        // A fresh server name per start: a server just killed (the same test starting again) may
+        // still hold its socket.
+        static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let start = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let t = Tmux {
-            socket: format!("ds4chat-{test}-{}", std::process::id()),
+            socket: format!("ds4chat-{test}-{}-{start}", std::process::id()),
         };
         let (x, y) = (cols.to_string(), rows.to_string());
         t.run(&["new-session", "-d", "-s", "e2e", "-x", &x, "-y", &y, "sh"]);

@@ -44,6 +44,11 @@ pub fn settle(app: &mut App, effects: Vec<Effect>) -> Vec<Command> {
                 commands.extend(settle(app, more));
             }
             Effect::CopyToClipboard(_) => {}
+            Effect::Session(store, op) => {
+                let outcome = ds4_chat::tui::session_io::perform(&store, op);
+                let more = app.update(ds4_chat::tui::event::AppEvent::Session(outcome));
+                commands.extend(settle(app, more));
+            }
         }
     }
     commands
@@ -107,6 +112,7 @@ pub fn model_info() -> ModelInfo {
         think_max_available: false,
         weights: None,
         endpoint: None,
+        identity: "86973087744-00000000000000f1".into(),
     }
 }
 
@@ -141,8 +147,9 @@ pub fn warm_done(app: &mut App) {
 }
 
 /// A whole turn as the worker reports it: prefill, reasoning, answer, finish. Each token takes
-/// `step` (so the turn's decode rate is 1 / step).
-pub fn full_turn(app: &mut App, reasoning: &[&str], answer: &[&str], step: Duration) {
+/// `step` (so the turn's decode rate is 1 / step). Returns the commands the finish produced (the
+/// session's snapshot when sessions are kept).
+pub fn full_turn(app: &mut App, reasoning: &[&str], answer: &[&str], step: Duration) -> Vec<Command> {
     app.on_engine_event(Event::TurnStarted {
         prompt_tokens: 20,
         reused_tokens: 0,
@@ -156,11 +163,12 @@ pub fn full_turn(app: &mut App, reasoning: &[&str], answer: &[&str], step: Durat
     stream(app, TextKind::Reasoning, reasoning, step);
     stream(app, TextKind::Answer, answer, step);
     let n = (reasoning.len() + answer.len()) as u32;
-    app.on_engine_event(Event::TurnFinished {
+    let effects = app.on_engine_event(Event::TurnFinished {
         reason: FinishReason::Eos,
         generated: n,
         context_used: 20 + n,
     });
+    settle(app, effects)
 }
 
 pub fn stream(app: &mut App, kind: TextKind, pieces: &[&str], step: Duration) {

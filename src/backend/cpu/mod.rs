@@ -240,6 +240,18 @@ impl Backend for CpuBackend {
         state::load(self, bytes)
     }
 
+    fn export_cache(&self) -> Result<crate::backend::cache_rows::CacheRows, EngineError> {
+        Ok(state::export(self))
+    }
+
+    fn import_cache(
+        &mut self,
+        rows: &crate::backend::cache_rows::CacheRows,
+        tokens: &[u32],
+    ) -> Result<(), EngineError> {
+        state::import(self, rows, tokens)
+    }
+
     fn memory(&self) -> MemoryReport {
         MemoryReport {
             kv_bytes: self.caches.iter().map(|c| c.bytes() as u64).sum(),

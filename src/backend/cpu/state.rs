@@ -2,10 +2,13 @@
 //! every layer's live cache rows and compressor states, little endian. Layout fields come from the model's
 //! hyperparameters, so tiny models serialize with their own dimensions.
 //!
-//! Owns serialization and its validation; a rejected payload leaves the backend untouched.
+//! Owns serialization and its validation, and the conversion to and from the backend-neutral rows
+//! (`backend::cache_rows`); a rejected payload leaves the backend untouched.
 
 use super::cache::{self, Rows};
+use super::compressor::CompressorState;
 use super::{CpuBackend, EngineError};
+use crate::backend::cache_rows::{CacheRows, CompressorRows, LayerRows};
 use crate::backend::payload::{PayloadReader, put_f32s, put_u32};
 
 const MAGIC: u32 = 0x3456_5344; // "DSV4"
@@ -168,5 +171,70 @@ pub fn load(b: &mut CpuBackend, bytes: &[u8]) -> Result<(), EngineError> {
     b.tokens.clear();
     b.tokens.extend_from_slice(&tokens);
     b.logits = logits;
+    Ok(())
+}
+
+/// The cache as backend-neutral rows (`cache_rows`).
+pub fn export(b: &CpuBackend) -> CacheRows {
+    let part = |(rows, st): &(Rows, CompressorState)| CompressorRows {
+        rows: rows.live().to_vec(),
+        kv: st.kv.clone(),
+        score: st.score.clone(),
+    };
+    CacheRows {
+        n_past: b.tokens.len(),
+        logits: b.logits.clone(),
+        layers: b
+            .caches
+            .iter()
+            .map(|c| LayerRows {
+                raw: c.raw.rows.live().to_vec(),
+                comp: c.comp.as_ref().map(part),
+                index: c.index.as_ref().map(part),
+            })
+            .collect(),
+    }
+}
+
+/// Restores neutral rows holding `tokens`; checked completely first, so a rejected one leaves the
+/// backend untouched.
+pub fn import(b: &mut CpuBackend, rows: &CacheRows, tokens: &[u32]) -> Result<(), EngineError> {
+    let bad = |m: String| Err(EngineError::BadCheckpoint(m));
+    rows.check(&b.model.hp)?;
+    if rows.n_past != tokens.len() {
+        return bad(format!("{} cached tokens, {} token ids", rows.n_past, tokens.len()));
+    }
+    if tokens.len() >= b.ctx {
+        return bad(format!("{} tokens do not fit context {}", tokens.len(), b.ctx));
+    }
+    if let Some(t) = tokens.iter().find(|&&t| t as usize >= b.model.hp.n_vocab) {
+        return bad(format!("token id {t} outside the vocabulary ({})", b.model.hp.n_vocab));
+    }
+    let mut caches = b.caches.clone();
+    for (c, l) in caches.iter_mut().zip(&rows.layers) {
+        c.reset();
+        let fill = |dst: &mut Rows, src: &[f32]| -> Result<(), EngineError> {
+            let n = src.len() / dst.width;
+            if n > dst.cap {
+                return Err(EngineError::BadCheckpoint(format!(
+                    "{n} rows exceed the capacity {}",
+                    dst.cap
+                )));
+            }
+            dst.data[..src.len()].copy_from_slice(src);
+            dst.n = n;
+            Ok(())
+        };
+        fill(&mut c.raw.rows, &l.raw)?;
+        for (dst, src) in c.comp.iter_mut().zip(&l.comp).chain(c.index.iter_mut().zip(&l.index)) {
+            fill(&mut dst.0, &src.rows)?;
+            dst.1.kv.copy_from_slice(&src.kv);
+            dst.1.score.copy_from_slice(&src.score);
+        }
+    }
+    b.caches = caches;
+    b.tokens.clear();
+    b.tokens.extend_from_slice(tokens);
+    b.logits.clone_from(&rows.logits);
     Ok(())
 }

@@ -381,6 +381,20 @@ impl Backend for HipBackend {
         state::load(self, bytes)
     }
 
+    fn export_cache(&self) -> Result<crate::backend::cache_rows::CacheRows, EngineError> {
+        self.hip.bind_thread().map_err(dev)?;
+        state::export(self)
+    }
+
+    fn import_cache(
+        &mut self,
+        rows: &crate::backend::cache_rows::CacheRows,
+        tokens: &[u32],
+    ) -> Result<(), EngineError> {
+        self.hip.bind_thread().map_err(dev)?;
+        state::import(self, rows, tokens.len())
+    }
+
     fn memory(&self) -> MemoryReport {
         let (used, total) = match self.hip.mem_info() {
             Ok((free, total)) => (Some(total - free), Some(total)),

@@ -97,6 +97,11 @@ pub const SLASH_COMMANDS: &[SlashCommand] = &[
     idle_only(cmd("/retry", "", "regenerate last answer", App::retry)),
     idle_only(cmd("/edit", "", "edit last message", App::edit_last)),
     cmd("/save", "FILE", "save as .json or .md", App::save_command),
+    cmd("/sessions", "", "list kept sessions", App::sessions_command),
+    cmd("/load", "N|ID", "open a kept session", App::load_command),
+    cmd("/new", "", "start a new session", App::new_command),
+    cmd("/delete", "N|ID", "delete a kept session", App::delete_command),
+    cmd("/rename", "TEXT", "rename this session", App::rename_command),
     SlashCommand {
         aliases: &["/exit", "/q"],
         ..cmd("/quit", "", "leave", |app, _, _| {
@@ -321,7 +326,7 @@ impl App {
             return self.error_status(format!("{name}: give a file name (.json or .md)"));
         }
         let path = PathBuf::from(arg);
-        match transcript::render(&self.conversation(None), &path) {
+        match transcript::render(&self.conversation_for_export(), &path) {
             Ok(contents) => {
                 self.status = Some(format!("saving {arg}…"));
                 vec![Effect::SaveTranscript { path, contents }]

@@ -1,21 +1,25 @@
 //! How worker events change the app: load and warm-up progress, turn progress and streamed text,
 //! per-token timings, errors.
 //!
-//! Owns `App::on_engine_event`; it only updates state (no commands go back to the worker from here).
+//! Owns `App::on_engine_event`; it updates state, and returns the effects that keep the session
+//! (`sessions`): a snapshot after each turn, the session file after the snapshot, `--resume`
+//! once the model is loaded.
 
 use super::state::{PrefillLive, RATE_HISTORY, TurnState, Warmup};
 use super::{App, Phase};
 use crate::engine::events::{Event, TextKind, WarmupPhase};
 use crate::engine::metrics;
+use crate::tui::effect::Effect;
 
 impl App {
     /// Applies one worker event.
-    pub fn on_engine_event(&mut self, ev: Event) {
-        self.apply_engine_event(ev);
+    pub fn on_engine_event(&mut self, ev: Event) -> Vec<Effect> {
+        let effects = self.apply_engine_event(ev);
         self.refresh_chat_cache();
+        effects
     }
 
-    fn apply_engine_event(&mut self, ev: Event) {
+    fn apply_engine_event(&mut self, ev: Event) -> Vec<Effect> {
         match ev {
             Event::LoadStarted { what } => {
                 self.metrics.loading = Some(what);
@@ -34,6 +38,7 @@ impl App {
                 if self.phase == Phase::Loading {
                     self.phase = Phase::Idle;
                 }
+                return self.after_load();
             }
             Event::WarmupProgress {
                 phase,
@@ -143,6 +148,7 @@ impl App {
                     }
                     self.phase = Phase::Idle;
                 }
+                return self.after_turn(reason);
             }
             Event::Notice { message } => self.note(message, false),
             Event::Server(r) => self.metrics.server = Some(r),
@@ -168,8 +174,21 @@ impl App {
                     }
                 }
             }
+            Event::SnapshotSaved {
+                result,
+                tokens,
+                transcript,
+                ..
+            } => return self.on_snapshot_saved(result, tokens, transcript),
+            Event::Resumed {
+                tokens,
+                from_snapshot,
+                elapsed,
+                note,
+            } => self.on_resumed(tokens, from_snapshot, elapsed.as_secs_f64(), note),
             Event::ShutdownComplete => {}
         }
+        Vec::new()
     }
 
     fn current_turn_prompt(&mut self) -> Option<u32> {

@@ -355,6 +355,12 @@ impl App {
             }
             return Vec::new();
         }
+        if self.sessions.list.is_some() {
+            if ctrl && key.code == KeyCode::Char('c') {
+                self.should_quit = true;
+            }
+            return self.sessions_list_key(key.code);
+        }
         if self.show_help {
             if ctrl && key.code == KeyCode::Char('c') {
                 self.should_quit = true;

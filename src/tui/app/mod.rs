@@ -5,11 +5,13 @@
 //! Owns the conversation as shown, the live metrics, the input, scrolling, overlays and the chat's
 //! wrapped-line cache (refreshed here after each change, read by the render). Must not draw (`ui`,
 //! `widgets`), touch the terminal or files, or block. What keys do is `keys`, slash commands are
-//! `commands`, worker events are `engine_events`, the saved file formats are `transcript`.
+//! `commands`, worker events are `engine_events`, the saved file formats are `transcript`, kept
+//! conversations are `sessions`.
 
 pub mod commands;
 mod engine_events;
 pub mod keys;
+pub mod sessions;
 pub mod state;
 pub mod transcript;
 
@@ -55,6 +57,8 @@ pub struct App {
     next_turn_id: u64,
     /// Wrapped lines of finished turns at the chat's width (see `widgets::chat`).
     pub chat_cache: ChatCache,
+    /// The kept conversation this chat is (`sessions`).
+    pub sessions: sessions::SessionsState,
 }
 
 impl App {
@@ -79,6 +83,7 @@ impl App {
             should_quit: false,
             next_turn_id: 1,
             chat_cache: Default::default(),
+            sessions: Default::default(),
         }
     }
 
@@ -118,7 +123,8 @@ impl App {
             AppEvent::Paste(s) => self.on_paste(&s),
             AppEvent::Mouse(m) => self.on_mouse(m),
             AppEvent::Resize(c, r) => self.on_resize(c, r),
-            AppEvent::Engine(e) => self.on_engine_event(e),
+            AppEvent::Engine(e) => return self.on_engine_event(e),
+            AppEvent::Session(outcome) => return self.on_session_outcome(outcome),
             AppEvent::EngineGone => self.engine_stopped(),
             AppEvent::TranscriptSaved { path, result } => self.on_transcript_saved(&path, result),
             AppEvent::Signal(_) => self.should_quit = true,
@@ -163,6 +169,15 @@ impl App {
 
     /// The conversation to send: system prompt, finished turns, then `next_user` if given.
     pub fn conversation(&self, next_user: Option<&str>) -> Conversation {
+        self.messages(next_user, false)
+    }
+
+    /// The conversation as `/save` writes it: the turn in flight too, as far as it got.
+    pub fn conversation_for_export(&self) -> Conversation {
+        self.messages(None, true)
+    }
+
+    fn messages(&self, next_user: Option<&str>, in_flight_too: bool) -> Conversation {
         let mut messages = Vec::new();
         if !self.config.system.is_empty() {
             messages.push(Message {
@@ -173,7 +188,7 @@ impl App {
         }
         for item in &self.items {
             if let Item::Turn(t) = item {
-                if t.in_flight() {
+                if t.in_flight() && !in_flight_too {
                     continue;
                 }
                 messages.push(Message {

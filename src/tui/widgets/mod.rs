@@ -11,6 +11,7 @@ pub mod help;
 pub mod input;
 pub mod markdown;
 pub mod remote_panel;
+pub mod sessions;
 pub mod side_panel;
 pub mod status_bar;
 

@@ -17,10 +17,12 @@
 //! still load. A payload is validated completely before anything is written, so a rejected one
 //! leaves the session untouched; rows past the restored count are zeroed, so a restored session
 //! computes bit for bit what a fresh evaluation of the same tokens computes. Owns the format and its
-//! validation only.
+//! validation, and the conversion to and from the backend-neutral rows (`backend::cache_rows`: the
+//! ring read in position order, the HC counters left at zero, as they are between launches).
 
 use super::{HipBackend, dev};
 use crate::backend::EngineError;
+use crate::backend::cache_rows::{self, CacheRows, CompressorRows, LayerRows};
 use crate::backend::hip::kernels;
 use crate::backend::payload::{PayloadReader, put_f32s, put_rows, put_u32};
 use std::borrow::Cow;
@@ -281,6 +283,111 @@ fn write_all(b: &mut HipBackend, writes: &[Write<'_>], counter: &[u8]) -> Result
         }
     }
     b.stream.synchronize().map_err(dev)
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len() * 4);
+    put_f32s(&mut out, v);
+    out
+}
+
+fn bytes_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The cache as backend-neutral rows: the newest window positions of each ring in order.
+pub fn export(b: &HipBackend) -> Result<CacheRows, EngineError> {
+    b.stream.synchronize().map_err(dev)?;
+    let hp = &b.model.hp;
+    let (n, ring) = (b.n_past, ring_rows(b));
+    let read = |buf: &crate::backend::hip::runtime::DeviceBuffer, len: usize| -> Result<Vec<f32>, EngineError> {
+        let mut bytes = vec![0u8; len];
+        buf.copy_to_host(0, &mut bytes).map_err(dev)?;
+        Ok(bytes_f32(&bytes))
+    };
+    let mut layers = Vec::with_capacity(b.layers.len());
+    for (l, ls) in b.layers.iter().enumerate() {
+        let all = read(&ls.ring, ls.ring.len_bytes())?;
+        let d = hp.head_dim;
+        let mut raw = Vec::with_capacity(cache_rows::raw_rows(hp, n) * d);
+        for p in n - cache_rows::raw_rows(hp, n)..n {
+            raw.extend_from_slice(&all[(p % ring) * d..(p % ring + 1) * d]);
+        }
+        let ratio = hp.ratio(l);
+        let part = |st: &Option<[crate::backend::hip::runtime::DeviceBuffer; 3]>, width: usize| {
+            st.as_ref()
+                .map(|st| -> Result<CompressorRows, EngineError> {
+                    Ok(CompressorRows {
+                        rows: read(&st[0], live_rows(ratio, n) * width * 4)?,
+                        kv: read(&st[1], st[1].len_bytes())?,
+                        score: read(&st[2], st[2].len_bytes())?,
+                    })
+                })
+                .transpose()
+        };
+        layers.push(LayerRows {
+            raw,
+            comp: part(&ls.comp, hp.head_dim)?,
+            index: part(&ls.index, hp.idx_head_dim)?,
+        });
+    }
+    Ok(CacheRows {
+        n_past: n,
+        logits: crate::backend::Backend::logits(b).to_vec(),
+        layers,
+    })
+}
+
+/// Restores neutral rows of `n_past` tokens: each raw row to its ring slot, the rest zero.
+pub fn import(b: &mut HipBackend, rows: &CacheRows, n_past: usize) -> Result<(), EngineError> {
+    let bad = |m: String| Err(EngineError::BadCheckpoint(m));
+    let hp = b.model.hp.clone();
+    rows.check(&hp)?;
+    if rows.n_past != n_past || n_past >= b.ctx {
+        return bad(format!(
+            "{} cached tokens for {n_past} token ids in a context of {}",
+            rows.n_past, b.ctx
+        ));
+    }
+    let (ring, d) = (ring_rows(b), hp.head_dim);
+    let mut owned = Vec::new();
+    for (l, (ls, lr)) in b.layers.iter().zip(&rows.layers).enumerate() {
+        let mut ring_bytes = vec![0u8; ls.ring.len_bytes()];
+        let first = n_past - lr.raw.len() / d;
+        for (i, row) in lr.raw.chunks_exact(d).enumerate() {
+            let slot = (first + i) % ring;
+            ring_bytes[slot * d * 4..(slot + 1) * d * 4].copy_from_slice(&f32_bytes(row));
+        }
+        owned.push(((l, (0u8, 0usize)), ring_bytes));
+        let compressed = cache_rows::compressed_rows(hp.ratio(l) as usize, n_past);
+        if compressed > ls.comp_cap && (lr.comp.is_some() || lr.index.is_some()) {
+            return bad(format!(
+                "layer {l}: {compressed} compressed rows exceed the capacity {}",
+                ls.comp_cap
+            ));
+        }
+        for (kind, part) in [(1u8, &lr.comp), (2u8, &lr.index)] {
+            for (i, v) in part.iter().flat_map(|c| [&c.rows, &c.kv, &c.score]).enumerate() {
+                owned.push(((l, (kind, i)), f32_bytes(v)));
+            }
+        }
+    }
+    let writes: Vec<Write<'_>> = owned
+        .iter()
+        .map(|((layer, slot), bytes)| Write {
+            layer: *layer,
+            slot: *slot,
+            bytes: Cow::Borrowed(bytes),
+        })
+        .collect();
+    if let Err(e) = write_all(b, &writes, &[]) {
+        let _ = b.clear_state();
+        return Err(e);
+    }
+    b.n_past = n_past;
+    b.restore_logits(rows.logits.clone())
 }
 
 #[cfg(test)]
