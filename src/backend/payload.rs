@@ -156,6 +156,8 @@ mod tests {
         assert_eq!(r.remaining(), 0);
         let mut bad = Vec::new();
         put_u32(&mut bad, 3);
-        assert!(matches!(PayloadReader::new(&bad).rows(0, "c"), Err(EngineError::BadCheckpoint(m)) if m.contains("element width 3")));
+        assert!(
+            matches!(PayloadReader::new(&bad).rows(0, "c"), Err(EngineError::BadCheckpoint(m)) if m.contains("element width 3"))
+        );
     }
 }

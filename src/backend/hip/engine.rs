@@ -69,7 +69,11 @@ pub fn open_engine_with_progress(
         &|_| None,
     )
     .map_err(|e| {
-        let on_device = if weights == WeightPlacement::Map { 0 } else { weight_bytes };
+        let on_device = if weights == WeightPlacement::Map {
+            0
+        } else {
+            weight_bytes
+        };
         let room = budget.free.saturating_sub(on_device + DEVICE_RESERVE);
         format!("{e}; {}", ctx_hint(&model.hp, ctx, room))
     })?;

@@ -165,7 +165,10 @@ mod tests {
         assert_eq!(largest_ctx_within(&hp, at(65_536) - 1), Some(32_768));
         assert_eq!(largest_ctx_within(&hp, at(256) - 1), None);
         let hint = ctx_hint(&hp, 1 << 20, at(131_072) + 5);
-        assert!(hint.starts_with("--ctx 1048576 needs KV 13.54 GiB + scratch "), "{hint}");
+        assert!(
+            hint.starts_with("--ctx 1048576 needs KV 13.54 GiB + scratch "),
+            "{hint}"
+        );
         assert!(hint.ends_with("; --ctx 131072 fits"), "{hint}");
         assert!(ctx_hint(&hp, 8192, 0).ends_with("(docs/memory.md)"));
     }
