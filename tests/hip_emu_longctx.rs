@@ -99,7 +99,9 @@ fn long_context_prefill_decode_and_checkpoint_agree_bitwise() {
     a.eval(prompt, &mut |_, _| true).unwrap();
     let state = a.save_state();
     let mut other = gpu(8);
-    other.load_state(&state).expect("restore into a session with another chunk");
+    other
+        .load_state(&state)
+        .expect("restore into a session with another chunk");
     assert_eq!(other.n_past(), PROMPT);
     assert_same("restored into another session", &run(&mut other, &[], tail, 1), &want);
     let mut same = gpu(16);
@@ -111,12 +113,9 @@ fn long_context_prefill_decode_and_checkpoint_agree_bitwise() {
     let f32_rows: usize = (0..hp.n_layer)
         .map(|l| {
             let r = hp.ratio(l) as usize;
-            let comp = if r == 0 { 0 } else { PROMPT / r * hp.head_dim };
-            let index = if hp.has_indexer(l) {
-                PROMPT / r * hp.idx_head_dim
-            } else {
-                0
-            };
+            let live = PROMPT.checked_div(r).unwrap_or(0);
+            let index = if hp.has_indexer(l) { live * hp.idx_head_dim } else { 0 };
+            let comp = live * hp.head_dim;
             4 * (hp.sliding_window * hp.head_dim + comp + index)
         })
         .sum();
