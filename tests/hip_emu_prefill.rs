@@ -56,14 +56,7 @@ fn gpu(ctx: usize, prefill_chunk: usize, matvec_tokens: usize) -> HipBackend {
 
 /// Deterministic token ids (LCG) inside the vocabulary.
 fn ids(n: usize, seed: u64) -> Vec<u32> {
-    let v = model().hp.n_vocab as u64;
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 33) % v) as u32
-        })
-        .collect()
+    hip_emu::lcg_ids(n, seed, model().hp.n_vocab as u64)
 }
 
 fn eval(b: &mut dyn Backend, toks: &[u32]) {

@@ -282,7 +282,9 @@ fn sessions_share_the_engine(model: &Arc<Model>) {
     set_env("DS4_EMU_MEM_MIB", &(in_use_mib + 1).to_string());
     let e = engine.session(16).err().expect("no room for another session");
     assert!(
-        e.starts_with("too little device memory: need ") && e.ends_with("use a smaller --ctx") && !e.contains('\n'),
+        e.starts_with("too little device memory: need ")
+            && e.contains("use a smaller --ctx; --ctx 16 needs KV ")
+            && !e.contains('\n'),
         "{e}"
     );
     set_env("DS4_EMU_MEM_MIB", "16384");

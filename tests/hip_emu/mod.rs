@@ -182,3 +182,14 @@ pub fn hip_cache(b: &dyn Backend, hp: &HParams) -> Vec<LayerCacheView> {
     assert_eq!(r.remaining(), 0, "bytes after the last layer of the payload");
     out
 }
+
+/// `n` deterministic token ids (an LCG from `seed`) below `vocab`.
+pub fn lcg_ids(n: usize, seed: u64, vocab: u64) -> Vec<u32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 33) % vocab) as u32
+        })
+        .collect()
+}

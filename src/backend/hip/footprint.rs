@@ -82,11 +82,14 @@ pub fn session_bytes(hp: &HParams, ctx: usize) -> SessionBytes {
     }
 }
 
-/// The largest context (a power of two from 4096 up to the model's) whose session fits in `room`
+/// Smallest context `largest_ctx_within` suggests.
+const MIN_SUGGESTED_CTX: usize = 256;
+
+/// The largest context (a power of two from 256 up to the model's) whose session fits in `room`
 /// bytes of device memory, if any.
 pub fn largest_ctx_within(hp: &HParams, room: u64) -> Option<usize> {
-    let top = (hp.context_length as usize).max(4096);
-    std::iter::successors(Some(4096usize), |c| c.checked_mul(2))
+    let top = (hp.context_length as usize).max(MIN_SUGGESTED_CTX);
+    std::iter::successors(Some(MIN_SUGGESTED_CTX), |c| c.checked_mul(2))
         .take_while(|&c| c <= top)
         .filter(|&c| {
             let s = session_bytes(hp, c);
@@ -100,11 +103,11 @@ pub fn largest_ctx_within(hp: &HParams, room: u64) -> Option<usize> {
 pub fn ctx_hint(hp: &HParams, ctx: usize, room: u64) -> String {
     let s = session_bytes(hp, ctx);
     let fits = match largest_ctx_within(hp, room) {
-        Some(c) if c < ctx => format!("--ctx {c} fits"),
-        _ => "no --ctx from 4096 up fits".to_string(),
+        Some(c) if c < ctx => format!("; --ctx {c} fits"),
+        _ => String::new(),
     };
     format!(
-        "--ctx {ctx} needs KV {} + scratch {} (docs/memory.md); {fits}",
+        "--ctx {ctx} needs KV {} + scratch {} (docs/memory.md){fits}",
         fmt_mib_or_gib(s.kv),
         fmt_mib_or_gib(s.scratch)
     )
@@ -160,13 +163,13 @@ mod tests {
         };
         assert_eq!(largest_ctx_within(&hp, at(65_536)), Some(65_536));
         assert_eq!(largest_ctx_within(&hp, at(65_536) - 1), Some(32_768));
-        assert_eq!(largest_ctx_within(&hp, at(4096) - 1), None);
+        assert_eq!(largest_ctx_within(&hp, at(256) - 1), None);
         let hint = ctx_hint(&hp, 1 << 20, at(131_072) + 5);
         assert!(
             hint.starts_with("--ctx 1048576 needs KV 13.54 GiB + scratch "),
             "{hint}"
         );
         assert!(hint.ends_with("; --ctx 131072 fits"), "{hint}");
-        assert!(ctx_hint(&hp, 8192, 0).ends_with("no --ctx from 4096 up fits"));
+        assert!(ctx_hint(&hp, 8192, 0).ends_with("(docs/memory.md)"));
     }
 }
