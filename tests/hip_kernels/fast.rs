@@ -43,11 +43,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
 type OutputBytes = Vec<Vec<u8>>;
 
 /// Runs `exact`, reads `outs`, poisons them, runs its fast twin and reads them again.
-fn exact_and_fast(
-    gpu: &Gpu,
-    exact: &Launch,
-    outs: &mut [&mut DeviceBuffer],
-) -> HipResult<(OutputBytes, OutputBytes)> {
+fn exact_and_fast(gpu: &Gpu, exact: &Launch, outs: &mut [&mut DeviceBuffer]) -> HipResult<(OutputBytes, OutputBytes)> {
     let fast = kernels::fast_twin(exact).unwrap_or_else(|| panic!("{} has no fast twin here", exact.kernel.name));
     gpu.run(exact)?;
     let a = outs.iter().map(|b| b.to_vec::<u8>()).collect::<HipResult<Vec<_>>>()?;
