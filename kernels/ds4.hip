@@ -13,6 +13,7 @@
 #include "sample.hip"
 #include "gemm.hip"
 #include "gemm_fast.hip"
+#include "gemm_quant_fast.hip"
 // Fast-arithmetic twins of decode kernels (docs/arithmetic.md): selected by HipOptions::arithmetic.
 #include "hc_fast.hip"
 #include "matvec_fast.hip"

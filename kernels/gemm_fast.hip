@@ -3,7 +3,9 @@
 //
 // Tiles: a block of 256 threads computes 64 weight rows x 128 tokens; its 8 MMA groups each own
 // 16 rows x 64 tokens (four 16 x 16 tiles sharing one A fragment per k step). Operands are staged
-// in shared memory as k-contiguous rows (the layout mma.h's loaders read).
+// in shared memory as k-contiguous rows (the layout mma.h's loaders read); each thread loads the
+// next stage's global data into registers before the current stage's tiles run, so the loads are
+// in flight during the matrix work.
 #pragma once
 #include "formats.h"
 #include "mma.h"
@@ -38,57 +40,76 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0_mma(float* y, con
 #pragma unroll
     for (int j = 0; j < 4; ++j) mma_zero(acc[j]);
 
+    // A stage's global data in registers: weights (row tid / 4, block tid % 4) and the activation
+    // (token, block) pairs tid + 256 i. The next stage's loads are issued before this stage's tiles
+    // run, so they are in flight during the matrix work (one shared-memory stage, two barriers).
+    constexpr u32 XP = DS4_MM_TOKS * DS4_MM_QB / DS4_BLOCK;
+    struct Stage {
+        u32 wq[8];
+        float wd;
+        int4 x[XP][2];
+        float xd[XP];
+    };
+    const u32 w_row = tid / DS4_MM_QB, w_b = tid % DS4_MM_QB;
+    auto load = [&](u32 c0, Stage& st) {
+        const u32 c = c0 + w_b;
+        const bool wl = r0 + w_row < n_out && c < nc;
+        const u16* p = (const u16*)(w + (u64)(r0 + w_row) * rb + (u64)c * 34);
+        st.wd = wl ? f16_to_f32(p[0]) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) st.wq[i] = wl ? (u32)p[1 + 2 * i] | ((u32)p[2 + 2 * i] << 16) : 0u;
+#pragma unroll
+        for (u32 i = 0; i < XP; ++i) {
+            const u32 pi = tid + DS4_BLOCK * i, tok = pi / DS4_MM_QB, cx = c0 + pi % DS4_MM_QB;
+            const bool xl = t0 + tok < n_tok && cx < nc;
+            const u64 t = t0 + tok;
+            const int4* src = (const int4*)(xq + t * x_stride + xg_off + 32 * cx);
+            st.x[i][0] = xl ? src[0] : make_int4(0, 0, 0, 0);
+            st.x[i][1] = xl ? src[1] : make_int4(0, 0, 0, 0);
+            st.xd[i] = xl ? xd[t * (x_stride / 32) + xg_off / 32 + cx] : 0.0f;
+        }
+    };
+    auto store = [&](const Stage& st) {
+        int4* wdst = (int4*)(ws + w_row * DS4_MM_LDQ + 32 * w_b);
+        wdst[0] = make_int4((int)st.wq[0], (int)st.wq[1], (int)st.wq[2], (int)st.wq[3]);
+        wdst[1] = make_int4((int)st.wq[4], (int)st.wq[5], (int)st.wq[6], (int)st.wq[7]);
+        wd[w_b][w_row] = st.wd;
+#pragma unroll
+        for (u32 i = 0; i < XP; ++i) {
+            const u32 pi = tid + DS4_BLOCK * i, tok = pi / DS4_MM_QB, b = pi % DS4_MM_QB;
+            int4* xdst = (int4*)(xs + tok * DS4_MM_LDQ + 32 * b);
+            xdst[0] = st.x[i][0];
+            xdst[1] = st.x[i][1];
+            xds[b][tok] = st.xd[i];
+        }
+    };
+    Stage st;
+    load(0, st);
     for (u32 c0 = 0; c0 < nc; c0 += DS4_MM_QB) {
-        {
-            // Weights: thread -> (row tid / 4, block tid % 4); a block is 34 bytes, 2-byte aligned.
-            const u32 row = tid / DS4_MM_QB, b = tid % DS4_MM_QB, c = c0 + b;
-            u32 q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            float d = 0.0f;
-            if (r0 + row < n_out && c < nc) {
-                const u16* p = (const u16*)(w + (u64)(r0 + row) * rb + (u64)c * 34);
-                d = f16_to_f32(p[0]);
-#pragma unroll
-                for (int i = 0; i < 8; ++i) q[i] = (u32)p[1 + 2 * i] | ((u32)p[2 + 2 * i] << 16);
-            }
-            int4* dst = (int4*)(ws + row * DS4_MM_LDQ + 32 * b);
-            dst[0] = make_int4((int)q[0], (int)q[1], (int)q[2], (int)q[3]);
-            dst[1] = make_int4((int)q[4], (int)q[5], (int)q[6], (int)q[7]);
-            wd[b][row] = d;
-        }
-#pragma unroll
-        for (u32 i = 0; i < DS4_MM_TOKS * DS4_MM_QB / DS4_BLOCK; ++i) {
-            // Activations: (token, block) pairs, 32 codes and a scale each.
-            const u32 pi = tid + DS4_BLOCK * i, tok = pi / DS4_MM_QB, b = pi % DS4_MM_QB, c = c0 + b;
-            int4 v0 = make_int4(0, 0, 0, 0), v1 = v0;
-            float d = 0.0f;
-            if (t0 + tok < n_tok && c < nc) {
-                const u64 t = t0 + tok;
-                const int4* src = (const int4*)(xq + t * x_stride + xg_off + 32 * c);
-                v0 = src[0];
-                v1 = src[1];
-                d = xd[t * (x_stride / 32) + xg_off / 32 + c];
-            }
-            int4* dst = (int4*)(xs + tok * DS4_MM_LDQ + 32 * b);
-            dst[0] = v0;
-            dst[1] = v1;
-            xds[b][tok] = d;
-        }
+        store(st);
         __syncthreads();
+        if (c0 + DS4_MM_QB < nc) load(c0 + DS4_MM_QB, st);
 #pragma unroll
         for (u32 b = 0; b < DS4_MM_QB; ++b) {
             MmaFragI8 a;
             mma_load(a, ws + rg * DS4_MM_LDQ + 32 * b, DS4_MM_LDQ);
+            // The block's scales in registers: the lane's rows once per block, its columns per tile.
+            float wr[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) wr[e] = wd[b][rg + mma_row(e)];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const u32 tj = tg + 16 * j;
                 MmaFragI8 bf;
                 mma_load(bf, xs + tj * DS4_MM_LDQ + 32 * b, DS4_MM_LDQ);
+                float xc[8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) xc[e] = xds[b][tj + mma_col(e)];
                 MmaAccI s;
                 mma_zero(s);
                 mma_i8(s, a, bf);
 #pragma unroll
-                for (int e = 0; e < 8; ++e)
-                    acc[j].v[e] = fmaf((float)s.v[e], wd[b][rg + mma_row(e)] * xds[b][tj + mma_col(e)], acc[j].v[e]);
+                for (int e = 0; e < 8; ++e) acc[j].v[e] = fmaf((float)s.v[e], wr[e] * xc[e], acc[j].v[e]);
             }
         }
         __syncthreads();
@@ -123,29 +144,39 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_f16_mma(float* y, cons
 #pragma unroll
     for (int j = 0; j < 4; ++j) mma_zero(acc[j]);
 
-    for (u32 k0 = 0; k0 < n_in; k0 += DS4_MM_KH) {
-        {
-            // Weights: thread -> row tid / 4, 8 consecutive k.
-            const u32 row = tid / 4, kk = 8 * (tid % 4), gr = r0 + row;
+    // A stage's global data in registers (weights: row tid / 4, 8 consecutive k; activations:
+    // token tid / 2, 16 consecutive k), the next stage's loaded before this stage's tiles run.
+    const u32 w_row = tid / 4, w_k = 8 * (tid % 4), x_tok = tid / 2, x_k = 16 * (tid % 2);
+    struct Stage {
+        u16 w[8];
+        float x[16];
+    };
+    auto load = [&](u32 k0, Stage& st) {
+        const u32 gr = r0 + w_row, t = t0 + x_tok;
 #pragma unroll
-            for (u32 i = 0; i < 8; ++i) {
-                const u32 k = k0 + kk + i;
-                ws[row * DS4_MM_LDH + kk + i] = (gr < n_out && k < n_in) ? w[(u64)gr * n_in + k] : (u16)0;
-            }
+        for (u32 i = 0; i < 8; ++i) {
+            const u32 k = k0 + w_k + i;
+            st.w[i] = (gr < n_out && k < n_in) ? w[(u64)gr * n_in + k] : (u16)0;
         }
-        {
-            // Activations: thread -> token tid / 2, 16 consecutive k.
-            const u32 tok = tid / 2, kk = 16 * (tid % 2), t = t0 + tok;
 #pragma unroll
-            for (u32 i = 0; i < 16; ++i) {
-                const u32 k = k0 + kk + i;
-                const float v = (t < n_tok && k < n_in) ? x[(u64)t * x_stride + k] : 0.0f;
-                const u16 hi = f32_to_f16_bits(v);
-                xh[tok * DS4_MM_LDH + kk + i] = hi;
-                xl[tok * DS4_MM_LDH + kk + i] = f32_to_f16_bits(v - f16_to_f32(hi));
-            }
+        for (u32 i = 0; i < 16; ++i) {
+            const u32 k = k0 + x_k + i;
+            st.x[i] = (t < n_tok && k < n_in) ? x[(u64)t * x_stride + k] : 0.0f;
+        }
+    };
+    Stage st;
+    load(0, st);
+    for (u32 k0 = 0; k0 < n_in; k0 += DS4_MM_KH) {
+#pragma unroll
+        for (u32 i = 0; i < 8; ++i) ws[w_row * DS4_MM_LDH + w_k + i] = st.w[i];
+#pragma unroll
+        for (u32 i = 0; i < 16; ++i) {
+            const u16 hi = f32_to_f16_bits(st.x[i]);
+            xh[x_tok * DS4_MM_LDH + x_k + i] = hi;
+            xl[x_tok * DS4_MM_LDH + x_k + i] = f32_to_f16_bits(st.x[i] - f16_to_f32(hi));
         }
         __syncthreads();
+        if (k0 + DS4_MM_KH < n_in) load(k0 + DS4_MM_KH, st);
 #pragma unroll
         for (u32 h = 0; h < DS4_MM_KH / 16; ++h) {
             MmaFragF16 a;

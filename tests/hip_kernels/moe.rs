@@ -57,7 +57,7 @@ const MOE_SHAPE: (usize, usize, usize, usize) = (768, 512, 8, 3); // n_in, n_ff,
 
 /// Runs ds4_moe_group for `sel` (narrowest column class `min_cols`) and returns the tile buffers
 /// (kept alive by the caller).
-fn expert_tiles(
+pub fn expert_tiles(
     gpu: &Gpu,
     sel: &DeviceBuffer,
     n_tok: usize,

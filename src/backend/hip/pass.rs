@@ -35,8 +35,8 @@ pub(super) struct Pass<'a> {
     pub(super) stream: &'a Stream,
     pub(super) kernels: &'a KernelModule,
     pub(super) profile: &'a LaunchProfile,
-    /// Fast arithmetic runs each launch's fast twin where it has one (`kernels::fast_twin`), and
-    /// batched projections take the matrix-core GEMMs (kernels/gemm_fast.hip).
+    /// Fast arithmetic runs each launch's fast twin where it has one (`kernels::fast_twin`; the
+    /// batched GEMMs' twins run on matrix cores).
     pub(super) arithmetic: Arithmetic,
 }
 
@@ -168,8 +168,6 @@ impl Pass<'_> {
     pub(super) fn proj_q8_0(&self, p: &Q8Proj, n: u32) -> Result<(), EngineError> {
         let product = if self.token_wise(n) || !p.rows_per_group.is_multiple_of(GEMM_TILE) {
             kernels::matvec_q8_0
-        } else if self.arithmetic == Arithmetic::Fast {
-            kernels::gemm_q8_0_mma
         } else {
             kernels::gemm_q8_0
         };
@@ -202,8 +200,6 @@ impl Pass<'_> {
     ) -> Result<(), EngineError> {
         let product = if self.token_wise(n) {
             kernels::matvec_f16
-        } else if self.arithmetic == Arithmetic::Fast {
-            kernels::gemm_f16_mma
         } else {
             kernels::gemm_f16
         };

@@ -168,6 +168,24 @@ kernel_defs! {
     GEMM_Q8_0_MMA = "ds4_gemm_q8_0_mma"(y: Ptr, w: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_out: U32,
         rows_per_group: U32, x_stride: U32, n_tok: U32);
     GEMM_F16_MMA = "ds4_gemm_f16_mma"(y: Ptr, w: Ptr, x: Ptr, n_in: U32, n_out: U32, x_stride: U32, n_tok: U32);
+    /// kernels/gemm_quant_fast.hip (fast mode: matrix cores; the exact twins' parameter lists)
+    GEMM_Q8_0_SWIGLU_MMA = "ds4_gemm_q8_0_swiglu_mma"(mid: Ptr, wg: Ptr, wu: Ptr, xq: Ptr, xd: Ptr, n_in: U32,
+        n_ff: U32, limit: F32, n_tok: U32);
+    MOE_GEMM_GATE_UP_IQ2_XXS_MMA = "ds4_moe_gemm_gate_up_iq2_xxs_mma"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr,
+        xd: Ptr, xbs: Ptr, pairs: Ptr, tiles: Ptr, n_tiles: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32,
+        limit: F32);
+    MOE_GEMM_DOWN_IQ2_XXS_MMA = "ds4_moe_gemm_down_iq2_xxs_mma"(outp: Ptr, down: Ptr, mq: Ptr, md: Ptr, mbs: Ptr,
+        pairs: Ptr, tiles: Ptr, n_tiles: Ptr, n_ff: U32, n_out: U32, n_used: U32);
+    MOE_GEMM_GATE_UP_Q2_K_MMA = "ds4_moe_gemm_gate_up_q2_k_mma"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr,
+        xd: Ptr, xbs: Ptr, pairs: Ptr, tiles: Ptr, n_tiles: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32,
+        limit: F32);
+    MOE_GEMM_DOWN_Q2_K_MMA = "ds4_moe_gemm_down_q2_k_mma"(outp: Ptr, down: Ptr, mq: Ptr, md: Ptr, mbs: Ptr,
+        pairs: Ptr, tiles: Ptr, n_tiles: Ptr, n_ff: U32, n_out: U32, n_used: U32);
+    MOE_GEMM_GATE_UP_Q4_K_MMA = "ds4_moe_gemm_gate_up_q4_k_mma"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr,
+        xd: Ptr, xbs: Ptr, pairs: Ptr, tiles: Ptr, n_tiles: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32,
+        limit: F32);
+    MOE_GEMM_DOWN_Q4_K_MMA = "ds4_moe_gemm_down_q4_k_mma"(outp: Ptr, down: Ptr, mq: Ptr, md: Ptr, mbs: Ptr,
+        pairs: Ptr, tiles: Ptr, n_tiles: Ptr, n_ff: U32, n_out: U32, n_used: U32);
     /// kernels/hc_fast.hip
     HC_PRE_FUSED_FAST = "ds4_hc_pre_fused_fast"(split_out: Ptr, xn: Ptr, q0_q: Ptr, q0_d: Ptr, qk_q: Ptr,
         qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc: Ptr, fn_w: Ptr, scale: Ptr, base: Ptr, norm_w: Ptr,

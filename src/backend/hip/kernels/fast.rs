@@ -4,8 +4,15 @@
 //! the fast tolerances). The twins take the exact kernels' parameter lists, so the launch sequence
 //! is built once and the arithmetic is chosen where it runs (`Pass::run`).
 
-use super::abi::{ARGMAX_FAST, Arg, HC_PRE_FUSED_FAST, KernelDef, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST};
+use super::abi::{
+    ARGMAX_FAST, Arg, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_PRE_FUSED_FAST, KernelDef, MATVEC_Q8_0_FAST,
+    MATVEC_Q8_0_SWIGLU_FAST, kernel_def,
+};
 use super::launch::{BLOCK, Launch, blocks};
+
+/// Tokens per block of the dense matrix-core GEMMs (kernels/gemm_fast.hip DS4_MM_TOKS); their row
+/// tiles are the exact GEMMs' 64.
+pub const MMA_TOKEN_TILE: u32 = 128;
 
 /// Elements per lane chunk of the fast Q8_0 matvecs (DS4_Q8_0_CHUNK): n_in must be a multiple.
 pub const Q8_0_FAST_CHUNK: u32 = 256;
@@ -47,6 +54,28 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
                 .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
         }
         "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, l.grid)),
+        // Batched prefill GEMMs on matrix cores (kernels/gemm_fast.hip): 128-token tiles.
+        "ds4_gemm_q8_0" | "ds4_gemm_f16" => {
+            let kernel = if l.kernel.name == "ds4_gemm_q8_0" {
+                &GEMM_Q8_0_MMA
+            } else {
+                &GEMM_F16_MMA
+            };
+            let grid = [l.grid[0], blocks(arg_u32(l, "n_tok"), MMA_TOKEN_TILE), 1];
+            Some(twin(l, kernel, grid))
+        }
+        // The shared expert's and the grouped routed experts' GEMMs on matrix cores
+        // (kernels/gemm_quant_fast.hip): `<name>_mma`, the same arguments and grid.
+        "ds4_gemm_q8_0_swiglu"
+        | "ds4_moe_gemm_gate_up_iq2_xxs"
+        | "ds4_moe_gemm_gate_up_q2_k"
+        | "ds4_moe_gemm_gate_up_q4_k"
+        | "ds4_moe_gemm_down_iq2_xxs"
+        | "ds4_moe_gemm_down_q2_k"
+        | "ds4_moe_gemm_down_q4_k" => {
+            let kernel = kernel_def(&format!("{}_mma", l.kernel.name)).expect("every grouped GEMM has an _mma twin");
+            Some(twin(l, kernel, l.grid))
+        }
         _ => None,
     }
 }
@@ -54,7 +83,8 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
 #[cfg(test)]
 mod tests {
     use super::super::{
-        HcEps, NULL, Q8Act, Q8Proj, Q8Swiglu, QuantOut, argmax, hc_pre_fused, matvec_q8_0, matvec_q8_0_swiglu,
+        ExpertFormat, ExpertTiles, HcEps, NULL, Q8Act, Q8K, Q8Proj, Q8Swiglu, QuantOut, argmax, gemm_f16, gemm_q8_0,
+        gemm_q8_0_swiglu, hc_pre_fused, matvec_q8_0, matvec_q8_0_swiglu, moe_gemm_down, moe_gemm_gate_up,
     };
     use super::*;
 
@@ -100,5 +130,48 @@ mod tests {
             ("ds4_hc_pre_fused_fast", h.grid, &h.args)
         );
         assert!(fast_twin(&super::super::fill_f32(NULL, 4, 0.0)).is_none());
+    }
+
+    #[test]
+    fn the_batched_gemms_have_matrix_core_twins() {
+        // Dense GEMMs: the same arguments on 128-token tiles.
+        let proj = Q8Proj {
+            rows_per_group: 512,
+            x_stride: 8192,
+            ..Q8Proj::plain(1, 2, Q8Act { q: 3, d: 4 }, 4096, 1024)
+        };
+        let g = gemm_q8_0(&proj, 300);
+        let gf = fast_twin(&g).unwrap();
+        assert_eq!((gf.kernel.name, &gf.args), ("ds4_gemm_q8_0_mma", &g.args));
+        assert_eq!(gf.grid, [16, 300u32.div_ceil(MMA_TOKEN_TILE), 1]);
+        let h = fast_twin(&gemm_f16(1, 2, 3, 4096, 100, 4096, 129)).unwrap();
+        assert_eq!((h.kernel.name, h.grid), ("ds4_gemm_f16_mma", [2, 2, 1]));
+        // The shared expert and every grouped expert GEMM: `_mma`, same arguments and grid.
+        let tiles = ExpertTiles {
+            pairs: 5,
+            tiles: 6,
+            n_tiles: 7,
+            max_tiles: 40,
+        };
+        let q = Q8K { q: 8, d: 9, bsums: 10 };
+        let sw = Q8Swiglu {
+            mid: 1,
+            wg: 2,
+            wu: 3,
+            x: Q8Act { q: 4, d: 5 },
+            n_in: 4096,
+            n_ff: 2048,
+            limit: 7.0,
+        };
+        let mut exact = vec![gemm_q8_0_swiglu(&sw, 100)];
+        for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
+            exact.push(moe_gemm_gate_up(fmt, 1, 2, 3, q, tiles, 4, 4096, 2048, 6, 7.0));
+            exact.push(moe_gemm_down(fmt, 1, 2, q, tiles, 2048, 4096, 6));
+        }
+        for l in exact {
+            let f = fast_twin(&l).unwrap();
+            assert_eq!(f.kernel.name, format!("{}_mma", l.kernel.name));
+            assert_eq!((&f.args, f.grid), (&l.args, l.grid));
+        }
     }
 }

@@ -18,7 +18,7 @@
 //!
 //! Files: `abi` (parameter kinds, the kernel table, the argument packer), `launch` ([`Launch`]), one
 //! file of builders per kernel source (`norm_quant`, `matvec`, `moe`, `hc`, `rows`, `attention`,
-//! `compressor`, `indexer`, `sample`, `gemm`, `gemm_fast`, `moe_grouped`), `fast` (the fast-arithmetic
+//! `compressor`, `indexer`, `sample`, `gemm`, `moe_grouped`), `fast` (the fast-arithmetic
 //! twins of exact launches), `code_objects` (the embedded images).
 //! Every public item is re-exported here: callers name them `kernels::X`.
 
@@ -30,7 +30,6 @@ mod code_objects;
 mod compressor;
 mod fast;
 mod gemm;
-mod gemm_fast;
 mod hc;
 mod indexer;
 mod launch;
@@ -47,7 +46,6 @@ pub use code_objects::*;
 pub use compressor::*;
 pub use fast::*;
 pub use gemm::*;
-pub use gemm_fast::*;
 pub use hc::*;
 pub use indexer::*;
 pub use launch::*;
