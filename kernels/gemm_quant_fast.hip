@@ -218,19 +218,33 @@ DS4_DEV void moe_gemm_down_mma_body(float* outp, const u8* down, const i8* mq, c
 
 // The grouped routed-expert twins: the arguments and grids of ds4_moe_gemm_gate_up_<fmt> and
 // ds4_moe_gemm_down_<fmt> (gemm.hip).
-#define DS4_MOE_GEMM_MMA(fmt, T)                                                                                 \
-    extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_gate_up_##fmt##_mma(                           \
-        float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* pairs, \
-        const u32* tiles, const u32* n_tiles, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {   \
-        moe_gemm_gate_up_mma_body<T>(mid, gate, up, xq, xd, xbs, pairs, tiles, n_tiles, selw, n_in, n_ff, n_used, \
-                                     limit);                                                                     \
-    }                                                                                                            \
-    extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_down_##fmt##_mma(                              \
-        float* outp, const u8* down, const i8* mq, const float* md, const i16* mbs, const u32* pairs,              \
-        const u32* tiles, const u32* n_tiles, u32 n_ff, u32 n_out, u32 n_used) {                                 \
-        moe_gemm_down_mma_body<T>(outp, down, mq, md, mbs, pairs, tiles, n_tiles, n_ff, n_out, n_used);           \
-    }
-DS4_MOE_GEMM_MMA(iq2_xxs, DS4_T_IQ2_XXS)
-DS4_MOE_GEMM_MMA(q2_k, DS4_T_Q2_K)
-DS4_MOE_GEMM_MMA(q4_k, DS4_T_Q4_K)
-#undef DS4_MOE_GEMM_MMA
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_gate_up_iq2_xxs_mma(
+    float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* pairs,
+    const u32* tiles, const u32* n_tiles, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    moe_gemm_gate_up_mma_body<DS4_T_IQ2_XXS>(mid, gate, up, xq, xd, xbs, pairs, tiles, n_tiles, selw, n_in, n_ff, n_used, limit);
+}
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_down_iq2_xxs_mma(
+    float* outp, const u8* down, const i8* mq, const float* md, const i16* mbs, const u32* pairs, const u32* tiles,
+    const u32* n_tiles, u32 n_ff, u32 n_out, u32 n_used) {
+    moe_gemm_down_mma_body<DS4_T_IQ2_XXS>(outp, down, mq, md, mbs, pairs, tiles, n_tiles, n_ff, n_out, n_used);
+}
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_gate_up_q2_k_mma(
+    float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* pairs,
+    const u32* tiles, const u32* n_tiles, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    moe_gemm_gate_up_mma_body<DS4_T_Q2_K>(mid, gate, up, xq, xd, xbs, pairs, tiles, n_tiles, selw, n_in, n_ff, n_used, limit);
+}
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_down_q2_k_mma(
+    float* outp, const u8* down, const i8* mq, const float* md, const i16* mbs, const u32* pairs, const u32* tiles,
+    const u32* n_tiles, u32 n_ff, u32 n_out, u32 n_used) {
+    moe_gemm_down_mma_body<DS4_T_Q2_K>(outp, down, mq, md, mbs, pairs, tiles, n_tiles, n_ff, n_out, n_used);
+}
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_gate_up_q4_k_mma(
+    float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* pairs,
+    const u32* tiles, const u32* n_tiles, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    moe_gemm_gate_up_mma_body<DS4_T_Q4_K>(mid, gate, up, xq, xd, xbs, pairs, tiles, n_tiles, selw, n_in, n_ff, n_used, limit);
+}
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_down_q4_k_mma(
+    float* outp, const u8* down, const i8* mq, const float* md, const i16* mbs, const u32* pairs, const u32* tiles,
+    const u32* n_tiles, u32 n_ff, u32 n_out, u32 n_used) {
+    moe_gemm_down_mma_body<DS4_T_Q4_K>(outp, down, mq, md, mbs, pairs, tiles, n_tiles, n_ff, n_out, n_used);
+}

@@ -239,11 +239,14 @@ mod tests {
         a.push(compare_logits(&o, &r));
         assert_eq!(a.fast_verdict(), Ok(()), "{}", a.summary());
         assert!(a.verdict().is_err());
-        // The reference's argmax pushed far below: a confident flip.
+        // The reference's argmax made confident (margin over the runner-up > 1), then pushed far
+        // below: a confident flip.
         let top = top_k(&r, 1)[0];
-        let mut f = r.clone();
+        let mut confident = r.clone();
+        confident[top] += 5.0;
+        let mut f = confident.clone();
         f[top] -= 10.0;
-        a.push(compare_logits(&f, &r));
+        a.push(compare_logits(&f, &confident));
         let e = a.fast_verdict().unwrap_err();
         assert!(e.contains("1 confident argmax flips"), "{e}");
     }

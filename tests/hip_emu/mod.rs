@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::OnceLock;
 
 use ds4_chat::backend::Backend;
-use ds4_chat::backend::payload::PayloadReader;
 use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
 use ds4_chat::gguf::GgufFile;
 use ds4_chat::model::Model;
@@ -135,52 +134,31 @@ pub struct LayerCacheView {
     pub state: Vec<f32>,
 }
 
-/// Every layer's cache of a HIP session, read from its checkpoint payload (`save_state`, format in
-/// src/backend/hip/backend/state.rs): what a restore writes back is what is compared.
+/// Every layer's cache of a HIP session, as the backend-neutral rows it exports for session
+/// snapshots (`Backend::export_cache`, src/backend/cache_rows.rs): the ring read in position order.
 pub fn hip_cache(b: &dyn Backend, hp: &HParams) -> Vec<LayerCacheView> {
-    let payload = b.save_state();
-    let mut r = PayloadReader::new(&payload);
-    let mut header = [0usize; 11];
-    for (i, w) in header.iter_mut().enumerate() {
-        *w = r.u32(&format!("header word {i}")).expect("payload header") as usize;
-    }
-    assert_eq!(
-        &header[..2],
-        &[u32::from_le_bytes(*b"DS4H") as usize, 1],
-        "a HIP payload, version 1"
-    );
-    let (ctx, n_past, ring_rows) = (header[2], header[3], header[9]);
-    let f32s = |r: &mut PayloadReader, n: usize, what: &str| {
-        let mut v = vec![0f32; n];
-        r.f32s(&mut v, what).expect("payload section");
-        v
-    };
-    f32s(&mut r, hp.n_vocab, "logits");
-    let counters = r.u32("HC counter length").expect("payload") as usize;
-    r.take(counters, "HC counters").expect("payload");
-    let plans = ds4_chat::backend::hip::footprint::layer_plans(hp, ctx, 1);
-    let d = hp.head_dim;
-    let mut out = Vec::with_capacity(hp.n_layer);
-    for (l, plan) in plans.iter().enumerate() {
-        let mut v = LayerCacheView::default();
-        let ring = f32s(&mut r, ring_rows * d, "raw ring");
-        for pos in n_past.saturating_sub(hp.sliding_window)..n_past {
-            let row = pos % ring_rows;
-            v.raw.extend_from_slice(&ring[row * d..(row + 1) * d]);
-        }
-        for (st, width, dst) in [(plan.comp, d, &mut v.comp), (plan.index, hp.idx_head_dim, &mut v.index)] {
-            if let Some((_, state_floats)) = st {
-                let rows = r.u32(&format!("layer {l} row count")).expect("payload") as usize;
-                dst.extend(f32s(&mut r, rows * width, "rows"));
-                for what in ["state kv", "state score"] {
-                    v.state.extend(f32s(&mut r, state_floats, what));
-                }
+    let rows = b.export_cache().expect("the HIP session exports its cache");
+    assert_eq!(rows.layers.len(), hp.n_layer, "one entry per layer");
+    rows.layers
+        .into_iter()
+        .map(|l| {
+            let mut v = LayerCacheView {
+                raw: l.raw,
+                ..LayerCacheView::default()
+            };
+            if let Some(c) = l.comp {
+                v.comp = c.rows;
+                v.state.extend(c.kv);
+                v.state.extend(c.score);
             }
-        }
-        out.push(v);
-    }
-    assert_eq!(r.remaining(), 0, "bytes after the last layer of the payload");
-    out
+            if let Some(i) = l.index {
+                v.index = i.rows;
+                v.state.extend(i.kv);
+                v.state.extend(i.score);
+            }
+            v
+        })
+        .collect()
 }
 
 /// `n` deterministic token ids (an LCG from `seed`) below `vocab`.

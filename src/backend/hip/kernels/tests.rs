@@ -209,6 +209,9 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     launches.push(moe_sum(1, 2, 4096, 6, 2048));
     launches.push(gemm_f16(1, 2, 3, 4096, 1024, 4096, 2048));
     launches.push(test_mathf(1, 2, 1000, MathFn::Sin));
+    // The fast-arithmetic twins take their exact launch's arguments (`fast_twin`).
+    let twins: Vec<Launch> = launches.iter().filter_map(fast_twin).collect();
+    launches.extend(twins);
     let mut names: Vec<&str> = launches.iter().map(|l| l.kernel.name).collect();
     names.sort();
     names.dedup();
