@@ -180,6 +180,7 @@ const std::vector<Entry>& registry() {
         K(ds4_gemm_f16), K(ds4_gemm_q8_0_mma), K(ds4_gemm_f16_mma), K(ds4_test_mathf),
         // Fast-arithmetic twins (kernels/*_fast.hip).
         K(ds4_hc_pre_fused_fast), K(ds4_matvec_q8_0_fast), K(ds4_matvec_q8_0_swiglu_fast), K(ds4_argmax_fast),
+        K(ds4_matvec_f16_fast), K(ds4_matvec_f16_pair_fast),
         // Emulator-only test entries (tests/hip_kernels/emulator.rs; names start with ds4_emutest_).
         K(ds4_emutest_block_dot_f16_seq),
     };
