@@ -40,7 +40,9 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
     ] {
         let kind = if pair { "matvec_f16_pair" } else { "matvec_f16" };
         let name = format!("fast.{kind}[{n_in}x{n_out},{n_tok} tok]");
-        emit(guard(&name, || check_matvec_f16(gpu, rng, &name, (n_in, n_out, n_tok), pair)));
+        emit(guard(&name, || {
+            check_matvec_f16(gpu, rng, &name, (n_in, n_out, n_tok), pair)
+        }));
     }
     for n in [129280usize, 1001, 3] {
         let name = format!("fast.argmax[{n}]");
@@ -140,7 +142,10 @@ fn check_matvec_f16(
         let l = kernels::matvec_f16(y0.ptr().0, w0_d.ptr().0, x_d.ptr().0, n_in, n_out, n_in, n_tok as u32);
         exact_and_fast(gpu, &l, &mut [&mut y0])?
     };
-    let (fast, exact): (Vec<f32>, Vec<f32>) = (f.iter().flat_map(|b| f32s(b)).collect(), a.iter().flat_map(|b| f32s(b)).collect());
+    let (fast, exact): (Vec<f32>, Vec<f32>) = (
+        f.iter().flat_map(|b| f32s(b)).collect(),
+        a.iter().flat_map(|b| f32s(b)).collect(),
+    );
     Ok(close_scaled(name, &fast, &exact, FAST_TOL, format!("{n_tok} tokens")))
 }
 
