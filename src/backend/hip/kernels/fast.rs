@@ -46,7 +46,7 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
     match l.kernel.name {
         "ds4_hc_pre_fused" => {
             let n_in = arg_u32(l, "n_embd") * arg_u32(l, "n_hc");
-            (n_in % 8 == 0).then(|| twin(l, &HC_PRE_FUSED_FAST, l.grid))
+            n_in.is_multiple_of(8).then(|| twin(l, &HC_PRE_FUSED_FAST, l.grid))
         }
         "ds4_matvec_q8_0" | "ds4_matvec_q8_0_swiglu" => {
             let n_in = arg_u32(l, "n_in");
@@ -56,7 +56,7 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
                 (&MATVEC_Q8_0_SWIGLU_FAST, arg_u32(l, "n_ff"))
             };
             let per_block = BLOCK / q8_0_fast_lanes(n_in);
-            (n_in % Q8_0_FAST_CHUNK == 0 && n_in > 0)
+            (n_in.is_multiple_of(Q8_0_FAST_CHUNK) && n_in > 0)
                 .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
         }
         "ds4_matvec_f16" | "ds4_matvec_f16_pair" => {
@@ -67,7 +67,7 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
                 (&MATVEC_F16_PAIR_FAST, 2 * n_out)
             };
             let per_block = BLOCK / f16_fast_lanes(n_in);
-            (n_in % 8 == 0 && n_in > 0).then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
+            (n_in.is_multiple_of(8) && n_in > 0).then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
         }
         "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, l.grid)),
         _ => None,
