@@ -67,7 +67,8 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
                 (&MATVEC_F16_PAIR_FAST, 2 * n_out)
             };
             let per_block = BLOCK / f16_fast_lanes(n_in);
-            (n_in.is_multiple_of(8) && n_in > 0).then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
+            (n_in.is_multiple_of(8) && n_in > 0)
+                .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
         }
         "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, l.grid)),
         _ => None,
