@@ -104,3 +104,48 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu_fast(flo
     ua = group_sum(ua, g);
     if (live && sub == 0) mid[(u64)t * n_ff + r] = swiglu_clamped(ga, ua, limit);
 }
+
+// F16 rows in the fast order: a lane takes 8 halves (16 bytes) per step and FMAs them into its sum.
+// Lanes per row for n_in elements: min(32, the power of two >= n_in / 8) (f16_fast_lanes).
+DS4_DEV float f16_row_part(const u16* wr, const float* x, u32 n_in, u32 sub, u32 g) {
+    float acc = 0.0f;
+    for (u32 c = sub; c < n_in / 8; c += g) {
+        const uint4 v = ((const uint4*)wr)[c];
+        const float4 xa = ((const float4*)x)[2 * c], xb = ((const float4*)x)[2 * c + 1];
+        acc = fmaf(f16_to_f32((u16)(v.x & 0xffff)), xa.x, acc);
+        acc = fmaf(f16_to_f32((u16)(v.x >> 16)), xa.y, acc);
+        acc = fmaf(f16_to_f32((u16)(v.y & 0xffff)), xa.z, acc);
+        acc = fmaf(f16_to_f32((u16)(v.y >> 16)), xa.w, acc);
+        acc = fmaf(f16_to_f32((u16)(v.z & 0xffff)), xb.x, acc);
+        acc = fmaf(f16_to_f32((u16)(v.z >> 16)), xb.y, acc);
+        acc = fmaf(f16_to_f32((u16)(v.w & 0xffff)), xb.z, acc);
+        acc = fmaf(f16_to_f32((u16)(v.w >> 16)), xb.w, acc);
+    }
+    return acc;
+}
+
+// ds4_matvec_f16's product and arguments in the fast order (same preconditions: n_in % 8 == 0, rows
+// and x 16-byte aligned). Launch: grid (ceil(n_out / (256 / G)), n_tok), block 256,
+// G = q8_0_fast_lanes(n_in / 8).
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_fast(float* y, const u16* w, const float* x,
+                                                                      u32 n_in, u32 n_out, u32 x_stride) {
+    const u32 t = blockIdx.y, g = q8_0_fast_lanes(n_in / 8);
+    const u32 r = blockIdx.x * (DS4_BLOCK / g) + threadIdx.x / g, sub = threadIdx.x % g;
+    const bool live = r < n_out;
+    const float acc = group_sum(live ? f16_row_part(w + (u64)r * n_in, x + (u64)t * x_stride, n_in, sub, g) : 0.0f, g);
+    if (live && sub == 0) y[(u64)t * n_out + r] = acc;
+}
+
+// ds4_matvec_f16_pair in the fast order: rows [0, n_out) of W0 to y0, rows [n_out, 2 n_out) of W1 to y1.
+// Launch: grid (ceil(2 n_out / (256 / G)), n_tok), block 256, G = q8_0_fast_lanes(n_in / 8).
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_pair_fast(float* y0, float* y1, const u16* w0,
+                                                                           const u16* w1, const float* x, u32 n_in,
+                                                                           u32 n_out, u32 x_stride) {
+    const u32 t = blockIdx.y, g = q8_0_fast_lanes(n_in / 8);
+    const u32 r = blockIdx.x * (DS4_BLOCK / g) + threadIdx.x / g, sub = threadIdx.x % g;
+    const bool live = r < 2 * n_out, second = r >= n_out;
+    const u32 rr = second ? r - n_out : r;
+    const u16* wr = (second ? w1 : w0) + (u64)rr * n_in;
+    const float acc = group_sum(live ? f16_row_part(wr, x + (u64)t * x_stride, n_in, sub, g) : 0.0f, g);
+    if (live && sub == 0) (second ? y1 : y0)[(u64)t * n_out + rr] = acc;
+}

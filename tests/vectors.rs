@@ -8,6 +8,8 @@
 //! without --nocapture) and pass; under CI (`CI=true`) they fail instead. A rebuild with another
 //! sha256 always fails. `DS4_VECTORS_PROMPTS=a,b` restricts the prompts (for local runs).
 
+#[cfg(feature = "hip")]
+mod hip_emu;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -179,6 +181,22 @@ fn check_prompt(backend: &mut dyn Backend, vectors: &Path, p: &Prompt, tol: &Tol
     }
 }
 
+/// Every prompt of `names` against the oracle within `tol`, a line each on stderr; the failing names.
+fn check_prompts(backend: &mut dyn Backend, vectors: &Path, names: Vec<String>, tol: &Tolerances) -> Vec<String> {
+    let mut failures = Vec::new();
+    for name in names {
+        let p = load_prompt(vectors, &name);
+        match check_prompt(backend, vectors, &p, tol) {
+            Ok(line) => eprintln!("{line}"),
+            Err(line) => {
+                eprintln!("{line}");
+                failures.push(name);
+            }
+        }
+    }
+    failures
+}
+
 /// The CPU engine reproduces ds4 on every case A prompt within the README's tolerances.
 #[test]
 fn case_a_engine_matches_ds4() {
@@ -202,22 +220,46 @@ fn case_a_engine_matches_ds4() {
         backend.device_name()
     );
     let t0 = Instant::now();
-    let mut failures = Vec::new();
-    for name in prompt_names(&vectors) {
-        let p = load_prompt(&vectors, &name);
-        match check_prompt(backend.as_mut(), &vectors, &p, &README_TOLERANCES) {
-            Ok(line) => eprintln!("{line}"),
-            Err(line) => {
-                eprintln!("{line}");
-                failures.push(name);
-            }
-        }
-    }
+    let failures = check_prompts(backend.as_mut(), &vectors, prompt_names(&vectors), &README_TOLERANCES);
     eprintln!("case A engine check: {:.1}s", t0.elapsed().as_secs_f64());
     assert!(
         failures.is_empty(),
         "prompts outside the README tolerances: {failures:?}"
     );
+}
+
+/// The HIP backend in fast arithmetic, every kernel on the CPU emulator (tests/hip_emu), reproduces
+/// ds4 on the case A prompts within [`FAST_TOLERANCES`]. The emulator is slow at the full
+/// vocabulary, so by default only the shortest prompt runs (`DS4_VECTORS_PROMPTS` picks others).
+#[cfg(feature = "hip")]
+#[test]
+fn case_a_hip_fast_on_the_emulator_matches_ds4() {
+    if hip_emu::use_emulated_hip().is_none() {
+        return;
+    }
+    let vectors = require_vectors();
+    let Some(model_path) = require_tiny_a(&vectors) else {
+        return;
+    };
+    let model = open_model(&model_path).unwrap_or_else(|e| panic!("{e}"));
+    let mut backend = open_session_backend(
+        model,
+        BackendChoice::Hip,
+        WeightPlacement::Copy,
+        Arithmetic::Fast,
+        VECTOR_CTX,
+        0,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(backend.arithmetic(), Some(Arithmetic::Fast));
+    let mut names = prompt_names(&vectors);
+    if std::env::var_os("DS4_VECTORS_PROMPTS").is_none() {
+        names.retain(|n| n == "ids_short");
+    }
+    let t0 = Instant::now();
+    let failures = check_prompts(backend.as_mut(), &vectors, names, &FAST_TOLERANCES);
+    eprintln!("case A, HIP fast on the emulator: {:.1}s", t0.elapsed().as_secs_f64());
+    assert!(failures.is_empty(), "prompts outside the fast tolerances: {failures:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

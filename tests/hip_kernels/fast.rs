@@ -30,6 +30,19 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
         let name = format!("fast.matvec_q8_0_swiglu[{n_in}x{n_ff}]");
         emit(guard(&name, || check_swiglu(gpu, rng, &name, n_in, n_ff)));
     }
+    for (n_in, n_out, n_tok, pair) in [
+        (4096usize, 256usize, 1usize, false),
+        (4096, 1030, 2, false),
+        (72, 33, 3, false),
+        (4096, 512, 1, true),
+        (1024, 77, 2, true),
+    ] {
+        let kind = if pair { "matvec_f16_pair" } else { "matvec_f16" };
+        let name = format!("fast.{kind}[{n_in}x{n_out},{n_tok} tok]");
+        emit(guard(&name, || {
+            check_matvec_f16(gpu, rng, &name, (n_in, n_out, n_tok), pair)
+        }));
+    }
     for n in [129280usize, 1001, 3] {
         let name = format!("fast.argmax[{n}]");
         emit(guard(&name, || check_argmax(gpu, rng, &name, n)));
@@ -88,6 +101,44 @@ fn check_matvec_q8_0(
         FAST_TOL,
         format!("{n_tok} tokens"),
     ))
+}
+
+fn check_matvec_f16(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    (n_in, n_out, n_tok): (usize, usize, usize),
+    pair: bool,
+) -> HipResult<CheckResult> {
+    let w0 = random_weights(rng, GgmlType::F16, n_in, n_out);
+    let w1 = random_weights(rng, GgmlType::F16, n_in, n_out);
+    let x = random_vec(rng, n_tok * n_in, 2.0);
+    let (w0_d, w1_d, x_d) = (gpu.up(&w0)?, gpu.up(&w1)?, gpu.up(&x)?);
+    let mut y0 = gpu.poisoned::<f32>(n_tok * n_out)?;
+    let mut y1 = gpu.poisoned::<f32>(n_tok * n_out)?;
+    let (n_in, n_out) = (n_in as u32, n_out as u32);
+    let (a, f) = if pair {
+        let l = kernels::matvec_f16_pair(
+            y0.ptr().0,
+            y1.ptr().0,
+            w0_d.ptr().0,
+            w1_d.ptr().0,
+            x_d.ptr().0,
+            n_in,
+            n_out,
+            n_in,
+            n_tok as u32,
+        );
+        exact_and_fast(gpu, &l, &mut [&mut y0, &mut y1])?
+    } else {
+        let l = kernels::matvec_f16(y0.ptr().0, w0_d.ptr().0, x_d.ptr().0, n_in, n_out, n_in, n_tok as u32);
+        exact_and_fast(gpu, &l, &mut [&mut y0])?
+    };
+    let (fast, exact): (Vec<f32>, Vec<f32>) = (
+        f.iter().flat_map(|b| f32s(b)).collect(),
+        a.iter().flat_map(|b| f32s(b)).collect(),
+    );
+    Ok(close_scaled(name, &fast, &exact, FAST_TOL, format!("{n_tok} tokens")))
 }
 
 fn check_swiglu(gpu: &Gpu, rng: &mut CheckRng, name: &str, n_in: usize, n_ff: usize) -> HipResult<CheckResult> {

@@ -195,6 +195,9 @@ kernel_defs! {
         rows_per_group: U32, x_stride: U32);
     MATVEC_Q8_0_SWIGLU_FAST = "ds4_matvec_q8_0_swiglu_fast"(mid: Ptr, wg: Ptr, wu: Ptr, xq: Ptr, xd: Ptr,
         n_in: U32, n_ff: U32, limit: F32);
+    MATVEC_F16_FAST = "ds4_matvec_f16_fast"(y: Ptr, w: Ptr, x: Ptr, n_in: U32, n_out: U32, x_stride: U32);
+    MATVEC_F16_PAIR_FAST = "ds4_matvec_f16_pair_fast"(y0: Ptr, y1: Ptr, w0: Ptr, w1: Ptr, x: Ptr, n_in: U32,
+        n_out: U32, x_stride: U32);
     /// kernels/sample_fast.hip
     ARGMAX_FAST = "ds4_argmax_fast"(out: Ptr, logits: Ptr, n: U32);
     /// kernels/mathf.h (selftest of the transcendental functions)

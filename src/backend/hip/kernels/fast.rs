@@ -5,8 +5,8 @@
 //! is built once and the arithmetic is chosen where it runs (`Pass::run`).
 
 use super::abi::{
-    ARGMAX_FAST, Arg, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_PRE_FUSED_FAST, KernelDef, MATVEC_Q8_0_FAST,
-    MATVEC_Q8_0_SWIGLU_FAST, kernel_def,
+    ARGMAX_FAST, Arg, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_PRE_FUSED_FAST, KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST,
+    MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, kernel_def,
 };
 use super::launch::{BLOCK, Launch, blocks};
 
@@ -19,7 +19,17 @@ pub const Q8_0_FAST_CHUNK: u32 = 256;
 
 /// Lanes per output row of the fast Q8_0 matvecs for rows of `n_in` elements (q8_0_fast_lanes).
 pub fn q8_0_fast_lanes(n_in: u32) -> u32 {
-    (n_in / Q8_0_FAST_CHUNK).next_power_of_two().clamp(1, 32)
+    lanes_for_chunks(n_in / Q8_0_FAST_CHUNK)
+}
+
+/// Lanes per output row of the fast F16 matvecs, a lane per 8 elements (16 bytes) of a step.
+pub fn f16_fast_lanes(n_in: u32) -> u32 {
+    lanes_for_chunks(n_in / 8)
+}
+
+/// The fast matvecs' lanes per row for rows of `chunks` lane chunks (kernels' q8_0_fast_lanes).
+fn lanes_for_chunks(chunks: u32) -> u32 {
+    chunks.next_power_of_two().clamp(1, 32)
 }
 
 /// The value of `l`'s u32 parameter `name`.
@@ -51,6 +61,17 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
             };
             let per_block = BLOCK / q8_0_fast_lanes(n_in);
             (n_in.is_multiple_of(Q8_0_FAST_CHUNK) && n_in > 0)
+                .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
+        }
+        "ds4_matvec_f16" | "ds4_matvec_f16_pair" => {
+            let (n_in, n_out) = (arg_u32(l, "n_in"), arg_u32(l, "n_out"));
+            let (kernel, rows) = if l.kernel.name == "ds4_matvec_f16" {
+                (&MATVEC_F16_FAST, n_out)
+            } else {
+                (&MATVEC_F16_PAIR_FAST, 2 * n_out)
+            };
+            let per_block = BLOCK / f16_fast_lanes(n_in);
+            (n_in.is_multiple_of(8) && n_in > 0)
                 .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
         }
         "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, l.grid)),
@@ -130,6 +151,11 @@ mod tests {
             ("ds4_hc_pre_fused_fast", h.grid, &h.args)
         );
         assert!(fast_twin(&super::super::fill_f32(NULL, 4, 0.0)).is_none());
+        // F16: a lane per 8 elements, at most 32 lanes per row.
+        let f = fast_twin(&super::super::matvec_f16(1, 2, 3, 4096, 256, 4096, 2)).unwrap();
+        assert_eq!((f.kernel.name, f.grid), ("ds4_matvec_f16_fast", [256 / 8, 2, 1]));
+        let p = fast_twin(&super::super::matvec_f16_pair(1, 2, 3, 4, 5, 64, 10, 64, 1)).unwrap();
+        assert_eq!((p.kernel.name, p.grid), ("ds4_matvec_f16_pair_fast", [1, 1, 1]));
     }
 
     #[test]
