@@ -269,47 +269,69 @@ fn text_parts(parts: &[Value], name: &str) -> Result<String, ApiError> {
 
 /// The think mode a request asks for: `reasoning_effort` (none/minimal/low/medium/high/max), else
 /// a thinking switch: `thinking` (true/false or DeepSeek's `{"type": "enabled"|"disabled"}`) or
-/// vLLM's `chat_template_kwargs.thinking`.
+/// vLLM's `chat_template_kwargs.thinking`, refined by `chat_template_kwargs.reasoning_effort`
+/// (where vLLM's and SGLang's DeepSeek V4 templates read the effort, and what `--remote` sends).
 fn parse_think(f: &Fields<'_>) -> Result<Option<ThinkMode>, ApiError> {
     if let Some(e) = f.string("reasoning_effort", "reasoning_effort")? {
-        return match e {
-            "none" | "minimal" => Ok(Some(ThinkMode::Off)),
-            "low" | "medium" | "high" => Ok(Some(ThinkMode::High)),
-            "max" | "xhigh" => Ok(Some(ThinkMode::Max)),
-            other => Err(ApiError::field(
-                "reasoning_effort",
-                format!("\"{other}\" is not one of none, minimal, low, medium, high, max"),
-            )),
-        };
+        return effort(e, "reasoning_effort").map(Some);
     }
-    let switch = |v: &Value, name: &str| -> Result<ThinkMode, ApiError> {
-        let on = match v {
-            Value::Bool(b) => *b,
-            Value::Object(o) => match o.get("type").and_then(Value::as_str) {
-                Some("enabled") => true,
-                Some("disabled") => false,
-                _ => {
-                    return Err(ApiError::field(
-                        format!("{name}.type"),
-                        "must be \"enabled\" or \"disabled\"",
-                    ));
-                }
-            },
-            _ => return Err(ApiError::field(name, "must be true, false or {\"type\": \"enabled\"}")),
-        };
-        Ok(if on { ThinkMode::High } else { ThinkMode::Off })
-    };
     if let Some(v) = f.get("thinking") {
         return switch(v, "thinking").map(Some);
     }
     match f.get("chat_template_kwargs") {
         None => Ok(None),
-        Some(Value::Object(o)) => match o.get("thinking").filter(|v| !v.is_null()) {
-            Some(v) => switch(v, "chat_template_kwargs.thinking").map(Some),
-            None => Ok(None),
-        },
+        Some(Value::Object(o)) => {
+            let on = match o.get("thinking").filter(|v| !v.is_null()) {
+                Some(v) => Some(switch(v, "chat_template_kwargs.thinking")?),
+                None => None,
+            };
+            let level = match o.get("reasoning_effort").filter(|v| !v.is_null()) {
+                Some(Value::String(e)) => Some(effort(e, "chat_template_kwargs.reasoning_effort")?),
+                Some(_) => {
+                    return Err(ApiError::field("chat_template_kwargs.reasoning_effort", "must be a string"));
+                }
+                None => None,
+            };
+            Ok(match (on, level) {
+                (Some(ThinkMode::Off), _) => Some(ThinkMode::Off),
+                (_, Some(l)) => Some(l),
+                (on, None) => on,
+            })
+        }
         Some(_) => Err(ApiError::field("chat_template_kwargs", "must be an object")),
     }
+}
+
+/// A `reasoning_effort` value as a think mode.
+fn effort(e: &str, field: &str) -> Result<ThinkMode, ApiError> {
+    match e {
+        "none" | "minimal" => Ok(ThinkMode::Off),
+        "low" | "medium" | "high" => Ok(ThinkMode::High),
+        "max" | "xhigh" => Ok(ThinkMode::Max),
+        other => Err(ApiError::field(
+            field,
+            format!("\"{other}\" is not one of none, minimal, low, medium, high, max"),
+        )),
+    }
+}
+
+/// A thinking switch: true/false or DeepSeek's `{"type": "enabled"|"disabled"}`.
+fn switch(v: &Value, name: &str) -> Result<ThinkMode, ApiError> {
+    let on = match v {
+        Value::Bool(b) => *b,
+        Value::Object(o) => match o.get("type").and_then(Value::as_str) {
+            Some("enabled") => true,
+            Some("disabled") => false,
+            _ => {
+                return Err(ApiError::field(
+                    format!("{name}.type"),
+                    "must be \"enabled\" or \"disabled\"",
+                ));
+            }
+        },
+        _ => return Err(ApiError::field(name, "must be true, false or {\"type\": \"enabled\"}")),
+    };
+    Ok(if on { ThinkMode::High } else { ThinkMode::Off })
 }
 
 #[cfg(test)]
@@ -359,6 +381,15 @@ mod tests {
             Some(ThinkMode::High)
         );
         assert_eq!(think(r#""reasoning_effort":"max""#), Some(ThinkMode::Max));
+        // What `--remote` sends for --think-max, and a switch that turns it off.
+        assert_eq!(
+            think(r#""chat_template_kwargs":{"thinking":true,"reasoning_effort":"max"}"#),
+            Some(ThinkMode::Max)
+        );
+        assert_eq!(
+            think(r#""chat_template_kwargs":{"thinking":false,"reasoning_effort":"max"}"#),
+            Some(ThinkMode::Off)
+        );
         assert_eq!(parse(&format!("{{{base}}}")).unwrap().think, None);
     }
 
