@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tmux_common::{Tmux, exit_line, tokens_shown};
+use tmux_common::{Tmux, exit_line, quit_with_esc, tokens_shown};
 
 /// A server process of a test: killed and reaped on drop, or earlier by `kill`.
 struct Reaped(Child);
@@ -212,10 +212,7 @@ fn remote_chat_against_a_fake_server() {
     );
 
     // Quit: Esc twice.
-    t.keys(&["Escape"]);
-    std::thread::sleep(Duration::from_millis(200));
-    t.keys(&["Escape"]);
-    let s = t.wait("the app to exit", 20, |s| exit_line(s).is_some());
+    let s = quit_with_esc(&t);
     assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
     assert_eq!(t.alternate_on(), "0");
 }
@@ -235,10 +232,7 @@ fn remote_api_key_and_unknown_model() {
         s.contains("refused the request (401 Unauthorized): invalid API key")
     });
     assert!(s.contains("--api-key-env VAR") && s.contains("● ready"), "{s}");
-    t.keys(&["Escape"]);
-    std::thread::sleep(Duration::from_millis(200));
-    t.keys(&["Escape"]);
-    t.wait("the app to exit", 20, |s| exit_line(s).is_some());
+    quit_with_esc(&t);
 
     // (The app's screens were on the alternate screen: the shell's screen has none of their text.)
     // A model the server does not list.
@@ -249,10 +243,7 @@ fn remote_api_key_and_unknown_model() {
     t.wait("the unknown model", 30, |s| {
         s.contains("does not serve the model nope (it lists: fake-model)") && s.contains("● ready")
     });
-    t.keys(&["Escape"]);
-    std::thread::sleep(Duration::from_millis(200));
-    t.keys(&["Escape"]);
-    t.wait("the app to exit", 20, |s| exit_line(s).is_some());
+    quit_with_esc(&t);
 
     // With the key and the right model: an answer.
     t.command(&format!(
@@ -366,10 +357,7 @@ fn remote_chat_against_ds4_chat_serve() {
         s.contains("● ready") && (s.contains("broke off") || s.contains("closed the stream before"))
     });
     assert!(exit_line(&s).is_none(), "the app keeps running\n{s}");
-    t.keys(&["Escape"]);
-    std::thread::sleep(Duration::from_millis(200));
-    t.keys(&["Escape"]);
-    let s = t.wait("the app to exit", 20, |s| exit_line(s).is_some());
+    let s = quit_with_esc(&t);
     assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
 }
 
@@ -433,9 +421,6 @@ fn remote_chat_against_llama_cpp_python_server() {
         s.contains("● ready") && tokens_shown(s) > 0 && s.contains("Reasoning ·")
     });
     assert!(s.contains("TTFT") && !s.contains("✖"), "{s}");
-    t.keys(&["Escape"]);
-    std::thread::sleep(Duration::from_millis(200));
-    t.keys(&["Escape"]);
-    let s = t.wait("the app to exit", 20, |s| exit_line(s).is_some());
+    let s = quit_with_esc(&t);
     assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
 }
