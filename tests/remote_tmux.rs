@@ -119,6 +119,14 @@ fn start_app(test: &str, env: &str, args: &str) -> Option<Tmux> {
     Tmux::open(test, 200, 44, &cmd)
 }
 
+/// Starts the app again in `t`'s shell with `args`, the server's key in FAKE_KEY and `--model model`.
+fn start_again_with_key(t: &Tmux, args: &str, model: &str) {
+    t.command(&format!(
+        "FAKE_KEY=sekrit TERM=xterm-256color {} {args} --api-key-env FAKE_KEY --model {model}; echo EXIT=$?",
+        env!("CARGO_BIN_EXE_ds4-chat")
+    ));
+}
+
 fn send(t: &Tmux, text: &str) {
     t.literal(text);
     t.keys(&["Enter"]);
@@ -236,20 +244,14 @@ fn remote_api_key_and_unknown_model() {
 
     // (The app's screens were on the alternate screen: the shell's screen has none of their text.)
     // A model the server does not list.
-    t.command(&format!(
-        "FAKE_KEY=sekrit TERM=xterm-256color {} {args} --api-key-env FAKE_KEY --model nope; echo EXIT=$?",
-        env!("CARGO_BIN_EXE_ds4-chat")
-    ));
+    start_again_with_key(&t, &args, "nope");
     t.wait("the unknown model", 30, |s| {
         s.contains("does not serve the model nope (it lists: fake-model)") && s.contains("● ready")
     });
     quit_with_esc(&t);
 
     // With the key and the right model: an answer.
-    t.command(&format!(
-        "FAKE_KEY=sekrit TERM=xterm-256color {} {args} --api-key-env FAKE_KEY --model fake-model; echo EXIT=$?",
-        env!("CARGO_BIN_EXE_ds4-chat")
-    ));
+    start_again_with_key(&t, &args, "fake-model");
     t.wait("the app to be ready", 30, |s| {
         s.contains("● ready") && s.contains("fake-model")
     });
