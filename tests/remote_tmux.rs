@@ -127,6 +127,16 @@ fn start_again_with_key(t: &Tmux, args: &str, model: &str) {
     ));
 }
 
+/// A fake server started with `server_args` and the app in tmux talking to it (config
+/// `{test}.toml`, a 2 s silence timeout), with the app's arguments; `None` when either is skipped.
+fn app_against_fake_server(test: &str, server_args: &[&str]) -> Option<(FakeServer, Tmux, String)> {
+    let server = FakeServer::start(test, server_args)?;
+    let config = config_file(&format!("{test}.toml"), 2);
+    let args = format!("--remote {} --config {}", server.url(), config.display());
+    let t = start_app(test, "", &args)?;
+    Some((server, t, args))
+}
+
 fn send(t: &Tmux, text: &str) {
     t.literal(text);
     t.keys(&["Enter"]);
@@ -139,12 +149,7 @@ fn ready_with(t: &Tmux, what: &str, text: &str) -> String {
 
 #[test]
 fn remote_chat_against_a_fake_server() {
-    let Some(mut server) = FakeServer::start("remote-chat", &[]) else {
-        return;
-    };
-    let config = config_file("remote-chat.toml", 2);
-    let args = format!("--remote {} --config {}", server.url(), config.display());
-    let Some(t) = start_app("remote-chat", "", &args) else {
+    let Some((mut server, t, _)) = app_against_fake_server("remote-chat", &[]) else {
         return;
     };
     let s = t.wait("the app to be ready", 30, |s| {
@@ -227,13 +232,8 @@ fn remote_chat_against_a_fake_server() {
 
 #[test]
 fn remote_api_key_and_unknown_model() {
-    let Some(server) = FakeServer::start("remote-auth", &["--api-key", "sekrit"]) else {
-        return;
-    };
-    let config = config_file("remote-auth.toml", 2);
     // No key: the model list is refused, the app says so and keeps running.
-    let args = format!("--remote {} --config {}", server.url(), config.display());
-    let Some(t) = start_app("remote-auth", "", &args) else {
+    let Some((server, t, args)) = app_against_fake_server("remote-auth", &["--api-key", "sekrit"]) else {
         return;
     };
     let s = t.wait("the 401", 30, |s| {
