@@ -286,26 +286,25 @@ struct SinCosPoly {
     c: [f64; 5],
     s: [f64; 3],
 }
-const SINCOS_C: [f64; 5] = [
-    f64::from_bits(0x3ff0000000000000),
-    f64::from_bits(0xbfdffffffd0c621c),
-    f64::from_bits(0x3fa55553e1068f19),
-    f64::from_bits(0xbf56c087e89a359d),
-    f64::from_bits(0x3ef99343027bf8c3),
-];
-const SINCOS_S: [f64; 3] = [
-    f64::from_bits(0xbfc555545995a603),
-    f64::from_bits(0x3f81107605230bc4),
-    f64::from_bits(0xbf2994eb3774cf24),
-];
+const SINCOS_POLY_0: SinCosPoly = SinCosPoly {
+    c: [
+        f64::from_bits(0x3ff0000000000000),
+        f64::from_bits(0xbfdffffffd0c621c),
+        f64::from_bits(0x3fa55553e1068f19),
+        f64::from_bits(0xbf56c087e89a359d),
+        f64::from_bits(0x3ef99343027bf8c3),
+    ],
+    s: [
+        f64::from_bits(0xbfc555545995a603),
+        f64::from_bits(0x3f81107605230bc4),
+        f64::from_bits(0xbf2994eb3774cf24),
+    ],
+};
 const SINCOS_POLY: [SinCosPoly; 2] = [
+    SINCOS_POLY_0,
     SinCosPoly {
-        c: SINCOS_C,
-        s: SINCOS_S,
-    },
-    SinCosPoly {
-        c: negated(SINCOS_C),
-        s: SINCOS_S,
+        c: negated(SINCOS_POLY_0.c),
+        s: SINCOS_POLY_0.s,
     },
 ];
 
@@ -526,7 +525,7 @@ mod tests {
             0xbef99343027bf8c3,
         ];
         assert_eq!(c, want);
-        assert_eq!(SINCOS_POLY[1].s.map(f64::to_bits), SINCOS_S.map(f64::to_bits));
+        assert_eq!(SINCOS_POLY[1].s.map(f64::to_bits), SINCOS_POLY_0.s.map(f64::to_bits));
     }
 
     /// The comparison with the platform's float functions is meaningful only where they are glibc's
