@@ -6,6 +6,7 @@
 mod common;
 
 use ds4_chat::model::chat::{Conversation, Message, THINK_MAX_PREFIX, ThinkMode, Transcript, one_shot_prompt};
+use ds4_chat::model::tokenizer::Tokenizer;
 use serde_json::Value;
 
 fn fixture() -> Value {
@@ -31,6 +32,15 @@ fn mode(v: &Value) -> ThinkMode {
         "High" | "high" => ThinkMode::High,
         "Max" | "max" => ThinkMode::Max,
         other => panic!("unknown mode {other}"),
+    }
+}
+
+/// Runs `check(tokenizer, name, case)` on every case of the fixture's `form`.
+fn for_each_case(form: &str, mut check: impl FnMut(&Tokenizer, &str, &Value)) {
+    let tok = common::gguf_tokenizer();
+    let f = fixture();
+    for case in f[form].as_array().unwrap() {
+        check(tok, case["name"].as_str().unwrap(), case);
     }
 }
 
@@ -62,25 +72,19 @@ fn fixture_matches_vendored_tokenizer_and_prefix() {
 
 #[test]
 fn server_form_renders_exact_text_and_official_ids() {
-    let tok = common::gguf_tokenizer();
-    let f = fixture();
-    for case in f["server_form"].as_array().unwrap() {
-        let name = case["name"].as_str().unwrap();
+    for_each_case("server_form", |tok, name, case| {
         let conv = conversation(&case["messages"]);
         let r = conv.render(tok, mode(&case["think"]), case["ctx"].as_u64().unwrap() as u32);
         assert_eq!(r.text, case["text"].as_str().unwrap(), "{name}: text");
         assert_eq!(r.ids, ids(&case["ids"]), "{name}: ids");
         assert_eq!(r.think, mode(&case["effective"]), "{name}: effective mode");
         assert_eq!(tok.decode(&r.ids), r.text, "{name}: ids spell the text");
-    }
+    });
 }
 
 #[test]
 fn transcript_form_appends_turns_and_sampled_tokens() {
-    let tok = common::gguf_tokenizer();
-    let f = fixture();
-    for case in f["transcript_form"].as_array().unwrap() {
-        let name = case["name"].as_str().unwrap();
+    for_each_case("transcript_form", |tok, name, case| {
         let think = mode(&case["think"]);
         let ctx = case["ctx"].as_u64().unwrap() as u32;
         let mut t = Transcript::new(tok, case["system"].as_str().unwrap(), think, ctx);
@@ -102,7 +106,7 @@ fn transcript_form_appends_turns_and_sampled_tokens() {
         }
         assert_eq!(t.ids(), &ids(&case["ids"])[..], "{name}: ids");
         assert_eq!(tok.decode(t.ids()), case["text"].as_str().unwrap(), "{name}: bytes");
-    }
+    });
 }
 
 #[test]
@@ -150,10 +154,7 @@ fn transcript_max_prefix_toggles_and_interrupts_roll_back() {
 
 #[test]
 fn one_shot_prompts_match_ds4_test_vectors() {
-    let tok = common::gguf_tokenizer();
-    let f = fixture();
-    for case in f["cli_prompts"].as_array().unwrap() {
-        let name = case["name"].as_str().unwrap();
+    for_each_case("cli_prompts", |tok, name, case| {
         let spec = &case["prompt_spec"];
         let ctx = case["ctx"].as_u64().unwrap() as u32;
         let want = ids(&case["prompt_tokens"]);
@@ -176,7 +177,7 @@ fn one_shot_prompts_match_ds4_test_vectors() {
         };
         assert_eq!(r.ids, want, "{name}");
         assert_eq!(tok.decode(&r.ids), r.text, "{name}: text");
-    }
+    });
 }
 
 #[test]

@@ -56,37 +56,22 @@ fn check(ty: GgmlType, name: &str, min_blocks: usize) {
     assert!(nonzero > want.len() / 2, "{name}: only {nonzero} nonzero values");
 }
 
-#[test]
-fn f32_matches_gguf() {
-    check(GgmlType::F32, "f32", 256);
+/// One `#[test]` per format: `name: type, fixture, fewest blocks`.
+macro_rules! fixture_tests {
+    ($($test:ident: $ty:ident, $fixture:literal, $min_blocks:literal;)*) => {$(
+        #[test]
+        fn $test() {
+            check(GgmlType::$ty, $fixture, $min_blocks);
+        }
+    )*};
 }
 
-#[test]
-fn f16_matches_gguf() {
-    check(GgmlType::F16, "f16", 512);
-}
-
-#[test]
-fn bf16_matches_gguf() {
-    check(GgmlType::Bf16, "bf16", 512);
-}
-
-#[test]
-fn q8_0_matches_gguf() {
-    check(GgmlType::Q8_0, "q8_0", 32);
-}
-
-#[test]
-fn q2_k_matches_gguf() {
-    check(GgmlType::Q2K, "q2_k", 4);
-}
-
-#[test]
-fn q4_k_matches_gguf() {
-    check(GgmlType::Q4K, "q4_k", 4);
-}
-
-#[test]
-fn iq2_xxs_matches_gguf() {
-    check(GgmlType::Iq2Xxs, "iq2_xxs", 4);
+fixture_tests! {
+    f32_matches_gguf: F32, "f32", 256;
+    f16_matches_gguf: F16, "f16", 512;
+    bf16_matches_gguf: Bf16, "bf16", 512;
+    q8_0_matches_gguf: Q8_0, "q8_0", 32;
+    q2_k_matches_gguf: Q2K, "q2_k", 4;
+    q4_k_matches_gguf: Q4K, "q4_k", 4;
+    iq2_xxs_matches_gguf: Iq2Xxs, "iq2_xxs", 4;
 }

@@ -506,21 +506,9 @@ fn write_fuzz_seeds() {
     let small = build(
         &base().meta,
         &[
-            TensorEntry {
-                name: "token_embd.weight".into(),
-                ty: GgmlType::F16,
-                dims: vec![4, 2],
-            },
-            TensorEntry {
-                name: "blk.0.attn_q_a.weight".into(),
-                ty: GgmlType::Q8_0,
-                dims: vec![32, 1],
-            },
-            TensorEntry {
-                name: "blk.0.ffn_down_exps.weight".into(),
-                ty: GgmlType::Q2K,
-                dims: vec![256, 1, 1],
-            },
+            TensorEntry::new("token_embd.weight", GgmlType::F16, &[4, 2]),
+            TensorEntry::new("blk.0.attn_q_a.weight", GgmlType::Q8_0, &[32, 1]),
+            TensorEntry::new("blk.0.ffn_down_exps.weight", GgmlType::Q2K, &[256, 1, 1]),
         ],
     );
     std::fs::write(dir.join("micro_metadata_small_tensors"), &small).unwrap();
@@ -534,14 +522,7 @@ fn write_fuzz_seeds() {
     let small_meta = |f: &dyn Fn(&mut Meta)| {
         let mut m = base().meta.clone();
         f(&mut m);
-        build(
-            &m,
-            &[TensorEntry {
-                name: "token_embd.weight".into(),
-                ty: GgmlType::F16,
-                dims: vec![4, 2],
-            }],
-        )
+        build(&m, &[TensorEntry::new("token_embd.weight", GgmlType::F16, &[4, 2])])
     };
     let seeds: Vec<(&str, Vec<u8>)> = vec![
         ("nested_100", small_meta(&|m| m.push(("x.deep".into(), nested(100))))),

@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tmux_common::{Tmux, exit_line, tokens_shown};
+use tmux_common::{Tmux, exit_line, quit_with_esc, tokens_shown};
 
 /// A server process of a test: killed and reaped on drop, or earlier by `kill`.
 struct Reaped(Child);
@@ -119,6 +119,24 @@ fn start_app(test: &str, env: &str, args: &str) -> Option<Tmux> {
     Tmux::open(test, 200, 44, &cmd)
 }
 
+/// Starts the app again in `t`'s shell with `args`, the server's key in FAKE_KEY and `--model model`.
+fn start_again_with_key(t: &Tmux, args: &str, model: &str) {
+    t.command(&format!(
+        "FAKE_KEY=sekrit TERM=xterm-256color {} {args} --api-key-env FAKE_KEY --model {model}; echo EXIT=$?",
+        env!("CARGO_BIN_EXE_ds4-chat")
+    ));
+}
+
+/// A fake server started with `server_args` and the app in tmux talking to it (config
+/// `{test}.toml`, a 2 s silence timeout), with the app's arguments; `None` when either is skipped.
+fn app_against_fake_server(test: &str, server_args: &[&str]) -> Option<(FakeServer, Tmux, String)> {
+    let server = FakeServer::start(test, server_args)?;
+    let config = config_file(&format!("{test}.toml"), 2);
+    let args = format!("--remote {} --config {}", server.url(), config.display());
+    let t = start_app(test, "", &args)?;
+    Some((server, t, args))
+}
+
 fn send(t: &Tmux, text: &str) {
     t.literal(text);
     t.keys(&["Enter"]);
@@ -131,12 +149,7 @@ fn ready_with(t: &Tmux, what: &str, text: &str) -> String {
 
 #[test]
 fn remote_chat_against_a_fake_server() {
-    let Some(mut server) = FakeServer::start("remote-chat", &[]) else {
-        return;
-    };
-    let config = config_file("remote-chat.toml", 2);
-    let args = format!("--remote {} --config {}", server.url(), config.display());
-    let Some(t) = start_app("remote-chat", "", &args) else {
+    let Some((mut server, t, _)) = app_against_fake_server("remote-chat", &[]) else {
         return;
     };
     let s = t.wait("the app to be ready", 30, |s| {
@@ -212,53 +225,33 @@ fn remote_chat_against_a_fake_server() {
     );
 
     // Quit: Esc twice.
-    t.keys(&["Escape"]);
-    std::thread::sleep(Duration::from_millis(200));
-    t.keys(&["Escape"]);
-    let s = t.wait("the app to exit", 20, |s| exit_line(s).is_some());
+    let s = quit_with_esc(&t);
     assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
     assert_eq!(t.alternate_on(), "0");
 }
 
 #[test]
 fn remote_api_key_and_unknown_model() {
-    let Some(server) = FakeServer::start("remote-auth", &["--api-key", "sekrit"]) else {
-        return;
-    };
-    let config = config_file("remote-auth.toml", 2);
     // No key: the model list is refused, the app says so and keeps running.
-    let args = format!("--remote {} --config {}", server.url(), config.display());
-    let Some(t) = start_app("remote-auth", "", &args) else {
+    let Some((server, t, args)) = app_against_fake_server("remote-auth", &["--api-key", "sekrit"]) else {
         return;
     };
     let s = t.wait("the 401", 30, |s| {
         s.contains("refused the request (401 Unauthorized): invalid API key")
     });
     assert!(s.contains("--api-key-env VAR") && s.contains("● ready"), "{s}");
-    t.keys(&["Escape"]);
-    std::thread::sleep(Duration::from_millis(200));
-    t.keys(&["Escape"]);
-    t.wait("the app to exit", 20, |s| exit_line(s).is_some());
+    quit_with_esc(&t);
 
     // (The app's screens were on the alternate screen: the shell's screen has none of their text.)
     // A model the server does not list.
-    t.command(&format!(
-        "FAKE_KEY=sekrit TERM=xterm-256color {} {args} --api-key-env FAKE_KEY --model nope; echo EXIT=$?",
-        env!("CARGO_BIN_EXE_ds4-chat")
-    ));
+    start_again_with_key(&t, &args, "nope");
     t.wait("the unknown model", 30, |s| {
         s.contains("does not serve the model nope (it lists: fake-model)") && s.contains("● ready")
     });
-    t.keys(&["Escape"]);
-    std::thread::sleep(Duration::from_millis(200));
-    t.keys(&["Escape"]);
-    t.wait("the app to exit", 20, |s| exit_line(s).is_some());
+    quit_with_esc(&t);
 
     // With the key and the right model: an answer.
-    t.command(&format!(
-        "FAKE_KEY=sekrit TERM=xterm-256color {} {args} --api-key-env FAKE_KEY --model fake-model; echo EXIT=$?",
-        env!("CARGO_BIN_EXE_ds4-chat")
-    ));
+    start_again_with_key(&t, &args, "fake-model");
     t.wait("the app to be ready", 30, |s| {
         s.contains("● ready") && s.contains("fake-model")
     });
@@ -366,10 +359,7 @@ fn remote_chat_against_ds4_chat_serve() {
         s.contains("● ready") && (s.contains("broke off") || s.contains("closed the stream before"))
     });
     assert!(exit_line(&s).is_none(), "the app keeps running\n{s}");
-    t.keys(&["Escape"]);
-    std::thread::sleep(Duration::from_millis(200));
-    t.keys(&["Escape"]);
-    let s = t.wait("the app to exit", 20, |s| exit_line(s).is_some());
+    let s = quit_with_esc(&t);
     assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
 }
 
@@ -433,9 +423,6 @@ fn remote_chat_against_llama_cpp_python_server() {
         s.contains("● ready") && tokens_shown(s) > 0 && s.contains("Reasoning ·")
     });
     assert!(s.contains("TTFT") && !s.contains("✖"), "{s}");
-    t.keys(&["Escape"]);
-    std::thread::sleep(Duration::from_millis(200));
-    t.keys(&["Escape"]);
-    let s = t.wait("the app to exit", 20, |s| exit_line(s).is_some());
+    let s = quit_with_esc(&t);
     assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
 }

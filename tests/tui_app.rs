@@ -237,12 +237,7 @@ fn scrolling_stops_following_and_end_follows_again() {
     let mut app = ready_app();
     app.on_resize(110, 20);
     send(&mut app, "long");
-    app.on_engine_event(Event::TurnStarted {
-        prompt_tokens: 5,
-        reused_tokens: 0,
-        think: ThinkMode::Off,
-        note: None,
-    });
+    turn_started(&mut app, 5, ThinkMode::Off);
     let lines: Vec<String> = (0..60).map(|i| format!("line {i}\n")).collect();
     let pieces: Vec<&str> = lines.iter().map(String::as_str).collect();
     stream(&mut app, TextKind::Answer, &pieces, Duration::from_millis(5));

@@ -89,24 +89,21 @@ fn err(text: &str) -> String {
 
 #[test]
 fn unknown_keys_and_bad_values_name_the_key() {
-    let e = err("ctx = 4096\ntemperature = 0.5\n");
-    assert!(e.contains("line 2") && e.contains("temperature"), "{e}");
-    let e = err("ctx = 100\n");
-    assert!(e.contains("`ctx`") && e.contains("100"), "{e}");
-    let e = err("backend = \"cuda\"\n");
-    assert!(e.contains("`backend`") && e.contains("cuda"), "{e}");
-    let e = err("temp = -1\n");
-    assert!(e.contains("`temp`"), "{e}");
-    let e = err("top_p = 0\n");
-    assert!(e.contains("`top_p`"), "{e}");
-    let e = err("think = \"maybe\"\n");
-    assert!(e.contains("`think`") && e.contains("maybe"), "{e}");
-    let e = err("ctx = \"big\"\n");
-    assert!(e.contains("line 1"), "{e}");
-    let e = err("seed = -3\n");
-    assert!(e.contains("`seed`"), "{e}");
-    let e = err("theme = \"neon\"\n");
-    assert!(e.contains("neon"), "{e}");
+    let cases: &[(&str, &[&str])] = &[
+        ("ctx = 4096\ntemperature = 0.5\n", &["line 2", "temperature"]),
+        ("ctx = 100\n", &["`ctx`", "100"]),
+        ("backend = \"cuda\"\n", &["`backend`", "cuda"]),
+        ("temp = -1\n", &["`temp`"]),
+        ("top_p = 0\n", &["`top_p`"]),
+        ("think = \"maybe\"\n", &["`think`", "maybe"]),
+        ("ctx = \"big\"\n", &["line 1"]),
+        ("seed = -3\n", &["`seed`"]),
+        ("theme = \"neon\"\n", &["neon"]),
+    ];
+    for (text, wants) in cases {
+        let e = err(text);
+        assert!(wants.iter().all(|w| e.contains(w)), "{text:?}: {e}");
+    }
 }
 
 #[test]

@@ -68,12 +68,7 @@ fn prefill_in_progress_shows_bar_and_eta() {
     loaded_warming(&mut app);
     warm_done(&mut app);
     send(&mut app, "Summarise this long document please.");
-    app.on_engine_event(Event::TurnStarted {
-        prompt_tokens: 4096,
-        reused_tokens: 0,
-        think: ds4_chat::model::chat::ThinkMode::High,
-        note: None,
-    });
+    turn_started(&mut app, 4096, ds4_chat::model::chat::ThinkMode::High);
     app.on_engine_event(Event::PrefillProgress {
         done: 1024,
         total: 4096,
@@ -90,12 +85,7 @@ fn streaming_app() -> App {
     loaded_warming(&mut app);
     warm_done(&mut app);
     send(&mut app, "Write hello world in Rust.");
-    app.on_engine_event(Event::TurnStarted {
-        prompt_tokens: 30,
-        reused_tokens: 0,
-        think: ds4_chat::model::chat::ThinkMode::High,
-        note: None,
-    });
+    turn_started(&mut app, 30, ds4_chat::model::chat::ThinkMode::High);
     app.on_engine_event(Event::PrefillDone {
         tokens: 30,
         elapsed: Duration::from_millis(600),

@@ -146,12 +146,7 @@ fn save_exports_the_turn_in_progress_with_lowercase_roles() {
     std::fs::create_dir_all(&dir).unwrap();
     let mut app = app_keeping_sessions(&dir.join("sessions"));
     send(&mut app, "Tell me a story");
-    app.on_engine_event(Event::TurnStarted {
-        prompt_tokens: 10,
-        reused_tokens: 0,
-        think: ds4_chat::model::chat::ThinkMode::High,
-        note: None,
-    });
+    turn_started(&mut app, 10, ds4_chat::model::chat::ThinkMode::High);
     stream(&mut app, TextKind::Answer, &["Once ", "upon"], Duration::from_millis(5));
     let json = dir.join("c.json");
     send(&mut app, &format!("/save {}", json.display()));

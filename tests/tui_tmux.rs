@@ -13,9 +13,8 @@
 mod tmux_common;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use tmux_common::{Tmux, exit_line, tokens_shown};
+use tmux_common::{Tmux, exit_line, quit_with_esc, tokens_shown};
 
 /// The decode rate the side panel shows ("Decode   12.3 t/s").
 fn panel_rate(screen: &str) -> Option<f64> {
@@ -146,10 +145,7 @@ fn demo_chat_in_tmux() {
 
 /// Esc twice: the app exits with status 0 and leaves the alternate screen.
 fn quit(t: &Tmux) {
-    t.keys(&["Escape"]);
-    std::thread::sleep(Duration::from_millis(200));
-    t.keys(&["Escape"]);
-    let s = t.wait("the app to exit", 30, |s| exit_line(s).is_some());
+    let s = quit_with_esc(t);
     assert_eq!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");
     assert_eq!(t.alternate_on(), "0", "the terminal must leave the alternate screen");
 }

@@ -24,12 +24,6 @@ pub struct Args {
     /// GGUF model file.
     #[arg(long, short = 'm')]
     pub model: PathBuf,
-    /// auto, hip or cpu.
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
-    /// GPU weight placement: auto, copy or map.
-    #[arg(long, default_value = "auto")]
-    pub weights: String,
     /// First context frontier (tokens prefilled before the first decode measurement).
     #[arg(long, default_value_t = 2048)]
     pub ctx_start: usize,
@@ -45,9 +39,6 @@ pub struct Args {
     /// Text whose tokens form the prompt; without it a deterministic token stream is used.
     #[arg(long)]
     pub prompt_file: Option<PathBuf>,
-    /// CPU threads (0 = all cores).
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub threads: i64,
     /// Peak memory bandwidth in GB/s for the roofline column (default: measured, a streaming read
     /// of host memory on the CPU, a device-to-device copy counting read + written bytes on a GPU).
     #[arg(long, allow_negative_numbers = true)]
@@ -56,7 +47,7 @@ pub struct Args {
     #[arg(long)]
     pub csv: Option<PathBuf>,
     #[command(flatten)]
-    pub arithmetic: super::ArithmeticArgs,
+    pub placement: super::PlacementArgs,
 }
 
 /// One CSV row.
@@ -199,9 +190,7 @@ pub fn run(args: Args) -> CliResult {
         .map(|c| c as usize)
     };
     check_ctx_alloc(None)?;
-    let threads = named("--threads", settings::check_threads(args.threads))?;
-    let choice = named("--backend", settings::parse_backend(&args.backend))?;
-    let weights = named("--weights", settings::parse_weights(&args.weights))?;
+    let placement = args.placement.checked()?;
     if let Some(p) = args.peak_gbps
         && !(p.is_finite() && p > 0.0)
     {
@@ -234,11 +223,11 @@ pub fn run(args: Args) -> CliResult {
     let t_open = Instant::now();
     let opened = open_engine(
         model.clone(),
-        choice,
-        weights,
-        args.arithmetic.arithmetic(),
+        placement.backend,
+        placement.weights,
+        placement.arithmetic,
         ctx_alloc,
-        threads,
+        placement.threads,
     )?;
     let open_secs = t_open.elapsed().as_secs_f64();
     if let Some(why) = &opened.fallback_reason {

@@ -37,6 +37,45 @@ impl ArithmeticArgs {
     }
 }
 
+/// Where the engine runs: `--threads`, `--backend`, `--weights` and `--exact` of `run`, `serve`
+/// and `bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PlacementArgs {
+    /// CPU threads (0 = all cores).
+    #[arg(short = 't', long, default_value_t = 0, allow_negative_numbers = true)]
+    pub threads: i64,
+    /// auto (GPU when usable, else CPU), hip or cpu.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// GPU weight placement: auto (copy when device memory holds the weights, else map), copy or map.
+    #[arg(long, default_value = "auto")]
+    pub weights: String,
+    #[command(flatten)]
+    pub arithmetic: ArithmeticArgs,
+}
+
+/// [`PlacementArgs`] after the range checks.
+#[derive(Debug)]
+pub struct Placement {
+    pub threads: usize,
+    pub backend: crate::engine::events::BackendChoice,
+    pub weights: crate::engine::events::WeightPlacement,
+    pub arithmetic: crate::backend::arithmetic::Arithmetic,
+}
+
+impl PlacementArgs {
+    /// Every flag checked; the error is one line naming the flag.
+    pub fn checked(&self) -> Result<Placement, String> {
+        use crate::engine::settings::{self, named};
+        Ok(Placement {
+            threads: named("--threads", settings::check_threads(self.threads))?,
+            backend: named("--backend", settings::parse_backend(&self.backend))?,
+            weights: named("--weights", settings::parse_weights(&self.weights))?,
+            arithmetic: self.arithmetic.arithmetic(),
+        })
+    }
+}
+
 /// The reasoning-mode flags shared by the chat app and `run` (docs/prompt.md#think-modes).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ThinkArgs {

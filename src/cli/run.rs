@@ -103,17 +103,8 @@ pub struct Args {
     /// Entries per step in the dump (1 ..= 128).
     #[arg(long, default_value_t = 20, allow_negative_numbers = true)]
     pub logprobs_top_k: i64,
-    /// CPU threads (0 = all cores).
-    #[arg(short = 't', long, default_value_t = 0, allow_negative_numbers = true)]
-    pub threads: i64,
-    /// auto (GPU when usable, else CPU), hip or cpu.
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
-    /// GPU weight placement: auto (copy when device memory holds the weights, else map), copy or map.
-    #[arg(long, default_value = "auto")]
-    pub weights: String,
     #[command(flatten)]
-    pub arithmetic: super::ArithmeticArgs,
+    pub placement: super::PlacementArgs,
 }
 
 /// `run`'s settings after the range checks.
@@ -122,9 +113,7 @@ struct RunSettings {
     max_tokens: usize,
     params: SamplingParams,
     logprobs_top_k: usize,
-    threads: usize,
-    backend: BackendChoice,
-    weights: WeightPlacement,
+    placement: super::Placement,
 }
 
 impl RunSettings {
@@ -145,9 +134,7 @@ impl RunSettings {
                 seed,
             },
             logprobs_top_k: named("--logprobs-top-k", settings::check_logprobs_top_k(a.logprobs_top_k))?,
-            threads: named("--threads", settings::check_threads(a.threads))?,
-            backend: named("--backend", settings::parse_backend(&a.backend))?,
-            weights: named("--weights", settings::parse_weights(&a.weights))?,
+            placement: a.placement.checked()?,
         })
     }
 }
@@ -257,11 +244,11 @@ pub fn run(args: Args) -> CliResult {
 
     let mut backend = open_session_backend(
         model,
-        set.backend,
-        set.weights,
-        args.arithmetic.arithmetic(),
+        set.placement.backend,
+        set.placement.weights,
+        set.placement.arithmetic,
         ctx,
-        set.threads,
+        set.placement.threads,
     )?;
     let t_prefill = Instant::now();
     // Long prefills on a big model take a while: show progress when stderr is a terminal.

@@ -49,17 +49,8 @@ pub struct Args {
     /// Think mode of requests that do not choose one (reasoning_effort, thinking).
     #[command(flatten)]
     pub think: super::ThinkArgs,
-    /// CPU threads (0 = all cores).
-    #[arg(short = 't', long, default_value_t = 0, allow_negative_numbers = true)]
-    pub threads: i64,
-    /// auto (GPU when usable, else CPU), hip or cpu.
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
-    /// GPU weight placement: auto, copy or map.
-    #[arg(long, default_value = "auto")]
-    pub weights: String,
     #[command(flatten)]
-    pub arithmetic: super::ArithmeticArgs,
+    pub placement: super::PlacementArgs,
 }
 
 /// `--host` and `--port` as one address (a name such as `localhost` is resolved).
@@ -87,15 +78,18 @@ fn options(a: &Args) -> Result<ServeOptions, String> {
         None => ApiKey::none(),
     };
     let model_id = a.model_name.clone().or(file_id).unwrap_or_else(|| "ds4".to_string());
+    let addr = resolve(&a.host, a.port)?;
+    let ctx = named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX, None))?;
+    let placement = a.placement.checked()?;
     Ok(ServeOptions {
-        addr: resolve(&a.host, a.port)?,
+        addr,
         load: LoadRequest {
             source,
-            ctx: named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX, None))?,
-            backend: named("--backend", settings::parse_backend(&a.backend))?,
-            weights: named("--weights", settings::parse_weights(&a.weights))?,
-            arithmetic: a.arithmetic.arithmetic(),
-            threads: named("--threads", settings::check_threads(a.threads))?,
+            ctx,
+            backend: placement.backend,
+            weights: placement.weights,
+            arithmetic: placement.arithmetic,
+            threads: placement.threads,
         },
         model_id,
         key,

@@ -73,7 +73,6 @@ pub fn open_engine_with_progress(
 
 /// The GPU engine and its first session; a session that cannot open counts as the GPU being
 /// unusable, so `Auto` falls back to the CPU then too.
-#[cfg(feature = "hip")]
 fn open_gpu(
     model: &Arc<Model>,
     weights: WeightPlacement,
@@ -81,22 +80,19 @@ fn open_gpu(
     ctx: usize,
     upload: &mut dyn FnMut(u64, u64),
 ) -> Result<OpenedEngine, String> {
-    let engine = crate::backend::hip::open_engine_with_progress(model.clone(), weights, ctx, arithmetic, upload)?;
-    let backend = Box::new(engine.session(ctx)?);
-    Ok(OpenedEngine {
-        engine: Box::new(engine),
-        backend,
-        fallback_reason: None,
-    })
-}
-
-#[cfg(not(feature = "hip"))]
-fn open_gpu(
-    _model: &Arc<Model>,
-    _weights: WeightPlacement,
-    _arithmetic: Arithmetic,
-    _ctx: usize,
-    _upload: &mut dyn FnMut(u64, u64),
-) -> Result<OpenedEngine, String> {
-    Err("this build has no GPU backend (rebuild with `--features hip`)".to_string())
+    #[cfg(feature = "hip")]
+    {
+        let engine = crate::backend::hip::open_engine_with_progress(model.clone(), weights, ctx, arithmetic, upload)?;
+        let backend = Box::new(engine.session(ctx)?);
+        Ok(OpenedEngine {
+            engine: Box::new(engine),
+            backend,
+            fallback_reason: None,
+        })
+    }
+    #[cfg(not(feature = "hip"))]
+    {
+        let _ = (model, weights, arithmetic, ctx, upload);
+        Err("this build has no GPU backend (rebuild with `--features hip`)".to_string())
+    }
 }

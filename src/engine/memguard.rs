@@ -339,13 +339,17 @@ mod tests {
         (v * crate::units::GIB as f64) as u64
     }
 
+    fn host_gib(total: f64, available: f64) -> HostMemory {
+        HostMemory {
+            total: gib_u(total),
+            available: gib_u(available),
+        }
+    }
+
     #[test]
     fn mapped_weights_only_warn_but_kv_must_fit() {
         let hp = HParams::flash();
-        let host = HostMemory {
-            total: gib_u(24.0),
-            available: gib_u(20.0),
-        };
+        let host = host_gib(24.0, 20.0);
         let need = |ctx: u64| MemoryNeed {
             weight_bytes: gib_u(80.76),
             residence: WeightResidence::MappedFile,
@@ -360,10 +364,7 @@ mod tests {
             v => panic!("{v:?}"),
         }
         // 1M context needs ≈ 14.5 GB of KV: refused on a host with 4 GiB available.
-        let small = HostMemory {
-            total: gib_u(8.0),
-            available: gib_u(4.0),
-        };
+        let small = host_gib(8.0, 4.0);
         match check_memory(&need(1_048_576), &small, None, &hp, 1_048_576) {
             MemoryVerdict::Refuse(m) => {
                 // 4 GiB available minus 1 GiB headroom = 3 GiB; 2^17 = 131072 needs ≈ 1.8 GB, 2^18 ≈ 3.6 GB.
@@ -377,10 +378,7 @@ mod tests {
     #[test]
     fn checkpoints_that_could_exhaust_ram_are_warned_about() {
         let hp = HParams::flash();
-        let host = HostMemory {
-            total: gib_u(64.0),
-            available: gib_u(20.0),
-        };
+        let host = host_gib(64.0, 20.0);
         // 512K context: KV 6.7 GiB fits the 16.8 GiB left (20 minus 3.2 GiB headroom), two full
         // checkpoints on top do not; 256K (3.4 GiB, three copies 10.1 GiB) would.
         let kv = cpu_kv_bytes(&hp, 524_288);
@@ -396,10 +394,7 @@ mod tests {
             MemoryVerdict::Warn(m) => assert!(m.contains("turn checkpoints") && m.contains("--ctx 262144"), "{m}"),
             v => panic!("{v:?}"),
         }
-        let roomy = HostMemory {
-            total: gib_u(64.0),
-            available: gib_u(40.0),
-        };
+        let roomy = host_gib(64.0, 40.0);
         assert_eq!(check_memory(&need, &roomy, None, &hp, 524_288), MemoryVerdict::Fits);
     }
 
@@ -414,10 +409,7 @@ mod tests {
             kv_on_device: true,
             checkpoint_bytes: 0,
         };
-        let host = HostMemory {
-            total: gib_u(128.0),
-            available: gib_u(120.0),
-        };
+        let host = host_gib(128.0, 120.0);
         // Default GTT limit of half the RAM (64 GiB) cannot hold 81 GiB of weights.
         let gtt = GpuMemory {
             vram_total: gib_u(0.5),
@@ -438,10 +430,7 @@ mod tests {
         };
         assert_eq!(check_memory(&need, &host, Some(&big), &hp, 32768), MemoryVerdict::Fits);
         // Same GTT limit but the desktop holds most of the RAM: pinned copies would OOM.
-        let busy = HostMemory {
-            total: gib_u(128.0),
-            available: gib_u(60.0),
-        };
+        let busy = host_gib(128.0, 60.0);
         assert!(matches!(
             check_memory(&need, &busy, Some(&big), &hp, 32768),
             MemoryVerdict::Refuse(_)

@@ -15,7 +15,7 @@
 //! Owns the threads and the chunk bookkeeping. Must not decide when to warm (that is the worker).
 
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -111,31 +111,29 @@ impl WarmupJob {
 
     /// Hold the threads after their current chunk (a turn is running).
     pub fn pause(&self) {
-        if self
-            .shared
-            .state
-            .compare_exchange(RUNNING, PAUSED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            let mut c = self.shared.clock.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut c) = self.switch(RUNNING, PAUSED) {
             c.paused_at = Some(Instant::now());
         }
     }
 
     pub fn resume(&self) {
-        if self
-            .shared
-            .state
-            .compare_exchange(PAUSED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            let mut c = self.shared.clock.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut c) = self.switch(PAUSED, RUNNING) {
             if let Some(p) = c.paused_at.take() {
                 c.paused_total += p.elapsed();
             }
             let _g = self.shared.gate.0.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.gate.1.notify_all();
         }
+    }
+
+    /// Moves the state from `from` to `to`; the clock, locked, when it did (else another call or
+    /// `stop` got there first).
+    fn switch(&self, from: u8, to: u8) -> Option<MutexGuard<'_, Clock>> {
+        self.shared
+            .state
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        Some(self.shared.clock.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Stop after the current chunks and join the threads; returns the final status.

@@ -26,6 +26,17 @@ pub struct TensorEntry {
     pub dims: Vec<u64>,
 }
 
+impl TensorEntry {
+    /// `name` of type `ty` with GGUF dims `dims`.
+    pub fn new(name: &str, ty: GgmlType, dims: &[u64]) -> TensorEntry {
+        TensorEntry {
+            name: name.to_string(),
+            ty,
+            dims: dims.to_vec(),
+        }
+    }
+}
+
 /// A tensor with its place in the file.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlacedTensor {
@@ -333,21 +344,9 @@ mod tests {
 
     fn tensors() -> Vec<TensorEntry> {
         vec![
-            TensorEntry {
-                name: "a".into(),
-                ty: GgmlType::F32,
-                dims: vec![3],
-            },
-            TensorEntry {
-                name: "b".into(),
-                ty: GgmlType::Q8_0,
-                dims: vec![64, 3],
-            },
-            TensorEntry {
-                name: "c".into(),
-                ty: GgmlType::Q2K,
-                dims: vec![256, 2, 2],
-            },
+            TensorEntry::new("a", GgmlType::F32, &[3]),
+            TensorEntry::new("b", GgmlType::Q8_0, &[64, 3]),
+            TensorEntry::new("c", GgmlType::Q2K, &[256, 2, 2]),
         ]
     }
 
@@ -434,11 +433,7 @@ mod tests {
             MetaValue::Array(vt::U32, vec![MetaValue::U32(1), MetaValue::I32(2)]),
         )];
         assert!(GgufLayout::new(&mixed, &[]).unwrap_err().message.contains("k'[1]"));
-        let partial = TensorEntry {
-            name: "x".into(),
-            ty: GgmlType::Q4K,
-            dims: vec![128, 2],
-        };
+        let partial = TensorEntry::new("x", GgmlType::Q4K, &[128, 2]);
         assert!(GgufLayout::new(&[], &[partial]).unwrap_err().message.contains("'x'"));
         let t = tensors();
         let twice = [t[0].clone(), t[0].clone()];

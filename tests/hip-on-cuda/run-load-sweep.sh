@@ -13,7 +13,6 @@ bin="$(readlink -f "${1:?usage: run-load-sweep.sh BIN TREE DS4_SOURCE_TAR [DISK_
 tree="$(readlink -f "$2")"; tar="$(readlink -f "$3")"; disk="${4:-/tmp}"; disk_gib="${5:-16}"
 source "$tree/tests/hip-on-cuda/common.sh"
 model=/dev/shm/flash.gguf
-drop_pages() { python3 -c 'import os,sys; fd=os.open(sys.argv[1],os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED)' "$1"; }
 ours() { # LABEL, then VAR=VALUE settings
   local label="$1"; shift
   local line
@@ -29,13 +28,7 @@ ours() { # LABEL, then VAR=VALUE settings
   step device
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   nproc; free -g | head -2; uname -r
-  step "build shim + project kernels, ds4"
-  bash "$tree/tests/hip-on-cuda/build-peers.sh" "$tree" "$tar" "$work" || exit 1
-  export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_HIP_FORWARD=1
-  yes "The quick brown fox jumps over the lazy dog." | head -c 40000 > /tmp/load-prompt.txt
-  step "Flash-shaped q2 file in /dev/shm"
-  if [ -s "$model" ]; then echo "reusing $model ($(stat -c %s "$model") bytes)"; else
-    /usr/bin/time -f "gen-model: %e s wall" "$bin" gen-model --preset flash --seed 1 --out "$model" 2>&1 | tail -2; fi
+  build_and_make_flash_model
   step "ds4 from the page cache"
   DS4_CUDA_COPY_MODEL=1 timeout 120 /tmp/ds4src/ds4-bench -m "$model" --cuda --prompt-file /tmp/load-prompt.txt \
     --ctx-start 2048 --ctx-max 2048 --gen-tokens 1 2>&1 >/dev/null | grep -iE "model copy|error" | head -2 \

@@ -11,7 +11,6 @@ bin="$(readlink -f "${1:?usage: run-load.sh BIN TREE DS4_SOURCE_TAR [DISK_DIR]}"
 tree="$(readlink -f "$2")"; tar="$(readlink -f "$3")"; disk="${4:-}"
 source "$tree/tests/hip-on-cuda/common.sh"
 model=/dev/shm/flash.gguf
-drop_pages() { python3 -c 'import os,sys; fd=os.open(sys.argv[1],os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED)' "$1"; }
 ours() { # FILE LABEL
   timeout 300 "$bin" bench --model "$1" --backend hip --weights copy --ctx-start 2048 --ctx-max 2048 \
     --gen-tokens 1 --peak-gbps 4800 2>&1 >/dev/null | grep -E "weights|error|ds4-chat:" | sed "s/^/ours ($2): /"
@@ -24,13 +23,7 @@ theirs() { # FILE LABEL
   step device
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   free -g | head -2
-  step "build shim + project kernels, ds4"
-  bash "$tree/tests/hip-on-cuda/build-peers.sh" "$tree" "$tar" "$work" || exit 1
-  export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_HIP_FORWARD=1
-  yes "The quick brown fox jumps over the lazy dog." | head -c 40000 > /tmp/load-prompt.txt
-  step "Flash-shaped q2 file in /dev/shm"
-  if [ -s "$model" ]; then echo "reusing $model ($(stat -c %s "$model") bytes)"; else
-    /usr/bin/time -f "gen-model: %e s wall" "$bin" gen-model --preset flash --seed 1 --out "$model" 2>&1 | tail -2; fi
+  build_and_make_flash_model
   step "from the page cache (/dev/shm), twice each"
   for i in 1 2; do ours "$model" "page cache, run $i"; done
   for i in 1 2; do theirs "$model" "page cache, run $i"; done

@@ -106,6 +106,15 @@ impl Drop for Tmux {
     }
 }
 
+/// Quits the app with Esc twice (the second within the double-press window) and returns the screen
+/// once the shell has printed the app's exit status.
+pub fn quit_with_esc(t: &Tmux) -> String {
+    t.keys(&["Escape"]);
+    std::thread::sleep(Duration::from_millis(200));
+    t.keys(&["Escape"]);
+    t.wait("the app to exit", 30, |s| exit_line(s).is_some())
+}
+
 /// The shell's "EXIT=n" line once the app has ended.
 pub fn exit_line(s: &str) -> Option<String> {
     s.lines()

@@ -146,16 +146,21 @@ pub fn warm_done(app: &mut App) {
     });
 }
 
+/// The worker starting a turn of `prompt_tokens` fresh tokens (nothing reused) in `think` mode.
+pub fn turn_started(app: &mut App, prompt_tokens: u32, think: ThinkMode) {
+    app.on_engine_event(Event::TurnStarted {
+        prompt_tokens,
+        reused_tokens: 0,
+        think,
+        note: None,
+    });
+}
+
 /// A whole turn as the worker reports it: prefill, reasoning, answer, finish. Each token takes
 /// `step` (so the turn's decode rate is 1 / step). Returns the commands the finish produced (the
 /// session's snapshot when sessions are kept).
 pub fn full_turn(app: &mut App, reasoning: &[&str], answer: &[&str], step: Duration) -> Vec<Command> {
-    app.on_engine_event(Event::TurnStarted {
-        prompt_tokens: 20,
-        reused_tokens: 0,
-        think: ThinkMode::High,
-        note: None,
-    });
+    turn_started(app, 20, ThinkMode::High);
     app.on_engine_event(Event::PrefillDone {
         tokens: 20,
         elapsed: Duration::from_millis(400),

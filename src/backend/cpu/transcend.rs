@@ -286,36 +286,38 @@ struct SinCosPoly {
     c: [f64; 5],
     s: [f64; 3],
 }
+const SINCOS_POLY_0: SinCosPoly = SinCosPoly {
+    c: [
+        f64::from_bits(0x3ff0000000000000),
+        f64::from_bits(0xbfdffffffd0c621c),
+        f64::from_bits(0x3fa55553e1068f19),
+        f64::from_bits(0xbf56c087e89a359d),
+        f64::from_bits(0x3ef99343027bf8c3),
+    ],
+    s: [
+        f64::from_bits(0xbfc555545995a603),
+        f64::from_bits(0x3f81107605230bc4),
+        f64::from_bits(0xbf2994eb3774cf24),
+    ],
+};
 const SINCOS_POLY: [SinCosPoly; 2] = [
+    SINCOS_POLY_0,
     SinCosPoly {
-        c: [
-            f64::from_bits(0x3ff0000000000000),
-            f64::from_bits(0xbfdffffffd0c621c),
-            f64::from_bits(0x3fa55553e1068f19),
-            f64::from_bits(0xbf56c087e89a359d),
-            f64::from_bits(0x3ef99343027bf8c3),
-        ],
-        s: [
-            f64::from_bits(0xbfc555545995a603),
-            f64::from_bits(0x3f81107605230bc4),
-            f64::from_bits(0xbf2994eb3774cf24),
-        ],
-    },
-    SinCosPoly {
-        c: [
-            f64::from_bits(0xbff0000000000000),
-            f64::from_bits(0x3fdffffffd0c621c),
-            f64::from_bits(0xbfa55553e1068f19),
-            f64::from_bits(0x3f56c087e89a359d),
-            f64::from_bits(0xbef99343027bf8c3),
-        ],
-        s: [
-            f64::from_bits(0xbfc555545995a603),
-            f64::from_bits(0x3f81107605230bc4),
-            f64::from_bits(0xbf2994eb3774cf24),
-        ],
+        c: negated(SINCOS_POLY_0.c),
+        s: SINCOS_POLY_0.s,
     },
 ];
+
+/// Each coefficient with its sign flipped (exact).
+const fn negated<const N: usize>(c: [f64; N]) -> [f64; N] {
+    let mut out = c;
+    let mut i = 0;
+    while i < N {
+        out[i] = -c[i];
+        i += 1;
+    }
+    out
+}
 /// Sign of the sine argument in quadrants 0..3.
 const SINCOS_SIGN: [f64; 4] = [1.0, -1.0, -1.0, 1.0];
 /// 2/pi * 2^24: the quadrant lands in bits 24.. of the truncated product.
@@ -511,6 +513,20 @@ fn log2_body(x: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_second_sincos_set_is_the_first_with_the_cosine_negated() {
+        let c = SINCOS_POLY[1].c.map(f64::to_bits);
+        let want = [
+            0xbff0000000000000,
+            0x3fdffffffd0c621c,
+            0xbfa55553e1068f19,
+            0x3f56c087e89a359d,
+            0xbef99343027bf8c3,
+        ];
+        assert_eq!(c, want);
+        assert_eq!(SINCOS_POLY[1].s.map(f64::to_bits), SINCOS_POLY_0.s.map(f64::to_bits));
+    }
 
     /// The comparison with the platform's float functions is meaningful only where they are glibc's
     /// FMA variants (x86_64 glibc on a CPU with FMA, as this project's machines and CI).
