@@ -288,7 +288,10 @@ fn parse_think(f: &Fields<'_>) -> Result<Option<ThinkMode>, ApiError> {
             let level = match o.get("reasoning_effort").filter(|v| !v.is_null()) {
                 Some(Value::String(e)) => Some(effort(e, "chat_template_kwargs.reasoning_effort")?),
                 Some(_) => {
-                    return Err(ApiError::field("chat_template_kwargs.reasoning_effort", "must be a string"));
+                    return Err(ApiError::field(
+                        "chat_template_kwargs.reasoning_effort",
+                        "must be a string",
+                    ));
                 }
                 None => None,
             };
