@@ -117,11 +117,7 @@ fn placement_copy_and_map(model: &Arc<Model>) {
     let total = data_section_bytes(&model.file);
     let mut calls = Vec::new();
     let copied = DeviceWeights::upload(&ctx, model, &mut |d, t| calls.push((d, t))).unwrap();
-    assert!(
-        copied.method.contains("through pinned staging ("),
-        "{}",
-        copied.method
-    );
+    assert!(copied.method.contains("through pinned staging ("), "{}", copied.method);
     assert!(!copied.is_mapped());
     // The copy starts at the 4 KiB block holding the first tensor byte (O_DIRECT alignment).
     let placed = copied.len_bytes() as u64;
