@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Projects the decode speed of the Flash q2 file on Strix Halo (gfx1151) from a DS4_HIP_PROFILE log.
+
+Usage: tools/project-strix-halo.py LOG [--bw GBPS] [--launch-us US] [--ctx N] [--tokens N] [--peak GBPS]
+  LOG          output of `DS4_HIP_PROFILE=1 ds4-chat run ...` on the H200 (or any GPU); the first
+               "DS4_HIP_PROFILE: device time per kernel" block is the decode profile, and the
+               "generation ... (N tokens)" line before it gives the number of forward steps
+  --bw         gfx1151 bandwidth the projection assumes, GB/s (default 212)
+  --launch-us  cost per kernel launch on gfx1151, microseconds (default 3.9)
+  --ctx        context at which attention reads its KV rows (default 2048)
+  --peak       bandwidth of the profiled GPU, GB/s, for its "% of peak" column (default 4800, H200)
+Prints a Markdown table per kernel class (docs/strix-halo-projection.md explains the model):
+bytes read per token, launches per token, time and GB/s on the profiled GPU, and the projected
+gfx1151 time = max(bytes / bw, profiled time) + launches x launch cost, summed to tokens/s, and
+the bound without the profiled-time floor (bytes / bw + launches x launch cost).
+"""
+import argparse
+import re
+import sys
+
+# Flash shapes (docs/model.md#hyperparameters): the bytes each kernel class reads per decoded token.
+N_LAYER, N_EMBD, N_VOCAB, N_HEAD, HEAD_DIM = 43, 4096, 129280, 64, 512
+Q_LORA, N_OUT_GROUP, O_LORA = 1024, 8, 1024
+N_EXPERT_USED, N_FF_EXP, N_HC, MIX = 6, 2048, 4, 24
+RATIO4_LAYERS, RATIO128_LAYERS, WINDOW, TOP_K = 21, 20, 128, 512
+IDX_HEAD_DIM = 128
+
+# Bytes per element of each GGML block type: block bytes / block elements.
+TYPE_BYTES = {"q8_0": 34 / 32, "f16": 2.0, "iq2_xxs": 66 / 256, "q2_k": 84 / 256, "q4_k": 144 / 256}
+
+
+def q8(n_in, n_out):
+    return n_in * n_out * TYPE_BYTES["q8_0"]
+
+
+def f16(n_in, n_out):
+    return n_in * n_out * 2
+
+
+def attention_projection_bytes():
+    """q_a, q_b, kv, output_a (G groups of O_r rows over D*H/G inputs), output_b per layer."""
+    per_layer = (
+        q8(N_EMBD, Q_LORA)
+        + q8(Q_LORA, N_HEAD * HEAD_DIM)
+        + q8(N_EMBD, HEAD_DIM)
+        + q8(HEAD_DIM * N_HEAD // N_OUT_GROUP, N_OUT_GROUP * O_LORA)
+        + q8(N_OUT_GROUP * O_LORA, N_EMBD)
+    )
+    return N_LAYER * per_layer
+
+
+def compressor_pair_bytes():
+    """kv + gate F16 projections of every compressor: ratio-4 layers (c=2) have the attention one
+    (hd = D) and the indexer one (hd = D_i), ratio-128 layers (c=1) the attention one."""
+    r4 = 2 * f16(N_EMBD, 2 * HEAD_DIM) + 2 * f16(N_EMBD, 2 * IDX_HEAD_DIM)
+    r128 = 2 * f16(N_EMBD, HEAD_DIM)
+    return RATIO4_LAYERS * r4 + RATIO128_LAYERS * r128
+
+
+def attention_kv_bytes(ctx):
+    """f32 KV rows the attention reads per token at context ctx, once for scores, once for values."""
+    rows = N_LAYER * min(WINDOW, ctx)
+    rows += RATIO4_LAYERS * min(TOP_K, ctx // 4) + RATIO128_LAYERS * (ctx // 128)
+    return 2 * rows * HEAD_DIM * 4
+
+
+def expert_bytes(kernel, matrices):
+    """Routed experts: n_expert_used matrices (gate+up = 2, down = 1) of F x E per layer; the type is
+    the kernel name's suffix."""
+    for ty, b in TYPE_BYTES.items():
+        if kernel.endswith(ty):
+            return N_LAYER * N_EXPERT_USED * matrices * N_FF_EXP * N_EMBD * b
+    return 0.0
+
+
+# (class label, kernel name prefixes, bytes per token as a function of (kernel, ctx), None where the
+# class reads only activations). The first class with a matching prefix takes a kernel.
+CLASSES = [
+    ("Q8_0 shared expert gate+up (SwiGLU)", ["ds4_matvec_q8_0_swiglu"], lambda k, c: N_LAYER * 2 * q8(N_EMBD, N_FF_EXP)),
+    (
+        "Q8_0 matvec: attention q_a/q_b/kv/out_a/out_b, shared down, LM head",
+        ["ds4_matvec_q8_0"],
+        lambda k, c: attention_projection_bytes() + N_LAYER * q8(N_FF_EXP, N_EMBD) + q8(N_EMBD, N_VOCAB),
+    ),
+    ("routed experts gate+up", ["ds4_moe_gate_up_"], lambda k, c: expert_bytes(k, 2)),
+    ("routed experts down", ["ds4_moe_down_"], lambda k, c: expert_bytes(k, 1)),
+    ("F16 compressor kv+gate pairs", ["ds4_matvec_f16_pair"], lambda k, c: compressor_pair_bytes()),
+    ("F16 router logits", ["ds4_matvec_f16"], lambda k, c: N_LAYER * f16(N_EMBD, 256)),
+    ("HC pre (Sinkhorn mix, norm)", ["ds4_hc_pre", "ds4_hc_mix"], lambda k, c: 2 * N_LAYER * f16(N_HC * N_EMBD, MIX)),
+    ("attention core (scores, softmax, values)", ["ds4_attention_"], lambda k, c: attention_kv_bytes(c)),
+    ("RMSNorm + quantize", ["ds4_rms_norm_quant"], None),
+    ("row finish (norms, RoPE, simulations)", ["ds4_rows_finish"], None),
+    ("HC post", ["ds4_hc_post"], None),
+    ("router top-k", ["ds4_router"], None),
+    ("compressor pool", ["ds4_compressor_pool"], None),
+    ("indexer", ["ds4_indexer_"], None),
+    ("output head, sampling, embedding", [""], None),
+]
+
+
+def classify(kernel):
+    for i, (_, patterns, _) in enumerate(CLASSES):
+        if any(kernel.startswith(p) for p in patterns):
+            return i
+    return len(CLASSES) - 1
+
+
+PROFILE_HEAD = "DS4_HIP_PROFILE: device time per kernel"
+ROW = re.compile(r"^\s+(\S+)\s+(\d+) calls\s+([\d.]+) ms\s+[\d.]+%\s+[\d.]+ us/call\s*$")
+GENERATION = re.compile(r"generation [\d.]+ t/s \((\d+) tokens\)")
+
+
+def parse_profile(text):
+    """(steps, [(kernel, calls, ms)]) of the first DS4_HIP_PROFILE block; steps from the last
+    "generation ... (N tokens)" line before it, or None."""
+    steps, rows, inside = None, [], False
+    for line in text.splitlines():
+        if not inside:
+            m = GENERATION.search(line)
+            if m:
+                steps = int(m.group(1))
+            if PROFILE_HEAD in line:
+                inside = True
+            continue
+        m = ROW.match(line)
+        if not m:
+            break
+        rows.append((m.group(1), int(m.group(2)), float(m.group(3))))
+    return steps, rows
+
+
+def project(rows, steps, bw_gbps, launch_us, ctx, peak_gbps):
+    """Per-class dicts and the totals, per decoded token."""
+    classes = {}
+    for kernel, calls, ms in rows:
+        i = classify(kernel)
+        label, _, bytes_fn = CLASSES[i]
+        c = classes.setdefault(i, {"class": label, "bytes": 0.0, "launches": 0.0, "ms": 0.0, "kernels": []})
+        c["launches"] += calls / steps
+        c["ms"] += ms / steps
+        c["kernels"].append(kernel)
+        if bytes_fn is not None:
+            c["bytes"] = max(c["bytes"], bytes_fn(kernel, ctx))
+    out = []
+    for i in sorted(classes):
+        c = classes[i]
+        c["gbps"] = c["bytes"] / (c["ms"] * 1e6) if c["ms"] > 0 else 0.0
+        c["peak_pct"] = 100 * c["gbps"] / peak_gbps
+        c["bw_ms"] = c["bytes"] / (bw_gbps * 1e6)
+        c["launch_ms"] = c["launches"] * launch_us / 1e3
+        c["proj_ms"] = max(c["bw_ms"], c["ms"]) + c["launch_ms"]
+        out.append(c)
+    total = {k: sum(c[k] for c in out) for k in ("bytes", "launches", "ms", "bw_ms", "launch_ms", "proj_ms")}
+    total["tps"] = 1e3 / total["proj_ms"]
+    # Lower bound on time: small kernels finish inside their launch slot, only bytes and launches count.
+    total["lean_tps"] = 1e3 / (total["bw_ms"] + total["launch_ms"])
+    total["bw_only_tps"] = 1e3 / total["bw_ms"]
+    return out, total
+
+
+def markdown(out, total, a):
+    lines = [
+        f"| class | GB/token | launches/token | profiled ms/token | profiled GB/s (% of {a.peak:.0f}) "
+        f"| gfx1151 ms at {a.bw:.0f} GB/s | launch ms at {a.launch_us} us | projected ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in out:
+        lines.append(
+            f"| {c['class']} | {c['bytes'] / 1e9:.3f} | {c['launches']:.1f} | {c['ms']:.3f} | "
+            f"{c['gbps']:.0f} ({c['peak_pct']:.1f}%) | {c['bw_ms']:.2f} | {c['launch_ms']:.2f} | {c['proj_ms']:.2f} |"
+        )
+    lines.append(
+        f"| **total** | **{total['bytes'] / 1e9:.3f}** | **{total['launches']:.1f}** | **{total['ms']:.3f}** | "
+        f"{total['bytes'] / (total['ms'] * 1e6):.0f} | **{total['bw_ms']:.2f}** | **{total['launch_ms']:.2f}** | "
+        f"**{total['proj_ms']:.2f}** |"
+    )
+    lines.append("")
+    lines.append(
+        f"projected gfx1151 decode: {total['tps']:.1f} t/s; bytes + launches only: {total['lean_tps']:.1f} t/s; "
+        f"bandwidth alone: {total['bw_only_tps']:.1f} t/s (ctx {a.ctx}, {a.steps} profiled steps)"
+    )
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("log")
+    ap.add_argument("--bw", type=float, default=212.0)
+    ap.add_argument("--launch-us", type=float, default=3.9)
+    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--tokens", type=int)
+    ap.add_argument("--peak", type=float, default=4800.0)
+    a = ap.parse_args()
+    try:
+        with open(a.log, errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        sys.exit(f"project-strix-halo: cannot read {a.log}: {e.strerror}")
+    steps, rows = parse_profile(text)
+    if not rows:
+        sys.exit(f"project-strix-halo: {a.log}: no '{PROFILE_HEAD}' block with kernel rows")
+    a.steps = a.tokens or steps
+    if not a.steps:
+        sys.exit(f"project-strix-halo: {a.log}: no 'generation ... (N tokens)' line; pass --tokens N")
+    out, total = project(rows, a.steps, a.bw, a.launch_us, a.ctx, a.peak)
+    print(markdown(out, total, a))
+
+
+if __name__ == "__main__":
+    main()
