@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Unit tests of tools/kernel-metadata.py (metadata-note parsing, waves per SIMD, the hot-kernel
+scratch check) and tools/project-strix-halo.py (profile-log parsing, bytes per kernel class).
+Run: python3 tools/test_strix_tools.py (tests/kernel_metadata.rs runs it)."""
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def load(name, file):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, file))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+meta = load("kernel_metadata", "kernel-metadata.py")
+proj = load("project_strix_halo", "project-strix-halo.py")
+
+
+def kernel_note(name, vgpr, sgpr, lds, scratch, vgpr_spill=0, sgpr_spill=0):
+    """One amdhsa.kernels entry as llvm-readelf 19 prints it, with an .args list in front."""
+    return f"""  - .args:
+      - .address_space:  global
+        .offset:         0
+        .size:           8
+        .value_kind:     global_buffer
+      - .offset:         8
+        .size:           4
+        .value_kind:     by_value
+    .group_segment_fixed_size: {lds}
+    .kernarg_segment_align: 8
+    .kernarg_segment_size: 12
+    .language:       OpenCL C
+    .language_version:
+      - 2
+      - 0
+    .max_flat_workgroup_size: 256
+    .name:           {name}
+    .private_segment_fixed_size: {scratch}
+    .sgpr_count:     {sgpr}
+    .sgpr_spill_count: {sgpr_spill}
+    .symbol:         {name}.kd
+    .uniform_work_group_size: 1
+    .uses_dynamic_stack: false
+    .vgpr_count:     {vgpr}
+    .vgpr_spill_count: {vgpr_spill}
+    .wavefront_size: 32
+    .workgroup_processor_mode: 1
+"""
+
+
+def notes(*kernels):
+    return (
+        "Displaying notes found in: .note\n  Owner                Data size \tDescription\n"
+        "  AMDGPU               0x0000e316\tNT_AMDGPU_METADATA (AMDGPU Metadata)\n"
+        "    AMDGPU Metadata:\n        ---\namdhsa.kernels:\n"
+        + "".join(kernels)
+        + "amdhsa.target:   amdgcn-amd-amdhsa--gfx1151\namdhsa.version:\n  - 1\n  - 2\n...\n"
+    )
+
+
+class KernelMetadata(unittest.TestCase):
+    def test_parses_every_kernel_field(self):
+        ks = meta.parse_notes(
+            notes(
+                kernel_note("ds4_matvec_q8_0_fast", 94, 22, 0, 0),
+                kernel_note("ds4_moe_gemm_down_q2_k", 256, 39, 23056, 532, vgpr_spill=255),
+            )
+        )
+        self.assertEqual([k["name"] for k in ks], ["ds4_matvec_q8_0_fast", "ds4_moe_gemm_down_q2_k"])
+        a, b = ks
+        self.assertEqual((a["vgpr"], a["sgpr"], a["lds"], a["scratch"], a["wave"]), (94, 22, 0, 0, 32))
+        self.assertEqual((b["vgpr"], b["lds"], b["scratch"], b["vgpr_spill"]), (256, 23056, 532, 255))
+        self.assertTrue(a["hot"])
+        self.assertFalse(b["hot"])
+        self.assertFalse(meta.uses_scratch(a))
+        self.assertTrue(meta.uses_scratch(b))
+
+    def test_waves_per_simd_follow_the_gfx1151_vgpr_file(self):
+        # 1536 VGPRs per SIMD in granules of 24, at most 16 waves.
+        self.assertEqual(meta.waves_per_simd(1), 16)
+        self.assertEqual(meta.waves_per_simd(96), 16)
+        self.assertEqual(meta.waves_per_simd(97), 1536 // 120)  # 12
+        self.assertEqual(meta.waves_per_simd(172), 8)
+        self.assertEqual(meta.waves_per_simd(206), 1536 // 216)  # 7
+        self.assertEqual(meta.waves_per_simd(256), 5)
+        self.assertEqual(meta.waves_per_simd(100, wave=64), 768 // 108)  # 7
+
+    def test_hot_set(self):
+        for n in [
+            "ds4_matvec_q8_0_fast",
+            "ds4_hc_pre_fused_fast",
+            "ds4_gemm_q8_0_mma",
+            "ds4_moe_gemm_gate_up_q2_k_mma",
+            "ds4_rms_norm_quant",
+            "ds4_attention_values",
+            "ds4_moe_gate_up_iq2_xxs",
+            "ds4_moe_down_q4_k",
+            "ds4_rows_finish",
+            "ds4_hc_post",
+            "ds4_router",
+            "ds4_compressor_pool",
+        ]:
+            self.assertTrue(meta.is_hot(n), n)
+        for n in ["ds4_matvec_q8_0", "ds4_hc_pre_fused", "ds4_moe_gemm_gate_up_q2_k", "ds4_gemm_q8_0", "ds4_embed_hc"]:
+            self.assertFalse(meta.is_hot(n), n)
+
+    def check_rc(self, text):
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(text)
+        try:
+            r = subprocess.run(
+                [sys.executable, os.path.join(HERE, "kernel-metadata.py"), "--notes", f.name, "--check"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        finally:
+            os.unlink(f.name)
+        return r
+
+    def test_check_fails_only_on_a_hot_kernel_with_scratch(self):
+        cold = self.check_rc(notes(kernel_note("ds4_moe_gemm_down_q2_k", 256, 39, 0, 532, vgpr_spill=255)))
+        self.assertEqual(cold.returncode, 0, cold.stderr)
+        self.assertIn("scratch: ds4_moe_gemm_down_q2_k: 532 B", cold.stdout)
+        hot = self.check_rc(notes(kernel_note("ds4_moe_gemm_down_q2_k_mma", 256, 39, 0, 16, vgpr_spill=4)))
+        self.assertEqual(hot.returncode, 1)
+        self.assertIn("hot kernels use scratch: ds4_moe_gemm_down_q2_k_mma", hot.stderr)
+        empty = self.check_rc("no notes here\n")
+        self.assertNotEqual(empty.returncode, 0)
+        self.assertIn("no amdhsa.kernels metadata", empty.stderr)
+
+
+PROFILE_LOG = """== launches per decode step
+ds4-chat: prompt 17 tokens, prefill 226.23 t/s, generation 55.00 t/s (4 tokens)
+DS4_HIP_PROFILE: device time per kernel (10.0 ms in all)
+  ds4_matvec_q8_0_fast              1036 calls       8.00 ms   80.0%     7.72 us/call
+  ds4_matvec_q8_0_swiglu_fast        172 calls       1.00 ms   10.0%     5.81 us/call
+  ds4_moe_gate_up_iq2_xxs            172 calls       0.60 ms    6.0%     3.49 us/call
+  ds4_rms_norm_quant                 864 calls       0.40 ms    4.0%     0.46 us/call
+
+== per-kernel prefill time
+DS4_HIP_PROFILE: device time per kernel (99.0 ms in all)
+  ds4_gemm_q8_0_mma                  516 calls      99.00 ms  100.0%   191.86 us/call
+"""
+
+
+class Projection(unittest.TestCase):
+    def test_parses_the_first_profile_block_and_its_step_count(self):
+        steps, rows = proj.parse_profile(PROFILE_LOG)
+        self.assertEqual(steps, 4)
+        self.assertEqual(
+            rows,
+            [
+                ("ds4_matvec_q8_0_fast", 1036, 8.0),
+                ("ds4_matvec_q8_0_swiglu_fast", 172, 1.0),
+                ("ds4_moe_gate_up_iq2_xxs", 172, 0.6),
+                ("ds4_rms_norm_quant", 864, 0.4),
+            ],
+        )
+
+    def test_classes_and_bytes_match_the_model_accounting(self):
+        # docs/model.md#weight-bytes-per-token: attention projections 4660 MiB, shared expert
+        # 1097 MiB, LM head 537 MiB, routed experts (q2) 1741 MiB.
+        self.assertEqual(proj.attention_projection_bytes(), 4_886_495_232)
+        self.assertEqual(round(proj.attention_projection_bytes() / 2**20), 4660)
+        shared = 3 * proj.N_LAYER * proj.q8(4096, 2048)
+        self.assertEqual(shared, 1_149_763_584)  # 1096.5 MiB, printed as 1097
+        self.assertEqual(round(proj.q8(4096, 129280) / 2**20), 537)
+        routed = proj.expert_bytes("ds4_moe_gate_up_iq2_xxs", 2) + proj.expert_bytes("ds4_moe_down_q2_k", 1)
+        self.assertEqual(routed, 1_826_095_104)  # 43 x 6 x 7,077,888 B per expert
+        self.assertEqual(proj.classify("ds4_matvec_q8_0_swiglu_fast"), 0)
+        self.assertEqual(proj.classify("ds4_matvec_q8_0_fast"), 1)
+        self.assertEqual(proj.classify("ds4_matvec_f16_pair_fast"), 4)
+        self.assertEqual(proj.classify("ds4_matvec_f16_fast"), 5)
+        self.assertEqual(proj.classify("ds4_something_new"), len(proj.CLASSES) - 1)
+
+    def test_projection_sums_bandwidth_and_launches(self):
+        steps, rows = proj.parse_profile(PROFILE_LOG)
+        out, total = proj.project(rows, steps, 212.0, 4.0, 2048, 4800.0)
+        q8 = next(c for c in out if c["kernels"] == ["ds4_matvec_q8_0_fast"])
+        self.assertAlmostEqual(q8["launches"], 259.0)
+        self.assertAlmostEqual(q8["ms"], 2.0)
+        self.assertAlmostEqual(q8["bw_ms"], q8["bytes"] / 212e6)
+        self.assertAlmostEqual(q8["proj_ms"], q8["bw_ms"] + 259 * 4e-3)
+        norm = next(c for c in out if c["kernels"] == ["ds4_rms_norm_quant"])
+        self.assertEqual(norm["bytes"], 0)
+        self.assertAlmostEqual(norm["proj_ms"], 0.1 + 216 * 4e-3)  # profiled time is the floor
+        self.assertAlmostEqual(total["launches"], 259 + 43 + 43 + 216)
+        self.assertAlmostEqual(total["tps"], 1e3 / sum(c["proj_ms"] for c in out))
+
+    def test_committed_h200_log(self):
+        log = os.path.join(ROOT, "tests/hip-on-cuda/results/h200-2026-12-02-s6-final-check-bench.log")
+        with open(log) as f:
+            steps, rows = proj.parse_profile(f.read())
+        self.assertEqual(steps, 64)
+        self.assertEqual(len(rows), 20)
+        self.assertEqual(rows[0], ("ds4_matvec_q8_0_fast", 16576, 275.64))
+        self.assertAlmostEqual(sum(ms for _, _, ms in rows), 1105.6, delta=0.1)
+
+
+if __name__ == "__main__":
+    unittest.main()
