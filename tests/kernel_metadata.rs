@@ -28,10 +28,8 @@ fn have_hip_clang() -> bool {
     if std::env::var_os("DS4_HIP_CLANG").is_some() {
         return true;
     }
-    if let Some(rocm) = std::env::var_os("ROCM_PATH") {
-        if Path::new(&rocm).join("llvm/bin/clang").exists() {
-            return true;
-        }
+    if std::env::var_os("ROCM_PATH").is_some_and(|rocm| Path::new(&rocm).join("llvm/bin/clang").exists()) {
+        return true;
     }
     ["clang-19", "/usr/lib/llvm-19/bin/clang", "clang-20", "clang-21"]
         .iter()

@@ -17,6 +17,10 @@ Waves per SIMD from VGPRs, gfx1151 in wave32 (LLVM AMDGPU backend, AMDGPUBaseInf
 getTotalNumVGPRs / getVGPRAllocGranule / getMaxWavesPerEU; gfx1151 = FeatureISAVersion11_5_1,
 which carries the 1.5x VGPR feature): 1536 VGPRs per SIMD lane, allocated in granules of 24,
 at most 16 waves per SIMD. waves = min(16, 1536 // roundup(vgprs, 24)).
+LDS: 128 KiB per WGP (two CUs, four SIMDs; the kernels run in WGP mode), so a workgroup of
+max_flat_workgroup_size threads using L bytes allows (131072 // L) workgroups per WGP, i.e.
+(131072 // L) * (workgroup waves) / 4 waves per SIMD. The smaller of the two equals the "; Occupancy"
+clang-19 writes into the gfx1151 assembly for every kernel of kernels/ds4.hip.
 """
 import argparse
 import fnmatch
@@ -29,6 +33,8 @@ import sys
 VGPRS_PER_SIMD_WAVE32 = 1536
 VGPR_GRANULE_WAVE32 = 24
 MAX_WAVES_PER_SIMD = 16
+LDS_PER_WGP = 131072
+SIMDS_PER_WGP = 4
 
 # The kernels that fast-mode decode and prefill run (ds4_*_fast, the matrix-core *_mma GEMMs and the
 # shared steps that have no fast twin).
@@ -55,6 +61,7 @@ FIELDS = {
     ".sgpr_spill_count": "sgpr_spill",
     ".wavefront_size": "wave",
     ".uses_dynamic_stack": "dynamic_stack",
+    ".max_flat_workgroup_size": "wg_size",
 }
 
 
@@ -69,6 +76,14 @@ def waves_per_simd(vgprs, wave=32):
         total, granule = total // 2, granule // 2
     alloc = max(granule, -(-vgprs // granule) * granule)
     return min(MAX_WAVES_PER_SIMD, total // alloc)
+
+
+def waves_per_simd_lds(lds, wg_size, wave=32):
+    """Waves per SIMD that `lds` bytes per workgroup of `wg_size` threads allow on one WGP."""
+    if lds == 0:
+        return MAX_WAVES_PER_SIMD
+    groups = LDS_PER_WGP // lds
+    return min(MAX_WAVES_PER_SIMD, groups * -(-wg_size // wave) // SIMDS_PER_WGP)
 
 
 def parse_notes(text):
@@ -106,7 +121,9 @@ def parse_notes(text):
             k.setdefault(f, 0)
         k.setdefault("wave", 32)
         k.setdefault("dynamic_stack", False)
+        k.setdefault("wg_size", 256)
         k["waves"] = waves_per_simd(k["vgpr"], k["wave"])
+        k["occupancy"] = min(k["waves"], waves_per_simd_lds(k["lds"], k["wg_size"], k["wave"]))
         k["hot"] = is_hot(k["name"])
         out.append(k)
     return out
@@ -118,13 +135,14 @@ def uses_scratch(k):
 
 def markdown(kernels):
     rows = [
-        "| kernel | VGPRs | SGPRs | LDS B | scratch B | VGPR/SGPR spills | wave | waves/SIMD (VGPRs) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| kernel | VGPRs | SGPRs | LDS B | scratch B | VGPR/SGPR spills | wave | waves/SIMD by VGPRs "
+        "| waves/SIMD by VGPRs and LDS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for k in sorted(kernels, key=lambda k: k["name"]):
         rows.append(
             f"| {k['name']} | {k['vgpr']} | {k['sgpr']} | {k['lds']} | {k['scratch']} | "
-            f"{k['vgpr_spill']}/{k['sgpr_spill']} | {k['wave']} | {k['waves']} |"
+            f"{k['vgpr_spill']}/{k['sgpr_spill']} | {k['wave']} | {k['waves']} | {k['occupancy']} |"
         )
     return "\n".join(rows)
 
@@ -162,14 +180,19 @@ def build(root, arch):
     out = os.path.join(root, "target", "kernel-metadata", sources_hash(root))
     obj = os.path.join(out, f"ds4_kernels.{arch}.hsaco")
     if not os.path.exists(obj):
+        # Built beside the cache entry and moved in whole, so an interrupted build is never reused.
+        tmp = f"{out}.tmp-{os.getpid()}"
         r = subprocess.run(
-            ["bash", os.path.join(root, "tools", "build-kernels-amd.sh"), out, arch],
+            ["bash", os.path.join(root, "tools", "build-kernels-amd.sh"), tmp, arch],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
         if r.returncode != 0:
             sys.exit(f"kernel-metadata: building {arch} failed:\n{r.stdout.strip()}")
+        os.makedirs(out, exist_ok=True)
+        os.replace(os.path.join(tmp, os.path.basename(obj)), obj)
+        shutil.rmtree(tmp, ignore_errors=True)
     return obj
 
 

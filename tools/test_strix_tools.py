@@ -93,6 +93,17 @@ class KernelMetadata(unittest.TestCase):
         self.assertEqual(meta.waves_per_simd(256), 5)
         self.assertEqual(meta.waves_per_simd(100, wave=64), 768 // 108)  # 7
 
+    def test_lds_limits_waves_per_wgp(self):
+        # 128 KiB per WGP shared by four SIMDs; 256-thread workgroups are 8 waves. These equal the
+        # "; Occupancy" clang-19 prints for ds4_hc_pre_fused, ds4_matvec_f16, ds4_gemm_q8_0_mma.
+        self.assertEqual(meta.waves_per_simd_lds(33312, 256), 6)
+        self.assertEqual(meta.waves_per_simd_lds(16672, 256), 14)
+        self.assertEqual(meta.waves_per_simd_lds(30720, 256), 8)
+        self.assertEqual(meta.waves_per_simd_lds(64, 256), 16)
+        self.assertEqual(meta.waves_per_simd_lds(0, 256), 16)
+        k = meta.parse_notes(notes(kernel_note("ds4_hc_pre_fused", 44, 93, 33312, 0)))[0]
+        self.assertEqual((k["wg_size"], k["waves"], k["occupancy"]), (256, 16, 6))
+
     def test_hot_set(self):
         for n in [
             "ds4_matvec_q8_0_fast",
