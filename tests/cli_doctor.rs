@@ -133,11 +133,7 @@ fn lines_of(roots: &Roots, embedded: &[&str], status: Status) -> (Vec<String>, i
     let mut facts = probe(roots, None, 32768);
     facts.embedded = embedded.iter().map(|t| t.to_string()).collect();
     let checks = diagnose(&facts);
-    let lines = checks
-        .iter()
-        .filter(|c| c.status == status)
-        .map(|c| c.line())
-        .collect();
+    let lines = checks.iter().filter(|c| c.status == status).map(|c| c.line()).collect();
     (lines, exit_code(&checks))
 }
 
