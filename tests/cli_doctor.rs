@@ -124,15 +124,26 @@ fn build(name: &str, m: &Machine) -> Roots {
 /// The failing lines and exit status for `m`, with a binary that embeds gfx1151.
 fn failures(name: &str, m: &Machine) -> (Vec<String>, i32) {
     let roots = build(name, m);
-    let mut facts = probe(&roots, None, 32768);
-    facts.embedded = vec!["gfx1100".into(), "gfx1151".into()];
+    lines_of(&roots, &["gfx1100", "gfx1151"], Status::Fail)
+}
+
+/// The report lines of `status` for the machine at `roots` with a binary embedding `embedded`,
+/// and the exit code of the whole report.
+fn lines_of(roots: &Roots, embedded: &[&str], status: Status) -> (Vec<String>, i32) {
+    let mut facts = probe(roots, None, 32768);
+    facts.embedded = embedded.iter().map(|t| t.to_string()).collect();
     let checks = diagnose(&facts);
-    let failing = checks
-        .iter()
-        .filter(|c| c.status == Status::Fail)
-        .map(|c| c.line())
-        .collect();
-    (failing, exit_code(&checks))
+    let lines = checks.iter().filter(|c| c.status == status).map(|c| c.line()).collect();
+    (lines, exit_code(&checks))
+}
+
+/// The binary on `m` must exit 1 with every one of `lines` in its report.
+fn assert_binary_fails_with(name: &str, m: &Machine, lines: &[&str]) {
+    let (code, out) = run_binary(name, m);
+    assert_eq!(code, 1, "{out}");
+    for line in lines {
+        assert!(out.contains(line), "{line:?} missing from {out}");
+    }
 }
 
 /// The binary's exit status and stdout on `m` (its own embedded targets).
@@ -210,9 +221,7 @@ fn gtt_at_the_default_62_gib() {
         ]
     );
     assert_eq!(code, 1);
-    let (code, out) = run_binary("gtt62", &m);
-    assert_eq!(code, 1);
-    assert!(out.contains(&failing[0]), "{out}");
+    assert_binary_fails_with("gtt62", &m, &[&failing[0]]);
 }
 
 #[test]
@@ -260,9 +269,7 @@ fn a_user_outside_the_render_group() {
         ]
     );
     assert_eq!(code, 1);
-    let (code, out) = run_binary("nogroup", &m);
-    assert_eq!(code, 1);
-    assert!(out.contains(&failing[1]), "{out}");
+    assert_binary_fails_with("nogroup", &m, &[&failing[1]]);
 }
 
 #[test]
@@ -275,9 +282,7 @@ fn no_rocm_installed() {
         "nowhere/libamdhip64.so); fix: install ROCm 7 (the HIP runtime), or set DS4_HIP_LIBRARY to libamdhip64.so"
     ));
     assert_eq!(code, 1);
-    let (code, out) = run_binary("norocm", &m);
-    assert_eq!(code, 1);
-    assert!(out.contains("FAIL  rocm "), "{out}");
+    assert_binary_fails_with("norocm", &m, &["FAIL  rocm "]);
 }
 
 #[test]
@@ -288,14 +293,7 @@ fn rocm_6_on_a_gfx1151() {
         "6.4.1-60401\n",
     )
     .unwrap();
-    let mut facts = probe(&roots, None, 32768);
-    facts.embedded = vec!["gfx1151".into()];
-    let checks = diagnose(&facts);
-    let failing: Vec<String> = checks
-        .iter()
-        .filter(|c| c.status == Status::Fail)
-        .map(|c| c.line())
-        .collect();
+    let (failing, code) = lines_of(&roots, &["gfx1151"], Status::Fail);
     assert_eq!(failing.len(), 1, "{failing:?}");
     assert!(
         failing[0].ends_with(
@@ -304,7 +302,7 @@ fn rocm_6_on_a_gfx1151() {
         ),
         "{failing:?}"
     );
-    assert_eq!(exit_code(&checks), 1);
+    assert_eq!(code, 1);
 }
 
 #[test]
@@ -347,9 +345,7 @@ fn no_gpu_at_all_still_reports_the_rest() {
     assert_eq!(lines[7], format!("FAIL  render node  /dev/dri/renderD* missing; {fix}"));
     assert_eq!(lines[8], "ok    kernel       Linux 6.14.0-15-generic");
     assert_eq!(exit_code(&diagnose(&facts)), 1);
-    let (code, out) = run_binary("nogpu", &m);
-    assert_eq!(code, 1);
-    assert!(out.contains(&lines[1]) && out.contains(&lines[6]), "{out}");
+    assert_binary_fails_with("nogpu", &m, &[&lines[1], &lines[6]]);
 }
 
 #[test]
@@ -393,14 +389,7 @@ fn the_performance_level_only_warns() {
         ..ready()
     };
     let roots = build("perfauto", &m);
-    let mut facts = probe(&roots, None, 32768);
-    facts.embedded = vec!["gfx1151".into()];
-    let checks = diagnose(&facts);
-    let warn: Vec<String> = checks
-        .iter()
-        .filter(|c| c.status == Status::Warn)
-        .map(|c| c.line())
-        .collect();
+    let (warn, code) = lines_of(&roots, &["gfx1151"], Status::Warn);
     assert_eq!(warn.len(), 1);
     assert!(
         warn[0].starts_with(
@@ -409,7 +398,7 @@ fn the_performance_level_only_warns() {
         ) && warn[0].ends_with("/sys/class/drm/card1/device/power_dpm_force_performance_level"),
         "{warn:?}"
     );
-    assert_eq!(exit_code(&checks), 0);
+    assert_eq!(code, 0);
 }
 
 #[test]

@@ -19,9 +19,7 @@ mod hip_emu;
 
 use std::cell::Cell;
 
-use ds4_chat::backend::arithmetic::Arithmetic;
-use ds4_chat::backend::hip::kernel_module::KernelModule;
-use ds4_chat::backend::hip::{HipBackend, HipContext, HipOptions};
+use ds4_chat::backend::hip::{HipBackend, HipOptions};
 use ds4_chat::backend::{Backend, DevicePick, DeviceSample};
 use ds4_chat::engine::events::SamplingParams;
 use ds4_chat::engine::sampler::{Sampler, argmax};
@@ -34,16 +32,13 @@ const CTX: usize = 40;
 /// A session replaying the decode graph (`graph`) or launching directly, prefilling in chunks of 5.
 fn backend(graph: bool) -> HipBackend {
     let model = hip_emu::small_vocab_tiny(11, ExpertMix::Mixed);
-    let hip = HipContext::new().expect("emulated HIP runtime");
-    let kernels = KernelModule::load(&hip).expect("kernel module");
     let options = HipOptions {
         prefill_chunk: 5,
         decode_graph: graph,
-        // Bitwise against the CPU engine: the exact contract.
-        arithmetic: Arithmetic::Exact,
         ..HipOptions::default()
     };
-    HipBackend::new(hip, kernels, model, CTX, options).expect("HipBackend on the emulator")
+    // Bitwise against the CPU engine: the exact contract.
+    hip_emu::exact_backend(model, CTX, options)
 }
 
 fn ids(n: usize, seed: u64) -> Vec<u32> {

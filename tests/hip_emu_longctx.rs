@@ -13,10 +13,8 @@ mod hip_emu;
 use std::sync::{Arc, OnceLock};
 
 use ds4_chat::backend::Backend;
-use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::backend::cpu::CpuBackend;
-use ds4_chat::backend::hip::kernel_module::KernelModule;
-use ds4_chat::backend::hip::{HipBackend, HipContext, HipOptions};
+use ds4_chat::backend::hip::{HipBackend, HipOptions};
 use ds4_chat::genmodel::ExpertMix;
 use ds4_chat::model::Model;
 
@@ -31,14 +29,11 @@ fn model() -> Arc<Model> {
 }
 
 fn gpu(prefill_chunk: usize) -> HipBackend {
-    let hip = HipContext::new().expect("emulated HIP runtime");
-    let kernels = KernelModule::load(&hip).expect("kernel module");
     let options = HipOptions {
         prefill_chunk,
-        arithmetic: Arithmetic::Exact,
         ..HipOptions::default()
     };
-    HipBackend::new(hip, kernels, model(), CTX, options).expect("HipBackend on the emulator")
+    hip_emu::exact_backend(model(), CTX, options)
 }
 
 /// Deterministic token ids (LCG) inside the vocabulary.

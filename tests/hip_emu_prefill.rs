@@ -18,10 +18,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use ds4_chat::backend::agreement::{Agreement, LogitDiff, compare_logits};
-use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::backend::cpu::CpuBackend;
-use ds4_chat::backend::hip::kernel_module::KernelModule;
-use ds4_chat::backend::hip::{HipBackend, HipContext, HipOptions};
+use ds4_chat::backend::hip::{HipBackend, HipOptions};
 use ds4_chat::backend::{Backend, EngineError};
 use ds4_chat::genmodel::ExpertMix;
 use ds4_chat::model::Model;
@@ -42,16 +40,13 @@ fn model() -> Arc<Model> {
 /// A HipBackend on the emulator with `prefill_chunk` tokens per chunk and batches of up to
 /// `matvec_tokens` on the token-wise kernels (made directly: the tests choose both).
 fn gpu(ctx: usize, prefill_chunk: usize, matvec_tokens: usize) -> HipBackend {
-    let hip = HipContext::new().expect("emulated HIP runtime");
-    let kernels = KernelModule::load(&hip).expect("kernel module");
+    // Bitwise checks: the exact kernels (the fast GEMMs have their own tolerance checks).
     let options = HipOptions {
         prefill_chunk,
         matvec_tokens,
-        // Bitwise checks: the exact kernels (the fast GEMMs have their own tolerance checks).
-        arithmetic: Arithmetic::Exact,
         ..HipOptions::default()
     };
-    HipBackend::new(hip, kernels, model(), ctx, options).expect("HipBackend on the emulator")
+    hip_emu::exact_backend(model(), ctx, options)
 }
 
 /// Deterministic token ids (LCG) inside the vocabulary.

@@ -83,29 +83,18 @@ fn hip_backend_product_features_on_the_emulator() {
     let path = dir.join("tiny512.gguf");
     write_model(&path, 7);
     let model = Arc::new(Model::open(&path).unwrap());
-    let t0 = Instant::now();
-
-    placement_copy_and_map(&model);
-    eprintln!("placement: {:.1} s", t0.elapsed().as_secs_f64());
-    let t = Instant::now();
-    save_and_load(&model);
-    eprintln!("save/load: {:.1} s", t.elapsed().as_secs_f64());
-    let t = Instant::now();
-    sessions_share_the_engine(&model);
-    eprintln!("sessions: {:.1} s", t.elapsed().as_secs_f64());
-    let t = Instant::now();
-    memory_guard(&model);
-    eprintln!("memory guard: {:.1} s", t.elapsed().as_secs_f64());
-    let t = Instant::now();
-    gate_and_fallback(&model);
-    eprintln!("gate: {:.1} s", t.elapsed().as_secs_f64());
-
-    let t = Instant::now();
-    worker_reports_the_upload();
-    eprintln!("worker: {:.1} s", t.elapsed().as_secs_f64());
-    let t = Instant::now();
-    bench_on_the_gpu(&path, &lib);
-    eprintln!("bench: {:.1} s", t.elapsed().as_secs_f64());
+    let timed = |what: &str, step: &dyn Fn()| {
+        let t = Instant::now();
+        step();
+        eprintln!("{what}: {:.1} s", t.elapsed().as_secs_f64());
+    };
+    timed("placement", &|| placement_copy_and_map(&model));
+    timed("save/load", &|| save_and_load(&model));
+    timed("sessions", &|| sessions_share_the_engine(&model));
+    timed("memory guard", &|| memory_guard(&model));
+    timed("gate", &|| gate_and_fallback(&model));
+    timed("worker", &worker_reports_the_upload);
+    timed("bench", &|| bench_on_the_gpu(&path, &lib));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

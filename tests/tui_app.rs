@@ -9,16 +9,9 @@ use std::time::Duration;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent, MouseEventKind};
 use ds4_chat::engine::events::{Command, Event, FinishReason, TextKind};
 use ds4_chat::model::chat::{Conversation, Role, ThinkMode};
-use ds4_chat::tui::app::{App, Item, Phase};
+use ds4_chat::tui::app::{Item, Phase};
 use ds4_chat::tui::effect::Effect;
 use tui_common::*;
-
-fn ready_app() -> App {
-    let mut app = file_app();
-    loaded_warming(&mut app);
-    warm_done(&mut app);
-    app
-}
 
 fn submitted(cmds: &[Command]) -> &ds4_chat::engine::events::TurnRequest {
     cmds.iter()

@@ -35,9 +35,7 @@ fn warmup_screen_shows_progress_rate_and_eta() {
 
 #[test]
 fn idle_screen_after_one_turn() {
-    let mut app = file_app();
-    loaded_warming(&mut app);
-    warm_done(&mut app);
+    let mut app = ready_app();
     send(&mut app, "What is 2+2?");
     full_turn(
         &mut app,
@@ -64,9 +62,7 @@ fn idle_screen_after_one_turn() {
 
 #[test]
 fn prefill_in_progress_shows_bar_and_eta() {
-    let mut app = file_app();
-    loaded_warming(&mut app);
-    warm_done(&mut app);
+    let mut app = ready_app();
     send(&mut app, "Summarise this long document please.");
     turn_started(&mut app, 4096, ds4_chat::model::chat::ThinkMode::High);
     app.on_engine_event(Event::PrefillProgress {
@@ -81,9 +77,7 @@ fn prefill_in_progress_shows_bar_and_eta() {
 }
 
 fn streaming_app() -> App {
-    let mut app = file_app();
-    loaded_warming(&mut app);
-    warm_done(&mut app);
+    let mut app = ready_app();
     send(&mut app, "Write hello world in Rust.");
     turn_started(&mut app, 30, ds4_chat::model::chat::ThinkMode::High);
     app.on_engine_event(Event::PrefillDone {
@@ -138,9 +132,7 @@ fn reasoning_collapses_when_the_answer_streams_and_tab_reopens_it() {
 
 #[test]
 fn help_overlay() {
-    let mut app = file_app();
-    loaded_warming(&mut app);
-    warm_done(&mut app);
+    let mut app = ready_app();
     app.on_key(key(KeyCode::F(1)));
     assert!(app.show_help);
     let s = screen(&app, W, H);

@@ -197,14 +197,21 @@ fn check_prompts(backend: &mut dyn Backend, vectors: &Path, names: Vec<String>, 
     failures
 }
 
+/// The case A vectors and the opened tiny_a model; `None` where the model cannot be built here
+/// (`require_tiny_a` says SKIPPED, or fails under CI).
+fn case_a_model() -> Option<(PathBuf, std::sync::Arc<ds4_chat::model::Model>)> {
+    let vectors = require_vectors();
+    let model_path = require_tiny_a(&vectors)?;
+    let model = open_model(&model_path).unwrap_or_else(|e| panic!("{e}"));
+    Some((vectors, model))
+}
+
 /// The CPU engine reproduces ds4 on every case A prompt within the README's tolerances.
 #[test]
 fn case_a_engine_matches_ds4() {
-    let vectors = require_vectors();
-    let Some(model_path) = require_tiny_a(&vectors) else {
+    let Some((vectors, model)) = case_a_model() else {
         return;
     };
-    let model = open_model(&model_path).unwrap_or_else(|e| panic!("{e}"));
     // DS4_VECTORS_BACKEND=hip checks the GPU backend instead (a build with `--features hip`, on a
     // GPU or on the kernel emulator's HIP runtime, tools/build-hip-emu.sh).
     let choice = match std::env::var("DS4_VECTORS_BACKEND").as_deref() {
@@ -237,11 +244,9 @@ fn case_a_hip_fast_on_the_emulator_matches_ds4() {
     if hip_emu::use_emulated_hip().is_none() {
         return;
     }
-    let vectors = require_vectors();
-    let Some(model_path) = require_tiny_a(&vectors) else {
+    let Some((vectors, model)) = case_a_model() else {
         return;
     };
-    let model = open_model(&model_path).unwrap_or_else(|e| panic!("{e}"));
     let mut backend = open_session_backend(
         model,
         BackendChoice::Hip,
@@ -578,11 +583,9 @@ fn case_a_score_binary_matches_ds4() {
 /// and rendered prompt, and plain text tokenizes to ds4's ids.
 #[test]
 fn case_a_run_rendering_matches_ds4_prompt_tokens() {
-    let vectors = require_vectors();
-    let Some(model_path) = require_tiny_a(&vectors) else {
+    let Some((vectors, model)) = case_a_model() else {
         return;
     };
-    let model = open_model(&model_path).unwrap_or_else(|e| panic!("{e}"));
     let tok = Tokenizer::from_gguf(&model.file).unwrap_or_else(|e| panic!("{e}"));
     let mut checked = 0;
     for name in prompt_names(&vectors) {

@@ -15,10 +15,25 @@ use std::sync::Arc;
 use std::sync::OnceLock;
 
 use ds4_chat::backend::Backend;
+use ds4_chat::backend::arithmetic::Arithmetic;
+use ds4_chat::backend::hip::kernel_module::KernelModule;
+use ds4_chat::backend::hip::{HipBackend, HipContext, HipOptions};
 use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
 use ds4_chat::gguf::GgufFile;
 use ds4_chat::model::Model;
 use ds4_chat::model::hparams::HParams;
+
+/// A HipBackend of `model` on the emulator, made directly so that a test chooses its `options`, with
+/// the exact kernels whatever `options` says: these tests compare bits.
+pub fn exact_backend(model: Arc<Model>, ctx: usize, options: HipOptions) -> HipBackend {
+    let hip = HipContext::new().expect("emulated HIP runtime");
+    let kernels = KernelModule::load(&hip).expect("kernel module");
+    let options = HipOptions {
+        arithmetic: Arithmetic::Exact,
+        ..options
+    };
+    HipBackend::new(hip, kernels, model, ctx, options).expect("HipBackend on the emulator")
+}
 
 /// Build the emulator runtime and select it for this process; `None` (with "SKIPPED" and the reason
 /// printed) when no C++ compiler is available, a panic under CI. Call before anything touches HIP;

@@ -6,7 +6,6 @@
 
 use ds4_chat::backend::hip::kernels::{self, Launch, QuantOut};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
-use ds4_chat::gguf::GgmlType;
 
 use super::support::*;
 
@@ -51,121 +50,56 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
     emit(r);
 }
 
-/// The bytes of each output buffer.
-type Outputs = Vec<Vec<u8>>;
-
-/// Runs `exact`, reads `outs`, poisons them, runs its fast twin and reads them again.
-fn exact_and_fast(gpu: &Gpu, exact: &Launch, outs: &mut [&mut DeviceBuffer]) -> HipResult<(Outputs, Outputs)> {
-    let fast = kernels::fast_twin(exact).unwrap_or_else(|| panic!("{} has no fast twin here", exact.kernel.name));
-    gpu.run(exact)?;
-    let a = outs.iter().map(|b| b.to_vec::<u8>()).collect::<HipResult<Vec<_>>>()?;
-    for b in outs.iter_mut() {
-        let n = b.len_bytes();
-        b.fill_bytes_async(0, n, 0xFF, &gpu.stream)?;
-    }
-    gpu.stream.synchronize()?;
-    gpu.run(&fast)?;
-    let f = outs.iter().map(|b| b.to_vec::<u8>()).collect::<HipResult<Vec<_>>>()?;
-    Ok((a, f))
-}
-
-fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+/// Runs `exact` and its fast twin into `outs` and compares every output (one buffer's after the
+/// other) within FAST_TOL.
+fn fast_within_tol(
+    gpu: &Gpu,
+    name: &str,
+    exact: &Launch,
+    outs: &mut [&mut DeviceBuffer],
+    note: String,
+) -> HipResult<CheckResult> {
+    let (a, f) = exact_and_fast(gpu, exact, outs)?;
+    let (fast, exact): (Vec<f32>, Vec<f32>) = (
+        f.iter().flat_map(|b| f32s(b)).collect(),
+        a.iter().flat_map(|b| f32s(b)).collect(),
+    );
+    Ok(close_scaled(name, &fast, &exact, FAST_TOL, note))
 }
 
 fn check_matvec_q8_0(
     gpu: &Gpu,
     rng: &mut CheckRng,
     name: &str,
-    (n_in, n_out, rows_per_group, n_tok): (usize, usize, usize, usize),
+    shape: (usize, usize, usize, usize),
 ) -> HipResult<CheckResult> {
-    let x_stride = n_out.div_ceil(rows_per_group) * n_in;
-    let w = random_weights(rng, GgmlType::Q8_0, n_in, n_out);
-    let x = random_vec(rng, n_tok * x_stride, 2.0);
-    let (_, x_d) = gpu.up_q8_0(&x)?;
-    let w_d = gpu.up(&w)?;
-    let mut y = gpu.poisoned::<f32>(n_tok * n_out)?;
-    let proj = kernels::Q8Proj {
-        rows_per_group: rows_per_group as u32,
-        x_stride: x_stride as u32,
-        ..kernels::Q8Proj::plain(y.ptr().0, w_d.ptr().0, x_d.act(), n_in as u32, n_out as u32)
-    };
-    let l = kernels::matvec_q8_0(&proj, n_tok as u32);
-    let (a, f) = exact_and_fast(gpu, &l, &mut [&mut y])?;
-    Ok(close_scaled(
-        name,
-        &f32s(&f[0]),
-        &f32s(&a[0]),
-        FAST_TOL,
-        format!("{n_tok} tokens"),
-    ))
+    let mut case = Q8ProjCase::new(gpu, rng, shape)?;
+    let l = kernels::matvec_q8_0(&case.proj, shape.3 as u32);
+    fast_within_tol(gpu, name, &l, &mut [&mut case.y], format!("{} tokens", shape.3))
 }
 
 fn check_matvec_f16(
     gpu: &Gpu,
     rng: &mut CheckRng,
     name: &str,
-    (n_in, n_out, n_tok): (usize, usize, usize),
+    shape: (usize, usize, usize),
     pair: bool,
 ) -> HipResult<CheckResult> {
-    let w0 = random_weights(rng, GgmlType::F16, n_in, n_out);
-    let w1 = random_weights(rng, GgmlType::F16, n_in, n_out);
-    let x = random_vec(rng, n_tok * n_in, 2.0);
-    let (w0_d, w1_d, x_d) = (gpu.up(&w0)?, gpu.up(&w1)?, gpu.up(&x)?);
-    let mut y0 = gpu.poisoned::<f32>(n_tok * n_out)?;
-    let mut y1 = gpu.poisoned::<f32>(n_tok * n_out)?;
-    let (n_in, n_out) = (n_in as u32, n_out as u32);
-    let (a, f) = if pair {
-        let l = kernels::matvec_f16_pair(
-            y0.ptr().0,
-            y1.ptr().0,
-            w0_d.ptr().0,
-            w1_d.ptr().0,
-            x_d.ptr().0,
-            n_in,
-            n_out,
-            n_in,
-            n_tok as u32,
-        );
-        exact_and_fast(gpu, &l, &mut [&mut y0, &mut y1])?
+    let mut case = F16ProjCase::new(gpu, rng, 2, shape, shape.0)?;
+    let l = if pair {
+        case.pair()
     } else {
-        let l = kernels::matvec_f16(y0.ptr().0, w0_d.ptr().0, x_d.ptr().0, n_in, n_out, n_in, n_tok as u32);
-        exact_and_fast(gpu, &l, &mut [&mut y0])?
+        case.single(kernels::matvec_f16)
     };
-    let (fast, exact): (Vec<f32>, Vec<f32>) = (
-        f.iter().flat_map(|b| f32s(b)).collect(),
-        a.iter().flat_map(|b| f32s(b)).collect(),
-    );
-    Ok(close_scaled(name, &fast, &exact, FAST_TOL, format!("{n_tok} tokens")))
+    let n_outs = if pair { 2 } else { 1 };
+    let mut outs: Vec<&mut DeviceBuffer> = case.ys.iter_mut().take(n_outs).collect();
+    fast_within_tol(gpu, name, &l, &mut outs, format!("{} tokens", shape.2))
 }
 
 fn check_swiglu(gpu: &Gpu, rng: &mut CheckRng, name: &str, n_in: usize, n_ff: usize) -> HipResult<CheckResult> {
-    let wg = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
-    let wu = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
-    let x = random_vec(rng, n_in, 2.0);
-    let (_, x_d) = gpu.up_q8_0(&x)?;
-    let (g_d, u_d) = (gpu.up(&wg)?, gpu.up(&wu)?);
-    let mut mid = gpu.poisoned::<f32>(n_ff)?;
-    let sw = kernels::Q8Swiglu {
-        mid: mid.ptr().0,
-        wg: g_d.ptr().0,
-        wu: u_d.ptr().0,
-        x: x_d.act(),
-        n_in: n_in as u32,
-        n_ff: n_ff as u32,
-        limit: 7.0,
-    };
-    let l = kernels::matvec_q8_0_swiglu(&sw, 1);
-    let (a, f) = exact_and_fast(gpu, &l, &mut [&mut mid])?;
-    Ok(close_scaled(
-        name,
-        &f32s(&f[0]),
-        &f32s(&a[0]),
-        FAST_TOL,
-        "clamp 7".into(),
-    ))
+    let mut case = Q8SwigluCase::new(gpu, rng, (n_in, n_ff, 1), 7.0)?;
+    let l = kernels::matvec_q8_0_swiglu(&case.sw, 1);
+    fast_within_tol(gpu, name, &l, &mut [&mut case.mid], "clamp 7".into())
 }
 
 /// Random logits with NaN, -inf and a tie at the maximum (the first index must win).
@@ -209,29 +143,9 @@ fn check_argmax(gpu: &Gpu, rng: &mut CheckRng, name: &str, n: usize) -> HipResul
 /// xn at most one step apart (a fast xn within rounding of a code boundary), the differing count
 /// reported. Launched twice on both kernels (the counters reset), as the decode graph replays it.
 fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) -> HipResult<CheckResult> {
-    let (n_hc, n_embd, n_tok, iters) = (4usize, 1024usize, 2usize, 20usize);
-    let eps = kernels::HcEps {
-        rms: 1e-6,
-        hc: 1e-6,
-        norm: 1e-6,
-    };
-    let n_in = n_hc * n_embd;
-    let n_mix = 2 * n_hc + n_hc * n_hc;
-    let hc = random_vec(rng, n_tok * n_in, 2.0);
-    let fn_w = random_weights(rng, GgmlType::F16, n_in, n_mix);
-    let scale: Vec<f32> = (0..3).map(|_| 0.5 + 0.5 * (rng.next_f32() + 1.0)).collect();
-    let base = random_vec(rng, n_mix, 0.5);
-    let norm_w: Vec<f32> = (0..n_embd).map(|_| 1.0 + 0.2 * rng.next_f32()).collect();
-    let (hc_d, fn_d, sc_d, b_d, nw_d) = (
-        gpu.up(&hc)?,
-        gpu.up(&fn_w)?,
-        gpu.up(&scale)?,
-        gpu.up(&base)?,
-        gpu.up(&norm_w)?,
-    );
-    let part = gpu.poisoned::<f32>(n_tok * n_mix)?;
-    let counter = gpu.up(&vec![0u32; n_tok])?;
-    let mut split = gpu.poisoned::<f32>(n_tok * n_mix)?;
+    let case = super::hc::HcPreFused::new(gpu, rng)?;
+    let (n_hc, n_embd, n_tok, iters) = (case.n_hc, case.n_embd, case.n_tok, case.iters);
+    let mut split = gpu.poisoned::<f32>(n_tok * case.n_mix)?;
     let mut xn = gpu.poisoned::<f32>(n_tok * n_embd)?;
     let mut q0_q = gpu.poisoned::<i8>(n_tok * n_embd)?;
     let mut q0_d = gpu.poisoned::<f32>(n_tok * n_embd / q8_0_block())?;
@@ -241,22 +155,7 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckR
         q8_0_d: q0_d.ptr().0,
         ..Default::default()
     };
-    let l = kernels::hc_pre_fused(
-        split.ptr().0,
-        o,
-        part.ptr().0,
-        counter.ptr().0,
-        hc_d.ptr().0,
-        fn_d.ptr().0,
-        sc_d.ptr().0,
-        b_d.ptr().0,
-        nw_d.ptr().0,
-        n_embd as u32,
-        n_hc as u32,
-        iters as u32,
-        eps,
-        n_tok as u32,
-    );
+    let l = case.launch(&split, o);
     let mut outs = [&mut split, &mut xn, &mut q0_q, &mut q0_d];
     let (a, f) = exact_and_fast(gpu, &l, &mut outs)?;
     // Again: the per-token counters were reset by the first launches.

@@ -11,10 +11,8 @@
 //! integer sums change order, so they are held to 1e-5 and the note counts outputs whose bits differ
 //! (expected: none).
 
-use ds4_chat::backend::cpu::quant::{dot_f16, dot_q8_0};
 use ds4_chat::backend::hip::kernels::{self, ExpertFormat, Launch};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
-use ds4_chat::gguf::GgmlType;
 
 use super::support::*;
 
@@ -60,13 +58,11 @@ fn mma_twin(exact: &Launch) -> Launch {
     twin
 }
 
-/// Runs `exact` and then its fast twin into the same output buffer; returns both outputs.
-fn exact_and_twin(gpu: &Gpu, exact: &Launch, out: &DeviceBuffer) -> HipResult<(Vec<f32>, Vec<f32>)> {
-    let twin = mma_twin(exact);
-    gpu.run(exact)?;
-    let want = out.to_vec::<f32>()?;
-    gpu.run(&twin)?;
-    Ok((out.to_vec::<f32>()?, want))
+/// Runs `exact` and then (the output poisoned again) its matrix-core twin into the same output
+/// buffer; returns (twin output, exact output).
+fn exact_and_twin(gpu: &Gpu, exact: &Launch, out: &mut DeviceBuffer) -> HipResult<(Vec<f32>, Vec<f32>)> {
+    let (want, got) = exact_then_twin(gpu, exact, &mma_twin(exact), &mut [out])?;
+    Ok((f32s(&got[0]), f32s(&want[0])))
 }
 
 /// `close_scaled` at [`FAST_GEMM_TOL`], the note counting outputs whose bits differ.
@@ -85,33 +81,17 @@ fn check_gemm_q8_0_swiglu_mma(
     gpu: &Gpu,
     rng: &mut CheckRng,
     name: &str,
-    (n_in, n_ff, n_tok): (usize, usize, usize),
+    shape: (usize, usize, usize),
 ) -> HipResult<CheckResult> {
-    let (wg, wu) = (
-        random_weights(rng, GgmlType::Q8_0, n_in, n_ff),
-        random_weights(rng, GgmlType::Q8_0, n_in, n_ff),
-    );
-    let x = random_vec(rng, n_tok * n_in, 2.0);
-    let (_, x_d) = gpu.up_q8_0(&x)?;
-    let (wg_d, wu_d) = (gpu.up(&wg)?, gpu.up(&wu)?);
-    let mid = gpu.poisoned::<f32>(n_tok * n_ff)?;
-    let sw = kernels::Q8Swiglu {
-        mid: mid.ptr().0,
-        wg: wg_d.ptr().0,
-        wu: wu_d.ptr().0,
-        x: x_d.act(),
-        n_in: n_in as u32,
-        n_ff: n_ff as u32,
-        limit: 2.0,
-    };
-    let exact = kernels::gemm_q8_0_swiglu(&sw, n_tok as u32);
-    let (got, want) = exact_and_twin(gpu, &exact, &mid)?;
+    let mut case = Q8SwigluCase::new(gpu, rng, shape, 2.0)?;
+    let n_tok = shape.2;
+    let exact = kernels::gemm_q8_0_swiglu(&case.sw, n_tok as u32);
+    let (got, want) = exact_and_twin(gpu, &exact, &mut case.mid)?;
     Ok(close_counting_bits(name, &got, &want, format!("{n_tok} tokens")))
 }
 
-/// The grouped routed-expert twins on the exact kernels' launches, for pair counts per expert
-/// [`kernels::TILE_CLASS_COUNTS`] (partial, full and several tiles per expert, an expert with none)
-/// and a row count (203) that ends inside a tile; `.gate_up` and `.down` are emitted, the returned
+/// The grouped routed-expert twins on the exact kernels' launches, on the tile-class case of the
+/// exact kernels' check (`moe::TileClassCase`); `.gate_up` and `.down` are emitted, the returned
 /// result covers both.
 fn check_moe_gemm_mma(
     gpu: &Gpu,
@@ -120,56 +100,24 @@ fn check_moe_gemm_mma(
     fmt: ExpertFormat,
     emit: &mut dyn FnMut(CheckResult),
 ) -> HipResult<CheckResult> {
-    let (n_in, n_ff, n_out, n_used, limit) = (512usize, 512usize, 203usize, 2usize, 2.0f32);
-    let n_expert = kernels::TILE_CLASS_COUNTS.len();
-    let sel = kernels::selection_with_counts(&kernels::TILE_CLASS_COUNTS, rng.next_u64());
-    let n_tok = sel.len() / n_used;
-    let ty = fmt_type(fmt);
-    let gate = gpu.up(&random_weights(rng, ty, n_in, n_ff * n_expert))?;
-    let up = gpu.up(&random_weights(rng, ty, n_in, n_ff * n_expert))?;
-    let down = gpu.up(&random_weights(rng, ty, n_ff, n_out * n_expert))?;
-    let x = gpu.up_q8k(&q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0)))?;
-    let mids = gpu.up_q8k(&q8k_blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5)))?;
-    let selw: Vec<f32> = (0..sel.len()).map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0)).collect();
-    let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
-    let (tiles, _keep) = super::moe::expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
-    let mid = gpu.poisoned::<f32>(n_tok * n_used * n_ff)?;
-    let outp = gpu.poisoned::<f32>(n_tok * n_used * n_out)?;
-    let gate_up = kernels::moe_gemm_gate_up(
-        fmt,
-        mid.ptr().0,
-        gate.ptr().0,
-        up.ptr().0,
-        x.planes(),
-        tiles,
-        sw_d.ptr().0,
-        n_in as u32,
-        n_ff as u32,
-        n_used as u32,
-        limit,
-    );
-    let down_l = kernels::moe_gemm_down(
-        fmt,
-        outp.ptr().0,
-        down.ptr().0,
-        mids.planes(),
-        tiles,
-        n_ff as u32,
-        n_out as u32,
-        n_used as u32,
-    );
+    let case = super::moe::TileClassCase::new(gpu, rng, fmt)?;
+    let (_, n_ff, n_out, n_used, _) = super::moe::TILE_CLASS_SHAPE;
+    let n_tok = case.n_tok;
+    let (tiles, _keep) = case.tiles(gpu, kernels::MOE_MIN_COLS)?;
+    let mut mid = gpu.poisoned::<f32>(n_tok * n_used * n_ff)?;
+    let mut outp = gpu.poisoned::<f32>(n_tok * n_used * n_out)?;
     let note = format!(
         "{n_tok} tok x {n_used}, pairs per expert {:?}",
         kernels::TILE_CLASS_COUNTS
     );
-    let (got_m, want_m) = exact_and_twin(gpu, &gate_up, &mid)?;
+    let (got_m, want_m) = exact_and_twin(gpu, &case.gate_up(&mid, tiles), &mut mid)?;
     emit(close_counting_bits(
         &format!("{name}.gate_up"),
         &got_m,
         &want_m,
         note.clone(),
     ));
-    let (got_o, want_o) = exact_and_twin(gpu, &down_l, &outp)?;
+    let (got_o, want_o) = exact_and_twin(gpu, &case.down(&outp, tiles), &mut outp)?;
     emit(close_counting_bits(
         &format!("{name}.down"),
         &got_o,
@@ -188,38 +136,15 @@ fn check_gemm_q8_0_mma(
     gpu: &Gpu,
     rng: &mut CheckRng,
     name: &str,
-    (n_in, n_out, rows_per_group, n_tok): (usize, usize, usize, usize),
+    shape: (usize, usize, usize, usize),
 ) -> HipResult<CheckResult> {
-    let x_stride = n_out.div_ceil(rows_per_group) * n_in;
-    let w = random_weights(rng, GgmlType::Q8_0, n_in, n_out);
-    let x = random_vec(rng, n_tok * x_stride, 2.0);
-    let (act, x_d) = gpu.up_q8_0(&x)?;
-    let w_d = gpu.up(&w)?;
-    let y = gpu.poisoned::<f32>(n_tok * n_out)?;
-    let proj = kernels::Q8Proj {
-        rows_per_group: rows_per_group as u32,
-        x_stride: x_stride as u32,
-        ..kernels::Q8Proj::plain(y.ptr().0, w_d.ptr().0, x_d.act(), n_in as u32, n_out as u32)
-    };
-    gpu.run(&mma_twin(&kernels::gemm_q8_0(&proj, n_tok as u32)))?;
-    let got = y.to_vec::<f32>()?;
-    let rb = GgmlType::Q8_0.row_bytes(n_in);
-    let qb = q8_0_block();
-    let want: Vec<f32> = (0..n_tok * n_out)
-        .map(|i| {
-            let (t, r) = (i / n_out, i % n_out);
-            let off = t * x_stride + (r / rows_per_group) * n_in;
-            dot_q8_0(
-                &w[r * rb..(r + 1) * rb],
-                &act.qs[off..off + n_in],
-                &act.scales[off / qb..(off + n_in) / qb],
-            )
-        })
-        .collect();
+    let case = Q8ProjCase::new(gpu, rng, shape)?;
+    let n_tok = shape.3;
+    gpu.run(&mma_twin(&kernels::gemm_q8_0(&case.proj, n_tok as u32)))?;
     Ok(close_scaled(
         name,
-        &got,
-        &want,
+        &case.y.to_vec::<f32>()?,
+        &case.want(),
         FAST_GEMM_TOL,
         format!("{n_tok} tokens"),
     ))
@@ -232,31 +157,12 @@ fn check_gemm_f16_mma(
     (n_in, n_out, n_tok): (usize, usize, usize),
 ) -> HipResult<CheckResult> {
     let x_stride = n_in + 4;
-    let w = random_weights(rng, GgmlType::F16, n_in, n_out);
-    let x = random_vec(rng, n_tok * x_stride, 2.0);
-    let (w_d, x_d) = (gpu.up(&w)?, gpu.up(&x)?);
-    let y = gpu.poisoned::<f32>(n_tok * n_out)?;
-    gpu.run(&mma_twin(&kernels::gemm_f16(
-        y.ptr().0,
-        w_d.ptr().0,
-        x_d.ptr().0,
-        n_in as u32,
-        n_out as u32,
-        x_stride as u32,
-        n_tok as u32,
-    )))?;
-    let got = y.to_vec::<f32>()?;
-    let rb = GgmlType::F16.row_bytes(n_in);
-    let want: Vec<f32> = (0..n_tok * n_out)
-        .map(|i| {
-            let (t, r) = (i / n_out, i % n_out);
-            dot_f16(&w[r * rb..(r + 1) * rb], &x[t * x_stride..t * x_stride + n_in])
-        })
-        .collect();
+    let case = F16ProjCase::new(gpu, rng, 1, (n_in, n_out, n_tok), x_stride)?;
+    gpu.run(&mma_twin(&case.single(kernels::gemm_f16)))?;
     Ok(close_scaled(
         name,
-        &got,
-        &want,
+        &case.got()?,
+        &case.want(),
         FAST_GEMM_TOL,
         format!("{n_tok} tokens, x stride {x_stride}"),
     ))

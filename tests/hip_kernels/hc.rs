@@ -4,7 +4,7 @@
 use ds4_chat::backend::cpu::hc::{post as hc_post_ref, split_sinkhorn, weighted_sum};
 use ds4_chat::backend::cpu::ops::{rms_norm, sigmoid_stable};
 use ds4_chat::backend::cpu::quant::{Q8_0Act, dot_f16, quantize_q8_0};
-use ds4_chat::backend::hip::kernels::{self, QuantOut};
+use ds4_chat::backend::hip::kernels::{self, Launch, QuantOut};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 use ds4_chat::gguf::GgmlType;
 
@@ -117,67 +117,23 @@ fn check_hc_pre(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)
 /// between: the second launch must give the same results (its per-token counters were reset by
 /// the first, which captured-graph replay relies on).
 fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) -> HipResult<CheckResult> {
-    let (n_hc, n_embd, n_tok, iters) = (4usize, 1024usize, 2usize, 20usize);
-    let eps = kernels::HcEps {
-        rms: 1e-6,
-        hc: 1e-6,
-        norm: 1e-6,
-    };
-    let n_in = n_hc * n_embd;
-    let n_mix = 2 * n_hc + n_hc * n_hc;
-    let inp = HcInputs::random(rng, n_tok, n_in, n_mix, 3);
-    let norm_w: Vec<f32> = (0..n_embd).map(|_| 1.0 + 0.2 * rng.next_f32()).collect();
-    let [hc_d, fn_d, sc_d, b_d] = inp.upload(gpu)?;
-    let nw_d = gpu.up(&norm_w)?;
-    let part = gpu.poisoned::<f32>(n_tok * n_mix)?;
-    let counter = gpu.up(&vec![0u32; n_tok])?;
-    let split = gpu.poisoned::<f32>(n_tok * n_mix)?;
-    let xn = gpu.poisoned::<f32>(n_tok * n_embd)?;
-    let q0_q = gpu.poisoned::<i8>(n_tok * n_embd)?;
-    let q0_d = gpu.poisoned::<f32>(n_tok * n_embd / q8_0_block())?;
-    let qk_q = gpu.poisoned::<i8>(n_tok * n_embd)?;
-    let qk_d = gpu.poisoned::<f32>(n_tok * n_embd / q8k_block())?;
-    let qk_bs = gpu.poisoned::<i16>(n_tok * n_embd / 16)?;
-    let o = QuantOut {
-        out: xn.ptr().0,
-        q8_0_q: q0_q.ptr().0,
-        q8_0_d: q0_d.ptr().0,
-        q8_k_q: qk_q.ptr().0,
-        q8_k_d: qk_d.ptr().0,
-        q8_k_bs: qk_bs.ptr().0,
-    };
-    let launch = kernels::hc_pre_fused(
-        split.ptr().0,
-        o,
-        part.ptr().0,
-        counter.ptr().0,
-        hc_d.ptr().0,
-        fn_d.ptr().0,
-        sc_d.ptr().0,
-        b_d.ptr().0,
-        nw_d.ptr().0,
-        n_embd as u32,
-        n_hc as u32,
-        iters as u32,
-        eps,
-        n_tok as u32,
-    );
+    let case = HcPreFused::new(gpu, rng)?;
+    let (n_hc, n_embd, n_tok, iters, eps) = (case.n_hc, case.n_embd, case.n_tok, case.iters, case.eps);
+    let mut split = gpu.poisoned::<f32>(n_tok * case.n_mix)?;
+    let mut q = QuantOutBuffers::poisoned(gpu, n_tok * n_embd)?;
+    let launch = case.launch(&split, q.planes());
     gpu.run(&launch)?;
     // Poison every output, then launch again.
-    let mut outs = [split, xn, q0_q, q0_d, qk_q, qk_d, qk_bs];
-    for b in outs.iter_mut() {
-        let n = b.len_bytes();
-        b.fill_bytes_async(0, n, 0xFF, &gpu.stream)?;
-    }
+    gpu.repoison(std::iter::once(&mut split).chain(&mut q.0))?;
     gpu.run(&launch)?;
-    let [split, xn, q0_q, _q0_d, qk_q, _qk_d, _qk_bs] = outs;
+    let [xn, q0_q, _, qk_q, _, _] = &q.0;
     let (got_split, got_xn) = (split.to_vec::<f32>()?, xn.to_vec::<f32>()?);
     let (got_q0, got_qk) = (q0_q.to_vec::<i8>()?, qk_q.to_vec::<i8>()?);
     let (mut want_split, mut want_xn, mut want_q0, mut want_qk) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for t in 0..n_tok {
-        let (x, split) = inp.ref_pre(t, n_hc, n_embd, iters, eps.rms, eps.hc);
+        let (x, split) = case.inp.ref_pre(t, n_hc, n_embd, iters, eps.rms, eps.hc);
         let mut x_n = vec![0f32; n_embd];
-        rms_norm(&mut x_n, &x, Some(&norm_w), eps.norm);
+        rms_norm(&mut x_n, &x, Some(&case.norm_w), eps.norm);
         want_xn.extend(x_n);
         want_split.extend(split);
         let row = &got_xn[t * n_embd..(t + 1) * n_embd];
@@ -287,6 +243,77 @@ fn check_hc_head(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
         &want,
         format!("{n_tok} tok, n_hc {n_hc}, n_embd {n_embd}"),
     ))
+}
+
+/// The fused HC pre step's shape (4 streams of 1024, 2 tokens, 20 Sinkhorn iterations) with its
+/// random inputs and norm weight on the device; the exact kernel's check and its fast twin's share it.
+pub struct HcPreFused {
+    pub n_hc: usize,
+    pub n_embd: usize,
+    pub n_tok: usize,
+    pub n_mix: usize,
+    pub iters: usize,
+    pub eps: kernels::HcEps,
+    inp: HcInputs,
+    norm_w: Vec<f32>,
+    /// Streams, control weights, scales, biases, norm weight, partial sums, per-token counters.
+    dev: [DeviceBuffer; 7],
+}
+
+impl HcPreFused {
+    pub fn new(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<HcPreFused> {
+        let (n_hc, n_embd, n_tok, iters) = (4usize, 1024usize, 2usize, 20usize);
+        let eps = kernels::HcEps {
+            rms: 1e-6,
+            hc: 1e-6,
+            norm: 1e-6,
+        };
+        let n_mix = 2 * n_hc + n_hc * n_hc;
+        let inp = HcInputs::random(rng, n_tok, n_hc * n_embd, n_mix, 3);
+        let norm_w: Vec<f32> = (0..n_embd).map(|_| 1.0 + 0.2 * rng.next_f32()).collect();
+        let [hc_d, fn_d, sc_d, b_d] = inp.upload(gpu)?;
+        let dev = [
+            hc_d,
+            fn_d,
+            sc_d,
+            b_d,
+            gpu.up(&norm_w)?,
+            gpu.poisoned::<f32>(n_tok * n_mix)?,
+            gpu.up(&vec![0u32; n_tok])?,
+        ];
+        Ok(HcPreFused {
+            n_hc,
+            n_embd,
+            n_tok,
+            n_mix,
+            iters,
+            eps,
+            inp,
+            norm_w,
+            dev,
+        })
+    }
+
+    /// The launch writing the split into `split` and xn (and the planes `o` names) into `o`.
+    pub fn launch(&self, split: &DeviceBuffer, o: QuantOut) -> Launch {
+        let [hc, fn_w, scale, base, norm_w, part, counter] = &self.dev;
+        kernels::hc_pre_fused(
+            split.ptr().0,
+            o,
+            part.ptr().0,
+            counter.ptr().0,
+            hc.ptr().0,
+            fn_w.ptr().0,
+            scale.ptr().0,
+            base.ptr().0,
+            norm_w.ptr().0,
+            self.n_embd as u32,
+            self.n_hc as u32,
+            self.iters as u32,
+            self.eps,
+            self.n_tok as u32,
+        )
+    }
 }
 
 /// Random HC inputs: `n_tok` tokens' flattened streams, the F16 control weights (`n_out` rows of

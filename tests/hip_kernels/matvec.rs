@@ -1,12 +1,10 @@
 //! Dense kernels against the CPU reference: fill, RMSNorm with both activation quantizations, the
 //! Q8_0 / F16 / K-quant matvecs and GEMMs (bitwise), the F16 pair matvec and the Q8_0 SwiGLU matvec.
 
-use ds4_chat::backend::cpu::moe::swiglu;
 use ds4_chat::backend::cpu::ops::rms_norm;
-use ds4_chat::backend::cpu::quant::{Q8_0Act, dot_f16, dot_q8_0, quantize_q8_0};
-use ds4_chat::backend::hip::kernels::{self, ExpertFormat, QuantOut};
+use ds4_chat::backend::cpu::quant::{Q8_0Act, quantize_q8_0};
+use ds4_chat::backend::hip::kernels::{self, ExpertFormat};
 use ds4_chat::backend::hip::runtime::HipResult;
-use ds4_chat::gguf::GgmlType;
 
 use super::support::*;
 
@@ -58,20 +56,8 @@ fn check_rms_norm_quant(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(Chec
     let x = random_vec(rng, rows * stride, 3.0);
     let w: Vec<f32> = (0..n).map(|_| 1.0 + 0.2 * rng.next_f32()).collect();
     let (x_d, w_d) = (gpu.up(&x)?, gpu.up(&w)?);
-    let out = gpu.poisoned::<f32>(rows * n)?;
-    let q0_q = gpu.poisoned::<i8>(rows * n)?;
-    let q0_d = gpu.poisoned::<f32>(rows * n / q8_0_block())?;
-    let qk_q = gpu.poisoned::<i8>(rows * n)?;
-    let qk_d = gpu.poisoned::<f32>(rows * n / q8k_block())?;
-    let qk_bs = gpu.poisoned::<i16>(rows * n / 16)?;
-    let o = QuantOut {
-        out: out.ptr().0,
-        q8_0_q: q0_q.ptr().0,
-        q8_0_d: q0_d.ptr().0,
-        q8_k_q: qk_q.ptr().0,
-        q8_k_d: qk_d.ptr().0,
-        q8_k_bs: qk_bs.ptr().0,
-    };
+    let q = QuantOutBuffers::poisoned(gpu, rows * n)?;
+    let o = q.planes();
     gpu.run(&kernels::rms_norm_quant(
         o,
         x_d.ptr().0,
@@ -82,6 +68,7 @@ fn check_rms_norm_quant(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(Chec
         kernels::NQ_NORM,
         eps,
     ))?;
+    let [out, q0_q, q0_d, qk_q, qk_d, qk_bs] = &q.0;
     let got_out = out.to_vec::<f32>()?;
     let mut want_out = vec![0f32; rows * n];
     for r in 0..rows {
@@ -154,37 +141,19 @@ fn check_matvec_q8_0(
     gpu: &Gpu,
     rng: &mut CheckRng,
     name: &str,
-    (n_in, n_out, rows_per_group, n_tok): (usize, usize, usize, usize),
+    shape: (usize, usize, usize, usize),
     gemm: bool,
 ) -> HipResult<CheckResult> {
-    let groups = n_out.div_ceil(rows_per_group);
-    let x_stride = groups * n_in;
-    let w = random_weights(rng, GgmlType::Q8_0, n_in, n_out);
-    let x = random_vec(rng, n_tok * x_stride, 2.0);
-    let (act, x_d) = gpu.up_q8_0(&x)?;
-    let w_d = gpu.up(&w)?;
-    let y = gpu.poisoned::<f32>(n_tok * n_out)?;
+    let case = Q8ProjCase::new(gpu, rng, shape)?;
     let build = if gemm { kernels::gemm_q8_0 } else { kernels::matvec_q8_0 };
-    let proj = kernels::Q8Proj {
-        rows_per_group: rows_per_group as u32,
-        x_stride: x_stride as u32,
-        ..kernels::Q8Proj::plain(y.ptr().0, w_d.ptr().0, x_d.act(), n_in as u32, n_out as u32)
-    };
-    gpu.run(&build(&proj, n_tok as u32))?;
-    let got = y.to_vec::<f32>()?;
-    let rb = GgmlType::Q8_0.row_bytes(n_in);
-    let mut want = vec![0f32; n_tok * n_out];
-    for t in 0..n_tok {
-        for r in 0..n_out {
-            let off = t * x_stride + (r / rows_per_group) * n_in;
-            want[t * n_out + r] = dot_q8_0(
-                &w[r * rb..(r + 1) * rb],
-                &act.qs[off..off + n_in],
-                &act.scales[off / q8_0_block()..(off + n_in) / q8_0_block()],
-            );
-        }
-    }
-    Ok(same_bits(name, &got, &want, format!("{n_tok} tokens")))
+    let n_tok = shape.3;
+    gpu.run(&build(&case.proj, n_tok as u32))?;
+    Ok(same_bits(
+        name,
+        &case.y.to_vec::<f32>()?,
+        &case.want(),
+        format!("{n_tok} tokens"),
+    ))
 }
 
 fn check_matvec_f16(
@@ -195,32 +164,13 @@ fn check_matvec_f16(
     gemm: bool,
 ) -> HipResult<CheckResult> {
     let x_stride = n_in + 4;
-    let w = random_weights(rng, GgmlType::F16, n_in, n_out);
-    let x = random_vec(rng, n_tok * x_stride, 2.0);
-    let (w_d, x_d) = (gpu.up(&w)?, gpu.up(&x)?);
-    let y = gpu.poisoned::<f32>(n_tok * n_out)?;
+    let case = F16ProjCase::new(gpu, rng, 1, (n_in, n_out, n_tok), x_stride)?;
     let build = if gemm { kernels::gemm_f16 } else { kernels::matvec_f16 };
-    gpu.run(&build(
-        y.ptr().0,
-        w_d.ptr().0,
-        x_d.ptr().0,
-        n_in as u32,
-        n_out as u32,
-        x_stride as u32,
-        n_tok as u32,
-    ))?;
-    let got = y.to_vec::<f32>()?;
-    let rb = GgmlType::F16.row_bytes(n_in);
-    let mut want = vec![0f32; n_tok * n_out];
-    for t in 0..n_tok {
-        for r in 0..n_out {
-            want[t * n_out + r] = dot_f16(&w[r * rb..(r + 1) * rb], &x[t * x_stride..t * x_stride + n_in]);
-        }
-    }
+    gpu.run(&case.single(build))?;
     Ok(same_bits(
         name,
-        &got,
-        &want,
+        &case.got()?,
+        &case.want(),
         format!("{n_tok} tokens, x stride {x_stride}"),
     ))
 }
@@ -262,37 +212,12 @@ fn check_matvec_k(
 
 fn check_matvec_f16_pair(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
     let (n_in, n_out, n_tok) = (1024usize, 37usize, 2usize);
-    let w0 = random_weights(rng, GgmlType::F16, n_in, n_out);
-    let w1 = random_weights(rng, GgmlType::F16, n_in, n_out);
-    let x = random_vec(rng, n_tok * n_in, 2.0);
-    let (w0_d, w1_d, x_d) = (gpu.up(&w0)?, gpu.up(&w1)?, gpu.up(&x)?);
-    let (y0, y1) = (gpu.poisoned::<f32>(n_tok * n_out)?, gpu.poisoned::<f32>(n_tok * n_out)?);
-    gpu.run(&kernels::matvec_f16_pair(
-        y0.ptr().0,
-        y1.ptr().0,
-        w0_d.ptr().0,
-        w1_d.ptr().0,
-        x_d.ptr().0,
-        n_in as u32,
-        n_out as u32,
-        n_in as u32,
-        n_tok as u32,
-    ))?;
-    let mut got = y0.to_vec::<f32>()?;
-    got.extend(y1.to_vec::<f32>()?);
-    let rb = GgmlType::F16.row_bytes(n_in);
-    let mut want = Vec::new();
-    for w in [&w0, &w1] {
-        for t in 0..n_tok {
-            for r in 0..n_out {
-                want.push(dot_f16(&w[r * rb..(r + 1) * rb], &x[t * n_in..(t + 1) * n_in]));
-            }
-        }
-    }
+    let case = F16ProjCase::new(gpu, rng, 2, (n_in, n_out, n_tok), n_in)?;
+    gpu.run(&case.pair())?;
     Ok(same_bits(
         "kernel.matvec_f16_pair",
-        &got,
-        &want,
+        &case.got()?,
+        &case.want(),
         format!("2 x {n_in}x{n_out}, {n_tok} tok"),
     ))
 }
@@ -305,45 +230,17 @@ fn check_matvec_q8_0_swiglu(
     gemm: bool,
 ) -> HipResult<CheckResult> {
     let (n_in, n_ff, limit) = (2048usize, 101usize, 3.0f32);
-    let wg = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
-    let wu = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
-    let x = random_vec(rng, n_tok * n_in, 2.0);
-    let (act, x_d) = gpu.up_q8_0(&x)?;
-    let (g_d, u_d) = (gpu.up(&wg)?, gpu.up(&wu)?);
-    let mid = gpu.poisoned::<f32>(n_tok * n_ff)?;
+    let case = Q8SwigluCase::new(gpu, rng, (n_in, n_ff, n_tok), limit)?;
     let build = if gemm {
         kernels::gemm_q8_0_swiglu
     } else {
         kernels::matvec_q8_0_swiglu
     };
-    let shared = kernels::Q8Swiglu {
-        mid: mid.ptr().0,
-        wg: g_d.ptr().0,
-        wu: u_d.ptr().0,
-        x: x_d.act(),
-        n_in: n_in as u32,
-        n_ff: n_ff as u32,
-        limit,
-    };
-    gpu.run(&build(&shared, n_tok as u32))?;
-    let got = mid.to_vec::<f32>()?;
-    let rb = GgmlType::Q8_0.row_bytes(n_in);
-    let mut want = vec![0f32; n_tok * n_ff];
-    for t in 0..n_tok {
-        let (q, d) = (
-            &act.qs[t * n_in..(t + 1) * n_in],
-            &act.scales[t * n_in / q8_0_block()..(t + 1) * n_in / q8_0_block()],
-        );
-        for r in 0..n_ff {
-            let g = dot_q8_0(&wg[r * rb..(r + 1) * rb], q, d);
-            let u = dot_q8_0(&wu[r * rb..(r + 1) * rb], q, d);
-            want[t * n_ff + r] = swiglu(g, u, limit);
-        }
-    }
+    gpu.run(&build(&case.sw, n_tok as u32))?;
     Ok(same_bits(
         name,
-        &got,
-        &want,
+        &case.mid.to_vec::<f32>()?,
+        &case.want(),
         format!("{n_in}->{n_ff}, {n_tok} tok, limit {limit}"),
     ))
 }

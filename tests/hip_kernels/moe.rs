@@ -3,7 +3,8 @@
 
 use ds4_chat::backend::cpu::moe::{swiglu, top_k_desc};
 use ds4_chat::backend::cpu::ops::softplus;
-use ds4_chat::backend::hip::kernels::{self, ExpertFormat};
+use ds4_chat::backend::cpu::quant::BlockQ8K;
+use ds4_chat::backend::hip::kernels::{self, ExpertFormat, Launch};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 
 use super::support::*;
@@ -140,21 +141,7 @@ fn check_moe_gate_up(
         ))?;
     }
     let got = mid.to_vec::<f32>()?;
-    let rb = ty.row_bytes(n_in);
-    let bpt = n_in / q8k_block();
-    let mut want = vec![0f32; n_tok * n_used * n_ff];
-    for t in 0..n_tok {
-        let xb = &blocks[t * bpt..(t + 1) * bpt];
-        for k in 0..n_used {
-            let e = sel[t * n_used + k] as usize;
-            for r in 0..n_ff {
-                let row = (e * n_ff + r) * rb;
-                let g = expert_dot(fmt, &gate[row..row + rb], xb);
-                let u = expert_dot(fmt, &up[row..row + rb], xb);
-                want[(t * n_used + k) * n_ff + r] = swiglu(g, u, limit) * selw[t * n_used + k];
-            }
-        }
-    }
+    let want = ref_gate_up(fmt, &gate, &up, &blocks, &sel, &selw, (n_in, n_ff, n_used), limit);
     Ok(same_bits(
         name,
         &got,
@@ -216,19 +203,13 @@ fn check_moe_down(
         ))?;
     }
     let got = out.to_vec::<f32>()?;
-    let rb = ty.row_bytes(n_ff);
-    let bpr = n_ff / q8k_block();
+    // The pairs' outputs summed per token in expert order from +0, as `moe_sum` and the decode kernel.
+    let pairs = ref_down(fmt, &down, &blocks, &sel, (n_ff, n_out));
     let mut want = vec![0f32; n_tok * n_out];
-    for t in 0..n_tok {
-        for r in 0..n_out {
-            let mut acc = 0f32;
-            for k in 0..n_used {
-                let e = sel[t * n_used + k] as usize;
-                let row = (e * n_out + r) * rb;
-                let m = &blocks[(t * n_used + k) * bpr..(t * n_used + k + 1) * bpr];
-                acc += expert_dot(fmt, &down[row..row + rb], m);
-            }
-            want[t * n_out + r] = acc;
+    for (i, w) in want.iter_mut().enumerate() {
+        let (t, r) = (i / n_out, i % n_out);
+        for k in 0..n_used {
+            *w += pairs[(t * n_used + k) * n_out + r];
         }
     }
     Ok(same_bits(
@@ -237,6 +218,48 @@ fn check_moe_down(
         &want,
         format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_ff}->{n_out}"),
     ))
+}
+
+/// CPU reference of the routed gate/up step for each (token, expert) pair of `sel`:
+/// swiglu(gate row · x_t, up row · x_t, limit) × the pair's weight.
+#[allow(clippy::too_many_arguments)]
+fn ref_gate_up(
+    fmt: ExpertFormat,
+    gate: &[u8],
+    up: &[u8],
+    x: &[BlockQ8K],
+    sel: &[u32],
+    selw: &[f32],
+    (n_in, n_ff, n_used): (usize, usize, usize),
+    limit: f32,
+) -> Vec<f32> {
+    let rb = fmt_type(fmt).row_bytes(n_in);
+    let bpt = n_in / q8k_block();
+    let mut want = Vec::with_capacity(sel.len() * n_ff);
+    for (pr, &e) in sel.iter().enumerate() {
+        let xt = &x[pr / n_used * bpt..][..bpt];
+        for r in 0..n_ff {
+            let row = (e as usize * n_ff + r) * rb;
+            let g = expert_dot(fmt, &gate[row..row + rb], xt);
+            let u = expert_dot(fmt, &up[row..row + rb], xt);
+            want.push(swiglu(g, u, limit) * selw[pr]);
+        }
+    }
+    want
+}
+
+/// CPU reference of the routed down step for each pair of `sel`: down row · the pair's mid.
+fn ref_down(fmt: ExpertFormat, down: &[u8], mids: &[BlockQ8K], sel: &[u32], (n_ff, n_out): (usize, usize)) -> Vec<f32> {
+    let rb = fmt_type(fmt).row_bytes(n_ff);
+    let bpr = n_ff / q8k_block();
+    let mut want = Vec::with_capacity(sel.len() * n_out);
+    for (pr, &e) in sel.iter().enumerate() {
+        for r in 0..n_out {
+            let row = (e as usize * n_out + r) * rb;
+            want.push(expert_dot(fmt, &down[row..row + rb], &mids[pr * bpr..][..bpr]));
+        }
+    }
+    want
 }
 
 /// The expert grouping (`ds4_moe_group`) of a selection: pair ids by expert, and one tile
@@ -260,6 +283,115 @@ fn expected_grouping(sel: &[u32], n_expert: usize, min_cols: u32) -> (Vec<u32>, 
     (pairs, tiles)
 }
 
+/// The grouped expert GEMMs' case for pair counts per expert [`kernels::TILE_CLASS_COUNTS`] (partial,
+/// full and several tiles per expert, an expert with none) and a row count (203) that ends inside a
+/// tile: random expert weights, activations, mids and selection weights, on the host and the device.
+pub struct TileClassCase {
+    pub fmt: ExpertFormat,
+    /// Tokens (the selection's pairs / `n_used`).
+    pub n_tok: usize,
+    pub n_expert: usize,
+    pub sel: Vec<u32>,
+    pub selw: Vec<f32>,
+    gate_host: Vec<u8>,
+    up_host: Vec<u8>,
+    down_host: Vec<u8>,
+    x_host: Vec<BlockQ8K>,
+    mids_host: Vec<BlockQ8K>,
+    /// Gate, up and down weights; selection and its weights.
+    dev: [DeviceBuffer; 5],
+    x: Q8kDevice,
+    mids: Q8kDevice,
+}
+
+/// The tile-class case's n_in, n_ff, n_out, n_used and SwiGLU limit.
+pub const TILE_CLASS_SHAPE: (usize, usize, usize, usize, f32) = (512, 512, 203, 2, 2.0);
+
+impl TileClassCase {
+    pub fn new(gpu: &Gpu, rng: &mut CheckRng, fmt: ExpertFormat) -> HipResult<TileClassCase> {
+        let (n_in, n_ff, n_out, n_used, _) = TILE_CLASS_SHAPE;
+        let n_expert = kernels::TILE_CLASS_COUNTS.len();
+        let sel = kernels::selection_with_counts(&kernels::TILE_CLASS_COUNTS, rng.next_u64());
+        let n_tok = sel.len() / n_used;
+        let ty = fmt_type(fmt);
+        let gate_host = random_weights(rng, ty, n_in, n_ff * n_expert);
+        let up_host = random_weights(rng, ty, n_in, n_ff * n_expert);
+        let down_host = random_weights(rng, ty, n_ff, n_out * n_expert);
+        let x_host = q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0));
+        let mids_host = q8k_blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5));
+        let selw: Vec<f32> = (0..sel.len()).map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0)).collect();
+        let dev = [
+            gpu.up(&gate_host)?,
+            gpu.up(&up_host)?,
+            gpu.up(&down_host)?,
+            gpu.up(&sel)?,
+            gpu.up(&selw)?,
+        ];
+        let (x, mids) = (gpu.up_q8k(&x_host)?, gpu.up_q8k(&mids_host)?);
+        Ok(TileClassCase {
+            fmt,
+            n_tok,
+            n_expert,
+            sel,
+            selw,
+            gate_host,
+            up_host,
+            down_host,
+            x_host,
+            mids_host,
+            dev,
+            x,
+            mids,
+        })
+    }
+
+    /// The grouping of the selection with the narrowest column class `min_cols` ([`expert_tiles`]).
+    pub fn tiles(&self, gpu: &Gpu, min_cols: u32) -> HipResult<(kernels::ExpertTiles, [DeviceBuffer; 3])> {
+        expert_tiles(
+            gpu,
+            &self.dev[3],
+            self.n_tok,
+            TILE_CLASS_SHAPE.3,
+            self.n_expert,
+            min_cols,
+        )
+    }
+
+    /// The grouped gate/up GEMM into `mid` (`n_tok * n_used * n_ff` f32).
+    pub fn gate_up(&self, mid: &DeviceBuffer, tiles: kernels::ExpertTiles) -> Launch {
+        let [gate, up, _, _, selw] = &self.dev;
+        let (n_in, n_ff, _, n_used, limit) = TILE_CLASS_SHAPE;
+        kernels::moe_gemm_gate_up(
+            self.fmt,
+            mid.ptr().0,
+            gate.ptr().0,
+            up.ptr().0,
+            self.x.planes(),
+            tiles,
+            selw.ptr().0,
+            n_in as u32,
+            n_ff as u32,
+            n_used as u32,
+            limit,
+        )
+    }
+
+    /// The grouped down GEMM of the mids into `outp` (`n_tok * n_used * n_out` f32).
+    pub fn down(&self, outp: &DeviceBuffer, tiles: kernels::ExpertTiles) -> Launch {
+        let (_, n_ff, n_out, n_used, _) = TILE_CLASS_SHAPE;
+        kernels::moe_gemm_down(
+            self.fmt,
+            outp.ptr().0,
+            self.dev[2].ptr().0,
+            self.mids.planes(),
+            tiles,
+            n_ff as u32,
+            n_out as u32,
+            n_used as u32,
+        )
+    }
+}
+
 /// The grouped expert GEMMs in every column class (`min_cols` 64, 24 and the smallest) for pair
 /// counts per expert [`kernels::TILE_CLASS_COUNTS`] (every class and its edges), a row count (203)
 /// that ends inside a tile and two 256-row tall tiles: the grouping must equal the documented rule
@@ -273,54 +405,18 @@ fn check_moe_gemm_tile_classes(
     fmt: ExpertFormat,
     emit: &mut dyn FnMut(CheckResult),
 ) -> HipResult<CheckResult> {
-    let (n_in, n_ff, n_out, n_used, limit) = (512usize, 512usize, 203usize, 2usize, 2.0f32);
-    let n_expert = kernels::TILE_CLASS_COUNTS.len();
-    let sel = kernels::selection_with_counts(&kernels::TILE_CLASS_COUNTS, rng.next_u64());
-    let n_tok = sel.len() / n_used;
-    let ty = fmt_type(fmt);
-    let (gate_h, up_h) = (
-        random_weights(rng, ty, n_in, n_ff * n_expert),
-        random_weights(rng, ty, n_in, n_ff * n_expert),
-    );
-    let down_h = random_weights(rng, ty, n_ff, n_out * n_expert);
-    let (gate, up, down) = (gpu.up(&gate_h)?, gpu.up(&up_h)?, gpu.up(&down_h)?);
-    let (xb, mb) = (
-        q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0)),
-        q8k_blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5)),
-    );
-    let (x, mids) = (gpu.up_q8k(&xb)?, gpu.up_q8k(&mb)?);
-    let selw: Vec<f32> = (0..sel.len()).map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0)).collect();
-    let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
+    let case = TileClassCase::new(gpu, rng, fmt)?;
+    let (n_in, n_ff, n_out, n_used, limit) = TILE_CLASS_SHAPE;
+    let (n_tok, n_expert, sel) = (case.n_tok, case.n_expert, &case.sel);
     let mut outputs: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
     let mut classes = Vec::new();
     let mut grouping_errors = Vec::new();
     for min_cols in [64, 24, kernels::MOE_MIN_COLS] {
-        let (tiles, keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, min_cols)?;
+        let (tiles, keep) = case.tiles(gpu, min_cols)?;
         let mid = gpu.poisoned::<f32>(n_tok * n_used * n_ff)?;
         let outp = gpu.poisoned::<f32>(n_tok * n_used * n_out)?;
-        gpu.run(&kernels::moe_gemm_gate_up(
-            fmt,
-            mid.ptr().0,
-            gate.ptr().0,
-            up.ptr().0,
-            x.planes(),
-            tiles,
-            sw_d.ptr().0,
-            n_in as u32,
-            n_ff as u32,
-            n_used as u32,
-            limit,
-        ))?;
-        gpu.run(&kernels::moe_gemm_down(
-            fmt,
-            outp.ptr().0,
-            down.ptr().0,
-            mids.planes(),
-            tiles,
-            n_ff as u32,
-            n_out as u32,
-            n_used as u32,
-        ))?;
+        gpu.run(&case.gate_up(&mid, tiles))?;
+        gpu.run(&case.down(&outp, tiles))?;
         let n_tiles = keep[2].to_vec::<u32>()?[0] as usize;
         let words = keep[1].to_vec::<u32>()?;
         let got_tiles: Vec<[u32; 4]> = words
@@ -328,7 +424,7 @@ fn check_moe_gemm_tile_classes(
             .take(n_tiles)
             .map(|t| [t[0], t[1], t[2], t[3]])
             .collect();
-        let (want_pairs, want_tiles) = expected_grouping(&sel, n_expert, min_cols);
+        let (want_pairs, want_tiles) = expected_grouping(sel, n_expert, min_cols);
         if keep[0].to_vec::<u32>()? != want_pairs || got_tiles != want_tiles {
             grouping_errors.push(min_cols);
         }
@@ -344,24 +440,17 @@ fn check_moe_gemm_tile_classes(
         format!("pairs and tiles differ from the rule for min_cols {grouping_errors:?}"),
     ));
     // The smallest classes against the CPU reference dots.
-    let (rb_in, rb_ff) = (ty.row_bytes(n_in), ty.row_bytes(n_ff));
-    let (bpt, bpr) = (n_in / q8k_block(), n_ff / q8k_block());
-    let mut want_mid = Vec::with_capacity(sel.len() * n_ff);
-    let mut want_outp = Vec::with_capacity(sel.len() * n_out);
-    for (pr, &ex) in sel.iter().enumerate() {
-        let ex = ex as usize;
-        let xt = &xb[pr / n_used * bpt..][..bpt];
-        for r in 0..n_ff {
-            let row = (ex * n_ff + r) * rb_in;
-            let g = expert_dot(fmt, &gate_h[row..row + rb_in], xt);
-            let u = expert_dot(fmt, &up_h[row..row + rb_in], xt);
-            want_mid.push(swiglu(g, u, limit) * selw[pr]);
-        }
-        for r in 0..n_out {
-            let row = (ex * n_out + r) * rb_ff;
-            want_outp.push(expert_dot(fmt, &down_h[row..row + rb_ff], &mb[pr * bpr..][..bpr]));
-        }
-    }
+    let want_mid = ref_gate_up(
+        fmt,
+        &case.gate_host,
+        &case.up_host,
+        &case.x_host,
+        sel,
+        &case.selw,
+        (n_in, n_ff, n_used),
+        limit,
+    );
+    let want_outp = ref_down(fmt, &case.down_host, &case.mids_host, sel, (n_ff, n_out));
     let (mid_small, outp_small) = &outputs[outputs.len() - 1];
     let vs_cpu = same_bits(
         &format!("{name}.vs_cpu"),

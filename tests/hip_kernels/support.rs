@@ -11,9 +11,12 @@
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 
-use ds4_chat::backend::cpu::quant::{BlockQ8K, Q8_0Act, dot_iq2_xxs, dot_q2_k, dot_q4_k, quantize_q8_0, quantize_q8_k};
+use ds4_chat::backend::cpu::moe::swiglu;
+use ds4_chat::backend::cpu::quant::{
+    BlockQ8K, Q8_0Act, dot_f16, dot_iq2_xxs, dot_q2_k, dot_q4_k, dot_q8_0, quantize_q8_0, quantize_q8_k,
+};
 use ds4_chat::backend::hip::kernel_module::KernelModule;
-use ds4_chat::backend::hip::kernels::{ExpertFormat, Launch, Q8Act, Q8K};
+use ds4_chat::backend::hip::kernels::{self, DevPtr, ExpertFormat, Launch, Q8Act, Q8K, Q8Proj, Q8Swiglu, QuantOut};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, DeviceCopy, HipContext, HipResult, Stream};
 use ds4_chat::gguf::GgmlType;
 use ds4_chat::gguf::half::f32_to_f16;
@@ -56,10 +59,17 @@ impl Gpu {
     /// unwritten outputs fail the comparison.
     pub fn poisoned<T: DeviceCopy>(&self, n: usize) -> HipResult<DeviceBuffer> {
         let mut b = self.ctx.alloc(n * std::mem::size_of::<T>())?;
-        let len = b.len_bytes();
-        b.fill_bytes_async(0, len, 0xFF, &self.stream)?;
-        self.stream.synchronize()?;
+        self.repoison([&mut b])?;
         Ok(b)
+    }
+
+    /// Fills `bufs` with the poison pattern again, so that a second launch must rewrite them.
+    pub fn repoison<'a>(&self, bufs: impl IntoIterator<Item = &'a mut DeviceBuffer>) -> HipResult<()> {
+        for b in bufs {
+            let len = b.len_bytes();
+            b.fill_bytes_async(0, len, 0xFF, &self.stream)?;
+        }
+        self.stream.synchronize()
     }
 
     /// The Q8_K activation planes of `blocks` on the device.
@@ -277,4 +287,283 @@ pub fn q8k_planes(blocks: &[BlockQ8K]) -> Q8kPlanes {
 
 pub fn random_vec(rng: &mut CheckRng, n: usize, amp: f32) -> Vec<f32> {
     (0..n).map(|_| amp * rng.next_f32()).collect()
+}
+
+/// Output bytes read back as the f32s they hold.
+pub fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The bytes of each output buffer.
+pub type Outputs = Vec<Vec<u8>>;
+
+/// Runs `exact`, reads `outs`, poisons them, runs `twin` (which writes the same outputs) and reads
+/// them again: (exact outputs, twin outputs).
+pub fn exact_then_twin(
+    gpu: &Gpu,
+    exact: &Launch,
+    twin: &Launch,
+    outs: &mut [&mut DeviceBuffer],
+) -> HipResult<(Outputs, Outputs)> {
+    let read = |outs: &[&mut DeviceBuffer]| outs.iter().map(|b| b.to_vec::<u8>()).collect::<HipResult<Vec<_>>>();
+    gpu.run(exact)?;
+    let a = read(outs)?;
+    gpu.repoison(outs.iter_mut().map(|b| &mut **b))?;
+    gpu.run(twin)?;
+    Ok((a, read(outs)?))
+}
+
+/// [`exact_then_twin`] with the exact launch's fast twin (`kernels::fast_twin`).
+pub fn exact_and_fast(gpu: &Gpu, exact: &Launch, outs: &mut [&mut DeviceBuffer]) -> HipResult<(Outputs, Outputs)> {
+    let fast = kernels::fast_twin(exact).unwrap_or_else(|| panic!("{} has no fast twin here", exact.kernel.name));
+    exact_then_twin(gpu, exact, &fast, outs)
+}
+
+/// A Q8_0 projection of random weights and activations on the device (grouped when
+/// `rows_per_group < n_out`: the activation rows are then `groups * n_in` apart), with its CPU dots.
+pub struct Q8ProjCase {
+    /// The launch builders' operands; `proj.y` is [`Q8ProjCase::y`].
+    pub proj: Q8Proj,
+    /// The output, poisoned: `n_tok * n_out` f32.
+    pub y: DeviceBuffer,
+    w: Vec<u8>,
+    act: Q8_0Act,
+    n_tok: usize,
+    _operands: (DeviceBuffer, Q8_0Device),
+}
+
+impl Q8ProjCase {
+    pub fn new(
+        gpu: &Gpu,
+        rng: &mut CheckRng,
+        (n_in, n_out, rows_per_group, n_tok): (usize, usize, usize, usize),
+    ) -> HipResult<Q8ProjCase> {
+        let x_stride = n_out.div_ceil(rows_per_group) * n_in;
+        let w = random_weights(rng, GgmlType::Q8_0, n_in, n_out);
+        let x = random_vec(rng, n_tok * x_stride, 2.0);
+        let (act, x_d) = gpu.up_q8_0(&x)?;
+        let w_d = gpu.up(&w)?;
+        let y = gpu.poisoned::<f32>(n_tok * n_out)?;
+        let proj = Q8Proj {
+            rows_per_group: rows_per_group as u32,
+            x_stride: x_stride as u32,
+            ..Q8Proj::plain(y.ptr().0, w_d.ptr().0, x_d.act(), n_in as u32, n_out as u32)
+        };
+        Ok(Q8ProjCase {
+            proj,
+            y,
+            w,
+            act,
+            n_tok,
+            _operands: (w_d, x_d),
+        })
+    }
+
+    /// The CPU reference: y[t][r] = W[r] · (token t's activation row of r's group).
+    pub fn want(&self) -> Vec<f32> {
+        let p = &self.proj;
+        let (n_in, n_out, rpg, stride) = (
+            p.n_in as usize,
+            p.n_out as usize,
+            p.rows_per_group as usize,
+            p.x_stride as usize,
+        );
+        let (rb, qb) = (GgmlType::Q8_0.row_bytes(n_in), q8_0_block());
+        (0..self.n_tok * n_out)
+            .map(|i| {
+                let (t, r) = (i / n_out, i % n_out);
+                let off = t * stride + (r / rpg) * n_in;
+                dot_q8_0(
+                    &self.w[r * rb..(r + 1) * rb],
+                    &self.act.qs[off..off + n_in],
+                    &self.act.scales[off / qb..(off + n_in) / qb],
+                )
+            })
+            .collect()
+    }
+}
+
+/// The Q8_0 SwiGLU projection (gate and up rows of random weights, random activations) on the
+/// device, with its CPU reference.
+pub struct Q8SwigluCase {
+    /// The launch builders' operands; `sw.mid` is [`Q8SwigluCase::mid`].
+    pub sw: Q8Swiglu,
+    /// The output, poisoned: `n_tok * n_ff` f32.
+    pub mid: DeviceBuffer,
+    wg: Vec<u8>,
+    wu: Vec<u8>,
+    act: Q8_0Act,
+    n_tok: usize,
+    _operands: (DeviceBuffer, DeviceBuffer, Q8_0Device),
+}
+
+impl Q8SwigluCase {
+    pub fn new(
+        gpu: &Gpu,
+        rng: &mut CheckRng,
+        (n_in, n_ff, n_tok): (usize, usize, usize),
+        limit: f32,
+    ) -> HipResult<Q8SwigluCase> {
+        let wg = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
+        let wu = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
+        let x = random_vec(rng, n_tok * n_in, 2.0);
+        let (act, x_d) = gpu.up_q8_0(&x)?;
+        let (g_d, u_d) = (gpu.up(&wg)?, gpu.up(&wu)?);
+        let mid = gpu.poisoned::<f32>(n_tok * n_ff)?;
+        let sw = Q8Swiglu {
+            mid: mid.ptr().0,
+            wg: g_d.ptr().0,
+            wu: u_d.ptr().0,
+            x: x_d.act(),
+            n_in: n_in as u32,
+            n_ff: n_ff as u32,
+            limit,
+        };
+        Ok(Q8SwigluCase {
+            sw,
+            mid,
+            wg,
+            wu,
+            act,
+            n_tok,
+            _operands: (g_d, u_d, x_d),
+        })
+    }
+
+    /// The CPU reference: swiglu(Wg[r] · x_t, Wu[r] · x_t, limit).
+    pub fn want(&self) -> Vec<f32> {
+        let (n_in, n_ff) = (self.sw.n_in as usize, self.sw.n_ff as usize);
+        let (rb, qb) = (GgmlType::Q8_0.row_bytes(n_in), q8_0_block());
+        let mut want = vec![0f32; self.n_tok * n_ff];
+        for t in 0..self.n_tok {
+            let (q, d) = (
+                &self.act.qs[t * n_in..(t + 1) * n_in],
+                &self.act.scales[t * n_in / qb..(t + 1) * n_in / qb],
+            );
+            for r in 0..n_ff {
+                let g = dot_q8_0(&self.wg[r * rb..(r + 1) * rb], q, d);
+                let u = dot_q8_0(&self.wu[r * rb..(r + 1) * rb], q, d);
+                want[t * n_ff + r] = swiglu(g, u, self.sw.limit);
+            }
+        }
+        want
+    }
+}
+
+/// A launch builder of an F16 projection: (y, w, x, n_in, n_out, x_stride, n_tok).
+pub type F16Builder = fn(DevPtr, DevPtr, DevPtr, u32, u32, u32, u32) -> Launch;
+
+/// F16 projections of one activation set: `n_weights` random weight matrices, activation rows
+/// `x_stride` apart, and one poisoned output per matrix, with their CPU dots.
+pub struct F16ProjCase {
+    pub ws: Vec<DeviceBuffer>,
+    pub x: DeviceBuffer,
+    pub ys: Vec<DeviceBuffer>,
+    pub shape: (u32, u32, u32),
+    pub x_stride: u32,
+    w_host: Vec<Vec<u8>>,
+    x_host: Vec<f32>,
+}
+
+impl F16ProjCase {
+    pub fn new(
+        gpu: &Gpu,
+        rng: &mut CheckRng,
+        n_weights: usize,
+        (n_in, n_out, n_tok): (usize, usize, usize),
+        x_stride: usize,
+    ) -> HipResult<F16ProjCase> {
+        let w_host: Vec<Vec<u8>> = (0..n_weights)
+            .map(|_| random_weights(rng, GgmlType::F16, n_in, n_out))
+            .collect();
+        let x_host = random_vec(rng, n_tok * x_stride, 2.0);
+        let ws = w_host.iter().map(|w| gpu.up(w)).collect::<HipResult<Vec<_>>>()?;
+        let x = gpu.up(&x_host)?;
+        let ys = (0..n_weights)
+            .map(|_| gpu.poisoned::<f32>(n_tok * n_out))
+            .collect::<HipResult<Vec<_>>>()?;
+        Ok(F16ProjCase {
+            ws,
+            x,
+            ys,
+            shape: (n_in as u32, n_out as u32, n_tok as u32),
+            x_stride: x_stride as u32,
+            w_host,
+            x_host,
+        })
+    }
+
+    /// The CPU reference, one matrix's outputs after the other: y[t][r] = W[r] · x_t.
+    pub fn want(&self) -> Vec<f32> {
+        let (n_in, n_out, n_tok) = (self.shape.0 as usize, self.shape.1 as usize, self.shape.2 as usize);
+        let (rb, stride) = (GgmlType::F16.row_bytes(n_in), self.x_stride as usize);
+        let mut want = Vec::with_capacity(self.w_host.len() * n_tok * n_out);
+        for w in &self.w_host {
+            for t in 0..n_tok {
+                for r in 0..n_out {
+                    want.push(dot_f16(
+                        &w[r * rb..(r + 1) * rb],
+                        &self.x_host[t * stride..t * stride + n_in],
+                    ));
+                }
+            }
+        }
+        want
+    }
+
+    /// The first matrix's projection by `build` (`kernels::matvec_f16`, `gemm_f16` or a twin's
+    /// builder) into the first output.
+    pub fn single(&self, build: F16Builder) -> Launch {
+        let (n_in, n_out, n_tok) = self.shape;
+        let [y, w, x] = [&self.ys[0], &self.ws[0], &self.x].map(|b| b.ptr().0);
+        build(y, w, x, n_in, n_out, self.x_stride, n_tok)
+    }
+
+    /// The pair projection (`kernels::matvec_f16_pair`) of the first two matrices.
+    pub fn pair(&self) -> Launch {
+        let (n_in, n_out, n_tok) = self.shape;
+        let [y0, y1, w0, w1, x] = [&self.ys[0], &self.ys[1], &self.ws[0], &self.ws[1], &self.x].map(|b| b.ptr().0);
+        kernels::matvec_f16_pair(y0, y1, w0, w1, x, n_in, n_out, self.x_stride, n_tok)
+    }
+
+    /// Every output, one matrix's after the other.
+    pub fn got(&self) -> HipResult<Vec<f32>> {
+        let mut got = Vec::new();
+        for y in &self.ys {
+            got.extend(y.to_vec::<f32>()?);
+        }
+        Ok(got)
+    }
+}
+
+/// Poisoned outputs of a norm kernel that writes both activation quantizations, for `n` elements:
+/// the f32 output, its Q8_0 codes and scales, its Q8_K codes, scales and 16-element sums.
+pub struct QuantOutBuffers(pub [DeviceBuffer; 6]);
+
+impl QuantOutBuffers {
+    pub fn poisoned(gpu: &Gpu, n: usize) -> HipResult<QuantOutBuffers> {
+        Ok(QuantOutBuffers([
+            gpu.poisoned::<f32>(n)?,
+            gpu.poisoned::<i8>(n)?,
+            gpu.poisoned::<f32>(n / q8_0_block())?,
+            gpu.poisoned::<i8>(n)?,
+            gpu.poisoned::<f32>(n / q8k_block())?,
+            gpu.poisoned::<i16>(n / 16)?,
+        ]))
+    }
+
+    /// The outputs as the launch builders take them.
+    pub fn planes(&self) -> QuantOut {
+        let [out, q0_q, q0_d, qk_q, qk_d, qk_bs] = &self.0;
+        QuantOut {
+            out: out.ptr().0,
+            q8_0_q: q0_q.ptr().0,
+            q8_0_d: q0_d.ptr().0,
+            q8_k_q: qk_q.ptr().0,
+            q8_k_d: qk_d.ptr().0,
+            q8_k_bs: qk_bs.ptr().0,
+        }
+    }
 }

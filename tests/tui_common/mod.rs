@@ -146,6 +146,14 @@ pub fn warm_done(app: &mut App) {
     });
 }
 
+/// The file-model app loaded and warmed up, ready for a prompt.
+pub fn ready_app() -> App {
+    let mut app = file_app();
+    loaded_warming(&mut app);
+    warm_done(&mut app);
+    app
+}
+
 /// The worker starting a turn of `prompt_tokens` fresh tokens (nothing reused) in `think` mode.
 pub fn turn_started(app: &mut App, prompt_tokens: u32, think: ThinkMode) {
     app.on_engine_event(Event::TurnStarted {
