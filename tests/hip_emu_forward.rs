@@ -12,7 +12,7 @@ mod sessions_common;
 
 use ds4_chat::backend::agreement::{Agreement, compare_logits};
 use ds4_chat::backend::arithmetic::Arithmetic;
-use ds4_chat::engine::backend_open::open_engine;
+use ds4_chat::engine::backend_open::{Placement, open_engine};
 use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
 use ds4_chat::genmodel::ExpertMix;
 use sessions_common::{carry, continue_both, tokens};
@@ -22,22 +22,26 @@ fn check(experts: ExpertMix, seed: u64, n: usize) {
     let ctx = n + 8;
     let mut gpu = open_engine(
         model.clone(),
-        BackendChoice::Hip,
-        WeightPlacement::Copy,
-        Arithmetic::Exact,
+        &Placement {
+            backend: BackendChoice::Hip,
+            weights: WeightPlacement::Copy,
+            arithmetic: Arithmetic::Exact,
+            threads: 1,
+            ..Default::default()
+        },
         ctx,
-        1,
     )
     .unwrap_or_else(|e| panic!("{e}"))
     .backend;
     assert_eq!(gpu.name(), "hip");
     let mut cpu = open_engine(
         model.clone(),
-        BackendChoice::Cpu,
-        WeightPlacement::Auto,
-        Arithmetic::Exact,
+        &Placement {
+            backend: BackendChoice::Cpu,
+            arithmetic: Arithmetic::Exact,
+            ..Default::default()
+        },
         ctx,
-        0,
     )
     .unwrap()
     .backend;
@@ -108,9 +112,19 @@ fn a_session_saved_on_one_backend_resumes_bitwise_on_the_other() {
     let (held, then) = all.split_at(18);
     let ctx = 32;
     let engine = |choice| {
-        open_engine(model.clone(), choice, WeightPlacement::Copy, Arithmetic::Exact, ctx, 1)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .engine
+        open_engine(
+            model.clone(),
+            &Placement {
+                backend: choice,
+                weights: WeightPlacement::Copy,
+                arithmetic: Arithmetic::Exact,
+                threads: 1,
+                ..Default::default()
+            },
+            ctx,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .engine
     };
     let (cpu, hip) = (engine(BackendChoice::Cpu), engine(BackendChoice::Hip));
     assert_eq!((cpu.name(), hip.name()), ("cpu", "hip"));

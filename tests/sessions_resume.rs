@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ds4_chat::backend::Backend;
 use ds4_chat::backend::arithmetic::Arithmetic;
-use ds4_chat::engine::backend_open::open_engine;
+use ds4_chat::engine::backend_open::{Placement, open_engine};
 use ds4_chat::engine::events::{
     BackendChoice, Command, Event, LoadRequest, ModelSource, ResumeRequest, TurnRequest, WeightPlacement,
 };
@@ -32,11 +32,12 @@ fn demo_model() -> Arc<Model> {
 fn cpu(model: &Arc<Model>, ctx: usize) -> Box<dyn Backend> {
     open_engine(
         model.clone(),
-        BackendChoice::Cpu,
-        WeightPlacement::Auto,
-        Arithmetic::Exact,
+        &Placement {
+            backend: BackendChoice::Cpu,
+            arithmetic: Arithmetic::Exact,
+            ..Default::default()
+        },
         ctx,
-        0,
     )
     .unwrap()
     .backend
