@@ -19,8 +19,8 @@
 //! * Commands arriving during a turn: `Cancel` ends it; `Shutdown` and `Load` end it and then run;
 //!   `SetSampling` applies from the next token; the rest wait until the turn has finished.
 //!
-//! Owns the command loop and the chat-turn flow. Must not render anything, compute kernels, or
-//! know terminal types.
+//! Owns the command loop; one chat turn's flow is in worker/turn.rs. Must not render anything,
+//! compute kernels, or know terminal types.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
