@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ds4_chat::backend::Backend;
 use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::engine::events::{
     BackendChoice, Command, Event, LoadRequest, ModelSource, ResumeRequest, TurnRequest, WeightPlacement,
