@@ -23,22 +23,16 @@
 
 template <int T>
 struct Fmt;
-template <>
-struct Fmt<DS4_T_Q8_0> {
-    static constexpr u32 block_elems = 32, block_bytes = 34;
-};
-template <>
-struct Fmt<DS4_T_Q2_K> {
-    static constexpr u32 block_elems = 256, block_bytes = 84;
-};
-template <>
-struct Fmt<DS4_T_Q4_K> {
-    static constexpr u32 block_elems = 256, block_bytes = 144;
-};
-template <>
-struct Fmt<DS4_T_IQ2_XXS> {
-    static constexpr u32 block_elems = 256, block_bytes = 66;
-};
+#define DS4_FMT(type, elems, bytes)                                         \
+    template <>                                                             \
+    struct Fmt<type> {                                                      \
+        static constexpr u32 block_elems = (elems), block_bytes = (bytes); \
+    };
+DS4_FMT(DS4_T_Q8_0, 32, 34)
+DS4_FMT(DS4_T_Q2_K, 256, 84)
+DS4_FMT(DS4_T_Q4_K, 256, 144)
+DS4_FMT(DS4_T_IQ2_XXS, 256, 66)
+#undef DS4_FMT
 
 template <int T>
 DS4_DEV u64 row_bytes(u32 n) {

@@ -14,50 +14,27 @@
 #pragma once
 
 // ---- bit casts --------------------------------------------------------------------------------
-DS4_DEV u32 ds4m_f2u(float f) {
+// One bit cast per pair of types: memcpy on the emulator, the intrinsic on NVIDIA, the builtin
+// elsewhere.
 #if defined(DS4_EMU)
-    u32 u;
-    memcpy(&u, &f, 4);
-    return u;
+#define DS4M_BIT_CAST(name, To, From, nvidia) \
+    DS4_DEV To name(From x) {                  \
+        To y;                                  \
+        memcpy(&y, &x, sizeof(y));             \
+        return y;                              \
+    }
 #elif defined(DS4_NVIDIA)
-    return __float_as_uint(f);
+#define DS4M_BIT_CAST(name, To, From, nvidia) \
+    DS4_DEV To name(From x) { return (To)nvidia(x); }
 #else
-    return __builtin_bit_cast(u32, f);
+#define DS4M_BIT_CAST(name, To, From, nvidia) \
+    DS4_DEV To name(From x) { return __builtin_bit_cast(To, x); }
 #endif
-}
-DS4_DEV float ds4m_u2f(u32 u) {
-#if defined(DS4_EMU)
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-#elif defined(DS4_NVIDIA)
-    return __uint_as_float(u);
-#else
-    return __builtin_bit_cast(float, u);
-#endif
-}
-DS4_DEV u64 ds4m_d2u(double d) {
-#if defined(DS4_EMU)
-    u64 u;
-    memcpy(&u, &d, 8);
-    return u;
-#elif defined(DS4_NVIDIA)
-    return (u64)__double_as_longlong(d);
-#else
-    return __builtin_bit_cast(u64, d);
-#endif
-}
-DS4_DEV double ds4m_u2d(u64 u) {
-#if defined(DS4_EMU)
-    double d;
-    memcpy(&d, &u, 8);
-    return d;
-#elif defined(DS4_NVIDIA)
-    return __longlong_as_double((long long)u);
-#else
-    return __builtin_bit_cast(double, u);
-#endif
-}
+DS4M_BIT_CAST(ds4m_f2u, u32, float, __float_as_uint)
+DS4M_BIT_CAST(ds4m_u2f, float, u32, __uint_as_float)
+DS4M_BIT_CAST(ds4m_d2u, u64, double, __double_as_longlong)
+DS4M_BIT_CAST(ds4m_u2d, double, u64, __longlong_as_double)
+#undef DS4M_BIT_CAST
 
 // ---- tables (bit patterns; see transcend.rs for what each holds) -----------------------------
 // 2^(i/32) as double bits minus i << 47.

@@ -130,28 +130,20 @@ DS4_DEV float dot8_f32(const float* a, const float* b, u32 n) {
 // `scratch` needs DS4_GROUPS32 entries. Every thread returns the total. Contains __syncthreads():
 // call from all threads.
 #define DS4_GROUPS32 (DS4_BLOCK / 32)
-DS4_DEV float block_sum(float v, float* scratch) {
+template <typename T>
+DS4_DEV T block_sum_of(T v, T* scratch) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor(v, o, 32);
     __syncthreads();
     if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
     __syncthreads();
-    float t = 0.0f;
+    T t = T(0);
 #pragma unroll
     for (int g = 0; g < DS4_GROUPS32; ++g) t += scratch[g];
     return t;
 }
-DS4_DEV double block_sum_f64(double v, double* scratch) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor(v, o, 32);
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-    __syncthreads();
-    double t = 0.0;
-#pragma unroll
-    for (int g = 0; g < DS4_GROUPS32; ++g) t += scratch[g];
-    return t;
-}
+DS4_DEV float block_sum(float v, float* scratch) { return block_sum_of(v, scratch); }
+DS4_DEV double block_sum_f64(double v, double* scratch) { return block_sum_of(v, scratch); }
 DS4_DEV float block_max(float v, float* scratch) {
     v = warp_max(v);
     __syncthreads();

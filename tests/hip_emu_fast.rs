@@ -13,14 +13,11 @@ mod hip_emu;
 use ds4_chat::backend::Backend;
 use ds4_chat::backend::agreement::{Agreement, compare_logits, top_k};
 use ds4_chat::backend::arithmetic::Arithmetic;
-use ds4_chat::engine::backend_open::open_engine;
-use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
+use ds4_chat::engine::events::BackendChoice;
 use ds4_chat::genmodel::ExpertMix;
 
 fn open(model: &std::sync::Arc<ds4_chat::model::Model>, choice: BackendChoice, ctx: usize) -> Box<dyn Backend> {
-    open_engine(model.clone(), choice, WeightPlacement::Copy, Arithmetic::Fast, ctx, 1)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .backend
+    hip_emu::open_copied(model, choice, Arithmetic::Fast, ctx).backend
 }
 
 fn check(experts: ExpertMix, seed: u64, n_prompt: usize, n_greedy: usize) {

@@ -12,35 +12,16 @@ mod sessions_common;
 
 use ds4_chat::backend::agreement::{Agreement, compare_logits};
 use ds4_chat::backend::arithmetic::Arithmetic;
-use ds4_chat::engine::backend_open::open_engine;
-use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
+use ds4_chat::engine::events::BackendChoice;
 use ds4_chat::genmodel::ExpertMix;
-use sessions_common::{carry, continue_both, tokens};
+use sessions_common::{carry, continue_both, cpu_session, tokens};
 
 fn check(experts: ExpertMix, seed: u64, n: usize) {
     let model = hip_emu::small_vocab_tiny(seed, experts);
     let ctx = n + 8;
-    let mut gpu = open_engine(
-        model.clone(),
-        BackendChoice::Hip,
-        WeightPlacement::Copy,
-        Arithmetic::Exact,
-        ctx,
-        1,
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
-    .backend;
+    let mut gpu = hip_emu::open_copied(&model, BackendChoice::Hip, Arithmetic::Exact, ctx).backend;
     assert_eq!(gpu.name(), "hip");
-    let mut cpu = open_engine(
-        model.clone(),
-        BackendChoice::Cpu,
-        WeightPlacement::Auto,
-        Arithmetic::Exact,
-        ctx,
-        0,
-    )
-    .unwrap()
-    .backend;
+    let mut cpu = cpu_session(&model, ctx);
     // A fixed pseudo-random sequence over the 512-token vocabulary.
     let tokens: Vec<u32> = (0..n as u64)
         .map(|i| ((i * 2654435761 + seed * 97) % 509) as u32)
@@ -107,11 +88,7 @@ fn a_session_saved_on_one_backend_resumes_bitwise_on_the_other() {
     let all = tokens(20, 4, model.hp.n_vocab);
     let (held, then) = all.split_at(18);
     let ctx = 32;
-    let engine = |choice| {
-        open_engine(model.clone(), choice, WeightPlacement::Copy, Arithmetic::Exact, ctx, 1)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .engine
-    };
+    let engine = |choice| hip_emu::open_copied(&model, choice, Arithmetic::Exact, ctx).engine;
     let (cpu, hip) = (engine(BackendChoice::Cpu), engine(BackendChoice::Hip));
     assert_eq!((cpu.name(), hip.name()), ("cpu", "hip"));
     for (from, to) in [(&cpu, &hip), (&hip, &cpu), (&hip, &hip)] {

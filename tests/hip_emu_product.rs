@@ -27,7 +27,7 @@ use ds4_chat::backend::hip::{open_backend, open_backend_with_progress};
 /// Every check here compares bits with the CPU engine: the exact contract.
 const EXACT: Arithmetic = Arithmetic::Exact;
 use ds4_chat::backend::{Backend, Engine, EngineError};
-use ds4_chat::engine::backend_open;
+use ds4_chat::engine::backend_open::{self, Placement};
 use ds4_chat::engine::events::{BackendChoice, Command as WorkerCommand, Event, LoadRequest, ModelSource};
 use ds4_chat::engine::events::{WarmupPhase, WeightPlacement};
 use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
@@ -320,18 +320,47 @@ fn memory_guard(model: &Arc<Model>) {
 /// back to the CPU with it.
 fn gate_and_fallback(model: &Arc<Model>) {
     set_env("DS4_HIP_FORWARD", "0");
-    let e = backend_open::open_engine(model.clone(), BackendChoice::Hip, WeightPlacement::Auto, EXACT, 16, 1)
-        .err()
-        .expect("forward pass turned off");
+    let e = backend_open::open_engine(
+        model.clone(),
+        &Placement {
+            backend: BackendChoice::Hip,
+            arithmetic: EXACT,
+            threads: 1,
+            ..Default::default()
+        },
+        16,
+    )
+    .err()
+    .expect("forward pass turned off");
     assert!(
         e.starts_with("--backend hip: DS4_HIP_FORWARD=0 turns the HIP forward pass off") && !e.contains('\n'),
         "{e}"
     );
-    let o = backend_open::open_engine(model.clone(), BackendChoice::Auto, WeightPlacement::Auto, EXACT, 16, 1).unwrap();
+    let o = backend_open::open_engine(
+        model.clone(),
+        &Placement {
+            backend: BackendChoice::Auto,
+            arithmetic: EXACT,
+            threads: 1,
+            ..Default::default()
+        },
+        16,
+    )
+    .unwrap();
     assert_eq!(o.backend.name(), "cpu");
     assert!(o.fallback_reason.unwrap().contains("DS4_HIP_FORWARD=0"));
     set_env("DS4_HIP_FORWARD", "1");
-    let o = backend_open::open_engine(model.clone(), BackendChoice::Auto, WeightPlacement::Auto, EXACT, 16, 1).unwrap();
+    let o = backend_open::open_engine(
+        model.clone(),
+        &Placement {
+            backend: BackendChoice::Auto,
+            arithmetic: EXACT,
+            threads: 1,
+            ..Default::default()
+        },
+        16,
+    )
+    .unwrap();
     assert_eq!((o.backend.name(), o.fallback_reason), ("hip", None));
     // Progress through the engine entry point ends at the bytes placed: the data section, from the
     // start of the 4 KiB block holding its first byte.

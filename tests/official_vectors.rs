@@ -12,8 +12,9 @@
 use std::path::{Path, PathBuf};
 
 use ds4_chat::backend::arithmetic::Arithmetic;
+use ds4_chat::cli::Placement;
 use ds4_chat::cli::run::{open_model, open_session_backend};
-use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
+use ds4_chat::engine::events::BackendChoice;
 use ds4_chat::engine::logprobs::top_logprobs;
 use ds4_chat::engine::sampler::argmax;
 use ds4_chat::model::chat::{ThinkMode, one_shot_prompt};
@@ -192,11 +193,12 @@ fn official_vectors_on_the_real_model() {
         let prompt = one_shot_prompt(&tok, "", &text, ThinkMode::Off, c.ctx as u32).ids;
         let mut backend = open_session_backend(
             model.clone(),
-            backend_arg,
-            WeightPlacement::Auto,
-            Arithmetic::Exact,
+            &Placement {
+                backend: backend_arg,
+                arithmetic: Arithmetic::Exact,
+                ..Default::default()
+            },
             c.ctx,
-            0,
         )
         .unwrap_or_else(|e| panic!("{e}"));
         backend

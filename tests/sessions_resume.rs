@@ -10,9 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ds4_chat::backend::Backend;
 use ds4_chat::backend::arithmetic::Arithmetic;
-use ds4_chat::engine::backend_open::open_engine;
 use ds4_chat::engine::events::{
     BackendChoice, Command, Event, LoadRequest, ModelSource, ResumeRequest, TurnRequest, WeightPlacement,
 };
@@ -23,23 +21,10 @@ use ds4_chat::model::Model;
 use ds4_chat::model::chat::{Message, ThinkMode};
 use ds4_chat::sessions::store::TranscriptIds;
 use ds4_chat::sessions::{ModelIdentity, snapshot};
-use sessions_common::{carry, continue_both, tokens};
+use sessions_common::{carry, continue_both, cpu_session, tokens};
 
 fn demo_model() -> Arc<Model> {
     Arc::new(Model::bind(tiny_model(1, ExpertMix::Q2).unwrap()).unwrap())
-}
-
-fn cpu(model: &Arc<Model>, ctx: usize) -> Box<dyn Backend> {
-    open_engine(
-        model.clone(),
-        BackendChoice::Cpu,
-        WeightPlacement::Auto,
-        Arithmetic::Exact,
-        ctx,
-        0,
-    )
-    .unwrap()
-    .backend
 }
 
 /// 40 tokens (past the 16-token window, several ratio-4 rows, a ratio-128 state filling) as one
@@ -49,14 +34,14 @@ fn a_resumed_cache_continues_bitwise_like_the_uninterrupted_session() {
     let model = demo_model();
     let all = tokens(46, 3, model.hp.n_vocab);
     let (held, then) = all.split_at(40);
-    let mut uninterrupted = cpu(&model, 128);
+    let mut uninterrupted = cpu_session(&model, 128);
     uninterrupted.eval(held, &mut |_, _| true).unwrap();
-    let mut resumed = cpu(&model, 128);
+    let mut resumed = cpu_session(&model, 128);
     carry(&model, uninterrupted.as_ref(), held, resumed.as_mut());
     continue_both(resumed.as_mut(), uninterrupted.as_mut(), then, "CPU to CPU");
     // A session of another context (and so other capacities) resumes the same cache too.
-    let mut wider = cpu(&model, 256);
-    let mut again = cpu(&model, 128);
+    let mut wider = cpu_session(&model, 256);
+    let mut again = cpu_session(&model, 128);
     again.eval(held, &mut |_, _| true).unwrap();
     carry(&model, again.as_ref(), held, wider.as_mut());
     continue_both(wider.as_mut(), again.as_mut(), then, "context 128 to 256");
@@ -69,7 +54,7 @@ fn damaged_snapshots_are_refused_with_one_line_each() {
     let hp = &model.hp;
     let id = ModelIdentity::of(&model.file);
     let held = tokens(20, 5, hp.n_vocab);
-    let mut b = cpu(&model, 64);
+    let mut b = cpu_session(&model, 64);
     b.eval(&held, &mut |_, _| true).unwrap();
     let rows = b.export_cache().unwrap();
     let good = snapshot::encode(id, hp, &held, &rows);
@@ -159,7 +144,7 @@ fn damaged_snapshots_are_refused_with_one_line_each() {
     // Rows of the wrong size never reach the backend's cache.
     let mut short = rows.clone();
     short.layers[2].raw.pop();
-    let mut fresh = cpu(&model, 64);
+    let mut fresh = cpu_session(&model, 64);
     assert!(fresh.import_cache(&short, &held).is_err());
     assert_eq!(fresh.n_past(), 0);
 }

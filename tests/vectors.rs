@@ -18,9 +18,10 @@ use std::time::Instant;
 
 use ds4_chat::backend::Backend;
 use ds4_chat::backend::arithmetic::Arithmetic;
+use ds4_chat::cli::Placement;
 use ds4_chat::cli::run::{open_model, open_session_backend};
 use ds4_chat::cli::score::{ScorePath, teacher_forced};
-use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
+use ds4_chat::engine::events::BackendChoice;
 use ds4_chat::engine::sampler::argmax;
 use ds4_chat::model::chat::{ThinkMode, one_shot_prompt};
 use ds4_chat::model::tokenizer::Tokenizer;
@@ -219,8 +220,16 @@ fn case_a_engine_matches_ds4() {
         Ok("cpu") | Ok("") | Err(_) => BackendChoice::Cpu,
         Ok(other) => panic!("DS4_VECTORS_BACKEND={other}: expected cpu or hip"),
     };
-    let mut backend = open_session_backend(model, choice, WeightPlacement::Auto, Arithmetic::Exact, VECTOR_CTX, 0)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut backend = open_session_backend(
+        model,
+        &Placement {
+            backend: choice,
+            arithmetic: Arithmetic::Exact,
+            ..Default::default()
+        },
+        VECTOR_CTX,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "case A engine check on the {} backend ({})",
         backend.name(),
@@ -249,11 +258,13 @@ fn case_a_hip_fast_on_the_emulator_matches_ds4() {
     };
     let mut backend = open_session_backend(
         model,
-        BackendChoice::Hip,
-        WeightPlacement::Copy,
-        Arithmetic::Fast,
+        &Placement {
+            backend: BackendChoice::Hip,
+            weights: ds4_chat::engine::events::WeightPlacement::Copy,
+            arithmetic: Arithmetic::Fast,
+            ..Default::default()
+        },
         VECTOR_CTX,
-        0,
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(backend.arithmetic(), Some(Arithmetic::Fast));

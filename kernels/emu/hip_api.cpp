@@ -229,25 +229,26 @@ EMU_EXPORT hipError_t hipMemcpy(void* dst, const void* src, size_t bytes, int ki
     memmove(dst, src, bytes);
     return kSuccess;
 }
+// A copy from `src` (kind Copy) or a fill with the byte `value` (kind Fill) of `bytes` at `dst`, in
+// the order of `stream`.
+static hipError_t submit_bytes(void* stream, Op::Kind kind, void* dst, const void* src, int value, size_t bytes) {
+    std::lock_guard<std::recursive_mutex> g(g_lock);
+    Op op{kind};
+    op.dst = dst;
+    op.src = src;
+    op.value = value;
+    op.bytes = bytes;
+    return submit(stream, std::move(op));
+}
 EMU_EXPORT hipError_t hipMemcpyAsync(void* dst, const void* src, size_t bytes, int kind, void* stream) {
     NEED_INIT();
     if (kind < 0 || kind > 4 || (bytes && (!dst || !src))) return kInvalidValue;
-    std::lock_guard<std::recursive_mutex> g(g_lock);
-    Op op{Op::Copy};
-    op.dst = dst;
-    op.src = src;
-    op.bytes = bytes;
-    return submit(stream, std::move(op));
+    return submit_bytes(stream, Op::Copy, dst, src, 0, bytes);
 }
 EMU_EXPORT hipError_t hipMemsetAsync(void* dst, int value, size_t bytes, void* stream) {
     NEED_INIT();
     if (bytes && !dst) return kInvalidValue;
-    std::lock_guard<std::recursive_mutex> g(g_lock);
-    Op op{Op::Fill};
-    op.dst = dst;
-    op.value = value;
-    op.bytes = bytes;
-    return submit(stream, std::move(op));
+    return submit_bytes(stream, Op::Fill, dst, nullptr, value, bytes);
 }
 EMU_EXPORT hipError_t hipHostRegister(void* p, size_t bytes, unsigned flags) {
     NEED_INIT();

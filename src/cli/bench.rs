@@ -221,14 +221,7 @@ pub fn run(args: Args) -> CliResult {
         None => synthetic_tokens(tok.as_ref().ok(), model.hp.n_vocab, args.ctx_max),
     };
     let t_open = Instant::now();
-    let opened = open_engine(
-        model.clone(),
-        placement.backend,
-        placement.weights,
-        placement.arithmetic,
-        ctx_alloc,
-        placement.threads,
-    )?;
+    let opened = open_engine(model.clone(), &placement, ctx_alloc)?;
     let open_secs = t_open.elapsed().as_secs_f64();
     if let Some(why) = &opened.fallback_reason {
         eprintln!("ds4-chat bench: using the CPU backend: {why}");

@@ -55,13 +55,7 @@ pub struct PlacementArgs {
 }
 
 /// [`PlacementArgs`] after the range checks.
-#[derive(Debug)]
-pub struct Placement {
-    pub threads: usize,
-    pub backend: crate::engine::events::BackendChoice,
-    pub weights: crate::engine::events::WeightPlacement,
-    pub arithmetic: crate::backend::arithmetic::Arithmetic,
-}
+pub use crate::engine::backend_open::Placement;
 
 impl PlacementArgs {
     /// Every flag checked; the error is one line naming the flag.

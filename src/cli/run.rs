@@ -12,11 +12,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::CliResult;
-use crate::backend::arithmetic::Arithmetic;
 use crate::backend::{Backend, EngineError};
-use crate::engine::backend_open::open_engine;
+use crate::engine::backend_open::{Placement, open_engine};
+use crate::engine::events::SamplingParams;
 use crate::engine::events::TextKind;
-use crate::engine::events::{BackendChoice, SamplingParams, WeightPlacement};
 use crate::engine::generate::{Hooks, Limits, Stop, generate, sample_next};
 use crate::engine::logprobs::{self, LogprobDump};
 use crate::engine::sampler::{Sampler, argmax};
@@ -31,17 +30,10 @@ pub fn open_model(path: &Path) -> Result<Arc<Model>, String> {
     Model::open(path).map(Arc::new).map_err(|e| e.to_string())
 }
 
-/// A backend session for `model` (engine::backend_open's policy; a GPU runs `arithmetic`); a CPU
-/// fallback's reason goes to stderr.
-pub fn open_session_backend(
-    model: Arc<Model>,
-    choice: BackendChoice,
-    weights: WeightPlacement,
-    arithmetic: Arithmetic,
-    ctx: usize,
-    threads: usize,
-) -> Result<Box<dyn Backend>, String> {
-    let opened = open_engine(model, choice, weights, arithmetic, ctx, threads)?;
+/// A backend session for `model` (engine::backend_open's policy); a CPU fallback's reason goes to
+/// stderr.
+pub fn open_session_backend(model: Arc<Model>, at: &Placement, ctx: usize) -> Result<Box<dyn Backend>, String> {
+    let opened = open_engine(model, at, ctx)?;
     if let Some(reason) = &opened.fallback_reason {
         eprintln!("ds4-chat: using the CPU backend: {reason}");
     }
@@ -242,14 +234,7 @@ pub fn run(args: Args) -> CliResult {
         ));
     }
 
-    let mut backend = open_session_backend(
-        model,
-        set.placement.backend,
-        set.placement.weights,
-        set.placement.arithmetic,
-        ctx,
-        set.placement.threads,
-    )?;
+    let mut backend = open_session_backend(model, &set.placement, ctx)?;
     let t_prefill = Instant::now();
     // Long prefills on a big model take a while: show progress when stderr is a terminal.
     let show_progress = std::io::stderr().is_terminal();

@@ -101,14 +101,13 @@ pub fn run(args: Args) -> CliResult {
             "--tokens: id {bad} is outside the vocabulary (n_vocab {n_vocab})"
         ));
     }
-    let mut backend = super::run::open_session_backend(
-        model,
-        backend,
-        WeightPlacement::Auto,
-        args.arithmetic.arithmetic(),
-        ctx,
+    let at = super::Placement {
         threads,
-    )?;
+        backend,
+        weights: WeightPlacement::Auto,
+        arithmetic: args.arithmetic.arithmetic(),
+    };
+    let mut backend = super::run::open_session_backend(model, &at, ctx)?;
     let k = args.top_k.min(n_vocab);
     let mut positions = Vec::with_capacity(args.tokens.len());
     teacher_forced(backend.as_mut(), &args.tokens, args.path, &mut |i, logits| {

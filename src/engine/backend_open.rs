@@ -12,6 +12,17 @@ use crate::model::Model;
 
 use super::events::{BackendChoice, WeightPlacement};
 
+/// Where an engine runs: the backend asked for, its GPU weight placement and arithmetic, and the
+/// CPU threads (0 = all cores). `cli::PlacementArgs::checked` builds it from flags, the worker from
+/// a `LoadRequest`; the default is the flags' default.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Placement {
+    pub threads: usize,
+    pub backend: BackendChoice,
+    pub weights: WeightPlacement,
+    pub arithmetic: Arithmetic,
+}
+
 /// An engine and its first session, and why it is not the one asked for (if so).
 pub struct OpenedEngine {
     /// The model on its device; further sessions (another context) are opened from it.
@@ -22,36 +33,26 @@ pub struct OpenedEngine {
     pub fallback_reason: Option<String>,
 }
 
-/// Open `choice` for `model` and a first session with a cache of `ctx` tokens. `Hip` fails with the
-/// reason when no GPU engine can run; `Auto` then falls back to the CPU. A GPU engine runs
-/// `arithmetic`; the CPU engine is the reference and ignores it.
-pub fn open_engine(
-    model: Arc<Model>,
-    choice: BackendChoice,
-    weights: WeightPlacement,
-    arithmetic: Arithmetic,
-    ctx: usize,
-    threads: usize,
-) -> Result<OpenedEngine, String> {
-    open_engine_with_progress(model, choice, weights, arithmetic, ctx, threads, &mut |_, _| {})
+/// Open `at.backend` for `model` and a first session with a cache of `ctx` tokens. `Hip` fails with
+/// the reason when no GPU engine can run; `Auto` then falls back to the CPU. A GPU engine runs
+/// `at.arithmetic`; the CPU engine is the reference and ignores it.
+pub fn open_engine(model: Arc<Model>, at: &Placement, ctx: usize) -> Result<OpenedEngine, String> {
+    open_engine_with_progress(model, at, ctx, &mut |_, _| {})
 }
 
 /// `open_engine` reporting a GPU weight copy: `upload(done, total)` bytes after every chunk.
 pub fn open_engine_with_progress(
     model: Arc<Model>,
-    choice: BackendChoice,
-    weights: WeightPlacement,
-    arithmetic: Arithmetic,
+    at: &Placement,
     ctx: usize,
-    threads: usize,
     upload: &mut dyn FnMut(u64, u64),
 ) -> Result<OpenedEngine, String> {
     super::settings::check_session_ctx(ctx, &model.hp)?;
-    let gpu_unavailable = match choice {
+    let gpu_unavailable = match at.backend {
         BackendChoice::Cpu => None,
-        BackendChoice::Hip | BackendChoice::Auto => match open_gpu(&model, weights, arithmetic, ctx, upload) {
+        BackendChoice::Hip | BackendChoice::Auto => match open_gpu(&model, at.weights, at.arithmetic, ctx, upload) {
             Ok(opened) => return Ok(opened),
-            Err(reason) if choice == BackendChoice::Hip => return Err(format!("--backend hip: {reason}")),
+            Err(reason) if at.backend == BackendChoice::Hip => return Err(format!("--backend hip: {reason}")),
             Err(reason) => Some(reason),
         },
     };
@@ -62,7 +63,7 @@ pub fn open_engine_with_progress(
         ctx as u64,
         crate::backend::cpu::PREFILL_CHUNK as u64,
     )?;
-    let cpu = CpuEngine::new(model, threads).map_err(|e| e.to_string())?;
+    let cpu = CpuEngine::new(model, at.threads).map_err(|e| e.to_string())?;
     let backend = cpu.open_session(ctx).map_err(|e| e.to_string())?;
     Ok(OpenedEngine {
         engine: Box::new(cpu),

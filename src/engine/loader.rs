@@ -13,7 +13,7 @@ use crate::backend::{Backend, Engine, MemoryReport};
 use crate::model::Model;
 use crate::model::accounting::{table_from_model, weight_bytes_per_token};
 
-use super::backend_open::open_engine_with_progress;
+use super::backend_open::{Placement, open_engine_with_progress};
 use super::events::{Event, LoadRequest, ModelInfo, ModelSource, WarmupPhase, WeightPlacement};
 use super::memguard::{MemoryNeed, MemoryVerdict, WeightResidence, check_memory, read_host_memory};
 use super::residency::{MappedRegion, ResidencyProbe, mostly_cached};
@@ -141,15 +141,13 @@ impl ModelLoader for EngineLoader {
                 elapsed: upload_start.elapsed(),
             });
         };
-        let opened = open_engine_with_progress(
-            model.clone(),
-            req.backend,
-            req.weights,
-            req.arithmetic,
-            ctx as usize,
-            req.threads,
-            &mut upload,
-        )?;
+        let at = Placement {
+            threads: req.threads,
+            backend: req.backend,
+            weights: req.weights,
+            arithmetic: req.arithmetic,
+        };
+        let opened = open_engine_with_progress(model.clone(), &at, ctx as usize, &mut upload)?;
         let backend = opened.backend;
         let placement = backend.weights_placement();
         if let Some(p) = &placement {

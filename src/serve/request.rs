@@ -101,26 +101,11 @@ pub fn parse_chat_request(body: &[u8], model_id: &str) -> Result<ChatRequest, Ap
         messages,
         stream,
         include_usage,
-        temperature: f
-            .number("temperature")?
-            .map(|v| checked("temperature", settings::check_temp(v)))
-            .transpose()?,
-        top_p: f
-            .number("top_p")?
-            .map(|v| checked("top_p", settings::check_top_p(v)))
-            .transpose()?,
-        top_k: f
-            .int("top_k")?
-            .map(|v| checked("top_k", settings::check_top_k(v)))
-            .transpose()?,
-        min_p: f
-            .number("min_p")?
-            .map(|v| checked("min_p", settings::check_min_p(v)))
-            .transpose()?,
-        seed: f
-            .int("seed")?
-            .map(|v| checked("seed", settings::check_seed(v)))
-            .transpose()?,
+        temperature: f.number_checked("temperature", settings::check_temp)?,
+        top_p: f.number_checked("top_p", settings::check_top_p)?,
+        top_k: f.int_checked("top_k", settings::check_top_k)?,
+        min_p: f.number_checked("min_p", settings::check_min_p)?,
+        seed: f.int_checked("seed", settings::check_seed)?,
         max_tokens,
         think: parse_think(&f)?,
     })
@@ -169,6 +154,16 @@ impl Fields<'_> {
             },
             Some(_) => Err(ApiError::field(k, "must be an integer")),
         }
+    }
+
+    /// A number field passed through the setting's range check (the app's and the flags' one).
+    fn number_checked<T>(&self, k: &str, check: fn(f64) -> Result<T, String>) -> Result<Option<T>, ApiError> {
+        self.number(k)?.map(|v| checked(k, check(v))).transpose()
+    }
+
+    /// An integer field passed through the setting's range check.
+    fn int_checked<T>(&self, k: &str, check: fn(i64) -> Result<T, String>) -> Result<Option<T>, ApiError> {
+        self.int(k)?.map(|v| checked(k, check(v))).transpose()
     }
 
     fn string(&self, k: &str, name: &str) -> Result<Option<&str>, ApiError> {

@@ -18,6 +18,8 @@ use ds4_chat::backend::Backend;
 use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::backend::hip::kernel_module::KernelModule;
 use ds4_chat::backend::hip::{HipBackend, HipContext, HipOptions};
+use ds4_chat::engine::backend_open::{OpenedEngine, Placement, open_engine};
+use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
 use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
 use ds4_chat::gguf::GgufFile;
 use ds4_chat::model::Model;
@@ -185,4 +187,16 @@ pub fn lcg_ids(n: usize, seed: u64, vocab: u64) -> Vec<u32> {
             ((s >> 33) % vocab) as u32
         })
         .collect()
+}
+
+/// `backend` opened on `model` with its weights copied, one CPU thread and the kernels'
+/// `arithmetic`, and a first session of `ctx` tokens; a failure panics with its one line.
+pub fn open_copied(model: &Arc<Model>, backend: BackendChoice, arithmetic: Arithmetic, ctx: usize) -> OpenedEngine {
+    let at = Placement {
+        backend,
+        weights: WeightPlacement::Copy,
+        arithmetic,
+        threads: 1,
+    };
+    open_engine(model.clone(), &at, ctx).unwrap_or_else(|e| panic!("{e}"))
 }

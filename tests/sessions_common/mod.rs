@@ -2,9 +2,26 @@
 //! file format, and the bitwise comparison of what the resumed backend computes next.
 #![allow(dead_code)]
 
+use std::sync::Arc;
+
 use ds4_chat::backend::Backend;
+use ds4_chat::backend::arithmetic::Arithmetic;
+use ds4_chat::engine::backend_open::{Placement, open_engine};
+use ds4_chat::engine::events::BackendChoice;
 use ds4_chat::model::Model;
 use ds4_chat::sessions::{ModelIdentity, snapshot};
+
+/// A session of the CPU engine (the exact reference) on `model`, with a cache of `ctx` tokens.
+pub fn cpu_session(model: &Arc<Model>, ctx: usize) -> Box<dyn Backend> {
+    let at = Placement {
+        backend: BackendChoice::Cpu,
+        arithmetic: Arithmetic::Exact,
+        ..Default::default()
+    };
+    open_engine(model.clone(), &at, ctx)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .backend
+}
 
 /// A fixed pseudo-random token sequence below `vocab`.
 pub fn tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {

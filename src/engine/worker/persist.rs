@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::{Interrupt, Loaded, PrefillProgress, WorkerState};
+use super::turn::PrefillProgress;
+use super::{Interrupt, Loaded, WorkerState};
 use crate::backend::EngineError;
 use crate::engine::events::{Event, ResumeRequest};
 use crate::model::hparams::HParams;

@@ -3,7 +3,9 @@
 
 use super::*;
 use crate::backend::{MemoryReport, Progress};
+use crate::engine::events::TurnRequest;
 use crate::model::chat::{Message, Role};
+use std::time::Instant;
 
 // Toy vocabulary: ids 0..=255 are bytes; then the specials.
 const EOS: u32 = 256;
