@@ -17,6 +17,17 @@
 #define DS4_MM_KH 32      // f16 k per stage
 #define DS4_MM_LDH (DS4_MM_KH + 8)  // staged f16 row stride in halves (80 bytes)
 
+// Two floats as f16 bits (round to nearest even), a in the low half: one packed conversion on
+// NVIDIA (its scalar f32 -> f16 conversions run at a quarter of the ALU rate).
+DS4_DEV u32 f16x2_bits(float a, float b) {
+#if defined(DS4_NVIDIA)
+    const __half2 h = __floats2half2_rn(a, b);
+    return (u32)__half_as_ushort(__low2half(h)) | (u32)__half_as_ushort(__high2half(h)) << 16;
+#else
+    return (u32)f32_to_f16_bits(a) | (u32)f32_to_f16_bits(b) << 16;
+#endif
+}
+
 // One Q8_0 block (34 bytes at a 2-byte aligned address: f16 scale, 32 codes) in 9 loads rather
 // than 17: the 4-byte words covering it, the codes shifted out of word pairs. Returns the scale's
 // bits; q[i] = codes 4i .. 4i + 3 (as load_u32_2a would read them). Reads only the block's bytes.
@@ -210,10 +221,9 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_f16_mma(float* y, cons
         u32 hp[8], lp[8];  // halves packed in pairs
 #pragma unroll
         for (u32 i = 0; i < 16; i += 2) {
-            const u32 h0 = f32_to_f16_bits(st.x[i]), h1 = f32_to_f16_bits(st.x[i + 1]);
-            hp[i / 2] = h0 | h1 << 16;
-            lp[i / 2] = (u32)f32_to_f16_bits(st.x[i] - f16_to_f32((u16)h0)) |
-                        (u32)f32_to_f16_bits(st.x[i + 1] - f16_to_f32((u16)h1)) << 16;
+            const u32 h = f16x2_bits(st.x[i], st.x[i + 1]);
+            hp[i / 2] = h;
+            lp[i / 2] = f16x2_bits(st.x[i] - f16_to_f32((u16)h), st.x[i + 1] - f16_to_f32((u16)(h >> 16)));
         }
         int4* xhd = (int4*)(xh + x_tok * DS4_MM_LDH + x_k);
         int4* xld = (int4*)(xl + x_tok * DS4_MM_LDH + x_k);

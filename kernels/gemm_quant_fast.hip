@@ -36,7 +36,7 @@ struct MmaQuantSmem {
     float2 wf[NW][DS4_MQ_ROWS][DS4_MQ_CH];      // the unit's (d, dmin)
     int4 xs[DS4_MQ_COLS * DS4_MQ_LD / 16];
     float xf[DS4_MQ_COLS][DS4_MQ_CH];           // activation scale of the chunk's unit
-    int2 xb[DS4_MQ_COLS][DS4_MQ_CH];            // activation 16-element sums (Q8_K)
+    u32 xb[DS4_MQ_COLS][DS4_MQ_CH];             // activation 16-element sums (Q8_K), an i16 pair
     TileCols cols;
 };
 
@@ -186,6 +186,16 @@ DS4_DEV void stage_iq2_tables(u64* sgrid, u64* ssigns) {
     }
 }
 
+// acc + m0 * bs0 + m1 * bs1: the mins bytes of a WChunk::sc against an activation chunk's 16-element
+// sums (an i16 pair); one dp2a on NVIDIA.
+DS4_DEV int mins_dot(u32 sc, u32 bs01, int acc) {
+#if defined(DS4_NVIDIA)
+    return __dp2a_lo((int)bs01, (int)(sc >> 16), acc);
+#else
+    return acc + (int)((sc >> 16) & 0xff) * (int)(i16)(bs01 & 0xffff) + (int)(sc >> 24) * (int)(i16)(bs01 >> 16);
+#endif
+}
+
 // The tile body: like gemm_tile (same arguments and store), on int8 matrix tiles. `grid` and
 // `signs` are the staged IQ2_XXS tables (or null).
 template <int T, bool AK, int NW, class Store>
@@ -239,7 +249,7 @@ DS4_DEV void mma_quant_tile(MmaQuantSmem<NW>& sm, const u8* const (&wbase)[NW], 
         xdst[0] = xr.q[0];
         xdst[1] = xr.q[1];
         sm.xf[lrow][lt] = xr.d;
-        sm.xb[lrow][lt] = make_int2(xr.b0, xr.b1);
+        sm.xb[lrow][lt] = (u32)(xr.b0 & 0xffff) | (u32)xr.b1 << 16;
         __syncthreads();
         if (c0 + DS4_MQ_CH < nc) fetch(c0 + DS4_MQ_CH);
 #pragma unroll
@@ -270,8 +280,7 @@ DS4_DEV void mma_quant_tile(MmaQuantSmem<NW>& sm, const u8* const (&wbase)[NW], 
                         const u32 row = rg + mma_row(e), col = cj + mma_col(e);
                         isum[w][j][e] += FOLD ? s.v[e] : (int)(sc[w][e] & 0xff) * s.v[e];
                         if constexpr (MINS) {
-                            const int2 bs = sm.xb[col][b];
-                            summs[w][j][e] += (int)((sc[w][e] >> 16) & 0xff) * bs.x + (int)(sc[w][e] >> 24) * bs.y;
+                            summs[w][j][e] = mins_dot(sc[w][e], sm.xb[col][b], summs[w][j][e]);
                         }
                         if (unit_end) {
                             const float2 f = sm.wf[w][row][b];
