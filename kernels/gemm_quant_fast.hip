@@ -144,28 +144,35 @@ DS4_DEV void wraw_stage(const WRaw<DS4_T_Q2_K>& r, MmaQuantSmem<NW>& sm, int w, 
     set_wf(sm.wf[w][row][t], f16_to_f32((u16)(r.dd & 0xffff)), f16_to_f32((u16)(r.dd >> 16)));
 }
 
-// Q4_K (the small test models): unpacked at fetch time.
+// Q4_K: loaded and unpacked at stage time (no prefetch): its raw chunk is as large as the unpacked
+// one, and holding it across the tiles would spill the gate/up tile on gfx11.
 template <>
 struct WRaw<DS4_T_Q4_K> {
-    WChunk wc;
+    const u8* wrow;
+    u32 c;
+    bool live;
 };
 DS4_DEV void wraw_fetch(WRaw<DS4_T_Q4_K>& r, const u8* wrow, u32 c0, u32 t, bool live) {
-    if (live) {
-        unpack_chunk<DS4_T_Q4_K>(wrow, c0 + t, r.wc, nullptr);
-    } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) r.wc.q[i] = 0;
-        r.wc.sc = 0;
-        r.wc.d = r.wc.dmin = 0.0f;
-    }
+    r.wrow = wrow;
+    r.c = c0 + t;
+    r.live = live;
 }
 template <int NW>
 DS4_DEV void wraw_stage(const WRaw<DS4_T_Q4_K>& r, MmaQuantSmem<NW>& sm, int w, u32 row, u32 t, const u64*, const u64*) {
+    WChunk wc;
+    if (r.live) {
+        unpack_chunk<DS4_T_Q4_K>(r.wrow, r.c, wc, nullptr);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) wc.q[i] = 0;
+        wc.sc = 0;
+        wc.d = wc.dmin = 0.0f;
+    }
     int4* dst = (int4*)((i8*)sm.ws[w] + row * DS4_MQ_LD + 32 * t);
-    dst[0] = make_int4(r.wc.q[0], r.wc.q[1], r.wc.q[2], r.wc.q[3]);
-    dst[1] = make_int4(r.wc.q[4], r.wc.q[5], r.wc.q[6], r.wc.q[7]);
-    sm.wsc[w][row][t] = r.wc.sc;
-    set_wf(sm.wf[w][row][t], r.wc.d, r.wc.dmin);
+    dst[0] = make_int4(wc.q[0], wc.q[1], wc.q[2], wc.q[3]);
+    dst[1] = make_int4(wc.q[4], wc.q[5], wc.q[6], wc.q[7]);
+    sm.wsc[w][row][t] = wc.sc;
+    set_wf(sm.wf[w][row][t], wc.d, wc.dmin);
 }
 
 // A thread's activation chunk of a stage: column tid / 4, chunk c0 + tid % 4 (128 contiguous bytes
