@@ -285,7 +285,8 @@ DS4_DEV void mma_quant_tile(MmaQuantSmem<NW>& sm, const u8* const (&wbase)[NW], 
 #pragma unroll
                     for (int e = 0; e < 8; ++e) {
                         const u32 row = rg + mma_row(e), col = cj + mma_col(e);
-                        isum[w][j][e] += FOLD ? s.v[e] : (int)(sc[w][e] & 0xff) * s.v[e];
+                        // Q2_K: scales folded into the codes; Q8_0: scale 1.
+                        isum[w][j][e] += FOLD || T == DS4_T_Q8_0 ? s.v[e] : (int)(sc[w][e] & 0xff) * s.v[e];
                         if constexpr (MINS) {
                             summs[w][j][e] = mins_dot(sc[w][e], sm.xb[col][b], summs[w][j][e]);
                         }
