@@ -17,6 +17,33 @@
 #define DS4_MM_KH 32      // f16 k per stage
 #define DS4_MM_LDH (DS4_MM_KH + 8)  // staged f16 row stride in halves (80 bytes)
 
+// Two floats as f16 bits (round to nearest even), a in the low half: one packed conversion on
+// NVIDIA (its scalar f32 -> f16 conversions run at a quarter of the ALU rate).
+DS4_DEV u32 f16x2_bits(float a, float b) {
+#if defined(DS4_NVIDIA)
+    const __half2 h = __floats2half2_rn(a, b);
+    return (u32)__half_as_ushort(__low2half(h)) | (u32)__half_as_ushort(__high2half(h)) << 16;
+#else
+    return (u32)f32_to_f16_bits(a) | (u32)f32_to_f16_bits(b) << 16;
+#endif
+}
+
+// One Q8_0 block (34 bytes at a 2-byte aligned address: f16 scale, 32 codes) in 9 loads rather
+// than 17: the 4-byte words covering it, the codes shifted out of word pairs. Returns the scale's
+// bits; q[i] = codes 4i .. 4i + 3 (as load_u32_2a would read them). Reads only the block's bytes.
+DS4_DEV u16 load_q8_0_block(const u8* blk, u32 q[8]) {
+    const bool odd = ((uintptr_t)blk & 2) != 0;  // the codes start 4-byte aligned
+    const u32* a = (const u32*)(blk - (odd ? 2 : 0));
+    u32 wd[9];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) wd[i] = a[i];
+    wd[8] = odd ? a[8] : (u32) * (const u16*)(a + 8);
+    const u32 sh = odd ? 32 : 16;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = (u32)((((u64)wd[i + 1] << 32) | wd[i]) >> sh);
+    return (u16)(odd ? wd[0] >> 16 : wd[0]);
+}
+
 // Dense Q8_0 GEMM on int8 tiles: y[t][r] = sum over blocks b of (i32 sum of the block's 32 code
 // products) * d_w[r][b] * d_x[t][b], the Q8_0 dot of the model; the i32 block sums are exact, the
 // blocks are added in order with one fused multiply-add each. Grouped projections as in ds4_gemm_q8_0
@@ -54,10 +81,13 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0_mma(float* y, con
     auto load = [&](u32 c0, Stage& st) {
         const u32 c = c0 + w_b;
         const bool wl = r0 + w_row < n_out && c < nc;
-        const u16* p = (const u16*)(w + (u64)(r0 + w_row) * rb + (u64)c * 34);
-        st.wd = wl ? f16_to_f32(p[0]) : 0.0f;
+        if (wl) {
+            st.wd = f16_to_f32(load_q8_0_block(w + (u64)(r0 + w_row) * rb + (u64)c * 34, st.wq));
+        } else {
+            st.wd = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) st.wq[i] = wl ? (u32)p[1 + 2 * i] | ((u32)p[2 + 2 * i] << 16) : 0u;
+            for (int i = 0; i < 8; ++i) st.wq[i] = 0u;
+        }
 #pragma unroll
         for (u32 i = 0; i < XP; ++i) {
             const u32 pi = tid + DS4_BLOCK * i, tok = pi / DS4_MM_QB, cx = c0 + pi % DS4_MM_QB;
@@ -146,18 +176,38 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_f16_mma(float* y, cons
 
     // A stage's global data in registers (weights: row tid / 4, 8 consecutive k; activations:
     // token tid / 2, 16 consecutive k), the next stage's loaded before this stage's tiles run.
+    // 16-byte loads where the shapes and pointers allow (a lane's 8 or 4 k then lie wholly inside
+    // or outside n_in), element loads otherwise.
     const u32 w_row = tid / 4, w_k = 8 * (tid % 4), x_tok = tid / 2, x_k = 16 * (tid % 2);
+    const bool vec = n_in % 8 == 0 && x_stride % 4 == 0 && ((uintptr_t)w | (uintptr_t)x) % 16 == 0;  // uniform
     struct Stage {
-        u16 w[8];
+        int4 w;  // 8 halves
         float x[16];
     };
     auto load = [&](u32 k0, Stage& st) {
         const u32 gr = r0 + w_row, t = t0 + x_tok;
+        if (vec) {
+            st.w = gr < n_out && k0 + w_k < n_in ? *(const int4*)(w + (u64)gr * n_in + k0 + w_k) : make_int4(0, 0, 0, 0);
+#pragma unroll
+            for (u32 i = 0; i < 16; i += 4) {
+                const u32 k = k0 + x_k + i;
+                const float4 v = t < n_tok && k < n_in ? *(const float4*)(x + (u64)t * x_stride + k)
+                                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                st.x[i] = v.x;
+                st.x[i + 1] = v.y;
+                st.x[i + 2] = v.z;
+                st.x[i + 3] = v.w;
+            }
+            return;
+        }
+        u16 wh[8];
 #pragma unroll
         for (u32 i = 0; i < 8; ++i) {
             const u32 k = k0 + w_k + i;
-            st.w[i] = (gr < n_out && k < n_in) ? w[(u64)gr * n_in + k] : (u16)0;
+            wh[i] = (gr < n_out && k < n_in) ? w[(u64)gr * n_in + k] : (u16)0;
         }
+        st.w = make_int4((int)(wh[0] | (u32)wh[1] << 16), (int)(wh[2] | (u32)wh[3] << 16),
+                         (int)(wh[4] | (u32)wh[5] << 16), (int)(wh[6] | (u32)wh[7] << 16));
 #pragma unroll
         for (u32 i = 0; i < 16; ++i) {
             const u32 k = k0 + x_k + i;
@@ -167,14 +217,20 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_f16_mma(float* y, cons
     Stage st;
     load(0, st);
     for (u32 k0 = 0; k0 < n_in; k0 += DS4_MM_KH) {
+        *(int4*)(ws + w_row * DS4_MM_LDH + w_k) = st.w;
+        u32 hp[8], lp[8];  // halves packed in pairs
 #pragma unroll
-        for (u32 i = 0; i < 8; ++i) ws[w_row * DS4_MM_LDH + w_k + i] = st.w[i];
-#pragma unroll
-        for (u32 i = 0; i < 16; ++i) {
-            const u16 hi = f32_to_f16_bits(st.x[i]);
-            xh[x_tok * DS4_MM_LDH + x_k + i] = hi;
-            xl[x_tok * DS4_MM_LDH + x_k + i] = f32_to_f16_bits(st.x[i] - f16_to_f32(hi));
+        for (u32 i = 0; i < 16; i += 2) {
+            const u32 h = f16x2_bits(st.x[i], st.x[i + 1]);
+            hp[i / 2] = h;
+            lp[i / 2] = f16x2_bits(st.x[i] - f16_to_f32((u16)h), st.x[i + 1] - f16_to_f32((u16)(h >> 16)));
         }
+        int4* xhd = (int4*)(xh + x_tok * DS4_MM_LDH + x_k);
+        int4* xld = (int4*)(xl + x_tok * DS4_MM_LDH + x_k);
+        xhd[0] = make_int4((int)hp[0], (int)hp[1], (int)hp[2], (int)hp[3]);
+        xhd[1] = make_int4((int)hp[4], (int)hp[5], (int)hp[6], (int)hp[7]);
+        xld[0] = make_int4((int)lp[0], (int)lp[1], (int)lp[2], (int)lp[3]);
+        xld[1] = make_int4((int)lp[4], (int)lp[5], (int)lp[6], (int)lp[7]);
         __syncthreads();
         if (k0 + DS4_MM_KH < n_in) load(k0 + DS4_MM_KH, st);
 #pragma unroll

@@ -131,32 +131,33 @@ DS4_DEV void mma_load(MmaFragF16& f, const u16* p, u32 ld) {
     mma_ld(f.k, p + (mma_lane() % 16) * ld + 8 * (mma_lane() / 16));
 }
 #endif
-DS4_DEV void mma_i8(MmaAccI& acc, const MmaFragI8& a, const MmaFragI8& b) {
-    ds4_v8i c;
+// One target builtin per tile shape (gfx11 and gfx12 differ only in the operand widths).
+#if DS4_MMA_WMMA == 11
+#define DS4_WMMA_IU8 __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32
+#define DS4_WMMA_F16 __builtin_amdgcn_wmma_f32_16x16x16_f16_w32
+#else
+#define DS4_WMMA_IU8 __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12
+#define DS4_WMMA_F16 __builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12
+#endif
+// Runs `step` on the accumulator as the builtins' vector type V.
+template <class V, class Acc, class Step>
+DS4_DEV void wmma_on(Acc& acc, Step&& step) {
+    V c;
 #pragma unroll
     for (int e = 0; e < 8; ++e) c[e] = acc.v[e];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#if DS4_MMA_WMMA == 11
-        c = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32(true, a.k[h], true, b.k[h], c, false);
-#else
-        c = __builtin_amdgcn_wmma_i32_16x16x16_iu8_w32_gfx12(true, a.k[h], true, b.k[h], c, false);
-#endif
-    }
+    c = step(c);
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc.v[e] = c[e];
 }
+DS4_DEV void mma_i8(MmaAccI& acc, const MmaFragI8& a, const MmaFragI8& b) {
+    wmma_on<ds4_v8i>(acc, [&](ds4_v8i c) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) c = DS4_WMMA_IU8(true, a.k[h], true, b.k[h], c, false);
+        return c;
+    });
+}
 DS4_DEV void mma_f16(MmaAccF& acc, const MmaFragF16& a, const MmaFragF16& b) {
-    ds4_v8f c;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) c[e] = acc.v[e];
-#if DS4_MMA_WMMA == 11
-    c = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a.k, b.k, c);
-#else
-    c = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32_gfx12(a.k, b.k, c);
-#endif
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc.v[e] = c[e];
+    wmma_on<ds4_v8f>(acc, [&](ds4_v8f c) { return DS4_WMMA_F16(a.k, b.k, c); });
 }
 
 #elif defined(DS4_MMA_PTX)

@@ -22,6 +22,7 @@ mod attention;
 mod cache;
 mod emulator;
 mod fast;
+mod fast_gemm_tiles;
 mod gemm_fast;
 mod hc;
 mod matvec;
@@ -52,9 +53,10 @@ pub fn open_gpu() -> Option<Gpu> {
 
 type Group = fn(&Gpu, &mut CheckRng, &mut dyn FnMut(CheckResult));
 
-const GROUPS: [(&str, Group); 8] = [
+const GROUPS: [(&str, Group); 9] = [
     ("matvec", matvec::run),
     ("gemm_fast", gemm_fast::run),
+    ("fast_gemm_tiles", fast_gemm_tiles::run),
     ("moe", moe::run),
     ("hc", hc::run),
     ("attention", attention::run),
