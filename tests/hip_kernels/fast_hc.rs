@@ -8,13 +8,17 @@
 
 use ds4_chat::backend::hip::kernels::{self, Launch, NQ_NORM, NULL, QuantOut};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, DeviceCopy, HipResult};
-use ds4_chat::gguf::GgmlType;
+use ds4_chat::gguf::half::f32_to_f16;
 use ds4_chat::model::hparams::HParams;
 
 use super::support::*;
 
 /// Float outputs: max|fast − exact| ≤ FAST_TOL · max|exact|.
 const FAST_TOL: f64 = 1e-5;
+/// The HC split against the exact one: its mix logits are 16,384-term F16 dots (Flash) summed in
+/// another order, whose absolute difference the softmax and 20 Sinkhorn passes turn into about the
+/// same relative difference of every split entry; 1e-5 of max|split| (2) leaves no margin for that.
+const SPLIT_TOL: f64 = 1e-4;
 /// A differing code is a tie when the exact value / scale lies this close to k + 1/2 (the fast value
 /// differs by ~1e-6 relative, so by < 2e-4 in code units).
 const TIE_GAP: f64 = 1e-3;
@@ -133,6 +137,10 @@ impl Want {
             q8_k: false,
         }
     }
+    /// The same outputs and the f32 row (the exact runs: the tie check reads the exact values).
+    fn with_out(self) -> Want {
+        Want { out: true, ..self }
+    }
     fn out_only() -> Want {
         Want {
             out: true,
@@ -241,7 +249,8 @@ fn codes_at_ties(
 /// One result for all planes of a norm/quantize output: floats within FAST_TOL, codes at ties only,
 /// Q8_K block sums the sums of the fast codes.
 fn compare_quant(name: &str, fast: &QuantHost, exact: &QuantHost, note: String) -> CheckResult {
-    let mut r = close_scaled(name, &fast.out, &exact.out, FAST_TOL, note);
+    let exact_out: &[f32] = if fast.out.is_empty() { &[] } else { &exact.out };
+    let mut r = close_scaled(name, &fast.out, exact_out, FAST_TOL, note);
     let mut fail = |why: String| {
         r.verdict = Verdict::Fail;
         r.note += &format!("; {why}");
@@ -295,7 +304,10 @@ fn check_rms_norm_quant(
     let x = random_vec(rng, rows * stride, 3.0);
     let w: Vec<f32> = (0..n).map(|_| 1.0 + 0.3 * rng.next_f32()).collect();
     let (x_d, w_d) = (gpu.up(&x)?, gpu.up(&w)?);
-    let (exact_out, fast_out) = (QuantBufs::new(gpu, rows, n, want)?, QuantBufs::new(gpu, rows, n, want)?);
+    let (exact_out, fast_out) = (
+        QuantBufs::new(gpu, rows, n, want.with_out())?,
+        QuantBufs::new(gpu, rows, n, want)?,
+    );
     let flags = if norm { NQ_NORM } else { 0 };
     let w_ptr = if weighted { w_d.ptr().0 } else { NULL };
     let launch = |o: &QuantBufs| {
@@ -334,7 +346,7 @@ fn check_hc_pre_fused(
     let inputs = HcPreInputs::new(gpu, rng, (n_embd, n_hc, n_tok))?;
     let hc_d = gpu.up(&inputs.hc)?;
     // One set of outputs, mix scratch and counters per kernel.
-    let set = || -> HipResult<_> {
+    let set = |want: Want| -> HipResult<_> {
         Ok((
             gpu.poisoned::<f32>(n_tok * n_mix)?,
             gpu.poisoned::<f32>(n_tok * n_mix)?,
@@ -342,7 +354,7 @@ fn check_hc_pre_fused(
             QuantBufs::new(gpu, n_tok, n_embd, want)?,
         ))
     };
-    let (exact_set, fast_set) = (set()?, set()?);
+    let (exact_set, fast_set) = (set(want.with_out())?, set(want)?);
     let launch = |(split, mix, counter, o): &(DeviceBuffer, DeviceBuffer, DeviceBuffer, QuantBufs)| {
         inputs.launch(&hc_d, split, o.outs(), [mix, counter], (n_embd, n_hc, n_tok))
     };
@@ -359,13 +371,13 @@ fn check_hc_pre_fused(
     }
     let repeat_ok = runs[0].1 == runs[1].1 && runs[0].2 == runs[1].2;
     let (split_exact, split_fast) = (&runs[1].0, &runs[1].1);
-    let split = close_scaled("", split_fast, split_exact, FAST_TOL, String::new());
+    let split = close_scaled("", split_fast, split_exact, SPLIT_TOL, String::new());
     let mut r = compare_quant(
         name,
         &fast_set.3.read()?,
         &exact_set.3.read()?,
         format!(
-            "split max diff {:.2e} (scale {:.2e}), {iters} Sinkhorn iterations; repeat identical: {repeat_ok}",
+            "split max diff {:.2e} (scale {:.2e}, tol {SPLIT_TOL:e}), {iters} Sinkhorn iterations; repeat identical: {repeat_ok}",
             split.max_abs,
             split_exact.iter().fold(0f32, |m, v| m.max(v.abs()))
         ),
@@ -387,7 +399,10 @@ impl HcPreInputs {
         let n_in = n_hc * n_embd;
         let n_mix = 2 * n_hc + n_hc * n_hc;
         let hc = random_vec(rng, n_tok * n_in, 2.0);
-        let fn_w = random_weights(rng, GgmlType::F16, n_in, n_mix);
+        // The mix logits of the model are O(1): F16 weights of about 3 / sqrt(n_in) (not the ±1 of
+        // random_weights, whose ±100 logits saturate every sigmoid and softmax).
+        let amp = 3.0 / (n_in as f32).sqrt();
+        let fn_w: Vec<u16> = random_vec(rng, n_in * n_mix, amp).into_iter().map(f32_to_f16).collect();
         let scale: Vec<f32> = (0..3).map(|_| 0.5 + 0.5 * (rng.next_f32() + 1.0)).collect();
         let base = random_vec(rng, n_mix, 0.5);
         let norm_w: Vec<f32> = (0..n_embd).map(|_| 1.0 + 0.2 * rng.next_f32()).collect();
