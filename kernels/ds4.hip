@@ -15,6 +15,8 @@
 #include "gemm_fast.hip"
 #include "gemm_quant_fast.hip"
 // Fast-arithmetic twins of decode kernels (docs/arithmetic.md): selected by HipOptions::arithmetic.
+#include "norm_quant_fast.hip"
 #include "hc_fast.hip"
+#include "rows_fast.hip"
 #include "matvec_fast.hip"
 #include "sample_fast.hip"

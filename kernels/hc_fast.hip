@@ -1,57 +1,193 @@
-// Hyper-connections, fast arithmetic (docs/arithmetic.md): the HC pre step of ds4_hc_pre_fused
-// with each mix value a parallel dot instead of one sequential chain. Every thread of a mix row's
-// block takes 8-column strips (16-byte loads of fn and X, FMA), the block folds the partial sums as
-// a tree; the RMS scale of the state multiplies the finished dot (fn · (X s) = s (fn · X)). The
-// Sinkhorn split, the weighted stream sum and the sublayer's input norm are the exact kernel's.
+// Hyper-connections, fast arithmetic (docs/arithmetic.md): the HC pre step of ds4_hc_pre_fused and
+// the HC post step, in a GPU-friendly order with the model's math.
+//
+// ds4_hc_pre_fused_fast: each mix row's block has every thread load 8-column strips of the n_hc
+// streams (16-byte loads of fn and X, all issued at once, FMA) and folds the partial dots and the
+// state's sum of squares as trees; the RMS scale multiplies the finished dot (fn · (X s) =
+// s (fn · X)). The strips stay in registers, laid out as the sublayer input's strips (thread i,
+// columns 8 (i + 256 k) of every stream), so the last block of a token finishes without reading X
+// again: the weighted stream sum is per thread, the sublayer's input norm is one f32 tree and the
+// quantization is kernels/norm_quant_fast.hip's. The Sinkhorn split (one thread, the 4 x 4 matrix in
+// registers, row and column sums as pairwise trees) runs after the norm outputs are written.
 // Deterministic: the same inputs give the same bits on every run.
 #pragma once
 #include "hc.hip"
+#include "norm_quant_fast.hip"
 
-// mix[t][o] = rms_scale(X_t) * (fn[o] · X_t) for the block's (o, t) = (blockIdx.x, blockIdx.y).
-DS4_DEV void hc_mix_block_fast(float* mix, const float* hc, const u16* fn_w, u32 n_in, u32 n_mix, float eps) {
-    __shared__ float scratch[DS4_GROUPS32];
-    const u32 o = blockIdx.x, t = blockIdx.y;
-    const float* x = hc + (u64)t * n_in;
-    const u16* w = fn_w + (u64)o * n_in;
-    float dot = 0.0f, ss = 0.0f;
-    const u32 n8 = n_in / 8;
-#pragma unroll 4
-    for (u32 c = threadIdx.x; c < n8; c += DS4_BLOCK) {
-        const uint4 wv = ((const uint4*)w)[c];
-        const float4 x0 = ((const float4*)x)[2 * c], x1 = ((const float4*)x)[2 * c + 1];
-        dot = fmaf(f16_to_f32((u16)(wv.x & 0xffff)), x0.x, dot);
-        dot = fmaf(f16_to_f32((u16)(wv.x >> 16)), x0.y, dot);
-        dot = fmaf(f16_to_f32((u16)(wv.y & 0xffff)), x0.z, dot);
-        dot = fmaf(f16_to_f32((u16)(wv.y >> 16)), x0.w, dot);
-        dot = fmaf(f16_to_f32((u16)(wv.z & 0xffff)), x1.x, dot);
-        dot = fmaf(f16_to_f32((u16)(wv.z >> 16)), x1.y, dot);
-        dot = fmaf(f16_to_f32((u16)(wv.w & 0xffff)), x1.z, dot);
-        dot = fmaf(f16_to_f32((u16)(wv.w >> 16)), x1.w, dot);
-        ss = fmaf(x0.x, x0.x, fmaf(x0.y, x0.y, fmaf(x0.z, x0.z, fmaf(x0.w, x0.w, ss))));
-        ss = fmaf(x1.x, x1.x, fmaf(x1.y, x1.y, fmaf(x1.z, x1.z, fmaf(x1.w, x1.w, ss))));
+// Strips per thread per stream: n_embd <= DS4_HCF_SLOTS * 8 * DS4_BLOCK = 4096.
+#define DS4_HCF_SLOTS 2
+
+// acc + the dot of 8 F16 weights (one 16-byte load) with 8 floats.
+DS4_DEV float dot8_f16_fma(uint4 wv, const float x[8], float acc) {
+    acc = fmaf(f16_to_f32((u16)(wv.x & 0xffff)), x[0], acc);
+    acc = fmaf(f16_to_f32((u16)(wv.x >> 16)), x[1], acc);
+    acc = fmaf(f16_to_f32((u16)(wv.y & 0xffff)), x[2], acc);
+    acc = fmaf(f16_to_f32((u16)(wv.y >> 16)), x[3], acc);
+    acc = fmaf(f16_to_f32((u16)(wv.z & 0xffff)), x[4], acc);
+    acc = fmaf(f16_to_f32((u16)(wv.z >> 16)), x[5], acc);
+    acc = fmaf(f16_to_f32((u16)(wv.w & 0xffff)), x[6], acc);
+    return fmaf(f16_to_f32((u16)(wv.w >> 16)), x[7], acc);
+}
+
+// Sum of n = 1..4 values as a pairwise tree.
+template <int N>
+DS4_DEV float sum_small(const float v[N]) {
+    if constexpr (N == 1) return v[0];
+    if constexpr (N == 2) return v[0] + v[1];
+    if constexpr (N == 3) return (v[0] + v[1]) + v[2];
+    return (v[0] + v[1]) + (v[2] + v[3]);
+}
+
+// The split of one token (hc.hip hc_split_one's math: sigmoid gates, row softmax + eps_hc, then
+// iters x (row pass from the second on, column pass), each scaling by 1 / (sum + eps_hc)) by one
+// thread, sums as trees: split_out = [pre | post | M].
+template <int N>
+DS4_DEV void hc_split_fast(float* split_out, const float* mix, const float* scale, const float* base, u32 iters,
+                           float eps_hc) {
+    float m[N][N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        split_out[i] = plain_sigmoid(mix[i] * scale[0] + base[i]) + eps_hc;
+        split_out[N + i] = 2.0f * plain_sigmoid(mix[N + i] * scale[1] + base[N + i]);
     }
-    for (u32 i = 8 * n8 + threadIdx.x; i < n_in; i += DS4_BLOCK) {
-        dot = fmaf(f16_to_f32(w[i]), x[i], dot);
-        ss = fmaf(x[i], x[i], ss);
+#pragma unroll
+    for (int a = 0; a < N; ++a) {
+        float mx = -1.0e30f;
+#pragma unroll
+        for (int b = 0; b < N; ++b) {
+            const int k = 2 * N + N * a + b;
+            m[a][b] = mix[k] * scale[2] + base[k];
+            mx = fmaxf(mx, m[a][b]);
+        }
+#pragma unroll
+        for (int b = 0; b < N; ++b) m[a][b] = ds4_expf(m[a][b] - mx);
+        const float inv = 1.0f / sum_small<N>(m[a]);
+#pragma unroll
+        for (int b = 0; b < N; ++b) m[a][b] = fmaf(m[a][b], inv, eps_hc);
+    }
+    for (u32 it = 0; it < iters; ++it) {
+        if (it > 0) {
+#pragma unroll
+            for (int a = 0; a < N; ++a) {
+                const float inv = 1.0f / (sum_small<N>(m[a]) + eps_hc);
+#pragma unroll
+                for (int b = 0; b < N; ++b) m[a][b] *= inv;
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < N; ++b) {
+            float col[N];
+#pragma unroll
+            for (int a = 0; a < N; ++a) col[a] = m[a][b];
+            const float inv = 1.0f / (sum_small<N>(col) + eps_hc);
+#pragma unroll
+            for (int a = 0; a < N; ++a) m[a][b] *= inv;
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < N; ++a)
+#pragma unroll
+        for (int b = 0; b < N; ++b) split_out[2 * N + N * a + b] = m[a][b];
+}
+
+// HC post of a token's strips (ds4_hc_post_fast's arithmetic): X'[b] = post[b] * (y + y2) +
+// sum_a M[a][b] X[a] (a in order, FMA), for the thread's strips xv[k][a][j] in place.
+template <int S, int H>
+DS4_DEV void hc_post_strips(float xv[S][H][8], const float* y, const float* y2, const float* sp, u32 n_embd,
+                            u32 n_hc) {
+    float post[H], m[H][H];
+#pragma unroll
+    for (int a = 0; a < H; ++a) {
+        post[a] = (u32)a < n_hc ? sp[n_hc + a] : 0.0f;
+#pragma unroll
+        for (int b = 0; b < H; ++b) m[a][b] = (u32)a < n_hc && (u32)b < n_hc ? sp[2 * n_hc + n_hc * a + b] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+        const u32 i0 = nqf_start(k);
+        float yv[8], y2v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) yv[j] = 0.0f, y2v[j] = 0.0f;
+        if (i0 < n_embd) {
+            load8(yv, y + i0);
+            if (y2) load8(y2v, y2 + i0);
+        }
+        if (y2)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) yv[j] += y2v[j];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            float out[H];
+#pragma unroll
+            for (int b = 0; b < H; ++b) {
+                float v = post[b] * yv[j];
+#pragma unroll
+                for (int a = 0; a < H; ++a) v = fmaf(m[a][b], xv[k][a][j], v);
+                out[b] = v;
+            }
+#pragma unroll
+            for (int b = 0; b < H; ++b) xv[k][b][j] = (u32)b < n_hc ? out[b] : 0.0f;
+        }
+    }
+}
+
+// The HC pre step of token blockIdx.y for mix row blockIdx.x (see the file comment). With POST, the
+// state is first advanced by the previous sublayer's HC post (y, y2, post_split: ds4_hc_post's
+// arguments) in every block, and the last block writes the advanced state back to hc (the other
+// blocks have read it by then: they count themselves done only after their dots).
+template <bool POST>
+DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs,
+                         float* mix, u32* counter, float* hc, const float* y, const float* y2,
+                         const float* post_split, const u16* fn_w, const float* scale, const float* base,
+                         const float* norm_w, u32 n_embd, u32 n_hc, u32 iters, float eps_rms, float eps_hc,
+                         float eps_norm) {
+    constexpr int S = DS4_HCF_SLOTS, H = DS4_HC_MAX;
+    __shared__ float scratch[DS4_GROUPS32];
+    __shared__ u32 is_last;
+    const u32 o = blockIdx.x, t = blockIdx.y;
+    const u32 n_mix = 2 * n_hc + n_hc * n_hc, n_in = n_hc * n_embd;
+    if (n_embd > S * 8 * DS4_BLOCK || n_hc > H) return;
+    float* x = hc + (u64)t * n_in;
+    const u16* w = fn_w + (u64)o * n_in;
+    // The strips of X and fn, and of norm_w for the finish: every load of the block in flight at once.
+    float xv[S][H][8], nw[S][8];
+    uint4 wv[S][H];
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+        const u32 i0 = nqf_start(k);
+        const bool live = i0 < n_embd;
+#pragma unroll
+        for (int h = 0; h < H; ++h) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) xv[k][h][j] = 0.0f;
+            wv[k][h] = make_uint4(0, 0, 0, 0);
+            if (live && (u32)h < n_hc) {
+                load8(xv[k][h], x + (u64)h * n_embd + i0);
+                wv[k][h] = *(const uint4*)(w + (u64)h * n_embd + i0);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) nw[k][j] = 1.0f;
+        if (live) load8(nw[k], norm_w + i0);
+    }
+    if (POST)
+        hc_post_strips<S, H>(xv, y + (u64)t * n_embd, y2 ? y2 + (u64)t * n_embd : y2, post_split + (u64)t * n_mix,
+                             n_embd, n_hc);
+    float dot = 0.0f, ss = 0.0f;
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+#pragma unroll
+        for (int k = 0; k < S; ++k) dot = dot8_f16_fma(wv[k][h], xv[k][h], dot);
+        float xs[S][8];
+#pragma unroll
+        for (int k = 0; k < S; ++k)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) xs[k][j] = xv[k][h][j];
+        ss += strips_sumsq<S>(xs);
     }
     dot = block_sum(dot, scratch);
     ss = block_sum(ss, scratch);
-    const float scale = 1.0f / sqrtf(ss / (float)n_in + eps);
-    if (threadIdx.x == 0) mix[(u64)t * n_mix + o] = dot * scale;
-}
-
-// ds4_hc_pre_fused's arguments, outputs and launch (grid (n_mix, n_tok), block 256), the mix dots
-// in the fast order. hc and fn rows 16-byte aligned (n_in % 8 == 0 for the vector path).
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_fused_fast(
-    float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs, float* mix, u32* counter,
-    const float* hc, const u16* fn_w, const float* scale, const float* base, const float* norm_w, u32 n_embd,
-    u32 n_hc, u32 iters, float eps_rms, float eps_hc, float eps_norm) {
-    __shared__ float xs[4096];
-    __shared__ u32 is_last;
-    const u32 t = blockIdx.y;
-    const u32 n_mix = 2 * n_hc + n_hc * n_hc;
-    if (n_embd > 4096) return;
-    hc_mix_block_fast(mix, hc, fn_w, n_hc * n_embd, n_mix, eps_rms);
+    if (threadIdx.x == 0) mix[(u64)t * n_mix + o] = dot * (1.0f / sqrtf(ss / (float)n_in + eps_rms));
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) is_last = atomicAdd(&counter[t], 1u) == n_mix - 1;
@@ -59,7 +195,103 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_fused_fast(
     if (!is_last) return;
     __threadfence();
     if (threadIdx.x == 0) counter[t] = 0;
-    hc_pre_finish_token(t, xs, split_out, mix, hc, scale, base, n_embd, n_hc, iters, eps_hc);
-    __syncthreads();
-    norm_quant_row(t, xs, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, norm_w, n_embd, DS4_NQ_NORM, eps_norm);
+    if (POST) {
+#pragma unroll
+        for (int k = 0; k < S; ++k)
+#pragma unroll
+            for (int h = 0; h < H; ++h)
+                if (nqf_start(k) < n_embd && (u32)h < n_hc) store8(x + (u64)h * n_embd + nqf_start(k), xv[k][h]);
+    }
+    // volatile: the values were written by other blocks of this launch.
+    const volatile float* mt = mix + (u64)t * n_mix;
+    float pre[H];
+#pragma unroll
+    for (int h = 0; h < H; ++h) pre[h] = (u32)h < n_hc ? plain_sigmoid(mt[h] * scale[0] + base[h]) + eps_hc : 0.0f;
+    float v[S][8];
+#pragma unroll
+    for (int k = 0; k < S; ++k)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            float a = xv[k][0][j] * pre[0];
+#pragma unroll
+            for (int h = 1; h < H; ++h) a = fmaf(xv[k][h][j], pre[h], a);
+            v[k][j] = a;
+        }
+    const float sc = 1.0f / sqrtf(block_sum(strips_sumsq<S>(v), scratch) / (float)n_embd + eps_norm);
+#pragma unroll
+    for (int k = 0; k < S; ++k)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[k][j] = v[k][j] * sc * nw[k][j];
+    nqf_store_row<S>(t, v, n_embd, xn, q0_q, q0_d, qk_q, qk_d, qk_bs);
+    if (threadIdx.x == 0) {
+        float m[DS4_HC_MAX_MIX];
+#pragma unroll
+        for (int i = 0; i < DS4_HC_MAX_MIX; ++i) m[i] = (u32)i < n_mix ? mt[i] : 0.0f;
+        float* so = split_out + (u64)t * n_mix;
+        if (n_hc == 4) hc_split_fast<4>(so, m, scale, base, iters, eps_hc);
+        if (n_hc == 3) hc_split_fast<3>(so, m, scale, base, iters, eps_hc);
+        if (n_hc == 2) hc_split_fast<2>(so, m, scale, base, iters, eps_hc);
+        if (n_hc == 1) hc_split_fast<1>(so, m, scale, base, iters, eps_hc);
+    }
+}
+
+// ds4_hc_pre_fused's arguments, outputs and launch (grid (n_mix, n_tok), block 256; the last block
+// of a token, by the per-token counter, finishes it). Preconditions (kernels::fast_twin checks them):
+// n_embd % 8 == 0, n_embd <= 4096, n_hc <= 4, every pointer 16-byte aligned.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_fused_fast(
+    float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs, float* mix, u32* counter,
+    const float* hc, const u16* fn_w, const float* scale, const float* base, const float* norm_w, u32 n_embd,
+    u32 n_hc, u32 iters, float eps_rms, float eps_hc, float eps_norm) {
+    hc_pre_fast<false>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, (float*)hc, nullptr, nullptr,
+                       nullptr, fn_w, scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
+}
+
+// A sublayer's HC post and the next sublayer's HC pre in one launch (fast mode only; the exact
+// sequence launches ds4_hc_post then ds4_hc_pre_fused): ds4_hc_pre_fused_fast's arguments and grid
+// with hc read and written in place, plus ds4_hc_post's y, y2 (may be null) and post_split. Every
+// output has the bits of ds4_hc_post_fast followed by ds4_hc_pre_fused_fast.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post_pre_fast(
+    float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs, float* mix, u32* counter,
+    float* hc, const float* y, const float* y2, const float* post_split, const u16* fn_w, const float* scale,
+    const float* base, const float* norm_w, u32 n_embd, u32 n_hc, u32 iters, float eps_rms, float eps_hc,
+    float eps_norm) {
+    hc_pre_fast<true>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, hc, y, y2, post_split, fn_w, scale,
+                      base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
+}
+
+// ds4_hc_post's arguments, outputs and launch (grid (ceil(n_embd / 256), n_tok), block 256), with
+// the split and the old streams loaded before any store (hc_out may alias hc_in, so the exact
+// kernel reloads the split after each stream's store) and FMA. n_hc <= 4.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post_fast(float* hc_out, const float* hc_in, const float* y,
+                                                                   const float* y2, const float* split, u32 n_embd,
+                                                                   u32 n_hc) {
+    constexpr int H = DS4_HC_MAX;
+    const u32 t = blockIdx.y;
+    const u32 d = blockIdx.x * DS4_BLOCK + threadIdx.x;
+    if (d >= n_embd || n_hc > H) return;
+    const u32 n_mix = 2 * n_hc + n_hc * n_hc;
+    const float* sp = split + (u64)t * n_mix;
+    const u64 base = (u64)t * n_hc * n_embd + d;
+    float post[H], m[H][H], old[H];
+#pragma unroll
+    for (int a = 0; a < H; ++a) {
+        const bool live = (u32)a < n_hc;
+        post[a] = live ? sp[n_hc + a] : 0.0f;
+        old[a] = live ? hc_in[base + (u64)a * n_embd] : 0.0f;
+#pragma unroll
+        for (int b = 0; b < H; ++b) m[a][b] = live && (u32)b < n_hc ? sp[2 * n_hc + n_hc * a + b] : 0.0f;
+    }
+    float yv = y[(u64)t * n_embd + d];
+    if (y2) yv += y2[(u64)t * n_embd + d];
+    float out[H];
+#pragma unroll
+    for (int b = 0; b < H; ++b) {
+        float v = post[b] * yv;
+#pragma unroll
+        for (int a = 0; a < H; ++a) v = fmaf(m[a][b], old[a], v);
+        out[b] = v;
+    }
+#pragma unroll
+    for (int b = 0; b < H; ++b)
+        if ((u32)b < n_hc) hc_out[base + (u64)b * n_embd] = out[b];
 }

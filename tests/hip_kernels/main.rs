@@ -23,6 +23,7 @@ mod cache;
 mod emulator;
 mod fast;
 mod fast_gemm_tiles;
+mod fast_hc;
 mod gemm_fast;
 mod hc;
 mod matvec;
@@ -53,7 +54,7 @@ pub fn open_gpu() -> Option<Gpu> {
 
 type Group = fn(&Gpu, &mut CheckRng, &mut dyn FnMut(CheckResult));
 
-const GROUPS: [(&str, Group); 9] = [
+const GROUPS: &[(&str, Group)] = &[
     ("matvec", matvec::run),
     ("gemm_fast", gemm_fast::run),
     ("fast_gemm_tiles", fast_gemm_tiles::run),
@@ -63,6 +64,7 @@ const GROUPS: [(&str, Group); 9] = [
     ("cache", cache::run),
     ("sample", sample::run),
     ("fast", fast::run),
+    ("fast_hc", fast_hc::run),
 ];
 
 #[test]
@@ -88,7 +90,7 @@ fn every_kernel_matches_the_cpu_reference() {
         last = std::time::Instant::now();
         results.push(r);
     };
-    for (name, group) in GROUPS {
+    for &(name, group) in GROUPS {
         if only.as_deref().is_none_or(|o| o.split(',').any(|g| g == name)) {
             let t0 = std::time::Instant::now();
             group(&gpu, &mut rng, &mut emit);

@@ -191,6 +191,7 @@ impl HipBackend {
             kernels: &self.kernels,
             profile: &self.profile,
             arithmetic: self.arithmetic,
+            pending_post: Default::default(),
         }
     }
 

@@ -74,6 +74,7 @@ impl Pass<'_> {
             self.attention_sublayer(l, n, host_pos)?;
             self.ffn_sublayer(l, n)?;
         }
+        self.flush_launches()?;
         if want_logits { self.head(n - 1) } else { Ok(()) }
     }
 

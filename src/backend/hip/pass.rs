@@ -6,6 +6,8 @@
 //! (`attention_layer.rs`, `ffn_layer.rs`) and the sequence over the layers (`layers.rs`) are
 //! methods of it.
 
+use std::cell::Cell;
+
 use crate::backend::EngineError;
 use crate::backend::arithmetic::Arithmetic;
 use crate::model::Model;
@@ -38,6 +40,9 @@ pub(super) struct Pass<'a> {
     /// Fast arithmetic runs each launch's fast twin where it has one (`kernels::fast_twin`; the
     /// batched GEMMs' twins run on matrix cores).
     pub(super) arithmetic: Arithmetic,
+    /// Fast arithmetic: an HC post held back by `launch` for the next sublayer's HC pre (the end of
+    /// the sequence, `forward_tokens`, issues it with `flush_launches`).
+    pub(super) pending_post: Cell<Option<kernels::Launch>>,
 }
 
 pub(super) fn p0(b: &DeviceBuffer) -> DevPtr {
@@ -78,8 +83,32 @@ impl Pass<'_> {
         prefill::token_wise(self.matvec_tokens, n.into())
     }
 
-    /// Every launch of the sequence goes through here (counted for `launch_count`).
+    /// Every launch of the sequence goes through here (counted for `launch_count`). In fast mode an
+    /// HC post waits for the next launch: the next sublayer's HC pre takes it into one launch
+    /// (`kernels::fused_hc_post_pre`), any other launch, or `flush_launches`, issues it first.
     pub(super) fn launch(&self, l: &kernels::Launch) -> Result<(), EngineError> {
+        if let Some(post) = self.pending_post.take() {
+            if let Some(fused) = kernels::fused_hc_post_pre(&post, l) {
+                return self.launch_now(&fused);
+            }
+            self.launch_now(&post)?;
+        }
+        if matches!(self.arithmetic, Arithmetic::Fast) && l.kernel.name == kernels::HC_POST.name {
+            self.pending_post.set(Some(l.clone()));
+            return Ok(());
+        }
+        self.launch_now(l)
+    }
+
+    /// Issues the launch `launch` still holds back: call at the end of a launch sequence.
+    pub(super) fn flush_launches(&self) -> Result<(), EngineError> {
+        match self.pending_post.take() {
+            Some(post) => self.launch_now(&post),
+            None => Ok(()),
+        }
+    }
+
+    fn launch_now(&self, l: &kernels::Launch) -> Result<(), EngineError> {
         self.acts.launches.set(self.acts.launches.get() + 1);
         self.run(l)
     }

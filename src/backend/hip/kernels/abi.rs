@@ -186,10 +186,23 @@ kernel_defs! {
         limit: F32);
     MOE_GEMM_DOWN_Q4_K_MMA = "ds4_moe_gemm_down_q4_k_mma"(outp: Ptr, down: Ptr, mq: Ptr, md: Ptr, mbs: Ptr,
         pairs: Ptr, tiles: Ptr, n_tiles: Ptr, n_ff: U32, n_out: U32, n_used: U32);
+    /// kernels/norm_quant_fast.hip
+    RMS_NORM_QUANT_FAST = "ds4_rms_norm_quant_fast"(out: Ptr, q0_q: Ptr, q0_d: Ptr, qk_q: Ptr, qk_d: Ptr,
+        qk_bs: Ptr, x: Ptr, w: Ptr, n: U32, x_stride: U32, flags: U32, eps: F32);
     /// kernels/hc_fast.hip
     HC_PRE_FUSED_FAST = "ds4_hc_pre_fused_fast"(split_out: Ptr, xn: Ptr, q0_q: Ptr, q0_d: Ptr, qk_q: Ptr,
         qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc: Ptr, fn_w: Ptr, scale: Ptr, base: Ptr, norm_w: Ptr,
         n_embd: U32, n_hc: U32, iters: U32, eps_rms: F32, eps_hc: F32, eps_norm: F32);
+    HC_POST_PRE_FAST = "ds4_hc_post_pre_fast"(split_out: Ptr, xn: Ptr, q0_q: Ptr, q0_d: Ptr, qk_q: Ptr,
+        qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc: Ptr, y: Ptr, y2: Ptr, post_split: Ptr, fn_w: Ptr,
+        scale: Ptr, base: Ptr, norm_w: Ptr, n_embd: U32, n_hc: U32, iters: U32, eps_rms: F32, eps_hc: F32,
+        eps_norm: F32);
+    HC_POST_FAST = "ds4_hc_post_fast"(hc_out: Ptr, hc_in: Ptr, y: Ptr, y2: Ptr, split: Ptr, n_embd: U32,
+        n_hc: U32);
+    /// kernels/rows_fast.hip
+    ROWS_FINISH_FAST = "ds4_rows_finish_fast"(x: Ptr, ring: Ptr, w: Ptr, pos: Ptr, n_head: U32, head_dim: U32,
+        n_rot: U32, flags: U32, n_tok: U32, emit_ratio: U32, row_cap: U32, ring_cap: U32, theta_scale: F32,
+        freq_scale: F32, ext_factor: F32, corr_low: F32, corr_high: F32, mscale: F32, eps: F32);
     /// kernels/matvec_fast.hip
     MATVEC_Q8_0_FAST = "ds4_matvec_q8_0_fast"(y: Ptr, w: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_out: U32,
         rows_per_group: U32, x_stride: U32);

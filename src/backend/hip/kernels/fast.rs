@@ -5,8 +5,9 @@
 //! is built once and the arithmetic is chosen where it runs (`Pass::run`).
 
 use super::abi::{
-    ARGMAX_FAST, Arg, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_PRE_FUSED_FAST, KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST,
-    MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, kernel_def,
+    ARGMAX_FAST, Arg, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_POST_FAST, HC_POST_PRE_FAST, HC_PRE_FUSED_FAST, KernelDef,
+    MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST,
+    ROWS_FINISH_FAST, kernel_def,
 };
 use super::launch::{BLOCK, Launch, blocks};
 
@@ -32,13 +33,24 @@ fn lanes_for_chunks(chunks: u32) -> u32 {
     chunks.next_power_of_two().clamp(1, 32)
 }
 
+/// The value of `l`'s parameter `name`.
+fn arg(l: &Launch, name: &str) -> Arg {
+    let i = l.kernel.params.iter().position(|p| p.name == name);
+    i.map(|i| l.args[i])
+        .unwrap_or_else(|| panic!("{}: no parameter {name}", l.kernel.name))
+}
+
 /// The value of `l`'s u32 parameter `name`.
 fn arg_u32(l: &Launch, name: &str) -> u32 {
-    let i = l.kernel.params.iter().position(|p| p.name == name);
-    match i.map(|i| l.args[i]) {
-        Some(Arg::U32(v)) => v,
-        other => panic!("{}: no u32 parameter {name} ({other:?})", l.kernel.name),
+    match arg(l, name) {
+        Arg::U32(v) => v,
+        other => panic!("{}: parameter {name} is not a u32 ({other:?})", l.kernel.name),
     }
+}
+
+/// Whether every pointer argument of `l` is 16-byte aligned (the fast twins' vector loads/stores).
+fn ptrs_aligned16(l: &Launch) -> bool {
+    l.args.iter().all(|a| !matches!(a, Arg::Ptr(p) if p % 16 != 0))
 }
 
 fn twin(l: &Launch, kernel: &'static KernelDef, grid: [u32; 3]) -> Launch {
@@ -48,9 +60,24 @@ fn twin(l: &Launch, kernel: &'static KernelDef, grid: [u32; 3]) -> Launch {
 /// The fast twin of `l`, if it has one whose preconditions the shapes meet.
 pub fn fast_twin(l: &Launch) -> Option<Launch> {
     match l.kernel.name {
+        // Rows in registers as 8-float strips per thread (kernels/hc_fast.hip, norm_quant_fast.hip).
         "ds4_hc_pre_fused" => {
-            let n_in = arg_u32(l, "n_embd") * arg_u32(l, "n_hc");
-            n_in.is_multiple_of(8).then(|| twin(l, &HC_PRE_FUSED_FAST, l.grid))
+            let n_embd = arg_u32(l, "n_embd");
+            (n_embd.is_multiple_of(8) && n_embd <= 4096 && arg_u32(l, "n_hc") <= 4 && ptrs_aligned16(l))
+                .then(|| twin(l, &HC_PRE_FUSED_FAST, l.grid))
+        }
+        "ds4_rms_norm_quant" => {
+            let n = arg_u32(l, "n");
+            (n.is_multiple_of(8) && n <= 8192 && arg_u32(l, "x_stride").is_multiple_of(4) && ptrs_aligned16(l))
+                .then(|| twin(l, &RMS_NORM_QUANT_FAST, l.grid))
+        }
+        "ds4_hc_post" => (arg_u32(l, "n_hc") <= 4).then(|| twin(l, &HC_POST_FAST, l.grid)),
+        // Rows in registers as element pairs (kernels/rows_fast.hip); the Hadamard/FP4 rows stay exact.
+        "ds4_rows_finish" => {
+            let (hd, n_rot) = (arg_u32(l, "head_dim"), arg_u32(l, "n_rot"));
+            let hadamard = arg_u32(l, "flags") & super::row_flags::HADAMARD_FP4 != 0;
+            (!hadamard && hd.is_multiple_of(2) && hd <= 1024 && n_rot.is_multiple_of(2) && ptrs_aligned16(l))
+                .then(|| twin(l, &ROWS_FINISH_FAST, l.grid))
         }
         "ds4_matvec_q8_0" | "ds4_matvec_q8_0_swiglu" => {
             let n_in = arg_u32(l, "n_in");
@@ -99,6 +126,33 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
         }
         _ => None,
     }
+}
+
+/// One fast launch for an HC post followed by the next sublayer's HC pre
+/// (`ds4_hc_post_pre_fast`): `post` (`ds4_hc_post`) must update in place the state `pre`
+/// (`ds4_hc_pre_fused`) reads, for the same tokens and shapes, and `pre` must have its fast twin.
+/// `None` otherwise (then both run on their own).
+pub fn fused_hc_post_pre(post: &Launch, pre: &Launch) -> Option<Launch> {
+    if post.kernel.name != "ds4_hc_post" || pre.kernel.name != "ds4_hc_pre_fused" {
+        return None;
+    }
+    let hc = arg(pre, "hc");
+    let same_state = arg(post, "hc_out") == hc && arg(post, "hc_in") == hc && post.grid[1] == pre.grid[1];
+    let same_shape = ["n_embd", "n_hc"].iter().all(|n| arg_u32(post, n) == arg_u32(pre, n));
+    if !(same_state && same_shape && ptrs_aligned16(post)) {
+        return None;
+    }
+    let pre_fast = fast_twin(pre)?;
+    let args: Vec<Arg> = HC_POST_PRE_FAST
+        .params
+        .iter()
+        .map(|p| match p.name {
+            "y" | "y2" => arg(post, p.name),
+            "post_split" => arg(post, "split"),
+            name => arg(&pre_fast, name),
+        })
+        .collect();
+    Some(Launch::new(&HC_POST_PRE_FAST, pre.grid, args))
 }
 
 #[cfg(test)]

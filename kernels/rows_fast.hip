@@ -1,0 +1,103 @@
+// Row post-processing, fast arithmetic (docs/arithmetic.md): ds4_rows_finish's operations with the
+// row in registers instead of shared memory. Thread i holds the element pairs p = i + DS4_BLOCK * k
+// (elements 2p, 2p + 1: one 8-byte load, and exactly one RoPE pair); the RMS norm's sum of squares
+// is an f32 tree (block_sum) instead of the exact kernel's f64 sum, the only block barriers are
+// that sum's; the E4M3 block of 64 is 32 neighbouring threads (width-32 shuffles). RoPE angles, the
+// sine and cosine and the E4M3 rounding are the exact kernel's functions. The Hadamard/FP4 flag has
+// no fast twin (kernels::fast_twin keeps the exact kernel for it). Deterministic.
+#pragma once
+#include "rows.hip"
+
+// Pairs per thread: head_dim <= 2 * 2 * DS4_BLOCK = 1024.
+#define DS4_ROWF_SLOTS 2
+
+// ds4_rows_finish's arguments, outputs and launch (block 256, the grid of its two forms).
+// Preconditions (kernels::fast_twin checks them): no DS4_ROW_HADAMARD_FP4, head_dim even and
+// <= 1024, n_rot even, pointers 16-byte aligned.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish_fast(
+    float* x, float* ring, const float* w, const u32* pos, u32 n_head, u32 head_dim, u32 n_rot, u32 flags, u32 n_tok,
+    u32 emit_ratio, u32 row_cap, u32 ring_cap, float theta_scale, float freq_scale, float ext_factor, float corr_low,
+    float corr_high, float mscale, float eps) {
+    constexpr int S = DS4_ROWF_SLOTS;
+    __shared__ float scratch[DS4_GROUPS32];
+    const u32 h = blockIdx.x, t = blockIdx.y, hd = head_dim;
+    if (hd > 2 * S * DS4_BLOCK) return;
+    const u32 pos0 = pos[0];
+    u32 row = t, row_pos = pos0 + t;
+    if (emit_ratio) {
+        const u32 first = pos0 / emit_ratio;
+        const u32 end = min((pos0 + n_tok) / emit_ratio, row_cap);
+        if (first + t >= end) return;
+        row = first + t;
+        row_pos = row * emit_ratio;
+    }
+    float* xr = x + ((u64)row * n_head + h) * hd;
+    float v[S][2], wv[S][2];
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+        const u32 p = threadIdx.x + DS4_BLOCK * k;
+        v[k][0] = v[k][1] = 0.0f;
+        wv[k][0] = wv[k][1] = 1.0f;
+        if (2 * p < hd) {
+            const float2 a = ((const float2*)xr)[p];
+            v[k][0] = a.x, v[k][1] = a.y;
+            if ((flags & DS4_ROW_NORM) && w) {
+                const float2 b = ((const float2*)w)[p];
+                wv[k][0] = b.x, wv[k][1] = b.y;
+            }
+        }
+    }
+    if (flags & DS4_ROW_NORM) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < S; ++k) ss += fmaf(v[k][0], v[k][0], v[k][1] * v[k][1]);
+        const float sc = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hd + eps);
+#pragma unroll
+        for (int k = 0; k < S; ++k) v[k][0] = v[k][0] * sc * wv[k][0], v[k][1] = v[k][1] * sc * wv[k][1];
+    }
+    const u32 off = hd - n_rot;
+    if (flags & DS4_ROW_ROPE) {
+#pragma unroll
+        for (int k = 0; k < S; ++k) {
+            const u32 p = threadIdx.x + DS4_BLOCK * k;
+            if (2 * p >= off && 2 * p < hd) {
+                const float th =
+                    rope_theta(row_pos, p - off / 2, theta_scale, freq_scale, ext_factor, corr_low, corr_high);
+                const float c = ds4_cosf(th) * mscale;
+                const float sn = ((flags & DS4_ROW_ROPE_INV) ? -ds4_sinf(th) : ds4_sinf(th)) * mscale;
+                const float x0 = v[k][0], x1 = v[k][1];
+                v[k][0] = x0 * c - x1 * sn;
+                v[k][1] = x0 * sn + x1 * c;
+            }
+        }
+    }
+    if (flags & DS4_ROW_E4M3) {
+        // Dims [0, off) in blocks of 64 = the pairs of 32 neighbouring threads.
+#pragma unroll
+        for (int k = 0; k < S; ++k) {
+            const u32 p = threadIdx.x + DS4_BLOCK * k;
+            const bool nope = 2 * p < off;
+            const float am = group32_max(nope ? fmaxf(fabsf(v[k][0]), fabsf(v[k][1])) : 0.0f);
+            const float scale = pow2_scale(fmaxf(am, 1.0e-4f), DS4_RCP448);
+            if (nope) {
+#pragma unroll
+                for (int j = 0; j < 2; ++j) v[k][j] = e4m3_round(fminf(448.0f, fmaxf(-448.0f, v[k][j] / scale))) * scale;
+            }
+        }
+    }
+    const bool rnd = (flags & DS4_ROW_ROUND_F16) != 0;
+    float* rr = (flags & DS4_ROW_STORE_RING) && ring ? ring + (u64)(row_pos % ring_cap) * hd : nullptr;
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+        const u32 p = threadIdx.x + DS4_BLOCK * k;
+        if (2 * p < hd) {
+            float2 o, r;
+            r.x = round_f16(v[k][0]);
+            r.y = round_f16(v[k][1]);
+            o.x = rnd ? r.x : v[k][0];
+            o.y = rnd ? r.y : v[k][1];
+            ((float2*)xr)[p] = o;
+            if (rr) ((float2*)rr)[p] = r;
+        }
+    }
+}
