@@ -183,7 +183,7 @@ const std::vector<Entry>& registry() {
         K(ds4_gemm_q8_0_swiglu_mma), K(ds4_moe_gemm_gate_up_iq2_xxs_mma), K(ds4_moe_gemm_gate_up_q2_k_mma),
         K(ds4_moe_gemm_gate_up_q4_k_mma), K(ds4_moe_gemm_down_iq2_xxs_mma), K(ds4_moe_gemm_down_q2_k_mma),
         K(ds4_moe_gemm_down_q4_k_mma),
-        K(ds4_matvec_f16_fast), K(ds4_matvec_f16_pair_fast),
+        K(ds4_matvec_f16_fast), K(ds4_matvec_f16_pair_fast), K(ds4_attention_prefill_fast), K(ds4_compressor_pool_fast),
         // Emulator-only test entries (tests/hip_kernels/emulator.rs; names start with ds4_emutest_).
         K(ds4_emutest_block_dot_f16_seq),
     };
