@@ -28,7 +28,10 @@ pub fn attention_prefill_fast(
     n_comp_avail: u32,
     n_tok: u32,
 ) -> Launch {
-    assert!(attention_prefill_fast_fits(shape), "attention_prefill_fast: unsupported shape {shape:?}");
+    assert!(
+        attention_prefill_fast_fits(shape),
+        "attention_prefill_fast: unsupported shape {shape:?}"
+    );
     Launch::new(
         &ATTENTION_PREFILL_FAST,
         [shape.n_head.div_ceil(ATTENTION_FAST_HEADS), n_tok, 1],

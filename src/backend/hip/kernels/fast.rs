@@ -5,8 +5,8 @@
 //! is built once and the arithmetic is chosen where it runs (`Pass::run`).
 
 use super::abi::{
-    ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_PRE_FUSED_FAST, KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST,
-    MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, kernel_def,
+    ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_PRE_FUSED_FAST, KernelDef, MATVEC_F16_FAST,
+    MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, kernel_def,
 };
 use super::launch::{BLOCK, Launch, blocks};
 
