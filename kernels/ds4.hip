@@ -14,6 +14,8 @@
 #include "gemm.hip"
 #include "gemm_fast.hip"
 #include "gemm_quant_fast.hip"
+#include "attention_prefill_fast.hip"
+#include "compressor_fast.hip"
 // Fast-arithmetic twins of decode kernels (docs/arithmetic.md): selected by HipOptions::arithmetic.
 #include "norm_quant_fast.hip"
 #include "hc_fast.hip"

@@ -24,6 +24,7 @@ mod emulator;
 mod fast;
 mod fast_gemm_tiles;
 mod fast_hc;
+mod fast_prefill_attention;
 mod gemm_fast;
 mod hc;
 mod matvec;
@@ -65,6 +66,7 @@ const GROUPS: &[(&str, Group)] = &[
     ("sample", sample::run),
     ("fast", fast::run),
     ("fast_hc", fast_hc::run),
+    ("fast_prefill_attention", fast_prefill_attention::run),
 ];
 
 #[test]

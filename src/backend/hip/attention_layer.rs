@@ -155,22 +155,24 @@ impl Pass<'_> {
             )));
         }
         let comp_rows = ls.comp.as_ref().map_or(NULL, |st| p0(&st[0]));
-        for launch in kernels::attention(
-            &shape,
-            p0(&a.att),
-            p0(&a.att_sc),
-            p0(&a.att_inv),
-            p0(&a.q),
-            p0(&ls.ring),
-            comp_rows,
-            sel,
-            self.w(&lw.attn_sinks),
-            pos,
-            comp_cap,
-            max_rows,
-            nt,
-        ) {
-            self.launch(&launch)?;
+        if !self.attention_prefill_fast(&shape, l, comp_rows, sel, nt)? {
+            for launch in kernels::attention(
+                &shape,
+                p0(&a.att),
+                p0(&a.att_sc),
+                p0(&a.att_inv),
+                p0(&a.q),
+                p0(&ls.ring),
+                comp_rows,
+                sel,
+                self.w(&lw.attn_sinks),
+                pos,
+                comp_cap,
+                max_rows,
+                nt,
+            ) {
+                self.launch(&launch)?;
+            }
         }
         self.head_rows_in_place(p0(&a.att), pos, h, d, rf::ROPE | rf::ROPE_INVERSE, rope, nt)?;
         // Grouped output projection (step 12): the H heads of every token as H rows of D.

@@ -45,6 +45,7 @@
 
 mod acts;
 mod attention_layer;
+mod attention_prefill;
 pub mod backend;
 pub mod bandwidth;
 pub mod cache;

@@ -5,15 +5,18 @@
 //! is built once and the arithmetic is chosen where it runs (`Pass::run`).
 
 use super::abi::{
-    ARGMAX_FAST, Arg, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_POST_FAST, HC_POST_PRE_FAST, HC_PRE_FUSED_FAST, KernelDef,
-    MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST,
-    ROWS_FINISH_FAST, kernel_def,
+    ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_POST_FAST, HC_POST_PRE_FAST,
+    HC_PRE_FUSED_FAST, KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST,
+    RMS_NORM_QUANT_FAST, ROWS_FINISH_FAST, kernel_def,
 };
 use super::launch::{BLOCK, Launch, blocks};
 
 /// Tokens per block of the dense matrix-core GEMMs (kernels/gemm_fast.hip DS4_MM_TOKS); their row
 /// tiles are the exact GEMMs' 64.
 pub const MMA_TOKEN_TILE: u32 = 128;
+
+/// Dims per block of `ds4_compressor_pool_fast` (DS4_CPF_DIMS).
+pub const COMPRESSOR_FAST_DIMS: u32 = 16;
 
 /// Elements per lane chunk of the fast Q8_0 matvecs (DS4_Q8_0_CHUNK): n_in must be a multiple.
 pub const Q8_0_FAST_CHUNK: u32 = 256;
@@ -124,6 +127,11 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
             let kernel = kernel_def(&format!("{}_mma", l.kernel.name)).expect("every grouped GEMM has an _mma twin");
             Some(twin(l, kernel, l.grid))
         }
+        // The batch's emitted rows in parallel (kernels/compressor_fast.hip; bitwise the exact results).
+        "ds4_compressor_pool" => {
+            let grid = [blocks(arg_u32(l, "head_dim"), COMPRESSOR_FAST_DIMS), 1, 1];
+            Some(twin(l, &COMPRESSOR_POOL_FAST, grid))
+        }
         _ => None,
     }
 }
@@ -210,6 +218,14 @@ mod tests {
         assert_eq!((f.kernel.name, f.grid), ("ds4_matvec_f16_fast", [256 / 8, 2, 1]));
         let p = fast_twin(&super::super::matvec_f16_pair(1, 2, 3, 4, 5, 64, 10, 64, 1)).unwrap();
         assert_eq!((p.kernel.name, p.grid), ("ds4_matvec_f16_pair_fast", [1, 1, 1]));
+    }
+
+    #[test]
+    fn compressor_pooling_has_a_parallel_twin() {
+        let l = super::super::compressor_pool(1, 2, 3, 4, 5, 6, 7, 512, 4, 2048, 100);
+        let f = fast_twin(&l).unwrap();
+        assert_eq!((f.kernel.name, &f.args), ("ds4_compressor_pool_fast", &l.args));
+        assert_eq!(f.grid, [512 / COMPRESSOR_FAST_DIMS, 1, 1]);
     }
 
     #[test]

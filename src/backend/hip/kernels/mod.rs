@@ -18,6 +18,7 @@
 //!
 //! Files: `abi` (parameter kinds, the kernel table, the argument packer), `launch` ([`Launch`]), one
 //! file of builders per kernel source (`norm_quant`, `matvec`, `moe`, `hc`, `rows`, `attention`,
+//! `attention_prefill`,
 //! `compressor`, `indexer`, `sample`, `gemm`, `moe_grouped`), `fast` (the fast-arithmetic
 //! twins of exact launches), `code_objects` (the embedded images).
 //! Every public item is re-exported here: callers name them `kernels::X`.
@@ -26,6 +27,7 @@
 
 mod abi;
 mod attention;
+mod attention_prefill;
 mod code_objects;
 mod compressor;
 mod fast;
@@ -42,6 +44,7 @@ mod sample;
 
 pub use abi::*;
 pub use attention::*;
+pub use attention_prefill::*;
 pub use code_objects::*;
 pub use compressor::*;
 pub use fast::*;

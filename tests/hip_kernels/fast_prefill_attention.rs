@@ -1,0 +1,213 @@
+//! The fast-mode prefill kernels against their exact sequences on random inputs. Compressor pooling
+//! (kernels/compressor_fast.hip) must be bitwise equal to ds4_compressor_pool: emitted rows and the
+//! state left behind, at ratios 4 and 128, batches of 1, 37 and 256 tokens starting at, inside and
+//! right after a window.
+//!
+//! The fast-mode prefill attention (kernels/attention_prefill_fast.hip) against the exact sequence
+//! (scores → softmax → weighted values, itself bitwise equal to the CPU reference: group
+//! `attention`) on random inputs: batches of 1, 37 and 256 tokens over the window only, over
+//! compressed rows, and over the indexer's selection of them.
+//!
+//! Bound: q, the rows and the softmax weights enter the tiles as f16 (11-bit significands, relative
+//! error <= 2^-11 each) with f32 sums, so a score s = scale·Σ q_i k_i moves by at most
+//! 2^-10·scale·Σ|q_i k_i| and an output by that times the spread of the rows it mixes plus the
+//! weights' and rows' own 2^-11. With the inputs below (|q|, |row| <= 1, head_dim 512) that is a few
+//! 1e-3 of max|row| at worst; outputs are averages of the rows, so max|ref| is smaller than max|row|
+//! and the check bounds |fast − exact| by ATT_TOL · max|row| (the reported max_abs is absolute).
+
+use ds4_chat::backend::hip::kernels;
+use ds4_chat::backend::hip::runtime::HipResult;
+use ds4_chat::gguf::half::{f32_to_f16, round_f16};
+
+use super::support::*;
+
+/// |fast − exact| <= ATT_TOL · max|visible row| (see the file comment).
+const ATT_TOL: f64 = 2e-3;
+
+/// One case: label, tokens, first position, heads, head_dim, ratio, compressed rows in the cache,
+/// top_k (0 = no indexer selection).
+type Case = (&'static str, usize, usize, usize, usize, usize, usize, usize);
+
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+    let cases: [Case; 7] = [
+        ("window only, 1 tok", 1, 300, 64, 512, 0, 0, 0),
+        ("window only, 37 tok from 0", 37, 0, 64, 512, 0, 0, 0),
+        ("window only, 256 tok", 256, 200, 8, 128, 0, 0, 0),
+        ("ratio128 rows, 37 tok", 37, 5000, 64, 512, 128, 40, 0),
+        ("ratio4 rows, 256 tok", 256, 100, 8, 128, 4, 90, 0),
+        ("ratio4 +indexer sel, 37 tok", 37, 2000, 64, 512, 4, 510, 96),
+        ("ratio4 +indexer sel, 256 tok", 256, 1000, 8, 128, 4, 314, 40),
+    ];
+    for case in cases {
+        let name = format!("kernel.attention_prefill_fast[{}]", case.0);
+        emit(guard(&name, || check_case(gpu, rng, &name, case)));
+    }
+    for (ratio, pos0, n_tok, comp_cap) in [
+        (4usize, 0usize, 37usize, 100usize),
+        (4, 6, 256, 100),
+        (4, 8, 1, 100),
+        (4, 11, 1, 100),
+        (4, 1000, 37, 255),
+        (128, 0, 256, 100),
+        (128, 130, 37, 100),
+        (128, 255, 1, 100),
+        (128, 200, 256, 3),
+    ] {
+        let name = format!("kernel.compressor_pool_fast[ratio {ratio}, {n_tok} tok at {pos0}, cap {comp_cap}]");
+        emit(guard(&name, || {
+            check_pool(gpu, rng, &name, ratio, pos0, n_tok, comp_cap)
+        }));
+    }
+}
+
+/// The fast pooling twin against ds4_compressor_pool from the same state, bitwise.
+fn check_pool(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    ratio: usize,
+    pos0: usize,
+    n_tok: usize,
+    comp_cap: usize,
+) -> HipResult<CheckResult> {
+    let head_dim = 96usize;
+    let c = if ratio == 4 { 2 } else { 1 };
+    let width = c * head_dim;
+    let state_rows = c * ratio;
+    // A state as some earlier batch left it: random rows, some scores still at the initial -1e30.
+    let skv = random_vec(rng, state_rows * width, 1.0);
+    let ssc: Vec<f32> = random_vec(rng, state_rows * width, 2.0)
+        .into_iter()
+        .map(|v| if v > 1.6 { -1.0e30 } else { v })
+        .collect();
+    let kv = random_vec(rng, n_tok * width, 1.0);
+    let sc = random_vec(rng, n_tok * width, 2.0);
+    let ape: Vec<u16> = random_vec(rng, ratio * width, 0.5)
+        .into_iter()
+        .map(f32_to_f16)
+        .collect();
+    let rows0 = random_vec(rng, comp_cap * head_dim, 1.0);
+    let (kv_d, sc_d, ape_d, pos_d) = (gpu.up(&kv)?, gpu.up(&sc)?, gpu.up(&ape)?, gpu.up(&[pos0 as u32])?);
+    let mut outs = Vec::new();
+    for fast in [false, true] {
+        let (rows_d, skv_d, ssc_d) = (gpu.up(&rows0)?, gpu.up(&skv)?, gpu.up(&ssc)?);
+        let l = kernels::compressor_pool(
+            rows_d.ptr().0,
+            skv_d.ptr().0,
+            ssc_d.ptr().0,
+            kv_d.ptr().0,
+            sc_d.ptr().0,
+            ape_d.ptr().0,
+            pos_d.ptr().0,
+            head_dim as u32,
+            ratio as u32,
+            n_tok as u32,
+            comp_cap as u32,
+        );
+        let l = if fast {
+            kernels::fast_twin(&l).expect("a pooling twin")
+        } else {
+            l
+        };
+        gpu.run(&l)?;
+        let mut all = rows_d.to_vec::<f32>()?;
+        all.extend(skv_d.to_vec::<f32>()?);
+        all.extend(ssc_d.to_vec::<f32>()?);
+        outs.push(all);
+    }
+    Ok(same_bits(
+        name,
+        &outs[1],
+        &outs[0],
+        format!("rows + state, head_dim {head_dim}"),
+    ))
+}
+
+fn check_case(gpu: &Gpu, rng: &mut CheckRng, name: &str, case: Case) -> HipResult<CheckResult> {
+    let (_, n_tok, pos0, n_head, head_dim, ratio, n_comp, top_k) = case;
+    let window = 128usize;
+    let ring_cap = window + n_tok - 1;
+    let q = random_vec(rng, n_tok * n_head * head_dim, 1.0);
+    let ring = random_vec(rng, ring_cap * head_dim, 1.0);
+    // Compressed rows are f16-rounded in the cache (ds4_rows_finish ROUND_F16).
+    let comp: Vec<f32> = random_vec(rng, n_comp.max(1) * head_dim, 1.0)
+        .into_iter()
+        .map(round_f16)
+        .collect();
+    let sinks = random_vec(rng, n_head, 2.0);
+    let visible_comp = |p: usize| (p + 1).checked_div(ratio).map_or(0, |c| c.min(n_comp));
+    let mut sel: Vec<u32> = Vec::new();
+    if top_k > 0 {
+        for t in 0..n_tok {
+            let n_c = visible_comp(pos0 + t);
+            let mut all: Vec<u32> = (0..n_c as u32).collect();
+            for i in (1..all.len()).rev() {
+                all.swap(i, rng.int_in(0, i as i64) as usize);
+            }
+            let mut rows: Vec<u32> = all.into_iter().take(top_k.min(n_c)).collect();
+            rows.sort_unstable();
+            rows.resize(top_k, 0);
+            sel.extend(rows);
+        }
+    }
+    let shape = kernels::AttentionShape {
+        n_head: n_head as u32,
+        head_dim: head_dim as u32,
+        ring_cap: ring_cap as u32,
+        window: window as u32,
+        ratio: ratio as u32,
+        top_k: top_k as u32,
+    };
+    let selected = top_k > 0;
+    let rows = shape.visible_rows((pos0 + n_tok - 1) as u32, n_comp as u32, selected);
+    let (q_d, r_d, c_d, s_d) = (gpu.up(&q)?, gpu.up(&ring)?, gpu.up(&comp)?, gpu.up(&sinks)?);
+    let sel_d = gpu.up(&if sel.is_empty() { vec![0u32] } else { sel.clone() })?;
+    let sel_p = if selected { sel_d.ptr().0 } else { kernels::NULL };
+    let pos_d = gpu.up(&[pos0 as u32])?;
+    let exact = gpu.poisoned::<f32>(n_tok * n_head * head_dim)?;
+    let sc = gpu.poisoned::<f32>(shape.score_floats(n_tok as u32, rows))?;
+    let inv = gpu.poisoned::<f32>(n_tok * n_head)?;
+    for launch in kernels::attention(
+        &shape,
+        exact.ptr().0,
+        sc.ptr().0,
+        inv.ptr().0,
+        q_d.ptr().0,
+        r_d.ptr().0,
+        c_d.ptr().0,
+        sel_p,
+        s_d.ptr().0,
+        pos_d.ptr().0,
+        n_comp as u32,
+        rows,
+        n_tok as u32,
+    ) {
+        gpu.run(&launch)?;
+    }
+    let fast = gpu.poisoned::<f32>(n_tok * n_head * head_dim)?;
+    gpu.run(&kernels::attention_prefill_fast(
+        &shape,
+        fast.ptr().0,
+        q_d.ptr().0,
+        r_d.ptr().0,
+        c_d.ptr().0,
+        sel_p,
+        s_d.ptr().0,
+        pos_d.ptr().0,
+        n_comp as u32,
+        n_tok as u32,
+    ))?;
+    let (got, want) = (fast.to_vec::<f32>()?, exact.to_vec::<f32>()?);
+    let row_max = ring.iter().chain(&comp).fold(0f64, |m, &v| m.max(v.abs() as f64));
+    let ref_max = want.iter().fold(0f64, |m, &v| m.max(v.abs() as f64));
+    let r = close_scaled(
+        name,
+        &got,
+        &want,
+        ATT_TOL * row_max / ref_max.max(f64::MIN_POSITIVE),
+        format!(
+            "{n_tok} tok at {pos0}, {n_head}x{head_dim}, up to {rows} rows; bound {ATT_TOL:e} x max|row| {row_max:.2}"
+        ),
+    );
+    Ok(r)
+}
