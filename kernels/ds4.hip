@@ -17,4 +17,5 @@
 // Fast-arithmetic twins of decode kernels (docs/arithmetic.md): selected by HipOptions::arithmetic.
 #include "hc_fast.hip"
 #include "matvec_fast.hip"
+#include "moe_fast.hip"
 #include "sample_fast.hip"
