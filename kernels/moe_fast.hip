@@ -9,7 +9,7 @@
 #pragma once
 #include "moe.hip"  // DS4_MOE_MAX_USED
 
-#define DS4_MOE_FAST_JOB_B 7168                            // bytes of weight rows per warp job (at most)
+#define DS4_MOE_FAST_JOB_B 5120                            // bytes of weight rows per warp job (at most)
 #define DS4_MOE_FAST_WORDS (DS4_MOE_FAST_JOB_B / 16)       // 16-byte words per job
 #define DS4_MOE_FAST_LOADS (DS4_MOE_FAST_WORDS / DS4_WARP)  // loads per lane per job
 #define DS4_MOE_FAST_ROWS 16                               // output rows per block

@@ -57,7 +57,7 @@ fn lanes_for_chunks(chunks: u32) -> u32 {
 const MOE_FAST_ROWS: u32 = 16;
 
 /// Bytes of weight rows one warp of the fast routed-expert kernels stages (DS4_MOE_FAST_JOB_B).
-const MOE_FAST_JOB_BYTES: u64 = 7168;
+const MOE_FAST_JOB_BYTES: u64 = 5120;
 
 /// Bytes of one expert row of `n` elements in the format a routed-expert kernel's name ends with;
 /// `None` when the row is not whole super-blocks.
