@@ -21,4 +21,5 @@
 #include "hc_fast.hip"
 #include "rows_fast.hip"
 #include "matvec_fast.hip"
+#include "moe_fast.hip"
 #include "sample_fast.hip"

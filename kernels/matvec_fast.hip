@@ -59,12 +59,204 @@ DS4_DEV float group_sum(float v, u32 g) {
     return v;
 }
 
+// Coalesced Q8_0 tiles (rows of nc = n_in / 256 chunks, nc a power of two <= 128). A block round
+// covers 128 chunks (34,816 bytes, 128 / nc rows): each warp a tile of TW = DS4_WARP / 2 chunks,
+// either TW / nc whole rows (nc <= TW) or K-slice s = warp % k of one row (k = nc / TW slices, summed
+// through shared memory). A tile is 17 TW 16-byte words, read by consecutive lanes at consecutive
+// addresses (9 loads per lane, the next round's issued before this round's math), staged in shared
+// memory and read back as lane (j, h) (q8_lane_chunk, q8_lane_half): blocks 4h..4h+3 of chunk j.
+// The lane's activation slice (4 blocks of codes and scales) stays in registers while it does not
+// change. Rounds are split over the grid in contiguous runs, so any grid covers the matrix.
+#define DS4_Q8T_CHUNKS (DS4_WARP / 2)       // chunks per warp tile (TW)
+#define DS4_Q8T_WORDS (17 * DS4_Q8T_CHUNKS)  // 16-byte words per warp tile
+#define DS4_Q8T_LOADS 9                      // ceil(DS4_Q8T_WORDS / DS4_WARP)
+#define DS4_Q8T_ROUND 128                    // chunks per block round (DS4_WARPS_PER_BLOCK * TW)
+// Two blocks per SM on sm_90 (at most 128 registers; the tile loads of 16 warps in flight), where
+// the compiler would otherwise take ~164 and leave one block (8 warps) per SM.
+#if defined(DS4_NVIDIA)
+#define DS4_Q8T_LAUNCH __launch_bounds__(DS4_BLOCK, 2)
+#else
+#define DS4_Q8T_LAUNCH DS4_LAUNCH(DS4_BLOCK)
+#endif
+
+// Where a warp's tile sits for one matrix shape.
+struct Q8Tiles {
+    u32 nc, k, rpt, rpr, s, wr;
+};
+DS4_DEV Q8Tiles q8_tiles(u32 n_in) {
+    Q8Tiles g;
+    g.nc = n_in / DS4_Q8_0_CHUNK;
+    g.k = g.nc > DS4_Q8T_CHUNKS ? g.nc / DS4_Q8T_CHUNKS : 1;
+    g.rpt = g.nc < DS4_Q8T_CHUNKS ? DS4_Q8T_CHUNKS / g.nc : 1;
+    g.rpr = DS4_Q8T_ROUND / g.nc;
+    g.s = warp_id() % g.k;
+    g.wr = warp_id() / g.k;
+    return g;
+}
+// First row of the warp's tile in round `rd`.
+DS4_DEV u32 q8_tile_row0(const Q8Tiles& g, u32 rd) { return rd * g.rpr + g.wr * g.rpt; }
+
+// Loads the warp's tile of round `rd` into registers (coalesced; words of rows >= n_out read as 0).
+DS4_DEV void q8_tile_load(uint4 (&v)[DS4_Q8T_LOADS], const u8* w, const Q8Tiles& g, u32 rd, u32 n_out) {
+    const u32 row0 = q8_tile_row0(g, rd);
+    const uint4* base = (const uint4*)(w + ((u64)row0 * g.nc + g.s * DS4_Q8T_CHUNKS) * DS4_Q8_0_CHUNK_B);
+#pragma unroll
+    for (int i = 0; i < DS4_Q8T_LOADS; ++i) {
+        const u32 q = i * DS4_WARP + lane_id();
+        const bool ok = q < DS4_Q8T_WORDS && row0 + (q / 17) / g.nc < n_out;
+        v[i] = ok ? base[q] : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// The lane's tile chunk j and half h: lanes 0-7 take half 0 of chunks 0-7, lanes 8-15 half 1 of the
+// same chunks, lanes 16-31 chunks 8-15 likewise (a half-warp's 8-byte shared reads then hit 32
+// distinct banks).
+DS4_DEV u32 q8_lane_chunk() { return lane_id() % 8 + 8 * (lane_id() / 16); }
+DS4_DEV u32 q8_lane_half() { return (lane_id() / 8) % 2; }
+
+// Stages the loaded tile in the warp's shared words and reads back this lane's 4 blocks (136
+// bytes from chunk byte 136 h, 17 8-byte reads) of tile chunk j.
+DS4_DEV void q8_tile_swap(uint4* tile, const uint4 (&v)[DS4_Q8T_LOADS], u32 (&wv)[34]) {
+    ds4_sync_warp();  // the lanes' reads of the previous tile are done
+#pragma unroll
+    for (int i = 0; i < DS4_Q8T_LOADS; ++i) {
+        const u32 q = i * DS4_WARP + lane_id();
+        if (q < DS4_Q8T_WORDS) tile[q] = v[i];
+    }
+    ds4_sync_warp();
+    const u64* p = (const u64*)tile + 34 * q8_lane_chunk() + 17 * q8_lane_half();
+#pragma unroll
+    for (int m = 0; m < 17; ++m) {
+        const u64 x = p[m];
+        wv[2 * m] = (u32)x;
+        wv[2 * m + 1] = (u32)(x >> 32);
+    }
+}
+
+// This lane's activation slice: codes and scales of the 4 blocks it dots.
+struct Q8Slice {
+    int xs[32];
+    float xd[4];
+    u32 key;  // group * nc + chunk of the row, or ~0 before the first load
+};
+
+// The lane's output row in round `rd` (>= n_out for the tail) and its chunk within the row.
+DS4_DEV void q8_lane_row(const Q8Tiles& g, u32 rd, u32& row, u32& cir) {
+    const u32 c = g.s * DS4_Q8T_CHUNKS + q8_lane_chunk();
+    row = q8_tile_row0(g, rd) + c / g.nc;
+    cir = c % g.nc;
+}
+
+DS4_DEV Q8Slice q8_slice_empty() {
+    Q8Slice x;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) x.xs[i] = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x.xd[i] = 0.0f;
+    x.key = ~0u;
+    return x;
+}
+
+DS4_DEV void q8_slice_load(Q8Slice& x, const i8* xq, const float* xd, u32 t, u32 x_stride, u32 grp, u32 cir,
+                           u32 n_in, u32 nc) {
+    const u32 key = grp * nc + cir;
+    if (key == x.key) return;
+    x.key = key;
+    const u32 h = q8_lane_half();
+    const int4* xp =
+        (const int4*)(xq + (u64)t * x_stride + (u64)grp * n_in + (u64)cir * DS4_Q8_0_CHUNK + 128 * h);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int4 a = xp[i];
+        x.xs[4 * i] = a.x;
+        x.xs[4 * i + 1] = a.y;
+        x.xs[4 * i + 2] = a.z;
+        x.xs[4 * i + 3] = a.w;
+    }
+    const float4 d = *(const float4*)(xd + (u64)t * (x_stride / 32) + (u64)grp * (n_in / 32) + cir * 8 + 4 * h);
+    x.xd[0] = d.x;
+    x.xd[1] = d.y;
+    x.xd[2] = d.z;
+    x.xd[3] = d.w;
+}
+
+// The lane's 4 blocks (registers from q8_tile_swap) against its activation slice.
+DS4_DEV float q8_lane_dot(const u32 (&wv)[34], const Q8Slice& x) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+        int is = 0;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) is = dot4_i8((int)reg_word(wv, 34 * b + 2 + 4 * j), x.xs[8 * b + j], is);
+        acc = fmaf(f16_to_f32(reg_half(wv, 34 * b)) * x.xd[b], (float)is, acc);
+    }
+    return acc;
+}
+
+// Sum over the lanes of one row (both halves of min(nc, TW) chunks); every lane gets it. Chunk bit
+// b of the lane's tile chunk is lane bit b (b < 3) or b + 1, the half is lane bit 3.
+DS4_DEV float q8_row_sum(float v, u32 nc) {
+    for (u32 o = 1; o < min(nc, (u32)DS4_Q8T_CHUNKS); o *= 2) v += __shfl_xor(v, o < 8 ? o : 2 * o, DS4_WARP);
+    return v + __shfl_xor(v, 8, DS4_WARP);
+}
+
+// The rounds [begin, end) of this block: contiguous runs, any grid.
+DS4_DEV void q8_block_rounds(u32 n_out, u32 rpr, u32& begin, u32& end) {
+    const u32 total = (n_out + rpr - 1) / rpr, per = (total + gridDim.x - 1) / gridDim.x;
+    begin = min(total, blockIdx.x * per);
+    end = min(total, begin + per);
+}
+
+// Whether the tiled path takes rows of n_in elements (nc a power of two <= 128).
+DS4_DEV bool q8_tiled(u32 n_in) {
+    const u32 nc = n_in / DS4_Q8_0_CHUNK;
+    return nc > 0 && nc <= DS4_Q8T_ROUND && (nc & (nc - 1)) == 0;
+}
+
 // ds4_matvec_q8_0's product and arguments (grouped rows included) in the fast order; n_in % 256 == 0.
-// Launch: grid (ceil(n_out / (256 / G)), n_tok), block 256, G = q8_0_fast_lanes(n_in / 256).
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_fast(float* y, const u8* w, const i8* xq,
+// Tiled (n_in / 256 a power of two <= 128): grid (any, n_tok), q8_0_fast_blocks rounds of 128 / nc
+// rows. Otherwise: grid (ceil(n_out / (256 / G)), n_tok), G = q8_0_fast_lanes(n_in / 256) lanes a row
+// (each lane a whole 272-byte chunk at a time). Block 256.
+extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_fast(float* y, const u8* w, const i8* xq,
                                                                        const float* xd, u32 n_in, u32 n_out,
                                                                        u32 rows_per_group, u32 x_stride) {
-    const u32 t = blockIdx.y, nc = n_in / DS4_Q8_0_CHUNK, g = q8_0_fast_lanes(nc);
+    __shared__ uint4 tiles[DS4_WARPS_PER_BLOCK * DS4_Q8T_WORDS];
+    __shared__ float part[2][DS4_WARPS_PER_BLOCK];
+    const u32 t = blockIdx.y;
+    if (q8_tiled(n_in)) {
+        const Q8Tiles g = q8_tiles(n_in);
+        u32 begin, end;
+        q8_block_rounds(n_out, g.rpr, begin, end);
+        if (begin >= end) return;
+        uint4* tile = tiles + warp_id() * DS4_Q8T_WORDS;
+        uint4 v[DS4_Q8T_LOADS];
+        Q8Slice x = q8_slice_empty();
+        q8_tile_load(v, w, g, begin, n_out);
+        for (u32 rd = begin; rd < end; ++rd) {
+            u32 wv[34];
+            q8_tile_swap(tile, v, wv);
+            if (rd + 1 < end) q8_tile_load(v, w, g, rd + 1, n_out);
+            u32 row, cir;
+            q8_lane_row(g, rd, row, cir);
+            if (row < n_out) q8_slice_load(x, xq, xd, t, x_stride, row / rows_per_group, cir, n_in, g.nc);
+            const float acc = q8_row_sum(q8_lane_dot(wv, x), g.nc);
+            if (g.k == 1) {
+                if (row < n_out && cir == 0 && q8_lane_half() == 0) y[(u64)t * n_out + row] = acc;
+            } else {
+                float* p = part[rd & 1];
+                if (lane_id() == 0) p[warp_id()] = acc;
+                __syncthreads();
+                const u32 r = rd * g.rpr + threadIdx.x;
+                if (threadIdx.x < g.rpr && r < n_out) {
+                    float sum = 0.0f;
+                    for (u32 s = 0; s < g.k; ++s) sum += p[threadIdx.x * g.k + s];
+                    y[(u64)t * n_out + r] = sum;
+                }
+            }
+        }
+        return;
+    }
+    const u32 nc = n_in / DS4_Q8_0_CHUNK, g = q8_0_fast_lanes(nc);
     const u32 r = blockIdx.x * (DS4_BLOCK / g) + threadIdx.x / g, sub = threadIdx.x % g;
     const bool live = r < n_out;
     float acc = 0.0f;
@@ -81,12 +273,61 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_fast(float* y, 
 }
 
 // ds4_matvec_q8_0_swiglu in the fast order: mid[t][r] = swiglu(Wg[r]·x, Wu[r]·x); n_in % 256 == 0.
-// Launch: grid (ceil(n_ff / (256 / G)), n_tok), block 256, G = q8_0_fast_lanes(n_in / 256).
+// Tiled as ds4_matvec_q8_0_fast (gate and up tiles of a round loaded together, staged one after the
+// other): grid (any, n_tok); otherwise grid (ceil(n_ff / (256 / G)), n_tok). Block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu_fast(float* mid, const u8* wg,
                                                                               const u8* wu, const i8* xq,
                                                                               const float* xd, u32 n_in, u32 n_ff,
                                                                               float limit) {
-    const u32 t = blockIdx.y, nc = n_in / DS4_Q8_0_CHUNK, g = q8_0_fast_lanes(nc);
+    __shared__ uint4 tiles[DS4_WARPS_PER_BLOCK * DS4_Q8T_WORDS];
+    __shared__ float part[2][2][DS4_WARPS_PER_BLOCK];
+    const u32 t = blockIdx.y;
+    if (q8_tiled(n_in)) {
+        const Q8Tiles g = q8_tiles(n_in);
+        u32 begin, end;
+        q8_block_rounds(n_ff, g.rpr, begin, end);
+        if (begin >= end) return;
+        uint4* tile = tiles + warp_id() * DS4_Q8T_WORDS;
+        uint4 vg[DS4_Q8T_LOADS], vu[DS4_Q8T_LOADS];
+        Q8Slice x = q8_slice_empty();
+        q8_tile_load(vg, wg, g, begin, n_ff);
+        q8_tile_load(vu, wu, g, begin, n_ff);
+        for (u32 rd = begin; rd < end; ++rd) {
+            const bool more = rd + 1 < end;
+            u32 row, cir;
+            q8_lane_row(g, rd, row, cir);
+            if (row < n_ff) q8_slice_load(x, xq, xd, t, n_in, 0, cir, n_in, g.nc);
+            u32 wv[34];
+            q8_tile_swap(tile, vg, wv);
+            if (more) q8_tile_load(vg, wg, g, rd + 1, n_ff);
+            const float ga = q8_row_sum(q8_lane_dot(wv, x), g.nc);
+            q8_tile_swap(tile, vu, wv);
+            if (more) q8_tile_load(vu, wu, g, rd + 1, n_ff);
+            const float ua = q8_row_sum(q8_lane_dot(wv, x), g.nc);
+            if (g.k == 1) {
+                if (row < n_ff && cir == 0 && q8_lane_half() == 0)
+                    mid[(u64)t * n_ff + row] = swiglu_clamped(ga, ua, limit);
+            } else {
+                float(*p)[DS4_WARPS_PER_BLOCK] = part[rd & 1];
+                if (lane_id() == 0) {
+                    p[0][warp_id()] = ga;
+                    p[1][warp_id()] = ua;
+                }
+                __syncthreads();
+                const u32 r = rd * g.rpr + threadIdx.x;
+                if (threadIdx.x < g.rpr && r < n_ff) {
+                    float gs = 0.0f, us = 0.0f;
+                    for (u32 s = 0; s < g.k; ++s) {
+                        gs += p[0][threadIdx.x * g.k + s];
+                        us += p[1][threadIdx.x * g.k + s];
+                    }
+                    mid[(u64)t * n_ff + r] = swiglu_clamped(gs, us, limit);
+                }
+            }
+        }
+        return;
+    }
+    const u32 nc = n_in / DS4_Q8_0_CHUNK, g = q8_0_fast_lanes(nc);
     const u32 r = blockIdx.x * (DS4_BLOCK / g) + threadIdx.x / g, sub = threadIdx.x % g;
     const bool live = r < n_ff;
     float ga = 0.0f, ua = 0.0f;
@@ -105,47 +346,86 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu_fast(flo
     if (live && sub == 0) mid[(u64)t * n_ff + r] = swiglu_clamped(ga, ua, limit);
 }
 
-// F16 rows in the fast order: a lane takes 8 halves (16 bytes) per step and FMAs them into its sum.
-// Lanes per row for n_in elements: min(32, the power of two >= n_in / 8) (f16_fast_lanes).
-DS4_DEV float f16_row_part(const u16* wr, const float* x, u32 n_in, u32 sub, u32 g) {
-    float acc = 0.0f;
-    for (u32 c = sub; c < n_in / 8; c += g) {
-        const uint4 v = ((const uint4*)wr)[c];
-        const float4 xa = ((const float4*)x)[2 * c], xb = ((const float4*)x)[2 * c + 1];
-        acc = fmaf(f16_to_f32((u16)(v.x & 0xffff)), xa.x, acc);
-        acc = fmaf(f16_to_f32((u16)(v.x >> 16)), xa.y, acc);
-        acc = fmaf(f16_to_f32((u16)(v.y & 0xffff)), xa.z, acc);
-        acc = fmaf(f16_to_f32((u16)(v.y >> 16)), xa.w, acc);
-        acc = fmaf(f16_to_f32((u16)(v.z & 0xffff)), xb.x, acc);
-        acc = fmaf(f16_to_f32((u16)(v.z >> 16)), xb.y, acc);
-        acc = fmaf(f16_to_f32((u16)(v.w & 0xffff)), xb.z, acc);
-        acc = fmaf(f16_to_f32((u16)(v.w >> 16)), xb.w, acc);
+// F16 rows in the fast order: T = f16_fast_threads(n_in) threads a row (256 / T rows a block), thread
+// i of a row taking 16-byte words i, i + T, ... (consecutive threads at consecutive addresses), four
+// loads in flight at a time, FMAs into two sums; the row's threads fold by butterfly and, past a
+// warp, through shared memory. T is the power of two <= n_in / 32 (so 4 to 7 words a thread), at
+// least 1 and at most 256.
+DS4_DEV u32 f16_fast_threads(u32 n_in) {
+    const u32 words = n_in / 8;
+    u32 t = 1;
+    while (t * 2 <= words / 4 && t < DS4_BLOCK) t *= 2;
+    return t;
+}
+
+DS4_DEV float f16_word_dot(uint4 v, const float* x, float acc) {
+    const float4 xa = ((const float4*)x)[0], xb = ((const float4*)x)[1];
+    acc = fmaf(f16_to_f32((u16)(v.x & 0xffff)), xa.x, acc);
+    acc = fmaf(f16_to_f32((u16)(v.x >> 16)), xa.y, acc);
+    acc = fmaf(f16_to_f32((u16)(v.y & 0xffff)), xa.z, acc);
+    acc = fmaf(f16_to_f32((u16)(v.y >> 16)), xa.w, acc);
+    acc = fmaf(f16_to_f32((u16)(v.z & 0xffff)), xb.x, acc);
+    acc = fmaf(f16_to_f32((u16)(v.z >> 16)), xb.y, acc);
+    acc = fmaf(f16_to_f32((u16)(v.w & 0xffff)), xb.z, acc);
+    return fmaf(f16_to_f32((u16)(v.w >> 16)), xb.w, acc);
+}
+
+// Thread `sub`'s part of row `wr` · x (n_in / 8 words, T threads a row).
+DS4_DEV float f16_row_part(const u16* wr, const float* x, u32 n_in, u32 sub, u32 tpr) {
+    const uint4* w4 = (const uint4*)wr;
+    const u32 nw = n_in / 8;
+    float a0 = 0.0f, a1 = 0.0f;
+    u32 c = sub;
+    for (; c + 3 * tpr < nw; c += 4 * tpr) {
+        const uint4 v0 = w4[c], v1 = w4[c + tpr], v2 = w4[c + 2 * tpr], v3 = w4[c + 3 * tpr];
+        a0 = f16_word_dot(v0, x + 8 * c, a0);
+        a1 = f16_word_dot(v1, x + 8 * (c + tpr), a1);
+        a0 = f16_word_dot(v2, x + 8 * (c + 2 * tpr), a0);
+        a1 = f16_word_dot(v3, x + 8 * (c + 3 * tpr), a1);
     }
-    return acc;
+    for (; c < nw; c += tpr) a0 = f16_word_dot(w4[c], x + 8 * c, a0);
+    return a0 + a1;
+}
+
+// Sum over the T threads of a row (aligned groups of T threads); thread 0 of the row gets it.
+// Contains __syncthreads() when T > DS4_WARP: call from every thread of the block.
+DS4_DEV float f16_row_sum(float v, u32 tpr, float* scratch) {
+    if (tpr <= DS4_WARP) return group_sum(v, tpr);
+    v = warp_sum(v);
+    if (lane_id() == 0) scratch[warp_id()] = v;
+    __syncthreads();
+    const u32 per = tpr / DS4_WARP, first = warp_id() / per * per;
+    float s = 0.0f;
+    for (u32 i = 0; i < per; ++i) s += scratch[first + i];
+    return s;
 }
 
 // ds4_matvec_f16's product and arguments in the fast order (same preconditions: n_in % 8 == 0, rows
-// and x 16-byte aligned). Launch: grid (ceil(n_out / (256 / G)), n_tok), block 256,
-// G = q8_0_fast_lanes(n_in / 8).
+// and x 16-byte aligned). Launch: grid (ceil(n_out / (256 / T)), n_tok), block 256,
+// T = f16_fast_threads(n_in).
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_fast(float* y, const u16* w, const float* x,
                                                                       u32 n_in, u32 n_out, u32 x_stride) {
-    const u32 t = blockIdx.y, g = q8_0_fast_lanes(n_in / 8);
-    const u32 r = blockIdx.x * (DS4_BLOCK / g) + threadIdx.x / g, sub = threadIdx.x % g;
+    __shared__ float scratch[DS4_WARPS_PER_BLOCK];
+    const u32 t = blockIdx.y, tpr = f16_fast_threads(n_in);
+    const u32 r = blockIdx.x * (DS4_BLOCK / tpr) + threadIdx.x / tpr, sub = threadIdx.x % tpr;
     const bool live = r < n_out;
-    const float acc = group_sum(live ? f16_row_part(w + (u64)r * n_in, x + (u64)t * x_stride, n_in, sub, g) : 0.0f, g);
+    const float part = live ? f16_row_part(w + (u64)r * n_in, x + (u64)t * x_stride, n_in, sub, tpr) : 0.0f;
+    const float acc = f16_row_sum(part, tpr, scratch);
     if (live && sub == 0) y[(u64)t * n_out + r] = acc;
 }
 
 // ds4_matvec_f16_pair in the fast order: rows [0, n_out) of W0 to y0, rows [n_out, 2 n_out) of W1 to y1.
-// Launch: grid (ceil(2 n_out / (256 / G)), n_tok), block 256, G = q8_0_fast_lanes(n_in / 8).
+// Launch: grid (ceil(2 n_out / (256 / T)), n_tok), block 256, T = f16_fast_threads(n_in).
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_pair_fast(float* y0, float* y1, const u16* w0,
                                                                            const u16* w1, const float* x, u32 n_in,
                                                                            u32 n_out, u32 x_stride) {
-    const u32 t = blockIdx.y, g = q8_0_fast_lanes(n_in / 8);
-    const u32 r = blockIdx.x * (DS4_BLOCK / g) + threadIdx.x / g, sub = threadIdx.x % g;
+    __shared__ float scratch[DS4_WARPS_PER_BLOCK];
+    const u32 t = blockIdx.y, tpr = f16_fast_threads(n_in);
+    const u32 r = blockIdx.x * (DS4_BLOCK / tpr) + threadIdx.x / tpr, sub = threadIdx.x % tpr;
     const bool live = r < 2 * n_out, second = r >= n_out;
     const u32 rr = second ? r - n_out : r;
     const u16* wr = (second ? w1 : w0) + (u64)rr * n_in;
-    const float acc = group_sum(live ? f16_row_part(wr, x + (u64)t * x_stride, n_in, sub, g) : 0.0f, g);
+    const float part = live ? f16_row_part(wr, x + (u64)t * x_stride, n_in, sub, tpr) : 0.0f;
+    const float acc = f16_row_sum(part, tpr, scratch);
     if (live && sub == 0) (second ? y1 : y0)[(u64)t * n_out + rr] = acc;
 }

@@ -185,7 +185,9 @@ const std::vector<Entry>& registry() {
         K(ds4_moe_gemm_down_q4_k_mma),
         K(ds4_matvec_f16_fast), K(ds4_matvec_f16_pair_fast),
         K(ds4_rms_norm_quant_fast), K(ds4_hc_post_pre_fast), K(ds4_hc_post_fast), K(ds4_rows_finish_fast),
-        K(ds4_matvec_f16_fast), K(ds4_matvec_f16_pair_fast), K(ds4_attention_prefill_fast), K(ds4_compressor_pool_fast),
+        K(ds4_attention_prefill_fast), K(ds4_compressor_pool_fast),
+        K(ds4_moe_gate_up_iq2_xxs_fast), K(ds4_moe_gate_up_q2_k_fast), K(ds4_moe_gate_up_q4_k_fast),
+        K(ds4_moe_down_iq2_xxs_fast), K(ds4_moe_down_q2_k_fast), K(ds4_moe_down_q4_k_fast),
         // Emulator-only test entries (tests/hip_kernels/emulator.rs; names start with ds4_emutest_).
         K(ds4_emutest_block_dot_f16_seq),
     };

@@ -24,6 +24,7 @@ mod emulator;
 mod fast;
 mod fast_gemm_tiles;
 mod fast_hc;
+mod fast_matvec;
 mod fast_prefill_attention;
 mod gemm_fast;
 mod hc;
@@ -67,6 +68,7 @@ const GROUPS: &[(&str, Group)] = &[
     ("fast", fast::run),
     ("fast_hc", fast_hc::run),
     ("fast_prefill_attention", fast_prefill_attention::run),
+    ("fast_matvec", fast_matvec::run),
 ];
 
 #[test]

@@ -218,6 +218,19 @@ kernel_defs! {
     MATVEC_F16_FAST = "ds4_matvec_f16_fast"(y: Ptr, w: Ptr, x: Ptr, n_in: U32, n_out: U32, x_stride: U32);
     MATVEC_F16_PAIR_FAST = "ds4_matvec_f16_pair_fast"(y0: Ptr, y1: Ptr, w0: Ptr, w1: Ptr, x: Ptr, n_in: U32,
         n_out: U32, x_stride: U32);
+    /// kernels/moe_fast.hip
+    MOE_GATE_UP_IQ2_XXS_FAST = "ds4_moe_gate_up_iq2_xxs_fast"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr,
+        xbs: Ptr, sel: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32, limit: F32);
+    MOE_GATE_UP_Q2_K_FAST = "ds4_moe_gate_up_q2_k_fast"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr, xbs: Ptr,
+        sel: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32, limit: F32);
+    MOE_GATE_UP_Q4_K_FAST = "ds4_moe_gate_up_q4_k_fast"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr, xbs: Ptr,
+        sel: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32, limit: F32);
+    MOE_DOWN_IQ2_XXS_FAST = "ds4_moe_down_iq2_xxs_fast"(out: Ptr, down: Ptr, mq: Ptr, md: Ptr, mbs: Ptr, sel: Ptr,
+        n_ff: U32, n_out: U32, n_used: U32);
+    MOE_DOWN_Q2_K_FAST = "ds4_moe_down_q2_k_fast"(out: Ptr, down: Ptr, mq: Ptr, md: Ptr, mbs: Ptr, sel: Ptr,
+        n_ff: U32, n_out: U32, n_used: U32);
+    MOE_DOWN_Q4_K_FAST = "ds4_moe_down_q4_k_fast"(out: Ptr, down: Ptr, mq: Ptr, md: Ptr, mbs: Ptr, sel: Ptr,
+        n_ff: U32, n_out: U32, n_used: U32);
     /// kernels/sample_fast.hip
     ARGMAX_FAST = "ds4_argmax_fast"(out: Ptr, logits: Ptr, n: U32);
     /// kernels/mathf.h (selftest of the transcendental functions)

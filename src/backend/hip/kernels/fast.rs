@@ -10,6 +10,7 @@ use super::abi::{
     RMS_NORM_QUANT_FAST, ROWS_FINISH_FAST, kernel_def,
 };
 use super::launch::{BLOCK, Launch, blocks};
+use crate::gguf::types::GgmlType;
 
 /// Tokens per block of the dense matrix-core GEMMs (kernels/gemm_fast.hip DS4_MM_TOKS); their row
 /// tiles are the exact GEMMs' 64.
@@ -26,9 +27,30 @@ pub fn q8_0_fast_lanes(n_in: u32) -> u32 {
     lanes_for_chunks(n_in / Q8_0_FAST_CHUNK)
 }
 
-/// Lanes per output row of the fast F16 matvecs, a lane per 8 elements (16 bytes) of a step.
-pub fn f16_fast_lanes(n_in: u32) -> u32 {
-    lanes_for_chunks(n_in / 8)
+/// Chunks per block round of the tiled fast Q8_0 matvecs (DS4_Q8T_ROUND): a round is 128 / nc rows
+/// of nc = n_in / 256 chunks.
+const Q8_0_FAST_ROUND: u32 = 128;
+
+/// Most blocks of a tiled fast Q8_0 matvec grid: more rounds than this share blocks, in runs.
+const Q8_0_FAST_MAX_BLOCKS: u32 = 2048;
+
+/// Blocks of the fast Q8_0 matvecs for `n_out` rows of `n_in` elements: the tiled path's rounds
+/// (rows of a power-of-two chunk count up to 128, q8_tiled), else a block per 256 / G rows.
+pub fn q8_0_fast_blocks(n_in: u32, n_out: u32) -> u32 {
+    let nc = n_in / Q8_0_FAST_CHUNK;
+    if nc.is_power_of_two() && nc <= Q8_0_FAST_ROUND {
+        let rounds = blocks(n_out, Q8_0_FAST_ROUND / nc);
+        blocks(rounds, rounds.div_ceil(Q8_0_FAST_MAX_BLOCKS))
+    } else {
+        blocks(n_out, BLOCK / q8_0_fast_lanes(n_in))
+    }
+}
+
+/// Threads per output row of the fast F16 matvecs (f16_fast_threads): the power of two <= n_in / 32,
+/// so a thread reads 4 to 7 16-byte words of the row, at least 1 and at most a block.
+pub fn f16_fast_threads(n_in: u32) -> u32 {
+    let words_per_4 = (n_in / 8 / 4).max(1);
+    (1u32 << words_per_4.ilog2()).min(BLOCK)
 }
 
 /// The fast matvecs' lanes per row for rows of `chunks` lane chunks (kernels' q8_0_fast_lanes).
@@ -41,6 +63,40 @@ fn arg(l: &Launch, name: &str) -> Arg {
     let i = l.kernel.params.iter().position(|p| p.name == name);
     i.map(|i| l.args[i])
         .unwrap_or_else(|| panic!("{}: no parameter {name}", l.kernel.name))
+}
+
+/// Output rows per block of the fast routed-expert kernels (DS4_MOE_FAST_ROWS, any wave size).
+const MOE_FAST_ROWS: u32 = 16;
+
+/// Bytes of weight rows one warp of the fast routed-expert kernels stages (DS4_MOE_FAST_JOB_B).
+const MOE_FAST_JOB_BYTES: u64 = 5120;
+
+/// Bytes of one expert row of `n` elements in the format a routed-expert kernel's name ends with;
+/// `None` when the row is not whole super-blocks.
+fn expert_row_bytes(name: &str, n: u32) -> Option<u64> {
+    let format = if name.ends_with("iq2_xxs") {
+        GgmlType::Iq2Xxs
+    } else if name.ends_with("q2_k") {
+        GgmlType::Q2K
+    } else if name.ends_with("q4_k") {
+        GgmlType::Q4K
+    } else {
+        return None;
+    };
+    let n = u64::from(n);
+    (n.is_multiple_of(format.block_elems()) && n > 0)
+        .then(|| format.bytes_for(n))
+        .flatten()
+}
+
+/// Whether `rows` expert rows of `row` bytes make one 16-byte-aligned job of the fast kernels.
+fn moe_fast_job_fits(row: u64, rows: u32) -> bool {
+    row.is_multiple_of(16) && (1..=8).contains(&rows) && row * u64::from(rows) <= MOE_FAST_JOB_BYTES
+}
+
+/// `<name>_fast` of a routed-expert decode kernel.
+fn moe_fast_def(l: &Launch) -> &'static KernelDef {
+    kernel_def(&format!("{}_fast", l.kernel.name)).expect("every routed-expert decode kernel has a _fast twin")
 }
 
 /// The value of `l`'s u32 parameter `name`.
@@ -89,9 +145,8 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
             } else {
                 (&MATVEC_Q8_0_SWIGLU_FAST, arg_u32(l, "n_ff"))
             };
-            let per_block = BLOCK / q8_0_fast_lanes(n_in);
             (n_in.is_multiple_of(Q8_0_FAST_CHUNK) && n_in > 0)
-                .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
+                .then(|| twin(l, kernel, [q8_0_fast_blocks(n_in, rows), l.grid[1], l.grid[2]]))
         }
         "ds4_matvec_f16" | "ds4_matvec_f16_pair" => {
             let (n_in, n_out) = (arg_u32(l, "n_in"), arg_u32(l, "n_out"));
@@ -100,11 +155,21 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
             } else {
                 (&MATVEC_F16_PAIR_FAST, 2 * n_out)
             };
-            let per_block = BLOCK / f16_fast_lanes(n_in);
+            let per_block = BLOCK / f16_fast_threads(n_in);
             (n_in.is_multiple_of(8) && n_in > 0)
                 .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
         }
         "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, l.grid)),
+        "ds4_moe_gate_up_iq2_xxs" | "ds4_moe_gate_up_q2_k" | "ds4_moe_gate_up_q4_k" => {
+            let row = expert_row_bytes(l.kernel.name, arg_u32(l, "n_in"))?;
+            let grid = [blocks(arg_u32(l, "n_ff"), MOE_FAST_ROWS), l.grid[1], l.grid[2]];
+            moe_fast_job_fits(row, 2).then(|| twin(l, moe_fast_def(l), grid))
+        }
+        "ds4_moe_down_iq2_xxs" | "ds4_moe_down_q2_k" | "ds4_moe_down_q4_k" => {
+            let row = expert_row_bytes(l.kernel.name, arg_u32(l, "n_ff"))?;
+            let grid = [blocks(arg_u32(l, "n_out"), MOE_FAST_ROWS), l.grid[1], l.grid[2]];
+            moe_fast_job_fits(row, arg_u32(l, "n_used")).then(|| twin(l, moe_fast_def(l), grid))
+        }
         // Batched prefill GEMMs on matrix cores (kernels/gemm_fast.hip): 128-token tiles.
         "ds4_gemm_q8_0" | "ds4_gemm_f16" => {
             let kernel = if l.kernel.name == "ds4_gemm_q8_0" {
@@ -178,9 +243,13 @@ mod tests {
         let f = fast_twin(&l).expect("a twin");
         assert_eq!(f.kernel.name, "ds4_matvec_q8_0_fast");
         assert_eq!(f.args, l.args);
-        // 16 chunks per row: 16 lanes per row, 16 rows per block.
+        // 16 chunks per row: rounds of 8 rows, one a block.
+        assert_eq!(f.grid, [1000u32.div_ceil(8), 3, 1]);
+        // The LM head: 16,160 rounds in 2,020 runs of 8.
+        assert_eq!(q8_0_fast_blocks(4096, 129280), 2020);
+        // 28 chunks (not a power of two): 32 lanes a row, 8 rows a block.
+        assert_eq!(q8_0_fast_blocks(7168, 77), 10);
         assert_eq!(q8_0_fast_lanes(4096), 16);
-        assert_eq!(f.grid, [1000u32.div_ceil(16), 3, 1]);
         assert_eq!(q8_0_fast_lanes(65536), 32);
         assert_eq!(q8_0_fast_lanes(256), 1);
         // No twin where a row is not whole chunks.
@@ -198,7 +267,7 @@ mod tests {
         let s = fast_twin(&matvec_q8_0_swiglu(&sw, 1)).unwrap();
         assert_eq!(
             (s.kernel.name, s.grid),
-            ("ds4_matvec_q8_0_swiglu_fast", [100u32.div_ceil(32), 1, 1])
+            ("ds4_matvec_q8_0_swiglu_fast", [100u32.div_ceil(16), 1, 1])
         );
         assert_eq!(fast_twin(&argmax(1, 2, 129280)).unwrap().kernel.name, "ds4_argmax_fast");
         let eps = HcEps {
@@ -213,9 +282,13 @@ mod tests {
             ("ds4_hc_pre_fused_fast", h.grid, &h.args)
         );
         assert!(fast_twin(&super::super::fill_f32(NULL, 4, 0.0)).is_none());
-        // F16: a lane per 8 elements, at most 32 lanes per row.
+        // F16: 4 to 7 words a thread (4096: 128 threads, 2 rows a block), at most a block a row.
         let f = fast_twin(&super::super::matvec_f16(1, 2, 3, 4096, 256, 4096, 2)).unwrap();
-        assert_eq!((f.kernel.name, f.grid), ("ds4_matvec_f16_fast", [256 / 8, 2, 1]));
+        assert_eq!((f.kernel.name, f.grid), ("ds4_matvec_f16_fast", [256 / 2, 2, 1]));
+        assert_eq!(
+            (f16_fast_threads(72), f16_fast_threads(65536), f16_fast_threads(1024)),
+            (2, 256, 32)
+        );
         let p = fast_twin(&super::super::matvec_f16_pair(1, 2, 3, 4, 5, 64, 10, 64, 1)).unwrap();
         assert_eq!((p.kernel.name, p.grid), ("ds4_matvec_f16_pair_fast", [1, 1, 1]));
     }

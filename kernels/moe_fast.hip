@@ -1,0 +1,183 @@
+// Routed experts at decode in the fast order (docs/arithmetic.md): the moe.hip kernels' products and
+// arguments, built to stream the selected experts' rows at bandwidth. A warp's "job" is the weight
+// rows one output needs (gate/up: the gate and up rows of row r of expert k; down: row r of each
+// selected expert), at most DS4_MOE_FAST_JOB_B bytes. The warp reads a job with 16-byte loads at
+// consecutive addresses (the next job's loads in flight while it works on this one), stages it in
+// its shared memory, and lane l unpacks chunks l, l + DS4_WARP, ... of the staged rows
+// (formats.h unpack_chunk) against their activation chunks; each chunk adds its own float term
+// (unit_term is linear in the integer sums), then the warp folds its lanes. Deterministic.
+#pragma once
+#include "moe.hip"  // DS4_MOE_MAX_USED
+
+#define DS4_MOE_FAST_JOB_B 5120                            // bytes of weight rows per warp job (at most)
+#define DS4_MOE_FAST_WORDS (DS4_MOE_FAST_JOB_B / 16)       // 16-byte words per job
+#define DS4_MOE_FAST_LOADS (DS4_MOE_FAST_WORDS / DS4_WARP)  // loads per lane per job
+#define DS4_MOE_FAST_ROWS 16                               // output rows per block
+#define DS4_MOE_FAST_RPW (DS4_MOE_FAST_ROWS / DS4_WARPS_PER_BLOCK)  // output rows per warp
+
+// Loads a job of `nseg` rows of `wpr` 16-byte words each, row s at seg(s) (16-byte aligned).
+template <class Seg>
+DS4_DEV void moe_job_load(uint4 (&v)[DS4_MOE_FAST_LOADS], Seg seg, u32 nseg, u32 wpr) {
+#pragma unroll
+    for (int i = 0; i < DS4_MOE_FAST_LOADS; ++i) {
+        const u32 q = i * DS4_WARP + lane_id(), s = q / wpr;
+        v[i] = s < nseg ? ((const uint4*)seg(s))[q - s * wpr] : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// Stages a loaded job of n_words words in the warp's shared memory.
+DS4_DEV void moe_job_stage(uint4* job, const uint4 (&v)[DS4_MOE_FAST_LOADS], u32 n_words) {
+    ds4_sync_warp();  // the lanes' reads of the previous job are done
+#pragma unroll
+    for (int i = 0; i < DS4_MOE_FAST_LOADS; ++i) {
+        const u32 q = i * DS4_WARP + lane_id();
+        if (q < n_words) job[q] = v[i];
+    }
+    ds4_sync_warp();
+}
+
+// The float term of chunk c of a staged row against chunk c of a Q8_K activation row.
+template <int T>
+DS4_DEV float moe_chunk_term(const u8* row, u32 c, const i8* xq, const float* xd, const i16* xbs, const u64* grid) {
+    WChunk w;
+    unpack_chunk<T>(row, c, w, grid);
+    int q[8];
+    load_act_chunk(xq, c, q);
+    const u32 bs = *(const u32*)(xbs + 2 * c);
+    int isum = 0, summs = 0;
+    chunk_ints(w.q, w.sc, q, (int)(i16)(bs & 0xffff), (int)(i16)(bs >> 16), isum, summs);
+    return unit_term<T>(isum, summs, w.d, w.dmin, xd[c / 8]);
+}
+
+// ds4_moe_gate_up_<fmt> in the fast order. Preconditions (fast.rs): row bytes % 16 == 0 and two rows
+// fit a job. Launch: grid (ceil(n_ff / 16), n_used, n_tok), block 256.
+template <int T>
+DS4_DEV void moe_gate_up_fast_body(float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd,
+                                   const i16* xbs, const u32* sel, const float* selw, u32 n_in, u32 n_ff,
+                                   u32 n_used, float limit) {
+    __shared__ u64 sgrid[256];
+    __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * DS4_MOE_FAST_WORDS];
+    if constexpr (T == DS4_T_IQ2_XXS) {
+        stage_iq2_grid(sgrid);
+        __syncthreads();
+    }
+    const u32 k = blockIdx.y, t = blockIdx.z;
+    const u32 e = sel[(u64)t * n_used + k];
+    const float wk = selw[(u64)t * n_used + k];
+    const u64 rb = row_bytes<T>(n_in);
+    const u32 wpr = (u32)(rb / 16), nck = n_in / 32;
+    const u8* ge = gate + (u64)e * n_ff * rb;
+    const u8* ue = up + (u64)e * n_ff * rb;
+    const i8* xr = xq + (u64)t * n_in;
+    const float* dr = xd + (u64)t * (n_in / 256);
+    const i16* br = xbs + (u64)t * (n_in / 16);
+    uint4* job = jobs + warp_id() * DS4_MOE_FAST_WORDS;
+    const u32 r0 = (blockIdx.x * DS4_WARPS_PER_BLOCK + warp_id()) * DS4_MOE_FAST_RPW;
+    const u32 r1 = min(r0 + DS4_MOE_FAST_RPW, n_ff);
+    if (r0 >= r1) return;  // warp-uniform; no block barrier follows
+    auto rows = [&](u32 r) { return [=](u32 s) { return (s == 0 ? ge : ue) + r * rb; }; };
+    uint4 v[DS4_MOE_FAST_LOADS];
+    moe_job_load(v, rows(r0), 2, wpr);
+    for (u32 r = r0; r < r1; ++r) {
+        moe_job_stage(job, v, 2 * wpr);
+        if (r + 1 < r1) moe_job_load(v, rows(r + 1), 2, wpr);
+        float ga = 0.0f, ua = 0.0f;
+        for (u32 c = lane_id(); c < 2 * nck; c += DS4_WARP) {
+            const bool is_up = c >= nck;
+            const u32 cc = is_up ? c - nck : c;
+            const float term = moe_chunk_term<T>((const u8*)job + (is_up ? rb : 0), cc, xr, dr, br, sgrid);
+            if (is_up) ua += term;
+            else ga += term;
+        }
+        ga = finish_dot<T>(warp_sum(ga));
+        ua = finish_dot<T>(warp_sum(ua));
+        if (lane_id() == 0) mid[((u64)t * n_used + k) * n_ff + r] = swiglu_clamped(ga, ua, limit) * wk;
+    }
+}
+
+// ds4_moe_down_<fmt> in the fast order (the slots' products summed in any order). Preconditions
+// (fast.rs): row bytes % 16 == 0 and n_used rows fit a job; n_used <= DS4_MOE_MAX_USED.
+// Launch: grid (ceil(n_out / 16), n_tok), block 256.
+template <int T>
+DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const float* md, const i16* mbs,
+                                const u32* sel, u32 n_ff, u32 n_out, u32 n_used) {
+    __shared__ u64 sgrid[256];
+    __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * DS4_MOE_FAST_WORDS];
+    if constexpr (T == DS4_T_IQ2_XXS) {
+        stage_iq2_grid(sgrid);
+        __syncthreads();
+    }
+    const u32 t = blockIdx.y;
+    const u64 rb = row_bytes<T>(n_ff);
+    const u32 wpr = (u32)(rb / 16), nck = n_ff / 32;
+    const u32 nu = min(n_used, (u32)DS4_MOE_MAX_USED);
+    __shared__ u32 experts[DS4_MOE_MAX_USED];
+    if (threadIdx.x < nu) experts[threadIdx.x] = sel[(u64)t * n_used + threadIdx.x];
+    __syncthreads();
+    uint4* job = jobs + warp_id() * DS4_MOE_FAST_WORDS;
+    const u32 r0 = (blockIdx.x * DS4_WARPS_PER_BLOCK + warp_id()) * DS4_MOE_FAST_RPW;
+    const u32 r1 = min(r0 + DS4_MOE_FAST_RPW, n_out);
+    if (r0 >= r1) return;  // warp-uniform; no block barrier follows
+    auto rows = [&](u32 r) { return [=](u32 s) { return down + ((u64)experts[s] * n_out + r) * rb; }; };
+    // Slot k's activation is row t * n_used + k: consecutive rows, n_ff elements apart.
+    const i8* xr = mq + (u64)t * n_used * n_ff;
+    const float* dr = md + (u64)t * n_used * (n_ff / 256);
+    const i16* br = mbs + (u64)t * n_used * (n_ff / 16);
+    uint4 v[DS4_MOE_FAST_LOADS];
+    moe_job_load(v, rows(r0), nu, wpr);
+    for (u32 r = r0; r < r1; ++r) {
+        moe_job_stage(job, v, nu * wpr);
+        if (r + 1 < r1) moe_job_load(v, rows(r + 1), nu, wpr);
+        float acc = 0.0f;
+        for (u32 c = lane_id(); c < nu * nck; c += DS4_WARP) {
+            const u32 k = c / nck, cc = c - k * nck;
+            acc += moe_chunk_term<T>((const u8*)job + k * rb, cc, xr + (u64)k * n_ff, dr + k * (n_ff / 256),
+                                     br + k * (n_ff / 16), sgrid);
+        }
+        acc = finish_dot<T>(warp_sum(acc));
+        if (lane_id() == 0) out[(u64)t * n_out + r] = acc;
+    }
+}
+
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gate_up_iq2_xxs_fast(float* mid, const u8* gate,
+                                                                             const u8* up, const i8* xq,
+                                                                             const float* xd, const i16* xbs,
+                                                                             const u32* sel, const float* selw,
+                                                                             u32 n_in, u32 n_ff, u32 n_used,
+                                                                             float limit) {
+    moe_gate_up_fast_body<DS4_T_IQ2_XXS>(mid, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used, limit);
+}
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gate_up_q2_k_fast(float* mid, const u8* gate,
+                                                                          const u8* up, const i8* xq,
+                                                                          const float* xd, const i16* xbs,
+                                                                          const u32* sel, const float* selw,
+                                                                          u32 n_in, u32 n_ff, u32 n_used,
+                                                                          float limit) {
+    moe_gate_up_fast_body<DS4_T_Q2_K>(mid, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used, limit);
+}
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gate_up_q4_k_fast(float* mid, const u8* gate,
+                                                                          const u8* up, const i8* xq,
+                                                                          const float* xd, const i16* xbs,
+                                                                          const u32* sel, const float* selw,
+                                                                          u32 n_in, u32 n_ff, u32 n_used,
+                                                                          float limit) {
+    moe_gate_up_fast_body<DS4_T_Q4_K>(mid, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used, limit);
+}
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_down_iq2_xxs_fast(float* out, const u8* down,
+                                                                          const i8* mq, const float* md,
+                                                                          const i16* mbs, const u32* sel, u32 n_ff,
+                                                                          u32 n_out, u32 n_used) {
+    moe_down_fast_body<DS4_T_IQ2_XXS>(out, down, mq, md, mbs, sel, n_ff, n_out, n_used);
+}
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_down_q2_k_fast(float* out, const u8* down, const i8* mq,
+                                                                       const float* md, const i16* mbs,
+                                                                       const u32* sel, u32 n_ff, u32 n_out,
+                                                                       u32 n_used) {
+    moe_down_fast_body<DS4_T_Q2_K>(out, down, mq, md, mbs, sel, n_ff, n_out, n_used);
+}
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_down_q4_k_fast(float* out, const u8* down, const i8* mq,
+                                                                       const float* md, const i16* mbs,
+                                                                       const u32* sel, u32 n_ff, u32 n_out,
+                                                                       u32 n_used) {
+    moe_down_fast_body<DS4_T_Q4_K>(out, down, mq, md, mbs, sel, n_ff, n_out, n_used);
+}

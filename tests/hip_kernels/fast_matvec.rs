@@ -1,0 +1,209 @@
+//! The fast decode matvecs and routed-expert kernels (kernels/matvec_fast.hip, kernels/moe_fast.hip)
+//! against their exact twins on the same random inputs, over the shapes that pick each path: Q8_0
+//! rows of 1 to 64 tiled chunks (whole rows per warp tile, and rows split over warps), grouped rows,
+//! the untiled fallback, the routed experts of every format with odd row counts. Float outputs
+//! within FAST_TOL × max|exact|: the sums are the exact kernels' products added in another order
+//! (a few ulps of the largest partial sums).
+
+use ds4_chat::backend::hip::kernels::{self, ExpertFormat, Launch};
+use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
+use ds4_chat::gguf::GgmlType;
+
+use super::support::*;
+
+const FAST_TOL: f64 = 1e-5;
+
+/// Every check of this file.
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+    // (n_in, n_out, rows_per_group, n_tok): 1, 4, 16, 32 and 64 chunks a row, grouped, 3 chunks.
+    for (n_in, n_out, rows_per_group, n_tok) in [
+        (256usize, 131usize, 131usize, 1usize),
+        (1024, 200, 50, 2),
+        (4096, 37, 37, 2),
+        (8192, 21, 7, 1),
+        (16384, 9, 9, 2),
+        (768, 45, 45, 1),
+    ] {
+        let name = format!("fast_matvec.q8_0[{n_in}x{n_out},group {rows_per_group},{n_tok} tok]");
+        emit(guard(&name, || {
+            check_q8_0(gpu, rng, &name, (n_in, n_out, rows_per_group, n_tok))
+        }));
+    }
+    for (n_in, n_ff, n_tok) in [(4096usize, 45usize, 2usize), (16384, 5, 1), (512, 19, 1), (768, 7, 1)] {
+        let name = format!("fast_matvec.q8_0_swiglu[{n_in}x{n_ff},{n_tok} tok]");
+        emit(guard(&name, || check_swiglu(gpu, rng, &name, (n_in, n_ff, n_tok))));
+    }
+    for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
+        let name = format!("fast_matvec.moe_gate_up_{}[2048x37,2 tok]", fmt_name(fmt));
+        emit(guard(&name, || check_gate_up(gpu, rng, &name, fmt)));
+        // Six Q4_K rows of 2048 elements (6,912 bytes) are past a job: 1024 for Q4_K.
+        let n_ff = if fmt == ExpertFormat::Q4K { 1024 } else { 2048 };
+        let name = format!("fast_matvec.moe_down_{}[{n_ff}x45,2 tok]", fmt_name(fmt));
+        emit(guard(&name, || check_down(gpu, rng, &name, fmt, n_ff)));
+    }
+    emit(guard("fast_matvec.moe_twins_decline", || Ok(check_declines())));
+}
+
+/// Runs `exact`, reads `out`, poisons it, runs the fast twin and reads it again.
+fn exact_and_fast(gpu: &Gpu, exact: &Launch, out: &mut DeviceBuffer) -> HipResult<(Vec<f32>, Vec<f32>)> {
+    let fast = kernels::fast_twin(exact).unwrap_or_else(|| panic!("{} has no fast twin here", exact.kernel.name));
+    gpu.run(exact)?;
+    let a = out.to_vec::<f32>()?;
+    let n = out.len_bytes();
+    out.fill_bytes_async(0, n, 0xFF, &gpu.stream)?;
+    gpu.stream.synchronize()?;
+    gpu.run(&fast)?;
+    Ok((a, out.to_vec::<f32>()?))
+}
+
+fn compare(name: &str, gpu: &Gpu, exact: &Launch, out: &mut DeviceBuffer, note: String) -> HipResult<CheckResult> {
+    let (a, f) = exact_and_fast(gpu, exact, out)?;
+    Ok(close_scaled(name, &f, &a, FAST_TOL, note))
+}
+
+fn check_q8_0(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    (n_in, n_out, rows_per_group, n_tok): (usize, usize, usize, usize),
+) -> HipResult<CheckResult> {
+    let x_stride = n_out.div_ceil(rows_per_group) * n_in;
+    let w = random_weights(rng, GgmlType::Q8_0, n_in, n_out);
+    let (_, x_d) = gpu.up_q8_0(&random_vec(rng, n_tok * x_stride, 2.0))?;
+    let w_d = gpu.up(&w)?;
+    let mut y = gpu.poisoned::<f32>(n_tok * n_out)?;
+    let proj = kernels::Q8Proj {
+        rows_per_group: rows_per_group as u32,
+        x_stride: x_stride as u32,
+        ..kernels::Q8Proj::plain(y.ptr().0, w_d.ptr().0, x_d.act(), n_in as u32, n_out as u32)
+    };
+    let l = kernels::matvec_q8_0(&proj, n_tok as u32);
+    compare(name, gpu, &l, &mut y, format!("{n_tok} tokens"))
+}
+
+fn check_swiglu(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    (n_in, n_ff, n_tok): (usize, usize, usize),
+) -> HipResult<CheckResult> {
+    let wg = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
+    let wu = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
+    let (_, x_d) = gpu.up_q8_0(&random_vec(rng, n_tok * n_in, 2.0))?;
+    let (g_d, u_d) = (gpu.up(&wg)?, gpu.up(&wu)?);
+    let mut mid = gpu.poisoned::<f32>(n_tok * n_ff)?;
+    let sw = kernels::Q8Swiglu {
+        mid: mid.ptr().0,
+        wg: g_d.ptr().0,
+        wu: u_d.ptr().0,
+        x: x_d.act(),
+        n_in: n_in as u32,
+        n_ff: n_ff as u32,
+        limit: 7.0,
+    };
+    let l = kernels::matvec_q8_0_swiglu(&sw, n_tok as u32);
+    compare(name, gpu, &l, &mut mid, format!("{n_tok} tokens, clamp 7"))
+}
+
+const N_EXPERT: usize = 8;
+const N_USED: usize = 6;
+const N_TOK: usize = 2;
+
+/// Distinct random experts per token (the last token takes the highest ids) and positive weights.
+fn selection(rng: &mut CheckRng) -> (Vec<u32>, Vec<f32>) {
+    let mut sel = Vec::new();
+    for t in 0..N_TOK {
+        let mut chosen: Vec<u32> = Vec::new();
+        while chosen.len() < N_USED {
+            let e = if t + 1 == N_TOK {
+                (N_EXPERT - 1 - chosen.len()) as u32
+            } else {
+                rng.int_in(0, N_EXPERT as i64 - 1) as u32
+            };
+            if !chosen.contains(&e) {
+                chosen.push(e);
+            }
+        }
+        sel.extend(chosen);
+    }
+    let selw = (0..N_TOK * N_USED)
+        .map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0))
+        .collect();
+    (sel, selw)
+}
+
+fn check_gate_up(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -> HipResult<CheckResult> {
+    let (n_in, n_ff, limit) = (2048usize, 37usize, 2.0f32);
+    let ty = fmt_type(fmt);
+    let gate = random_weights(rng, ty, n_in, n_ff * N_EXPERT);
+    let up = random_weights(rng, ty, n_in, n_ff * N_EXPERT);
+    let x_d = gpu.up_q8k(&q8k_blocks(&random_vec(rng, N_TOK * n_in, 2.0)))?;
+    let (sel, selw) = selection(rng);
+    let (g_d, u_d, s_d, sw_d) = (gpu.up(&gate)?, gpu.up(&up)?, gpu.up(&sel)?, gpu.up(&selw)?);
+    let mut mid = gpu.poisoned::<f32>(N_TOK * N_USED * n_ff)?;
+    let l = kernels::moe_gate_up(
+        fmt,
+        mid.ptr().0,
+        g_d.ptr().0,
+        u_d.ptr().0,
+        x_d.planes(),
+        s_d.ptr().0,
+        sw_d.ptr().0,
+        n_in as u32,
+        n_ff as u32,
+        N_USED as u32,
+        limit,
+        N_TOK as u32,
+    );
+    compare(
+        name,
+        gpu,
+        &l,
+        &mut mid,
+        format!("{N_USED}/{N_EXPERT} experts, limit {limit}"),
+    )
+}
+
+fn check_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_ff: usize) -> HipResult<CheckResult> {
+    let n_out = 45usize;
+    let ty = fmt_type(fmt);
+    let down = random_weights(rng, ty, n_ff, n_out * N_EXPERT);
+    let m_d = gpu.up_q8k(&q8k_blocks(&random_vec(rng, N_TOK * N_USED * n_ff, 1.5)))?;
+    let (sel, _) = selection(rng);
+    let (d_d, s_d) = (gpu.up(&down)?, gpu.up(&sel)?);
+    let mut out = gpu.poisoned::<f32>(N_TOK * n_out)?;
+    let l = kernels::moe_down(
+        fmt,
+        out.ptr().0,
+        d_d.ptr().0,
+        m_d.planes(),
+        s_d.ptr().0,
+        n_ff as u32,
+        n_out as u32,
+        N_USED as u32,
+        N_TOK as u32,
+    );
+    compare(name, gpu, &l, &mut out, format!("{N_USED}/{N_EXPERT} experts"))
+}
+
+/// Rows that are not 16-byte multiples, or jobs over the staging size, keep the exact kernels.
+fn check_declines() -> CheckResult {
+    let q = kernels::Q8K { q: 1, d: 2, bsums: 3 };
+    let cases = [
+        // IQ2_XXS rows of 768 elements: 198 bytes.
+        kernels::moe_gate_up(ExpertFormat::Iq2Xxs, 1, 2, 3, q, 4, 5, 768, 64, 6, 7.0, 1),
+        // 6 Q4_K rows of 2048 elements: 6,912 bytes, past a 5,120-byte job.
+        kernels::moe_down(ExpertFormat::Q4K, 1, 2, q, 4, 2048, 64, 6, 1),
+    ];
+    let declined = cases.iter().filter(|l| kernels::fast_twin(l).is_none()).count();
+    let took = kernels::moe_down(ExpertFormat::Q2K, 1, 2, q, 4, 2048, 64, 6, 1);
+    let ok = declined == cases.len() && kernels::fast_twin(&took).is_some();
+    CheckResult::measured(
+        "fast_matvec.moe_twins_decline",
+        (cases.len() - declined) as f64,
+        0.0,
+        0.0,
+        ok,
+        format!("{declined}/{} declined", cases.len()),
+    )
+}
