@@ -18,3 +18,5 @@
 #include "hc_fast.hip"
 #include "matvec_fast.hip"
 #include "sample_fast.hip"
+#include "attention_fast.hip"
+#include "indexer_fast.hip"

@@ -22,6 +22,7 @@ mod attention;
 mod cache;
 mod emulator;
 mod fast;
+mod fast_attention;
 mod gemm_fast;
 mod hc;
 mod matvec;
@@ -52,7 +53,7 @@ pub fn open_gpu() -> Option<Gpu> {
 
 type Group = fn(&Gpu, &mut CheckRng, &mut dyn FnMut(CheckResult));
 
-const GROUPS: [(&str, Group); 8] = [
+const GROUPS: [(&str, Group); 9] = [
     ("matvec", matvec::run),
     ("gemm_fast", gemm_fast::run),
     ("moe", moe::run),
@@ -61,6 +62,7 @@ const GROUPS: [(&str, Group); 8] = [
     ("cache", cache::run),
     ("sample", sample::run),
     ("fast", fast::run),
+    ("fast_attention", fast_attention::run),
 ];
 
 #[test]

@@ -5,8 +5,8 @@
 //! is built once and the arithmetic is chosen where it runs (`Pass::run`).
 
 use super::abi::{
-    ARGMAX_FAST, Arg, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_PRE_FUSED_FAST, KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST,
-    MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, kernel_def,
+    ARGMAX_FAST, Arg, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_PRE_FUSED_FAST, INDEXER_SCORES_FAST, KernelDef, MATVEC_F16_FAST,
+    MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, kernel_def,
 };
 use super::launch::{BLOCK, Launch, blocks};
 
@@ -75,6 +75,8 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
                 .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
         }
         "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, l.grid)),
+        // 128 rows per block (kernels/indexer_fast.hip) instead of 16.
+        "ds4_indexer_scores" => Some(twin(l, &INDEXER_SCORES_FAST, [l.grid[0].div_ceil(8), l.grid[1], 1])),
         // Batched prefill GEMMs on matrix cores (kernels/gemm_fast.hip): 128-token tiles.
         "ds4_gemm_q8_0" | "ds4_gemm_f16" => {
             let kernel = if l.kernel.name == "ds4_gemm_q8_0" {

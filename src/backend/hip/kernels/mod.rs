@@ -26,12 +26,14 @@
 
 mod abi;
 mod attention;
+mod attention_fast;
 mod code_objects;
 mod compressor;
 mod fast;
 mod gemm;
 mod hc;
 mod indexer;
+mod indexer_fast;
 mod launch;
 mod matvec;
 mod moe;
@@ -42,12 +44,14 @@ mod sample;
 
 pub use abi::*;
 pub use attention::*;
+pub use attention_fast::*;
 pub use code_objects::*;
 pub use compressor::*;
 pub use fast::*;
 pub use gemm::*;
 pub use hc::*;
 pub use indexer::*;
+pub use indexer_fast::*;
 pub use launch::*;
 pub use matvec::*;
 pub use moe::*;
