@@ -23,3 +23,5 @@
 #include "matvec_fast.hip"
 #include "moe_fast.hip"
 #include "sample_fast.hip"
+#include "attention_fast.hip"
+#include "indexer_fast.hip"

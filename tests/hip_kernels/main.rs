@@ -22,6 +22,7 @@ mod attention;
 mod cache;
 mod emulator;
 mod fast;
+mod fast_attention;
 mod fast_gemm_tiles;
 mod fast_hc;
 mod fast_matvec;
@@ -69,6 +70,7 @@ const GROUPS: &[(&str, Group)] = &[
     ("fast_hc", fast_hc::run),
     ("fast_prefill_attention", fast_prefill_attention::run),
     ("fast_matvec", fast_matvec::run),
+    ("fast_attention", fast_attention::run),
 ];
 
 #[test]

@@ -6,10 +6,24 @@
 use crate::backend::EngineError;
 use crate::model::weights::CompressorWeights;
 
+use crate::backend::arithmetic::Arithmetic;
+
 use super::acts::{max_visible_rows, ring_rows};
-use super::kernels::{self, AttentionShape, NQ_NORM, NULL, Q8Proj, QuantOut, RopeParams, row_flags as rf};
+use super::kernels::{
+    self, AttentionShape, AttentionSplitPlan, DevPtr, NQ_NORM, NULL, Q8Proj, QuantOut, RopeParams, row_flags as rf,
+};
 use super::pass::{Pass, p0, q8};
 use super::runtime::DeviceBuffer;
+
+/// The rows an attention reads besides the queries: the raw ring, the compressed rows (NULL for a
+/// dense layer), the indexer's selection (or NULL) and the compressed rows' capacity.
+#[derive(Clone, Copy)]
+struct AttentionRows {
+    ring: DevPtr,
+    comp: DevPtr,
+    sel: DevPtr,
+    comp_cap: u32,
+}
 
 impl Pass<'_> {
     /// The attention sublayer of layer `l` for the `n` tokens at pos0.. (docs/model.md#attention);
@@ -23,9 +37,7 @@ impl Pass<'_> {
         let ratio = hp.ratio(l);
         let nt = n as u32;
         let (ne, d, di) = (hp.n_embd as u32, hp.head_dim as u32, hp.idx_head_dim as u32);
-        let nhc = hp.n_hc as u32;
         let (qr_w, h, hi) = (hp.q_lora_rank as u32, hp.n_head as u32, hp.idx_n_head as u32);
-        let (g, or) = (hp.n_out_group as u32, hp.o_lora_rank as u32);
         let eps = hp.rms_eps;
         let pos = a.pos_ptr();
         let raw_cap = ring_rows(hp, a.n_max) as u32;
@@ -121,16 +133,36 @@ impl Pass<'_> {
                     n_comp.unwrap_or(comp_cap),
                     nt,
                 ))?;
-                self.launch(&kernels::indexer_topk(
-                    p0(&a.sel),
-                    p0(&a.scores),
-                    pos,
-                    stride,
-                    comp_cap,
-                    ratio,
-                    top_k,
-                    nt,
-                ))?;
+                // Fast arithmetic, token-wise: the selection split over segments of scores.
+                let segmented = (self.arithmetic == Arithmetic::Fast && self.token_wise(nt))
+                    .then(|| {
+                        kernels::indexer_topk_segmented(
+                            p0(&a.sel),
+                            p0(&a.scores),
+                            pos,
+                            stride,
+                            comp_cap,
+                            ratio,
+                            top_k,
+                            kernels::INDEXER_TOPK_SEGMENT,
+                            n_comp.unwrap_or(comp_cap),
+                            nt,
+                        )
+                    })
+                    .flatten();
+                match segmented {
+                    Some(launches) => launches.iter().try_for_each(|l| self.launch(l))?,
+                    None => self.launch(&kernels::indexer_topk(
+                        p0(&a.sel),
+                        p0(&a.scores),
+                        pos,
+                        stride,
+                        comp_cap,
+                        ratio,
+                        top_k,
+                        nt,
+                    ))?,
+                }
                 sel = p0(&a.sel);
             }
         }
@@ -155,6 +187,15 @@ impl Pass<'_> {
             )));
         }
         let comp_rows = ls.comp.as_ref().map_or(NULL, |st| p0(&st[0]));
+        let rows = AttentionRows {
+            ring: p0(&ls.ring),
+            comp: comp_rows,
+            sel,
+            comp_cap,
+        };
+        if self.attention_decode_split(&shape, rows, self.w(&lw.attn_sinks), max_rows, nt)? {
+            return self.attention_output(l, nt);
+        }
         if !self.attention_prefill_fast(&shape, l, comp_rows, sel, nt)? {
             for launch in kernels::attention(
                 &shape,
@@ -174,6 +215,56 @@ impl Pass<'_> {
                 self.launch(&launch)?;
             }
         }
+        self.attention_output(l, nt)
+    }
+
+    /// Fast arithmetic, token-wise batches: the attention split over slices of rows
+    /// (kernels/attention_fast.hip), its partials in the score buffer. Returns whether it ran (else
+    /// the exact launches run).
+    fn attention_decode_split(
+        &self,
+        shape: &AttentionShape,
+        rows: AttentionRows,
+        sinks: DevPtr,
+        max_rows: u32,
+        nt: u32,
+    ) -> Result<bool, EngineError> {
+        let a = &self.acts;
+        if self.arithmetic != Arithmetic::Fast || !self.token_wise(nt) {
+            return Ok(false);
+        }
+        let Some(plan) = AttentionSplitPlan::new(shape, nt, max_rows, a.att_sc.len_bytes() / 4) else {
+            return Ok(false);
+        };
+        for launch in kernels::attention_decode_split(
+            shape,
+            plan,
+            p0(&a.att),
+            p0(&a.att_sc),
+            p0(&a.q),
+            rows.ring,
+            rows.comp,
+            rows.sel,
+            sinks,
+            a.pos_ptr(),
+            rows.comp_cap,
+            nt,
+        ) {
+            self.launch(&launch)?;
+        }
+        Ok(true)
+    }
+
+    /// After the attention of layer `l`: the inverse RoPE of the heads, the grouped output
+    /// projection and the HC post step.
+    fn attention_output(&self, l: usize, nt: u32) -> Result<(), EngineError> {
+        let hp = &self.model.hp;
+        let a = &self.acts;
+        let lw = &self.model.w.layers[l];
+        let rope = self.ropes[l];
+        let pos = a.pos_ptr();
+        let (ne, d, nhc) = (hp.n_embd as u32, hp.head_dim as u32, hp.n_hc as u32);
+        let (h, g, or) = (hp.n_head as u32, hp.n_out_group as u32, hp.o_lora_rank as u32);
         self.head_rows_in_place(p0(&a.att), pos, h, d, rf::ROPE | rf::ROPE_INVERSE, rope, nt)?;
         // Grouped output projection (step 12): the H heads of every token as H rows of D.
         self.quantize_q8_0(p0(&a.aq), p0(&a.ad), p0(&a.att), d, h * nt)?;

@@ -233,6 +233,20 @@ kernel_defs! {
         n_ff: U32, n_out: U32, n_used: U32);
     /// kernels/sample_fast.hip
     ARGMAX_FAST = "ds4_argmax_fast"(out: Ptr, logits: Ptr, n: U32);
+    /// kernels/attention_fast.hip
+    ATTENTION_DECODE_SPLIT = "ds4_attention_decode_split"(part_acc: Ptr, part_ml: Ptr, q: Ptr, ring: Ptr,
+        comp: Ptr, comp_sel: Ptr, pos: Ptr, n_head: U32, head_dim: U32, ring_cap: U32, window: U32,
+        n_comp_avail: U32, ratio: U32, top_k: U32, n_split: U32, scale: F32);
+    ATTENTION_DECODE_MERGE = "ds4_attention_decode_merge"(out: Ptr, part_acc: Ptr, part_ml: Ptr, sinks: Ptr,
+        comp_sel: Ptr, pos: Ptr, n_head: U32, head_dim: U32, window: U32, n_comp_avail: U32, ratio: U32,
+        top_k: U32, n_split: U32);
+    /// kernels/indexer_fast.hip
+    INDEXER_SCORES_FAST = "ds4_indexer_scores_fast"(scores: Ptr, qi: Ptr, w: Ptr, krows: Ptr, pos: Ptr,
+        n_head: U32, n_comp_avail: U32, ratio: U32, top_k: U32, score_stride: U32, w_scale: F32);
+    INDEXER_TOPK_SEGMENTS = "ds4_indexer_topk_segments"(sel: Ptr, scores: Ptr, pos: Ptr, score_stride: U32,
+        n_comp_avail: U32, ratio: U32, top_k: U32, seg: U32);
+    INDEXER_TOPK_MERGE = "ds4_indexer_topk_merge"(sel: Ptr, scores: Ptr, pos: Ptr, score_stride: U32,
+        n_comp_avail: U32, ratio: U32, top_k: U32, seg: U32);
     /// kernels/mathf.h (selftest of the transcendental functions)
     TEST_MATHF = "ds4_test_mathf"(out: Ptr, input: Ptr, n: U32, which: U32);
 }

@@ -6,8 +6,8 @@
 
 use super::abi::{
     ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_POST_FAST, HC_POST_PRE_FAST,
-    HC_PRE_FUSED_FAST, KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST,
-    RMS_NORM_QUANT_FAST, ROWS_FINISH_FAST, kernel_def,
+    HC_PRE_FUSED_FAST, INDEXER_SCORES_FAST, KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST,
+    MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST, ROWS_FINISH_FAST, kernel_def,
 };
 use super::launch::{BLOCK, Launch, blocks};
 use crate::gguf::types::GgmlType;
@@ -170,6 +170,8 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
             let grid = [blocks(arg_u32(l, "n_out"), MOE_FAST_ROWS), l.grid[1], l.grid[2]];
             moe_fast_job_fits(row, arg_u32(l, "n_used")).then(|| twin(l, moe_fast_def(l), grid))
         }
+        // 128 rows per block (kernels/indexer_fast.hip) instead of 16.
+        "ds4_indexer_scores" => Some(twin(l, &INDEXER_SCORES_FAST, [l.grid[0].div_ceil(8), l.grid[1], 1])),
         // Batched prefill GEMMs on matrix cores (kernels/gemm_fast.hip): 128-token tiles.
         "ds4_gemm_q8_0" | "ds4_gemm_f16" => {
             let kernel = if l.kernel.name == "ds4_gemm_q8_0" {

@@ -27,6 +27,7 @@
 
 mod abi;
 mod attention;
+mod attention_fast;
 mod attention_prefill;
 mod code_objects;
 mod compressor;
@@ -34,6 +35,7 @@ mod fast;
 mod gemm;
 mod hc;
 mod indexer;
+mod indexer_fast;
 mod launch;
 mod matvec;
 mod moe;
@@ -44,6 +46,7 @@ mod sample;
 
 pub use abi::*;
 pub use attention::*;
+pub use attention_fast::*;
 pub use attention_prefill::*;
 pub use code_objects::*;
 pub use compressor::*;
@@ -51,6 +54,7 @@ pub use fast::*;
 pub use gemm::*;
 pub use hc::*;
 pub use indexer::*;
+pub use indexer_fast::*;
 pub use launch::*;
 pub use matvec::*;
 pub use moe::*;

@@ -209,6 +209,23 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     launches.push(moe_sum(1, 2, 4096, 6, 2048));
     launches.push(gemm_f16(1, 2, 3, 4096, 1024, 4096, 2048));
     launches.push(test_mathf(1, 2, 1000, MathFn::Sin));
+    // Fast-mode sequences built by the attention sublayer (not one-for-one twins).
+    let plan = AttentionSplitPlan { n_split: 20 };
+    launches.extend(attention_decode_split(
+        &flash_ratio4_shape(),
+        plan,
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        8,
+        512,
+        1,
+    ));
+    launches.extend(indexer_topk_segmented(1, 2, 3, 16384, 16384, 4, 512, INDEXER_TOPK_SEGMENT, 16384, 1).unwrap());
     // The fast-arithmetic twins take their exact launch's arguments (`fast_twin`).
     let twins: Vec<Launch> = launches.iter().filter_map(fast_twin).collect();
     launches.extend(twins);

@@ -1,0 +1,208 @@
+// Fast decode attention (docs/arithmetic.md): the rows a token sees (kernels/attention.hip: raw ring
+// rows, then the compressed rows, after the indexer's selection) are split over many blocks,
+// flash-decoding style. Each block takes one slice of rows and DS4_AFD_HEADS heads and writes, per
+// head, the slice's partial softmax state (max m, sum l of exp(s - m), and the unnormalised
+// values acc[d] = sum exp(s - m) row[d]); a merge launch combines the slices with the sink:
+//   M = max(sink, m_s),  den = exp(sink - M) + sum_s l_s exp(m_s - M),
+//   out[d] = (sum_s exp(m_s - M) acc_s[d]) / den.
+// Same math as the exact kernels, summed in a different order (tree reductions across lanes, slices
+// merged at the end), so within the fast tolerances of the exact twin. Two launches replace the
+// exact kernels' three, and no step is a chain over all rows: the cost per step is the rows read
+// divided over the blocks, plus the merge of at most `n_split` slices.
+//
+// Slices: a token seeing n_vis rows uses chunk = round_up(ceil(n_vis / n_split), 8) rows per slice
+// and n_used = ceil(n_vis / chunk) <= n_split slices (both kernels compute the same), so a captured
+// decode graph launched for the session's most rows runs few blocks at a short context.
+#pragma once
+#include "attention.hip"
+
+#define DS4_AFD_HEADS 8       // heads per block of ds4_attention_decode_split
+#define DS4_AFD_SUB 64        // rows scored before their values are added (online rescale between)
+#define DS4_AFD_TILE 4        // rows whose loads are in flight together
+#define DS4_AFD_ROUND 8       // slice lengths are multiples of this
+
+// The slices of a token that sees n_vis rows.
+struct AfdSlices {
+    u32 chunk, n_used;
+};
+DS4_DEV AfdSlices afd_slices(u32 n_vis, u32 n_split) {
+    AfdSlices s;
+    const u32 per = (n_vis + n_split - 1) / n_split;
+    s.chunk = (per + DS4_AFD_ROUND - 1) / DS4_AFD_ROUND * DS4_AFD_ROUND;
+    s.n_used = (n_vis + s.chunk - 1) / s.chunk;
+    return s;
+}
+
+// Partial attention of one slice of rows for DS4_AFD_HEADS heads.
+// part_acc: f32 [n_tok][n_head][n_split][head_dim]; part_ml: f32 [n_tok][n_head][n_split][2] (m, l);
+// other arguments as ds4_attention_scores. head_dim % 4 == 0, head_dim <= 512, n_head % 8 == 0.
+// Each warp owns DS4_AFD_HEADS / warps heads; a lane holds the float4 columns lane, lane + warp, ...
+// of q and of the accumulators, so a row is one coalesced read per column step and a score one
+// butterfly sum. Scores of up to DS4_AFD_SUB rows wait in shared memory while their max is found,
+// then their weights and values are added (the rows are read again, from cache).
+// Launch: grid (n_split, n_head / 8, n_tok), block 256; slices past a token's rows exit.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_split(
+    float* part_acc, float* part_ml, const float* q, const float* ring, const float* comp, const u32* comp_sel,
+    const u32* pos, u32 n_head, u32 head_dim, u32 ring_cap, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k,
+    u32 n_split, float scale) {
+    constexpr u32 HPW = DS4_AFD_HEADS / DS4_WARPS_PER_BLOCK;  // heads per warp: 1 (wave32), 2 (wave64)
+    constexpr u32 K4 = DS4_ATT_MAX_DIM / (4 * DS4_WARP);      // float4 columns per lane at most
+    __shared__ float ssc[DS4_AFD_HEADS][DS4_AFD_SUB];
+    const u32 t = blockIdx.z, p = pos[0] + t, split = blockIdx.x;
+    const AttRows a = att_rows(p, window, n_comp_avail, ratio, top_k, comp_sel != nullptr);
+    const AfdSlices sl = afd_slices(a.n_vis, n_split);
+    if (split >= sl.n_used || head_dim > DS4_ATT_MAX_DIM) return;
+    const u32 r_begin = split * sl.chunk, r_end = min(a.n_vis, r_begin + sl.chunk);
+    const u32 lane = lane_id(), d4 = head_dim / 4;
+    const u32 hw = blockIdx.y * DS4_AFD_HEADS + warp_id() * HPW;  // first head of this warp
+    float4 qv[HPW][K4], acc[HPW][K4];
+    float m[HPW], l[HPW];
+#pragma unroll
+    for (u32 hh = 0; hh < HPW; ++hh) {
+        const float4* qh = (const float4*)(q + ((u64)t * n_head + hw + hh) * head_dim);
+#pragma unroll
+        for (u32 k = 0; k < K4; ++k) {
+            const u32 c = lane + k * DS4_WARP;
+            qv[hh][k] = c < d4 ? qh[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            acc[hh][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        m[hh] = -INFINITY;
+        l[hh] = 0.0f;
+    }
+    float* my_sc = ssc[warp_id() * HPW];
+    for (u32 s0 = r_begin; s0 < r_end; s0 += DS4_AFD_SUB) {
+        const u32 s1 = min(r_end, s0 + DS4_AFD_SUB);
+        float sub_max[HPW];
+#pragma unroll
+        for (u32 hh = 0; hh < HPW; ++hh) sub_max[hh] = -INFINITY;
+        // Scores, DS4_AFD_TILE rows at a time (their loads and butterflies overlap).
+        for (u32 r = s0; r < s1; r += DS4_AFD_TILE) {
+            float4 x[DS4_AFD_TILE][K4];
+#pragma unroll
+            for (u32 j = 0; j < DS4_AFD_TILE; ++j) {
+                const u32 v = min(r + j, s1 - 1);
+                const float4* row =
+                    (const float4*)att_row(a, v, p, t, ring, comp, comp_sel, ring_cap, top_k, head_dim);
+#pragma unroll
+                for (u32 k = 0; k < K4; ++k) {
+                    const u32 c = lane + k * DS4_WARP;
+                    x[j][k] = c < d4 ? row[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+            }
+#pragma unroll
+            for (u32 hh = 0; hh < HPW; ++hh) {
+#pragma unroll
+                for (u32 j = 0; j < DS4_AFD_TILE; ++j) {
+                    float s = 0.0f;
+#pragma unroll
+                    for (u32 k = 0; k < K4; ++k) {
+                        s = fmaf(qv[hh][k].x, x[j][k].x, s);
+                        s = fmaf(qv[hh][k].y, x[j][k].y, s);
+                        s = fmaf(qv[hh][k].z, x[j][k].z, s);
+                        s = fmaf(qv[hh][k].w, x[j][k].w, s);
+                    }
+                    s = warp_sum(s) * scale;
+                    if (r + j < s1) {
+                        sub_max[hh] = fmaxf(sub_max[hh], s);
+                        if (lane == 0) my_sc[hh * DS4_AFD_SUB + (r + j - s0)] = s;
+                    }
+                }
+            }
+        }
+        ds4_sync_warp();
+        // Rescale what the earlier rows added to the new max (m = -inf only before the first rows).
+#pragma unroll
+        for (u32 hh = 0; hh < HPW; ++hh) {
+            const float mn = fmaxf(m[hh], sub_max[hh]);
+            const float f = m[hh] == -INFINITY ? 0.0f : ds4_expf(m[hh] - mn);
+            l[hh] *= f;
+#pragma unroll
+            for (u32 k = 0; k < K4; ++k) {
+                acc[hh][k].x *= f;
+                acc[hh][k].y *= f;
+                acc[hh][k].z *= f;
+                acc[hh][k].w *= f;
+            }
+            m[hh] = mn;
+        }
+        // Weights and values: the rows' loads are independent of the accumulators.
+        for (u32 r = s0; r < s1; r += DS4_AFD_TILE) {
+            float4 x[DS4_AFD_TILE][K4];
+            float w[HPW][DS4_AFD_TILE];
+#pragma unroll
+            for (u32 j = 0; j < DS4_AFD_TILE; ++j) {
+                const bool in = r + j < s1;
+                const u32 v = in ? r + j : s1 - 1;
+                const float4* row =
+                    (const float4*)att_row(a, v, p, t, ring, comp, comp_sel, ring_cap, top_k, head_dim);
+#pragma unroll
+                for (u32 k = 0; k < K4; ++k) {
+                    const u32 c = lane + k * DS4_WARP;
+                    x[j][k] = c < d4 ? row[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+#pragma unroll
+                for (u32 hh = 0; hh < HPW; ++hh)
+                    w[hh][j] = in ? ds4_expf(my_sc[hh * DS4_AFD_SUB + (v - s0)] - m[hh]) : 0.0f;
+            }
+#pragma unroll
+            for (u32 hh = 0; hh < HPW; ++hh) {
+#pragma unroll
+                for (u32 j = 0; j < DS4_AFD_TILE; ++j) {
+                    l[hh] += w[hh][j];
+#pragma unroll
+                    for (u32 k = 0; k < K4; ++k) {
+                        acc[hh][k].x = fmaf(w[hh][j], x[j][k].x, acc[hh][k].x);
+                        acc[hh][k].y = fmaf(w[hh][j], x[j][k].y, acc[hh][k].y);
+                        acc[hh][k].z = fmaf(w[hh][j], x[j][k].z, acc[hh][k].z);
+                        acc[hh][k].w = fmaf(w[hh][j], x[j][k].w, acc[hh][k].w);
+                    }
+                }
+            }
+        }
+        ds4_sync_warp();  // my_sc is rewritten by the next sub-slice
+    }
+#pragma unroll
+    for (u32 hh = 0; hh < HPW; ++hh) {
+        const u64 ph = ((u64)t * n_head + hw + hh) * n_split + split;
+        float4* o = (float4*)(part_acc + ph * head_dim);
+#pragma unroll
+        for (u32 k = 0; k < K4; ++k) {
+            const u32 c = lane + k * DS4_WARP;
+            if (c < d4) o[c] = acc[hh][k];
+        }
+        if (lane == 0) {
+            part_ml[2 * ph] = m[hh];
+            part_ml[2 * ph + 1] = l[hh];
+        }
+    }
+}
+
+// Merge of the slices of ds4_attention_decode_split with the sink of each head:
+// out[t][h][d] = (sum_s exp(m_s - M) acc_s[d]) / (exp(sink - M) + sum_s l_s exp(m_s - M)),
+// M = max(sink, m_s). out: f32 [n_tok][n_head][head_dim]; n_split <= 256.
+// Launch: grid (n_head, n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge(
+    float* out, const float* part_acc, const float* part_ml, const float* sinks, const u32* comp_sel,
+    const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k, u32 n_split) {
+    __shared__ float sfac[DS4_BLOCK];
+    __shared__ float red[DS4_WARPS_PER_BLOCK];
+    __shared__ float red32[DS4_GROUPS32];
+    const u32 h = blockIdx.x, t = blockIdx.y, p = pos[0] + t;
+    const AttRows a = att_rows(p, window, n_comp_avail, ratio, top_k, comp_sel != nullptr);
+    const u32 n_used = min(afd_slices(a.n_vis, n_split).n_used, (u32)DS4_BLOCK);
+    const u64 ph = ((u64)t * n_head + h) * n_split;
+    const float sink = sinks[h];
+    const u32 s = threadIdx.x;
+    const float ms = s < n_used ? part_ml[2 * (ph + s)] : -INFINITY;
+    const float mx = block_max(fmaxf(ms, sink), red);
+    const float f = s < n_used ? ds4_expf(ms - mx) : 0.0f;
+    sfac[s] = f;
+    const float den = block_sum(s < n_used ? part_ml[2 * (ph + s) + 1] * f : 0.0f, red32) + ds4_expf(sink - mx);
+    const float inv = 1.0f / den;
+    const float* src = part_acc + ph * head_dim;
+    for (u32 d = threadIdx.x; d < head_dim; d += DS4_BLOCK) {
+        float acc = 0.0f;
+        for (u32 j = 0; j < n_used; ++j) acc = fmaf(sfac[j], src[(u64)j * head_dim + d], acc);
+        out[((u64)t * n_head + h) * head_dim + d] = acc * inv;
+    }
+}

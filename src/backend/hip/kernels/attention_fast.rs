@@ -1,0 +1,148 @@
+//! Builders of kernels/attention_fast.hip: decode attention split over slices of rows (partial
+//! softmax states per slice, then a merge with the sinks), the fast arithmetic's replacement of the
+//! three exact attention launches for token-wise batches.
+
+use super::abi::{ATTENTION_DECODE_MERGE, ATTENTION_DECODE_SPLIT, DevPtr};
+use super::attention::{ATTENTION_MAX_DIM, AttentionShape};
+use super::launch::{Launch, f, ptr, u};
+
+/// Heads per block of `ds4_attention_decode_split` (DS4_AFD_HEADS).
+pub const ATTENTION_SPLIT_HEADS: u32 = 8;
+/// Rows per slice the split count aims at: enough rows that the slices' partial values (n_head x
+/// head_dim floats each) stay small beside the rows read, few enough that a 2k-context step
+/// (640 rows) fills the device with (640 / 32) x (n_head / 8) blocks.
+pub const ATTENTION_SPLIT_ROWS: u32 = 32;
+/// Most slices per token: bounds the merge and the partial buffer (64 slices of 130 rows at the
+/// 8,320 rows of a ratio-128 layer at 1M tokens).
+pub const ATTENTION_MAX_SPLITS: u32 = 64;
+
+/// The partial buffers of a split decode attention, carved from one scratch buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionSplitPlan {
+    /// Slices per token (the split kernel's grid x).
+    pub n_split: u32,
+}
+
+impl AttentionSplitPlan {
+    /// The plan for a batch of `n_tok` tokens none of which sees more than `max_rows` rows, with
+    /// `scratch_floats` floats of scratch for the partials; `None` when the shape misses the
+    /// kernels' preconditions or not even one slice fits (the exact launches then run).
+    pub fn new(shape: &AttentionShape, n_tok: u32, max_rows: u32, scratch_floats: usize) -> Option<Self> {
+        let shape_ok = shape.n_head.is_multiple_of(ATTENTION_SPLIT_HEADS)
+            && shape.head_dim.is_multiple_of(4)
+            && shape.head_dim > 0
+            && shape.head_dim <= ATTENTION_MAX_DIM;
+        if !shape_ok || n_tok == 0 {
+            return None;
+        }
+        let per_slice = n_tok as usize * shape.n_head as usize * (shape.head_dim as usize + 2);
+        let fits = (scratch_floats / per_slice).min(ATTENTION_MAX_SPLITS as usize) as u32;
+        let n_split = max_rows.max(1).div_ceil(ATTENTION_SPLIT_ROWS).min(fits);
+        (n_split > 0).then_some(AttentionSplitPlan { n_split })
+    }
+
+    /// Floats of the partial values [n_tok][n_head][n_split][head_dim]; the (max, sum) pairs
+    /// [n_tok][n_head][n_split][2] follow them in the scratch buffer.
+    pub fn acc_floats(&self, shape: &AttentionShape, n_tok: u32) -> usize {
+        n_tok as usize * shape.n_head as usize * self.n_split as usize * shape.head_dim as usize
+    }
+}
+
+/// `ds4_attention_decode_split` then `ds4_attention_decode_merge`: the attention of
+/// `kernels::attention` (same rows, selection and sinks, same output layout) with the rows of
+/// each token split over `plan.n_split` slices; `scratch` holds the partials
+/// ([`AttentionSplitPlan::acc_floats`] + 2 n_tok n_head n_split floats). Grids
+/// (n_split, n_head / 8, n_tok) and (n_head, n_tok).
+pub fn attention_decode_split(
+    shape: &AttentionShape,
+    plan: AttentionSplitPlan,
+    out: DevPtr,
+    scratch: DevPtr,
+    q: DevPtr,
+    ring: DevPtr,
+    comp: DevPtr,
+    comp_sel: DevPtr,
+    sinks: DevPtr,
+    pos: DevPtr,
+    n_comp_avail: u32,
+    n_tok: u32,
+) -> [Launch; 2] {
+    let part_ml = scratch + 4 * plan.acc_floats(shape, n_tok) as u64;
+    let scale = 1.0 / (shape.head_dim as f32).sqrt();
+    let split = Launch::new(
+        &ATTENTION_DECODE_SPLIT,
+        [plan.n_split, shape.n_head / ATTENTION_SPLIT_HEADS, n_tok],
+        vec![
+            ptr(scratch),
+            ptr(part_ml),
+            ptr(q),
+            ptr(ring),
+            ptr(comp),
+            ptr(comp_sel),
+            ptr(pos),
+            u(shape.n_head),
+            u(shape.head_dim),
+            u(shape.ring_cap),
+            u(shape.window),
+            u(n_comp_avail),
+            u(shape.ratio),
+            u(shape.top_k),
+            u(plan.n_split),
+            f(scale),
+        ],
+    );
+    let merge = Launch::new(
+        &ATTENTION_DECODE_MERGE,
+        [shape.n_head, n_tok, 1],
+        vec![
+            ptr(out),
+            ptr(scratch),
+            ptr(part_ml),
+            ptr(sinks),
+            ptr(comp_sel),
+            ptr(pos),
+            u(shape.n_head),
+            u(shape.head_dim),
+            u(shape.window),
+            u(n_comp_avail),
+            u(shape.ratio),
+            u(shape.top_k),
+            u(plan.n_split),
+        ],
+    );
+    [split, merge]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flash_ratio4() -> AttentionShape {
+        AttentionShape {
+            n_head: 64,
+            head_dim: 512,
+            ring_cap: 2304,
+            window: 128,
+            ratio: 4,
+            top_k: 512,
+        }
+    }
+
+    #[test]
+    fn split_plan_aims_at_32_rows_per_slice_within_the_scratch() {
+        let s = flash_ratio4();
+        let big = usize::MAX / 2;
+        assert_eq!(AttentionSplitPlan::new(&s, 1, 640, big).unwrap().n_split, 20);
+        assert_eq!(AttentionSplitPlan::new(&s, 1, 17, big).unwrap().n_split, 1);
+        assert_eq!(AttentionSplitPlan::new(&s, 1, 8320, big).unwrap().n_split, 64);
+        // The scratch of a decode-only session (one token's scores over 640 rows) holds one slice.
+        assert_eq!(AttentionSplitPlan::new(&s, 1, 640, 64 * 640).unwrap().n_split, 1);
+        assert!(AttentionSplitPlan::new(&s, 1, 640, 64 * 513).is_none());
+        let odd = AttentionShape { n_head: 12, ..s };
+        assert!(AttentionSplitPlan::new(&odd, 1, 640, big).is_none());
+        let plan = AttentionSplitPlan { n_split: 20 };
+        let [a, b] = attention_decode_split(&s, plan, 1, 0x1000, 3, 4, 5, 6, 7, 8, 100, 1);
+        assert_eq!((a.grid, b.grid), ([20, 8, 1], [64, 1, 1]));
+        assert_eq!(a.args[1], ptr(0x1000 + 4 * 64 * 20 * 512));
+    }
+}
