@@ -316,51 +316,33 @@ fn memory_guard(model: &Arc<Model>) {
     set_env("DS4_EMU_MEM_MIB", "16384");
 }
 
+/// The engine on `backend` (exact arithmetic, one CPU thread, a 16-token cache) as the worker opens it.
+fn open_exact(model: &Arc<Model>, backend: BackendChoice) -> Result<backend_open::OpenedEngine, String> {
+    let placement = Placement {
+        backend,
+        arithmetic: EXACT,
+        threads: 1,
+        ..Default::default()
+    };
+    backend_open::open_engine(model.clone(), &placement, 16)
+}
+
 /// The escape hatch: with `DS4_HIP_FORWARD=0`, `--backend hip` fails with one line and auto falls
 /// back to the CPU with it.
 fn gate_and_fallback(model: &Arc<Model>) {
     set_env("DS4_HIP_FORWARD", "0");
-    let e = backend_open::open_engine(
-        model.clone(),
-        &Placement {
-            backend: BackendChoice::Hip,
-            arithmetic: EXACT,
-            threads: 1,
-            ..Default::default()
-        },
-        16,
-    )
-    .err()
-    .expect("forward pass turned off");
+    let e = open_exact(model, BackendChoice::Hip)
+        .err()
+        .expect("forward pass turned off");
     assert!(
         e.starts_with("--backend hip: DS4_HIP_FORWARD=0 turns the HIP forward pass off") && !e.contains('\n'),
         "{e}"
     );
-    let o = backend_open::open_engine(
-        model.clone(),
-        &Placement {
-            backend: BackendChoice::Auto,
-            arithmetic: EXACT,
-            threads: 1,
-            ..Default::default()
-        },
-        16,
-    )
-    .unwrap();
+    let o = open_exact(model, BackendChoice::Auto).unwrap();
     assert_eq!(o.backend.name(), "cpu");
     assert!(o.fallback_reason.unwrap().contains("DS4_HIP_FORWARD=0"));
     set_env("DS4_HIP_FORWARD", "1");
-    let o = backend_open::open_engine(
-        model.clone(),
-        &Placement {
-            backend: BackendChoice::Auto,
-            arithmetic: EXACT,
-            threads: 1,
-            ..Default::default()
-        },
-        16,
-    )
-    .unwrap();
+    let o = open_exact(model, BackendChoice::Auto).unwrap();
     assert_eq!((o.backend.name(), o.fallback_reason), ("hip", None));
     // Progress through the engine entry point ends at the bytes placed: the data section, from the
     // start of the 4 KiB block holding its first byte.

@@ -75,14 +75,10 @@ fn strix_tools_unit_tests() {
     if !have("python3", "--version") {
         return support::skip_or_fail("python3 not found");
     }
-    let out = Command::new("python3")
-        .arg(repo().join("tools/test_strix_tools.py"))
-        .current_dir(repo())
-        .output()
-        .expect("run tools/test_strix_tools.py");
-    assert!(
-        out.status.success(),
-        "tools/test_strix_tools.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    support::run_ok(
+        Command::new("python3")
+            .arg(repo().join("tools/test_strix_tools.py"))
+            .current_dir(repo()),
+        "tools/test_strix_tools.py",
     );
 }

@@ -151,12 +151,7 @@ fn save_exports_the_turn_in_progress_with_lowercase_roles() {
     let json = dir.join("c.json");
     send(&mut app, &format!("/save {}", json.display()));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let roles: Vec<&str> = v["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let roles = message_roles(&v);
     assert_eq!(roles, ["system", "user", "assistant"]);
     assert_eq!(v["messages"][2]["content"], "Once upon");
     let md = dir.join("c.md");

@@ -11,6 +11,7 @@
 //! The mid-stream screen is written to target/tui-demo-screen.txt.
 
 mod tmux_common;
+mod tui_common;
 
 use std::path::PathBuf;
 
@@ -202,12 +203,7 @@ fn resume_in_tmux() {
     // The session file now holds both turns, lowercase roles, and a transcript that extends the
     // first one's (the second answer followed the first turn's tokens).
     let rec = read();
-    let roles: Vec<&str> = rec["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let roles = tui_common::message_roles(&rec);
     assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
     assert_eq!(rec["messages"][2]["content"], "And of Venus?");
     let ids = rec["transcript"]["ids"].as_array().unwrap();

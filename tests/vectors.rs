@@ -549,23 +549,19 @@ fn case_a_score_binary_matches_ds4() {
     seq.extend_from_slice(&p.greedy[..n_decode - p.prompt.len()]);
     let score = |path: &str, n: usize| -> Value {
         let ids: Vec<String> = seq[..n].iter().map(|t| t.to_string()).collect();
-        let out = Command::new(env!("CARGO_BIN_EXE_ds4-chat"))
-            .args([
-                "score",
-                "--model",
-                model_path.to_str().unwrap(),
-                "--backend",
-                "cpu",
-                "--top-k",
-                "20",
-            ])
-            .args(["--path", path, "--tokens", &ids.join(",")])
-            .output()
-            .expect("spawn ds4-chat score");
-        assert!(
-            out.status.success(),
-            "score failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = run_ok(
+            Command::new(env!("CARGO_BIN_EXE_ds4-chat"))
+                .args([
+                    "score",
+                    "--model",
+                    model_path.to_str().unwrap(),
+                    "--backend",
+                    "cpu",
+                    "--top-k",
+                    "20",
+                ])
+                .args(["--path", path, "--tokens", &ids.join(",")]),
+            "ds4-chat score",
         );
         let v: Value = serde_json::from_slice(&out.stdout).expect("score prints one JSON object");
         assert_eq!(v["n_vocab"], 129280);

@@ -413,32 +413,31 @@ mod tests {
         assert_eq!(generation_budget(100, 10, 10), 0);
     }
 
-    #[test]
-    fn sample_loop_stops_at_eos_without_emitting_it() {
-        // Prompt of 2 tokens, then the script says 3, 4, EOS(7).
-        let mut b = ScriptedBackend::new(&[0, 0, 3, 4, 7, 5], 64);
-        b.eval(&[1, 2], &mut |_, _| true).unwrap();
+    /// `sample_loop` (greedy, EOS id 7, `budget` tokens) on a backend scripted with `script` after
+    /// evaluating `prompt`: the count and stop reason it returns, the tokens it emitted, the backend.
+    fn greedy_sample_loop(script: &[u32], prompt: &[u32], budget: usize) -> (usize, Stop, Vec<u32>, ScriptedBackend) {
+        let mut b = ScriptedBackend::new(script, 64);
+        b.eval(prompt, &mut |_, _| true).unwrap();
         let mut out = vec![];
         let mut s = Sampler::new(Some(1));
-        let (n, why) = sample_loop(&mut b, &mut s, &greedy(), 50, 7, &mut |t| {
+        let (n, why) = sample_loop(&mut b, &mut s, &greedy(), budget, 7, &mut |t| {
             out.push(t);
             Ok(())
         })
         .unwrap();
+        (n, why, out, b)
+    }
+
+    #[test]
+    fn sample_loop_stops_at_eos_without_emitting_it() {
+        // Prompt of 2 tokens, then the script says 3, 4, EOS(7).
+        let (n, why, out, _) = greedy_sample_loop(&[0, 0, 3, 4, 7, 5], &[1, 2], 50);
         assert_eq!((n, why, out), (2, Stop::Eos, vec![3, 4]));
     }
 
     #[test]
     fn sample_loop_honours_the_budget() {
-        let mut b = ScriptedBackend::new(&[0, 3, 4, 5, 6, 2], 64);
-        b.eval(&[1], &mut |_, _| true).unwrap();
-        let mut out = vec![];
-        let mut s = Sampler::new(Some(1));
-        let (n, why) = sample_loop(&mut b, &mut s, &greedy(), 3, 7, &mut |t| {
-            out.push(t);
-            Ok(())
-        })
-        .unwrap();
+        let (n, why, out, b) = greedy_sample_loop(&[0, 3, 4, 5, 6, 2], &[1], 3);
         assert_eq!((n, why, out), (3, Stop::Budget, vec![3, 4, 5]));
         // The last sampled token is not evaluated: prompt + 2 decodes.
         assert_eq!(b.n_past(), 3);

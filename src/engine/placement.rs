@@ -211,6 +211,14 @@ mod tests {
         }
     }
 
+    /// On a Strix Halo (gfx1151, integrated) host with `host`'s memory figures: `free` bytes for a
+    /// copy, too few for the Q2 file with a session of `session` bytes, so auto maps it.
+    fn assert_strix_halo_maps(host: &UnifiedFacts, free: u64, session: u64) {
+        let b = copy_budget(&strix("gfx1151", true), Some(host));
+        assert_eq!(b.free, free, "{b:?}");
+        assert!(!auto_copies(&b, FLASH_Q2, session), "{b:?}");
+    }
+
     #[test]
     fn strix_halo_maps_when_the_gtt_limit_is_the_default_half() {
         // Without ttm.pages_limit the GTT limit is half the RAM: 62 GiB cannot hold 80.8 GiB.
@@ -218,9 +226,7 @@ mod tests {
             gtt_total: 62 * GIB,
             ..roomy()
         };
-        let b = copy_budget(&strix("gfx1151", true), Some(&h));
-        assert_eq!(b.free, 61 * GIB);
-        assert!(!auto_copies(&b, FLASH_Q2, SESSION_32K));
+        assert_strix_halo_maps(&h, 61 * GIB, SESSION_32K);
     }
 
     #[test]
@@ -230,20 +236,13 @@ mod tests {
             mem_available: 78 * GIB,
             ..roomy()
         };
-        let b = copy_budget(&strix("gfx1151", true), Some(&busy));
-        assert_eq!(b.free, 76 * GIB);
-        assert!(!auto_copies(&b, FLASH_Q2, SESSION_32K));
+        assert_strix_halo_maps(&busy, 76 * GIB, SESSION_32K);
         // CMA pages count as available but a pinned copy cannot use them.
         let cma = UnifiedFacts {
             cma_free: 32 * GIB,
             ..roomy()
         };
-        assert_eq!(copy_budget(&strix("gfx1151", true), Some(&cma)).free, 84 * GIB);
-        assert!(!auto_copies(
-            &copy_budget(&strix("gfx1151", true), Some(&cma)),
-            FLASH_Q2,
-            4 * GIB
-        ));
+        assert_strix_halo_maps(&cma, 84 * GIB, 4 * GIB);
     }
 
     #[test]

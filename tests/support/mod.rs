@@ -79,19 +79,27 @@ pub fn serve_tiny_model() -> PathBuf {
     if !path.is_file() {
         // A name of its own per process: two test binaries may write it at once.
         let tmp = path.with_extension(format!("partial-{}", std::process::id()));
-        let out = Command::new(env!("CARGO_BIN_EXE_ds4-chat"))
-            .args(["gen-model", "--preset", "tiny", "--out"])
-            .arg(&tmp)
-            .output()
-            .expect("run ds4-chat gen-model");
-        assert!(
-            out.status.success(),
-            "gen-model: {}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            Command::new(env!("CARGO_BIN_EXE_ds4-chat"))
+                .args(["gen-model", "--preset", "tiny", "--out"])
+                .arg(&tmp),
+            "ds4-chat gen-model",
         );
         std::fs::rename(&tmp, &path).expect("move the tiny model in place");
     }
     path
+}
+
+/// Runs `cmd` to completion and returns its output; panics naming `what` (with its stderr) when it
+/// cannot start or exits unsuccessfully.
+pub fn run_ok(cmd: &mut Command, what: &str) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// True when running under CI (`CI=true`), where a skipped check is a failure.

@@ -227,6 +227,16 @@ pub fn draw_text(t: &mut Terminal<TestBackend>, app: &App) -> String {
     out
 }
 
+/// The roles of the `messages` of a saved conversation (a `/save` JSON file or a session file), in order.
+pub fn message_roles(saved: &serde_json::Value) -> Vec<&str> {
+    saved["messages"]
+        .as_array()
+        .expect("a messages array")
+        .iter()
+        .map(|m| m["role"].as_str().expect("a role string"))
+        .collect()
+}
+
 /// Asserts that the screen `s` shows every one of `texts`.
 pub fn assert_shows(s: &str, texts: &[&str]) {
     for t in texts {

@@ -174,14 +174,7 @@ impl Engine<'_> {
         let hcd = hp.hc_dim();
         let nh = hp.n_hc;
         let mw = hp.hc_mix();
-        for t in 0..n {
-            ops::rms_norm(
-                &mut s.flat[t * hcd..(t + 1) * hcd],
-                &s.hc[t * hcd..(t + 1) * hcd],
-                None,
-                hp.hc_eps,
-            );
-        }
+        ops::rms_norm_rows(&mut s.flat, &s.hc, None, hp.hc_eps, hcd, n);
         matmul(self.pool, self.file, &w.fn_, &s.flat, n, &mut s.mix, &mut s.q8);
         for t in 0..n {
             hc::split_sinkhorn(
@@ -230,14 +223,7 @@ impl Engine<'_> {
         let eps = hp.rms_eps;
         let rope = &self.ropes[l];
         self.hc_pre(&lw.hc_attn, n, s);
-        for t in 0..n {
-            ops::rms_norm(
-                &mut s.xn[t * e..(t + 1) * e],
-                &s.cur[t * e..(t + 1) * e],
-                Some(&lw.attn_norm),
-                eps,
-            );
-        }
+        ops::rms_norm_rows(&mut s.xn, &s.cur, Some(&lw.attn_norm), eps, e, n);
         // Batched projections (docs/model.md#query-and-kv-projections).
         matmul(self.pool, self.file, &lw.q_a, &s.xn, n, &mut s.qr, &mut s.q8);
         for t in 0..n {
@@ -362,14 +348,7 @@ impl Engine<'_> {
         let n = tokens.len();
         let (e, f) = (hp.n_embd, hp.n_ff_exp);
         self.hc_pre(&lw.hc_ffn, n, s);
-        for t in 0..n {
-            ops::rms_norm(
-                &mut s.xn[t * e..(t + 1) * e],
-                &s.cur[t * e..(t + 1) * e],
-                Some(&lw.ffn_norm),
-                hp.rms_eps,
-            );
-        }
+        ops::rms_norm_rows(&mut s.xn, &s.cur, Some(&lw.ffn_norm), hp.rms_eps, e, n);
         // Shared expert, batched; gate and up share one Q8_0 quantization
         // (docs/arithmetic.md#activation-quantization).
         quantize_rows_q8_0(&s.xn, e, n, &mut s.q8);

@@ -28,6 +28,16 @@ pub fn rms_norm(out: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
     }
 }
 
+/// [`rms_norm`] of each of the first `n` rows of `width` values of `x` into the same rows of `out`.
+pub fn rms_norm_rows(out: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32, width: usize, n: usize) {
+    let rows = out[..n * width]
+        .chunks_exact_mut(width)
+        .zip(x[..n * width].chunks_exact(width));
+    for (o, xr) in rows {
+        rms_norm(o, xr, w, eps);
+    }
+}
+
 /// In-place RMSNorm.
 pub fn rms_norm_inplace(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
     let ss = reduce::sum_squares_f64(x);

@@ -47,6 +47,16 @@ pub struct CompW {
     pub norm: Vec<f32>,
 }
 
+impl HcW {
+    fn new(m: &Model, fn_: &TensorRef, scale: &TensorRef, base: &TensorRef) -> HcW {
+        HcW {
+            fn_: Mat::new(fn_),
+            scale: floats(m, scale),
+            base: floats(m, base),
+        }
+    }
+}
+
 impl CompW {
     fn new(m: &Model, c: &CompressorWeights) -> CompW {
         CompW {
@@ -113,11 +123,7 @@ impl Resolved {
                 .iter()
                 .enumerate()
                 .map(|(l, lw)| LayerW {
-                    hc_attn: HcW {
-                        fn_: Mat::new(&lw.hc_attn_fn),
-                        scale: floats(m, &lw.hc_attn_scale),
-                        base: floats(m, &lw.hc_attn_base),
-                    },
+                    hc_attn: HcW::new(m, &lw.hc_attn_fn, &lw.hc_attn_scale, &lw.hc_attn_base),
                     attn_norm: floats(m, &lw.attn_norm),
                     q_a: Mat::new(&lw.attn_q_a),
                     q_a_norm: floats(m, &lw.attn_q_a_norm),
@@ -133,11 +139,7 @@ impl Resolved {
                         proj: Mat::new(&i.proj),
                         comp: CompW::new(m, &i.compressor),
                     }),
-                    hc_ffn: HcW {
-                        fn_: Mat::new(&lw.hc_ffn_fn),
-                        scale: floats(m, &lw.hc_ffn_scale),
-                        base: floats(m, &lw.hc_ffn_base),
-                    },
+                    hc_ffn: HcW::new(m, &lw.hc_ffn_fn, &lw.hc_ffn_scale, &lw.hc_ffn_base),
                     ffn_norm: floats(m, &lw.ffn_norm),
                     router: Mat::new(&lw.ffn_gate_inp),
                     router_bias: lw.exp_probs_b.as_ref().map(|t| floats(m, t)),

@@ -11,7 +11,9 @@ use std::time::Instant;
 
 use super::kernel_module::KernelModule;
 use super::kernels;
-use super::runtime::{CaptureMode, HipContext, HipResult, HostRegistration, KernelArgs, LaunchDims, PinnedBuffer};
+use super::runtime::{
+    CaptureMode, DevicePtr, HipContext, HipResult, HostRegistration, KernelArgs, LaunchDims, PinnedBuffer,
+};
 
 /// Outcome of one check.
 #[derive(Clone, Debug, PartialEq)]
@@ -372,14 +374,19 @@ fn check_test_kernels(ctx: &HipContext, rng: &mut CheckRng) -> Vec<CheckResult> 
     let y0: Vec<f32> = (0..n).map(|_| rng.int_in(-1000, 1000) as f32).collect();
     let a = 0.5f32;
     let dims = LaunchDims::linear((n as u32).div_ceil(256), 256);
+    // ds4_test_axpy(y, x, a, n): y += a * x.
+    let axpy_args = |y: DevicePtr, x: DevicePtr| {
+        let mut args = KernelArgs::new();
+        args.push(y).push(x).push(a).push(n as i32);
+        args
+    };
     let mut out = Vec::new();
 
     out.push(wrap(names[0], || {
         let x_dev = ctx.upload(&x)?;
         let y_dev = ctx.upload(&y0)?;
         let stream = ctx.stream()?;
-        let mut args = KernelArgs::new();
-        args.push(y_dev.ptr()).push(x_dev.ptr()).push(a).push(n as i32);
+        let mut args = axpy_args(y_dev.ptr(), x_dev.ptr());
         // SAFETY: argument list matches ds4_test_axpy; buffers outlive the synchronize below.
         unsafe { axpy.launch(&stream, dims, &mut args)? };
         stream.synchronize()?;
@@ -392,8 +399,7 @@ fn check_test_kernels(ctx: &HipContext, rng: &mut CheckRng) -> Vec<CheckResult> 
         let x_dev = ctx.upload(&x)?;
         let y_dev = ctx.upload(&y0)?;
         let stream = ctx.stream()?;
-        let mut args = KernelArgs::new();
-        args.push(y_dev.ptr()).push(x_dev.ptr()).push(a).push(n as i32);
+        let mut args = axpy_args(y_dev.ptr(), x_dev.ptr());
         stream.begin_capture(CaptureMode::ThreadLocal)?;
         for _ in 0..3 {
             // SAFETY: as above; captured launches run only at replay, before the synchronize.
@@ -436,8 +442,7 @@ fn check_test_kernels(ctx: &HipContext, rng: &mut CheckRng) -> Vec<CheckResult> 
         let x_mapped = reg.device_ptr()?;
         let y_dev = ctx.upload(&y0)?;
         let stream = ctx.stream()?;
-        let mut args = KernelArgs::new();
-        args.push(y_dev.ptr()).push(x_mapped).push(a).push(n as i32);
+        let mut args = axpy_args(y_dev.ptr(), x_mapped);
         // SAFETY: argument list matches; the registration outlives the synchronize.
         unsafe { axpy.launch(&stream, dims, &mut args)? };
         stream.synchronize()?;

@@ -149,16 +149,9 @@ impl DeviceBuffer {
     ) -> HipResult<()> {
         range_check("hipMemcpyAsync", offset, bytes, self.bytes)?;
         range_check("hipMemcpyAsync", 0, bytes, src.len)?;
-        // SAFETY: in-bounds ranges of a live device allocation and a live pinned allocation.
-        check("hipMemcpyAsync", unsafe {
-            (self.ctx.api().hipMemcpyAsync)(
-                self.ptr().offset(offset).as_mut_ptr(),
-                src.ptr.cast(),
-                bytes,
-                ffi::MEMCPY_HOST_TO_DEVICE,
-                stream.raw,
-            )
-        })
+        // SAFETY: the first `bytes` of a live pinned allocation are page-locked host memory; that they
+        // stay unchanged until the stream passes the copy is this method's documented condition.
+        unsafe { self.copy_from_locked_host_async(offset, src.ptr, bytes, stream) }
     }
 
     /// Enqueue a copy of `bytes` from the host address `src` (a pinned buffer or a registered range).
