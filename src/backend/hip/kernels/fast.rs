@@ -277,7 +277,22 @@ mod tests {
             hc: 1e-6,
             norm: 1e-6,
         };
-        let h = hc_pre_fused(1, QuantOut::default(), 2, 3, 4, 5, 6, 7, 8, 4096, 4, 20, eps, 1);
+        let h = hc_pre_fused(
+            16,
+            QuantOut::default(),
+            32,
+            48,
+            64,
+            80,
+            96,
+            112,
+            128,
+            4096,
+            4,
+            20,
+            eps,
+            1,
+        );
         let hf = fast_twin(&h).unwrap();
         assert_eq!(
             (hf.kernel.name, hf.grid, &hf.args),

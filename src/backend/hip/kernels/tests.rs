@@ -136,10 +136,31 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         n_ff: 2048,
         limit: 10.0,
     };
+    // Pointers 16-byte aligned, as the fast twins require (`fast_twin`).
+    let hc_pre = hc_pre_fused(
+        16,
+        QuantOut::default(),
+        32,
+        48,
+        64,
+        80,
+        96,
+        112,
+        128,
+        4096,
+        4,
+        20,
+        HcEps {
+            rms: 1e-6,
+            hc: 1e-6,
+            norm: 1e-6,
+        },
+        1,
+    );
     let mut launches = vec![
         embed_hc(1, 2, 3, 4096, 4, 129280, 1),
         fill_f32(1, 10, 0.0),
-        rms_norm_quant(QuantOut::default(), 1, 0, 4096, 4096, 1, NQ_NORM, 1e-6),
+        rms_norm_quant(QuantOut::default(), 16, 0, 4096, 4096, 1, NQ_NORM, 1e-6),
         matvec_q8_0(&proj, 1),
         matvec_q8_0_swiglu(&swiglu, 1),
         matvec_f16(1, 2, 3, 4096, 256, 4096, 1),
@@ -148,32 +169,14 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         hc_mix(1, 2, 3, 16384, 24, 1e-6, 1),
         hc_pre_finish(1, 2, &mixed, 20, 1e-6, 1),
         hc_head_finish(1, &mixed, 1e-6, 1),
-        hc_pre_fused(
-            1,
-            QuantOut::default(),
-            2,
-            3,
-            4,
-            5,
-            6,
-            7,
-            8,
-            4096,
-            4,
-            20,
-            HcEps {
-                rms: 1e-6,
-                hc: 1e-6,
-                norm: 1e-6,
-            },
-            1,
-        ),
+        hc_pre.clone(),
         hc_post(1, 1, 2, 0, 3, 4096, 4, 1),
+        // 16-byte aligned pointers: the fast twins' vector accesses need them (`fast_twin`).
         rows_finish(
-            1,
-            2,
-            3,
-            4,
+            16,
+            32,
+            48,
+            64,
             1,
             512,
             row_flags::NORM | row_flags::ROPE,
@@ -226,6 +229,23 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         1,
     ));
     launches.extend(indexer_topk_segmented(1, 2, 3, 16384, 16384, 4, 512, INDEXER_TOPK_SEGMENT, 16384, 1).unwrap());
+    // The fast-mode fusion of an HC post into the next HC pre (state at the pre's `hc`, 64).
+    launches.extend(fused_hc_post_pre(&hc_post(64, 64, 144, 0, 160, 4096, 4, 1), &hc_pre));
+    // A routed down projection small enough for the fast Q4_K twin (4 rows of 1152 bytes).
+    launches.push(moe_down(ExpertFormat::Q4K, 1, 2, q8k, 4, 2048, 4096, 4, 1));
+    // The batch's attention in one launch (fast mode, `Pass::attention_prefill_fast`).
+    launches.push(attention_prefill_fast(
+        &flash_ratio4_shape(),
+        16,
+        32,
+        48,
+        64,
+        80,
+        96,
+        112,
+        512,
+        37,
+    ));
     // The fast-arithmetic twins take their exact launch's arguments (`fast_twin`).
     let twins: Vec<Launch> = launches.iter().filter_map(fast_twin).collect();
     launches.extend(twins);
