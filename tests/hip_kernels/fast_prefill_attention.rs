@@ -38,7 +38,9 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
         ("ratio4 +indexer sel, 37 tok", 37, 2000, 64, 512, 4, 510, 96),
         ("ratio4 +indexer sel, 256 tok", 256, 1000, 8, 128, 4, 314, 40),
     ];
-    for case in cases {
+    // The kernel's tiles are laid out for 32-lane warps: a 64-lane device keeps the exact sequence
+    // (`Pass::attention_prefill_fast`), so the wave64 rerun has none of it to check.
+    for case in cases.into_iter().filter(|_| !wave_rerun()) {
         let name = format!("kernel.attention_prefill_fast[{}]", case.0);
         emit(guard(&name, || check_case(gpu, rng, &name, case)));
     }

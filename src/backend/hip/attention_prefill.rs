@@ -23,7 +23,10 @@ impl Pass<'_> {
         sel: DevPtr,
         n: u32,
     ) -> Result<bool, EngineError> {
-        if self.arithmetic != Arithmetic::Fast || n < 2 || !kernels::attention_prefill_fast_fits(shape) {
+        // The kernel's matrix tiles are laid out for 32-lane warps (gfx11/gfx12 wave32, NVIDIA);
+        // a 64-lane device keeps the exact sequence.
+        let wave32 = self.warp_size == 32;
+        if self.arithmetic != Arithmetic::Fast || n < 2 || !wave32 || !kernels::attention_prefill_fast_fits(shape) {
             return Ok(false);
         }
         let a = &self.acts;

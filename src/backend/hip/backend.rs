@@ -191,6 +191,7 @@ impl HipBackend {
             kernels: &self.kernels,
             profile: &self.profile,
             arithmetic: self.arithmetic,
+            warp_size: self.hip.info().warp_size as u32,
             pending_post: Default::default(),
         }
     }

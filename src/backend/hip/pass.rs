@@ -40,6 +40,8 @@ pub(super) struct Pass<'a> {
     /// Fast arithmetic runs each launch's fast twin where it has one (`kernels::fast_twin`; the
     /// batched GEMMs' twins run on matrix cores).
     pub(super) arithmetic: Arithmetic,
+    /// The device's lanes per warp (wave32 or wave64): kernels laid out for one of them ask it.
+    pub(super) warp_size: u32,
     /// Fast arithmetic: an HC post held back by `launch` for the next sublayer's HC pre (the end of
     /// the sequence, `forward_tokens`, issues it with `flush_launches`).
     pub(super) pending_post: Cell<Option<kernels::Launch>>,
