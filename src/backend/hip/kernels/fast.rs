@@ -233,8 +233,8 @@ pub fn fused_hc_post_pre(post: &Launch, pre: &Launch) -> Option<Launch> {
 #[cfg(test)]
 mod tests {
     use super::super::{
-        ExpertFormat, ExpertTiles, HcEps, NULL, Q8Act, Q8K, Q8Proj, Q8Swiglu, QuantOut, argmax, gemm_f16, gemm_q8_0,
-        gemm_q8_0_swiglu, hc_pre_fused, matvec_q8_0, matvec_q8_0_swiglu, moe_gemm_down, moe_gemm_gate_up,
+        ExpertFormat, ExpertTiles, NULL, Q8Act, Q8K, Q8Proj, Q8Swiglu, argmax, gemm_f16, gemm_q8_0, gemm_q8_0_swiglu,
+        matvec_q8_0, matvec_q8_0_swiglu, moe_gemm_down, moe_gemm_gate_up,
     };
     use super::*;
 
@@ -272,27 +272,7 @@ mod tests {
             ("ds4_matvec_q8_0_swiglu_fast", [100u32.div_ceil(16), 1, 1])
         );
         assert_eq!(fast_twin(&argmax(1, 2, 129280)).unwrap().kernel.name, "ds4_argmax_fast");
-        let eps = HcEps {
-            rms: 1e-6,
-            hc: 1e-6,
-            norm: 1e-6,
-        };
-        let h = hc_pre_fused(
-            16,
-            QuantOut::default(),
-            32,
-            48,
-            64,
-            80,
-            96,
-            112,
-            128,
-            4096,
-            4,
-            20,
-            eps,
-            1,
-        );
+        let h = super::super::tests::flash_hc_pre_fused();
         let hf = fast_twin(&h).unwrap();
         assert_eq!(
             (hf.kernel.name, hf.grid, &hf.args),

@@ -136,27 +136,7 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         n_ff: 2048,
         limit: 10.0,
     };
-    // Pointers 16-byte aligned, as the fast twins require (`fast_twin`).
-    let hc_pre = hc_pre_fused(
-        16,
-        QuantOut::default(),
-        32,
-        48,
-        64,
-        80,
-        96,
-        112,
-        128,
-        4096,
-        4,
-        20,
-        HcEps {
-            rms: 1e-6,
-            hc: 1e-6,
-            norm: 1e-6,
-        },
-        1,
-    );
+    let hc_pre = flash_hc_pre_fused();
     let mut launches = vec![
         embed_hc(1, 2, 3, 4096, 4, 129280, 1),
         fill_f32(1, 10, 0.0),
@@ -348,4 +328,30 @@ fn a_missing_target_names_the_built_ones_and_the_fix() {
         e.contains("no GPU kernels for gfx9999") && e.contains("DS4_HIP_ARCHS=gfx9999"),
         "{e}"
     );
+}
+
+/// A Flash-shaped `ds4_hc_pre_fused` launch (n_embd 4096, 4 streams, 20 Sinkhorn iterations, one
+/// token) whose pointers are 16-byte aligned, as its fast twin requires (`fast_twin`); `hc` is 64.
+pub(super) fn flash_hc_pre_fused() -> Launch {
+    let eps = HcEps {
+        rms: 1e-6,
+        hc: 1e-6,
+        norm: 1e-6,
+    };
+    hc_pre_fused(
+        16,
+        QuantOut::default(),
+        32,
+        48,
+        64,
+        80,
+        96,
+        112,
+        128,
+        4096,
+        4,
+        20,
+        eps,
+        1,
+    )
 }
