@@ -67,8 +67,9 @@ def attention_kv_bytes(ctx):
 def expert_bytes(kernel, matrices):
     """Routed experts: n_expert_used matrices (gate+up = 2, down = 1) of F x E per layer; the type is
     the kernel name's suffix."""
+    name = kernel.removesuffix("_fast")
     for ty, b in TYPE_BYTES.items():
-        if kernel.endswith(ty):
+        if name.endswith(ty):
             return N_LAYER * N_EXPERT_USED * matrices * N_FF_EXP * N_EMBD * b
     return 0.0
 
@@ -86,7 +87,7 @@ CLASSES = [
     ("routed experts down", ["ds4_moe_down_"], lambda k, c: expert_bytes(k, 1)),
     ("F16 compressor kv+gate pairs", ["ds4_matvec_f16_pair"], lambda k, c: compressor_pair_bytes()),
     ("F16 router logits", ["ds4_matvec_f16"], lambda k, c: N_LAYER * f16(N_EMBD, 256)),
-    ("HC pre (Sinkhorn mix, norm)", ["ds4_hc_pre", "ds4_hc_mix"], lambda k, c: 2 * N_LAYER * f16(N_HC * N_EMBD, MIX)),
+    ("HC pre (Sinkhorn mix, norm; fused with the previous HC post)", ["ds4_hc_pre", "ds4_hc_post_pre", "ds4_hc_mix"], lambda k, c: 2 * N_LAYER * f16(N_HC * N_EMBD, MIX)),
     ("attention core (scores, softmax, values)", ["ds4_attention_"], lambda k, c: attention_kv_bytes(c)),
     ("RMSNorm + quantize", ["ds4_rms_norm_quant"], None),
     ("row finish (norms, RoPE, simulations)", ["ds4_rows_finish"], None),
