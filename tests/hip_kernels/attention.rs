@@ -80,18 +80,8 @@ fn check_rows_finish(
     let w_d = gpu.up(&w)?;
     let ring = gpu.poisoned::<f32>(ring_cap * head_dim)?;
     let pos_d = gpu.up(&[pos0 as u32])?;
-    let rope = if compressed {
-        kernels::RopeParams::yarn(
-            hp.n_rot as u32,
-            hp.compress_rope_freq_base,
-            hp.rope_scaling_factor,
-            hp.rope_orig_ctx as u32,
-            hp.yarn_beta_fast,
-            hp.yarn_beta_slow,
-        )
-    } else {
-        kernels::RopeParams::plain(hp.n_rot as u32, hp.rope_freq_base)
-    };
+    // The engine's RoPE of the layer kind (YaRN for compressed rows, plain for dense ones).
+    let rope = kernels::RopeParams::from_rope(&Rope::for_layer(&hp, compressed));
     gpu.run(&kernels::rows_finish(
         x_d.ptr().0,
         if flags & f::STORE_RING != 0 {

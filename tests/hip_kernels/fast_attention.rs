@@ -196,12 +196,10 @@ fn check_topk(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, u32, u32
     }
     let (want, got) = (sel_exact.to_vec::<u32>()?, sel_fast.to_vec::<u32>()?);
     let differ = want.iter().zip(&got).filter(|(a, b)| a != b).count();
-    Ok(CheckResult::measured(
+    Ok(count_differ(
         name,
-        differ as f64,
-        0.0,
-        0.0,
-        differ == 0 && want.len() == got.len(),
+        differ,
+        want.len() == got.len(),
         format!(
             "{differ} of {} list entries differ; {} segments",
             want.len(),
