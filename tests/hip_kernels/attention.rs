@@ -9,7 +9,7 @@ use ds4_chat::backend::hip::runtime::HipResult;
 use ds4_chat::gguf::half::round_f16;
 use ds4_chat::model::hparams::HParams;
 
-use super::attention_case::AttentionCase;
+use super::attention_case::{AttentionCase, attention_shape};
 use super::support::*;
 
 /// Every check of this file, with its shapes.
@@ -150,14 +150,7 @@ fn check_attention(
 ) -> HipResult<CheckResult> {
     let (n_tok, pos0, ratio, n_comp_avail, top_k) = shape;
     let (n_head, head_dim, window, ring_cap) = (16usize, 512usize, 128usize, 256usize);
-    let att = kernels::AttentionShape {
-        n_head: n_head as u32,
-        head_dim: head_dim as u32,
-        ring_cap: ring_cap as u32,
-        window: window as u32,
-        ratio: ratio as u32,
-        top_k: top_k as u32,
-    };
+    let att = attention_shape(n_head, head_dim, ring_cap, window, ratio, top_k);
     let case = AttentionCase::new(gpu, rng, att, n_tok, pos0, n_comp_avail, |v| v)?;
     let (q, ring, comp, sinks, sel) = (&case.q, &case.ring, &case.comp, &case.sinks, &case.sel);
     let visible_comp = |p: usize| (p + 1).checked_div(ratio).map_or(0, |c| c.min(n_comp_avail));

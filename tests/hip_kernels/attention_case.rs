@@ -36,6 +36,25 @@ pub fn random_selection(
     sel
 }
 
+/// The attention shape of a check's sizes.
+pub fn attention_shape(
+    n_head: usize,
+    head_dim: usize,
+    ring_cap: usize,
+    window: usize,
+    ratio: usize,
+    top_k: usize,
+) -> AttentionShape {
+    AttentionShape {
+        n_head: n_head as u32,
+        head_dim: head_dim as u32,
+        ring_cap: ring_cap as u32,
+        window: window as u32,
+        ratio: ratio as u32,
+        top_k: top_k as u32,
+    }
+}
+
 /// One attention case: its host inputs and their device copies.
 pub struct AttentionCase {
     pub shape: AttentionShape,

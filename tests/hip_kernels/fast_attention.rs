@@ -7,10 +7,10 @@
 //! The segmented indexer top-k (kernels/indexer_fast.hip) against `ds4_indexer_topk`: a selection
 //! without arithmetic, so the lists must be equal, ties (to the lower row) included.
 
-use ds4_chat::backend::hip::kernels::{self, AttentionShape, AttentionSplitPlan};
+use ds4_chat::backend::hip::kernels::{self, AttentionSplitPlan};
 use ds4_chat::backend::hip::runtime::HipResult;
 
-use super::attention_case::AttentionCase;
+use super::attention_case::{AttentionCase, attention_shape};
 use super::support::*;
 
 const FAST_TOL: f64 = 1e-5;
@@ -211,14 +211,7 @@ fn check_topk(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, u32, u32
 fn check_split(gpu: &Gpu, rng: &mut CheckRng, name: &str, c: &Case) -> HipResult<CheckResult> {
     let (head_dim, window, ring_cap) = (512usize, 128usize, 256usize);
     let n_head = c.n_head;
-    let shape = AttentionShape {
-        n_head: n_head as u32,
-        head_dim: head_dim as u32,
-        ring_cap: ring_cap as u32,
-        window: window as u32,
-        ratio: c.ratio as u32,
-        top_k: c.top_k as u32,
-    };
+    let shape = attention_shape(n_head, head_dim, ring_cap, window, c.ratio, c.top_k);
     let case = AttentionCase::new(gpu, rng, shape, c.n_tok, c.pos0, c.n_comp, |v| v)?;
     let rows = case.rows();
     assert!(rows <= c.max_rows, "{name}: {rows} rows > {}", c.max_rows);

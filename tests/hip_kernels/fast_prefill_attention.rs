@@ -19,7 +19,7 @@ use ds4_chat::backend::hip::kernels;
 use ds4_chat::backend::hip::runtime::HipResult;
 use ds4_chat::gguf::half::{f32_to_f16, round_f16};
 
-use super::attention_case::AttentionCase;
+use super::attention_case::{AttentionCase, attention_shape};
 use super::support::*;
 
 /// |fast − exact| <= ATT_TOL · max|visible row| (see the file comment).
@@ -128,14 +128,7 @@ fn check_case(gpu: &Gpu, rng: &mut CheckRng, name: &str, case: Case) -> HipResul
     let (_, n_tok, pos0, n_head, head_dim, ratio, n_comp, top_k) = case;
     let window = 128usize;
     let ring_cap = window + n_tok - 1;
-    let shape = kernels::AttentionShape {
-        n_head: n_head as u32,
-        head_dim: head_dim as u32,
-        ring_cap: ring_cap as u32,
-        window: window as u32,
-        ratio: ratio as u32,
-        top_k: top_k as u32,
-    };
+    let shape = attention_shape(n_head, head_dim, ring_cap, window, ratio, top_k);
     // Compressed rows are f16-rounded in the cache (ds4_rows_finish ROUND_F16).
     let case = AttentionCase::new(gpu, rng, shape, n_tok, pos0, n_comp, round_f16)?;
     let rows = case.rows();
