@@ -9,6 +9,7 @@ use ds4_chat::backend::hip::runtime::HipResult;
 use ds4_chat::gguf::half::round_f16;
 use ds4_chat::model::hparams::HParams;
 
+use super::attention_case::{AttentionCase, attention_shape};
 use super::support::*;
 
 /// Every check of this file, with its shapes.
@@ -79,18 +80,8 @@ fn check_rows_finish(
     let w_d = gpu.up(&w)?;
     let ring = gpu.poisoned::<f32>(ring_cap * head_dim)?;
     let pos_d = gpu.up(&[pos0 as u32])?;
-    let rope = if compressed {
-        kernels::RopeParams::yarn(
-            hp.n_rot as u32,
-            hp.compress_rope_freq_base,
-            hp.rope_scaling_factor,
-            hp.rope_orig_ctx as u32,
-            hp.yarn_beta_fast,
-            hp.yarn_beta_slow,
-        )
-    } else {
-        kernels::RopeParams::plain(hp.n_rot as u32, hp.rope_freq_base)
-    };
+    // The engine's RoPE of the layer kind (YaRN for compressed rows, plain for dense ones).
+    let rope = kernels::RopeParams::from_rope(&Rope::for_layer(&hp, compressed));
     gpu.run(&kernels::rows_finish(
         x_d.ptr().0,
         if flags & f::STORE_RING != 0 {
@@ -159,62 +150,16 @@ fn check_attention(
 ) -> HipResult<CheckResult> {
     let (n_tok, pos0, ratio, n_comp_avail, top_k) = shape;
     let (n_head, head_dim, window, ring_cap) = (16usize, 512usize, 128usize, 256usize);
-    let q = random_vec(rng, n_tok * n_head * head_dim, 1.0);
-    let ring = random_vec(rng, ring_cap * head_dim, 1.0);
-    let comp = random_vec(rng, n_comp_avail.max(1) * head_dim, 1.0);
-    let sinks = random_vec(rng, n_head, 2.0);
-    // Ascending distinct selections of top_k rows among the visible compressed rows of each token.
-    let mut sel: Vec<u32> = Vec::new();
+    let att = attention_shape(n_head, head_dim, ring_cap, window, ratio, top_k);
+    let case = AttentionCase::new(gpu, rng, att, n_tok, pos0, n_comp_avail, |v| v)?;
+    let (q, ring, comp, sinks, sel) = (&case.q, &case.ring, &case.comp, &case.sinks, &case.sel);
     let visible_comp = |p: usize| (p + 1).checked_div(ratio).map_or(0, |c| c.min(n_comp_avail));
-    for t in 0..n_tok {
-        let n_c = visible_comp(pos0 + t);
-        let mut rows: Vec<u32> = Vec::new();
-        if top_k > 0 {
-            let mut all: Vec<u32> = (0..n_c as u32).collect();
-            for i in (1..all.len()).rev() {
-                all.swap(i, rng.int_in(0, i as i64) as usize);
-            }
-            rows = all.into_iter().take(top_k.min(n_c)).collect();
-            rows.sort_unstable();
-            rows.resize(top_k, 0);
-        }
-        sel.extend(rows);
-    }
-    let att = kernels::AttentionShape {
-        n_head: n_head as u32,
-        head_dim: head_dim as u32,
-        ring_cap: ring_cap as u32,
-        window: window as u32,
-        ratio: ratio as u32,
-        top_k: top_k as u32,
-    };
-    let selected = top_k > 0;
-    let rows = att.visible_rows((pos0 + n_tok - 1) as u32, n_comp_avail as u32, selected);
-    let (q_d, r_d, c_d, s_d) = (gpu.up(&q)?, gpu.up(&ring)?, gpu.up(&comp)?, gpu.up(&sinks)?);
-    let sel_d = gpu.up(&if sel.is_empty() { vec![0u32] } else { sel.clone() })?;
+    let selected = case.selected();
+    let rows = case.rows();
     let out = gpu.poisoned::<f32>(n_tok * n_head * head_dim)?;
     // A score stride of 3 spare rows (as a captured decode graph sizes it for the session): the
     // spare score blocks exit and the output is the same.
-    let sc = gpu.poisoned::<f32>(att.score_floats(n_tok as u32, rows + 3))?;
-    let inv = gpu.poisoned::<f32>(n_tok * n_head)?;
-    let pos_d = gpu.up(&[pos0 as u32])?;
-    for launch in kernels::attention(
-        &att,
-        out.ptr().0,
-        sc.ptr().0,
-        inv.ptr().0,
-        q_d.ptr().0,
-        r_d.ptr().0,
-        c_d.ptr().0,
-        if selected { sel_d.ptr().0 } else { kernels::NULL },
-        s_d.ptr().0,
-        pos_d.ptr().0,
-        n_comp_avail as u32,
-        rows + 3,
-        n_tok as u32,
-    ) {
-        gpu.run(&launch)?;
-    }
+    case.run_exact(gpu, &out, rows + 3)?;
     let got = out.to_vec::<f32>()?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
@@ -250,7 +195,7 @@ fn check_attention(
             &pool,
             qt,
             &vis,
-            &sinks,
+            sinks,
             head_dim,
             &mut want[t * n_head * head_dim..(t + 1) * n_head * head_dim],
             &mut scores,

@@ -148,16 +148,16 @@ fn check_indexer(
         n_comp_avail as u32,
         n_tok as u32,
     ))?;
-    gpu.run(&kernels::indexer_topk(
-        sel.ptr().0,
-        scores.ptr().0,
-        pos_d.ptr().0,
-        score_stride as u32,
-        n_comp_avail as u32,
-        ratio as u32,
-        top_k as u32,
-        n_tok as u32,
-    ))?;
+    let topk = kernels::IndexerTopk {
+        sel: sel.ptr().0,
+        scores: scores.ptr().0,
+        pos: pos_d.ptr().0,
+        score_stride: score_stride as u32,
+        n_comp_avail: n_comp_avail as u32,
+        ratio: ratio as u32,
+        top_k: top_k as u32,
+    };
+    gpu.run(&kernels::indexer_topk(&topk, n_tok as u32))?;
     let (got_scores_all, got_sel) = (scores.to_vec::<f32>()?, sel.to_vec::<u32>()?);
     let (mut got_s, mut want_s) = (Vec::new(), Vec::new());
     let mut sel_mismatch = Vec::new();

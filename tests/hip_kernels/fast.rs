@@ -125,13 +125,10 @@ fn check_argmax(gpu: &Gpu, rng: &mut CheckRng, name: &str, n: usize) -> HipResul
         let (a, f) = exact_and_fast(gpu, &l, &mut [&mut out])?;
         differ += usize::from(a != f);
     }
-    let ok = differ == 0;
-    Ok(CheckResult::measured(
+    Ok(count_differ(
         name,
-        differ as f64,
-        0.0,
-        0.0,
-        ok,
+        differ,
+        true,
         format!(
             "{} logit vectors (NaN, -inf, a tie at the maximum), {differ} picks differ",
             cases.len()

@@ -7,9 +7,10 @@
 //! The segmented indexer top-k (kernels/indexer_fast.hip) against `ds4_indexer_topk`: a selection
 //! without arithmetic, so the lists must be equal, ties (to the lower row) included.
 
-use ds4_chat::backend::hip::kernels::{self, AttentionShape, AttentionSplitPlan};
+use ds4_chat::backend::hip::kernels::{self, AttentionSplitPlan};
 use ds4_chat::backend::hip::runtime::HipResult;
 
+use super::attention_case::{AttentionCase, attention_shape};
 use super::support::*;
 
 const FAST_TOL: f64 = 1e-5;
@@ -174,40 +175,31 @@ fn check_topk(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, u32, u32
     let sel_exact = gpu.poisoned::<u32>(n_tok * top_k as usize)?;
     let sel_fast = gpu.poisoned::<u32>(n_tok * top_k as usize)?;
     let (st, nc) = (stride as u32, n as u32);
-    gpu.run(&kernels::indexer_topk(
-        sel_exact.ptr().0,
-        sc_exact.ptr().0,
-        pos_d.ptr().0,
-        st,
-        nc,
+    let exact = kernels::IndexerTopk {
+        sel: sel_exact.ptr().0,
+        scores: sc_exact.ptr().0,
+        pos: pos_d.ptr().0,
+        score_stride: st,
+        n_comp_avail: nc,
         ratio,
         top_k,
-        n_tok as u32,
-    ))?;
-    let launches = kernels::indexer_topk_segmented(
-        sel_fast.ptr().0,
-        sc_fast.ptr().0,
-        pos_d.ptr().0,
-        st,
-        nc,
-        ratio,
-        top_k,
-        seg,
-        nc,
-        n_tok as u32,
-    )
-    .expect("a segment within bounds");
+    };
+    gpu.run(&kernels::indexer_topk(&exact, n_tok as u32))?;
+    let fast = kernels::IndexerTopk {
+        sel: sel_fast.ptr().0,
+        scores: sc_fast.ptr().0,
+        ..exact
+    };
+    let launches = kernels::indexer_topk_segmented(&fast, seg, nc, n_tok as u32).expect("a segment within bounds");
     for l in &launches {
         gpu.run(l)?;
     }
     let (want, got) = (sel_exact.to_vec::<u32>()?, sel_fast.to_vec::<u32>()?);
     let differ = want.iter().zip(&got).filter(|(a, b)| a != b).count();
-    Ok(CheckResult::measured(
+    Ok(count_differ(
         name,
-        differ as f64,
-        0.0,
-        0.0,
-        differ == 0 && want.len() == got.len(),
+        differ,
+        want.len() == got.len(),
         format!(
             "{differ} of {} list entries differ; {} segments",
             want.len(),
@@ -219,80 +211,20 @@ fn check_topk(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, u32, u32
 fn check_split(gpu: &Gpu, rng: &mut CheckRng, name: &str, c: &Case) -> HipResult<CheckResult> {
     let (head_dim, window, ring_cap) = (512usize, 128usize, 256usize);
     let n_head = c.n_head;
-    let q = random_vec(rng, c.n_tok * n_head * head_dim, 1.0);
-    let ring = random_vec(rng, ring_cap * head_dim, 1.0);
-    let comp = random_vec(rng, c.n_comp.max(1) * head_dim, 1.0);
-    let sinks = random_vec(rng, n_head, 2.0);
-    // Ascending distinct selections of top_k rows among each token's compressed rows.
-    let mut sel: Vec<u32> = Vec::new();
-    for t in 0..c.n_tok {
-        let n_c = (c.pos0 + t + 1).checked_div(c.ratio).map_or(0, |n| n.min(c.n_comp));
-        if c.top_k > 0 {
-            let mut all: Vec<u32> = (0..n_c as u32).collect();
-            for i in (1..all.len()).rev() {
-                all.swap(i, rng.int_in(0, i as i64) as usize);
-            }
-            let mut rows: Vec<u32> = all.into_iter().take(c.top_k.min(n_c)).collect();
-            rows.sort_unstable();
-            rows.resize(c.top_k, 0);
-            sel.extend(rows);
-        }
-    }
-    let shape = AttentionShape {
-        n_head: n_head as u32,
-        head_dim: head_dim as u32,
-        ring_cap: ring_cap as u32,
-        window: window as u32,
-        ratio: c.ratio as u32,
-        top_k: c.top_k as u32,
-    };
-    let selected = c.top_k > 0;
-    let rows = shape.visible_rows((c.pos0 + c.n_tok - 1) as u32, c.n_comp as u32, selected);
+    let shape = attention_shape(n_head, head_dim, ring_cap, window, c.ratio, c.top_k);
+    let case = AttentionCase::new(gpu, rng, shape, c.n_tok, c.pos0, c.n_comp, |v| v)?;
+    let rows = case.rows();
     assert!(rows <= c.max_rows, "{name}: {rows} rows > {}", c.max_rows);
-    let (q_d, r_d, c_d, s_d) = (gpu.up(&q)?, gpu.up(&ring)?, gpu.up(&comp)?, gpu.up(&sinks)?);
-    let sel_d = gpu.up(&if sel.is_empty() { vec![0u32] } else { sel })?;
-    let sel_p = if selected { sel_d.ptr().0 } else { kernels::NULL };
-    let pos_d = gpu.up(&[c.pos0 as u32])?;
     let nt = c.n_tok as u32;
     // Exact: scores, softmax, values.
     let out_exact = gpu.poisoned::<f32>(c.n_tok * n_head * head_dim)?;
-    let sc = gpu.poisoned::<f32>(shape.score_floats(nt, c.max_rows))?;
-    let inv = gpu.poisoned::<f32>(c.n_tok * n_head)?;
-    for l in kernels::attention(
-        &shape,
-        out_exact.ptr().0,
-        sc.ptr().0,
-        inv.ptr().0,
-        q_d.ptr().0,
-        r_d.ptr().0,
-        c_d.ptr().0,
-        sel_p,
-        s_d.ptr().0,
-        pos_d.ptr().0,
-        c.n_comp as u32,
-        c.max_rows,
-        nt,
-    ) {
-        gpu.run(&l)?;
-    }
+    case.run_exact(gpu, &out_exact, c.max_rows)?;
     // Fast: the split over the slices a graph sized for max_rows launches.
     let plan = AttentionSplitPlan::new(&shape, nt, c.max_rows, usize::MAX / 8).expect("a split plan");
     let scratch = gpu.poisoned::<f32>(plan.acc_floats(&shape, nt) + 2 * c.n_tok * n_head * plan.n_split as usize)?;
     let out_fast = gpu.poisoned::<f32>(c.n_tok * n_head * head_dim)?;
-    for l in kernels::attention_decode_split(
-        &shape,
-        plan,
-        out_fast.ptr().0,
-        scratch.ptr().0,
-        q_d.ptr().0,
-        r_d.ptr().0,
-        c_d.ptr().0,
-        sel_p,
-        s_d.ptr().0,
-        pos_d.ptr().0,
-        c.n_comp as u32,
-        nt,
-    ) {
+    let io = case.inputs();
+    for l in kernels::attention_decode_split(&shape, plan, out_fast.ptr().0, scratch.ptr().0, &io, nt) {
         gpu.run(&l)?;
     }
     let (want, got) = (out_exact.to_vec::<f32>()?, out_fast.to_vec::<f32>()?);

@@ -6,6 +6,7 @@
 //! differ only by one step and only where the exact kernel's scaled value lies within TIE_GAP of a
 //! rounding midpoint (the fast value crossed it); those ties are counted in the report.
 
+use ds4_chat::backend::cpu::ops::Rope;
 use ds4_chat::backend::hip::kernels::{self, Launch, NQ_NORM, NULL, QuantOut};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, DeviceCopy, HipResult};
 use ds4_chat::gguf::half::f32_to_f16;
@@ -495,13 +496,10 @@ fn check_hc_post_pre(
         outs.push(bytes);
     }
     let differ = outs[0].iter().zip(&outs[1]).filter(|(a, b)| a != b).count();
-    let ok = differ == 0 && outs[0].len() == outs[1].len();
-    Ok(CheckResult::measured(
+    Ok(count_differ(
         name,
-        differ as f64,
-        0.0,
-        0.0,
-        ok,
+        differ,
+        outs[0].len() == outs[1].len(),
         format!(
             "{differ} of {} output bytes differ from hc_post_fast + hc_pre_fused_fast",
             outs[0].len()
@@ -578,18 +576,8 @@ fn check_rows_finish(
     let x = random_vec(rng, n, 3.0);
     let w: Vec<f32> = (0..sh.head_dim).map(|_| 1.0 + 0.3 * rng.next_f32()).collect();
     let (w_d, pos_d) = (gpu.up(&w)?, gpu.up(&[sh.pos0 as u32])?);
-    let rope = if yarn {
-        kernels::RopeParams::yarn(
-            hp.n_rot as u32,
-            hp.compress_rope_freq_base,
-            hp.rope_scaling_factor,
-            hp.rope_orig_ctx as u32,
-            hp.yarn_beta_fast,
-            hp.yarn_beta_slow,
-        )
-    } else {
-        kernels::RopeParams::plain(hp.n_rot as u32, hp.rope_freq_base)
-    };
+    // The engine's RoPE of the layer kind (YaRN for compressed rows, plain for dense ones).
+    let rope = kernels::RopeParams::from_rope(&Rope::for_layer(&hp, yarn));
     // Rows (and ring) of the exact kernel and of the twin for one set of flags.
     let run_pair = |flags: u32| -> HipResult<[Vec<f32>; 2]> {
         let mut got = [Vec::new(), Vec::new()];

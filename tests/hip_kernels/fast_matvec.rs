@@ -7,7 +7,6 @@
 
 use ds4_chat::backend::hip::kernels::{self, ExpertFormat, Launch};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
-use ds4_chat::gguf::GgmlType;
 
 use super::support::*;
 
@@ -65,20 +64,12 @@ fn check_q8_0(
     gpu: &Gpu,
     rng: &mut CheckRng,
     name: &str,
-    (n_in, n_out, rows_per_group, n_tok): (usize, usize, usize, usize),
+    shape: (usize, usize, usize, usize),
 ) -> HipResult<CheckResult> {
-    let x_stride = n_out.div_ceil(rows_per_group) * n_in;
-    let w = random_weights(rng, GgmlType::Q8_0, n_in, n_out);
-    let (_, x_d) = gpu.up_q8_0(&random_vec(rng, n_tok * x_stride, 2.0))?;
-    let w_d = gpu.up(&w)?;
-    let mut y = gpu.poisoned::<f32>(n_tok * n_out)?;
-    let proj = kernels::Q8Proj {
-        rows_per_group: rows_per_group as u32,
-        x_stride: x_stride as u32,
-        ..kernels::Q8Proj::plain(y.ptr().0, w_d.ptr().0, x_d.act(), n_in as u32, n_out as u32)
-    };
-    let l = kernels::matvec_q8_0(&proj, n_tok as u32);
-    compare(name, gpu, &l, &mut y, format!("{n_tok} tokens"))
+    let n_tok = shape.3;
+    let mut case = Q8ProjCase::new(gpu, rng, shape)?;
+    let l = kernels::matvec_q8_0(&case.proj, n_tok as u32);
+    compare(name, gpu, &l, &mut case.y, format!("{n_tok} tokens"))
 }
 
 fn check_swiglu(
@@ -87,22 +78,9 @@ fn check_swiglu(
     name: &str,
     (n_in, n_ff, n_tok): (usize, usize, usize),
 ) -> HipResult<CheckResult> {
-    let wg = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
-    let wu = random_weights(rng, GgmlType::Q8_0, n_in, n_ff);
-    let (_, x_d) = gpu.up_q8_0(&random_vec(rng, n_tok * n_in, 2.0))?;
-    let (g_d, u_d) = (gpu.up(&wg)?, gpu.up(&wu)?);
-    let mut mid = gpu.poisoned::<f32>(n_tok * n_ff)?;
-    let sw = kernels::Q8Swiglu {
-        mid: mid.ptr().0,
-        wg: g_d.ptr().0,
-        wu: u_d.ptr().0,
-        x: x_d.act(),
-        n_in: n_in as u32,
-        n_ff: n_ff as u32,
-        limit: 7.0,
-    };
-    let l = kernels::matvec_q8_0_swiglu(&sw, n_tok as u32);
-    compare(name, gpu, &l, &mut mid, format!("{n_tok} tokens, clamp 7"))
+    let mut case = Q8SwigluCase::new(gpu, rng, (n_in, n_ff, n_tok), 7.0)?;
+    let l = kernels::matvec_q8_0_swiglu(&case.sw, n_tok as u32);
+    compare(name, gpu, &l, &mut case.mid, format!("{n_tok} tokens, clamp 7"))
 }
 
 const N_EXPERT: usize = 8;
@@ -111,25 +89,7 @@ const N_TOK: usize = 2;
 
 /// Distinct random experts per token (the last token takes the highest ids) and positive weights.
 fn selection(rng: &mut CheckRng) -> (Vec<u32>, Vec<f32>) {
-    let mut sel = Vec::new();
-    for t in 0..N_TOK {
-        let mut chosen: Vec<u32> = Vec::new();
-        while chosen.len() < N_USED {
-            let e = if t + 1 == N_TOK {
-                (N_EXPERT - 1 - chosen.len()) as u32
-            } else {
-                rng.int_in(0, N_EXPERT as i64 - 1) as u32
-            };
-            if !chosen.contains(&e) {
-                chosen.push(e);
-            }
-        }
-        sel.extend(chosen);
-    }
-    let selw = (0..N_TOK * N_USED)
-        .map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0))
-        .collect();
-    (sel, selw)
+    super::moe::random_selection(rng, N_TOK, N_USED, N_EXPERT, true)
 }
 
 fn check_gate_up(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -> HipResult<CheckResult> {

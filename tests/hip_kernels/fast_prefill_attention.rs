@@ -19,6 +19,7 @@ use ds4_chat::backend::hip::kernels;
 use ds4_chat::backend::hip::runtime::HipResult;
 use ds4_chat::gguf::half::{f32_to_f16, round_f16};
 
+use super::attention_case::{AttentionCase, attention_shape};
 use super::support::*;
 
 /// |fast − exact| <= ATT_TOL · max|visible row| (see the file comment).
@@ -129,78 +130,25 @@ fn check_case(gpu: &Gpu, rng: &mut CheckRng, name: &str, case: Case) -> HipResul
     let (_, n_tok, pos0, n_head, head_dim, ratio, n_comp, top_k) = case;
     let window = 128usize;
     let ring_cap = window + n_tok - 1;
-    let q = random_vec(rng, n_tok * n_head * head_dim, 1.0);
-    let ring = random_vec(rng, ring_cap * head_dim, 1.0);
+    let shape = attention_shape(n_head, head_dim, ring_cap, window, ratio, top_k);
     // Compressed rows are f16-rounded in the cache (ds4_rows_finish ROUND_F16).
-    let comp: Vec<f32> = random_vec(rng, n_comp.max(1) * head_dim, 1.0)
-        .into_iter()
-        .map(round_f16)
-        .collect();
-    let sinks = random_vec(rng, n_head, 2.0);
-    let visible_comp = |p: usize| (p + 1).checked_div(ratio).map_or(0, |c| c.min(n_comp));
-    let mut sel: Vec<u32> = Vec::new();
-    if top_k > 0 {
-        for t in 0..n_tok {
-            let n_c = visible_comp(pos0 + t);
-            let mut all: Vec<u32> = (0..n_c as u32).collect();
-            for i in (1..all.len()).rev() {
-                all.swap(i, rng.int_in(0, i as i64) as usize);
-            }
-            let mut rows: Vec<u32> = all.into_iter().take(top_k.min(n_c)).collect();
-            rows.sort_unstable();
-            rows.resize(top_k, 0);
-            sel.extend(rows);
-        }
-    }
-    let shape = kernels::AttentionShape {
-        n_head: n_head as u32,
-        head_dim: head_dim as u32,
-        ring_cap: ring_cap as u32,
-        window: window as u32,
-        ratio: ratio as u32,
-        top_k: top_k as u32,
-    };
-    let selected = top_k > 0;
-    let rows = shape.visible_rows((pos0 + n_tok - 1) as u32, n_comp as u32, selected);
-    let (q_d, r_d, c_d, s_d) = (gpu.up(&q)?, gpu.up(&ring)?, gpu.up(&comp)?, gpu.up(&sinks)?);
-    let sel_d = gpu.up(&if sel.is_empty() { vec![0u32] } else { sel.clone() })?;
-    let sel_p = if selected { sel_d.ptr().0 } else { kernels::NULL };
-    let pos_d = gpu.up(&[pos0 as u32])?;
+    let case = AttentionCase::new(gpu, rng, shape, n_tok, pos0, n_comp, round_f16)?;
+    let rows = case.rows();
     let exact = gpu.poisoned::<f32>(n_tok * n_head * head_dim)?;
-    let sc = gpu.poisoned::<f32>(shape.score_floats(n_tok as u32, rows))?;
-    let inv = gpu.poisoned::<f32>(n_tok * n_head)?;
-    for launch in kernels::attention(
-        &shape,
-        exact.ptr().0,
-        sc.ptr().0,
-        inv.ptr().0,
-        q_d.ptr().0,
-        r_d.ptr().0,
-        c_d.ptr().0,
-        sel_p,
-        s_d.ptr().0,
-        pos_d.ptr().0,
-        n_comp as u32,
-        rows,
-        n_tok as u32,
-    ) {
-        gpu.run(&launch)?;
-    }
+    case.run_exact(gpu, &exact, rows)?;
     let fast = gpu.poisoned::<f32>(n_tok * n_head * head_dim)?;
     gpu.run(&kernels::attention_prefill_fast(
         &shape,
         fast.ptr().0,
-        q_d.ptr().0,
-        r_d.ptr().0,
-        c_d.ptr().0,
-        sel_p,
-        s_d.ptr().0,
-        pos_d.ptr().0,
-        n_comp as u32,
+        &case.inputs(),
         n_tok as u32,
     ))?;
     let (got, want) = (fast.to_vec::<f32>()?, exact.to_vec::<f32>()?);
-    let row_max = ring.iter().chain(&comp).fold(0f64, |m, &v| m.max(v.abs() as f64));
+    let row_max = case
+        .ring
+        .iter()
+        .chain(&case.comp)
+        .fold(0f64, |m, &v| m.max(v.abs() as f64));
     let ref_max = want.iter().fold(0f64, |m, &v| m.max(v.abs() as f64));
     let r = close_scaled(
         name,

@@ -19,6 +19,7 @@
 mod hip_emu;
 
 mod attention;
+mod attention_case;
 mod cache;
 mod emulator;
 mod fast;

@@ -35,13 +35,24 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
     }
 }
 
-/// Distinct random experts per token and positive weights.
-fn random_selection(rng: &mut CheckRng, n_tok: usize, n_used: usize, n_expert: usize) -> (Vec<u32>, Vec<f32>) {
+/// Distinct random experts per token and positive weights; with `last_highest` the last token
+/// takes the highest ids (n_expert - 1 down), so the last experts are always routed.
+pub fn random_selection(
+    rng: &mut CheckRng,
+    n_tok: usize,
+    n_used: usize,
+    n_expert: usize,
+    last_highest: bool,
+) -> (Vec<u32>, Vec<f32>) {
     let mut sel = Vec::new();
-    for _ in 0..n_tok {
+    for t in 0..n_tok {
         let mut chosen: Vec<u32> = Vec::new();
         while chosen.len() < n_used {
-            let e = rng.int_in(0, n_expert as i64 - 1) as u32;
+            let e = if last_highest && t + 1 == n_tok {
+                (n_expert - 1 - chosen.len()) as u32
+            } else {
+                rng.int_in(0, n_expert as i64 - 1) as u32
+            };
             if !chosen.contains(&e) {
                 chosen.push(e);
             }
@@ -103,7 +114,7 @@ fn check_moe_gate_up(
     let gate = random_weights(rng, ty, n_in, n_ff * n_expert);
     let up = random_weights(rng, ty, n_in, n_ff * n_expert);
     let blocks = q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0));
-    let (sel, selw) = random_selection(rng, n_tok, n_used, n_expert);
+    let (sel, selw) = random_selection(rng, n_tok, n_used, n_expert, false);
     let (g_d, u_d) = (gpu.up(&gate)?, gpu.up(&up)?);
     let x_d = gpu.up_q8k(&blocks)?;
     let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
@@ -163,7 +174,7 @@ fn check_moe_down(
     let ty = fmt_type(fmt);
     let down = random_weights(rng, ty, n_ff, n_out * n_expert);
     let blocks = q8k_blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5));
-    let (sel, _) = random_selection(rng, n_tok, n_used, n_expert);
+    let (sel, _) = random_selection(rng, n_tok, n_used, n_expert, false);
     let dn_d = gpu.up(&down)?;
     let m_d = gpu.up_q8k(&blocks)?;
     let s_d = gpu.up(&sel)?;
@@ -467,12 +478,10 @@ fn check_moe_gemm_tile_classes(
         .filter(|v| v.iter().zip(&all64).any(|(a, b)| a.to_bits() != b.to_bits()))
         .count();
     let all_classes = kernels::MOE_TILE_COLS.iter().all(|c| classes.contains(c));
-    Ok(CheckResult::measured(
+    Ok(count_differ(
         name,
-        differ as f64,
-        0.0,
-        0.0,
-        differ == 0 && all_classes,
+        differ,
+        all_classes,
         format!(
             "{differ} of 2 narrower tilings differ from all-64 in bits; {n_tok} tok x {n_used}, pairs per expert {:?}, tile classes {classes:?}{}",
             kernels::TILE_CLASS_COUNTS,

@@ -285,6 +285,12 @@ pub fn q8k_planes(blocks: &[BlockQ8K]) -> Q8kPlanes {
     }
 }
 
+/// A check of outputs that must agree item for item: `differ` items differ (reported as max_abs);
+/// it passes when none does and `ok`, the check's other conditions, holds.
+pub fn count_differ(name: &str, differ: usize, ok: bool, note: String) -> CheckResult {
+    CheckResult::measured(name, differ as f64, 0.0, 0.0, differ == 0 && ok, note)
+}
+
 pub fn random_vec(rng: &mut CheckRng, n: usize, amp: f32) -> Vec<f32> {
     (0..n).map(|_| amp * rng.next_f32()).collect()
 }

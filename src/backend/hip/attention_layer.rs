@@ -10,20 +10,11 @@ use crate::backend::arithmetic::Arithmetic;
 
 use super::acts::{max_visible_rows, ring_rows};
 use super::kernels::{
-    self, AttentionShape, AttentionSplitPlan, DevPtr, NQ_NORM, NULL, Q8Proj, QuantOut, RopeParams, row_flags as rf,
+    self, AttentionInputs, AttentionShape, AttentionSplitPlan, IndexerTopk, NQ_NORM, NULL, Q8Proj, QuantOut,
+    RopeParams, row_flags as rf,
 };
 use super::pass::{Pass, p0, q8};
 use super::runtime::DeviceBuffer;
-
-/// The rows an attention reads besides the queries: the raw ring, the compressed rows (NULL for a
-/// dense layer), the indexer's selection (or NULL) and the compressed rows' capacity.
-#[derive(Clone, Copy)]
-struct AttentionRows {
-    ring: DevPtr,
-    comp: DevPtr,
-    sel: DevPtr,
-    comp_cap: u32,
-}
 
 impl Pass<'_> {
     /// The attention sublayer of layer `l` for the `n` tokens at pos0.. (docs/model.md#attention);
@@ -133,35 +124,25 @@ impl Pass<'_> {
                     n_comp.unwrap_or(comp_cap),
                     nt,
                 ))?;
+                let topk = IndexerTopk {
+                    sel: p0(&a.sel),
+                    scores: p0(&a.scores),
+                    pos,
+                    score_stride: stride,
+                    n_comp_avail: comp_cap,
+                    ratio,
+                    top_k,
+                };
                 // Fast arithmetic, token-wise: the selection split over segments of scores.
                 let segmented = (self.arithmetic == Arithmetic::Fast && self.token_wise(nt))
                     .then(|| {
-                        kernels::indexer_topk_segmented(
-                            p0(&a.sel),
-                            p0(&a.scores),
-                            pos,
-                            stride,
-                            comp_cap,
-                            ratio,
-                            top_k,
-                            kernels::INDEXER_TOPK_SEGMENT,
-                            n_comp.unwrap_or(comp_cap),
-                            nt,
-                        )
+                        let grid_rows = n_comp.unwrap_or(comp_cap);
+                        kernels::indexer_topk_segmented(&topk, kernels::INDEXER_TOPK_SEGMENT, grid_rows, nt)
                     })
                     .flatten();
                 match segmented {
                     Some(launches) => launches.iter().try_for_each(|l| self.launch(l))?,
-                    None => self.launch(&kernels::indexer_topk(
-                        p0(&a.sel),
-                        p0(&a.scores),
-                        pos,
-                        stride,
-                        comp_cap,
-                        ratio,
-                        top_k,
-                        nt,
-                    ))?,
+                    None => self.launch(&kernels::indexer_topk(&topk, nt))?,
                 }
                 sel = p0(&a.sel);
             }
@@ -186,32 +167,21 @@ impl Pass<'_> {
                 "attention scores of {n} tokens over {max_rows} rows exceed the preallocated buffer (layer {l}, position {host_pos:?})"
             )));
         }
-        let comp_rows = ls.comp.as_ref().map_or(NULL, |st| p0(&st[0]));
-        let rows = AttentionRows {
+        let io = AttentionInputs {
+            q: p0(&a.q),
             ring: p0(&ls.ring),
-            comp: comp_rows,
-            sel,
-            comp_cap,
+            comp: ls.comp.as_ref().map_or(NULL, |st| p0(&st[0])),
+            comp_sel: sel,
+            sinks: self.w(&lw.attn_sinks),
+            pos,
+            n_comp_avail: comp_cap,
         };
-        if self.attention_decode_split(&shape, rows, self.w(&lw.attn_sinks), max_rows, nt)? {
+        if self.attention_decode_split(&shape, &io, max_rows, nt)? {
             return self.attention_output(l, nt);
         }
-        if !self.attention_prefill_fast(&shape, l, comp_rows, sel, nt)? {
-            for launch in kernels::attention(
-                &shape,
-                p0(&a.att),
-                p0(&a.att_sc),
-                p0(&a.att_inv),
-                p0(&a.q),
-                p0(&ls.ring),
-                comp_rows,
-                sel,
-                self.w(&lw.attn_sinks),
-                pos,
-                comp_cap,
-                max_rows,
-                nt,
-            ) {
+        if !self.attention_prefill_fast(&shape, &io, nt)? {
+            let (out, sc, inv) = (p0(&a.att), p0(&a.att_sc), p0(&a.att_inv));
+            for launch in kernels::attention(&shape, out, sc, inv, &io, max_rows, nt) {
                 self.launch(&launch)?;
             }
         }
@@ -224,8 +194,7 @@ impl Pass<'_> {
     fn attention_decode_split(
         &self,
         shape: &AttentionShape,
-        rows: AttentionRows,
-        sinks: DevPtr,
+        io: &AttentionInputs,
         max_rows: u32,
         nt: u32,
     ) -> Result<bool, EngineError> {
@@ -236,20 +205,7 @@ impl Pass<'_> {
         let Some(plan) = AttentionSplitPlan::new(shape, nt, max_rows, a.att_sc.len_bytes() / 4) else {
             return Ok(false);
         };
-        for launch in kernels::attention_decode_split(
-            shape,
-            plan,
-            p0(&a.att),
-            p0(&a.att_sc),
-            p0(&a.q),
-            rows.ring,
-            rows.comp,
-            rows.sel,
-            sinks,
-            a.pos_ptr(),
-            rows.comp_cap,
-            nt,
-        ) {
+        for launch in kernels::attention_decode_split(shape, plan, p0(&a.att), p0(&a.att_sc), io, nt) {
             self.launch(&launch)?;
         }
         Ok(true)

@@ -9,18 +9,16 @@
 use crate::backend::EngineError;
 use crate::backend::arithmetic::Arithmetic;
 
-use super::kernels::{self, AttentionShape, DevPtr};
+use super::kernels::{self, AttentionInputs, AttentionShape};
 use super::pass::{Pass, p0};
 
 impl Pass<'_> {
-    /// Launches the fused attention of the `n` tokens of layer `l` into `acts.att` and returns true,
+    /// Launches the fused attention of the `n` tokens (`io`: their layer's rows) into `acts.att` and returns true,
     /// or returns false (nothing launched) where the exact sequence must run.
     pub(super) fn attention_prefill_fast(
         &self,
         shape: &AttentionShape,
-        l: usize,
-        comp_rows: DevPtr,
-        sel: DevPtr,
+        io: &AttentionInputs,
         n: u32,
     ) -> Result<bool, EngineError> {
         // The kernel's matrix tiles are laid out for 32-lane warps (gfx11/gfx12 wave32, NVIDIA);
@@ -29,21 +27,7 @@ impl Pass<'_> {
         if self.arithmetic != Arithmetic::Fast || n < 2 || !wave32 || !kernels::attention_prefill_fast_fits(shape) {
             return Ok(false);
         }
-        let a = &self.acts;
-        let lw = &self.model.w.layers[l];
-        let ls = &self.layers[l];
-        self.launch(&kernels::attention_prefill_fast(
-            shape,
-            p0(&a.att),
-            p0(&a.q),
-            p0(&ls.ring),
-            comp_rows,
-            sel,
-            self.w(&lw.attn_sinks),
-            a.pos_ptr(),
-            ls.comp_cap as u32,
-            n,
-        ))?;
+        self.launch(&kernels::attention_prefill_fast(shape, p0(&self.acts.att), io, n))?;
         Ok(true)
     }
 }

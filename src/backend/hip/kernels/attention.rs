@@ -1,7 +1,7 @@
 //! Builders of kernels/attention.hip: scores, softmax with sinks and weighted values over the raw
 //! ring and the compressed rows.
 
-use super::abi::{ATTENTION_SCORES, ATTENTION_SOFTMAX, ATTENTION_VALUES, DevPtr};
+use super::abi::{ATTENTION_SCORES, ATTENTION_SOFTMAX, ATTENTION_VALUES, Arg, DevPtr};
 use super::launch::{Launch, blocks, f, ptr, u};
 
 /// Rows per block of `ds4_attention_scores` (DS4_ATT_SCORE_ROWS); heads and dims per block of
@@ -41,12 +41,62 @@ impl AttentionShape {
     pub fn score_floats(&self, n_tok: u32, max_rows: u32) -> usize {
         n_tok as usize * self.n_head as usize * max_rows.max(1) as usize
     }
+
+    /// The shape of a Flash ratio-4 layer (the builders' tests).
+    #[cfg(test)]
+    pub(super) fn flash_ratio4() -> Self {
+        AttentionShape {
+            n_head: 64,
+            head_dim: 512,
+            ring_cap: 2304,
+            window: 128,
+            ratio: 4,
+            top_k: 512,
+        }
+    }
+}
+
+/// What every attention kernel reads besides its output and scratch: the batch's queries
+/// q [n_tok][n_head][head_dim], the ring, the compressed rows, the indexer's [n_tok][top_k]
+/// selection over them (or NULL), the sinks, the device position word and the compressed rows in
+/// the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionInputs {
+    pub q: DevPtr,
+    pub ring: DevPtr,
+    pub comp: DevPtr,
+    pub comp_sel: DevPtr,
+    pub sinks: DevPtr,
+    pub pos: DevPtr,
+    pub n_comp_avail: u32,
+}
+
+impl AttentionInputs {
+    /// The words of the shape and the cache that every attention kernel takes after its pointers,
+    /// in the order they share.
+    pub(super) fn shape_args(&self, shape: &AttentionShape) -> [Arg; 7] {
+        [
+            u(shape.n_head),
+            u(shape.head_dim),
+            u(shape.ring_cap),
+            u(shape.window),
+            u(self.n_comp_avail),
+            u(shape.ratio),
+            u(shape.top_k),
+        ]
+    }
+
+    /// The rows' pointers (ring, comp, comp_sel, pos) then [`Self::shape_args`]: the arguments
+    /// the scores, the values and the split decode read the rows with.
+    pub(super) fn row_args(&self, shape: &AttentionShape) -> Vec<Arg> {
+        let ptrs = [ptr(self.ring), ptr(self.comp), ptr(self.comp_sel), ptr(self.pos)];
+        [&ptrs[..], &self.shape_args(shape)].concat()
+    }
 }
 
 /// `ds4_attention_scores`, `ds4_attention_softmax`, `ds4_attention_values`: attention of the batch
-/// q [n_tok][n_head][head_dim] at positions pos0.. (pos0 from the device word `pos`) over the ring
-/// and the compressed rows, in the CPU reference's order; comp_sel is the indexer's [n_tok][top_k]
-/// list or NULL. `max_rows` bounds the rows any token of the batch sees (the exact count when the
+/// q at positions pos0.. (pos0 from the device word `pos`) over the ring and the compressed rows
+/// ([`AttentionInputs`]), in the CPU reference's order. `max_rows` bounds the rows any token of the batch sees (the exact count when the
 /// host knows the position, else the session's most): it sizes the score grid and is the stride of
 /// `sc` ([`AttentionShape::score_floats`]); `inv` holds n_tok * n_head floats. Grids
 /// (ceil(max_rows/8), n_tok), (n_head, n_tok), (n_head/8, head_dim/64, n_tok).
@@ -55,13 +105,7 @@ pub fn attention(
     out: DevPtr,
     sc: DevPtr,
     inv: DevPtr,
-    q: DevPtr,
-    ring: DevPtr,
-    comp: DevPtr,
-    comp_sel: DevPtr,
-    sinks: DevPtr,
-    pos: DevPtr,
-    n_comp_avail: u32,
+    io: &AttentionInputs,
     max_rows: u32,
     n_tok: u32,
 ) -> [Launch; 3] {
@@ -75,24 +119,11 @@ pub fn attention(
     let stride = max_rows.max(1);
     // The rows the scores and the values both read and how they are selected, in the ABI order
     // both kernels share.
-    let rows = [
-        ptr(ring),
-        ptr(comp),
-        ptr(comp_sel),
-        ptr(pos),
-        u(shape.n_head),
-        u(shape.head_dim),
-        u(shape.ring_cap),
-        u(shape.window),
-        u(n_comp_avail),
-        u(shape.ratio),
-        u(shape.top_k),
-        u(stride),
-    ];
+    let rows = [io.row_args(shape), vec![u(stride)]].concat();
     let scores = Launch::new(
         &ATTENTION_SCORES,
         [blocks(stride, ATTENTION_SCORE_ROWS), n_tok, 1],
-        [&[ptr(sc), ptr(q)][..], &rows, &[f(scale)]].concat(),
+        [&[ptr(sc), ptr(io.q)][..], &rows, &[f(scale)]].concat(),
     );
     let softmax = Launch::new(
         &ATTENTION_SOFTMAX,
@@ -100,12 +131,12 @@ pub fn attention(
         vec![
             ptr(sc),
             ptr(inv),
-            ptr(sinks),
-            ptr(comp_sel),
-            ptr(pos),
+            ptr(io.sinks),
+            ptr(io.comp_sel),
+            ptr(io.pos),
             u(shape.n_head),
             u(shape.window),
-            u(n_comp_avail),
+            u(io.n_comp_avail),
             u(shape.ratio),
             u(shape.top_k),
             u(stride),

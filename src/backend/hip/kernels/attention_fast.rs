@@ -3,7 +3,7 @@
 //! three exact attention launches for token-wise batches.
 
 use super::abi::{ATTENTION_DECODE_MERGE, ATTENTION_DECODE_SPLIT, DevPtr};
-use super::attention::{ATTENTION_MAX_DIM, AttentionShape};
+use super::attention::{ATTENTION_MAX_DIM, AttentionInputs, AttentionShape};
 use super::launch::{Launch, f, ptr, u};
 
 /// Heads per block of `ds4_attention_decode_split` (DS4_AFD_HEADS).
@@ -58,13 +58,7 @@ pub fn attention_decode_split(
     plan: AttentionSplitPlan,
     out: DevPtr,
     scratch: DevPtr,
-    q: DevPtr,
-    ring: DevPtr,
-    comp: DevPtr,
-    comp_sel: DevPtr,
-    sinks: DevPtr,
-    pos: DevPtr,
-    n_comp_avail: u32,
+    io: &AttentionInputs,
     n_tok: u32,
 ) -> [Launch; 2] {
     let part_ml = scratch + 4 * plan.acc_floats(shape, n_tok) as u64;
@@ -72,24 +66,12 @@ pub fn attention_decode_split(
     let split = Launch::new(
         &ATTENTION_DECODE_SPLIT,
         [plan.n_split, shape.n_head / ATTENTION_SPLIT_HEADS, n_tok],
-        vec![
-            ptr(scratch),
-            ptr(part_ml),
-            ptr(q),
-            ptr(ring),
-            ptr(comp),
-            ptr(comp_sel),
-            ptr(pos),
-            u(shape.n_head),
-            u(shape.head_dim),
-            u(shape.ring_cap),
-            u(shape.window),
-            u(n_comp_avail),
-            u(shape.ratio),
-            u(shape.top_k),
-            u(plan.n_split),
-            f(scale),
-        ],
+        [
+            &[ptr(scratch), ptr(part_ml), ptr(io.q)][..],
+            &io.row_args(shape),
+            &[u(plan.n_split), f(scale)],
+        ]
+        .concat(),
     );
     let merge = Launch::new(
         &ATTENTION_DECODE_MERGE,
@@ -98,13 +80,13 @@ pub fn attention_decode_split(
             ptr(out),
             ptr(scratch),
             ptr(part_ml),
-            ptr(sinks),
-            ptr(comp_sel),
-            ptr(pos),
+            ptr(io.sinks),
+            ptr(io.comp_sel),
+            ptr(io.pos),
             u(shape.n_head),
             u(shape.head_dim),
             u(shape.window),
-            u(n_comp_avail),
+            u(io.n_comp_avail),
             u(shape.ratio),
             u(shape.top_k),
             u(plan.n_split),
@@ -117,20 +99,9 @@ pub fn attention_decode_split(
 mod tests {
     use super::*;
 
-    fn flash_ratio4() -> AttentionShape {
-        AttentionShape {
-            n_head: 64,
-            head_dim: 512,
-            ring_cap: 2304,
-            window: 128,
-            ratio: 4,
-            top_k: 512,
-        }
-    }
-
     #[test]
     fn split_plan_aims_at_32_rows_per_slice_within_the_scratch() {
-        let s = flash_ratio4();
+        let s = AttentionShape::flash_ratio4();
         let big = usize::MAX / 2;
         assert_eq!(AttentionSplitPlan::new(&s, 1, 640, big).unwrap().n_split, 20);
         assert_eq!(AttentionSplitPlan::new(&s, 1, 17, big).unwrap().n_split, 1);
@@ -141,7 +112,16 @@ mod tests {
         let odd = AttentionShape { n_head: 12, ..s };
         assert!(AttentionSplitPlan::new(&odd, 1, 640, big).is_none());
         let plan = AttentionSplitPlan { n_split: 20 };
-        let [a, b] = attention_decode_split(&s, plan, 1, 0x1000, 3, 4, 5, 6, 7, 8, 100, 1);
+        let io = AttentionInputs {
+            q: 3,
+            ring: 4,
+            comp: 5,
+            comp_sel: 6,
+            sinks: 7,
+            pos: 8,
+            n_comp_avail: 100,
+        };
+        let [a, b] = attention_decode_split(&s, plan, 1, 0x1000, &io, 1);
         assert_eq!((a.grid, b.grid), ([20, 8, 1], [64, 1, 1]));
         assert_eq!(a.args[1], ptr(0x1000 + 4 * 64 * 20 * 512));
     }

@@ -1,7 +1,7 @@
 //! Builders of kernels/indexer.hip: the indexer's scores over the compressed rows and its top-k
 //! selection.
 
-use super::abi::{DevPtr, INDEXER_SCORES, INDEXER_TOPK};
+use super::abi::{Arg, DevPtr, INDEXER_SCORES, INDEXER_TOPK};
 use super::launch::{Launch, blocks, f, ptr, u};
 
 /// Compressed rows per block of `ds4_indexer_scores` (DS4_IDX_ROWS).
@@ -45,29 +45,36 @@ pub fn indexer_scores(
     )
 }
 
-/// `ds4_indexer_topk`: ascending top_k row lists sel [n_tok][top_k] of the tokens at pos0.. (device
-/// word `pos`) that see more than top_k rows. Grid (n_tok).
-pub fn indexer_topk(
-    sel: DevPtr,
-    scores: DevPtr,
-    pos: DevPtr,
-    score_stride: u32,
-    n_comp_avail: u32,
-    ratio: u32,
-    top_k: u32,
-    n_tok: u32,
-) -> Launch {
-    Launch::new(
-        &INDEXER_TOPK,
-        [n_tok, 1, 1],
+/// The indexer's top-k selection of the tokens at pos0.. (device word `pos`) that see more than
+/// top_k rows: ascending row lists sel [n_tok][top_k] from scores [n_tok][score_stride] over
+/// n_comp_avail compressed rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexerTopk {
+    pub sel: DevPtr,
+    pub scores: DevPtr,
+    pub pos: DevPtr,
+    pub score_stride: u32,
+    pub n_comp_avail: u32,
+    pub ratio: u32,
+    pub top_k: u32,
+}
+
+impl IndexerTopk {
+    /// The arguments every top-k kernel starts with, in the order they share.
+    pub(super) fn args(&self) -> Vec<Arg> {
         vec![
-            ptr(sel),
-            ptr(scores),
-            ptr(pos),
-            u(score_stride),
-            u(n_comp_avail),
-            u(ratio),
-            u(top_k),
-        ],
-    )
+            ptr(self.sel),
+            ptr(self.scores),
+            ptr(self.pos),
+            u(self.score_stride),
+            u(self.n_comp_avail),
+            u(self.ratio),
+            u(self.top_k),
+        ]
+    }
+}
+
+/// `ds4_indexer_topk`: the selection of `topk` in one block per token. Grid (n_tok).
+pub fn indexer_topk(topk: &IndexerTopk, n_tok: u32) -> Launch {
+    Launch::new(&INDEXER_TOPK, [n_tok, 1, 1], topk.args())
 }

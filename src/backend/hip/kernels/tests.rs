@@ -98,15 +98,16 @@ fn packed_arguments_are_little_endian_slots() {
     assert_eq!(l.grid, [4, 1, 1]);
 }
 
-/// The attention shape of a Flash ratio-4 layer.
-fn flash_ratio4_shape() -> AttentionShape {
-    AttentionShape {
-        n_head: 64,
-        head_dim: 512,
-        ring_cap: 2304,
-        window: 128,
-        ratio: 4,
-        top_k: 512,
+/// Attention inputs at device addresses 4.. with 1000 compressed rows.
+fn attention_inputs() -> AttentionInputs {
+    AttentionInputs {
+        q: 4,
+        ring: 5,
+        comp: 6,
+        comp_sel: 7,
+        sinks: 8,
+        pos: 9,
+        n_comp_avail: 1000,
     }
 }
 
@@ -114,8 +115,18 @@ fn flash_ratio4_shape() -> AttentionShape {
 fn builders_cover_every_kernel_with_matching_arguments() {
     // Launch::new asserts count and kinds; here every builder is called once with Flash shapes.
     let rope = RopeParams::yarn(64, 160000.0, 16.0, 65536, 32.0, 1.0);
-    let shape = flash_ratio4_shape();
-    let att = attention(&shape, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1000, 640, 1);
+    let shape = AttentionShape::flash_ratio4();
+    let io = attention_inputs();
+    let att = attention(&shape, 1, 2, 3, &io, 640, 1);
+    let topk = IndexerTopk {
+        sel: 1,
+        scores: 2,
+        pos: 3,
+        score_stride: 1024,
+        n_comp_avail: 1000,
+        ratio: 4,
+        top_k: 512,
+    };
     let q8k = Q8K { q: 1, d: 2, bsums: 3 };
     let x8 = Q8Act { q: 3, d: 4 };
     let mixed = HcMixed {
@@ -168,7 +179,7 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         rows_finish_emitted(1, 2, 3, 512, row_flags::NORM, 4, 1026, rope, 1e-6, 1, 1),
         compressor_pool(1, 2, 3, 4, 5, 6, 7, 512, 4, 1, 1026),
         indexer_scores(1, 2, 3, 4, 5, 64, 1000, 4, 512, 1024, 0.011, 1000, 1),
-        indexer_topk(1, 2, 3, 1024, 1000, 4, 512, 1),
+        indexer_topk(&topk, 1),
         argmax(1, 2, 129280),
         sample_min_p(1, 2, 129280, 1.0, 0.05, 0.5),
     ];
@@ -194,38 +205,33 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     launches.push(test_mathf(1, 2, 1000, MathFn::Sin));
     // Fast-mode sequences built by the attention sublayer (not one-for-one twins).
     let plan = AttentionSplitPlan { n_split: 20 };
-    launches.extend(attention_decode_split(
-        &flash_ratio4_shape(),
-        plan,
-        1,
-        2,
-        3,
-        4,
-        5,
-        6,
-        7,
-        8,
-        512,
-        1,
-    ));
-    launches.extend(indexer_topk_segmented(1, 2, 3, 16384, 16384, 4, 512, INDEXER_TOPK_SEGMENT, 16384, 1).unwrap());
+    let io = AttentionInputs {
+        n_comp_avail: 512,
+        ..io
+    };
+    launches.extend(attention_decode_split(&shape, plan, 1, 2, &io, 1));
+    let topk = IndexerTopk {
+        score_stride: 16384,
+        n_comp_avail: 16384,
+        ..topk
+    };
+    launches.extend(indexer_topk_segmented(&topk, INDEXER_TOPK_SEGMENT, 16384, 1).unwrap());
     // The fast-mode fusion of an HC post into the next HC pre (state at the pre's `hc`, 64).
     launches.extend(fused_hc_post_pre(&hc_post(64, 64, 144, 0, 160, 4096, 4, 1), &hc_pre));
     // A routed down projection small enough for the fast Q4_K twin (4 rows of 1152 bytes).
     launches.push(moe_down(ExpertFormat::Q4K, 1, 2, q8k, 4, 2048, 4096, 4, 1));
-    // The batch's attention in one launch (fast mode, `Pass::attention_prefill_fast`).
-    launches.push(attention_prefill_fast(
-        &flash_ratio4_shape(),
-        16,
-        32,
-        48,
-        64,
-        80,
-        96,
-        112,
-        512,
-        37,
-    ));
+    // The batch's attention in one launch (fast mode, `Pass::attention_prefill_fast`), its pointers
+    // 16-byte aligned.
+    let aligned = AttentionInputs {
+        q: 32,
+        ring: 48,
+        comp: 64,
+        comp_sel: 80,
+        sinks: 96,
+        pos: 112,
+        n_comp_avail: 512,
+    };
+    launches.push(attention_prefill_fast(&shape, 16, &aligned, 37));
     // The fast-arithmetic twins take their exact launch's arguments (`fast_twin`).
     let twins: Vec<Launch> = launches.iter().filter_map(fast_twin).collect();
     launches.extend(twins);
@@ -264,7 +270,7 @@ fn launch_grids_for_flash_decode() {
 
 #[test]
 fn attention_visibility_and_grids() {
-    let s = flash_ratio4_shape();
+    let s = AttentionShape::flash_ratio4();
     // p = 2: 3 raw rows, no compressed row yet (first one at p = 3).
     assert_eq!(s.visible_rows(2, 0, false), 3);
     // p = 3: 4 raw + 1 compressed.
@@ -274,7 +280,7 @@ fn attention_visibility_and_grids() {
     assert_eq!(s.visible_rows(4000, 1000, true), 640);
     // Scores of a decode step over 640 rows; the score grid has a block per 8 rows.
     assert_eq!(s.score_floats(1, 640), 64 * 640);
-    let [scores, softmax, values] = attention(&s, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1000, 640, 1);
+    let [scores, softmax, values] = attention(&s, 1, 2, 3, &attention_inputs(), 640, 1);
     assert_eq!(
         (scores.grid, softmax.grid, values.grid),
         ([80, 1, 1], [64, 1, 1], [8, 8, 1])
