@@ -5,7 +5,6 @@
 use ds4_chat::backend::cpu::attention::{Visible, attend};
 use ds4_chat::backend::cpu::ops::{Rope, fp8_kv_round_trip, indexer_qat, rms_norm};
 use ds4_chat::backend::hip::kernels;
-use ds4_chat::backend::hip::runtime::HipResult;
 use ds4_chat::gguf::half::round_f16;
 use ds4_chat::model::hparams::HParams;
 
@@ -13,17 +12,21 @@ use super::attention_case::{AttentionCase, attention_shape};
 use super::support::*;
 
 /// Every check of this file, with its shapes.
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
-    for (label, n_tok, pos0, ratio, n_comp_avail, top_k) in [
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
+    let cases = [
         ("decode dense", 1usize, 200usize, 0usize, 0usize, 0usize),
         ("decode ratio4 +indexer sel", 1, 1000, 4, 250, 64),
         ("prefill 20 tok ratio128", 20, 130, 128, 1, 0),
         ("prefill 3 tok ratio4", 3, 37, 4, 9, 0),
-    ] {
-        let name = format!("kernel.attention[{label}]");
-        let shape = (n_tok, pos0, ratio, n_comp_avail, top_k);
-        emit(guard(&name, || check_attention(gpu, rng, &name, shape)));
-    }
+    ];
+    each(
+        gpu,
+        rng,
+        emit,
+        cases,
+        |c| format!("kernel.attention[{}]", c.0),
+        check_attention,
+    );
     for v in [
         RowsVariant::Q,
         RowsVariant::QInverse,
@@ -49,13 +52,7 @@ enum RowsVariant {
     Indexer,
 }
 
-fn check_rows_finish(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    v: RowsVariant,
-    emit: &mut dyn FnMut(CheckResult),
-) -> HipResult<CheckResult> {
+fn check_rows_finish(gpu: &Gpu, rng: &mut CheckRng, name: &str, v: RowsVariant, emit: Emit) -> Checked {
     use kernels::row_flags as f;
     let hp = HParams::flash();
     let eps = 1e-6f32;
@@ -142,13 +139,11 @@ fn check_rows_finish(
 /// Attention with sinks over the raw ring and the compressed rows against the
 /// CPU `attend`, for decode (split rows + combine) and batched prefill, with and without the
 /// indexer's row selection. `shape` = (n_tok, pos0, ratio, n_comp_avail, top_k; 0 = no selection).
-fn check_attention(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    shape: (usize, usize, usize, usize, usize),
-) -> HipResult<CheckResult> {
-    let (n_tok, pos0, ratio, n_comp_avail, top_k) = shape;
+/// One attention case: (label, tokens, first position, ratio, compressed rows, top_k).
+type Case = (&'static str, usize, usize, usize, usize, usize);
+
+fn check_attention(gpu: &Gpu, rng: &mut CheckRng, name: &str, case: Case) -> Checked {
+    let (_, n_tok, pos0, ratio, n_comp_avail, top_k) = case;
     let (n_head, head_dim, window, ring_cap) = (16usize, 512usize, 128usize, 256usize);
     let att = attention_shape(n_head, head_dim, ring_cap, window, ratio, top_k);
     let case = AttentionCase::new(gpu, rng, att, n_tok, pos0, n_comp_avail, |v| v)?;

@@ -5,13 +5,12 @@ use ds4_chat::backend::cpu::compressor::{CompressorState, NEG_INF};
 use ds4_chat::backend::cpu::indexer::top_k_mask;
 use ds4_chat::backend::cpu::quant::dot_f32;
 use ds4_chat::backend::hip::kernels;
-use ds4_chat::backend::hip::runtime::HipResult;
 use ds4_chat::gguf::half::f32_to_f16;
 
 use super::support::*;
 
 /// Every check of this file, with its shapes.
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     for (ratio, head_dim, pos0, n_tok) in [(4usize, 512usize, 5usize, 11usize), (4, 128, 0, 1), (128, 512, 120, 10)] {
         let name = format!("kernel.compressor_pool[ratio {ratio}, {n_tok} tok at {pos0}]");
         let r = guard(&name, || {
@@ -35,8 +34,8 @@ fn check_compressor(
     rng: &mut CheckRng,
     name: &str,
     shape: (usize, usize, usize, usize),
-    emit: &mut dyn FnMut(CheckResult),
-) -> HipResult<CheckResult> {
+    emit: Emit,
+) -> Checked {
     let (ratio, head_dim, pos0, n_tok) = shape;
     let comp_cap = 64usize;
     let mut cpu = CompressorState::new(ratio, head_dim);
@@ -111,13 +110,7 @@ fn check_compressor(
 /// Lightning indexer: scores Σ_h max(0, k·q_h)·w_h·scale over the visible compressed rows
 /// (against the CPU formula with `dot_f32`), then the top-k selection of the GPU's own scores
 /// against `top_k_mask` (ties to the lower row), exact.
-fn check_indexer(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    shape: (usize, usize, usize),
-    emit: &mut dyn FnMut(CheckResult),
-) -> HipResult<CheckResult> {
+fn check_indexer(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, usize, usize), emit: Emit) -> Checked {
     let (n_tok, pos0, top_k) = shape;
     let (n_head, head_dim, ratio) = (64usize, 128usize, 4usize);
     let n_comp_avail = (pos0 + n_tok) / ratio;

@@ -4,88 +4,40 @@
 //! quantized codes may differ only where the fast input sits within rounding of a code boundary,
 //! so by at most one step, and the differing codes are counted; the greedy pick exactly.
 
-use ds4_chat::backend::hip::kernels::{self, Launch, QuantOut};
-use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
+use ds4_chat::backend::hip::kernels::{self, QuantOut};
+use ds4_chat::backend::hip::runtime::DeviceBuffer;
 
 use super::support::*;
 
-/// Float outputs of a fast twin: max|fast − exact| ≤ FAST_TOL · max|exact|.
-const FAST_TOL: f64 = 1e-5;
-
 /// Every check of this file.
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
-    for (n_in, n_out, rows_per_group, n_tok) in [
-        (4096usize, 1029usize, 1029usize, 2usize),
-        (1024, 96, 24, 2),
-        (7168, 77, 77, 1),
-        (256, 40, 40, 3),
-    ] {
-        let name = format!("fast.matvec_q8_0[{n_in}x{n_out},group {rows_per_group},{n_tok} tok]");
-        emit(guard(&name, || {
-            check_matvec_q8_0(gpu, rng, &name, (n_in, n_out, rows_per_group, n_tok))
-        }));
-    }
-    for (n_in, n_ff) in [(4096usize, 300usize), (512, 33)] {
-        let name = format!("fast.matvec_q8_0_swiglu[{n_in}x{n_ff}]");
-        emit(guard(&name, || check_swiglu(gpu, rng, &name, n_in, n_ff)));
-    }
-    for (n_in, n_out, n_tok, pair) in [
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
+    let f16_cases = [
         (4096usize, 256usize, 1usize, false),
         (4096, 1030, 2, false),
         (72, 33, 3, false),
         (4096, 512, 1, true),
         (1024, 77, 2, true),
-    ] {
+    ];
+    let f16_name = |(n_in, n_out, n_tok, pair)| {
         let kind = if pair { "matvec_f16_pair" } else { "matvec_f16" };
-        let name = format!("fast.{kind}[{n_in}x{n_out},{n_tok} tok]");
-        emit(guard(&name, || {
-            check_matvec_f16(gpu, rng, &name, (n_in, n_out, n_tok), pair)
-        }));
-    }
-    for n in [129280usize, 1001, 3] {
-        let name = format!("fast.argmax[{n}]");
-        emit(guard(&name, || check_argmax(gpu, rng, &name, n)));
-    }
+        format!("fast.{kind}[{n_in}x{n_out},{n_tok} tok]")
+    };
+    each(gpu, rng, emit, f16_cases, f16_name, check_matvec_f16);
+    each(
+        gpu,
+        rng,
+        emit,
+        [129280usize, 1001, 3],
+        |n| format!("fast.argmax[{n}]"),
+        check_argmax,
+    );
     let r = guard("fast.hc_pre_fused.xn", || check_hc_pre_fused(gpu, rng, &mut *emit));
     emit(r);
 }
 
-/// Runs `exact` and its fast twin into `outs` and compares every output (one buffer's after the
-/// other) within FAST_TOL.
-fn fast_within_tol(
-    gpu: &Gpu,
-    name: &str,
-    exact: &Launch,
-    outs: &mut [&mut DeviceBuffer],
-    note: String,
-) -> HipResult<CheckResult> {
-    let (a, f) = exact_and_fast(gpu, exact, outs)?;
-    let (fast, exact): (Vec<f32>, Vec<f32>) = (
-        f.iter().flat_map(|b| f32s(b)).collect(),
-        a.iter().flat_map(|b| f32s(b)).collect(),
-    );
-    Ok(close_scaled(name, &fast, &exact, FAST_TOL, note))
-}
-
-fn check_matvec_q8_0(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    shape: (usize, usize, usize, usize),
-) -> HipResult<CheckResult> {
-    let mut case = Q8ProjCase::new(gpu, rng, shape)?;
-    let l = kernels::matvec_q8_0(&case.proj, shape.3 as u32);
-    fast_within_tol(gpu, name, &l, &mut [&mut case.y], format!("{} tokens", shape.3))
-}
-
-fn check_matvec_f16(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    shape: (usize, usize, usize),
-    pair: bool,
-) -> HipResult<CheckResult> {
-    let mut case = F16ProjCase::new(gpu, rng, 2, shape, shape.0)?;
+fn check_matvec_f16(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, usize, usize, bool)) -> Checked {
+    let (n_in, n_out, n_tok, pair) = shape;
+    let mut case = F16ProjCase::new(gpu, rng, 2, (n_in, n_out, n_tok), n_in)?;
     let l = if pair {
         case.pair()
     } else {
@@ -93,17 +45,11 @@ fn check_matvec_f16(
     };
     let n_outs = if pair { 2 } else { 1 };
     let mut outs: Vec<&mut DeviceBuffer> = case.ys.iter_mut().take(n_outs).collect();
-    fast_within_tol(gpu, name, &l, &mut outs, format!("{} tokens", shape.2))
-}
-
-fn check_swiglu(gpu: &Gpu, rng: &mut CheckRng, name: &str, n_in: usize, n_ff: usize) -> HipResult<CheckResult> {
-    let mut case = Q8SwigluCase::new(gpu, rng, (n_in, n_ff, 1), 7.0)?;
-    let l = kernels::matvec_q8_0_swiglu(&case.sw, 1);
-    fast_within_tol(gpu, name, &l, &mut [&mut case.mid], "clamp 7".into())
+    fast_within_tol(gpu, name, &l, &mut outs, format!("{n_tok} tokens"))
 }
 
 /// Random logits with NaN, -inf and a tie at the maximum (the first index must win).
-fn check_argmax(gpu: &Gpu, rng: &mut CheckRng, name: &str, n: usize) -> HipResult<CheckResult> {
+fn check_argmax(gpu: &Gpu, rng: &mut CheckRng, name: &str, n: usize) -> Checked {
     let mut cases = Vec::new();
     let mut x = random_vec(rng, n, 8.0);
     if n > 10 {
@@ -139,7 +85,7 @@ fn check_argmax(gpu: &Gpu, rng: &mut CheckRng, name: &str, n: usize) -> HipResul
 /// The fused HC pre step: xn and the split within FAST_TOL of the exact kernel's; the Q8_0 codes of
 /// xn at most one step apart (a fast xn within rounding of a code boundary), the differing count
 /// reported. Launched twice on both kernels (the counters reset), as the decode graph replays it.
-fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) -> HipResult<CheckResult> {
+fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) -> Checked {
     let case = super::hc::HcPreFused::new(gpu, rng)?;
     let (n_hc, n_embd, n_tok, iters) = (case.n_hc, case.n_embd, case.n_tok, case.iters);
     let mut split = gpu.poisoned::<f32>(n_tok * case.n_mix)?;

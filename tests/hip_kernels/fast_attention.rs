@@ -8,15 +8,13 @@
 //! without arithmetic, so the lists must be equal, ties (to the lower row) included.
 
 use ds4_chat::backend::hip::kernels::{self, AttentionSplitPlan};
-use ds4_chat::backend::hip::runtime::HipResult;
 
 use super::attention_case::{AttentionCase, attention_shape};
 use super::support::*;
 
-const FAST_TOL: f64 = 1e-5;
-
 /// One attention case: tokens, first position, ratio, compressed rows in the cache, top_k (0 = no
 /// selection), the most rows the launch is sized for, heads.
+#[derive(Clone, Copy)]
 struct Case {
     label: &'static str,
     n_tok: usize,
@@ -29,7 +27,7 @@ struct Case {
 }
 
 /// Every check of this file.
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     let cases = [
         Case {
             label: "17 rows dense, graph sized for 640",
@@ -82,37 +80,35 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
             n_head: 8,
         },
     ];
-    for c in &cases {
-        let name = format!("fast_attention.decode_split[{}]", c.label);
-        emit(guard(&name, || check_split(gpu, rng, &name, c)));
-    }
-    for (n_head, n_comp, n_tok) in [(64usize, 1000usize, 2usize), (4, 300, 1), (64, 17_500, 1)] {
-        let name = format!("fast_attention.indexer_scores[{n_head} heads, {n_comp} rows, {n_tok} tok]");
-        emit(guard(&name, || {
-            check_indexer_scores(gpu, rng, &name, (n_head, n_comp, n_tok))
-        }));
-    }
+    each(
+        gpu,
+        rng,
+        emit,
+        cases,
+        |c| format!("fast_attention.decode_split[{}]", c.label),
+        check_split,
+    );
+    let scores_name =
+        |(n_head, n_comp, n_tok)| format!("fast_attention.indexer_scores[{n_head} heads, {n_comp} rows, {n_tok} tok]");
+    let scores_cases = [(64usize, 1000usize, 2usize), (4, 300, 1), (64, 17_500, 1)];
+    each(gpu, rng, emit, scores_cases, scores_name, check_indexer_scores);
     // (rows, top_k, segment, distinct score levels: few levels make many ties).
-    for (n, top_k, seg, levels) in [
+    let topk_cases = [
         (600usize, 512u32, 4096u32, 0u32),
         (1000, 64, 128, 7),
         (17_500, 512, 4096, 0),
         (17_500, 512, 4096, 40),
         (262_144, 512, 4096, 0),
-    ] {
-        let name = format!("fast_attention.indexer_topk[{n} rows, top {top_k}, seg {seg}, levels {levels}]");
-        emit(guard(&name, || check_topk(gpu, rng, &name, (n, top_k, seg, levels))));
-    }
+    ];
+    let topk_name = |(n, top_k, seg, levels)| {
+        format!("fast_attention.indexer_topk[{n} rows, top {top_k}, seg {seg}, levels {levels}]")
+    };
+    each(gpu, rng, emit, topk_cases, topk_name, check_topk);
 }
 
 /// `ds4_indexer_scores_fast` against `ds4_indexer_scores` (a sum over 64 heads of 128-long dots,
 /// reordered: FAST_TOL). Tokens at the last positions that see all `n_comp` rows.
-fn check_indexer_scores(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    shape: (usize, usize, usize),
-) -> HipResult<CheckResult> {
+fn check_indexer_scores(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, usize, usize)) -> Checked {
     let (n_head, n_comp, n_tok) = shape;
     let (dim, ratio, top_k) = (128usize, 4u32, 16u32);
     let qi = random_vec(rng, n_tok * n_head * dim, 1.0);
@@ -158,7 +154,7 @@ fn check_indexer_scores(
 
 /// The segmented top-k against `ds4_indexer_topk` for two tokens at the position where the first
 /// sees `n` - 1 rows and the second `n` (ratio 4).
-fn check_topk(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, u32, u32, u32)) -> HipResult<CheckResult> {
+fn check_topk(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, u32, u32, u32)) -> Checked {
     let (n, top_k, seg, levels) = shape;
     let (ratio, n_tok) = (4u32, 2usize);
     let stride = n + 5;
@@ -208,7 +204,7 @@ fn check_topk(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, u32, u32
     ))
 }
 
-fn check_split(gpu: &Gpu, rng: &mut CheckRng, name: &str, c: &Case) -> HipResult<CheckResult> {
+fn check_split(gpu: &Gpu, rng: &mut CheckRng, name: &str, c: Case) -> Checked {
     let (head_dim, window, ring_cap) = (512usize, 128usize, 256usize);
     let n_head = c.n_head;
     let shape = attention_shape(n_head, head_dim, ring_cap, window, c.ratio, c.top_k);

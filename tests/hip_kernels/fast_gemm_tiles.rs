@@ -5,7 +5,6 @@
 
 use ds4_chat::backend::cpu::quant::dot_f16;
 use ds4_chat::backend::hip::kernels;
-use ds4_chat::backend::hip::runtime::HipResult;
 use ds4_chat::gguf::GgmlType;
 
 use super::support::*;
@@ -13,13 +12,16 @@ use super::support::*;
 /// Relative to max|ref|, as for every fast GEMM (tests/hip_kernels/gemm_fast.rs).
 const TOL: f64 = 1e-5;
 
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
-    for (n_in, n_out, n_tok) in [(1032usize, 70usize, 40usize), (1030, 65, 17)] {
-        let name = format!("kernel.gemm_f16_mma_load_paths[{n_in}x{n_out},{n_tok} tok]");
-        emit(guard(&name, || {
-            check_f16_load_paths(gpu, rng, &name, (n_in, n_out, n_tok))
-        }));
-    }
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
+    let name = |(n_in, n_out, n_tok)| format!("kernel.gemm_f16_mma_load_paths[{n_in}x{n_out},{n_tok} tok]");
+    each(
+        gpu,
+        rng,
+        emit,
+        [(1032usize, 70usize, 40usize), (1030, 65, 17)],
+        name,
+        check_f16_load_paths,
+    );
 }
 
 /// Runs ds4_gemm_f16_mma on activations at a 16-byte aligned address (x stride a multiple of 4:
@@ -30,7 +32,7 @@ fn check_f16_load_paths(
     rng: &mut CheckRng,
     name: &str,
     (n_in, n_out, n_tok): (usize, usize, usize),
-) -> HipResult<CheckResult> {
+) -> Checked {
     let x_stride = n_in.next_multiple_of(4) + 4;
     let w = random_weights(rng, GgmlType::F16, n_in, n_out);
     // One spare float at the end: the shifted view's last row ends at x[1 + (n_tok - 1) * x_stride + n_in].

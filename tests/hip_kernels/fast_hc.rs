@@ -14,8 +14,6 @@ use ds4_chat::model::hparams::HParams;
 
 use super::support::*;
 
-/// Float outputs: max|fast − exact| ≤ FAST_TOL · max|exact|.
-const FAST_TOL: f64 = 1e-5;
 /// The HC split against the exact one: its mix logits are 16,384-term F16 dots (Flash) summed in
 /// another order, whose absolute difference the softmax and 20 Sinkhorn passes turn into about the
 /// same relative difference of every split entry; 1e-5 of max|split| (2) leaves no margin for that.
@@ -25,7 +23,7 @@ const SPLIT_TOL: f64 = 1e-4;
 const TIE_GAP: f64 = 1e-3;
 
 /// Every check of this file.
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     let all = Want {
         out: true,
         q8_0: true,
@@ -301,7 +299,7 @@ fn check_rms_norm_quant(
     norm: bool,
     weighted: bool,
     want: Want,
-) -> HipResult<CheckResult> {
+) -> Checked {
     let x = random_vec(rng, rows * stride, 3.0);
     let w: Vec<f32> = (0..n).map(|_| 1.0 + 0.3 * rng.next_f32()).collect();
     let (x_d, w_d) = (gpu.up(&x)?, gpu.up(&w)?);
@@ -341,7 +339,7 @@ fn check_hc_pre_fused(
     name: &str,
     (n_embd, n_hc, n_tok): (usize, usize, usize),
     want: Want,
-) -> HipResult<CheckResult> {
+) -> Checked {
     let iters = 20;
     let n_mix = 2 * n_hc + n_hc * n_hc;
     let inputs = HcPreInputs::new(gpu, rng, (n_embd, n_hc, n_tok))?;
@@ -457,7 +455,7 @@ fn check_hc_post_pre(
     shape: (usize, usize, usize),
     with_y2: bool,
     want: Want,
-) -> HipResult<CheckResult> {
+) -> Checked {
     let (n_embd, n_hc, n_tok) = shape;
     let n_mix = 2 * n_hc + n_hc * n_hc;
     let inputs = HcPreInputs::new(gpu, rng, shape)?;
@@ -514,7 +512,7 @@ fn check_hc_post(
     (n_embd, n_hc, n_tok): (usize, usize, usize),
     with_y2: bool,
     in_place: bool,
-) -> HipResult<CheckResult> {
+) -> Checked {
     let n_mix = 2 * n_hc + n_hc * n_hc;
     let hc = random_vec(rng, n_tok * n_hc * n_embd, 2.0);
     let y = random_vec(rng, n_tok * n_embd, 1.0);
@@ -561,14 +559,7 @@ struct RowsShape {
 /// may then differ where its value crossed a rounding midpoint: by at most one step of the format
 /// (|v| / 8 for E4M3, whose block scale may also have moved to the next power of two with its
 /// maximum, |v| / 1024 for f16), counted in the report.
-fn check_rows_finish(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    sh: RowsShape,
-    flags: u32,
-    yarn: bool,
-) -> HipResult<CheckResult> {
+fn check_rows_finish(gpu: &Gpu, rng: &mut CheckRng, name: &str, sh: RowsShape, flags: u32, yarn: bool) -> Checked {
     use kernels::row_flags as rf;
     let hp = HParams::flash();
     let ring_cap = 256usize;

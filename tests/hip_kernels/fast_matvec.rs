@@ -5,33 +5,35 @@
 //! within FAST_TOL × max|exact|: the sums are the exact kernels' products added in another order
 //! (a few ulps of the largest partial sums).
 
-use ds4_chat::backend::hip::kernels::{self, ExpertFormat, Launch};
-use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
+use ds4_chat::backend::hip::kernels::{self, ExpertFormat};
 
 use super::support::*;
 
-const FAST_TOL: f64 = 1e-5;
-
 /// Every check of this file.
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     // (n_in, n_out, rows_per_group, n_tok): 1, 4, 16, 32 and 64 chunks a row, grouped, 3 chunks.
-    for (n_in, n_out, rows_per_group, n_tok) in [
+    let q8_0_cases = [
         (256usize, 131usize, 131usize, 1usize),
         (1024, 200, 50, 2),
         (4096, 37, 37, 2),
         (8192, 21, 7, 1),
         (16384, 9, 9, 2),
         (768, 45, 45, 1),
-    ] {
-        let name = format!("fast_matvec.q8_0[{n_in}x{n_out},group {rows_per_group},{n_tok} tok]");
-        emit(guard(&name, || {
-            check_q8_0(gpu, rng, &name, (n_in, n_out, rows_per_group, n_tok))
-        }));
-    }
-    for (n_in, n_ff, n_tok) in [(4096usize, 45usize, 2usize), (16384, 5, 1), (512, 19, 1), (768, 7, 1)] {
-        let name = format!("fast_matvec.q8_0_swiglu[{n_in}x{n_ff},{n_tok} tok]");
-        emit(guard(&name, || check_swiglu(gpu, rng, &name, (n_in, n_ff, n_tok))));
-    }
+        (7168, 77, 77, 1),
+        (256, 40, 40, 3),
+    ];
+    let q8_0_name = |(n_in, n_out, group, n_tok)| format!("fast_matvec.q8_0[{n_in}x{n_out},group {group},{n_tok} tok]");
+    each(gpu, rng, emit, q8_0_cases, q8_0_name, check_q8_0);
+    let swiglu_cases = [
+        (4096usize, 45usize, 2usize),
+        (4096, 300, 1),
+        (16384, 5, 1),
+        (512, 19, 1),
+        (512, 33, 1),
+        (768, 7, 1),
+    ];
+    let swiglu_name = |(n_in, n_ff, n_tok)| format!("fast_matvec.q8_0_swiglu[{n_in}x{n_ff},{n_tok} tok]");
+    each(gpu, rng, emit, swiglu_cases, swiglu_name, check_swiglu);
     for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
         let name = format!("fast_matvec.moe_gate_up_{}[2048x37,2 tok]", fmt_name(fmt));
         emit(guard(&name, || check_gate_up(gpu, rng, &name, fmt)));
@@ -43,44 +45,17 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
     emit(guard("fast_matvec.moe_twins_decline", || Ok(check_declines())));
 }
 
-/// Runs `exact`, reads `out`, poisons it, runs the fast twin and reads it again.
-fn exact_and_fast(gpu: &Gpu, exact: &Launch, out: &mut DeviceBuffer) -> HipResult<(Vec<f32>, Vec<f32>)> {
-    let fast = kernels::fast_twin(exact).unwrap_or_else(|| panic!("{} has no fast twin here", exact.kernel.name));
-    gpu.run(exact)?;
-    let a = out.to_vec::<f32>()?;
-    let n = out.len_bytes();
-    out.fill_bytes_async(0, n, 0xFF, &gpu.stream)?;
-    gpu.stream.synchronize()?;
-    gpu.run(&fast)?;
-    Ok((a, out.to_vec::<f32>()?))
-}
-
-fn compare(name: &str, gpu: &Gpu, exact: &Launch, out: &mut DeviceBuffer, note: String) -> HipResult<CheckResult> {
-    let (a, f) = exact_and_fast(gpu, exact, out)?;
-    Ok(close_scaled(name, &f, &a, FAST_TOL, note))
-}
-
-fn check_q8_0(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    shape: (usize, usize, usize, usize),
-) -> HipResult<CheckResult> {
+fn check_q8_0(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, usize, usize, usize)) -> Checked {
     let n_tok = shape.3;
     let mut case = Q8ProjCase::new(gpu, rng, shape)?;
     let l = kernels::matvec_q8_0(&case.proj, n_tok as u32);
-    compare(name, gpu, &l, &mut case.y, format!("{n_tok} tokens"))
+    fast_within_tol(gpu, name, &l, &mut [&mut case.y], format!("{n_tok} tokens"))
 }
 
-fn check_swiglu(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    (n_in, n_ff, n_tok): (usize, usize, usize),
-) -> HipResult<CheckResult> {
+fn check_swiglu(gpu: &Gpu, rng: &mut CheckRng, name: &str, (n_in, n_ff, n_tok): (usize, usize, usize)) -> Checked {
     let mut case = Q8SwigluCase::new(gpu, rng, (n_in, n_ff, n_tok), 7.0)?;
     let l = kernels::matvec_q8_0_swiglu(&case.sw, n_tok as u32);
-    compare(name, gpu, &l, &mut case.mid, format!("{n_tok} tokens, clamp 7"))
+    fast_within_tol(gpu, name, &l, &mut [&mut case.mid], format!("{n_tok} tokens, clamp 7"))
 }
 
 const N_EXPERT: usize = 8;
@@ -92,7 +67,7 @@ fn selection(rng: &mut CheckRng) -> (Vec<u32>, Vec<f32>) {
     super::moe::random_selection(rng, N_TOK, N_USED, N_EXPERT, true)
 }
 
-fn check_gate_up(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -> HipResult<CheckResult> {
+fn check_gate_up(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -> Checked {
     let (n_in, n_ff, limit) = (2048usize, 37usize, 2.0f32);
     let ty = fmt_type(fmt);
     let gate = random_weights(rng, ty, n_in, n_ff * N_EXPERT);
@@ -115,16 +90,16 @@ fn check_gate_up(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -
         limit,
         N_TOK as u32,
     );
-    compare(
-        name,
+    fast_within_tol(
         gpu,
+        name,
         &l,
-        &mut mid,
+        &mut [&mut mid],
         format!("{N_USED}/{N_EXPERT} experts, limit {limit}"),
     )
 }
 
-fn check_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_ff: usize) -> HipResult<CheckResult> {
+fn check_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_ff: usize) -> Checked {
     let n_out = 45usize;
     let ty = fmt_type(fmt);
     let down = random_weights(rng, ty, n_ff, n_out * N_EXPERT);
@@ -143,7 +118,7 @@ fn check_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_ff
         N_USED as u32,
         N_TOK as u32,
     );
-    compare(name, gpu, &l, &mut out, format!("{N_USED}/{N_EXPERT} experts"))
+    fast_within_tol(gpu, name, &l, &mut [&mut out], format!("{N_USED}/{N_EXPERT} experts"))
 }
 
 /// Rows that are not 16-byte multiples, or jobs over the staging size, keep the exact kernels.

@@ -16,7 +16,6 @@
 //! and the check bounds |fast − exact| by ATT_TOL · max|row| (the reported max_abs is absolute).
 
 use ds4_chat::backend::hip::kernels;
-use ds4_chat::backend::hip::runtime::HipResult;
 use ds4_chat::gguf::half::{f32_to_f16, round_f16};
 
 use super::attention_case::{AttentionCase, attention_shape};
@@ -29,7 +28,7 @@ const ATT_TOL: f64 = 2e-3;
 /// top_k (0 = no indexer selection).
 type Case = (&'static str, usize, usize, usize, usize, usize, usize, usize);
 
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     let cases: [Case; 7] = [
         ("window only, 1 tok", 1, 300, 64, 512, 0, 0, 0),
         ("window only, 37 tok from 0", 37, 0, 64, 512, 0, 0, 0),
@@ -72,7 +71,7 @@ fn check_pool(
     pos0: usize,
     n_tok: usize,
     comp_cap: usize,
-) -> HipResult<CheckResult> {
+) -> Checked {
     let head_dim = 96usize;
     let c = if ratio == 4 { 2 } else { 1 };
     let width = c * head_dim;
@@ -126,7 +125,7 @@ fn check_pool(
     ))
 }
 
-fn check_case(gpu: &Gpu, rng: &mut CheckRng, name: &str, case: Case) -> HipResult<CheckResult> {
+fn check_case(gpu: &Gpu, rng: &mut CheckRng, name: &str, case: Case) -> Checked {
     let (_, n_tok, pos0, n_head, head_dim, ratio, n_comp, top_k) = case;
     let window = 128usize;
     let ring_cap = window + n_tok - 1;

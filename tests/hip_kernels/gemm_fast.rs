@@ -21,24 +21,23 @@ const FAST_GEMM_TOL: f64 = 1e-5;
 
 /// Every check of this file, with its shapes: partial row and token tiles, a K tail that is not a
 /// whole stage, grouped projections.
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
-    for (n_in, n_out, rows_per_group, n_tok) in [(1056usize, 200usize, 256usize, 150usize), (1024, 512, 128, 70)] {
-        let name = format!("kernel.gemm_q8_0_mma[{n_in}x{n_out},group {rows_per_group},{n_tok} tok]");
-        let shape = (n_in, n_out, rows_per_group, n_tok);
-        emit(guard(&name, || check_gemm_q8_0_mma(gpu, rng, &name, shape)));
-    }
-    for (n_in, n_out, n_tok) in [(2056usize, 77usize, 150usize), (512, 130, 33)] {
-        let name = format!("kernel.gemm_f16_mma[{n_in}x{n_out},{n_tok} tok]");
-        emit(guard(&name, || {
-            check_gemm_f16_mma(gpu, rng, &name, (n_in, n_out, n_tok))
-        }));
-    }
-    for (n_in, n_ff, n_tok) in [(1024usize, 200usize, 150usize), (512, 64, 9)] {
-        let name = format!("kernel.gemm_q8_0_swiglu_mma[{n_in}x{n_ff},{n_tok} tok]");
-        emit(guard(&name, || {
-            check_gemm_q8_0_swiglu_mma(gpu, rng, &name, (n_in, n_ff, n_tok))
-        }));
-    }
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
+    let q8_0_name =
+        |(n_in, n_out, group, n_tok)| format!("kernel.gemm_q8_0_mma[{n_in}x{n_out},group {group},{n_tok} tok]");
+    let q8_0_cases = [(1056usize, 200usize, 256usize, 150usize), (1024, 512, 128, 70)];
+    each(gpu, rng, emit, q8_0_cases, q8_0_name, check_gemm_q8_0_mma);
+    let f16_name = |(n_in, n_out, n_tok)| format!("kernel.gemm_f16_mma[{n_in}x{n_out},{n_tok} tok]");
+    each(
+        gpu,
+        rng,
+        emit,
+        [(2056usize, 77usize, 150usize), (512, 130, 33)],
+        f16_name,
+        check_gemm_f16_mma,
+    );
+    let swiglu_name = |(n_in, n_ff, n_tok)| format!("kernel.gemm_q8_0_swiglu_mma[{n_in}x{n_ff},{n_tok} tok]");
+    let swiglu_cases = [(1024usize, 200usize, 150usize), (512, 64, 9)];
+    each(gpu, rng, emit, swiglu_cases, swiglu_name, check_gemm_q8_0_swiglu_mma);
     for fmt in EXPERT_FORMATS {
         let name = format!("kernel.moe_gemm_mma_{}[vs exact]", fmt_name(fmt));
         let r = guard(&name, || check_moe_gemm_mma(gpu, rng, &name, fmt, &mut *emit));
@@ -77,12 +76,7 @@ fn close_counting_bits(name: &str, got: &[f32], want: &[f32], note: String) -> C
     )
 }
 
-fn check_gemm_q8_0_swiglu_mma(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    shape: (usize, usize, usize),
-) -> HipResult<CheckResult> {
+fn check_gemm_q8_0_swiglu_mma(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, usize, usize)) -> Checked {
     let mut case = Q8SwigluCase::new(gpu, rng, shape, 2.0)?;
     let n_tok = shape.2;
     let exact = kernels::gemm_q8_0_swiglu(&case.sw, n_tok as u32);
@@ -93,13 +87,7 @@ fn check_gemm_q8_0_swiglu_mma(
 /// The grouped routed-expert twins on the exact kernels' launches, on the tile-class case of the
 /// exact kernels' check (`moe::TileClassCase`); `.gate_up` and `.down` are emitted, the returned
 /// result covers both.
-fn check_moe_gemm_mma(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    fmt: ExpertFormat,
-    emit: &mut dyn FnMut(CheckResult),
-) -> HipResult<CheckResult> {
+fn check_moe_gemm_mma(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, emit: Emit) -> Checked {
     let case = super::moe::TileClassCase::new(gpu, rng, fmt)?;
     let (_, n_ff, n_out, n_used, _) = super::moe::TILE_CLASS_SHAPE;
     let n_tok = case.n_tok;
@@ -132,12 +120,7 @@ fn check_moe_gemm_mma(
     ))
 }
 
-fn check_gemm_q8_0_mma(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    shape: (usize, usize, usize, usize),
-) -> HipResult<CheckResult> {
+fn check_gemm_q8_0_mma(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, usize, usize, usize)) -> Checked {
     let case = Q8ProjCase::new(gpu, rng, shape)?;
     let n_tok = shape.3;
     gpu.run(&mma_twin(&kernels::gemm_q8_0(&case.proj, n_tok as u32)))?;
@@ -155,7 +138,7 @@ fn check_gemm_f16_mma(
     rng: &mut CheckRng,
     name: &str,
     (n_in, n_out, n_tok): (usize, usize, usize),
-) -> HipResult<CheckResult> {
+) -> Checked {
     let x_stride = n_in + 4;
     let case = F16ProjCase::new(gpu, rng, 1, (n_in, n_out, n_tok), x_stride)?;
     gpu.run(&mma_twin(&case.single(kernels::gemm_f16)))?;

@@ -11,7 +11,7 @@ use ds4_chat::gguf::GgmlType;
 use super::support::*;
 
 /// Every check of this file.
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     emit(guard("kernel.embed_hc", || check_embed_hc(gpu, rng)));
     let r = guard("kernel.hc_pre.x_out", || check_hc_pre(gpu, rng, &mut *emit));
     emit(r);
@@ -28,7 +28,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
     emit(guard("kernel.hc_head_finish", || check_hc_head(gpu, rng)));
 }
 
-fn check_embed_hc(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
+fn check_embed_hc(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
     let (n_vocab, n_embd, n_hc) = (1000usize, 520usize, 4usize);
     let emb = random_weights(rng, GgmlType::F16, n_embd, n_vocab);
     // The last id is out of range: the kernel writes zeros for it.
@@ -71,7 +71,7 @@ fn check_embed_hc(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
 /// HC pre step: unweighted RMSNorm of the flattened streams, F16 control matvec, Sinkhorn
 /// split, weighted stream sum, through ds4_hc_mix + ds4_hc_pre_finish: bitwise equal to the CPU
 /// reference (the kernels follow its operation order). Flash shape per token with a smaller n_embd.
-fn check_hc_pre(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) -> HipResult<CheckResult> {
+fn check_hc_pre(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) -> Checked {
     let (n_hc, n_embd, n_tok, iters, eps_rms, eps_hc) = (4usize, 1024usize, 2usize, 20usize, 1e-6f32, 1e-6f32);
     let n_in = n_hc * n_embd;
     let n_mix = 2 * n_hc + n_hc * n_hc;
@@ -116,7 +116,7 @@ fn check_hc_pre(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)
 /// against the CPU quantization of the GPU's own xn. Launched twice with the outputs poisoned in
 /// between: the second launch must give the same results (its per-token counters were reset by
 /// the first, which captured-graph replay relies on).
-fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) -> HipResult<CheckResult> {
+fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) -> Checked {
     let case = HcPreFused::new(gpu, rng)?;
     let (n_hc, n_embd, n_tok, iters, eps) = (case.n_hc, case.n_embd, case.n_tok, case.iters, case.eps);
     let mut split = gpu.poisoned::<f32>(n_tok * case.n_mix)?;
@@ -169,7 +169,7 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckR
 }
 
 /// HC post with a random split (post weights and combine matrix), y2 optional.
-fn check_hc_post(gpu: &Gpu, rng: &mut CheckRng, name: &str, with_y2: bool) -> HipResult<CheckResult> {
+fn check_hc_post(gpu: &Gpu, rng: &mut CheckRng, name: &str, with_y2: bool) -> Checked {
     let (n_hc, n_embd, n_tok) = (4usize, 1000usize, 3usize);
     let n_mix = 2 * n_hc + n_hc * n_hc;
     let hc_in = random_vec(rng, n_tok * n_hc * n_embd, 2.0);
@@ -215,7 +215,7 @@ fn check_hc_post(gpu: &Gpu, rng: &mut CheckRng, name: &str, with_y2: bool) -> Hi
 
 /// Output-head HC reduction: unweighted RMSNorm of the streams, F16 head control,
 /// stable sigmoid weights + eps, weighted stream sum.
-fn check_hc_head(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
+fn check_hc_head(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
     let (n_hc, n_embd, n_tok, eps_rms, eps_hc) = (4usize, 1024usize, 2usize, 1e-6f32, 1e-6f32);
     let n_in = n_hc * n_embd;
     let inp = HcInputs::random(rng, n_tok, n_in, n_hc, 1);

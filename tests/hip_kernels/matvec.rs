@@ -4,12 +4,11 @@
 use ds4_chat::backend::cpu::ops::rms_norm;
 use ds4_chat::backend::cpu::quant::{Q8_0Act, quantize_q8_0};
 use ds4_chat::backend::hip::kernels::{self, ExpertFormat};
-use ds4_chat::backend::hip::runtime::HipResult;
 
 use super::support::*;
 
 /// Every check of this file, with its shapes.
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     // The selftest's one kernel launch (a user's check of the module) is this suite's fill check.
     gpu.launched.borrow_mut().insert(kernels::FILL_F32.name);
     emit(ds4_chat::backend::hip::selftest::check_fill(
@@ -51,7 +50,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
 /// RMSNorm + both activation quantizations of 3 rows (n = 4096, row stride 4100), with weight.
 /// The normed output is compared with the CPU RMSNorm; the quantized outputs with the CPU
 /// quantization of the GPU's own normed rows (isolating quantization from norm rounding).
-fn check_rms_norm_quant(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) -> HipResult<CheckResult> {
+fn check_rms_norm_quant(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) -> Checked {
     let (rows, n, stride, eps) = (3usize, 4096usize, 4100usize, 1e-6f32);
     let x = random_vec(rng, rows * stride, 3.0);
     let w: Vec<f32> = (0..n).map(|_| 1.0 + 0.2 * rng.next_f32()).collect();
@@ -143,7 +142,7 @@ fn check_matvec_q8_0(
     name: &str,
     shape: (usize, usize, usize, usize),
     gemm: bool,
-) -> HipResult<CheckResult> {
+) -> Checked {
     let case = Q8ProjCase::new(gpu, rng, shape)?;
     let build = if gemm { kernels::gemm_q8_0 } else { kernels::matvec_q8_0 };
     let n_tok = shape.3;
@@ -162,7 +161,7 @@ fn check_matvec_f16(
     name: &str,
     (n_in, n_out, n_tok): (usize, usize, usize),
     gemm: bool,
-) -> HipResult<CheckResult> {
+) -> Checked {
     let x_stride = n_in + 4;
     let case = F16ProjCase::new(gpu, rng, 1, (n_in, n_out, n_tok), x_stride)?;
     let build = if gemm { kernels::gemm_f16 } else { kernels::matvec_f16 };
@@ -175,14 +174,7 @@ fn check_matvec_f16(
     ))
 }
 
-fn check_matvec_k(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    fmt: ExpertFormat,
-    n_in: usize,
-    n_out: usize,
-) -> HipResult<CheckResult> {
+fn check_matvec_k(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_in: usize, n_out: usize) -> Checked {
     let n_tok = 2usize;
     let w = random_weights(rng, fmt_type(fmt), n_in, n_out);
     let blocks = q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0));
@@ -210,7 +202,7 @@ fn check_matvec_k(
     Ok(same_bits(name, &got, &want, format!("{n_tok} tokens")))
 }
 
-fn check_matvec_f16_pair(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
+fn check_matvec_f16_pair(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
     let (n_in, n_out, n_tok) = (1024usize, 37usize, 2usize);
     let case = F16ProjCase::new(gpu, rng, 2, (n_in, n_out, n_tok), n_in)?;
     gpu.run(&case.pair())?;
@@ -222,13 +214,7 @@ fn check_matvec_f16_pair(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult
     ))
 }
 
-fn check_matvec_q8_0_swiglu(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    n_tok: usize,
-    gemm: bool,
-) -> HipResult<CheckResult> {
+fn check_matvec_q8_0_swiglu(gpu: &Gpu, rng: &mut CheckRng, name: &str, n_tok: usize, gemm: bool) -> Checked {
     let (n_in, n_ff, limit) = (2048usize, 101usize, 3.0f32);
     let case = Q8SwigluCase::new(gpu, rng, (n_in, n_ff, n_tok), limit)?;
     let build = if gemm {

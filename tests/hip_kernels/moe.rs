@@ -10,7 +10,7 @@ use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 use super::support::*;
 
 /// Every check of this file, with its shapes.
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     for (n_tok, gemm) in [(2usize, false), (45, true)] {
         let kind = if gemm { "moe_gemm" } else { "moe" };
         for fmt in EXPERT_FORMATS {
@@ -107,7 +107,7 @@ fn check_moe_gate_up(
     fmt: ExpertFormat,
     n_tok: usize,
     gemm: bool,
-) -> HipResult<CheckResult> {
+) -> Checked {
     let (n_in, n_ff, n_expert, n_used) = MOE_SHAPE;
     let limit = 2.0f32; // small enough that some gate/up values clamp
     let ty = fmt_type(fmt);
@@ -161,14 +161,7 @@ fn check_moe_gate_up(
     ))
 }
 
-fn check_moe_down(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    fmt: ExpertFormat,
-    n_tok: usize,
-    gemm: bool,
-) -> HipResult<CheckResult> {
+fn check_moe_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_tok: usize, gemm: bool) -> Checked {
     let (_, n_ff, n_expert, n_used) = MOE_SHAPE;
     let n_out = 203usize;
     let ty = fmt_type(fmt);
@@ -409,13 +402,7 @@ impl TileClassCase {
 /// exactly (`.grouping`), every class's outputs must be bitwise identical to the all-64-wide tiling
 /// (each class accumulates every output over the same chunks in the same order, kernels/gemm.hip),
 /// and the smallest classes' outputs equal the CPU reference dots bit for bit (`.vs_cpu`).
-fn check_moe_gemm_tile_classes(
-    gpu: &Gpu,
-    rng: &mut CheckRng,
-    name: &str,
-    fmt: ExpertFormat,
-    emit: &mut dyn FnMut(CheckResult),
-) -> HipResult<CheckResult> {
+fn check_moe_gemm_tile_classes(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, emit: Emit) -> Checked {
     let case = TileClassCase::new(gpu, rng, fmt)?;
     let (n_in, n_ff, n_out, n_used, limit) = TILE_CLASS_SHAPE;
     let (n_tok, n_expert, sel) = (case.n_tok, case.n_expert, &case.sel);
@@ -496,7 +483,7 @@ fn check_moe_gemm_tile_classes(
 
 /// Router: top-k of sqrt(softplus(logit)) + bias, or hash-table experts; weights are
 /// the unbiased probs normalised by their sum and scaled. Ids and weights must match exactly.
-fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, hash: bool) -> HipResult<CheckResult> {
+fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, hash: bool) -> Checked {
     let (n_expert, n_used, n_tok, scale) = (256usize, 6usize, 3usize, 1.5f32);
     let mut logits = random_vec(rng, n_tok * n_expert, 4.0);
     logits[5] = logits[9]; // a tie

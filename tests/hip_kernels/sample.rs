@@ -3,14 +3,13 @@
 //! kernels/mathf.h bitwise against `backend::cpu::transcend`.
 
 use ds4_chat::backend::hip::kernels::{self, SAMPLE_OUT_WORDS};
-use ds4_chat::backend::hip::runtime::HipResult;
 use ds4_chat::engine::events::SamplingParams;
 use ds4_chat::engine::sampler::{Sampler, Xorshift64Star, argmax as host_argmax};
 
 use super::support::*;
 
 /// Every check of this file.
-pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
+pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     emit(guard("kernel.argmax+sample_min_p[vs host sampler]", || {
         check_sampling(gpu, rng)
     }));
@@ -23,7 +22,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: &mut dyn FnMut(CheckResult)) {
 /// Device argmax must equal the host's argmax, and a device min-p draw the host sampler's draw with
 /// the same uniform, except where the draw's target lies within the summation-order rounding bound
 /// of a boundary between the two picks (the device sums the kept weights in another order).
-fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
+fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
     let name = "kernel.argmax+sample_min_p[vs host sampler]";
     let out = gpu.poisoned::<u32>(SAMPLE_OUT_WORDS)?;
     let (mut draws, mut boundary_cases, mut failures) = (0usize, 0usize, Vec::new());
@@ -165,7 +164,7 @@ fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> HipResult<CheckResult> {
 /// are the hardware's): a stride through all 2^32 bit patterns, the specials, and the engine's hot
 /// ranges (softmax/SwiGLU exponents, RoPE angles up to 1e6 across the 120 reduction switch, softplus
 /// arguments, log2 of small block maxima and subnormals).
-fn check_mathf(gpu: &Gpu, name: &str, which: kernels::MathFn) -> HipResult<CheckResult> {
+fn check_mathf(gpu: &Gpu, name: &str, which: kernels::MathFn) -> Checked {
     let sweep = |lo: f64, hi: f64, n: u32| (0..n).map(move |i| (lo + (hi - lo) * i as f64 / (n - 1) as f64) as f32);
     let mut input: Vec<f32> = (0..=u32::MAX / 4099).map(|i| f32::from_bits(i * 4099)).collect();
     input.extend([

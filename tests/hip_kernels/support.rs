@@ -23,6 +23,12 @@ use ds4_chat::gguf::half::f32_to_f16;
 
 pub use ds4_chat::backend::hip::selftest::{CheckResult, CheckRng, Verdict};
 
+/// What a check returns: its result, or the device error that stopped it (a FAIL line, [`guard`]).
+pub type Checked = HipResult<CheckResult>;
+
+/// Where a group's checks report their results.
+pub type Emit<'a> = &'a mut dyn FnMut(CheckResult);
+
 /// Whether this is the emulator's rerun for another wave size (`DS4_EMU_WARP` set by
 /// `wave64_emulator_passes_the_same_checks`): the checks of per-thread code (the transcendental
 /// functions) and of shuffle-free kernels (the grouped GEMMs' tile classes) already ran at wave32.
@@ -94,9 +100,28 @@ impl Gpu {
     }
 }
 
+/// Float outputs of a fast twin: max|fast − exact| ≤ FAST_TOL · max|exact| (the exact kernel's
+/// products summed in another order differ by a few ulps of the largest partial sums).
+pub const FAST_TOL: f64 = 1e-5;
+
+/// Runs `check` on every case under the name `name(case)` and emits each result.
+pub fn each<C: Copy>(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    emit: Emit,
+    cases: impl IntoIterator<Item = C>,
+    name: impl Fn(C) -> String,
+    check: impl Fn(&Gpu, &mut CheckRng, &str, C) -> Checked,
+) {
+    for case in cases {
+        let name = name(case);
+        emit(guard(&name, || check(gpu, rng, &name, case)));
+    }
+}
+
 /// Run one check; a device error or a panic (e.g. a launch builder's shape assertion) becomes a FAIL
 /// line instead of ending the suite.
-pub fn guard(name: &str, check: impl FnOnce() -> HipResult<CheckResult>) -> CheckResult {
+pub fn guard(name: &str, check: impl FnOnce() -> Checked) -> CheckResult {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => CheckResult::error(name, e),
@@ -325,6 +350,17 @@ pub fn exact_then_twin(
 pub fn exact_and_fast(gpu: &Gpu, exact: &Launch, outs: &mut [&mut DeviceBuffer]) -> HipResult<(Outputs, Outputs)> {
     let fast = kernels::fast_twin(exact).unwrap_or_else(|| panic!("{} has no fast twin here", exact.kernel.name));
     exact_then_twin(gpu, exact, &fast, outs)
+}
+
+/// Runs `exact` and its fast twin into `outs` and compares every output (one buffer's after the
+/// other) within FAST_TOL.
+pub fn fast_within_tol(gpu: &Gpu, name: &str, exact: &Launch, outs: &mut [&mut DeviceBuffer], note: String) -> Checked {
+    let (a, f) = exact_and_fast(gpu, exact, outs)?;
+    let (fast, exact): (Vec<f32>, Vec<f32>) = (
+        f.iter().flat_map(|b| f32s(b)).collect(),
+        a.iter().flat_map(|b| f32s(b)).collect(),
+    );
+    Ok(close_scaled(name, &fast, &exact, FAST_TOL, note))
 }
 
 /// A Q8_0 projection of random weights and activations on the device (grouped when
