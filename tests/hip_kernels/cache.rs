@@ -4,7 +4,8 @@
 use ds4_chat::backend::cpu::compressor::{CompressorState, NEG_INF};
 use ds4_chat::backend::cpu::indexer::top_k_mask;
 use ds4_chat::backend::cpu::quant::dot_f32;
-use ds4_chat::backend::hip::kernels;
+use ds4_chat::backend::hip::kernels::{self, Launch};
+use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 use ds4_chat::gguf::half::f32_to_f16;
 
 use super::support::*;
@@ -53,24 +54,11 @@ fn check_compressor(
     let sc_cur = random_vec(rng, n_tok * w, 2.0);
     let ape_bits: Vec<u16> = (0..ratio * w).map(|_| f32_to_f16(0.5 * rng.next_f32())).collect();
     let ape: Vec<f32> = ape_bits.iter().map(|&h| ds4_chat::gguf::half::f16_to_f32(h)).collect();
-    let (skv_d, ssc_d) = (gpu.up(&cpu.kv)?, gpu.up(&cpu.score)?);
-    let (kv_d, sc_d, ape_d) = (gpu.up(&kv_cur)?, gpu.up(&sc_cur)?, gpu.up(&ape_bits)?);
     let comp = gpu.poisoned::<f32>(comp_cap * head_dim)?;
-    let pos_d = gpu.up(&[pos0 as u32])?;
-    gpu.run(&kernels::compressor_pool(
-        comp.ptr().0,
-        skv_d.ptr().0,
-        ssc_d.ptr().0,
-        kv_d.ptr().0,
-        sc_d.ptr().0,
-        ape_d.ptr().0,
-        pos_d.ptr().0,
-        head_dim as u32,
-        ratio as u32,
-        n_tok as u32,
-        comp_cap as u32,
-    ))?;
-    let comp_all = comp.to_vec::<f32>()?;
+    let state = [cpu.kv.as_slice(), &cpu.score];
+    let pool = PoolBuffers::up(gpu, comp, state, [&kv_cur, &sc_cur], &ape_bits, pos0)?;
+    gpu.run(&pool.launch(head_dim, ratio, n_tok, comp_cap))?;
+    let comp_all = pool.rows.to_vec::<f32>()?;
     let (mut got_rows, mut want_rows) = (Vec::new(), Vec::new());
     let mut row = vec![0f32; head_dim];
     for t in 0..n_tok {
@@ -87,9 +75,7 @@ fn check_compressor(
             got_rows.extend_from_slice(&comp_all[r * head_dim..(r + 1) * head_dim]);
         }
     }
-    let (got_kv, got_sc) = (skv_d.to_vec::<f32>()?, ssc_d.to_vec::<f32>()?);
-    let mut state_got = got_kv;
-    state_got.extend(got_sc);
+    let state_got = pool.state()?;
     let mut state_want = cpu.kv.clone();
     state_want.extend(&cpu.score);
     emit(same_bits(
@@ -105,6 +91,61 @@ fn check_compressor(
         &want_rows,
         format!("{emitted} rows emitted, head_dim {head_dim}"),
     ))
+}
+
+/// The device operands of `ds4_compressor_pool`: the pooled rows it writes, the kv and score state
+/// it updates, the batch's kv and score rows, the f16 positional biases and the position word.
+pub struct PoolBuffers {
+    pub rows: DeviceBuffer,
+    state: [DeviceBuffer; 2],
+    batch: [DeviceBuffer; 2],
+    ape: DeviceBuffer,
+    pos: DeviceBuffer,
+}
+
+impl PoolBuffers {
+    /// Uploads the state ([kv, score]), the batch's rows ([kv, score]), the biases and pos0 beside `rows`.
+    pub fn up(
+        gpu: &Gpu,
+        rows: DeviceBuffer,
+        state: [&[f32]; 2],
+        batch: [&[f32]; 2],
+        ape: &[u16],
+        pos0: usize,
+    ) -> HipResult<PoolBuffers> {
+        Ok(PoolBuffers {
+            rows,
+            state: [gpu.up(state[0])?, gpu.up(state[1])?],
+            batch: [gpu.up(batch[0])?, gpu.up(batch[1])?],
+            ape: gpu.up(ape)?,
+            pos: gpu.up(&[pos0 as u32])?,
+        })
+    }
+
+    /// `ds4_compressor_pool` of `n_tok` tokens over these buffers.
+    pub fn launch(&self, head_dim: usize, ratio: usize, n_tok: usize, comp_cap: usize) -> Launch {
+        let [rows, kv, score, kv_cur, sc_cur, ape, pos] = [
+            &self.rows,
+            &self.state[0],
+            &self.state[1],
+            &self.batch[0],
+            &self.batch[1],
+            &self.ape,
+            &self.pos,
+        ]
+        .map(|b| b.ptr().0);
+        let [head_dim, ratio, n_tok, comp_cap] = [head_dim, ratio, n_tok, comp_cap].map(|v| v as u32);
+        kernels::compressor_pool(
+            rows, kv, score, kv_cur, sc_cur, ape, pos, head_dim, ratio, n_tok, comp_cap,
+        )
+    }
+
+    /// The state after the launches: kv, then score.
+    pub fn state(&self) -> HipResult<Vec<f32>> {
+        let mut all = self.state[0].to_vec::<f32>()?;
+        all.extend(self.state[1].to_vec::<f32>()?);
+        Ok(all)
+    }
 }
 
 /// Lightning indexer: scores Σ_h max(0, k·q_h)·w_h·scale over the visible compressed rows

@@ -420,28 +420,13 @@ impl HcPreInputs {
         mix_counter: [&DeviceBuffer; 2],
         shape: (usize, usize, usize),
     ) -> Launch {
-        let (n_embd, n_hc, n_tok) = shape;
         let [fn_w, scale, base, norm_w] = &self.dev;
-        kernels::hc_pre_fused(
-            split.ptr().0,
-            o,
-            mix_counter[0].ptr().0,
-            mix_counter[1].ptr().0,
-            hc.ptr().0,
-            fn_w.ptr().0,
-            scale.ptr().0,
-            base.ptr().0,
-            norm_w.ptr().0,
-            n_embd as u32,
-            n_hc as u32,
-            20,
-            kernels::HcEps {
-                rms: 1e-6,
-                hc: 1e-6,
-                norm: 1e-6,
-            },
-            n_tok as u32,
-        )
+        let eps = kernels::HcEps {
+            rms: 1e-6,
+            hc: 1e-6,
+            norm: 1e-6,
+        };
+        super::hc::hc_pre_fused_on(split, o, mix_counter, [hc, fn_w, scale, base, norm_w], shape, 20, eps)
     }
 }
 

@@ -19,6 +19,7 @@ use ds4_chat::backend::hip::kernels;
 use ds4_chat::gguf::half::{f32_to_f16, round_f16};
 
 use super::attention_case::{AttentionCase, attention_shape};
+use super::cache::PoolBuffers;
 use super::support::*;
 
 /// |fast − exact| <= ATT_TOL · max|visible row| (see the file comment).
@@ -89,32 +90,18 @@ fn check_pool(
         .map(f32_to_f16)
         .collect();
     let rows0 = random_vec(rng, comp_cap * head_dim, 1.0);
-    let (kv_d, sc_d, ape_d, pos_d) = (gpu.up(&kv)?, gpu.up(&sc)?, gpu.up(&ape)?, gpu.up(&[pos0 as u32])?);
     let mut outs = Vec::new();
     for fast in [false, true] {
-        let (rows_d, skv_d, ssc_d) = (gpu.up(&rows0)?, gpu.up(&skv)?, gpu.up(&ssc)?);
-        let l = kernels::compressor_pool(
-            rows_d.ptr().0,
-            skv_d.ptr().0,
-            ssc_d.ptr().0,
-            kv_d.ptr().0,
-            sc_d.ptr().0,
-            ape_d.ptr().0,
-            pos_d.ptr().0,
-            head_dim as u32,
-            ratio as u32,
-            n_tok as u32,
-            comp_cap as u32,
-        );
+        let pool = PoolBuffers::up(gpu, gpu.up(&rows0)?, [&skv, &ssc], [&kv, &sc], &ape, pos0)?;
+        let l = pool.launch(head_dim, ratio, n_tok, comp_cap);
         let l = if fast {
             kernels::fast_twin(&l).expect("a pooling twin")
         } else {
             l
         };
         gpu.run(&l)?;
-        let mut all = rows_d.to_vec::<f32>()?;
-        all.extend(skv_d.to_vec::<f32>()?);
-        all.extend(ssc_d.to_vec::<f32>()?);
+        let mut all = pool.rows.to_vec::<f32>()?;
+        all.extend(pool.state()?);
         outs.push(all);
     }
     Ok(same_bits(

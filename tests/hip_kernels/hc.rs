@@ -297,23 +297,38 @@ impl HcPreFused {
     /// The launch writing the split into `split` and xn (and the planes `o` names) into `o`.
     pub fn launch(&self, split: &DeviceBuffer, o: QuantOut) -> Launch {
         let [hc, fn_w, scale, base, norm_w, part, counter] = &self.dev;
-        kernels::hc_pre_fused(
-            split.ptr().0,
+        let shape = (self.n_embd, self.n_hc, self.n_tok);
+        hc_pre_fused_on(
+            split,
             o,
-            part.ptr().0,
-            counter.ptr().0,
-            hc.ptr().0,
-            fn_w.ptr().0,
-            scale.ptr().0,
-            base.ptr().0,
-            norm_w.ptr().0,
-            self.n_embd as u32,
-            self.n_hc as u32,
-            self.iters as u32,
+            [part, counter],
+            [hc, fn_w, scale, base, norm_w],
+            shape,
+            self.iters,
             self.eps,
-            self.n_tok as u32,
         )
     }
+}
+
+/// `ds4_hc_pre_fused` over device buffers: the split into `split`, xn (and the planes `o` names)
+/// into `o`, with the partial sums and per-token counters `mix_counter`, from `inputs`: the streams,
+/// control weights, scales, biases and norm weight; `shape` is (n_embd, n_hc, n_tok).
+pub fn hc_pre_fused_on(
+    split: &DeviceBuffer,
+    o: QuantOut,
+    mix_counter: [&DeviceBuffer; 2],
+    inputs: [&DeviceBuffer; 5],
+    (n_embd, n_hc, n_tok): (usize, usize, usize),
+    iters: usize,
+    eps: kernels::HcEps,
+) -> Launch {
+    let [mix, counter] = mix_counter.map(|b| b.ptr().0);
+    let [hc, fn_w, scale, base, norm_w] = inputs.map(|b| b.ptr().0);
+    let [n_embd, n_hc, iters, n_tok] = [n_embd, n_hc, iters, n_tok].map(|v| v as u32);
+    let split = split.ptr().0;
+    kernels::hc_pre_fused(
+        split, o, mix, counter, hc, fn_w, scale, base, norm_w, n_embd, n_hc, iters, eps, n_tok,
+    )
 }
 
 /// Random HC inputs: `n_tok` tokens' flattened streams, the F16 control weights (`n_out` rows of
