@@ -17,14 +17,8 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     emit(r);
     let r = guard("kernel.hc_pre_fused.xn", || check_hc_pre_fused(gpu, rng, &mut *emit));
     emit(r);
-    for with_y2 in [false, true] {
-        let name = if with_y2 {
-            "kernel.hc_post[y+y2]"
-        } else {
-            "kernel.hc_post[y]"
-        };
-        emit(guard(name, || check_hc_post(gpu, rng, name, with_y2)));
-    }
+    let post_name = |y2| format!("kernel.hc_post[{}]", if y2 { "y+y2" } else { "y" });
+    each(gpu, rng, emit, [false, true], post_name, check_hc_post);
     emit(guard("kernel.hc_head_finish", || check_hc_head(gpu, rng)));
 }
 

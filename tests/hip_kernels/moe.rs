@@ -25,14 +25,8 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         let r = guard(&name, || check_moe_gemm_tile_classes(gpu, rng, &name, fmt, &mut *emit));
         emit(r);
     }
-    for hash in [false, true] {
-        let name = if hash {
-            "kernel.router[hash]"
-        } else {
-            "kernel.router[topk+bias]"
-        };
-        emit(guard(name, || check_router(gpu, rng, name, hash)));
-    }
+    let router_name = |hash| format!("kernel.router[{}]", if hash { "hash" } else { "topk+bias" });
+    each(gpu, rng, emit, [false, true], router_name, check_router);
 }
 
 /// Distinct random experts per token and positive weights; with `last_highest` the last token
