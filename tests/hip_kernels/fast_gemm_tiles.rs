@@ -14,14 +14,8 @@ const TOL: f64 = 1e-5;
 
 pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     let name = |(n_in, n_out, n_tok)| format!("kernel.gemm_f16_mma_load_paths[{n_in}x{n_out},{n_tok} tok]");
-    each(
-        gpu,
-        rng,
-        emit,
-        [(1032usize, 70usize, 40usize), (1030, 65, 17)],
-        name,
-        check_f16_load_paths,
-    );
+    let cases = [(1032usize, 70usize, 40usize), (1030, 65, 17)];
+    each(gpu, rng, emit, cases, name, check_f16_load_paths);
 }
 
 /// Runs ds4_gemm_f16_mma on activations at a 16-byte aligned address (x stride a multiple of 4:

@@ -7,6 +7,7 @@
 
 use ds4_chat::backend::hip::kernels::{self, ExpertFormat};
 
+use super::moe_case::{DownCase, GateUpCase};
 use super::support::*;
 
 /// Every check of this file.
@@ -62,63 +63,25 @@ const N_EXPERT: usize = 8;
 const N_USED: usize = 6;
 const N_TOK: usize = 2;
 
-/// Distinct random experts per token (the last token takes the highest ids) and positive weights.
-fn selection(rng: &mut CheckRng) -> (Vec<u32>, Vec<f32>) {
-    super::moe::random_selection(rng, N_TOK, N_USED, N_EXPERT, true)
-}
-
 fn check_gate_up(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -> Checked {
     let (n_in, n_ff, limit) = (2048usize, 37usize, 2.0f32);
-    let ty = fmt_type(fmt);
-    let gate = random_weights(rng, ty, n_in, n_ff * N_EXPERT);
-    let up = random_weights(rng, ty, n_in, n_ff * N_EXPERT);
-    let x_d = gpu.up_q8k(&q8k_blocks(&random_vec(rng, N_TOK * n_in, 2.0)))?;
-    let (sel, selw) = selection(rng);
-    let (g_d, u_d, s_d, sw_d) = (gpu.up(&gate)?, gpu.up(&up)?, gpu.up(&sel)?, gpu.up(&selw)?);
-    let mut mid = gpu.poisoned::<f32>(N_TOK * N_USED * n_ff)?;
-    let l = kernels::moe_gate_up(
-        fmt,
-        mid.ptr().0,
-        g_d.ptr().0,
-        u_d.ptr().0,
-        x_d.planes(),
-        s_d.ptr().0,
-        sw_d.ptr().0,
-        n_in as u32,
-        n_ff as u32,
-        N_USED as u32,
-        limit,
-        N_TOK as u32,
-    );
+    let shape = (n_in, n_ff, N_EXPERT, N_USED);
+    let mut case = GateUpCase::new(gpu, rng, fmt, shape, (N_TOK, limit, true))?;
+    let l = case.launch();
+    let note = format!("{N_USED}/{N_EXPERT} experts, limit {limit}");
+    fast_within_tol(gpu, name, &l, &mut [&mut case.mid], note)
+}
+
+fn check_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_ff: usize) -> Checked {
+    let mut case = DownCase::new(gpu, rng, fmt, (n_ff, 45, N_EXPERT, N_USED), (N_TOK, true))?;
+    let l = case.launch();
     fast_within_tol(
         gpu,
         name,
         &l,
-        &mut [&mut mid],
-        format!("{N_USED}/{N_EXPERT} experts, limit {limit}"),
+        &mut [&mut case.out],
+        format!("{N_USED}/{N_EXPERT} experts"),
     )
-}
-
-fn check_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_ff: usize) -> Checked {
-    let n_out = 45usize;
-    let ty = fmt_type(fmt);
-    let down = random_weights(rng, ty, n_ff, n_out * N_EXPERT);
-    let m_d = gpu.up_q8k(&q8k_blocks(&random_vec(rng, N_TOK * N_USED * n_ff, 1.5)))?;
-    let (sel, _) = selection(rng);
-    let (d_d, s_d) = (gpu.up(&down)?, gpu.up(&sel)?);
-    let mut out = gpu.poisoned::<f32>(N_TOK * n_out)?;
-    let l = kernels::moe_down(
-        fmt,
-        out.ptr().0,
-        d_d.ptr().0,
-        m_d.planes(),
-        s_d.ptr().0,
-        n_ff as u32,
-        n_out as u32,
-        N_USED as u32,
-        N_TOK as u32,
-    );
-    fast_within_tol(gpu, name, &l, &mut [&mut out], format!("{N_USED}/{N_EXPERT} experts"))
 }
 
 /// Rows that are not 16-byte multiples, or jobs over the staging size, keep the exact kernels.

@@ -27,14 +27,8 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     let q8_0_cases = [(1056usize, 200usize, 256usize, 150usize), (1024, 512, 128, 70)];
     each(gpu, rng, emit, q8_0_cases, q8_0_name, check_gemm_q8_0_mma);
     let f16_name = |(n_in, n_out, n_tok)| format!("kernel.gemm_f16_mma[{n_in}x{n_out},{n_tok} tok]");
-    each(
-        gpu,
-        rng,
-        emit,
-        [(2056usize, 77usize, 150usize), (512, 130, 33)],
-        f16_name,
-        check_gemm_f16_mma,
-    );
+    let f16_cases = [(2056usize, 77usize, 150usize), (512, 130, 33)];
+    each(gpu, rng, emit, f16_cases, f16_name, check_gemm_f16_mma);
     let swiglu_name = |(n_in, n_ff, n_tok)| format!("kernel.gemm_q8_0_swiglu_mma[{n_in}x{n_ff},{n_tok} tok]");
     let swiglu_cases = [(1024usize, 200usize, 150usize), (512, 64, 9)];
     each(gpu, rng, emit, swiglu_cases, swiglu_name, check_gemm_q8_0_swiglu_mma);

@@ -32,6 +32,7 @@ mod gemm_fast;
 mod hc;
 mod matvec;
 mod moe;
+mod moe_case;
 mod sample;
 mod support;
 

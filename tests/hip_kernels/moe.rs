@@ -1,12 +1,13 @@
 //! The routed experts against the CPU reference: the router (top-k with bias, hash), the decode expert
 //! kernels and the grouped expert GEMMs (bitwise, every tile class), for each expert format.
 
-use ds4_chat::backend::cpu::moe::{swiglu, top_k_desc};
+use ds4_chat::backend::cpu::moe::top_k_desc;
 use ds4_chat::backend::cpu::ops::softplus;
 use ds4_chat::backend::cpu::quant::BlockQ8K;
 use ds4_chat::backend::hip::kernels::{self, ExpertFormat, Launch};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 
+use super::moe_case::*;
 use super::support::*;
 
 /// Every check of this file, with its shapes.
@@ -27,36 +28,6 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     }
     let router_name = |hash| format!("kernel.router[{}]", if hash { "hash" } else { "topk+bias" });
     each(gpu, rng, emit, [false, true], router_name, check_router);
-}
-
-/// Distinct random experts per token and positive weights; with `last_highest` the last token
-/// takes the highest ids (n_expert - 1 down), so the last experts are always routed.
-pub fn random_selection(
-    rng: &mut CheckRng,
-    n_tok: usize,
-    n_used: usize,
-    n_expert: usize,
-    last_highest: bool,
-) -> (Vec<u32>, Vec<f32>) {
-    let mut sel = Vec::new();
-    for t in 0..n_tok {
-        let mut chosen: Vec<u32> = Vec::new();
-        while chosen.len() < n_used {
-            let e = if last_highest && t + 1 == n_tok {
-                (n_expert - 1 - chosen.len()) as u32
-            } else {
-                rng.int_in(0, n_expert as i64 - 1) as u32
-            };
-            if !chosen.contains(&e) {
-                chosen.push(e);
-            }
-        }
-        sel.extend(chosen);
-    }
-    let selw = (0..n_tok * n_used)
-        .map(|_| 0.2 + 0.5 * (rng.next_f32() + 1.0))
-        .collect();
-    (sel, selw)
 }
 
 const MOE_SHAPE: (usize, usize, usize, usize) = (768, 512, 8, 3); // n_in, n_ff, n_expert, n_used
@@ -104,53 +75,17 @@ fn check_moe_gate_up(
 ) -> Checked {
     let (n_in, n_ff, n_expert, n_used) = MOE_SHAPE;
     let limit = 2.0f32; // small enough that some gate/up values clamp
-    let ty = fmt_type(fmt);
-    let gate = random_weights(rng, ty, n_in, n_ff * n_expert);
-    let up = random_weights(rng, ty, n_in, n_ff * n_expert);
-    let blocks = q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0));
-    let (sel, selw) = random_selection(rng, n_tok, n_used, n_expert, false);
-    let (g_d, u_d) = (gpu.up(&gate)?, gpu.up(&up)?);
-    let x_d = gpu.up_q8k(&blocks)?;
-    let (s_d, sw_d) = (gpu.up(&sel)?, gpu.up(&selw)?);
-    let mid = gpu.poisoned::<f32>(n_tok * n_used * n_ff)?;
-    let xk = x_d.planes();
+    let case = GateUpCase::new(gpu, rng, fmt, MOE_SHAPE, (n_tok, limit, false))?;
     if gemm {
-        let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
-        gpu.run(&kernels::moe_gemm_gate_up(
-            fmt,
-            mid.ptr().0,
-            g_d.ptr().0,
-            u_d.ptr().0,
-            xk,
-            tiles,
-            sw_d.ptr().0,
-            n_in as u32,
-            n_ff as u32,
-            n_used as u32,
-            limit,
-        ))?;
+        let (tiles, _keep) = expert_tiles(gpu, case.sel(), n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
+        gpu.run(&case.launch_gemm(tiles))?;
     } else {
-        gpu.run(&kernels::moe_gate_up(
-            fmt,
-            mid.ptr().0,
-            g_d.ptr().0,
-            u_d.ptr().0,
-            xk,
-            s_d.ptr().0,
-            sw_d.ptr().0,
-            n_in as u32,
-            n_ff as u32,
-            n_used as u32,
-            limit,
-            n_tok as u32,
-        ))?;
+        gpu.run(&case.launch())?;
     }
-    let got = mid.to_vec::<f32>()?;
-    let want = ref_gate_up(fmt, &gate, &up, &blocks, &sel, &selw, (n_in, n_ff, n_used), limit);
     Ok(same_bits(
         name,
-        &got,
-        &want,
+        &case.mid.to_vec::<f32>()?,
+        &case.want(),
         format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_in}->{n_ff}, limit {limit}"),
     ))
 }
@@ -158,106 +93,22 @@ fn check_moe_gate_up(
 fn check_moe_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_tok: usize, gemm: bool) -> Checked {
     let (_, n_ff, n_expert, n_used) = MOE_SHAPE;
     let n_out = 203usize;
-    let ty = fmt_type(fmt);
-    let down = random_weights(rng, ty, n_ff, n_out * n_expert);
-    let blocks = q8k_blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5));
-    let (sel, _) = random_selection(rng, n_tok, n_used, n_expert, false);
-    let dn_d = gpu.up(&down)?;
-    let m_d = gpu.up_q8k(&blocks)?;
-    let s_d = gpu.up(&sel)?;
-    let out = gpu.poisoned::<f32>(n_tok * n_out)?;
-    let mk = m_d.planes();
+    let case = DownCase::new(gpu, rng, fmt, (n_ff, n_out, n_expert, n_used), (n_tok, false))?;
     if gemm {
-        let (tiles, _keep) = expert_tiles(gpu, &s_d, n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
+        let (tiles, _keep) = expert_tiles(gpu, case.sel(), n_tok, n_used, n_expert, kernels::MOE_MIN_COLS)?;
         let outp = gpu.poisoned::<f32>(n_tok * n_used * n_out)?;
-        gpu.run(&kernels::moe_gemm_down(
-            fmt,
-            outp.ptr().0,
-            dn_d.ptr().0,
-            mk,
-            tiles,
-            n_ff as u32,
-            n_out as u32,
-            n_used as u32,
-        ))?;
-        gpu.run(&kernels::moe_sum(
-            out.ptr().0,
-            outp.ptr().0,
-            n_out as u32,
-            n_used as u32,
-            n_tok as u32,
-        ))?;
+        gpu.run(&case.launch_gemm(&outp, tiles))?;
+        let [out, outp] = [&case.out, &outp].map(|b| b.ptr().0);
+        gpu.run(&kernels::moe_sum(out, outp, n_out as u32, n_used as u32, n_tok as u32))?;
     } else {
-        gpu.run(&kernels::moe_down(
-            fmt,
-            out.ptr().0,
-            dn_d.ptr().0,
-            mk,
-            s_d.ptr().0,
-            n_ff as u32,
-            n_out as u32,
-            n_used as u32,
-            n_tok as u32,
-        ))?;
-    }
-    let got = out.to_vec::<f32>()?;
-    // The pairs' outputs summed per token in expert order from +0, as `moe_sum` and the decode kernel.
-    let pairs = ref_down(fmt, &down, &blocks, &sel, (n_ff, n_out));
-    let mut want = vec![0f32; n_tok * n_out];
-    for (i, w) in want.iter_mut().enumerate() {
-        let (t, r) = (i / n_out, i % n_out);
-        for k in 0..n_used {
-            *w += pairs[(t * n_used + k) * n_out + r];
-        }
+        gpu.run(&case.launch())?;
     }
     Ok(same_bits(
         name,
-        &got,
-        &want,
+        &case.out.to_vec::<f32>()?,
+        &case.want(),
         format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_ff}->{n_out}"),
     ))
-}
-
-/// CPU reference of the routed gate/up step for each (token, expert) pair of `sel`:
-/// swiglu(gate row · x_t, up row · x_t, limit) × the pair's weight.
-#[allow(clippy::too_many_arguments)]
-fn ref_gate_up(
-    fmt: ExpertFormat,
-    gate: &[u8],
-    up: &[u8],
-    x: &[BlockQ8K],
-    sel: &[u32],
-    selw: &[f32],
-    (n_in, n_ff, n_used): (usize, usize, usize),
-    limit: f32,
-) -> Vec<f32> {
-    let rb = fmt_type(fmt).row_bytes(n_in);
-    let bpt = n_in / q8k_block();
-    let mut want = Vec::with_capacity(sel.len() * n_ff);
-    for (pr, &e) in sel.iter().enumerate() {
-        let xt = &x[pr / n_used * bpt..][..bpt];
-        for r in 0..n_ff {
-            let row = (e as usize * n_ff + r) * rb;
-            let g = expert_dot(fmt, &gate[row..row + rb], xt);
-            let u = expert_dot(fmt, &up[row..row + rb], xt);
-            want.push(swiglu(g, u, limit) * selw[pr]);
-        }
-    }
-    want
-}
-
-/// CPU reference of the routed down step for each pair of `sel`: down row · the pair's mid.
-fn ref_down(fmt: ExpertFormat, down: &[u8], mids: &[BlockQ8K], sel: &[u32], (n_ff, n_out): (usize, usize)) -> Vec<f32> {
-    let rb = fmt_type(fmt).row_bytes(n_ff);
-    let bpr = n_ff / q8k_block();
-    let mut want = Vec::with_capacity(sel.len() * n_out);
-    for (pr, &e) in sel.iter().enumerate() {
-        for r in 0..n_out {
-            let row = (e as usize * n_out + r) * rb;
-            want.push(expert_dot(fmt, &down[row..row + rb], &mids[pr * bpr..][..bpr]));
-        }
-    }
-    want
 }
 
 /// The expert grouping (`ds4_moe_group`) of a selection: pair ids by expert, and one tile
