@@ -4,7 +4,7 @@
 use ds4_chat::backend::cpu::compressor::{CompressorState, NEG_INF};
 use ds4_chat::backend::cpu::indexer::top_k_mask;
 use ds4_chat::backend::cpu::quant::dot_f32;
-use ds4_chat::backend::hip::kernels::{self, Launch};
+use ds4_chat::backend::hip::kernels::{self, DevPtr, Launch};
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 use ds4_chat::gguf::half::f32_to_f16;
 
@@ -148,6 +148,67 @@ impl PoolBuffers {
     }
 }
 
+/// The indexer's random inputs on the device: q [n_tok][n_head][head_dim], head weights
+/// [n_tok][n_head], compressed rows [n_comp][head_dim] and the position word.
+pub struct IndexerInputs {
+    pub q: Vec<f32>,
+    pub w: Vec<f32>,
+    pub krows: Vec<f32>,
+    /// (n_head, head_dim, n_comp, n_tok).
+    pub shape: (usize, usize, usize, usize),
+    pub pos: DeviceBuffer,
+    /// q, w, krows.
+    dev: [DeviceBuffer; 3],
+}
+
+impl IndexerInputs {
+    /// With `tie`, rows 0 and 1 are equal (an exact score tie).
+    pub fn new(
+        gpu: &Gpu,
+        rng: &mut CheckRng,
+        shape: (usize, usize, usize, usize),
+        pos0: usize,
+        tie: bool,
+    ) -> HipResult<IndexerInputs> {
+        let (n_head, head_dim, n_comp, n_tok) = shape;
+        let q = random_vec(rng, n_tok * n_head * head_dim, 1.0);
+        let w = random_vec(rng, n_tok * n_head, 1.0);
+        let mut krows = random_vec(rng, n_comp * head_dim, 1.0);
+        if tie {
+            let dup = krows[..head_dim].to_vec();
+            krows[head_dim..2 * head_dim].copy_from_slice(&dup);
+        }
+        let dev = [gpu.up(&q)?, gpu.up(&w)?, gpu.up(&krows)?];
+        let pos = gpu.up(&[pos0 as u32])?;
+        Ok(IndexerInputs {
+            q,
+            w,
+            krows,
+            shape,
+            pos,
+            dev,
+        })
+    }
+
+    /// The scores' scale: 1 / sqrt(head_dim · n_head).
+    pub fn w_scale(&self) -> f32 {
+        let (n_head, head_dim, _, _) = self.shape;
+        1.0 / ((head_dim * n_head) as f32).sqrt()
+    }
+
+    /// `ds4_indexer_scores` of every row into `scores` (token rows `stride` apart).
+    pub fn scores(&self, scores: DevPtr, ratio: usize, top_k: usize, stride: usize) -> Launch {
+        let [q, w, krows] = self.dev.each_ref().map(|b| b.ptr().0);
+        let (n_head, _, n_comp, n_tok) = self.shape;
+        let [n_head, n_comp, ratio, top_k, stride, n_tok] =
+            [n_head, n_comp, ratio, top_k, stride, n_tok].map(|v| v as u32);
+        let (pos, w_scale) = (self.pos.ptr().0, self.w_scale());
+        kernels::indexer_scores(
+            scores, q, w, krows, pos, n_head, n_comp, ratio, top_k, stride, w_scale, n_comp, n_tok,
+        )
+    }
+}
+
 /// Lightning indexer: scores Σ_h max(0, k·q_h)·w_h·scale over the visible compressed rows
 /// (against the CPU formula with `dot_f32`), then the top-k selection of the GPU's own scores
 /// against `top_k_mask` (ties to the lower row), exact.
@@ -156,36 +217,16 @@ fn check_indexer(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, usize
     let (n_head, head_dim, ratio) = (64usize, 128usize, 4usize);
     let n_comp_avail = (pos0 + n_tok) / ratio;
     let score_stride = n_comp_avail + 3;
-    let qi = random_vec(rng, n_tok * n_head * head_dim, 1.0);
-    let w = random_vec(rng, n_tok * n_head, 1.0);
-    let mut krows = random_vec(rng, n_comp_avail * head_dim, 1.0);
     // Two identical rows give an exact score tie for the selection's tie rule.
-    let dup = krows[..head_dim].to_vec();
-    krows[head_dim..2 * head_dim].copy_from_slice(&dup);
-    let w_scale = 1.0 / ((head_dim * n_head) as f32).sqrt();
-    let (q_d, w_d, k_d) = (gpu.up(&qi)?, gpu.up(&w)?, gpu.up(&krows)?);
+    let inp = IndexerInputs::new(gpu, rng, (n_head, head_dim, n_comp_avail, n_tok), pos0, true)?;
+    let (qi, w, krows, w_scale) = (&inp.q, &inp.w, &inp.krows, inp.w_scale());
     let scores = gpu.poisoned::<f32>(n_tok * score_stride)?;
     let sel = gpu.poisoned::<u32>(n_tok * top_k)?;
-    let pos_d = gpu.up(&[pos0 as u32])?;
-    gpu.run(&kernels::indexer_scores(
-        scores.ptr().0,
-        q_d.ptr().0,
-        w_d.ptr().0,
-        k_d.ptr().0,
-        pos_d.ptr().0,
-        n_head as u32,
-        n_comp_avail as u32,
-        ratio as u32,
-        top_k as u32,
-        score_stride as u32,
-        w_scale,
-        n_comp_avail as u32,
-        n_tok as u32,
-    ))?;
+    gpu.run(&inp.scores(scores.ptr().0, ratio, top_k, score_stride))?;
     let topk = kernels::IndexerTopk {
         sel: sel.ptr().0,
         scores: scores.ptr().0,
-        pos: pos_d.ptr().0,
+        pos: inp.pos.ptr().0,
         score_stride: score_stride as u32,
         n_comp_avail: n_comp_avail as u32,
         ratio: ratio as u32,

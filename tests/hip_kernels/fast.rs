@@ -7,10 +7,23 @@
 use ds4_chat::backend::hip::kernels::{self, QuantOut};
 use ds4_chat::backend::hip::runtime::DeviceBuffer;
 
+use super::fast_matvec::{check_q8_0, check_swiglu};
 use super::support::*;
 
 /// Every check of this file.
 pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
+    // The Q8_0 matvec twins of the decode shapes (the checks of group `fast_matvec`).
+    let q8_0_cases = [
+        (4096usize, 1029usize, 1029usize, 2usize),
+        (1024, 96, 24, 2),
+        (7168, 77, 77, 1),
+        (256, 40, 40, 3),
+    ];
+    let q8_0_name = |(n_in, n_out, group, n_tok)| format!("fast.matvec_q8_0[{n_in}x{n_out},group {group},{n_tok} tok]");
+    each(gpu, rng, emit, q8_0_cases, q8_0_name, check_q8_0);
+    let swiglu_name = |(n_in, n_ff, _)| format!("fast.matvec_q8_0_swiglu[{n_in}x{n_ff}]");
+    let swiglu_cases = [(4096usize, 300usize, 1usize), (512, 33, 1)];
+    each(gpu, rng, emit, swiglu_cases, swiglu_name, check_swiglu);
     let f16_cases = [
         (4096usize, 256usize, 1usize, false),
         (4096, 1030, 2, false),
@@ -23,14 +36,8 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         format!("fast.{kind}[{n_in}x{n_out},{n_tok} tok]")
     };
     each(gpu, rng, emit, f16_cases, f16_name, check_matvec_f16);
-    each(
-        gpu,
-        rng,
-        emit,
-        [129280usize, 1001, 3],
-        |n| format!("fast.argmax[{n}]"),
-        check_argmax,
-    );
+    let argmax_name = |n| format!("fast.argmax[{n}]");
+    each(gpu, rng, emit, [129280usize, 1001, 3], argmax_name, check_argmax);
     let r = guard("fast.hc_pre_fused.xn", || check_hc_pre_fused(gpu, rng, &mut *emit));
     emit(r);
 }

@@ -10,6 +10,7 @@
 use ds4_chat::backend::hip::kernels::{self, AttentionSplitPlan};
 
 use super::attention_case::{AttentionCase, attention_shape};
+use super::cache::IndexerInputs;
 use super::support::*;
 
 /// One attention case: tokens, first position, ratio, compressed rows in the cache, top_k (0 = no
@@ -110,30 +111,10 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
 /// reordered: FAST_TOL). Tokens at the last positions that see all `n_comp` rows.
 fn check_indexer_scores(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, usize, usize)) -> Checked {
     let (n_head, n_comp, n_tok) = shape;
-    let (dim, ratio, top_k) = (128usize, 4u32, 16u32);
-    let qi = random_vec(rng, n_tok * n_head * dim, 1.0);
-    let w = random_vec(rng, n_tok * n_head, 1.0);
-    let krows = random_vec(rng, n_comp * dim, 1.0);
+    let (dim, ratio, top_k) = (128usize, 4usize, 16usize);
     let stride = n_comp + 3;
-    let pos0 = (n_comp as u32) * ratio;
-    let (qi_d, w_d, k_d, pos_d) = (gpu.up(&qi)?, gpu.up(&w)?, gpu.up(&krows)?, gpu.up(&[pos0])?);
-    let exact_launch = |out: u64| {
-        kernels::indexer_scores(
-            out,
-            qi_d.ptr().0,
-            w_d.ptr().0,
-            k_d.ptr().0,
-            pos_d.ptr().0,
-            n_head as u32,
-            n_comp as u32,
-            ratio,
-            top_k,
-            stride as u32,
-            1.0 / ((dim * n_head) as f32).sqrt(),
-            n_comp as u32,
-            n_tok as u32,
-        )
-    };
+    let inp = IndexerInputs::new(gpu, rng, (n_head, dim, n_comp, n_tok), n_comp * ratio, false)?;
+    let exact_launch = |out: u64| inp.scores(out, ratio, top_k, stride);
     let (want_d, got_d) = (
         gpu.poisoned::<f32>(n_tok * stride)?,
         gpu.poisoned::<f32>(n_tok * stride)?,

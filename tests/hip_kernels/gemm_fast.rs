@@ -32,7 +32,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     let swiglu_name = |(n_in, n_ff, n_tok)| format!("kernel.gemm_q8_0_swiglu_mma[{n_in}x{n_ff},{n_tok} tok]");
     let swiglu_cases = [(1024usize, 200usize, 150usize), (512, 64, 9)];
     each(gpu, rng, emit, swiglu_cases, swiglu_name, check_gemm_q8_0_swiglu_mma);
-    for fmt in EXPERT_FORMATS {
+    for fmt in ExpertFormat::ALL {
         let name = format!("kernel.moe_gemm_mma_{}[vs exact]", fmt_name(fmt));
         let r = guard(&name, || check_moe_gemm_mma(gpu, rng, &name, fmt, &mut *emit));
         emit(r);

@@ -41,7 +41,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         emit(guard(&name, || check_matvec_q8_0_swiglu(gpu, rng, &name, n_tok, gemm)));
     }
     emit(guard("kernel.matvec_f16_pair", || check_matvec_f16_pair(gpu, rng)));
-    for fmt in EXPERT_FORMATS {
+    for fmt in ExpertFormat::ALL {
         let name = format!("kernel.matvec_{}[4096x203]", fmt_name(fmt));
         emit(guard(&name, || check_matvec_k(gpu, rng, &name, fmt, 4096, 203)));
     }
@@ -176,7 +176,7 @@ fn check_matvec_f16(
 
 fn check_matvec_k(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_in: usize, n_out: usize) -> Checked {
     let n_tok = 2usize;
-    let w = random_weights(rng, fmt_type(fmt), n_in, n_out);
+    let w = random_weights(rng, fmt.ggml_type(), n_in, n_out);
     let blocks = q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0));
     let (w_d, x_d) = (gpu.up(&w)?, gpu.up_q8k(&blocks)?);
     let y = gpu.poisoned::<f32>(n_tok * n_out)?;
@@ -191,7 +191,7 @@ fn check_matvec_k(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, 
         n_tok as u32,
     ))?;
     let got = y.to_vec::<f32>()?;
-    let rb = fmt_type(fmt).row_bytes(n_in);
+    let rb = fmt.ggml_type().row_bytes(n_in);
     let bpt = n_in / q8k_block();
     let mut want = vec![0f32; n_tok * n_out];
     for t in 0..n_tok {

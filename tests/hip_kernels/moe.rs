@@ -14,14 +14,14 @@ use super::support::*;
 pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     for (n_tok, gemm) in [(2usize, false), (45, true)] {
         let kind = if gemm { "moe_gemm" } else { "moe" };
-        for fmt in EXPERT_FORMATS {
+        for fmt in ExpertFormat::ALL {
             let name = format!("kernel.{kind}_gate_up_{}[{n_tok} tok]", fmt_name(fmt));
             emit(guard(&name, || check_moe_gate_up(gpu, rng, &name, fmt, n_tok, gemm)));
             let name = format!("kernel.{kind}_down_{}[{n_tok} tok]", fmt_name(fmt));
             emit(guard(&name, || check_moe_down(gpu, rng, &name, fmt, n_tok, gemm)));
         }
     }
-    for fmt in EXPERT_FORMATS.into_iter().filter(|_| !wave_rerun()) {
+    for fmt in ExpertFormat::ALL.into_iter().filter(|_| !wave_rerun()) {
         let name = format!("kernel.moe_gemm_tile_classes_{}[bitwise vs 64-wide]", fmt_name(fmt));
         let r = guard(&name, || check_moe_gemm_tile_classes(gpu, rng, &name, fmt, &mut *emit));
         emit(r);
@@ -162,7 +162,7 @@ impl TileClassCase {
         let n_expert = kernels::TILE_CLASS_COUNTS.len();
         let sel = kernels::selection_with_counts(&kernels::TILE_CLASS_COUNTS, rng.next_u64());
         let n_tok = sel.len() / n_used;
-        let ty = fmt_type(fmt);
+        let ty = fmt.ggml_type();
         let gate_host = random_weights(rng, ty, n_in, n_ff * n_expert);
         let up_host = random_weights(rng, ty, n_in, n_ff * n_expert);
         let down_host = random_weights(rng, ty, n_ff, n_out * n_expert);

@@ -67,7 +67,7 @@ impl GateUpCase {
         (n_tok, limit, last_highest): (usize, f32, bool),
     ) -> HipResult<GateUpCase> {
         let (n_in, n_ff, n_expert, n_used) = shape;
-        let ty = fmt_type(fmt);
+        let ty = fmt.ggml_type();
         let gate = random_weights(rng, ty, n_in, n_ff * n_expert);
         let up = random_weights(rng, ty, n_in, n_ff * n_expert);
         let x = q8k_blocks(&random_vec(rng, n_tok * n_in, 2.0));
@@ -159,7 +159,7 @@ impl DownCase {
         (n_tok, last_highest): (usize, bool),
     ) -> HipResult<DownCase> {
         let (n_ff, n_out, n_expert, n_used) = shape;
-        let down = random_weights(rng, fmt_type(fmt), n_ff, n_out * n_expert);
+        let down = random_weights(rng, fmt.ggml_type(), n_ff, n_out * n_expert);
         let mids = q8k_blocks(&random_vec(rng, n_tok * n_used * n_ff, 1.5));
         let (sel, _) = random_selection(rng, n_tok, n_used, n_expert, last_highest);
         let dev = ([gpu.up(&down)?, gpu.up(&sel)?], gpu.up_q8k(&mids)?);
@@ -227,7 +227,7 @@ pub fn ref_gate_up(
     (n_in, n_ff, n_used): (usize, usize, usize),
     limit: f32,
 ) -> Vec<f32> {
-    let rb = fmt_type(fmt).row_bytes(n_in);
+    let rb = fmt.ggml_type().row_bytes(n_in);
     let bpt = n_in / q8k_block();
     let mut want = Vec::with_capacity(sel.len() * n_ff);
     for (pr, &e) in sel.iter().enumerate() {
@@ -250,7 +250,7 @@ pub fn ref_down(
     sel: &[u32],
     (n_ff, n_out): (usize, usize),
 ) -> Vec<f32> {
-    let rb = fmt_type(fmt).row_bytes(n_ff);
+    let rb = fmt.ggml_type().row_bytes(n_ff);
     let bpr = n_ff / q8k_block();
     let mut want = Vec::with_capacity(sel.len() * n_out);
     for (pr, &e) in sel.iter().enumerate() {

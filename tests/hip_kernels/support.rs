@@ -245,19 +245,9 @@ pub fn expert_dot(fmt: ExpertFormat, row: &[u8], x: &[BlockQ8K]) -> f32 {
     }
 }
 
-pub fn fmt_type(fmt: ExpertFormat) -> GgmlType {
-    match fmt {
-        ExpertFormat::Iq2Xxs => GgmlType::Iq2Xxs,
-        ExpertFormat::Q2K => GgmlType::Q2K,
-        ExpertFormat::Q4K => GgmlType::Q4K,
-    }
-}
-
 pub fn fmt_name(fmt: ExpertFormat) -> String {
-    fmt_type(fmt).name().to_lowercase()
+    fmt.ggml_type().name().to_lowercase()
 }
-
-pub const EXPERT_FORMATS: [ExpertFormat; 3] = [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K];
 
 /// Q8_K activation planes for the GPU: codes, scales, block sums (`kernels::Q8K` layout).
 pub struct Q8kPlanes {

@@ -10,8 +10,8 @@ use crate::backend::arithmetic::Arithmetic;
 
 use super::acts::{max_visible_rows, ring_rows};
 use super::kernels::{
-    self, AttentionInputs, AttentionShape, AttentionSplitPlan, IndexerTopk, NQ_NORM, NULL, Q8Proj, QuantOut,
-    RopeParams, row_flags as rf,
+    self, AttentionInputs, AttentionShape, AttentionSplitPlan, IndexerTopk, NULL, Q8Proj, QuantOut, RopeParams,
+    row_flags as rf,
 };
 use super::pass::{Pass, p0, q8};
 use super::runtime::DeviceBuffer;
@@ -34,28 +34,23 @@ impl Pass<'_> {
         let raw_cap = ring_rows(hp, a.n_max) as u32;
         let comp_cap = ls.comp_cap as u32;
         let top_k = hp.idx_top_k as u32;
-        self.hc_pre(
-            p0(&a.split_a),
-            false,
-            [&lw.hc_attn_fn, &lw.hc_attn_scale, &lw.hc_attn_base, &lw.attn_norm],
-            nt,
-        )?;
+        let hc_w = [&lw.hc_attn_fn, &lw.hc_attn_scale, &lw.hc_attn_base, &lw.attn_norm];
+        self.hc_pre(p0(&a.split_a), false, hc_w, nt)?;
         // Query (steps 3, 5).
         let xq = q8(&a.xq, &a.xd);
         self.proj_q8_0(&Q8Proj::plain(p0(&a.qr), self.w(&lw.attn_q_a), xq, ne, qr_w), nt)?;
-        self.launch(&kernels::rms_norm_quant(
-            QuantOut {
-                out: p0(&a.qrn),
-                q8_0_q: p0(&a.qq),
-                q8_0_d: p0(&a.qd),
-                ..Default::default()
-            },
+        let qrn = QuantOut {
+            out: p0(&a.qrn),
+            q8_0_q: p0(&a.qq),
+            q8_0_d: p0(&a.qd),
+            ..Default::default()
+        };
+        self.launch(&kernels::norm_rows(
+            qrn,
             p0(&a.qr),
             self.w(&lw.attn_q_a_norm),
             qr_w,
-            qr_w,
             nt,
-            NQ_NORM,
             eps,
         ))?;
         let qrq = q8(&a.qq, &a.qd);

@@ -19,12 +19,8 @@ impl Pass<'_> {
         let nhc = hp.n_hc as u32;
         let (ff, ke, nex) = (hp.n_ff_exp as u32, hp.n_expert_used as u32, hp.n_expert as u32);
         let clamp = hp.swiglu_clamp[l];
-        self.hc_pre(
-            p0(&a.split_f),
-            true,
-            [&lw.hc_ffn_fn, &lw.hc_ffn_scale, &lw.hc_ffn_base, &lw.ffn_norm],
-            nt,
-        )?;
+        let hc_w = [&lw.hc_ffn_fn, &lw.hc_ffn_scale, &lw.hc_ffn_base, &lw.ffn_norm];
+        self.hc_pre(p0(&a.split_f), true, hc_w, nt)?;
         // Router (steps 3-4).
         self.proj_f16(p0(&a.rl), self.w(&lw.ffn_gate_inp), p0(&a.xn), ne, nex, ne, nt)?;
         self.launch(&kernels::router(

@@ -29,7 +29,7 @@ use crate::backend::EngineError;
 use crate::backend::cpu::ops::Rope;
 use crate::model::hparams::HParams;
 
-use super::kernels::{self, HcMixed, NQ_NORM, Q8Proj, QuantOut, RopeParams};
+use super::kernels::{self, HcMixed, Q8Proj, QuantOut, RopeParams};
 use super::pass::{Pass, p0, q8};
 
 /// RoPE of every layer: the CPU engine's choice and terms (`Rope::for_layer`).
@@ -103,18 +103,17 @@ impl Pass<'_> {
             n_hc: nhc,
         };
         self.launch(&kernels::hc_head_finish(p0(&a.yh), &mixed, hp.hc_eps, 1))?;
-        self.launch(&kernels::rms_norm_quant(
-            QuantOut {
-                q8_0_q: p0(&a.xq),
-                q8_0_d: p0(&a.xd),
-                ..Default::default()
-            },
+        let xq = QuantOut {
+            q8_0_q: p0(&a.xq),
+            q8_0_d: p0(&a.xd),
+            ..Default::default()
+        };
+        self.launch(&kernels::norm_rows(
+            xq,
             p0(&a.yh),
             self.w(&mw.output_norm),
             ne,
-            ne,
             1,
-            NQ_NORM,
             hp.rms_eps,
         ))?;
         let x = q8(&a.xq, &a.xd);

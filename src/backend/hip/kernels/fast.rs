@@ -10,7 +10,7 @@ use super::abi::{
     MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST, ROWS_FINISH_FAST, kernel_def,
 };
 use super::launch::{BLOCK, Launch, blocks};
-use crate::gguf::types::GgmlType;
+use super::moe::ExpertFormat;
 
 /// Tokens per block of the dense matrix-core GEMMs (kernels/gemm_fast.hip DS4_MM_TOKS); their row
 /// tiles are the exact GEMMs' 64.
@@ -74,15 +74,10 @@ const MOE_FAST_JOB_BYTES: u64 = 5120;
 /// Bytes of one expert row of `n` elements in the format a routed-expert kernel's name ends with;
 /// `None` when the row is not whole super-blocks.
 fn expert_row_bytes(name: &str, n: u32) -> Option<u64> {
-    let format = if name.ends_with("iq2_xxs") {
-        GgmlType::Iq2Xxs
-    } else if name.ends_with("q2_k") {
-        GgmlType::Q2K
-    } else if name.ends_with("q4_k") {
-        GgmlType::Q4K
-    } else {
-        return None;
-    };
+    let format = ExpertFormat::ALL
+        .into_iter()
+        .find(|f| name.ends_with(&f.kernel_suffix()))?
+        .ggml_type();
     let n = u64::from(n);
     (n.is_multiple_of(format.block_elems()) && n > 0)
         .then(|| format.bytes_for(n))
@@ -330,7 +325,7 @@ mod tests {
             limit: 7.0,
         };
         let mut exact = vec![gemm_q8_0_swiglu(&sw, 100)];
-        for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
+        for fmt in ExpertFormat::ALL {
             exact.push(moe_gemm_gate_up(fmt, 1, 2, 3, q, tiles, 4, 4096, 2048, 6, 7.0));
             exact.push(moe_gemm_down(fmt, 1, 2, q, tiles, 2048, 4096, 6));
         }

@@ -51,54 +51,32 @@ pub enum ExpertFormat {
 }
 
 impl ExpertFormat {
+    pub const ALL: [ExpertFormat; 3] = [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K];
+
+    /// The element type of the format's rows.
+    pub fn ggml_type(self) -> GgmlType {
+        match self {
+            ExpertFormat::Iq2Xxs => GgmlType::Iq2Xxs,
+            ExpertFormat::Q2K => GgmlType::Q2K,
+            ExpertFormat::Q4K => GgmlType::Q4K,
+        }
+    }
+
     /// From a tensor's element type; `None` for types without expert kernels.
     pub fn from_ggml_type(t: GgmlType) -> Option<ExpertFormat> {
-        match t {
-            GgmlType::Iq2Xxs => Some(ExpertFormat::Iq2Xxs),
-            GgmlType::Q2K => Some(ExpertFormat::Q2K),
-            GgmlType::Q4K => Some(ExpertFormat::Q4K),
-            _ => None,
-        }
+        ExpertFormat::ALL.into_iter().find(|f| f.ggml_type() == t)
     }
 
-    fn gate_up(self) -> &'static KernelDef {
-        match self {
-            ExpertFormat::Iq2Xxs => &MOE_GATE_UP_IQ2_XXS,
-            ExpertFormat::Q2K => &MOE_GATE_UP_Q2_K,
-            ExpertFormat::Q4K => &MOE_GATE_UP_Q4_K,
-        }
+    /// The format's kernel names end with its type's name: `ds4_moe_gate_up_q2_k`, `ds4_matvec_iq2_xxs`.
+    pub(super) fn kernel_suffix(self) -> String {
+        self.ggml_type().name().to_lowercase()
     }
 
-    fn down(self) -> &'static KernelDef {
-        match self {
-            ExpertFormat::Iq2Xxs => &MOE_DOWN_IQ2_XXS,
-            ExpertFormat::Q2K => &MOE_DOWN_Q2_K,
-            ExpertFormat::Q4K => &MOE_DOWN_Q4_K,
-        }
-    }
-
-    pub(super) fn gemm_gate_up(self) -> &'static KernelDef {
-        match self {
-            ExpertFormat::Iq2Xxs => &MOE_GEMM_GATE_UP_IQ2_XXS,
-            ExpertFormat::Q2K => &MOE_GEMM_GATE_UP_Q2_K,
-            ExpertFormat::Q4K => &MOE_GEMM_GATE_UP_Q4_K,
-        }
-    }
-
-    pub(super) fn gemm_down(self) -> &'static KernelDef {
-        match self {
-            ExpertFormat::Iq2Xxs => &MOE_GEMM_DOWN_IQ2_XXS,
-            ExpertFormat::Q2K => &MOE_GEMM_DOWN_Q2_K,
-            ExpertFormat::Q4K => &MOE_GEMM_DOWN_Q4_K,
-        }
-    }
-
-    fn matvec(self) -> &'static KernelDef {
-        match self {
-            ExpertFormat::Iq2Xxs => &MATVEC_IQ2_XXS,
-            ExpertFormat::Q2K => &MATVEC_Q2_K,
-            ExpertFormat::Q4K => &MATVEC_Q4_K,
-        }
+    /// `ds4_<role>_<format>`: the format's kernel for `role` (`moe_gate_up`, `moe_down`,
+    /// `moe_gemm_gate_up`, `moe_gemm_down`, `matvec`).
+    pub(super) fn kernel(self, role: &str) -> &'static KernelDef {
+        let name = format!("ds4_{role}_{}", self.kernel_suffix());
+        kernel_def(&name).unwrap_or_else(|| panic!("no kernel {name}"))
     }
 }
 
@@ -134,7 +112,7 @@ pub fn moe_gate_up(
     n_tok: u32,
 ) -> Launch {
     Launch::new(
-        fmt.gate_up(),
+        fmt.kernel("moe_gate_up"),
         [blocks(n_ff, MATVEC_ROWS), n_used, n_tok],
         [
             &[ptr(mid), ptr(gate), ptr(up)][..],
@@ -162,7 +140,7 @@ pub fn moe_down(
     n_tok: u32,
 ) -> Launch {
     Launch::new(
-        fmt.down(),
+        fmt.kernel("moe_down"),
         [blocks(n_out, MATVEC_ROWS), n_tok, 1],
         [
             &[ptr(out), ptr(down)][..],
@@ -176,7 +154,7 @@ pub fn moe_down(
 /// `ds4_matvec_<fmt>`: plain K-quant matvec with Q8_K activations. Grid (ceil(n_out/8), n_tok).
 pub fn matvec_k(fmt: ExpertFormat, y: DevPtr, w: DevPtr, x: Q8K, n_in: u32, n_out: u32, n_tok: u32) -> Launch {
     Launch::new(
-        fmt.matvec(),
+        fmt.kernel("matvec"),
         [blocks(n_out, MATVEC_ROWS), n_tok, 1],
         [&[ptr(y), ptr(w)][..], &x.args(), &[u(n_in), u(n_out)]].concat(),
     )

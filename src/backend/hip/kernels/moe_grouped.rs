@@ -113,7 +113,7 @@ pub fn moe_gemm_gate_up(
     limit: f32,
 ) -> Launch {
     Launch::new(
-        fmt.gemm_gate_up(),
+        fmt.kernel("moe_gemm_gate_up"),
         [blocks(n_ff, GEMM_TILE), t.max_tiles.max(1), 1],
         [
             &[ptr(mid), ptr(gate), ptr(up)][..],
@@ -138,7 +138,7 @@ pub fn moe_gemm_down(
     n_used: u32,
 ) -> Launch {
     Launch::new(
-        fmt.gemm_down(),
+        fmt.kernel("moe_gemm_down"),
         [blocks(n_out, GEMM_TILE), t.max_tiles.max(1), 1],
         [
             &[ptr(outp), ptr(down)][..],

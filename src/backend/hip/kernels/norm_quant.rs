@@ -106,6 +106,11 @@ pub fn rms_norm_quant(
     )
 }
 
+/// The weighted RMSNorm of `rows` contiguous rows of `n` floats into the planes of `o`.
+pub fn norm_rows(o: QuantOut, x: DevPtr, w: DevPtr, n: u32, rows: u32, eps: f32) -> Launch {
+    rms_norm_quant(o, x, w, n, n, rows, NQ_NORM, eps)
+}
+
 /// Plain quantization (no norm, no f32 copy) of `rows` contiguous rows of `n` floats into the Q8_0
 /// and/or Q8_K planes of `o`. The blocks never cross 256 elements, so rows whose length is a multiple
 /// of 256 are launched as 256-element rows: same output layout, one block per 256 values instead of

@@ -27,16 +27,13 @@ fn parse_kernel_sources() -> Vec<(String, Vec<(String, ArgKind)>)> {
                 .map(|p| {
                     let p = p.split_whitespace().collect::<Vec<_>>().join(" ");
                     let pname = p.rsplit([' ', '*']).next().unwrap().to_string();
-                    let kind = if p.contains('*') {
-                        ArgKind::Ptr
-                    } else if p.starts_with("u32 ") {
-                        ArgKind::U32
-                    } else if p.starts_with("u64 ") {
-                        ArgKind::U64
-                    } else if p.starts_with("float ") {
-                        ArgKind::F32
-                    } else {
-                        panic!("{}: {name}: unsupported parameter type in '{p}'", file.display())
+                    let scalar = [("u32 ", ArgKind::U32), ("u64 ", ArgKind::U64), ("float ", ArgKind::F32)]
+                        .into_iter()
+                        .find(|(ty, _)| p.starts_with(ty));
+                    let kind = match scalar {
+                        _ if p.contains('*') => ArgKind::Ptr,
+                        Some((_, kind)) => kind,
+                        None => panic!("{}: {name}: unsupported parameter type in '{p}'", file.display()),
                     };
                     (pname, kind)
                 })
@@ -184,7 +181,7 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         sample_min_p(1, 2, 129280, 1.0, 0.05, 0.5),
     ];
     launches.extend(att);
-    for fmt in [ExpertFormat::Iq2Xxs, ExpertFormat::Q2K, ExpertFormat::Q4K] {
+    for fmt in ExpertFormat::ALL {
         launches.push(moe_gate_up(fmt, 1, 2, 3, q8k, 4, 5, 4096, 2048, 6, 10.0, 1));
         launches.push(moe_down(fmt, 1, 2, q8k, 4, 2048, 4096, 6, 1));
         launches.push(matvec_k(fmt, 1, 2, q8k, 4096, 4096, 1));
