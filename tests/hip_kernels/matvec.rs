@@ -147,12 +147,7 @@ fn check_matvec_q8_0(
     let build = if gemm { kernels::gemm_q8_0 } else { kernels::matvec_q8_0 };
     let n_tok = shape.3;
     gpu.run(&build(&case.proj, n_tok as u32))?;
-    Ok(same_bits(
-        name,
-        &case.y.to_vec::<f32>()?,
-        &case.want(),
-        format!("{n_tok} tokens"),
-    ))
+    same_bits_on(name, &case.y, &case.want(), format!("{n_tok} tokens"))
 }
 
 fn check_matvec_f16(
@@ -223,10 +218,6 @@ fn check_matvec_q8_0_swiglu(gpu: &Gpu, rng: &mut CheckRng, name: &str, n_tok: us
         kernels::matvec_q8_0_swiglu
     };
     gpu.run(&build(&case.sw, n_tok as u32))?;
-    Ok(same_bits(
-        name,
-        &case.mid.to_vec::<f32>()?,
-        &case.want(),
-        format!("{n_in}->{n_ff}, {n_tok} tok, limit {limit}"),
-    ))
+    let note = format!("{n_in}->{n_ff}, {n_tok} tok, limit {limit}");
+    same_bits_on(name, &case.mid, &case.want(), note)
 }

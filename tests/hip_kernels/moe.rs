@@ -82,12 +82,8 @@ fn check_moe_gate_up(
     } else {
         gpu.run(&case.launch())?;
     }
-    Ok(same_bits(
-        name,
-        &case.mid.to_vec::<f32>()?,
-        &case.want(),
-        format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_in}->{n_ff}, limit {limit}"),
-    ))
+    let note = format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_in}->{n_ff}, limit {limit}");
+    same_bits_on(name, &case.mid, &case.want(), note)
 }
 
 fn check_moe_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_tok: usize, gemm: bool) -> Checked {
@@ -103,12 +99,8 @@ fn check_moe_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, 
     } else {
         gpu.run(&case.launch())?;
     }
-    Ok(same_bits(
-        name,
-        &case.out.to_vec::<f32>()?,
-        &case.want(),
-        format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_ff}->{n_out}"),
-    ))
+    let note = format!("{n_tok} tok, {n_used}/{n_expert} experts, {n_ff}->{n_out}");
+    same_bits_on(name, &case.out, &case.want(), note)
 }
 
 /// The expert grouping (`ds4_moe_group`) of a selection: pair ids by expert, and one tile

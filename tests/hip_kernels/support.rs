@@ -179,6 +179,11 @@ pub fn same_bits(name: &str, got: &[f32], want: &[f32], note: String) -> CheckRe
     r
 }
 
+/// [`same_bits`] of the f32s in `got` (read back from the device) against `want`.
+pub fn same_bits_on(name: &str, got: &DeviceBuffer, want: &[f32], note: String) -> Checked {
+    Ok(same_bits(name, &got.to_vec::<f32>()?, want, note))
+}
+
 /// Code comparison: every quantized code must be the reference's; max_abs is the largest step off.
 pub fn same_codes(name: &str, got: &[i8], want: &[i8], note: String) -> CheckResult {
     let off = got.iter().zip(want).filter(|(g, w)| g != w).count();

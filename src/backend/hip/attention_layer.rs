@@ -41,9 +41,7 @@ impl Pass<'_> {
         self.proj_q8_0(&Q8Proj::plain(p0(&a.qr), self.w(&lw.attn_q_a), xq, ne, qr_w), nt)?;
         let qrn = QuantOut {
             out: p0(&a.qrn),
-            q8_0_q: p0(&a.qq),
-            q8_0_d: p0(&a.qd),
-            ..Default::default()
+            ..QuantOut::q8_0(p0(&a.qq), p0(&a.qd))
         };
         self.launch(&kernels::norm_rows(
             qrn,

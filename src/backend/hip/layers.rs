@@ -103,11 +103,7 @@ impl Pass<'_> {
             n_hc: nhc,
         };
         self.launch(&kernels::hc_head_finish(p0(&a.yh), &mixed, hp.hc_eps, 1))?;
-        let xq = QuantOut {
-            q8_0_q: p0(&a.xq),
-            q8_0_d: p0(&a.xd),
-            ..Default::default()
-        };
+        let xq = QuantOut::q8_0(p0(&a.xq), p0(&a.xd));
         self.launch(&kernels::norm_rows(
             xq,
             p0(&a.yh),

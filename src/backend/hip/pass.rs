@@ -118,16 +118,7 @@ impl Pass<'_> {
     /// Q8_0 planes (codes `q`, scales `d`) of `rows` rows of `n` floats at `x`: the activation
     /// quantization before a Q8_0 projection (docs/arithmetic.md#dot-products).
     pub(super) fn quantize_q8_0(&self, q: DevPtr, d: DevPtr, x: DevPtr, n: u32, rows: u32) -> Result<(), EngineError> {
-        self.launch(&kernels::quantize_rows(
-            QuantOut {
-                q8_0_q: q,
-                q8_0_d: d,
-                ..Default::default()
-            },
-            x,
-            n,
-            rows,
-        ))
+        self.launch(&kernels::quantize_rows(QuantOut::q8_0(q, d), x, n, rows))
     }
 
     /// `ds4_rows_finish` in place on the `n_head` rows of `head_dim` floats of every batch token at `x`
@@ -160,9 +151,7 @@ impl Pass<'_> {
         let (ne, nhc) = (hp.n_embd as u32, hp.n_hc as u32);
         let mut quant = QuantOut {
             out: p0(&a.xn),
-            q8_0_q: p0(&a.xq),
-            q8_0_d: p0(&a.xd),
-            ..Default::default()
+            ..QuantOut::q8_0(p0(&a.xq), p0(&a.xd))
         };
         if q8_k {
             (quant.q8_k_q, quant.q8_k_d, quant.q8_k_bs) = (p0(&a.kq), p0(&a.kd), p0(&a.kbs));

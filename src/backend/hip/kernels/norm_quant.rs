@@ -73,6 +73,15 @@ pub struct QuantOut {
 }
 
 impl QuantOut {
+    /// Only the Q8_0 planes: codes `q`, scales `d`.
+    pub fn q8_0(q: DevPtr, d: DevPtr) -> QuantOut {
+        QuantOut {
+            q8_0_q: q,
+            q8_0_d: d,
+            ..Default::default()
+        }
+    }
+
     /// The six output pointers in the order the kernels that write them take them.
     pub(super) fn args(&self) -> [Arg; 6] {
         [
