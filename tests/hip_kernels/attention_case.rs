@@ -57,13 +57,17 @@ pub fn attention_shape(
 
 /// One attention case: its host inputs and their device copies.
 pub struct AttentionCase {
-    pub shape: AttentionShape,
-    pub n_tok: usize,
-    pub pos0: usize,
-    pub n_comp: usize,
+    shape: AttentionShape,
+    /// Tokens of the batch, the first one's position, compressed rows in the cache.
+    n_tok: usize,
+    pos0: usize,
+    n_comp: usize,
+    /// q [n_tok][n_head][head_dim].
     pub q: Vec<f32>,
+    /// Ring rows [ring_cap][head_dim] and compressed rows [max(n_comp, 1)][head_dim].
     pub ring: Vec<f32>,
     pub comp: Vec<f32>,
+    /// One sink logit per head.
     pub sinks: Vec<f32>,
     /// [n_tok][top_k], empty without a selection.
     pub sel: Vec<u32>,
