@@ -59,21 +59,28 @@ pub fn open_gpu() -> Option<Gpu> {
 
 type Group = fn(&Gpu, &mut CheckRng, &mut dyn FnMut(CheckResult));
 
-const GROUPS: &[(&str, Group)] = &[
-    ("matvec", matvec::run),
-    ("gemm_fast", gemm_fast::run),
-    ("fast_gemm_tiles", fast_gemm_tiles::run),
-    ("moe", moe::run),
-    ("hc", hc::run),
-    ("attention", attention::run),
-    ("cache", cache::run),
-    ("sample", sample::run),
-    ("fast", fast::run),
-    ("fast_hc", fast_hc::run),
-    ("fast_prefill_attention", fast_prefill_attention::run),
-    ("fast_matvec", fast_matvec::run),
-    ("fast_attention", fast_attention::run),
-];
+/// The groups in run order, each named by its module.
+macro_rules! groups {
+    ($($group:ident),* $(,)?) => {
+        &[$((stringify!($group), $group::run as Group)),*]
+    };
+}
+
+const GROUPS: &[(&str, Group)] = groups!(
+    matvec,
+    gemm_fast,
+    fast_gemm_tiles,
+    moe,
+    hc,
+    attention,
+    cache,
+    sample,
+    fast,
+    fast_hc,
+    fast_prefill_attention,
+    fast_matvec,
+    fast_attention,
+);
 
 #[test]
 fn every_kernel_matches_the_cpu_reference() {
