@@ -128,12 +128,12 @@ fn expected_grouping(sel: &[u32], n_expert: usize, min_cols: u32) -> (Vec<u32>, 
 /// full and several tiles per expert, an expert with none) and a row count (203) that ends inside a
 /// tile: random expert weights, activations, mids and selection weights, on the host and the device.
 pub struct TileClassCase {
-    pub fmt: ExpertFormat,
     /// Tokens (the selection's pairs / `n_used`).
     pub n_tok: usize,
-    pub n_expert: usize,
-    pub sel: Vec<u32>,
-    pub selw: Vec<f32>,
+    fmt: ExpertFormat,
+    n_expert: usize,
+    sel: Vec<u32>,
+    selw: Vec<f32>,
     gate_host: Vec<u8>,
     up_host: Vec<u8>,
     down_host: Vec<u8>,
