@@ -111,6 +111,12 @@ pub fn plan_placement(
     }
 }
 
+/// Whether `hip`'s device (kernels for `gfx`) shares system RAM (`engine::placement::is_unified`):
+/// its prefill chunk default and its copy budget depend on it.
+pub(super) fn unified_memory(hip: &HipContext, gfx: &str) -> bool {
+    placement::is_unified(hip.info().integrated, gfx)
+}
+
 /// The memory a copy must fit: device memory on a discrete GPU; on unified memory the GTT limit
 /// and the usable RAM (`engine::placement`), read from amdgpu sysfs and /proc/meminfo.
 pub(super) fn copy_budget_of(hip: &HipContext, gfx: &str) -> Result<CopyBudget, String> {
