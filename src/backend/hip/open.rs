@@ -258,6 +258,59 @@ mod tests {
         assert!(e.starts_with("too little device memory: need 200.0 MiB"), "{e}");
     }
 
+    /// docs/memory.md "1M tokens": with the q2 Flash file copied, a 1,048,576-token session fits an
+    /// H200 (2048-token chunks) and a 128 GB Strix Halo with the GTT limit raised to 120 GiB and a
+    /// desktop holding 6 GiB (1024-token chunks); the default half-RAM GTT limit maps instead.
+    #[test]
+    fn a_million_token_session_of_the_q2_file_is_placed_on_an_h200_and_a_strix_halo() {
+        use crate::backend::hip::footprint::session_bytes;
+        use crate::backend::hip::prefill::{PREFILL_CHUNK, PREFILL_CHUNK_UNIFIED};
+        use crate::engine::placement::{DeviceFacts, UnifiedFacts, copy_budget};
+        use crate::model::hparams::HParams;
+        const GIB: u64 = 1 << 30;
+        const FLASH_Q2: u64 = 86_720_111_488;
+        let hp = HParams::flash();
+        let device = |name: &str, gfx: &str, integrated: bool, free: u64, total: u64| DeviceFacts {
+            name: name.into(),
+            gfx: gfx.into(),
+            integrated,
+            free,
+            total,
+        };
+        let place = |dev: &DeviceFacts, host: Option<&UnifiedFacts>, chunk: usize| {
+            let b = copy_budget(dev, host);
+            let s = session_bytes(&hp, 1 << 20, chunk);
+            plan_placement(
+                WeightPlacement::Copy,
+                FLASH_Q2,
+                s,
+                b.free,
+                b.total,
+                &b.label,
+                &no_host_limit,
+            )
+        };
+        let h200 = device("H200", "", false, 139 * GIB, 140 * GIB);
+        assert!(matches!(place(&h200, None, PREFILL_CHUNK), Ok(Plan::Copy(_))));
+        let strix = device("Radeon 8060S", "gfx1151", true, GIB / 2, GIB / 2);
+        let raised = UnifiedFacts {
+            gtt_total: 120 * GIB,
+            gtt_used: GIB,
+            mem_available: 118 * GIB,
+            cma_free: 0,
+        };
+        assert!(matches!(
+            place(&strix, Some(&raised), PREFILL_CHUNK_UNIFIED),
+            Ok(Plan::Copy(_))
+        ));
+        let default_gtt = UnifiedFacts {
+            gtt_total: 62 * GIB,
+            ..raised
+        };
+        let e = place(&strix, Some(&default_gtt), PREFILL_CHUNK_UNIFIED).unwrap_err();
+        assert!(e.starts_with("too little device memory: need "), "{e}");
+    }
+
     #[test]
     fn host_ram_limits_a_copy_on_integrated_gpus() {
         let refuse = |_: u64| Some("not enough memory: pinned RAM".to_string());
