@@ -135,34 +135,30 @@ mod tests {
     fn flash_session_bytes_match_docs_memory() {
         let hp = HParams::flash();
         let kv = |ctx: usize, n: usize| layer_plans(&hp, ctx, n).iter().map(LayerPlan::bytes).sum::<u64>();
+        // (chunk, ctx, KV, activations): unified memory's 1024-token chunks (docs/memory.md, first
+        // table), then a discrete GPU's 2048-token chunks (second table).
         let docs = [
-            (2048usize, 141_937_664u64, 880_286_236u64),
-            (51_200, 818_269_184, 930_617_884),
-            (131_072, 1_917_307_904, 1_147_148_828),
-            (1 << 20, 14_542_162_944, 3_965_721_116),
+            (
+                prefill::PREFILL_CHUNK_UNIFIED,
+                2048usize,
+                141_937_664u64,
+                880_286_236u64,
+            ),
+            (prefill::PREFILL_CHUNK_UNIFIED, 51_200, 818_269_184, 930_617_884),
+            (prefill::PREFILL_CHUNK_UNIFIED, 131_072, 1_917_307_904, 1_147_148_828),
+            (prefill::PREFILL_CHUNK_UNIFIED, 1 << 20, 14_542_162_944, 3_965_721_116),
+            (prefill::PREFILL_CHUNK, 2048, 232_115_200, 1_760_034_844),
+            (prefill::PREFILL_CHUNK, 51_200, 908_446_720, 1_860_698_140),
+            (prefill::PREFILL_CHUNK, 131_072, 2_007_485_440, 2_293_760_028),
+            (prefill::PREFILL_CHUNK, 1 << 20, 14_632_340_480, 7_930_904_604),
         ];
-        for (ctx, want_kv, want_scratch) in docs {
-            let n = prefill::PREFILL_CHUNK_UNIFIED.min(ctx);
-            assert_eq!(kv(ctx, n), want_kv, "KV at {ctx}");
-            assert_eq!(acts::activation_bytes(&hp, n, ctx), want_scratch, "scratch at {ctx}");
+        for (chunk, ctx, want_kv, want_scratch) in docs {
+            let n = chunk.min(ctx);
+            assert_eq!(kv(ctx, n), want_kv, "KV at {ctx}, {chunk}-token chunks");
+            let scratch = acts::activation_bytes(&hp, n, ctx);
+            assert_eq!(scratch, want_scratch, "scratch at {ctx}, {chunk}-token chunks");
         }
         assert_eq!(kv(2 * 65_536, 1024) - kv(65_536, 1024), 65_536 * 13_760);
-        // A discrete GPU's 2048-token chunks (docs/memory.md, second table).
-        let discrete = [
-            (2048usize, 232_115_200u64, 1_760_034_844u64),
-            (51_200, 908_446_720, 1_860_698_140),
-            (131_072, 2_007_485_440, 2_293_760_028),
-            (1 << 20, 14_632_340_480, 7_930_904_604),
-        ];
-        for (ctx, want_kv, want_scratch) in discrete {
-            let n = prefill::PREFILL_CHUNK.min(ctx);
-            assert_eq!(kv(ctx, n), want_kv, "KV at {ctx}, discrete");
-            assert_eq!(
-                acts::activation_bytes(&hp, n, ctx),
-                want_scratch,
-                "scratch at {ctx}, discrete"
-            );
-        }
         // 16,384-token chunks: the rings grow by 15,360 rows of 2 KiB in each of 43 layers, and
         // the activations (the attention and indexer scores most) 16-fold.
         assert_eq!(kv(51_200, 16_384) - kv(51_200, 1024), 43 * 15_360 * 2048);
