@@ -10,9 +10,12 @@
 // exact kernels' three, and no step is a chain over all rows: the cost per step is the rows read
 // divided over the blocks, plus the merge of at most `n_split` slices.
 //
-// Slices: a token seeing n_vis rows uses chunk = round_up(ceil(n_vis / n_split), 8) rows per slice
-// and n_used = ceil(n_vis / chunk) <= n_split slices (both kernels compute the same), so a captured
-// decode graph launched for the session's most rows runs few blocks at a short context.
+// Slices: a token seeing n_vis rows uses chunk = max(32, round_up(ceil(n_vis / most_slices), 8)) rows
+// per slice and n_used = ceil(n_vis / chunk) slices (both kernels compute the same). The slices
+// depend on the rows and on most_slices (fixed for a session and batch size), never on the grid: the
+// host launches n_split >= n_used blocks per token (the session's most rows while capturing the
+// decode graph, the batch's own rows on direct launches), the extra blocks exit, and both ways give
+// the same bits. The partial buffers are laid out with n_split slices per head.
 #pragma once
 #include "attention.hip"
 
@@ -20,15 +23,16 @@
 #define DS4_AFD_SUB 64        // rows scored before their values are added (online rescale between)
 #define DS4_AFD_TILE 4        // rows whose loads are in flight together
 #define DS4_AFD_ROUND 8       // slice lengths are multiples of this
+#define DS4_AFD_MIN_CHUNK 32  // rows of a slice at least (kernels::ATTENTION_SPLIT_ROWS)
 
 // The slices of a token that sees n_vis rows.
 struct AfdSlices {
     u32 chunk, n_used;
 };
-DS4_DEV AfdSlices afd_slices(u32 n_vis, u32 n_split) {
+DS4_DEV AfdSlices afd_slices(u32 n_vis, u32 most_slices) {
     AfdSlices s;
-    const u32 per = (n_vis + n_split - 1) / n_split;
-    s.chunk = (per + DS4_AFD_ROUND - 1) / DS4_AFD_ROUND * DS4_AFD_ROUND;
+    const u32 per = (n_vis + most_slices - 1) / most_slices;
+    s.chunk = max((u32)DS4_AFD_MIN_CHUNK, (per + DS4_AFD_ROUND - 1) / DS4_AFD_ROUND * DS4_AFD_ROUND);
     s.n_used = (n_vis + s.chunk - 1) / s.chunk;
     return s;
 }
@@ -44,14 +48,14 @@ DS4_DEV AfdSlices afd_slices(u32 n_vis, u32 n_split) {
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_split(
     float* part_acc, float* part_ml, const float* q, const float* ring, const float* comp, const u32* comp_sel,
     const u32* pos, u32 n_head, u32 head_dim, u32 ring_cap, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k,
-    u32 n_split, float scale) {
+    u32 n_split, u32 most_slices, float scale) {
     constexpr u32 HPW = DS4_AFD_HEADS / DS4_WARPS_PER_BLOCK;  // heads per warp: 1 (wave32), 2 (wave64)
     constexpr u32 K4 = DS4_ATT_MAX_DIM / (4 * DS4_WARP);      // float4 columns per lane at most
     __shared__ float ssc[DS4_AFD_HEADS][DS4_AFD_SUB];
     const u32 t = blockIdx.z, p = pos[0] + t, split = blockIdx.x;
     const AttRows a = att_rows(p, window, n_comp_avail, ratio, top_k, comp_sel != nullptr);
-    const AfdSlices sl = afd_slices(a.n_vis, n_split);
-    if (split >= sl.n_used || head_dim > DS4_ATT_MAX_DIM) return;
+    const AfdSlices sl = afd_slices(a.n_vis, most_slices);
+    if (split >= min(sl.n_used, n_split) || head_dim > DS4_ATT_MAX_DIM) return;
     const u32 r_begin = split * sl.chunk, r_end = min(a.n_vis, r_begin + sl.chunk);
     const u32 lane = lane_id(), d4 = head_dim / 4;
     const u32 hw = blockIdx.y * DS4_AFD_HEADS + warp_id() * HPW;  // first head of this warp
@@ -183,13 +187,14 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_split(
 // Launch: grid (n_head, n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge(
     float* out, const float* part_acc, const float* part_ml, const float* sinks, const u32* comp_sel,
-    const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k, u32 n_split) {
+    const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k, u32 n_split,
+    u32 most_slices) {
     __shared__ float sfac[DS4_BLOCK];
     __shared__ float red[DS4_WARPS_PER_BLOCK];
     __shared__ float red32[DS4_GROUPS32];
     const u32 h = blockIdx.x, t = blockIdx.y, p = pos[0] + t;
     const AttRows a = att_rows(p, window, n_comp_avail, ratio, top_k, comp_sel != nullptr);
-    const u32 n_used = min(afd_slices(a.n_vis, n_split).n_used, (u32)DS4_BLOCK);
+    const u32 n_used = min(min(afd_slices(a.n_vis, most_slices).n_used, n_split), (u32)DS4_BLOCK);
     const u64 ph = ((u64)t * n_head + h) * n_split;
     const float sink = sinks[h];
     const u32 s = threadIdx.x;

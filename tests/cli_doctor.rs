@@ -165,10 +165,14 @@ fn run_binary(name: &str, m: &Machine) -> (i32, String) {
 
 #[test]
 fn gfx_names_come_from_the_kfd_target_version() {
-    assert_eq!(gfx_name(110501), "gfx1151");
-    assert_eq!(gfx_name(90402), "gfx942");
-    assert_eq!(gfx_name(100300), "gfx1030");
-    assert_eq!(gfx_name(120001), "gfx1201");
+    for (version, name) in [
+        (110501, "gfx1151"),
+        (90402, "gfx942"),
+        (100300, "gfx1030"),
+        (120001, "gfx1201"),
+    ] {
+        assert_eq!(gfx_name(version), name);
+    }
 }
 
 #[test]

@@ -87,11 +87,26 @@ fn set_meta(m: &mut Meta, key: &str, v: MetaValue) {
     }
 }
 
+/// The base file with metadata `key` set to `v` (added when missing).
+fn with_key(key: &str, v: MetaValue) -> Vec<u8> {
+    with_meta(|m| set_meta(m, key, v))
+}
+
+/// The base file without metadata `key`.
+fn without_key(key: &str) -> Vec<u8> {
+    with_meta(|m| m.retain(|(k, _)| k != key))
+}
+
 fn with_entries(f: impl FnOnce(&mut Vec<TensorEntry>)) -> Vec<u8> {
     let b = base();
     let mut e = b.entries.clone();
     f(&mut e);
     build(&b.meta, &e)
+}
+
+/// The base file with `f` applied to the first tensor whose name ends with `suffix`.
+fn with_tensor(suffix: &str, f: impl FnOnce(&mut TensorEntry)) -> Vec<u8> {
+    with_entries(|e| f(e.iter_mut().find(|t| t.name.ends_with(suffix)).unwrap()))
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> usize {
@@ -285,18 +300,12 @@ fn cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
         ),
         (
             "known tensor with the wrong type",
-            with_entries(|e| {
-                let t = e.iter_mut().find(|t| t.name == "blk.0.attn_q_a.weight").unwrap();
-                t.ty = GgmlType::F16;
-            }),
+            with_tensor("blk.0.attn_q_a.weight", |t| t.ty = GgmlType::F16),
             "tensor 'blk.0.attn_q_a.weight': type F16, expected Q8_0",
         ),
         (
             "known tensor with the wrong shape",
-            with_entries(|e| {
-                let t = e.iter_mut().find(|t| t.name == "blk.0.attn_kv.weight").unwrap();
-                t.dims.reverse();
-            }),
+            with_tensor("blk.0.attn_kv.weight", |t| t.dims.reverse()),
             "tensor 'blk.0.attn_kv.weight': shape [128, 256], expected [256, 128]",
         ),
         (
@@ -310,57 +319,48 @@ fn cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
         ),
         (
             "gate and up of different types",
-            with_entries(|e| {
-                let t = e.iter_mut().find(|t| t.name.ends_with("ffn_up_exps.weight")).unwrap();
-                t.ty = GgmlType::Q4K;
-            }),
+            with_tensor("ffn_up_exps.weight", |t| t.ty = GgmlType::Q4K),
             "gate and up must share a type",
         ),
         (
             "wrong architecture",
-            with_meta(|m| set_meta(m, "general.architecture", MetaValue::String("llama".into()))),
+            with_key("general.architecture", MetaValue::String("llama".into())),
             "general.architecture is 'llama', expected 'deepseek4'",
         ),
         (
             "missing architecture",
-            with_meta(|m| m.retain(|(k, _)| k != "general.architecture")),
+            without_key("general.architecture"),
             "'general.architecture' missing",
         ),
         (
             "block_count of type string",
-            with_meta(|m| set_meta(m, "deepseek4.block_count", MetaValue::String("1".into()))),
+            with_key("deepseek4.block_count", MetaValue::String("1".into())),
             "key 'deepseek4.block_count': expected an unsigned integer, found string",
         ),
         (
             "missing key",
-            with_meta(|m| m.retain(|(k, _)| k != "deepseek4.expert_count")),
+            without_key("deepseek4.expert_count"),
             "missing metadata key 'deepseek4.expert_count'",
         ),
         (
             "expert_weights_norm of type u32",
-            with_meta(|m| set_meta(m, "deepseek4.expert_weights_norm", MetaValue::U32(1))),
+            with_key("deepseek4.expert_weights_norm", MetaValue::U32(1)),
             "expected bool, found u32",
         ),
         (
             "compress_ratios of strings",
-            with_meta(|m| {
-                set_meta(
-                    m,
-                    "deepseek4.attention.compress_ratios",
-                    MetaValue::Array(vt::STRING, vec![MetaValue::String("0".into())]),
-                )
-            }),
+            with_key(
+                "deepseek4.attention.compress_ratios",
+                MetaValue::Array(vt::STRING, vec![MetaValue::String("0".into())]),
+            ),
             "compress_ratios'[0]: expected u32 or i32, found string",
         ),
         (
             "compress ratio 5",
-            with_meta(|m| {
-                set_meta(
-                    m,
-                    "deepseek4.attention.compress_ratios",
-                    MetaValue::Array(vt::U32, vec![MetaValue::U32(5)]),
-                )
-            }),
+            with_key(
+                "deepseek4.attention.compress_ratios",
+                MetaValue::Array(vt::U32, vec![MetaValue::U32(5)]),
+            ),
             "ratio 5, expected 0, 4 or 128",
         ),
         (
@@ -381,12 +381,12 @@ fn cases() -> Vec<(&'static str, Vec<u8>, &'static str)> {
         ),
         (
             "value_length != key_length",
-            with_meta(|m| set_meta(m, "deepseek4.attention.value_length", MetaValue::U32(64))),
+            with_key("deepseek4.attention.value_length", MetaValue::U32(64)),
             "value length must equal key length",
         ),
         (
             "more experts used than exist",
-            with_meta(|m| set_meta(m, "deepseek4.expert_used_count", MetaValue::U32(2))),
+            with_key("deepseek4.expert_used_count", MetaValue::U32(2)),
             "exceeds expert_count",
         ),
     ]

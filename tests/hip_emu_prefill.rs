@@ -25,12 +25,6 @@ use ds4_chat::genmodel::ExpertMix;
 use ds4_chat::model::Model;
 use hip_emu::{LayerCacheView, hip_cache, kernels_run_by};
 
-/// The emulated HIP runtime for this process (tests/hip_emu); false (reason printed) without a C++
-/// compiler.
-fn emulator() -> bool {
-    hip_emu::use_emulated_hip().is_some()
-}
-
 /// The tiny preset (6 layers, ratios [0, 0, 4, 128, 4, 128], window 16, top-k 4) cut to 512 tokens.
 fn model() -> Arc<Model> {
     static M: OnceLock<Arc<Model>> = OnceLock::new();
@@ -52,6 +46,15 @@ fn gpu(ctx: usize, prefill_chunk: usize, matvec_tokens: usize) -> HipBackend {
 /// Deterministic token ids (LCG) inside the vocabulary.
 fn ids(n: usize, seed: u64) -> Vec<u32> {
     hip_emu::lcg_ids(n, seed, model().hp.n_vocab as u64)
+}
+
+/// On the emulated HIP runtime (tests/hip_emu): `prompt_len` deterministic tokens and the 2 decoded
+/// after them. `None` (reason printed) without a C++ compiler.
+fn emulated_prompt(prompt_len: usize, seed: u64) -> Option<(Vec<u32>, Vec<u32>)> {
+    hip_emu::use_emulated_hip()?;
+    let mut prompt = ids(prompt_len + 2, seed);
+    let tail = prompt.split_off(prompt_len);
+    Some((prompt, tail))
 }
 
 fn eval(b: &mut dyn Backend, toks: &[u32]) {
@@ -169,11 +172,9 @@ fn assert_same_cache(what: &str, a: &[LayerCacheView], b: &[LayerCacheView], wit
 /// rows, compressor states) are compared for bitwise equality.
 #[test]
 fn device_prefill_matches_device_decode() {
-    if !emulator() {
+    let Some((prompt, tail)) = emulated_prompt(20, 11) else {
         return;
-    }
-    let toks = ids(22, 11);
-    let (prompt, tail) = toks.split_at(20);
+    };
     let ends = [3usize, 11, 16, 20];
     // Decode: one token per eval; logits kept at the prefill's eval ends.
     let t0 = Instant::now();
@@ -233,7 +234,7 @@ fn device_prefill_matches_device_decode() {
     assert_same_cache("prefill vs decode", &pre_cache, &dec_cache, true);
     assert_same_cache("decode vs CPU", &dec_cache, &cpu_cache(&cpu), false);
     // The next decode steps read the cache the prefill wrote.
-    for &t in tail {
+    for &t in &tail {
         eval(&mut dec, &[t]);
         eval(&mut pre, &[t]);
         vs_dec.push(compare_logits(pre.logits(), dec.logits()));
@@ -264,11 +265,9 @@ fn device_prefill_matches_device_decode() {
 /// the caches compared, all bitwise.
 #[test]
 fn device_prefill_matches_the_cpu_engine() {
-    if !emulator() {
+    let Some((prompt, tail)) = emulated_prompt(136, 5) else {
         return;
-    }
-    let toks = ids(138, 5);
-    let (prompt, tail) = toks.split_at(136);
+    };
     // Chunks of 24 take the GEMMs; the last one (16 tokens) the token-wise kernels.
     let mut g = gpu(160, 24, 16);
     let mut c = CpuBackend::new(model(), 160, 0).unwrap();
@@ -290,7 +289,7 @@ fn device_prefill_matches_the_cpu_engine() {
     }
     let t_pre = t0.elapsed().as_secs_f64();
     assert_same_cache("GPU vs CPU", &hip_cache(&g, &model().hp), &cpu_cache(&c), false);
-    for &t in tail {
+    for &t in &tail {
         eval(&mut g, &[t]);
         eval(&mut c, &[t]);
         agreement.push(compare_logits(g.logits(), c.logits()));

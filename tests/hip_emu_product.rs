@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::backend::hip::footprint::session_bytes;
 use ds4_chat::backend::hip::open_engine_with_progress;
+use ds4_chat::backend::hip::prefill::PREFILL_CHUNK;
 use ds4_chat::backend::hip::weights::{DeviceWeights, data_section_bytes};
 use ds4_chat::backend::hip::{HipContext, bandwidth};
 use ds4_chat::backend::hip::{open_backend, open_backend_with_progress};
@@ -136,7 +137,7 @@ fn placement_copy_and_map(model: &Arc<Model>) {
         let mut b = open_backend(model.clone(), asked, 16, EXACT).unwrap();
         let p = b.weights_placement().unwrap();
         let mem = b.memory();
-        let s = session_bytes(&model.hp, 16);
+        let s = session_bytes(&model.hp, 16, PREFILL_CHUNK);
         assert_eq!(mem.kv_bytes, s.kv);
         let (free_after, _) = ctx.mem_info().unwrap();
         // What the device handed out is the footprint the guard counted (plus the weights when
@@ -243,7 +244,7 @@ fn sessions_share_the_engine(model: &Arc<Model>) {
     let (free_before, _) = hip.mem_info().unwrap();
     let mut second = engine.open_session(32).unwrap();
     let (free_after, _) = hip.mem_info().unwrap();
-    let s = session_bytes(&model.hp, 32);
+    let s = session_bytes(&model.hp, 32, PREFILL_CHUNK);
     let used = free_before - free_after;
     assert!(
         used >= s.kv + s.scratch && used <= s.kv + s.scratch + 512 * 256,
@@ -283,7 +284,7 @@ fn sessions_share_the_engine(model: &Arc<Model>) {
 /// instead, and a session that does not fit at all is refused whatever the placement.
 fn memory_guard(model: &Arc<Model>) {
     let weights = data_section_bytes(&model.file);
-    let s = session_bytes(&model.hp, 16);
+    let s = session_bytes(&model.hp, 16, PREFILL_CHUNK);
     let mib = |b: u64| b.div_ceil(1 << 20);
     // Room for the session and the reserve but not for the weights as well.
     let tight = mib(s.kv + s.scratch + (64 << 20)) + mib(weights) / 2;

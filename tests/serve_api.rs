@@ -109,11 +109,7 @@ fn run_client(args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("run python3");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = String::from_utf8_lossy(&[out.stdout, out.stderr].concat()).into_owned();
     println!("{text}");
     assert!(out.status.success(), "serve_api_client.py {}:\n{text}", args[0]);
     assert!(text.contains(" passed, 0 failed"), "{text}");

@@ -1,7 +1,7 @@
 //! Every out-of-range setting of `run`, `score`, `bench`, the chat app's flags and its config file
 //! ends the process with exit status 1 and one stderr line naming the flag or key.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A model path that is never opened: the settings are checked before the file is read.
@@ -22,145 +22,139 @@ fn refused(args: &[&str]) -> String {
     stderr.trim_end().to_string()
 }
 
+/// Flags (and their values) and the refusal that must follow them.
+type Case = (Vec<&'static str>, String);
+
+const CTX: &str = "2 ..= 1048576";
+const APP_CTX: &str = "256 ..= 1048576";
+const TEMP: &str = "0 ..= 10";
+const TOP_P: &str = "0 < top_p <= 1";
+const UNIT: &str = "0 ..= 1";
+const TOP_K: &str = "0 ..= 1024";
+const THREADS: &str = "0 ..= 4096";
+const MAX_TOKENS: &str = "1 ..= 4294967295";
+const BACKENDS: &str = "auto, hip, cpu";
+const WEIGHTS: &str = "auto, copy, map";
+
+/// The line refusing `value` for the flag or key `name`, outside `range`.
+fn out_of_range(name: &str, value: &str, range: &str) -> String {
+    format!("{name}: {value} is out of range ({range})")
+}
+
+/// The line refusing `value` for the flag or key `name`, not among `choices`.
+fn not_one_of(name: &str, value: &str, choices: &str) -> String {
+    format!("{name}: \"{value}\" is not one of {choices}")
+}
+
+/// `flag value`, out of `range`.
+fn range_case(flag: &'static str, value: &'static str, range: &str) -> Case {
+    (vec![flag, value], out_of_range(flag, value, range))
+}
+
+/// `flag value`, not among `choices`.
+fn choice_case(flag: &'static str, value: &'static str, choices: &str) -> Case {
+    (vec![flag, value], not_one_of(flag, value, choices))
+}
+
+/// `args`, refused with `want`.
+fn case(args: &[&'static str], want: &str) -> Case {
+    (args.to_vec(), want.to_string())
+}
+
 /// Each case's flags, between `before` and `after`, must be refused with exactly its line.
-fn assert_refused(before: &[&str], after: &[&str], cases: &[(&[&str], &str)]) {
+fn assert_refused(before: &[&str], after: &[&str], cases: &[Case]) {
     for (flags, want) in cases {
         let args: Vec<&str> = before.iter().chain(flags.iter()).chain(after).copied().collect();
         assert_eq!(refused(&args), format!("ds4-chat: {want}"), "{flags:?}");
     }
 }
 
+/// The context, sampling, thread and backend settings: `run` and the chat app refuse them alike
+/// (each with its own smallest context).
+fn shared_cases(ctx_range: &str) -> Vec<Case> {
+    vec![
+        range_case("--ctx", "99999999999", ctx_range),
+        range_case("--max-tokens", "0", MAX_TOKENS),
+        range_case("--temp", "-1", TEMP),
+        range_case("--temp", "NaN", TEMP),
+        range_case("--top-p", "5", TOP_P),
+        range_case("--top-p", "0", TOP_P),
+        range_case("--min-p", "-0.5", UNIT),
+        range_case("--min-p", "2", UNIT),
+        range_case("--top-k", "1025", TOP_K),
+        range_case("--top-k", "-1", TOP_K),
+        case(&["--seed", "-2"], "--seed: -2 is negative"),
+        range_case("--threads", "5000", THREADS),
+        range_case("--threads", "-4", THREADS),
+        choice_case("--backend", "cuda", BACKENDS),
+    ]
+}
+
+/// `assert_refused` for `subcommand -m model`.
+fn assert_subcommand_refuses(subcommand: &str, model: &Path, after: &[&str], cases: &[Case]) {
+    assert_refused(&[subcommand, "-m", model.to_str().unwrap()], after, cases);
+}
+
 #[test]
 fn run_refuses_each_setting_out_of_range() {
-    let m = unopened_model();
-    let m = m.to_str().unwrap();
-    let cases: &[(&[&str], &str)] = &[
-        (
-            &["--ctx", "99999999999"],
-            "--ctx: 99999999999 is out of range (2 ..= 1048576)",
-        ),
-        (&["--ctx", "1"], "--ctx: 1 is out of range (2 ..= 1048576)"),
-        (&["--temp", "-1"], "--temp: -1 is out of range (0 ..= 10)"),
-        (&["--temp", "NaN"], "--temp: NaN is out of range (0 ..= 10)"),
-        (&["--top-p", "5"], "--top-p: 5 is out of range (0 < top_p <= 1)"),
-        (&["--top-p", "0"], "--top-p: 0 is out of range (0 < top_p <= 1)"),
-        (&["--min-p", "-0.5"], "--min-p: -0.5 is out of range (0 ..= 1)"),
-        (&["--top-k", "1025"], "--top-k: 1025 is out of range (0 ..= 1024)"),
-        (&["--top-k", "-1"], "--top-k: -1 is out of range (0 ..= 1024)"),
-        (&["--seed", "-2"], "--seed: -2 is negative"),
-        (&["-n", "0"], "--max-tokens: 0 is out of range (1 ..= 4294967295)"),
-        (&["--threads", "5000"], "--threads: 5000 is out of range (0 ..= 4096)"),
-        (
-            &["--logprobs-top-k", "129"],
-            "--logprobs-top-k: 129 is out of range (1 ..= 128)",
-        ),
-        (
-            &["--backend", "cuda"],
-            "--backend: \"cuda\" is not one of auto, hip, cpu",
-        ),
-        (
-            &["--weights", "mmap"],
-            "--weights: \"mmap\" is not one of auto, copy, map",
-        ),
-    ];
-    assert_refused(&["run", "-m", m], &["-p", "hi"], cases);
+    let mut cases = shared_cases(CTX);
+    cases.extend([
+        range_case("--ctx", "1", CTX),
+        case(&["-n", "0"], &out_of_range("--max-tokens", "0", MAX_TOKENS)),
+        range_case("--logprobs-top-k", "129", "1 ..= 128"),
+        choice_case("--weights", "mmap", WEIGHTS),
+    ]);
+    assert_subcommand_refuses("run", &unopened_model(), &["-p", "hi"], &cases);
 }
 
 #[test]
 fn score_refuses_each_setting_out_of_range() {
-    let m = unopened_model();
-    let m = m.to_str().unwrap();
-    let cases: &[(&[&str], &str)] = &[
-        (
-            &["--ctx", "99999999999"],
-            "--ctx: 99999999999 is out of range (2 ..= 1048576)",
-        ),
-        (&["--threads", "-1"], "--threads: -1 is out of range (0 ..= 4096)"),
-        (
-            &["--backend", "gpu0"],
-            "--backend: \"gpu0\" is not one of auto, hip, cpu",
-        ),
+    let cases = [
+        range_case("--ctx", "99999999999", CTX),
+        range_case("--threads", "-1", THREADS),
+        choice_case("--backend", "gpu0", BACKENDS),
     ];
-    assert_refused(&["score", "-m", m], &["--tokens", "1,2"], cases);
+    assert_subcommand_refuses("score", &unopened_model(), &["--tokens", "1,2"], &cases);
 }
 
 #[test]
 fn bench_refuses_each_setting_out_of_range() {
-    let m = unopened_model();
-    let m = m.to_str().unwrap();
-    let cases: &[(&[&str], &str)] = &[
-        (
+    let cases = [
+        case(
             &["--ctx-max", "99999999999"],
-            "--ctx-max + --gen-tokens: 100000000064 is out of range (2 ..= 1048576)",
+            &out_of_range("--ctx-max + --gen-tokens", "100000000064", CTX),
         ),
-        (&["--ctx-start", "0"], "--ctx-start 0 must be in 1..=--ctx-max 8192"),
-        (&["--threads", "9999"], "--threads: 9999 is out of range (0 ..= 4096)"),
-        (
-            &["--backend", "rocm"],
-            "--backend: \"rocm\" is not one of auto, hip, cpu",
-        ),
-        (
-            &["--weights", "disk"],
-            "--weights: \"disk\" is not one of auto, copy, map",
-        ),
-        (&["--peak-gbps", "-3"], "--peak-gbps: -3 is not a positive bandwidth"),
+        case(&["--ctx-start", "0"], "--ctx-start 0 must be in 1..=--ctx-max 8192"),
+        range_case("--threads", "9999", THREADS),
+        choice_case("--backend", "rocm", BACKENDS),
+        choice_case("--weights", "disk", WEIGHTS),
+        case(&["--peak-gbps", "-3"], "--peak-gbps: -3 is not a positive bandwidth"),
     ];
-    assert_refused(&["bench", "-m", m], &[], cases);
+    assert_subcommand_refuses("bench", &unopened_model(), &[], &cases);
 }
 
 /// The chat app checks its flags and config file before it needs a terminal; with stdout not a
 /// terminal (as here) the first bad setting is the one line printed.
 #[test]
 fn chat_app_refuses_bad_flags_and_config_keys() {
-    let cases: &[(&[&str], &str)] = &[
-        (
-            &["--ctx", "99999999999"],
-            "--ctx: 99999999999 is out of range (256 ..= 1048576)",
-        ),
-        (&["--temp", "-1"], "--temp: -1 is out of range (0 ..= 10)"),
-        (&["--top-p", "5"], "--top-p: 5 is out of range (0 < top_p <= 1)"),
-        (&["--top-k", "2000"], "--top-k: 2000 is out of range (0 ..= 1024)"),
-        (&["--min-p", "2"], "--min-p: 2 is out of range (0 ..= 1)"),
-        (&["--seed", "-1"], "--seed: -1 is negative"),
-        (
-            &["--max-tokens", "0"],
-            "--max-tokens: 0 is out of range (1 ..= 4294967295)",
-        ),
-        (&["--threads", "-4"], "--threads: -4 is out of range (0 ..= 4096)"),
-        (
-            &["--backend", "cuda"],
-            "--backend: \"cuda\" is not one of auto, hip, cpu",
-        ),
-    ];
+    let cases = shared_cases(APP_CTX);
     let empty = std::env::temp_dir().join(format!("ds4-chat-settings-empty-{}.toml", std::process::id()));
     std::fs::write(&empty, "").unwrap();
-    assert_refused(&["--demo", "--config", empty.to_str().unwrap()], &[], cases);
+    assert_refused(&["--demo", "--config", empty.to_str().unwrap()], &[], &cases);
     let keys = [
-        (
-            "ctx = 99999999999",
-            "key `ctx`: 99999999999 is out of range (256 ..= 1048576)",
-        ),
-        ("temp = -1.0", "key `temp`: -1 is out of range (0 ..= 10)"),
-        ("top_p = 5.0", "key `top_p`: 5 is out of range (0 < top_p <= 1)"),
-        ("min_p = -0.1", "key `min_p`: -0.1 is out of range (0 ..= 1)"),
-        ("top_k = 1025", "key `top_k`: 1025 is out of range (0 ..= 1024)"),
-        ("seed = -1", "key `seed`: -1 is negative"),
-        (
-            "max_tokens = 0",
-            "key `max_tokens`: 0 is out of range (1 ..= 4294967295)",
-        ),
-        ("threads = 4097", "key `threads`: 4097 is out of range (0 ..= 4096)"),
-        (
-            "backend = \"cuda\"",
-            "key `backend`: \"cuda\" is not one of auto, hip, cpu",
-        ),
-        (
-            "weights = \"mmap\"",
-            "key `weights`: \"mmap\" is not one of auto, copy, map",
-        ),
+        ("ctx = 99999999999", out_of_range("key `ctx`", "99999999999", APP_CTX)),
+        ("temp = -1.0", out_of_range("key `temp`", "-1", TEMP)),
+        ("top_p = 5.0", out_of_range("key `top_p`", "5", TOP_P)),
+        ("min_p = -0.1", out_of_range("key `min_p`", "-0.1", UNIT)),
+        ("top_k = 1025", out_of_range("key `top_k`", "1025", TOP_K)),
+        ("seed = -1", "key `seed`: -1 is negative".to_string()),
+        ("max_tokens = 0", out_of_range("key `max_tokens`", "0", MAX_TOKENS)),
+        ("threads = 4097", out_of_range("key `threads`", "4097", THREADS)),
+        ("backend = \"cuda\"", not_one_of("key `backend`", "cuda", BACKENDS)),
+        ("weights = \"mmap\"", not_one_of("key `weights`", "mmap", WEIGHTS)),
         (
             "think = \"maybe\"",
-            "key `think`: \"maybe\" is not one of off, high, max",
+            not_one_of("key `think`", "maybe", "off, high, max"),
         ),
     ];
     let file = std::env::temp_dir().join(format!("ds4-chat-settings-bad-{}.toml", std::process::id()));
@@ -218,19 +212,19 @@ impl Drop for ShortModel {
 fn subcommands_refuse_a_context_longer_than_the_model_states() {
     let model = ShortModel::write();
     let m = model.0.to_str().unwrap();
-    let over = "--ctx: 65 is out of range (2 ..= 64, the model's context length)";
+    let over = &out_of_range("--ctx", "65", "2 ..= 64, the model's context length");
     let cpu = ["--backend", "cpu"];
-    assert_refused(&["run", "-m", m], &["--tokens", "1,2"], &[(&["--ctx", "65"], over)]);
-    assert_refused(&["score", "-m", m], &["--tokens", "1,2"], &[(&["--ctx", "65"], over)]);
-    let bench: &[&str] = &["--ctx-start", "4", "--ctx-max", "8", "--gen-tokens", "56"];
-    assert_refused(
-        &["bench", "-m", m],
-        &cpu,
-        &[(
-            bench,
-            "--ctx-max + --gen-tokens: 65 is out of range (2 ..= 64, the model's context length)",
-        )],
-    );
+    for subcommand in ["run", "score"] {
+        assert_subcommand_refuses(
+            subcommand,
+            &model.0,
+            &["--tokens", "1,2"],
+            &[case(&["--ctx", "65"], over)],
+        );
+    }
+    let bench = ["--ctx-start", "4", "--ctx-max", "8", "--gen-tokens", "56"];
+    let bench_over = out_of_range("--ctx-max + --gen-tokens", "65", "2 ..= 64, the model's context length");
+    assert_subcommand_refuses("bench", &model.0, &cpu, &[case(&bench, &bench_over)]);
     // Within the model's length the check passes: `score` runs on the CPU and prints its result.
     let out = Command::new(env!("CARGO_BIN_EXE_ds4-chat"))
         .args(["score", "-m", m, "--ctx", "64", "--tokens", "1,2", "--backend", "cpu"])

@@ -14,14 +14,23 @@ use tui_common::*;
 const W: u16 = 110;
 const H: u16 = 32;
 
+/// Renders `app` at `size`, asserts that the screen shows every one of `texts` and matches the
+/// snapshot `name`.
+fn assert_screen(app: &App, (w, h): (u16, u16), name: &str, texts: &[&str]) {
+    let s = screen(app, w, h);
+    assert_shows(&s, texts);
+    assert_snapshot(name, &s);
+}
+
 #[test]
 fn warmup_screen_shows_progress_rate_and_eta() {
     let mut app = file_app();
     loaded_warming(&mut app);
-    let s = screen(&app, W, H);
     // 30 GiB of 81 GiB in 10 s: 37%, 3.00 GiB/s, ETA 51 GiB / 3 GiB/s = 17.0 s.
-    assert_shows(
-        &s,
+    assert_screen(
+        &app,
+        (W, H),
+        "warmup",
         &[
             "Warm-up  37% ETA 17.0 s",
             "30.0/81.0 GiB 3.00 GiB/s",
@@ -30,7 +39,6 @@ fn warmup_screen_shows_progress_rate_and_eta() {
             "Radeon 8060S (gfx1151)",
         ],
     );
-    assert_snapshot("warmup", &s);
 }
 
 #[test]
@@ -44,10 +52,11 @@ fn idle_screen_after_one_turn() {
         Duration::from_millis(25),
     );
     assert_eq!(app.phase, Phase::Idle);
-    let s = screen(&app, W, H);
     // 5 tokens of 25 ms each: 40.0 t/s; prefill 20 tokens in 400 ms.
-    assert_shows(
-        &s,
+    assert_screen(
+        &app,
+        (W, H),
+        "idle",
         &[
             "40.0 t/s",
             "20 tok in 400 ms",
@@ -57,7 +66,6 @@ fn idle_screen_after_one_turn() {
             "● ready",
         ],
     );
-    assert_snapshot("idle", &s);
 }
 
 #[test]
@@ -70,10 +78,13 @@ fn prefill_in_progress_shows_bar_and_eta() {
         total: 4096,
         elapsed: Duration::from_secs(2),
     });
-    let s = screen(&app, W, H);
     // 1024 of 4096 in 2 s: 25%, ETA 3072 / 512 t/s = 6.0 s.
-    assert_shows(&s, &["Prefill  25% ETA 6.0 s", "1.0k / 4.1k tok", "◐ prefill 25%"]);
-    assert_snapshot("prefill", &s);
+    assert_screen(
+        &app,
+        (W, H),
+        "prefill",
+        &["Prefill  25% ETA 6.0 s", "1.0k / 4.1k tok", "◐ prefill 25%"],
+    );
 }
 
 fn streaming_app() -> App {
@@ -135,9 +146,7 @@ fn help_overlay() {
     let mut app = ready_app();
     app.on_key(key(KeyCode::F(1)));
     assert!(app.show_help);
-    let s = screen(&app, W, H);
-    assert_shows(&s, &["Help · any key closes", "/retry", "Ctrl+Y"]);
-    assert_snapshot("help", &s);
+    assert_screen(&app, (W, H), "help", &["Help · any key closes", "/retry", "Ctrl+Y"]);
     app.on_key(key(KeyCode::Char('x')));
     assert!(!app.show_help);
     assert!(app.input.is_empty(), "the closing key must not be typed");
@@ -147,9 +156,7 @@ fn help_overlay() {
 fn small_terminal_notice() {
     let mut app = file_app();
     loaded_warming(&mut app);
-    let s = screen(&app, 59, 14);
-    assert_shows(&s, &["terminal too small", "59×14, need 60×15"]);
-    assert_snapshot("small", &s);
+    assert_screen(&app, (59, 14), "small", &["terminal too small", "59×14, need 60×15"]);
     // 60×15 is enough, and the panel becomes a one-line strip below 100 columns.
     let s = screen(&app, 60, 15);
     assert!(!s.contains("terminal too small"), "{s}");
@@ -193,16 +200,16 @@ fn demo_banner_and_narrow_strip() {
     info.backend = "cpu".into();
     info.ctx = 4096;
     app.on_engine_event(Event::Loaded(info));
-    let s = screen(&app, 80, 24);
-    assert_shows(
-        &s,
+    assert_screen(
+        &app,
+        (80, 24),
+        "demo_narrow",
         &[
             "DEMO: a tiny random model",
             "Its answers are random text",
             "– t/s │ ctx 0/4.1k │ cpu │ think high",
         ],
     );
-    assert_snapshot("demo_narrow", &s);
 }
 
 #[test]

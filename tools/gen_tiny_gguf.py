@@ -404,6 +404,37 @@ def write_gguf(path, kvs, tensors):
             f.write(b"\0" * ((-len(payload)) % ALIGN))
 
 
+# The model's integer hyperparameters in GGUF order: a key under "deepseek4." and the dims entry
+# (or the constant) it holds.
+DEEPSEEK4_U32_KEYS = [
+    ("block_count", "N_LAYER"),
+    ("context_length", 1048576),
+    ("embedding_length", "N_EMBD"),
+    ("vocab_size", "N_VOCAB"),
+    ("attention.head_count", "N_HEAD"),
+    ("attention.head_count_kv", "N_HEAD_KV"),
+    ("attention.key_length", "N_HEAD_DIM"),
+    ("attention.value_length", "N_VALUE_DIM"),
+    ("rope.dimension_count", "N_ROT"),
+    ("attention.q_lora_rank", "N_LORA_Q"),
+    ("attention.output_lora_rank", "N_LORA_O"),
+    ("attention.output_group_count", "N_OUT_GROUP"),
+    ("expert_count", "N_EXPERT"),
+    ("expert_used_count", "N_EXPERT_USED"),
+    ("expert_feed_forward_length", "N_FF_EXP"),
+    ("expert_shared_count", "N_EXPERT_SHARED"),
+    ("hash_layer_count", "N_HASH_LAYER"),
+    ("expert_group_count", 0),
+    ("expert_group_used_count", 0),
+    ("attention.sliding_window", "N_SWA"),
+    ("attention.indexer.head_count", "N_INDEXER_HEAD"),
+    ("attention.indexer.key_length", "N_INDEXER_HEAD_DIM"),
+    ("attention.indexer.top_k", "N_INDEXER_TOP_K"),
+    ("hyper_connection.count", "N_HC"),
+    ("hyper_connection.sinkhorn_iterations", "N_HC_SINKHORN_ITER"),
+]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", required=True, help="case JSON with name, seed, dims")
@@ -429,31 +460,8 @@ def main():
     kvs.append(kv_bytes("general.architecture", GV_STRING, "deepseek4"))
     kvs.append(kv_bytes("general.name", GV_STRING, cfg.get("name", "ds4-tiny-oracle")))
     u32("general.alignment", ALIGN)
-    u32(a + "block_count", L)
-    u32(a + "context_length", 1048576)
-    u32(a + "embedding_length", D["N_EMBD"])
-    u32(a + "vocab_size", D["N_VOCAB"])
-    u32(a + "attention.head_count", D["N_HEAD"])
-    u32(a + "attention.head_count_kv", D["N_HEAD_KV"])
-    u32(a + "attention.key_length", D["N_HEAD_DIM"])
-    u32(a + "attention.value_length", D["N_VALUE_DIM"])
-    u32(a + "rope.dimension_count", D["N_ROT"])
-    u32(a + "attention.q_lora_rank", D["N_LORA_Q"])
-    u32(a + "attention.output_lora_rank", D["N_LORA_O"])
-    u32(a + "attention.output_group_count", D["N_OUT_GROUP"])
-    u32(a + "expert_count", D["N_EXPERT"])
-    u32(a + "expert_used_count", D["N_EXPERT_USED"])
-    u32(a + "expert_feed_forward_length", D["N_FF_EXP"])
-    u32(a + "expert_shared_count", D["N_EXPERT_SHARED"])
-    u32(a + "hash_layer_count", D["N_HASH_LAYER"])
-    u32(a + "expert_group_count", 0)
-    u32(a + "expert_group_used_count", 0)
-    u32(a + "attention.sliding_window", D["N_SWA"])
-    u32(a + "attention.indexer.head_count", D["N_INDEXER_HEAD"])
-    u32(a + "attention.indexer.key_length", D["N_INDEXER_HEAD_DIM"])
-    u32(a + "attention.indexer.top_k", D["N_INDEXER_TOP_K"])
-    u32(a + "hyper_connection.count", D["N_HC"])
-    u32(a + "hyper_connection.sinkhorn_iterations", D["N_HC_SINKHORN_ITER"])
+    for key, value in DEEPSEEK4_U32_KEYS:
+        u32(a + key, D[value] if isinstance(value, str) else value)
     f32(a + "hyper_connection.epsilon", 1e-6)
     kvs.append(kv_bytes(a + "attention.compress_ratios", GV_ARRAY, [compress_ratio(i) for i in range(L)], GV_UINT32))
     kvs.append(kv_bytes(a + "swiglu_clamp_exp", GV_ARRAY, [10.0] * L, GV_FLOAT32))

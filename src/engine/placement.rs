@@ -211,10 +211,13 @@ mod tests {
         }
     }
 
-    /// On a Strix Halo (gfx1151, integrated) host with `host`'s memory figures: `free` bytes for a
-    /// copy, too few for the Q2 file with a session of `session` bytes, so auto maps it.
-    fn assert_strix_halo_maps(host: &UnifiedFacts, free: u64, session: u64) {
-        let b = copy_budget(&strix("gfx1151", true), Some(host));
+    /// On a Strix Halo (gfx1151, integrated) host with `roomy()`'s memory figures as `edit` changes
+    /// them: `free` bytes for a copy, too few for the Q2 file with a session of `session` bytes, so
+    /// auto maps it.
+    fn assert_strix_halo_maps(edit: impl FnOnce(&mut UnifiedFacts), free: u64, session: u64) {
+        let mut host = roomy();
+        edit(&mut host);
+        let b = copy_budget(&strix("gfx1151", true), Some(&host));
         assert_eq!(b.free, free, "{b:?}");
         assert!(!auto_copies(&b, FLASH_Q2, session), "{b:?}");
     }
@@ -222,27 +225,15 @@ mod tests {
     #[test]
     fn strix_halo_maps_when_the_gtt_limit_is_the_default_half() {
         // Without ttm.pages_limit the GTT limit is half the RAM: 62 GiB cannot hold 80.8 GiB.
-        let h = UnifiedFacts {
-            gtt_total: 62 * GIB,
-            ..roomy()
-        };
-        assert_strix_halo_maps(&h, 61 * GIB, SESSION_32K);
+        assert_strix_halo_maps(|h| h.gtt_total = 62 * GIB, 61 * GIB, SESSION_32K);
     }
 
     #[test]
     fn strix_halo_maps_when_ram_is_taken_or_held_by_cma() {
         // GTT allows it, but the desktop holds 40 GiB: 78 - 2 = 76 GiB usable.
-        let busy = UnifiedFacts {
-            mem_available: 78 * GIB,
-            ..roomy()
-        };
-        assert_strix_halo_maps(&busy, 76 * GIB, SESSION_32K);
+        assert_strix_halo_maps(|h| h.mem_available = 78 * GIB, 76 * GIB, SESSION_32K);
         // CMA pages count as available but a pinned copy cannot use them.
-        let cma = UnifiedFacts {
-            cma_free: 32 * GIB,
-            ..roomy()
-        };
-        assert_strix_halo_maps(&cma, 84 * GIB, 4 * GIB);
+        assert_strix_halo_maps(|h| h.cma_free = 32 * GIB, 84 * GIB, 4 * GIB);
     }
 
     #[test]

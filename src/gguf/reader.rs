@@ -356,6 +356,24 @@ impl<'a> Cursor<'a> {
         Ok(u64::from_le_bytes(self.take(8, what)?.try_into().unwrap()))
     }
 
+    /// Refuses a `count` (the header field `what`, at offset `at`) of entries of at least
+    /// `min_bytes` each that cannot fit in the rest of the file.
+    fn check_count(&self, count: u64, min_bytes: u64, what: &str, at: u64) -> Result<(), GgufError> {
+        if count.checked_mul(min_bytes).is_none_or(|n| n > self.remaining()) {
+            return Err(GgufError::at(
+                at,
+                format!("{what} {count} cannot fit in a file of {} bytes", self.b.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The name opening an entry (a metadata key, a tensor name) and the offset it starts at.
+    fn entry_name(&mut self, what: &str) -> Result<(u64, String), GgufError> {
+        let at = self.pos as u64;
+        Ok((at, self.string(what)?))
+    }
+
     fn string(&mut self, what: &str) -> Result<String, GgufError> {
         let at = self.pos as u64;
         let len = self.u64(what)?;
@@ -470,24 +488,13 @@ fn parse_directory(b: &[u8]) -> Result<Directory, GgufError> {
     let n_tensors = c.u64("tensor count")?;
     let n_kv = c.u64("metadata count")?;
     // Each KV needs at least 8 (key len) + 4 (type) + 1 bytes; each tensor info at least 8+4+8+4+8.
-    if n_kv.checked_mul(13).is_none_or(|n| n > c.remaining()) {
-        return Err(GgufError::at(
-            16,
-            format!("metadata count {n_kv} cannot fit in a file of {} bytes", b.len()),
-        ));
-    }
-    if n_tensors.checked_mul(32).is_none_or(|n| n > c.remaining()) {
-        return Err(GgufError::at(
-            8,
-            format!("tensor count {n_tensors} cannot fit in a file of {} bytes", b.len()),
-        ));
-    }
+    c.check_count(n_kv, 13, "metadata count", 16)?;
+    c.check_count(n_tensors, 32, "tensor count", 8)?;
 
     let mut metadata = Vec::with_capacity(n_kv as usize);
     let mut seen_keys = std::collections::HashSet::new();
     for i in 0..n_kv {
-        let at = c.pos as u64;
-        let key = c.string(&format!("metadata key #{i}"))?;
+        let (at, key) = c.entry_name(&format!("metadata key #{i}"))?;
         let t = c.u32(&key)?;
         let v = read_value(&mut c, t, &key, 0)?;
         if !seen_keys.insert(key.clone()) {
@@ -520,8 +527,7 @@ fn parse_directory(b: &[u8]) -> Result<Directory, GgufError> {
     let mut raw = Vec::with_capacity(n_tensors as usize);
     let mut seen = std::collections::HashSet::new();
     for i in 0..n_tensors {
-        let at = c.pos as u64;
-        let name = c.string(&format!("tensor #{i} name"))?;
+        let (at, name) = c.entry_name(&format!("tensor #{i} name"))?;
         let nd = c.u32(&name)?;
         if nd == 0 || nd as usize > MAX_DIMS {
             return Err(GgufError::at(

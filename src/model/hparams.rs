@@ -202,29 +202,13 @@ impl HParams {
             g.get(&full)
                 .ok_or_else(|| GgufError::msg(format!("missing metadata key '{full}'")))
         };
-        let u = |k: &str| -> Result<usize, GgufError> {
-            let v = req(k)?;
-            v.as_u64().map(|x| x as usize).ok_or_else(|| {
-                GgufError::msg(format!(
-                    "key '{}': expected an unsigned integer, found {} {:?}",
-                    key(k),
-                    v.type_name(),
-                    v
-                ))
+        let u = |k: &str| {
+            read_as(&key(k), req(k)?, "an unsigned integer", |v| {
+                v.as_u64().map(|x| x as usize)
             })
         };
         let u_opt = |k: &str| -> Result<usize, GgufError> { if g.get(&key(k)).is_some() { u(k) } else { Ok(0) } };
-        let f = |k: &str| -> Result<f32, GgufError> {
-            let v = req(k)?;
-            v.as_f64().map(|x| x as f32).ok_or_else(|| {
-                GgufError::msg(format!(
-                    "key '{}': expected a number, found {} {:?}",
-                    key(k),
-                    v.type_name(),
-                    v
-                ))
-            })
-        };
+        let f = |k: &str| read_as(&key(k), req(k)?, "a number", |v| v.as_f64().map(|x| x as f32));
         let n_layer = u("block_count")?;
         if n_layer == 0 || n_layer > 4096 {
             return Err(GgufError::msg(format!(
@@ -232,6 +216,7 @@ impl HParams {
                 key("block_count")
             )));
         }
+        let ratios_key = key("attention.compress_ratios");
         let ratios_v = req("attention.compress_ratios")?;
         let compress_ratios: Vec<u32> = match ratios_v.as_array() {
             Some(a) if a.len() >= n_layer => {
@@ -240,18 +225,11 @@ impl HParams {
                     let r = match *x {
                         MetaValue::U32(r) => r as i64,
                         MetaValue::I32(r) => r as i64,
-                        ref o => {
-                            return Err(GgufError::msg(format!(
-                                "key '{}'[{i}]: expected u32 or i32, found {}",
-                                key("attention.compress_ratios"),
-                                o.type_name()
-                            )));
-                        }
+                        ref o => return Err(wrong_type(&ratios_key, Some(i), "u32 or i32", o)),
                     };
                     if !matches!(r, 0 | 4 | 128) {
                         return Err(GgufError::msg(format!(
-                            "key '{}'[{i}]: ratio {r}, expected 0, 4 or 128",
-                            key("attention.compress_ratios")
+                            "key '{ratios_key}'[{i}]: ratio {r}, expected 0, 4 or 128"
                         )));
                     }
                     out.push(r as u32);
@@ -260,18 +238,11 @@ impl HParams {
             }
             Some(a) => {
                 return Err(GgufError::msg(format!(
-                    "key '{}': {} entries, expected at least {n_layer} (one per layer)",
-                    key("attention.compress_ratios"),
+                    "key '{ratios_key}': {} entries, expected at least {n_layer} (one per layer)",
                     a.len()
                 )));
             }
-            None => {
-                return Err(GgufError::msg(format!(
-                    "key '{}': expected an array, found {}",
-                    key("attention.compress_ratios"),
-                    ratios_v.type_name()
-                )));
-            }
+            None => return Err(wrong_type(&ratios_key, None, "an array", ratios_v)),
         };
         let clamp_v = req("swiglu_clamp_exp")?;
         let swiglu_clamp: Vec<f32> = match clamp_v.as_array() {
@@ -281,35 +252,20 @@ impl HParams {
                     match *x {
                         MetaValue::F32(v) => out.push(v),
                         MetaValue::F64(v) => out.push(v as f32),
-                        ref o => {
-                            return Err(GgufError::msg(format!(
-                                "key '{}'[{i}]: expected f32 or f64, found {}",
-                                key("swiglu_clamp_exp"),
-                                o.type_name()
-                            )));
-                        }
+                        ref o => return Err(wrong_type(&key("swiglu_clamp_exp"), Some(i), "f32 or f64", o)),
                     }
                 }
                 out
             }
             _ => {
-                return Err(GgufError::msg(format!(
-                    "key '{}': expected an array of at least {n_layer} floats, found {}",
-                    key("swiglu_clamp_exp"),
-                    clamp_v.type_name()
-                )));
+                let expected = format!("an array of at least {n_layer} floats");
+                return Err(wrong_type(&key("swiglu_clamp_exp"), None, &expected, clamp_v));
             }
         };
         let norm_v = req("expert_weights_norm")?;
         let expert_weights_norm = match norm_v {
             MetaValue::Bool(b) => *b,
-            o => {
-                return Err(GgufError::msg(format!(
-                    "key '{}': expected bool, found {}",
-                    key("expert_weights_norm"),
-                    o.type_name()
-                )));
-            }
+            o => return Err(wrong_type(&key("expert_weights_norm"), None, "bool", o)),
         };
         let hp = HParams {
             n_layer,
@@ -476,6 +432,32 @@ impl HParams {
         }
         Ok(())
     }
+}
+
+/// The metadata value `v` at `key` as `read` converts it, or an error saying what was expected and
+/// what was found.
+fn read_as<T>(
+    key: &str,
+    v: &MetaValue,
+    expected: &str,
+    read: impl Fn(&MetaValue) -> Option<T>,
+) -> Result<T, GgufError> {
+    read(v).ok_or_else(|| {
+        GgufError::msg(format!(
+            "key '{key}': expected {expected}, found {} {v:?}",
+            v.type_name()
+        ))
+    })
+}
+
+/// A metadata value of the wrong type: "key 'K': expected X, found T" (`entry` adds the index of
+/// an array's entry after the key).
+fn wrong_type(key: &str, entry: Option<usize>, expected: &str, found: &MetaValue) -> GgufError {
+    let at = entry.map(|i| format!("[{i}]")).unwrap_or_default();
+    GgufError::msg(format!(
+        "key '{key}'{at}: expected {expected}, found {}",
+        found.type_name()
+    ))
 }
 
 #[cfg(test)]

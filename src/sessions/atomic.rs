@@ -53,11 +53,29 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    fn scratch_dir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("ds4-chat-atomic-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh scratch directory, removed (with what is in it) on drop.
+    struct ScratchDir(PathBuf);
+
+    impl ScratchDir {
+        fn new(tag: &str) -> ScratchDir {
+            let d = std::env::temp_dir().join(format!("ds4-chat-atomic-{tag}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&d);
+            fs::create_dir_all(&d).unwrap();
+            ScratchDir(d)
+        }
+    }
+
+    impl std::ops::Deref for ScratchDir {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for ScratchDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
     }
 
     fn entries(dir: &Path) -> Vec<String> {
@@ -71,18 +89,17 @@ mod tests {
 
     #[test]
     fn write_atomic_replaces_the_file_and_leaves_no_temporary() {
-        let dir = scratch_dir("replace");
+        let dir = ScratchDir::new("replace");
         let path = dir.join("t.md");
         fs::write(&path, "old contents, longer than the new ones").unwrap();
         write_atomic(&path, b"new").unwrap();
         assert_eq!(fs::read_to_string(&path).unwrap(), "new");
         assert_eq!(entries(&dir), vec!["t.md"]);
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_failed_rename_removes_the_temporary_and_keeps_the_target() {
-        let dir = scratch_dir("fail");
+        let dir = ScratchDir::new("fail");
         // A directory cannot be replaced by a file: the rename fails after the bytes were written.
         let target = dir.join("taken");
         fs::create_dir(&target).unwrap();
@@ -90,12 +107,11 @@ mod tests {
         assert!(write_atomic(&target, b"data").is_err());
         assert_eq!(entries(&dir), vec!["taken"]);
         assert_eq!(entries(&target), vec!["keep"]);
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_failing_writer_keeps_the_old_file() {
-        let dir = scratch_dir("writer");
+        let dir = ScratchDir::new("writer");
         let path = dir.join("s.kv");
         fs::write(&path, "old").unwrap();
         let full = io::Error::new(io::ErrorKind::StorageFull, "no space left on device");
@@ -104,6 +120,5 @@ mod tests {
         assert_eq!(fs::read_to_string(&path).unwrap(), "old");
         assert_eq!(entries(&dir), vec!["s.kv"]);
         assert!(is_temporary(".s.kv.123.tmp") && !is_temporary("s.kv"));
-        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,10 +7,10 @@ use ratatui::Frame;
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
 use super::app::{App, Phase};
-use super::widgets::{self, Palette};
+use super::widgets::{self, Palette, overlay_block};
 
 /// Smallest usable terminal.
 pub const MIN_COLS: u16 = 60;
@@ -168,16 +168,8 @@ fn draw_slash_hints(frame: &mut Frame, a: Areas, app: &App, p: &Palette) {
             ])
         })
         .collect();
-    frame.render_widget(Clear, area);
-    frame.render_widget(
-        Paragraph::new(lines).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .border_style(Style::default().fg(p.dim))
-                .title(" Tab completes "),
-        ),
-        area,
-    );
+    let block = overlay_block(frame, area, " Tab completes ", p.dim);
+    frame.render_widget(Paragraph::new(lines).block(block), area);
 }
 
 fn draw_too_small(frame: &mut Frame, area: Rect, p: &Palette) {

@@ -2,12 +2,14 @@
 //! against the exact attention kernels on the same random rows: short contexts, a full ratio-4
 //! window with the indexer's selection and a wrapped ring, and the ratio-128 rows of 70k and 1M
 //! tokens; each launched with the split count a captured decode graph uses (the session's most
-//! rows), so most slices exit. Float outputs within FAST_TOL x max|exact|: each output is a
+//! rows), so most slices exit, and again with the grid a direct launch sizes to the batch's rows,
+//! which must give the same bits (a replayed decode graph equals direct launches). Float outputs within FAST_TOL x max|exact|: each output is a
 //! softmax-weighted mean of rows whose sums are reordered (a few ulps of the largest partial sums).
 //! The segmented indexer top-k (kernels/indexer_fast.hip) against `ds4_indexer_topk`: a selection
 //! without arithmetic, so the lists must be equal, ties (to the lower row) included.
 
 use ds4_chat::backend::hip::kernels::{self, AttentionSplitPlan};
+use ds4_chat::backend::hip::runtime::HipResult;
 
 use super::attention_case::{AttentionCase, attention_shape};
 use super::cache::IndexerInputs;
@@ -196,23 +198,39 @@ fn check_split(gpu: &Gpu, rng: &mut CheckRng, name: &str, c: Case) -> Checked {
     // Exact: scores, softmax, values.
     let out_exact = gpu.poisoned::<f32>(c.n_tok * n_head * head_dim)?;
     case.run_exact(gpu, &out_exact, c.max_rows)?;
-    // Fast: the split over the slices a graph sized for max_rows launches.
-    let plan = AttentionSplitPlan::new(&shape, nt, c.max_rows, usize::MAX / 8).expect("a split plan");
-    let scratch = gpu.poisoned::<f32>(plan.acc_floats(&shape, nt) + 2 * c.n_tok * n_head * plan.n_split as usize)?;
-    let out_fast = gpu.poisoned::<f32>(c.n_tok * n_head * head_dim)?;
+    // Fast: the split over the slices a graph sized for max_rows launches, and over the grid a
+    // direct launch sizes to the batch's own rows: the same slices, so the same bits.
     let io = case.inputs();
-    for l in kernels::attention_decode_split(&shape, plan, out_fast.ptr().0, scratch.ptr().0, &io, nt) {
-        gpu.run(&l)?;
-    }
-    let (want, got) = (out_exact.to_vec::<f32>()?, out_fast.to_vec::<f32>()?);
-    Ok(close_scaled(
+    let split = |max_rows: u32| -> HipResult<(Vec<f32>, u32)> {
+        let plan = AttentionSplitPlan::new(&shape, nt, max_rows, usize::MAX / 8).expect("a split plan");
+        let scratch =
+            gpu.poisoned::<f32>(plan.acc_floats(&shape, nt) + 2 * c.n_tok * n_head * plan.n_split as usize)?;
+        let out = gpu.poisoned::<f32>(c.n_tok * n_head * head_dim)?;
+        for l in kernels::attention_decode_split(&shape, plan, out.ptr().0, scratch.ptr().0, &io, nt) {
+            gpu.run(&l)?;
+        }
+        Ok((out.to_vec::<f32>()?, plan.n_split))
+    };
+    let ((got, n_split), (direct, n_direct)) = (split(c.max_rows)?, split(rows)?);
+    let want = out_exact.to_vec::<f32>()?;
+    let differ = got
+        .iter()
+        .zip(&direct)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    let mut result = close_scaled(
         name,
         &got,
         &want,
         FAST_TOL,
         format!(
-            "{} tok at {}, {n_head}x{head_dim}, {rows} rows, {} slices",
-            c.n_tok, c.pos0, plan.n_split
+            "{} tok at {}, {n_head}x{head_dim}, {rows} rows, {n_split} blocks a token; {differ} outputs \
+             differ in bits with {n_direct} blocks (must be 0)",
+            c.n_tok, c.pos0
         ),
-    ))
+    );
+    if differ > 0 {
+        result.verdict = Verdict::Fail;
+    }
+    Ok(result)
 }

@@ -17,7 +17,9 @@ use crate::model::Model;
 use super::backend::{HipBackend, placement_of};
 use super::footprint::{ctx_hint, session_bytes};
 use super::kernel_module::KernelModule;
-use super::open::{DEVICE_RESERVE, FORWARD_ENV, copy_budget_of, forward_enabled, place_weights, plan_placement};
+use super::open::{
+    DEVICE_RESERVE, FORWARD_ENV, copy_budget_of, forward_enabled, place_weights, plan_placement, unified_memory,
+};
 use super::options::HipOptions;
 use super::runtime::HipContext;
 use super::weights::{DeviceWeights, data_section_bytes};
@@ -65,7 +67,8 @@ pub fn open_engine_with_progress(
         ));
     }
     HipBackend::check_model(&model)?;
-    let session = session_bytes(&model.hp, ctx);
+    let chunk = HipOptions::from_env(unified_memory(&hip, &kernels.target))?.prefill_chunk;
+    let session = session_bytes(&model.hp, ctx, chunk);
     let budget = copy_budget_of(&hip, &kernels.target)?;
     let weight_bytes = data_section_bytes(&model.file);
     let plan = plan_placement(
@@ -84,7 +87,7 @@ pub fn open_engine_with_progress(
             weight_bytes
         };
         let room = budget.free.saturating_sub(on_device + DEVICE_RESERVE);
-        format!("{e}; {}", ctx_hint(&model.hp, ctx, room))
+        format!("{e}; {}", ctx_hint(&model.hp, ctx, room, chunk))
     })?;
     let (placed, reason) = place_weights(&hip, &model, plan, progress)?;
     Ok(HipEngine::new(hip, kernels, model, placed, reason).with_arithmetic(arithmetic))
@@ -136,15 +139,19 @@ impl HipEngine {
     /// fit the free device memory.
     pub fn session(&self, ctx: usize) -> Result<HipBackend, String> {
         let (free, total) = self.hip.mem_info().map_err(|e| e.to_string())?;
+        let options = HipOptions {
+            arithmetic: self.arithmetic.with_env(),
+            ..HipOptions::from_env(unified_memory(&self.hip, &self.kernels.target))?
+        };
         // With the weights in place, nothing but the session is left to fit: the placement plan
         // for zero further weight bytes is exactly that check, with the same message.
-        let session = session_bytes(&self.model.hp, ctx);
+        let session = session_bytes(&self.model.hp, ctx, options.prefill_chunk);
         plan_placement(WeightPlacement::Map, 0, session, free, total, self.hip.name(), &|_| {
             None
         })
         .map_err(|e| {
             let room = free.saturating_sub(DEVICE_RESERVE);
-            format!("{e}; {}", ctx_hint(&self.model.hp, ctx, room))
+            format!("{e}; {}", ctx_hint(&self.model.hp, ctx, room, options.prefill_chunk))
         })?;
         HipBackend::with_weights(
             self.hip.clone(),
@@ -153,10 +160,7 @@ impl HipEngine {
             ctx,
             self.weights.clone(),
             self.reason.clone(),
-            HipOptions {
-                arithmetic: self.arithmetic.with_env(),
-                ..HipOptions::from_env()?
-            },
+            options,
         )
     }
 }

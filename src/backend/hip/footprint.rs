@@ -11,7 +11,6 @@ use crate::model::hparams::HParams;
 use crate::units::fmt_mib_or_gib;
 
 use super::acts;
-use super::prefill;
 
 /// Device memory of one session besides the weights: the KV ring, compressed rows and
 /// compressor/indexer state (`kv`), and the per-token activations (`scratch`). Computed from the
@@ -70,12 +69,12 @@ pub fn layer_plans(hp: &HParams, ctx: usize, n_max: usize) -> Vec<LayerPlan> {
         .collect()
 }
 
-/// The session's device bytes for `ctx` tokens (see `SessionBytes`): the per-layer state of
-/// `layer_plans` (rings of `acts::ring_rows` rows for the prefill chunk), the activations from
-/// the plan `acts::Acts::new` allocates from.
-pub fn session_bytes(hp: &HParams, ctx: usize) -> SessionBytes {
-    // A malformed DS4_HIP_PREFILL_CHUNK fails in HipOptions::from_env with its reason; count the default.
-    let n_max = prefill::prefill_chunk(ctx).unwrap_or(prefill::PREFILL_CHUNK.min(ctx.max(1)));
+/// The session's device bytes for `ctx` tokens in prefill chunks of `chunk` tokens
+/// (`HipOptions::prefill_chunk`; see `SessionBytes`): the per-layer state of `layer_plans` (rings
+/// of `acts::ring_rows` rows for the chunk), the activations from the plan `acts::Acts::new`
+/// allocates from.
+pub fn session_bytes(hp: &HParams, ctx: usize, chunk: usize) -> SessionBytes {
+    let n_max = chunk.clamp(1, ctx.max(1));
     SessionBytes {
         kv: layer_plans(hp, ctx, n_max).iter().map(LayerPlan::bytes).sum(),
         scratch: acts::activation_bytes(hp, n_max, ctx),
@@ -86,23 +85,23 @@ pub fn session_bytes(hp: &HParams, ctx: usize) -> SessionBytes {
 const MIN_SUGGESTED_CTX: usize = 256;
 
 /// The largest context (a power of two from 256 up to the model's) whose session fits in `room`
-/// bytes of device memory, if any.
-pub fn largest_ctx_within(hp: &HParams, room: u64) -> Option<usize> {
+/// bytes of device memory with prefill chunks of `chunk` tokens, if any.
+pub fn largest_ctx_within(hp: &HParams, room: u64, chunk: usize) -> Option<usize> {
     let top = (hp.context_length as usize).max(MIN_SUGGESTED_CTX);
     std::iter::successors(Some(MIN_SUGGESTED_CTX), |c| c.checked_mul(2))
         .take_while(|&c| c <= top)
         .filter(|&c| {
-            let s = session_bytes(hp, c);
+            let s = session_bytes(hp, c, chunk);
             s.kv + s.scratch <= room
         })
         .last()
 }
 
 /// What a session of `ctx` tokens needs, and the largest context that fits `room` bytes when
-/// `ctx` does not: the tail of the memory guard's refusal.
-pub fn ctx_hint(hp: &HParams, ctx: usize, room: u64) -> String {
-    let s = session_bytes(hp, ctx);
-    let fits = match largest_ctx_within(hp, room) {
+/// `ctx` does not (prefill chunks of `chunk` tokens): the tail of the memory guard's refusal.
+pub fn ctx_hint(hp: &HParams, ctx: usize, room: u64, chunk: usize) -> String {
+    let s = session_bytes(hp, ctx, chunk);
+    let fits = match largest_ctx_within(hp, room, chunk) {
         Some(c) if c < ctx => format!("; --ctx {c} fits"),
         _ => String::new(),
     };
@@ -125,8 +124,10 @@ pub fn too_little_memory(need: u64, have: u64, detail: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::hip::prefill;
 
-    /// The Flash figures of docs/memory.md: device KV (raw rings for 1024-token chunks, compressed
+    /// The Flash figures of docs/memory.md: device KV (raw rings for the 1024-token chunks of
+    /// unified memory, Strix Halo's; compressed
     /// and indexer rows, compressor states) and activations at 2k, 51k, 128k and 1M tokens; the KV
     /// grows by exactly 13,760 bytes a token (f32 rows: 21 ratio-4 layers × (512 + 128) dims / 4 +
     /// 20 ratio-128 layers × 512 dims / 128).
@@ -134,16 +135,28 @@ mod tests {
     fn flash_session_bytes_match_docs_memory() {
         let hp = HParams::flash();
         let kv = |ctx: usize, n: usize| layer_plans(&hp, ctx, n).iter().map(LayerPlan::bytes).sum::<u64>();
+        // (chunk, ctx, KV, activations): unified memory's 1024-token chunks (docs/memory.md, first
+        // table), then a discrete GPU's 2048-token chunks (second table).
         let docs = [
-            (2048usize, 141_937_664u64, 880_286_236u64),
-            (51_200, 818_269_184, 930_617_884),
-            (131_072, 1_917_307_904, 1_147_148_828),
-            (1 << 20, 14_542_162_944, 3_965_721_116),
+            (
+                prefill::PREFILL_CHUNK_UNIFIED,
+                2048usize,
+                141_937_664u64,
+                880_286_236u64,
+            ),
+            (prefill::PREFILL_CHUNK_UNIFIED, 51_200, 818_269_184, 930_617_884),
+            (prefill::PREFILL_CHUNK_UNIFIED, 131_072, 1_917_307_904, 1_147_148_828),
+            (prefill::PREFILL_CHUNK_UNIFIED, 1 << 20, 14_542_162_944, 3_965_721_116),
+            (prefill::PREFILL_CHUNK, 2048, 232_115_200, 1_760_034_844),
+            (prefill::PREFILL_CHUNK, 51_200, 908_446_720, 1_860_698_140),
+            (prefill::PREFILL_CHUNK, 131_072, 2_007_485_440, 2_293_760_028),
+            (prefill::PREFILL_CHUNK, 1 << 20, 14_632_340_480, 7_930_904_604),
         ];
-        for (ctx, want_kv, want_scratch) in docs {
-            let n = prefill::PREFILL_CHUNK.min(ctx);
-            assert_eq!(kv(ctx, n), want_kv, "KV at {ctx}");
-            assert_eq!(acts::activation_bytes(&hp, n, ctx), want_scratch, "scratch at {ctx}");
+        for (chunk, ctx, want_kv, want_scratch) in docs {
+            let n = chunk.min(ctx);
+            assert_eq!(kv(ctx, n), want_kv, "KV at {ctx}, {chunk}-token chunks");
+            let scratch = acts::activation_bytes(&hp, n, ctx);
+            assert_eq!(scratch, want_scratch, "scratch at {ctx}, {chunk}-token chunks");
         }
         assert_eq!(kv(2 * 65_536, 1024) - kv(65_536, 1024), 65_536 * 13_760);
         // 16,384-token chunks: the rings grow by 15,360 rows of 2 KiB in each of 43 layers, and
@@ -157,19 +170,20 @@ mod tests {
     #[test]
     fn ctx_hint_names_a_context_that_fits() {
         let hp = HParams::flash();
+        let chunk = prefill::PREFILL_CHUNK;
         let at = |c: usize| {
-            let s = session_bytes(&hp, c);
+            let s = session_bytes(&hp, c, chunk);
             s.kv + s.scratch
         };
-        assert_eq!(largest_ctx_within(&hp, at(65_536)), Some(65_536));
-        assert_eq!(largest_ctx_within(&hp, at(65_536) - 1), Some(32_768));
-        assert_eq!(largest_ctx_within(&hp, at(256) - 1), None);
-        let hint = ctx_hint(&hp, 1 << 20, at(131_072) + 5);
+        assert_eq!(largest_ctx_within(&hp, at(65_536), chunk), Some(65_536));
+        assert_eq!(largest_ctx_within(&hp, at(65_536) - 1, chunk), Some(32_768));
+        assert_eq!(largest_ctx_within(&hp, at(256) - 1, chunk), None);
+        let hint = ctx_hint(&hp, 1 << 20, at(131_072) + 5, chunk);
         assert!(
-            hint.starts_with("--ctx 1048576 needs KV 13.54 GiB + scratch "),
+            hint.starts_with("--ctx 1048576 needs KV 13.63 GiB + scratch 7.39 GiB"),
             "{hint}"
         );
         assert!(hint.ends_with("; --ctx 131072 fits"), "{hint}");
-        assert!(ctx_hint(&hp, 8192, 0).ends_with("(docs/memory.md)"));
+        assert!(ctx_hint(&hp, 8192, 0, chunk).ends_with("(docs/memory.md)"));
     }
 }

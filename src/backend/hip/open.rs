@@ -111,6 +111,12 @@ pub fn plan_placement(
     }
 }
 
+/// Whether `hip`'s device (kernels for `gfx`) shares system RAM (`engine::placement::is_unified`):
+/// its prefill chunk default and its copy budget depend on it.
+pub(super) fn unified_memory(hip: &HipContext, gfx: &str) -> bool {
+    placement::is_unified(hip.info().integrated, gfx)
+}
+
 /// The memory a copy must fit: device memory on a discrete GPU; on unified memory the GTT limit
 /// and the usable RAM (`engine::placement`), read from amdgpu sysfs and /proc/meminfo.
 pub(super) fn copy_budget_of(hip: &HipContext, gfx: &str) -> Result<CopyBudget, String> {
@@ -250,6 +256,59 @@ mod tests {
         }
         let e = plan(WeightPlacement::Map, 199 * MIB).unwrap_err();
         assert!(e.starts_with("too little device memory: need 200.0 MiB"), "{e}");
+    }
+
+    /// docs/memory.md "1M tokens": with the q2 Flash file copied, a 1,048,576-token session fits an
+    /// H200 (2048-token chunks) and a 128 GB Strix Halo with the GTT limit raised to 120 GiB and a
+    /// desktop holding 6 GiB (1024-token chunks); the default half-RAM GTT limit maps instead.
+    #[test]
+    fn a_million_token_session_of_the_q2_file_is_placed_on_an_h200_and_a_strix_halo() {
+        use crate::backend::hip::footprint::session_bytes;
+        use crate::backend::hip::prefill::{PREFILL_CHUNK, PREFILL_CHUNK_UNIFIED};
+        use crate::engine::placement::{DeviceFacts, UnifiedFacts, copy_budget};
+        use crate::model::hparams::HParams;
+        const GIB: u64 = 1 << 30;
+        const FLASH_Q2: u64 = 86_720_111_488;
+        let hp = HParams::flash();
+        let device = |name: &str, gfx: &str, integrated: bool, free: u64, total: u64| DeviceFacts {
+            name: name.into(),
+            gfx: gfx.into(),
+            integrated,
+            free,
+            total,
+        };
+        let place = |dev: &DeviceFacts, host: Option<&UnifiedFacts>, chunk: usize| {
+            let b = copy_budget(dev, host);
+            let s = session_bytes(&hp, 1 << 20, chunk);
+            plan_placement(
+                WeightPlacement::Copy,
+                FLASH_Q2,
+                s,
+                b.free,
+                b.total,
+                &b.label,
+                &no_host_limit,
+            )
+        };
+        let h200 = device("H200", "", false, 139 * GIB, 140 * GIB);
+        assert!(matches!(place(&h200, None, PREFILL_CHUNK), Ok(Plan::Copy(_))));
+        let strix = device("Radeon 8060S", "gfx1151", true, GIB / 2, GIB / 2);
+        let raised = UnifiedFacts {
+            gtt_total: 120 * GIB,
+            gtt_used: GIB,
+            mem_available: 118 * GIB,
+            cma_free: 0,
+        };
+        assert!(matches!(
+            place(&strix, Some(&raised), PREFILL_CHUNK_UNIFIED),
+            Ok(Plan::Copy(_))
+        ));
+        let default_gtt = UnifiedFacts {
+            gtt_total: 62 * GIB,
+            ..raised
+        };
+        let e = place(&strix, Some(&default_gtt), PREFILL_CHUNK_UNIFIED).unwrap_err();
+        assert!(e.starts_with("too little device memory: need "), "{e}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `HipOptions`: the settings that tune how a HIP session runs (chunk sizes, the decode graph)
 //! without changing what it computes: every choice gives the same bits. The engine fills them
 //! from the environment (`from_env`: `DS4_HIP_PREFILL_CHUNK`, `DS4_HIP_MATVEC_TOKENS`,
-//! `DS4_HIP_GRAPH`, `DS4_HIP_EXACT`, README "GPU backend"); a program that opens a backend itself passes its own.
+//! `DS4_HIP_GRAPH`, `DS4_HIP_EXACT`, `DS4_HIP_Q8_BLOCKS`, README "GPU backend"); a program that opens a backend itself passes its own.
 
 use super::decode;
 use super::prefill;
@@ -11,7 +11,8 @@ use crate::backend::arithmetic::Arithmetic;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HipOptions {
     /// Tokens per prefill chunk (1 = every token a decode step); the session allocates its
-    /// buffers for min(this, ctx) tokens. Default [`prefill::PREFILL_CHUNK`].
+    /// buffers for min(this, ctx) tokens. Default [`prefill::PREFILL_CHUNK`] (`from_env`: the
+    /// device kind's, [`prefill::prefill_chunk`]).
     pub prefill_chunk: usize,
     /// Batches of up to this many tokens take the decode kernels token by token, larger ones the
     /// GEMMs and grouped experts (1 = only single tokens). Default [`prefill::MATVEC_MAX_TOKENS`].
@@ -34,10 +35,13 @@ impl Default for HipOptions {
 }
 
 impl HipOptions {
-    /// The defaults overridden by the environment; a malformed value is a one-line error naming it.
-    pub fn from_env() -> Result<HipOptions, String> {
+    /// The defaults for a GPU with (`unified`) or without unified memory, overridden by the
+    /// environment; a malformed value is a one-line error naming it.
+    pub fn from_env(unified: bool) -> Result<HipOptions, String> {
+        // Read where the grids are sized (kernels::q8_0_fast_blocks); checked here, before a launch.
+        super::kernels::q8_0_fast_blocks_env()?;
         Ok(HipOptions {
-            prefill_chunk: prefill::prefill_chunk(usize::MAX)?,
+            prefill_chunk: prefill::prefill_chunk(unified)?,
             matvec_tokens: prefill::matvec_max_tokens()?,
             decode_graph: decode::graph_enabled(),
             arithmetic: Arithmetic::default().with_env(),

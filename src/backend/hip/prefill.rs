@@ -9,29 +9,35 @@
 use super::acts::Acts;
 use super::kernels::{self, ExpertGrouping, ExpertTiles};
 
-/// Tokens per prefill chunk. Every non-expert weight is read once per chunk instead of once per
-/// token (64-token GEMM tiles), and the routed experts see chunk·K_e token/expert pairs, so larger
-/// chunks share more of each expert's weight reads. Measured on the H200 (Flash-shaped q2 file, a
-/// 4096-token prompt, column-class expert GEMMs): 512 → 692 t/s (2048-token
-/// prompt), 1024 → 812 t/s, 2048 → 909 t/s. 1024 rather than 2048 because the chunk is also the
-/// cancel and progress granularity: 1.3 s on the H200, several times that on a Strix Halo iGPU.
-/// `DS4_HIP_PREFILL_CHUNK` overrides it (for tuning; 1 = decode steps only).
-pub const PREFILL_CHUNK: usize = 1024;
+/// Tokens per prefill chunk on a discrete GPU. Every non-expert weight is read once per chunk
+/// instead of once per token (64-token GEMM tiles), and the routed experts see chunk·K_e
+/// token/expert pairs, so larger chunks share more of each expert's weight reads. Measured on the
+/// H200 (Flash-shaped q2 file, fast arithmetic, tests/hip-on-cuda/results/h200-2026-12-02-s8-*):
+/// a 2048-token prompt 2206 t/s in 1024-token chunks, 2663 t/s in one 2048-token chunk; from 34,816
+/// to 51,200 tokens 1414 → 1573 t/s (ds4-bench 1037 in the same call). The chunk is also the cancel
+/// and progress granularity: under a second on the H200.
+pub const PREFILL_CHUNK: usize = 2048;
 
-/// Environment variable overriding [`PREFILL_CHUNK`].
+/// Tokens per prefill chunk on unified memory (integrated GPUs: Strix Halo). There a chunk's
+/// arithmetic, not its weight reads, sets its time (an iGPU prefills a few hundred tokens a
+/// second; ds4 measured ~214 t/s on gfx1151), so a larger chunk gains little and would double the
+/// wait for a cancel or the next progress step.
+pub const PREFILL_CHUNK_UNIFIED: usize = 1024;
+
+/// Environment variable overriding [`PREFILL_CHUNK`] and [`PREFILL_CHUNK_UNIFIED`].
 pub const PREFILL_CHUNK_ENV: &str = "DS4_HIP_PREFILL_CHUNK";
 
-/// The chunk size to allocate for a session of `ctx` tokens: `DS4_HIP_PREFILL_CHUNK` when set to a
-/// positive integer, else [`PREFILL_CHUNK`]; never more than ctx.
-pub fn prefill_chunk(ctx: usize) -> Result<usize, String> {
-    let n = match std::env::var(PREFILL_CHUNK_ENV) {
+/// The prefill chunk of a session on a GPU with (`unified`) or without unified memory:
+/// `DS4_HIP_PREFILL_CHUNK` when set to a positive integer, else [`PREFILL_CHUNK_UNIFIED`] or
+/// [`PREFILL_CHUNK`] (a session allocates for at most its ctx tokens).
+pub fn prefill_chunk(unified: bool) -> Result<usize, String> {
+    match std::env::var(PREFILL_CHUNK_ENV) {
         Ok(s) => match s.trim().parse::<usize>() {
-            Ok(n) if n > 0 => n,
-            _ => return Err(format!("{PREFILL_CHUNK_ENV}={s}: expected a positive token count")),
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("{PREFILL_CHUNK_ENV}={s}: expected a positive token count")),
         },
-        Err(_) => PREFILL_CHUNK,
-    };
-    Ok(n.min(ctx.max(1)))
+        Err(_) => Ok(if unified { PREFILL_CHUNK_UNIFIED } else { PREFILL_CHUNK }),
+    }
 }
 
 /// Batches of at most this many tokens run the decode kernels with one grid row per token (matvecs,

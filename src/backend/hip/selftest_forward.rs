@@ -61,6 +61,7 @@ pub fn run_forward_check(
         .collect();
     let hip = HipContext::new().map_err(|e| e.to_string())?;
     let kernels = KernelModule::load(&hip)?;
+    let unified = super::open::unified_memory(&hip, &kernels.target);
     let t0 = Instant::now();
     let mut gpu = HipBackend::new(
         hip,
@@ -69,7 +70,7 @@ pub fn run_forward_check(
         ctx,
         HipOptions {
             arithmetic: arithmetic.with_env(),
-            ..HipOptions::from_env()?
+            ..HipOptions::from_env(unified)?
         },
     )?;
     line(format!(

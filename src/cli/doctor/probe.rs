@@ -79,15 +79,20 @@ pub struct ModelFile {
 }
 
 /// (KV, scratch) bytes of a session of `ctx` tokens: the GPU backend's plan where it is built in
-/// (what its memory guard checks), else the CPU engine's estimate.
-pub fn session_need(hp: &crate::model::HParams, ctx: u32) -> (u64, u64) {
+/// (what its memory guard checks; prefill chunks of a GPU with or without `unified` memory), else
+/// the CPU engine's estimate.
+pub fn session_need(hp: &crate::model::HParams, ctx: u32, unified: bool) -> (u64, u64) {
     #[cfg(feature = "hip")]
     {
-        let s = crate::backend::hip::footprint::session_bytes(hp, ctx as usize);
+        use crate::backend::hip::prefill;
+        // A malformed DS4_HIP_PREFILL_CHUNK is the backend's one-line error when it opens.
+        let chunk = prefill::prefill_chunk(unified).unwrap_or(prefill::PREFILL_CHUNK);
+        let s = crate::backend::hip::footprint::session_bytes(hp, ctx as usize, chunk);
         (s.kv, s.scratch)
     }
     #[cfg(not(feature = "hip"))]
     {
+        let _ = unified;
         (
             crate::engine::memguard::cpu_kv_bytes(hp, ctx as u64),
             crate::engine::memguard::cpu_scratch_estimate(hp, 64),
@@ -305,13 +310,13 @@ fn filesystem_of(proc: &Path, path: &Path) -> String {
         .map_or_else(|| "unknown".into(), |(_, t)| t)
 }
 
-fn probe_model(proc: &Path, path: &Path, ctx: u32) -> ModelFile {
+fn probe_model(proc: &Path, path: &Path, ctx: u32, unified: bool) -> ModelFile {
     let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let cached_bytes = std::fs::File::open(path)
         .ok()
         .and_then(|f| crate::engine::residency::file_cached_bytes(&f).ok());
     let opened = crate::model::Model::open(path).map_err(|e| e.to_string());
-    let (kv_bytes, scratch_bytes) = opened.as_ref().map_or((0, 0), |m| session_need(&m.hp, ctx));
+    let (kv_bytes, scratch_bytes) = opened.as_ref().map_or((0, 0), |m| session_need(&m.hp, ctx, unified));
     ModelFile {
         path: path.to_path_buf(),
         bytes,
@@ -342,9 +347,13 @@ pub fn embedded_targets() -> Vec<String> {
 pub fn probe(roots: &Roots, model: Option<&Path>, ctx: u32) -> Facts {
     let who = identity(&roots.proc);
     let meminfo = std::fs::read_to_string(roots.proc.join("meminfo")).unwrap_or_default();
+    let gpu = probe_gpu(&roots.sys);
+    // The session figures are for the GPU found, or for a Strix Halo (unified memory) without one.
+    let unified = gpu
+        .as_ref()
+        .is_none_or(|g| crate::engine::placement::is_unified(false, &g.gfx));
     Facts {
         rocm: probe_rocm(roots.hip_library.as_deref()),
-        gpu: probe_gpu(&roots.sys),
         embedded: embedded_targets(),
         kfd: access(&roots.dev.join("kfd"), who.as_ref()),
         render: first_render_node(&roots.dev).map(|p| {
@@ -356,7 +365,8 @@ pub fn probe(roots: &Roots, model: Option<&Path>, ctx: u32) -> Facts {
         mem_total: meminfo_field(&meminfo, "MemTotal"),
         mem_available: meminfo_field(&meminfo, "MemAvailable"),
         cma_free: meminfo_field(&meminfo, "CmaFree").unwrap_or(0),
-        model: model.map(|p| probe_model(&roots.proc, p, ctx)),
+        model: model.map(|p| probe_model(&roots.proc, p, ctx, unified)),
+        gpu,
         ctx,
     }
 }

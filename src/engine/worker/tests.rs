@@ -303,6 +303,16 @@ fn texts(events: &[Event]) -> (String, String) {
 }
 
 /// The toy model's output for a prompt, by its rule (independent of the worker).
+/// Each `TokenTiming`'s step and elapsed time, in order.
+fn token_timings(ev: &[Event]) -> Vec<(u32, Duration)> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::TokenTiming { step, elapsed, .. } => Some((*step, *elapsed)),
+            _ => None,
+        })
+        .collect()
+}
+
 fn expected_output(prompt: &[u32], cfg: &FakeConfig) -> (String, String, usize) {
     let mut toks = prompt.to_vec();
     let (mut r, mut a) = (String::new(), String::new());
@@ -381,13 +391,7 @@ fn full_turn_event_order() {
     let (reasoning, answer, n) = expected_output(&prompt, &cfg);
     assert_eq!((reasoning.len(), answer.len()), (cfg.reasoning_len, cfg.answer_len));
     assert_eq!(texts(&ev), (reasoning, answer));
-    let steps: Vec<u32> = ev
-        .iter()
-        .filter_map(|e| match e {
-            Event::TokenTiming { step, .. } => Some(*step),
-            _ => None,
-        })
-        .collect();
+    let steps: Vec<u32> = token_timings(&ev).into_iter().map(|(step, _)| step).collect();
     assert_eq!(steps, (1..=n as u32).collect::<Vec<_>>());
     let Event::TurnFinished {
         reason,
@@ -434,13 +438,30 @@ fn finished(ev: &[Event]) -> (FinishReason, u32, u32) {
     }
 }
 
+/// The first `TurnStarted`'s reused prefix and the first `PrefillDone`'s evaluated tokens.
+fn prefix_counts(ev: &[Event]) -> (Option<u32>, Option<u32>) {
+    let (mut reused, mut evaluated) = (None, None);
+    for e in ev {
+        match e {
+            Event::TurnStarted { reused_tokens, .. } => _ = reused.get_or_insert(*reused_tokens),
+            Event::PrefillDone { tokens, .. } => _ = evaluated.get_or_insert(*tokens),
+            _ => {}
+        }
+    }
+    (reused, evaluated)
+}
+
 fn reused(ev: &[Event]) -> u32 {
-    ev.iter()
-        .find_map(|e| match e {
-            Event::TurnStarted { reused_tokens, .. } => Some(*reused_tokens),
-            _ => None,
-        })
-        .expect("TurnStarted")
+    prefix_counts(ev).0.expect("TurnStarted")
+}
+
+fn prefill_evaluated(ev: &[Event]) -> u32 {
+    prefix_counts(ev).1.expect("PrefillDone")
+}
+
+/// Asserts that the turn in `ev` reused a prefix of `prefix` tokens and ended for `reason`.
+fn assert_reused_and_ended(ev: &[Event], prefix: u32, reason: FinishReason) {
+    assert_eq!((reused(ev), finished(ev).0), (prefix, reason));
 }
 
 #[test]
@@ -463,8 +484,7 @@ fn cancel_during_prefill_keeps_the_prefix() {
     // Resubmit: the cached part is reused and the turn completes.
     w.send(Command::Submit(req));
     let ev = collect_until(&w, is_finished);
-    assert_eq!(reused(&ev), used);
-    assert_eq!(finished(&ev).0, FinishReason::Eos);
+    assert_reused_and_ended(&ev, used, FinishReason::Eos);
     eprintln!("toy cancel latency during prefill: {latency:?}");
 }
 
@@ -498,8 +518,7 @@ fn cancel_during_decode_then_continue() {
     messages.push(user("go on"));
     w.send(Command::Submit(turn(messages, ThinkMode::Off)));
     let (ev2, _) = cancel_when(&w, |e| matches!(e, Event::TokenTiming { step: 2, .. }));
-    assert_eq!(reused(&ev2), used);
-    assert_eq!(finished(&ev2).0, FinishReason::Cancelled);
+    assert_reused_and_ended(&ev2, used, FinishReason::Cancelled);
     eprintln!("toy cancel latency during decode: {latency:?}");
 }
 
@@ -649,13 +668,7 @@ fn real_tiny_model_cancel_latency_and_prefix_reuse() {
     let (ev, decode_latency) = cancel_when(&w, |e| matches!(e, Event::TokenTiming { step: 8, .. }));
     let (reason, generated, used) = finished(&ev);
     assert_eq!(reason, FinishReason::Cancelled);
-    let steps: Vec<Duration> = ev
-        .iter()
-        .filter_map(|e| match e {
-            Event::TokenTiming { elapsed, .. } => Some(*elapsed),
-            _ => None,
-        })
-        .collect();
+    let steps: Vec<Duration> = token_timings(&ev).into_iter().map(|(_, elapsed)| elapsed).collect();
     // Prefill: a 260-token prompt (chunks of 128, 128, 4), cancelled once the first chunk is in:
     // the second chunk completes, the third is left for the resubmitted turn.
     let long = turn(vec![user(&format!("{}c", "ab ".repeat(85)))], ThinkMode::Off);
@@ -678,15 +691,6 @@ fn real_tiny_model_cancel_latency_and_prefix_reuse() {
     eprintln!(
         "real tiny model: {generated} tokens ({used} in context), decode steps {steps:?}; cancel latency: decode {decode_latency:?}, prefill {prefill_latency:?}"
     );
-}
-
-fn prefill_evaluated(ev: &[Event]) -> u32 {
-    ev.iter()
-        .find_map(|e| match e {
-            Event::PrefillDone { tokens, .. } => Some(*tokens),
-            _ => None,
-        })
-        .expect("PrefillDone")
 }
 
 #[test]

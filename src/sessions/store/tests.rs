@@ -75,36 +75,33 @@ fn damaged_session_files_are_rejected_with_one_line_each() {
     let good = record("good", 5, "10-00000000000000aa");
     s.save(&good).unwrap();
     let text = serde_json::to_string_pretty(&good).unwrap();
+    let edit = |from: &str, to: &str| text.replace(from, to);
     let cases: Vec<(&str, String, &str)> = vec![
         ("empty", String::new(), "not a session file"),
         ("garbage", "\u{0}\u{1}binary".into(), "not a session file"),
         ("truncated", text[..text.len() / 2].to_string(), "not a session file"),
-        ("version", text.replace("\"version\": 1", "\"version\": 9"), "version 9"),
+        ("version", edit("\"version\": 1", "\"version\": 9"), "version 9"),
         ("other-id", text.clone(), "names session \"good\""),
         ("unknown-key", text.replacen('{', "{\"colour\": 1,", 1), "unknown field"),
         (
             "no-messages",
-            text.replace("\"messages\"", "\"messagez\""),
+            edit("\"messages\"", "\"messagez\""),
             "not a session file",
         ),
         (
             "bad-role",
-            text.replace("\"role\": \"user\"", "\"role\": \"robot\""),
+            edit("\"role\": \"user\"", "\"role\": \"robot\""),
             "not a session file",
         ),
         (
             "system-turn",
-            text.replace("\"role\": \"user\"", "\"role\": \"system\""),
+            edit("\"role\": \"user\"", "\"role\": \"system\""),
             "a system message among the turns",
         ),
-        (
-            "identity",
-            text.replace("10-00000000000000aa", "ten"),
-            "bad model identity",
-        ),
+        ("identity", edit("10-00000000000000aa", "ten"), "bad model identity"),
         (
             "transcript",
-            text.replace("\"messages\": 3", "\"messages\": 30"),
+            edit("\"messages\": 3", "\"messages\": 30"),
             "the transcript stands for 30 messages",
         ),
     ];

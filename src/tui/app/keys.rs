@@ -104,12 +104,17 @@ pub struct Chord {
 }
 
 const fn chord(code: KeyCode, mods: Mods, action: KeyAction) -> Chord {
-    Chord {
-        code,
-        mods,
-        when: When::Always,
-        action,
-    }
+    chord_when(code, mods, When::Always, action)
+}
+
+/// A key with any modifiers, always.
+const fn press(code: KeyCode, action: KeyAction) -> Chord {
+    chord(code, Mods::Any, action)
+}
+
+/// A key with Control held, always.
+const fn ctrl(code: KeyCode, action: KeyAction) -> Chord {
+    chord(code, Mods::Ctrl, action)
 }
 
 const fn chord_when(code: KeyCode, mods: Mods, when: When, action: KeyAction) -> Chord {
@@ -144,10 +149,8 @@ const fn row(label: &'static str, help: &'static str, chords: &'static [Chord]) 
 
 const fn unlisted(label: &'static str, help: &'static str, chords: &'static [Chord]) -> KeyBinding {
     KeyBinding {
-        label,
-        help,
-        chords,
         in_help: false,
+        ..row(label, help, chords)
     }
 }
 
@@ -162,7 +165,7 @@ pub const KEY_BINDINGS: &[KeyBinding] = &[
         "Alt+Enter",
         "new line (or Ctrl+J)",
         &[
-            chord(K::Char('j'), Mods::Ctrl, A::NewLine),
+            ctrl(K::Char('j'), A::NewLine),
             chord(K::Enter, Mods::Modified, A::NewLine),
         ],
     ),
@@ -174,29 +177,18 @@ pub const KEY_BINDINGS: &[KeyBinding] = &[
             chord_when(K::Down, Mods::NoCtrl, When::Recalling, A::HistoryForward),
         ],
     ),
-    row(
-        "Esc",
-        "cancel; twice: quit",
-        &[chord(K::Esc, Mods::Any, A::CancelOrArmQuit)],
-    ),
-    row(
-        "Ctrl+C",
-        "cancel, quit if idle",
-        &[chord(K::Char('c'), Mods::Ctrl, A::CancelOrQuit)],
-    ),
+    row("Esc", "cancel; twice: quit", &[press(K::Esc, A::CancelOrArmQuit)]),
+    row("Ctrl+C", "cancel, quit if idle", &[ctrl(K::Char('c'), A::CancelOrQuit)]),
     row(
         "PgUp/PgDn",
         "scroll (or wheel)",
-        &[
-            chord(K::PageUp, Mods::Any, A::PageUp),
-            chord(K::PageDown, Mods::Any, A::PageDown),
-        ],
+        &[press(K::PageUp, A::PageUp), press(K::PageDown, A::PageDown)],
     ),
     row(
         "End",
         "follow the stream",
         &[
-            chord(K::End, Mods::Ctrl, A::Follow),
+            ctrl(K::End, A::Follow),
             chord_when(K::End, Mods::Any, When::ScrolledOrInputEmpty, A::Follow),
         ],
     ),
@@ -204,89 +196,61 @@ pub const KEY_BINDINGS: &[KeyBinding] = &[
         "Tab",
         "show/hide reasoning",
         &[
-            chord(K::Tab, Mods::Any, A::CompleteOrToggleReasoning),
-            chord(K::BackTab, Mods::Any, A::CompleteOrToggleReasoning),
+            press(K::Tab, A::CompleteOrToggleReasoning),
+            press(K::BackTab, A::CompleteOrToggleReasoning),
         ],
     ),
     row(
         "Ctrl+Up/Dn",
         "select turn for Tab",
-        &[
-            chord(K::Up, Mods::Ctrl, A::SelectPreviousTurn),
-            chord(K::Down, Mods::Ctrl, A::SelectNextTurn),
-        ],
+        &[ctrl(K::Up, A::SelectPreviousTurn), ctrl(K::Down, A::SelectNextTurn)],
     ),
-    row(
-        "Ctrl+Y",
-        "copy answer (OSC 52)",
-        &[chord(K::Char('y'), Mods::Ctrl, A::CopyAnswer)],
-    ),
-    row(
-        "Ctrl+L",
-        "clear conversation",
-        &[chord(K::Char('l'), Mods::Ctrl, A::Clear)],
-    ),
+    row("Ctrl+Y", "copy answer (OSC 52)", &[ctrl(K::Char('y'), A::CopyAnswer)]),
+    row("Ctrl+L", "clear conversation", &[ctrl(K::Char('l'), A::Clear)]),
     row(
         "F1, ?",
         "this help",
         &[
-            chord(K::F(1), Mods::Any, A::Help),
+            press(K::F(1), A::Help),
             chord_when(K::Char('?'), Mods::NoCtrlAlt, When::InputEmpty, A::Help),
         ],
     ),
-    row(
-        "F2",
-        "side panel on/off",
-        &[chord(K::F(2), Mods::Any, A::ToggleSidePanel)],
-    ),
+    row("F2", "side panel on/off", &[press(K::F(2), A::ToggleSidePanel)]),
     row("", "paste keeps newlines", &[]),
-    unlisted(
-        "Ctrl+Home",
-        "scroll to the top",
-        &[chord(K::Home, Mods::Ctrl, A::ScrollToTop)],
-    ),
+    unlisted("Ctrl+Home", "scroll to the top", &[ctrl(K::Home, A::ScrollToTop)]),
     unlisted(
         "Ctrl+U",
         "delete to the line start",
-        &[chord(K::Char('u'), Mods::Ctrl, A::DeleteToLineStart)],
+        &[ctrl(K::Char('u'), A::DeleteToLineStart)],
     ),
     unlisted(
         "Ctrl+W",
         "delete the word before the cursor",
-        &[chord(K::Char('w'), Mods::Ctrl, A::DeleteWord)],
+        &[ctrl(K::Char('w'), A::DeleteWord)],
     ),
     unlisted(
         "Ctrl+A, Home",
         "line start",
-        &[
-            chord(K::Char('a'), Mods::Ctrl, A::LineStart),
-            chord(K::Home, Mods::Any, A::LineStart),
-        ],
+        &[ctrl(K::Char('a'), A::LineStart), press(K::Home, A::LineStart)],
     ),
     unlisted(
         "Ctrl+E, End",
         "line end",
-        &[
-            chord(K::Char('e'), Mods::Ctrl, A::LineEnd),
-            chord(K::End, Mods::Any, A::LineEnd),
-        ],
+        &[ctrl(K::Char('e'), A::LineEnd), press(K::End, A::LineEnd)],
     ),
     unlisted(
         "Backspace, Delete",
         "delete a character",
-        &[
-            chord(K::Backspace, Mods::Any, A::Backspace),
-            chord(K::Delete, Mods::Any, A::Delete),
-        ],
+        &[press(K::Backspace, A::Backspace), press(K::Delete, A::Delete)],
     ),
     unlisted(
         "Left/Right/Up/Down",
         "move the cursor",
         &[
-            chord(K::Left, Mods::Any, A::Left),
-            chord(K::Right, Mods::Any, A::Right),
-            chord(K::Up, Mods::Any, A::CursorUp),
-            chord(K::Down, Mods::Any, A::CursorDown),
+            press(K::Left, A::Left),
+            press(K::Right, A::Right),
+            press(K::Up, A::CursorUp),
+            press(K::Down, A::CursorDown),
         ],
     ),
 ];

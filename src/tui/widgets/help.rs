@@ -5,9 +5,9 @@ use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+use ratatui::widgets::Paragraph;
 
-use super::Palette;
+use super::{Palette, overlay_block};
 use crate::tui::app::commands::SLASH_COMMANDS;
 use crate::tui::app::keys::KEY_BINDINGS;
 
@@ -37,11 +37,7 @@ pub fn render(frame: &mut Frame, area: Rect, p: &Palette) {
     let w = if two_cols { 78 } else { area.width.min(40) };
     let h = (rows as u16 + 2).min(area.height);
     let r = Rect::new(area.x + (area.width - w) / 2, area.y + (area.height - h) / 2, w, h);
-    frame.render_widget(Clear, r);
-    let block = Block::default()
-        .borders(Borders::ALL)
-        .border_style(Style::default().fg(p.accent))
-        .title(" Help · any key closes ");
+    let block = overlay_block(frame, r, " Help · any key closes ", p.accent);
     let inner = block.inner(r);
     frame.render_widget(block, r);
     let inner = Rect::new(inner.x + 1, inner.y, inner.width.saturating_sub(1), inner.height);

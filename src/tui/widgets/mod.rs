@@ -2,7 +2,10 @@
 //!
 //! Every widget is a pure function of `App` (or a part of it) drawing into a `Frame` area.
 
-use ratatui::style::Color;
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Style};
+use ratatui::widgets::{Block, Borders, Clear};
 
 use super::config::Theme;
 
@@ -14,6 +17,16 @@ pub mod remote_panel;
 pub mod sessions;
 pub mod side_panel;
 pub mod status_bar;
+
+/// Clears `area` for an overlay (help, sessions, completions) and returns the bordered block, titled
+/// `title` with a `border`-coloured frame, that the overlay draws in it.
+pub fn overlay_block<'a>(frame: &mut Frame, area: Rect, title: &'a str, border: Color) -> Block<'a> {
+    frame.render_widget(Clear, area);
+    Block::default()
+        .borders(Borders::ALL)
+        .border_style(Style::default().fg(border))
+        .title(title)
+}
 
 /// Colours of one theme.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -5,9 +5,9 @@ use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+use ratatui::widgets::Paragraph;
 
-use super::Palette;
+use super::{Palette, overlay_block};
 use crate::sessions::store::{SessionSummary, format_time};
 
 /// One row: "N. title · date · tokens · model [kv]".
@@ -42,14 +42,6 @@ pub fn render(frame: &mut Frame, area: Rect, list: &[SessionSummary], selected: 
             Line::from(Span::styled(row(i + 1, s), style))
         })
         .collect();
-    frame.render_widget(Clear, r);
-    frame.render_widget(
-        Paragraph::new(lines).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .border_style(Style::default().fg(p.accent))
-                .title(" Sessions · Enter opens · Esc closes "),
-        ),
-        r,
-    );
+    let block = overlay_block(frame, r, " Sessions · Enter opens · Esc closes ", p.accent);
+    frame.render_widget(Paragraph::new(lines).block(block), r);
 }

@@ -236,10 +236,10 @@ kernel_defs! {
     /// kernels/attention_fast.hip
     ATTENTION_DECODE_SPLIT = "ds4_attention_decode_split"(part_acc: Ptr, part_ml: Ptr, q: Ptr, ring: Ptr,
         comp: Ptr, comp_sel: Ptr, pos: Ptr, n_head: U32, head_dim: U32, ring_cap: U32, window: U32,
-        n_comp_avail: U32, ratio: U32, top_k: U32, n_split: U32, scale: F32);
+        n_comp_avail: U32, ratio: U32, top_k: U32, n_split: U32, most_slices: U32, scale: F32);
     ATTENTION_DECODE_MERGE = "ds4_attention_decode_merge"(out: Ptr, part_acc: Ptr, part_ml: Ptr, sinks: Ptr,
         comp_sel: Ptr, pos: Ptr, n_head: U32, head_dim: U32, window: U32, n_comp_avail: U32, ratio: U32,
-        top_k: U32, n_split: U32);
+        top_k: U32, n_split: U32, most_slices: U32);
     /// kernels/indexer_fast.hip
     INDEXER_SCORES_FAST = "ds4_indexer_scores_fast"(scores: Ptr, qi: Ptr, w: Ptr, krows: Ptr, pos: Ptr,
         n_head: U32, n_comp_avail: U32, ratio: U32, top_k: U32, score_stride: U32, w_scale: F32);

@@ -8,7 +8,7 @@ use super::launch::{Launch, f, ptr, u};
 
 /// Heads per block of `ds4_attention_decode_split` (DS4_AFD_HEADS).
 pub const ATTENTION_SPLIT_HEADS: u32 = 8;
-/// Rows per slice the split count aims at: enough rows that the slices' partial values (n_head x
+/// Rows per slice at least (DS4_AFD_MIN_CHUNK): enough rows that the slices' partial values (n_head x
 /// head_dim floats each) stay small beside the rows read, few enough that a 2k-context step
 /// (640 rows) fills the device with (640 / 32) x (n_head / 8) blocks.
 pub const ATTENTION_SPLIT_ROWS: u32 = 32;
@@ -19,8 +19,13 @@ pub const ATTENTION_MAX_SPLITS: u32 = 64;
 /// The partial buffers of a split decode attention, carved from one scratch buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionSplitPlan {
-    /// Slices per token (the split kernel's grid x).
+    /// Blocks per token (the split kernel's grid x, the partial buffers' slices per head): at
+    /// least the slices any token of the batch uses.
     pub n_split: u32,
+    /// The slice count a token's rows are divided by (kernels' afd_slices): fixed for a session and
+    /// batch size, so the slices, and the bits, do not depend on the grid; a token with r rows uses
+    /// ceil(r / max(32, ceil(r / most_slices) rounded up to 8)) slices.
+    pub most_slices: u32,
 }
 
 impl AttentionSplitPlan {
@@ -36,9 +41,9 @@ impl AttentionSplitPlan {
             return None;
         }
         let per_slice = n_tok as usize * shape.n_head as usize * (shape.head_dim as usize + 2);
-        let fits = (scratch_floats / per_slice).min(ATTENTION_MAX_SPLITS as usize) as u32;
-        let n_split = max_rows.max(1).div_ceil(ATTENTION_SPLIT_ROWS).min(fits);
-        (n_split > 0).then_some(AttentionSplitPlan { n_split })
+        let most_slices = (scratch_floats / per_slice).min(ATTENTION_MAX_SPLITS as usize) as u32;
+        let n_split = max_rows.max(1).div_ceil(ATTENTION_SPLIT_ROWS).min(most_slices);
+        (n_split > 0).then_some(AttentionSplitPlan { n_split, most_slices })
     }
 
     /// Floats of the partial values [n_tok][n_head][n_split][head_dim]; the (max, sum) pairs
@@ -69,7 +74,7 @@ pub fn attention_decode_split(
         [
             &[ptr(scratch), ptr(part_ml), ptr(io.q)][..],
             &io.row_args(shape),
-            &[u(plan.n_split), f(scale)],
+            &[u(plan.n_split), u(plan.most_slices), f(scale)],
         ]
         .concat(),
     );
@@ -90,6 +95,7 @@ pub fn attention_decode_split(
             u(shape.ratio),
             u(shape.top_k),
             u(plan.n_split),
+            u(plan.most_slices),
         ],
     );
     [split, merge]
@@ -107,11 +113,18 @@ mod tests {
         assert_eq!(AttentionSplitPlan::new(&s, 1, 17, big).unwrap().n_split, 1);
         assert_eq!(AttentionSplitPlan::new(&s, 1, 8320, big).unwrap().n_split, 64);
         // The scratch of a decode-only session (one token's scores over 640 rows) holds one slice.
-        assert_eq!(AttentionSplitPlan::new(&s, 1, 640, 64 * 640).unwrap().n_split, 1);
+        let one = AttentionSplitPlan::new(&s, 1, 640, 64 * 640).unwrap();
+        assert_eq!((one.n_split, one.most_slices), (1, 1));
+        // Fewer rows (a direct launch at an early position) change the grid, not the slicing.
+        let early = AttentionSplitPlan::new(&s, 1, 100, big).unwrap();
+        assert_eq!((early.n_split, early.most_slices), (4, 64));
         assert!(AttentionSplitPlan::new(&s, 1, 640, 64 * 513).is_none());
         let odd = AttentionShape { n_head: 12, ..s };
         assert!(AttentionSplitPlan::new(&odd, 1, 640, big).is_none());
-        let plan = AttentionSplitPlan { n_split: 20 };
+        let plan = AttentionSplitPlan {
+            n_split: 20,
+            most_slices: 64,
+        };
         let io = AttentionInputs {
             q: 3,
             ring: 4,

@@ -11,6 +11,7 @@ use super::abi::{
 };
 use super::launch::{BLOCK, Launch, blocks};
 use super::moe::ExpertFormat;
+use std::sync::OnceLock;
 
 /// Tokens per block of the dense matrix-core GEMMs (kernels/gemm_fast.hip DS4_MM_TOKS); their row
 /// tiles are the exact GEMMs' 64.
@@ -31,8 +32,35 @@ pub fn q8_0_fast_lanes(n_in: u32) -> u32 {
 /// of nc = n_in / 256 chunks.
 const Q8_0_FAST_ROUND: u32 = 128;
 
-/// Most blocks of a tiled fast Q8_0 matvec grid: more rounds than this share blocks, in runs.
-const Q8_0_FAST_MAX_BLOCKS: u32 = 2048;
+/// Most blocks of a tiled fast Q8_0 matvec grid: more rounds than this share blocks, in runs (a
+/// block prefetches its next round while it computes this one, so a few rounds per block keep the
+/// loads in flight; one round per block leaves them idle while it computes). Measured on the H200
+/// (Flash-shaped q2 file, decode at 2k, tests/hip-on-cuda/results/h200-2026-12-02-s8-final.log):
+/// 2048 blocks 75.6 t/s (18.3 us a matvec), 528 79.6 t/s, 264 (two per multiprocessor there)
+/// 81.3 t/s (14.0 us). `DS4_HIP_Q8_BLOCKS` overrides it for tuning: the grid never changes the
+/// bits, every round is computed the same way by whichever block takes it.
+pub const Q8_0_FAST_MAX_BLOCKS: u32 = 264;
+
+/// Environment variable overriding [`Q8_0_FAST_MAX_BLOCKS`].
+pub const Q8_0_FAST_BLOCKS_ENV: &str = "DS4_HIP_Q8_BLOCKS";
+
+/// `DS4_HIP_Q8_BLOCKS` as a positive block count, `None` when unset; malformed is a one-line error
+/// (`HipOptions::from_env` reports it before any launch).
+pub fn q8_0_fast_blocks_env() -> Result<Option<u32>, String> {
+    match std::env::var(Q8_0_FAST_BLOCKS_ENV) {
+        Ok(s) => match s.trim().parse::<u32>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(format!("{Q8_0_FAST_BLOCKS_ENV}={s}: expected a positive block count")),
+        },
+        Err(_) => Ok(None),
+    }
+}
+
+/// [`Q8_0_FAST_MAX_BLOCKS`] or its override, read once.
+fn q8_0_fast_max_blocks() -> u32 {
+    static MAX: OnceLock<u32> = OnceLock::new();
+    *MAX.get_or_init(|| q8_0_fast_blocks_env().ok().flatten().unwrap_or(Q8_0_FAST_MAX_BLOCKS))
+}
 
 /// Blocks of the fast Q8_0 matvecs for `n_out` rows of `n_in` elements: the tiled path's rounds
 /// (rows of a power-of-two chunk count up to 128, q8_tiled), else a block per 256 / G rows.
@@ -40,7 +68,7 @@ pub fn q8_0_fast_blocks(n_in: u32, n_out: u32) -> u32 {
     let nc = n_in / Q8_0_FAST_CHUNK;
     if nc.is_power_of_two() && nc <= Q8_0_FAST_ROUND {
         let rounds = blocks(n_out, Q8_0_FAST_ROUND / nc);
-        blocks(rounds, rounds.div_ceil(Q8_0_FAST_MAX_BLOCKS))
+        blocks(rounds, rounds.div_ceil(q8_0_fast_max_blocks()))
     } else {
         blocks(n_out, BLOCK / q8_0_fast_lanes(n_in))
     }
@@ -242,8 +270,10 @@ mod tests {
         assert_eq!(f.args, l.args);
         // 16 chunks per row: rounds of 8 rows, one a block.
         assert_eq!(f.grid, [1000u32.div_ceil(8), 3, 1]);
-        // The LM head: 16,160 rounds in 2,020 runs of 8.
-        assert_eq!(q8_0_fast_blocks(4096, 129280), 2020);
+        // The LM head: 16,160 rounds in 261 runs of 62 (at most Q8_0_FAST_MAX_BLOCKS).
+        assert_eq!(q8_0_fast_blocks(4096, 129280), 261);
+        // q_b (1,024 inputs, 32,768 rows): 1,024 rounds of 32 rows in 256 runs of 4.
+        assert_eq!(q8_0_fast_blocks(1024, 32768), 256);
         // 28 chunks (not a power of two): 32 lanes a row, 8 rows a block.
         assert_eq!(q8_0_fast_blocks(7168, 77), 10);
         assert_eq!(q8_0_fast_lanes(4096), 16);

@@ -201,7 +201,10 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     launches.push(gemm_f16(1, 2, 3, 4096, 1024, 4096, 2048));
     launches.push(test_mathf(1, 2, 1000, MathFn::Sin));
     // Fast-mode sequences built by the attention sublayer (not one-for-one twins).
-    let plan = AttentionSplitPlan { n_split: 20 };
+    let plan = AttentionSplitPlan {
+        n_split: 20,
+        most_slices: 64,
+    };
     let io = AttentionInputs {
         n_comp_avail: 512,
         ..io
