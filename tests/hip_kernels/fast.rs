@@ -89,8 +89,9 @@ fn check_argmax(gpu: &Gpu, rng: &mut CheckRng, name: &str, n: usize) -> Checked 
     ))
 }
 
-/// The fused HC pre step: xn and the split within FAST_TOL of the exact kernel's; the Q8_0 codes of
-/// xn at most one step apart (a fast xn within rounding of a code boundary), the differing count
+/// The fused HC pre step: xn within FAST_TOL of the exact kernel's, the split within the HC split's
+/// bound (fast_hc::SPLIT_TOL: the Sinkhorn passes carry the mix dots' reordering into every entry,
+/// one policy with fast_hc's checks); the Q8_0 codes of xn at most one step apart (a fast xn within rounding of a code boundary), the differing count
 /// reported. Launched twice on both kernels (the counters reset), as the decode graph replays it.
 fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) -> Checked {
     let case = super::hc::HcPreFused::new(gpu, rng)?;
@@ -115,7 +116,7 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) -> Checked {
         "fast.hc_pre_fused.split",
         &f32s(&f[0]),
         &f32s(&a[0]),
-        FAST_TOL,
+        super::fast_hc::SPLIT_TOL,
         format!("{iters} Sinkhorn iterations; repeat launches identical: {repeat_ok}"),
     ));
     let (qa, qf) = (&a[2], &f[2]);

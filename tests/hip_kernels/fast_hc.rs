@@ -17,7 +17,7 @@ use super::support::*;
 /// The HC split against the exact one: its mix logits are 16,384-term F16 dots (Flash) summed in
 /// another order, whose absolute difference the softmax and 20 Sinkhorn passes turn into about the
 /// same relative difference of every split entry; 1e-5 of max|split| (2) leaves no margin for that.
-const SPLIT_TOL: f64 = 1e-4;
+pub const SPLIT_TOL: f64 = 1e-4;
 /// A differing code is a tie when the exact value / scale lies this close to k + 1/2 (the fast value
 /// differs by ~1e-6 relative, so by < 2e-4 in code units).
 const TIE_GAP: f64 = 1e-3;
