@@ -91,8 +91,9 @@ fn check_argmax(gpu: &Gpu, rng: &mut CheckRng, name: &str, n: usize) -> Checked 
 
 /// The fused HC pre step: xn within FAST_TOL of the exact kernel's, the split within the HC split's
 /// bound (fast_hc::SPLIT_TOL: the Sinkhorn passes carry the mix dots' reordering into every entry,
-/// one policy with fast_hc's checks); the Q8_0 codes of xn at most one step apart (a fast xn within rounding of a code boundary), the differing count
-/// reported. Launched twice on both kernels (the counters reset), as the decode graph replays it.
+/// one policy with fast_hc's checks); the Q8_0 codes of xn at most one step apart (a fast xn
+/// within rounding of a code boundary), the differing count reported. Launched twice on both
+/// kernels (the counters reset), as the decode graph replays it.
 fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) -> Checked {
     let case = super::hc::HcPreFused::new(gpu, rng)?;
     let (n_hc, n_embd, n_tok, iters) = (case.n_hc, case.n_embd, case.n_tok, case.iters);
