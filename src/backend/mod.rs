@@ -18,6 +18,10 @@ pub mod payload;
 #[path = "hip/kernels/mod.rs"]
 #[allow(dead_code, unused_imports)]
 mod hip_kernels;
+// ... and the tuning variables' reader it uses, at the same place relative to it.
+#[cfg(all(test, not(feature = "hip")))]
+#[path = "hip/env.rs"]
+mod env;
 
 use std::fmt;
 use std::sync::Arc;

@@ -34,7 +34,8 @@
 //!   `HipBackend` against the CPU engine on a model. Every kernel against the CPU reference is the
 //!   test suite tests/hip_kernels (on the emulator in CI, on a GPU by carrying its binary).
 //!
-//! Dependencies run one way, in this order (a file uses only those before it): ffi → kernels (plain
+//! Dependencies run one way, in this order (a file uses only those before it): env (the tuning
+//! variables' reader) → ffi → kernels (plain
 //! data, also built without the feature) → runtime → kernel_module, profile, bandwidth → acts →
 //! prefill → footprint → weights → cache → pass → attention_layer, ffn_layer → layers →
 //! decode → options → backend → open (the placement policy) → engine (opening, sessions).
@@ -51,6 +52,7 @@ pub mod bandwidth;
 pub mod cache;
 mod decode;
 pub mod engine;
+mod env;
 pub mod ffi;
 mod ffn_layer;
 pub mod footprint;

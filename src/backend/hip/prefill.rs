@@ -7,6 +7,7 @@
 //! same for every batch size (`layers.rs`), and `backend.rs` splits an `eval` into chunks.
 
 use super::acts::Acts;
+use super::env::env_number;
 use super::kernels::{self, ExpertGrouping, ExpertTiles};
 
 /// Tokens per prefill chunk on a discrete GPU. Every non-expert weight is read once per chunk
@@ -31,13 +32,8 @@ pub const PREFILL_CHUNK_ENV: &str = "DS4_HIP_PREFILL_CHUNK";
 /// `DS4_HIP_PREFILL_CHUNK` when set to a positive integer, else [`PREFILL_CHUNK_UNIFIED`] or
 /// [`PREFILL_CHUNK`] (a session allocates for at most its ctx tokens).
 pub fn prefill_chunk(unified: bool) -> Result<usize, String> {
-    match std::env::var(PREFILL_CHUNK_ENV) {
-        Ok(s) => match s.trim().parse::<usize>() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(format!("{PREFILL_CHUNK_ENV}={s}: expected a positive token count")),
-        },
-        Err(_) => Ok(if unified { PREFILL_CHUNK_UNIFIED } else { PREFILL_CHUNK }),
-    }
+    let default = if unified { PREFILL_CHUNK_UNIFIED } else { PREFILL_CHUNK };
+    Ok(env_number(PREFILL_CHUNK_ENV, |&n: &usize| n > 0, "a positive token count")?.unwrap_or(default))
 }
 
 /// Batches of at most this many tokens run the decode kernels with one grid row per token (matvecs,
@@ -54,13 +50,8 @@ pub const MATVEC_TOKENS_ENV: &str = "DS4_HIP_MATVEC_TOKENS";
 /// [`MATVEC_MAX_TOKENS`], or `DS4_HIP_MATVEC_TOKENS` when set to a count (never below 1: a single
 /// token always takes the decode kernels).
 pub fn matvec_max_tokens() -> Result<usize, String> {
-    match std::env::var(MATVEC_TOKENS_ENV) {
-        Ok(s) => match s.trim().parse::<usize>() {
-            Ok(n) => Ok(n.max(1)),
-            _ => Err(format!("{MATVEC_TOKENS_ENV}={s}: expected a token count")),
-        },
-        Err(_) => Ok(MATVEC_MAX_TOKENS),
-    }
+    let n = env_number(MATVEC_TOKENS_ENV, |_: &usize| true, "a token count")?;
+    Ok(n.map_or(MATVEC_MAX_TOKENS, |n| n.max(1)))
 }
 
 /// Whether a batch of `n` tokens runs the decode kernels token by token (at most `matvec_tokens`,

@@ -26,6 +26,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
 
+use super::env::env_number;
 use super::runtime::{DeviceBuffer, HipContext, HostRegistration, PinnedBuffer};
 
 /// Default chunk (and pinned staging buffer) size.
@@ -115,14 +116,12 @@ impl Staging {
     /// applied.
     fn from_env(integrated: bool) -> Result<Staging, String> {
         let mut s = Staging::defaults(integrated);
-        let num = |k: &str, max: usize| -> Result<Option<usize>, String> {
-            match std::env::var(k) {
-                Err(_) => Ok(None),
-                Ok(v) => match v.trim().parse::<usize>() {
-                    Ok(n) if (1..=max).contains(&n) => Ok(Some(n)),
-                    _ => Err(format!("{k}={v}: expected a whole number from 1 to {max}")),
-                },
-            }
+        let num = |k: &str, max: usize| {
+            env_number(
+                k,
+                |n: &usize| (1..=max).contains(n),
+                &format!("a whole number from 1 to {max}"),
+            )
         };
         if let Some(t) = num("DS4_LOAD_THREADS", 256)? {
             s.threads = t;

@@ -4,6 +4,7 @@
 //! the fast tolerances). The twins take the exact kernels' parameter lists, so the launch sequence
 //! is built once and the arithmetic is chosen where it runs (`Pass::run`).
 
+use super::super::env::env_number;
 use super::abi::{
     ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_POST_FAST, HC_POST_PRE_FAST,
     HC_PRE_FUSED_FAST, INDEXER_SCORES_FAST, KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST,
@@ -47,13 +48,7 @@ pub const Q8_0_FAST_BLOCKS_ENV: &str = "DS4_HIP_Q8_BLOCKS";
 /// `DS4_HIP_Q8_BLOCKS` as a positive block count, `None` when unset; malformed is a one-line error
 /// (`HipOptions::from_env` reports it before any launch).
 pub fn q8_0_fast_blocks_env() -> Result<Option<u32>, String> {
-    match std::env::var(Q8_0_FAST_BLOCKS_ENV) {
-        Ok(s) => match s.trim().parse::<u32>() {
-            Ok(n) if n > 0 => Ok(Some(n)),
-            _ => Err(format!("{Q8_0_FAST_BLOCKS_ENV}={s}: expected a positive block count")),
-        },
-        Err(_) => Ok(None),
-    }
+    env_number(Q8_0_FAST_BLOCKS_ENV, |&n: &u32| n > 0, "a positive block count")
 }
 
 /// [`Q8_0_FAST_MAX_BLOCKS`] or its override, read once.
