@@ -126,8 +126,7 @@ mod tests {
     use super::*;
     use crate::backend::hip::prefill;
 
-    /// The Flash figures of docs/memory.md: device KV (raw rings for the 1024-token chunks of
-    /// unified memory, Strix Halo's; compressed
+    /// The Flash figures of docs/memory.md: device KV (raw rings for the prefill chunk, compressed
     /// and indexer rows, compressor states) and activations at 2k, 51k, 128k and 1M tokens; the KV
     /// grows by exactly 13,760 bytes a token (f32 rows: 21 ratio-4 layers × (512 + 128) dims / 4 +
     /// 20 ratio-128 layers × 512 dims / 128).
@@ -153,10 +152,9 @@ mod tests {
             (prefill::PREFILL_CHUNK, 1 << 20, 14_632_340_480, 7_930_904_604),
         ];
         for (chunk, ctx, want_kv, want_scratch) in docs {
-            let n = chunk.min(ctx);
-            assert_eq!(kv(ctx, n), want_kv, "KV at {ctx}, {chunk}-token chunks");
-            let scratch = acts::activation_bytes(&hp, n, ctx);
-            assert_eq!(scratch, want_scratch, "scratch at {ctx}, {chunk}-token chunks");
+            let s = session_bytes(&hp, ctx, chunk);
+            assert_eq!(s.kv, want_kv, "KV at {ctx}, {chunk}-token chunks");
+            assert_eq!(s.scratch, want_scratch, "scratch at {ctx}, {chunk}-token chunks");
         }
         assert_eq!(kv(2 * 65_536, 1024) - kv(65_536, 1024), 65_536 * 13_760);
         // 16,384-token chunks: the rings grow by 15,360 rows of 2 KiB in each of 43 layers, and
