@@ -3,8 +3,9 @@
 //! window with the indexer's selection and a wrapped ring, and the ratio-128 rows of 70k and 1M
 //! tokens; each launched with the split count a captured decode graph uses (the session's most
 //! rows), so most slices exit, and again with the grid a direct launch sizes to the batch's rows,
-//! which must give the same bits (a replayed decode graph equals direct launches). Float outputs within FAST_TOL x max|exact|: each output is a
-//! softmax-weighted mean of rows whose sums are reordered (a few ulps of the largest partial sums).
+//! which must give the same bits (a replayed decode graph equals direct launches). Float outputs
+//! within FAST_TOL x max|exact|: each output is a softmax-weighted mean of rows whose sums are
+//! reordered (a few ulps of the largest partial sums).
 //! The segmented indexer top-k (kernels/indexer_fast.hip) against `ds4_indexer_topk`: a selection
 //! without arithmetic, so the lists must be equal, ties (to the lower row) included.
 
