@@ -1,7 +1,8 @@
 //! `HipOptions`: the settings that tune how a HIP session runs (chunk sizes, the decode graph)
 //! without changing what it computes: every choice gives the same bits. The engine fills them
 //! from the environment (`from_env`: `DS4_HIP_PREFILL_CHUNK`, `DS4_HIP_MATVEC_TOKENS`,
-//! `DS4_HIP_GRAPH`, `DS4_HIP_EXACT`, `DS4_HIP_Q8_BLOCKS`, README "GPU backend"); a program that opens a backend itself passes its own.
+//! `DS4_HIP_GRAPH`, `DS4_HIP_EXACT`, `DS4_HIP_Q8_BLOCKS`, README "GPU backend"); a program that
+//! opens a backend itself passes its own.
 
 use super::decode;
 use super::prefill;
