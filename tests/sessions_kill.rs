@@ -15,6 +15,12 @@ use ds4_chat::sessions::store::{ModelRef, SESSION_VERSION, SessionRecord, Sessio
 use ds4_chat::sessions::{ModelIdentity, snapshot};
 
 const DIR_ENV: &str = "DS4_KILL_TEST_DIR";
+/// The first generation the child writes: each round starts above every earlier round, so a file
+/// the child replaced can never read back as the one the round began with (a restarted child that
+/// counted from 1 again could rewrite an older round's generation and look idle).
+const FIRST_GEN_ENV: &str = "DS4_KILL_TEST_FIRST_GEN";
+/// Generations a round may write before the next round's range begins.
+const ROUND_GENS: u32 = 1_000;
 const ID: &str = "20261202-000000-beef";
 const IDENTITY: ModelIdentity = ModelIdentity {
     file_size: 1234,
@@ -109,8 +115,12 @@ fn child_rewrites_the_files_until_killed() {
     let Some(dir) = std::env::var_os(DIR_ENV) else {
         return;
     };
+    let first: u32 = std::env::var(FIRST_GEN_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     let hp = hp();
-    for g in 1.. {
+    for g in first.. {
         write_generation(Path::new(&dir), &hp, g);
     }
 }
@@ -123,8 +133,12 @@ fn kill_9_during_a_save_leaves_the_previous_files_valid() {
     let hp = hp();
     write_generation(&dir, &hp, 0);
     let mut seen = Vec::new();
-    for (round, delay_ms) in [0u64, 13, 41, 97].into_iter().enumerate() {
+    // (delay before the kill, whether to wait for a new snapshot rather than any new file): the
+    // early rounds kill while the first snapshot is being written, the later ones after it.
+    let rounds = [(0u64, false), (13, false), (41, true), (97, true)];
+    for (round, (delay_ms, wait_for_snapshot)) in rounds.into_iter().enumerate() {
         let before = check_files(&dir, &hp);
+        let first_gen = (round as u32 + 1) * ROUND_GENS;
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -133,12 +147,21 @@ fn kill_9_during_a_save_leaves_the_previous_files_valid() {
                 "--nocapture",
             ])
             .env(DIR_ENV, &dir)
+            .env(FIRST_GEN_ENV, first_gen.to_string())
             .spawn()
             .expect("start the child");
-        // Let the child replace the files at least once, then kill it at a moment that moves
+        // Let the child replace a file at least once, then kill it at a moment that moves
         // from round to round.
         let start = Instant::now();
-        while check_files(&dir, &hp) == before && start.elapsed() < Duration::from_secs(120) {
+        let wrote = |files: (u32, u32)| files.0 >= first_gen || files.1 >= first_gen;
+        let waited = |files: (u32, u32)| {
+            if wait_for_snapshot {
+                files.1 >= first_gen
+            } else {
+                wrote(files)
+            }
+        };
+        while !waited(check_files(&dir, &hp)) && start.elapsed() < Duration::from_secs(120) {
             std::thread::sleep(Duration::from_millis(5));
         }
         std::thread::sleep(Duration::from_millis(delay_ms));
@@ -146,7 +169,14 @@ fn kill_9_during_a_save_leaves_the_previous_files_valid() {
         let status = child.wait().unwrap();
         assert!(!status.success(), "round {round}: the child was not killed");
         let after = check_files(&dir, &hp);
-        assert_ne!(after, before, "round {round}: the child wrote nothing in 120 s");
+        assert!(
+            waited(after),
+            "round {round}: the child wrote nothing in 120 s (files {after:?}, began at {before:?})"
+        );
+        assert!(
+            after.0 < first_gen + ROUND_GENS && after.1 < first_gen + ROUND_GENS,
+            "round {round}: generations {after:?} outside this round's range"
+        );
         seen.push(after);
         // The killed writer may leave its hidden temporary file; listing ignores it.
         let (list, problems) = Store::at(dir.clone()).list();
