@@ -7,8 +7,9 @@
 // s (fn · X)). The strips stay in registers, laid out as the sublayer input's strips (thread i,
 // columns 8 (i + 256 k) of every stream), so the last block of a token finishes without reading X
 // again: the weighted stream sum is per thread, the sublayer's input norm is one f32 tree and the
-// quantization is kernels/norm_quant_fast.hip's. The Sinkhorn split (one thread, the 4 x 4 matrix in
-// registers, row and column sums as pairwise trees) runs after the norm outputs are written.
+// quantization is kernels/norm_quant_fast.hip's. The Sinkhorn split (16 lanes of the first warp, one
+// matrix entry each, row and column sums as pairwise shuffle trees) runs after the norm outputs are
+// written.
 // Deterministic: the same inputs give the same bits on every run.
 #pragma once
 #include "hc.hip"
@@ -29,65 +30,63 @@ DS4_DEV float dot8_f16_fma(uint4 wv, const float x[8], float acc) {
     return fmaf(f16_to_f32((u16)(wv.w >> 16)), x[7], acc);
 }
 
-// Sum of n = 1..4 values as a pairwise tree.
-template <int N>
-DS4_DEV float sum_small(const float v[N]) {
-    if constexpr (N == 1) return v[0];
-    if constexpr (N == 2) return v[0] + v[1];
-    if constexpr (N == 3) return (v[0] + v[1]) + v[2];
-    return (v[0] + v[1]) + (v[2] + v[3]);
+// The split of one token (hc.hip hc_split_one's math: sigmoid gates, row softmax + eps_hc, then
+// iters x (row pass from the second on, column pass), each scaling by 1 / (sum + eps_hc)) by the
+// first 16 lanes of one warp: lane 4a + b holds M[a][b] (zero outside the n x n matrix, n = n_hc
+// <= 4) and gets row and column sums as pairwise trees of shuffles (xor 1, 2 within a row; xor 4, 8
+// within a column), the same values the one-thread trees (v0 + v1) + (v2 + v3) give, since adding a
+// zero pad or swapping two addends changes no bits. One thread doing it all is a chain of hundreds
+// of dependent operations (33 us on the H200 for the exact twin's, hc.hip hc_split_warp), and ncu
+// showed the fused HC launch at 34 us with one block running long after the other 23 had finished.
+// mix: the token's n_mix logits (shared memory); split_out = [pre | post | M]. The lane's constants
+// (HcSplitConsts) are loaded before the mix exists. Call from every lane of the warp.
+struct HcSplitConsts {
+    float sc_pre, sc_post, base_pre, base_post, sc_m, base_m;
+};
+
+DS4_DEV HcSplitConsts hc_split_consts(const float* scale, const float* base, u32 n) {
+    const u32 lane = lane_id(), a = (lane / 4) % 4, b = lane % 4;
+    HcSplitConsts c;
+    c.sc_pre = lane < n ? scale[0] : 0.0f;
+    c.sc_post = lane < n ? scale[1] : 0.0f;
+    c.base_pre = lane < n ? base[lane] : 0.0f;
+    c.base_post = lane < n ? base[n + lane] : 0.0f;
+    c.sc_m = scale[2];
+    const bool live = lane < 16 && a < n && b < n;
+    c.base_m = live ? base[2 * n + n * a + b] : 0.0f;
+    return c;
 }
 
-// The split of one token (hc.hip hc_split_one's math: sigmoid gates, row softmax + eps_hc, then
-// iters x (row pass from the second on, column pass), each scaling by 1 / (sum + eps_hc)) by one
-// thread, sums as trees: split_out = [pre | post | M].
-template <int N>
-DS4_DEV void hc_split_fast(float* split_out, const float* mix, const float* scale, const float* base, u32 iters,
-                           float eps_hc) {
-    float m[N][N];
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-        split_out[i] = plain_sigmoid(mix[i] * scale[0] + base[i]) + eps_hc;
-        split_out[N + i] = 2.0f * plain_sigmoid(mix[N + i] * scale[1] + base[N + i]);
+DS4_DEV void hc_split_fast(float* split_out, const float* mix, HcSplitConsts c, u32 n, u32 iters, float eps_hc) {
+    const u32 lane = lane_id(), a = (lane / 4) % 4, b = lane % 4;
+    if (lane < n) {
+        split_out[lane] = plain_sigmoid(mix[lane] * c.sc_pre + c.base_pre) + eps_hc;
+        split_out[n + lane] = 2.0f * plain_sigmoid(mix[n + lane] * c.sc_post + c.base_post);
     }
-#pragma unroll
-    for (int a = 0; a < N; ++a) {
-        float mx = -1.0e30f;
-#pragma unroll
-        for (int b = 0; b < N; ++b) {
-            const int k = 2 * N + N * a + b;
-            m[a][b] = mix[k] * scale[2] + base[k];
-            mx = fmaxf(mx, m[a][b]);
-        }
-#pragma unroll
-        for (int b = 0; b < N; ++b) m[a][b] = ds4_expf(m[a][b] - mx);
-        const float inv = 1.0f / sum_small<N>(m[a]);
-#pragma unroll
-        for (int b = 0; b < N; ++b) m[a][b] = fmaf(m[a][b], inv, eps_hc);
-    }
+    const bool live = lane < 16 && a < n && b < n;
+    const u32 k = 2 * n + n * a + b;
+    const float z = live ? mix[k] * c.sc_m + c.base_m : -1.0e30f;
+    auto row_max = [](float v) {
+        v = fmaxf(v, __shfl_xor(v, 1, DS4_WARP));
+        return fmaxf(v, __shfl_xor(v, 2, DS4_WARP));
+    };
+    auto row_sum = [](float v) {
+        v += __shfl_xor(v, 1, DS4_WARP);
+        return v + __shfl_xor(v, 2, DS4_WARP);
+    };
+    auto col_sum = [](float v) {
+        v += __shfl_xor(v, 4, DS4_WARP);
+        return v + __shfl_xor(v, 8, DS4_WARP);
+    };
+    const float mx = row_max(z);
+    const float e = live ? ds4_expf(z - mx) : 0.0f;
+    const float inv0 = 1.0f / row_sum(e);
+    float m = live ? fmaf(e, inv0, eps_hc) : 0.0f;
     for (u32 it = 0; it < iters; ++it) {
-        if (it > 0) {
-#pragma unroll
-            for (int a = 0; a < N; ++a) {
-                const float inv = 1.0f / (sum_small<N>(m[a]) + eps_hc);
-#pragma unroll
-                for (int b = 0; b < N; ++b) m[a][b] *= inv;
-            }
-        }
-#pragma unroll
-        for (int b = 0; b < N; ++b) {
-            float col[N];
-#pragma unroll
-            for (int a = 0; a < N; ++a) col[a] = m[a][b];
-            const float inv = 1.0f / (sum_small<N>(col) + eps_hc);
-#pragma unroll
-            for (int a = 0; a < N; ++a) m[a][b] *= inv;
-        }
+        if (it > 0) m *= 1.0f / (row_sum(m) + eps_hc);
+        m *= 1.0f / (col_sum(m) + eps_hc);
     }
-#pragma unroll
-    for (int a = 0; a < N; ++a)
-#pragma unroll
-        for (int b = 0; b < N; ++b) split_out[2 * N + N * a + b] = m[a][b];
+    if (live) split_out[k] = m;
 }
 
 // HC post of a token's strips (ds4_hc_post_fast's arithmetic): X'[b] = post[b] * (y + y2) +
@@ -143,6 +142,7 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
                          float eps_norm) {
     constexpr int S = DS4_HCF_SLOTS, H = DS4_HC_MAX;
     __shared__ float scratch[DS4_GROUPS32];
+    __shared__ float smix[DS4_HC_MAX_MIX];
     __shared__ u32 is_last;
     const u32 o = blockIdx.x, t = blockIdx.y;
     const u32 n_mix = 2 * n_hc + n_hc * n_hc, n_in = n_hc * n_embd;
@@ -170,6 +170,12 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
         for (int j = 0; j < 8; ++j) nw[k][j] = 1.0f;
         if (live) load8(nw[k], norm_w + i0);
     }
+    // The finish's constants, loaded now so that their latency hides behind the dots.
+    float base_pre[H];
+#pragma unroll
+    for (int h = 0; h < H; ++h) base_pre[h] = (u32)h < n_hc ? base[h] : 0.0f;
+    const float scale_pre = scale[0];
+    const HcSplitConsts split_consts = hc_split_consts(scale, base, n_hc);
     if (POST)
         hc_post_strips<S, H>(xv, y + (u64)t * n_embd, y2 ? y2 + (u64)t * n_embd : y2, post_split + (u64)t * n_mix,
                              n_embd, n_hc);
@@ -202,11 +208,12 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
             for (int h = 0; h < H; ++h)
                 if (nqf_start(k) < n_embd && (u32)h < n_hc) store8(x + (u64)h * n_embd + nqf_start(k), xv[k][h]);
     }
-    // volatile: the values were written by other blocks of this launch.
-    const volatile float* mt = mix + (u64)t * n_mix;
+    // The token's mix logits, one load each (volatile: other blocks of this launch wrote them).
+    if (threadIdx.x < n_mix) smix[threadIdx.x] = ((const volatile float*)mix)[(u64)t * n_mix + threadIdx.x];
+    __syncthreads();
     float pre[H];
 #pragma unroll
-    for (int h = 0; h < H; ++h) pre[h] = (u32)h < n_hc ? plain_sigmoid(mt[h] * scale[0] + base[h]) + eps_hc : 0.0f;
+    for (int h = 0; h < H; ++h) pre[h] = (u32)h < n_hc ? plain_sigmoid(smix[h] * scale_pre + base_pre[h]) + eps_hc : 0.0f;
     float v[S][8];
 #pragma unroll
     for (int k = 0; k < S; ++k)
@@ -223,16 +230,7 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
 #pragma unroll
         for (int j = 0; j < 8; ++j) v[k][j] = v[k][j] * sc * nw[k][j];
     nqf_store_row<S>(t, v, n_embd, xn, q0_q, q0_d, qk_q, qk_d, qk_bs);
-    if (threadIdx.x == 0) {
-        float m[DS4_HC_MAX_MIX];
-#pragma unroll
-        for (int i = 0; i < DS4_HC_MAX_MIX; ++i) m[i] = (u32)i < n_mix ? mt[i] : 0.0f;
-        float* so = split_out + (u64)t * n_mix;
-        if (n_hc == 4) hc_split_fast<4>(so, m, scale, base, iters, eps_hc);
-        if (n_hc == 3) hc_split_fast<3>(so, m, scale, base, iters, eps_hc);
-        if (n_hc == 2) hc_split_fast<2>(so, m, scale, base, iters, eps_hc);
-        if (n_hc == 1) hc_split_fast<1>(so, m, scale, base, iters, eps_hc);
-    }
+    if (warp_id() == 0) hc_split_fast(split_out + (u64)t * n_mix, smix, split_consts, n_hc, iters, eps_hc);
 }
 
 // ds4_hc_pre_fused's arguments, outputs and launch (grid (n_mix, n_tok), block 256; the last block
