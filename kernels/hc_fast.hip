@@ -130,11 +130,38 @@ DS4_DEV void hc_post_strips(float xv[S][H][8], const float* y, const float* y2, 
     }
 }
 
-// The HC pre step of token blockIdx.y for mix row blockIdx.x (see the file comment). With POST, the
-// state is first advanced by the previous sublayer's HC post (y, y2, post_split: ds4_hc_post's
-// arguments) in every block, and the last block writes the advanced state back to hc (the other
-// blocks have read it by then: they count themselves done only after their dots).
-template <bool POST>
+// The thread's strips of fn row w (16-byte loads; zeros past n_embd and n_hc).
+template <int S, int H>
+DS4_DEV void hc_row_load(uint4 wv[S][H], const u16* w, u32 n_embd, u32 n_hc) {
+#pragma unroll
+    for (int k = 0; k < S; ++k)
+#pragma unroll
+        for (int h = 0; h < H; ++h)
+            wv[k][h] = nqf_start(k) < n_embd && (u32)h < n_hc ? *(const uint4*)(w + (u64)h * n_embd + nqf_start(k))
+                                                              : make_uint4(0, 0, 0, 0);
+}
+
+// The per-thread partial of a mix row's dot: streams in order, strips in order within a stream.
+template <int S, int H>
+DS4_DEV float hc_row_dot(const uint4 wv[S][H], const float xv[S][H][8]) {
+    float dot = 0.0f;
+#pragma unroll
+    for (int h = 0; h < H; ++h)
+#pragma unroll
+        for (int k = 0; k < S; ++k) dot = dot8_f16_fma(wv[k][h], xv[k][h], dot);
+    return dot;
+}
+
+// The HC pre step of token blockIdx.y (see the file comment). PER_TOKEN = false: the block computes
+// mix row blockIdx.x, and the token's last block by the per-token counter finishes the token (the
+// other blocks have read the state by then: they count themselves done only after their dots).
+// PER_TOKEN = true (grid (1, n_tok)): the block computes every mix row, folding each row's partials
+// as block_sum does (width-32 butterfly, then the group totals in order), so each mix value has the
+// bits of the one-row blocks', and finishes the token itself; the counter is not touched. One block
+// per token reads the token's state once instead of n_mix times: prefill's shape (docs/arithmetic.md).
+// With POST, the state is first advanced by the previous sublayer's HC post (y, y2, post_split:
+// ds4_hc_post's arguments) in every block, and the finishing block writes it back to hc.
+template <bool POST, bool PER_TOKEN>
 DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs,
                          float* mix, u32* counter, float* hc, const float* y, const float* y2,
                          const float* post_split, const u16* fn_w, const float* scale, const float* base,
@@ -144,14 +171,12 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
     __shared__ float scratch[DS4_GROUPS32];
     __shared__ float smix[DS4_HC_MAX_MIX];
     __shared__ u32 is_last;
-    const u32 o = blockIdx.x, t = blockIdx.y;
+    const u32 t = blockIdx.y;
     const u32 n_mix = 2 * n_hc + n_hc * n_hc, n_in = n_hc * n_embd;
     if (n_embd > S * 8 * DS4_BLOCK || n_hc > H) return;
     float* x = hc + (u64)t * n_in;
-    const u16* w = fn_w + (u64)o * n_in;
-    // The strips of X and fn, and of norm_w for the finish: every load of the block in flight at once.
+    // The strips of X and of norm_w for the finish: every load of the block in flight at once.
     float xv[S][H][8], nw[S][8];
-    uint4 wv[S][H];
 #pragma unroll
     for (int k = 0; k < S; ++k) {
         const u32 i0 = nqf_start(k);
@@ -160,16 +185,15 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
         for (int h = 0; h < H; ++h) {
 #pragma unroll
             for (int j = 0; j < 8; ++j) xv[k][h][j] = 0.0f;
-            wv[k][h] = make_uint4(0, 0, 0, 0);
-            if (live && (u32)h < n_hc) {
-                load8(xv[k][h], x + (u64)h * n_embd + i0);
-                wv[k][h] = *(const uint4*)(w + (u64)h * n_embd + i0);
-            }
+            if (live && (u32)h < n_hc) load8(xv[k][h], x + (u64)h * n_embd + i0);
         }
 #pragma unroll
         for (int j = 0; j < 8; ++j) nw[k][j] = 1.0f;
         if (live) load8(nw[k], norm_w + i0);
     }
+    // The one-row block's fn strips, in flight with the state's.
+    uint4 wv[S][H];
+    if constexpr (!PER_TOKEN) hc_row_load<S, H>(wv, fn_w + (u64)blockIdx.x * n_in, n_embd, n_hc);
     // The finish's constants, loaded now so that their latency hides behind the dots.
     float base_pre[H];
 #pragma unroll
@@ -179,11 +203,9 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
     if (POST)
         hc_post_strips<S, H>(xv, y + (u64)t * n_embd, y2 ? y2 + (u64)t * n_embd : y2, post_split + (u64)t * n_mix,
                              n_embd, n_hc);
-    float dot = 0.0f, ss = 0.0f;
+    float ss = 0.0f;
 #pragma unroll
     for (int h = 0; h < H; ++h) {
-#pragma unroll
-        for (int k = 0; k < S; ++k) dot = dot8_f16_fma(wv[k][h], xv[k][h], dot);
         float xs[S][8];
 #pragma unroll
         for (int k = 0; k < S; ++k)
@@ -191,16 +213,57 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
             for (int j = 0; j < 8; ++j) xs[k][j] = xv[k][h][j];
         ss += strips_sumsq<S>(xs);
     }
-    dot = block_sum(dot, scratch);
-    ss = block_sum(ss, scratch);
-    if (threadIdx.x == 0) mix[(u64)t * n_mix + o] = dot * (1.0f / sqrtf(ss / (float)n_in + eps_rms));
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) is_last = atomicAdd(&counter[t], 1u) == n_mix - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    if (threadIdx.x == 0) counter[t] = 0;
+    if constexpr (PER_TOKEN) {
+        // Group totals of every row's partial and of ss (block_sum's first half, all rows at once).
+        __shared__ float groups[DS4_HC_MAX_MIX + 1][DS4_GROUPS32];
+        auto fold32 = [](float v) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor(v, o, 32);
+            return v;
+        };
+        // Row o + 1's strips are loaded while row o is folded (the last row is loaded twice).
+        uint4 row[S][H];
+        hc_row_load<S, H>(row, fn_w, n_embd, n_hc);
+        for (u32 o = 0; o < n_mix; ++o) {
+            uint4 next[S][H];
+            hc_row_load<S, H>(next, fn_w + (u64)min(o + 1, n_mix - 1) * n_in, n_embd, n_hc);
+            const float g = fold32(hc_row_dot<S, H>(row, xv));
+            if (threadIdx.x % 32 == 0) groups[o][threadIdx.x / 32] = g;
+#pragma unroll
+            for (int k = 0; k < S; ++k)
+#pragma unroll
+                for (int h = 0; h < H; ++h) row[k][h] = next[k][h];
+        }
+        const float gss = fold32(ss);
+        if (threadIdx.x % 32 == 0) groups[DS4_HC_MAX_MIX][threadIdx.x / 32] = gss;
+        __syncthreads();
+        if (threadIdx.x < n_mix) {
+            float dot = 0.0f, tss = 0.0f;
+#pragma unroll
+            for (int g = 0; g < DS4_GROUPS32; ++g) {
+                dot += groups[threadIdx.x][g];
+                tss += groups[DS4_HC_MAX_MIX][g];
+            }
+            const float m = dot * (1.0f / sqrtf(tss / (float)n_in + eps_rms));
+            mix[(u64)t * n_mix + threadIdx.x] = m;
+            smix[threadIdx.x] = m;
+        }
+        __syncthreads();
+    } else {
+        const float dot = block_sum(hc_row_dot<S, H>(wv, xv), scratch);
+        ss = block_sum(ss, scratch);
+        if (threadIdx.x == 0) mix[(u64)t * n_mix + blockIdx.x] = dot * (1.0f / sqrtf(ss / (float)n_in + eps_rms));
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) is_last = atomicAdd(&counter[t], 1u) == n_mix - 1;
+        __syncthreads();
+        if (!is_last) return;
+        __threadfence();
+        if (threadIdx.x == 0) counter[t] = 0;
+        // The token's mix logits, one load each (volatile: other blocks of this launch wrote them).
+        if (threadIdx.x < n_mix) smix[threadIdx.x] = ((const volatile float*)mix)[(u64)t * n_mix + threadIdx.x];
+        __syncthreads();
+    }
     if (POST) {
 #pragma unroll
         for (int k = 0; k < S; ++k)
@@ -208,9 +271,6 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
             for (int h = 0; h < H; ++h)
                 if (nqf_start(k) < n_embd && (u32)h < n_hc) store8(x + (u64)h * n_embd + nqf_start(k), xv[k][h]);
     }
-    // The token's mix logits, one load each (volatile: other blocks of this launch wrote them).
-    if (threadIdx.x < n_mix) smix[threadIdx.x] = ((const volatile float*)mix)[(u64)t * n_mix + threadIdx.x];
-    __syncthreads();
     float pre[H];
 #pragma unroll
     for (int h = 0; h < H; ++h) pre[h] = (u32)h < n_hc ? plain_sigmoid(smix[h] * scale_pre + base_pre[h]) + eps_hc : 0.0f;
@@ -240,7 +300,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_fused_fast(
     float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs, float* mix, u32* counter,
     const float* hc, const u16* fn_w, const float* scale, const float* base, const float* norm_w, u32 n_embd,
     u32 n_hc, u32 iters, float eps_rms, float eps_hc, float eps_norm) {
-    hc_pre_fast<false>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, (float*)hc, nullptr, nullptr,
+    hc_pre_fast<false, false>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, (float*)hc, nullptr, nullptr,
                        nullptr, fn_w, scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
 }
 
@@ -253,8 +313,27 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post_pre_fast(
     float* hc, const float* y, const float* y2, const float* post_split, const u16* fn_w, const float* scale,
     const float* base, const float* norm_w, u32 n_embd, u32 n_hc, u32 iters, float eps_rms, float eps_hc,
     float eps_norm) {
-    hc_pre_fast<true>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, hc, y, y2, post_split, fn_w, scale,
+    hc_pre_fast<true, false>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, hc, y, y2, post_split, fn_w, scale,
                       base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
+}
+
+// ds4_hc_pre_fused_fast and ds4_hc_post_pre_fast with one block per token (grid (1, n_tok), block
+// 256): the same arguments and the same bits in every output; counter is not used. Launched for
+// batches of tokens (kernels::fast_twin: HC_TOKEN_BLOCKS_MIN_TOKENS).
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_token_fast(
+    float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs, float* mix, u32* counter,
+    const float* hc, const u16* fn_w, const float* scale, const float* base, const float* norm_w, u32 n_embd,
+    u32 n_hc, u32 iters, float eps_rms, float eps_hc, float eps_norm) {
+    hc_pre_fast<false, true>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, (float*)hc, nullptr, nullptr,
+                             nullptr, fn_w, scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
+}
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post_pre_token_fast(
+    float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs, float* mix, u32* counter,
+    float* hc, const float* y, const float* y2, const float* post_split, const u16* fn_w, const float* scale,
+    const float* base, const float* norm_w, u32 n_embd, u32 n_hc, u32 iters, float eps_rms, float eps_hc,
+    float eps_norm) {
+    hc_pre_fast<true, true>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, hc, y, y2, post_split, fn_w,
+                            scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
 }
 
 // ds4_hc_post's arguments, outputs and launch (grid (ceil(n_embd / 256), n_tok), block 256), with

@@ -80,6 +80,19 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
             check_hc_post_pre(gpu, rng, &name, (n_embd, n_hc, n_tok), with_y2, want)
         }));
     }
+    // (n_embd, n_hc, n_tok, post: None = pre alone, Some(with_y2), outputs)
+    for (n_embd, n_hc, n_tok, post, want) in [
+        (4096usize, 4usize, 3usize, None, all),
+        (4096, 4, 9, Some(true), all),
+        (1000, 3, 2, Some(false), Want::out_only()),
+        (512, 2, 5, None, Want::q8_0_only()),
+        (256, 1, 1, Some(true), all),
+    ] {
+        let name = format!("fast_hc.hc_token_blocks[{n_embd}x{n_hc},{n_tok} tok,post {post:?}]");
+        emit(guard(&name, || {
+            check_hc_token_blocks(gpu, rng, &name, (n_embd, n_hc, n_tok), post, want)
+        }));
+    }
     use kernels::row_flags as rf;
     let hp = HParams::flash();
     let (d, yarn) = (hp.head_dim, true);
@@ -485,6 +498,68 @@ fn check_hc_post_pre(
         outs[0].len() == outs[1].len(),
         format!(
             "{differ} of {} output bytes differ from hc_post_fast + hc_pre_fused_fast",
+            outs[0].len()
+        ),
+    ))
+}
+
+/// The one-block-per-token HC pre steps (`kernels::hc_layout`, `*_token_fast`) against the
+/// block-per-mix-row ones on the same inputs: the same bits in every output (the state written back
+/// by a fused post, the split, the mix logits, the normed input and its planes).
+fn check_hc_token_blocks(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    shape: (usize, usize, usize),
+    post: Option<bool>,
+    want: Want,
+) -> Checked {
+    let (n_embd, n_hc, n_tok) = shape;
+    let n_mix = 2 * n_hc + n_hc * n_hc;
+    let inputs = HcPreInputs::new(gpu, rng, shape)?;
+    let y = random_vec(rng, n_tok * n_embd, 1.0);
+    let y2 = random_vec(rng, n_tok * n_embd, 1.0);
+    let post_split: Vec<f32> = (0..n_tok * n_mix).map(|_| 0.5 * (rng.next_f32() + 1.0)).collect();
+    let (y_d, y2_d, ps_d) = (gpu.up(&y)?, gpu.up(&y2)?, gpu.up(&post_split)?);
+    let mut outs: Vec<Vec<u8>> = Vec::new();
+    for per_token in [false, true] {
+        let hc = gpu.up(&inputs.hc)?;
+        let split = gpu.poisoned::<f32>(n_tok * n_mix)?;
+        let (mix, counter) = (gpu.poisoned::<f32>(n_tok * n_mix)?, gpu.up(&vec![0u32; n_tok])?);
+        let o = QuantBufs::new(gpu, n_tok, n_embd, want)?;
+        let pre = inputs.launch(&hc, &split, o.outs(), [&mix, &counter], shape);
+        let fast = match post {
+            None => twin_of(&pre),
+            Some(with_y2) => {
+                let post = kernels::hc_post(
+                    hc.ptr().0,
+                    hc.ptr().0,
+                    y_d.ptr().0,
+                    if with_y2 { y2_d.ptr().0 } else { NULL },
+                    ps_d.ptr().0,
+                    n_embd as u32,
+                    n_hc as u32,
+                    n_tok as u32,
+                );
+                kernels::fused_hc_post_pre(&post, &pre).expect("a fused launch for these shapes")
+            }
+        };
+        gpu.run(&kernels::hc_layout(fast, per_token))?;
+        let mut bytes = hc.to_vec::<u8>()?;
+        bytes.extend(split.to_vec::<u8>()?);
+        bytes.extend(mix.to_vec::<u8>()?);
+        for b in o.bufs.iter().flatten() {
+            bytes.extend(b.to_vec::<u8>()?);
+        }
+        outs.push(bytes);
+    }
+    let differ = outs[0].iter().zip(&outs[1]).filter(|(a, b)| a != b).count();
+    Ok(count_differ(
+        name,
+        differ,
+        outs[0].len() == outs[1].len(),
+        format!(
+            "{differ} of {} output bytes differ between a block per token and a block per mix row",
             outs[0].len()
         ),
     ))

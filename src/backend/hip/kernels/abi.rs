@@ -204,6 +204,13 @@ kernel_defs! {
         qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc: Ptr, y: Ptr, y2: Ptr, post_split: Ptr, fn_w: Ptr,
         scale: Ptr, base: Ptr, norm_w: Ptr, n_embd: U32, n_hc: U32, iters: U32, eps_rms: F32, eps_hc: F32,
         eps_norm: F32);
+    HC_PRE_TOKEN_FAST = "ds4_hc_pre_token_fast"(split_out: Ptr, xn: Ptr, q0_q: Ptr, q0_d: Ptr, qk_q: Ptr,
+        qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc: Ptr, fn_w: Ptr, scale: Ptr, base: Ptr, norm_w: Ptr,
+        n_embd: U32, n_hc: U32, iters: U32, eps_rms: F32, eps_hc: F32, eps_norm: F32);
+    HC_POST_PRE_TOKEN_FAST = "ds4_hc_post_pre_token_fast"(split_out: Ptr, xn: Ptr, q0_q: Ptr, q0_d: Ptr,
+        qk_q: Ptr, qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc: Ptr, y: Ptr, y2: Ptr, post_split: Ptr,
+        fn_w: Ptr, scale: Ptr, base: Ptr, norm_w: Ptr, n_embd: U32, n_hc: U32, iters: U32, eps_rms: F32,
+        eps_hc: F32, eps_norm: F32);
     HC_POST_FAST = "ds4_hc_post_fast"(hc_out: Ptr, hc_in: Ptr, y: Ptr, y2: Ptr, split: Ptr, n_embd: U32,
         n_hc: U32);
     /// kernels/rows_fast.hip

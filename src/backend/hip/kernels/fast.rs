@@ -7,8 +7,8 @@
 use super::super::env::env_number;
 use super::abi::{
     ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_POST_FAST, HC_POST_PRE_FAST,
-    HC_PRE_FUSED_FAST, INDEXER_SCORES_FAST, KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST,
-    MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST, ROWS_FINISH_FAST, kernel_def,
+    HC_POST_PRE_TOKEN_FAST, HC_PRE_FUSED_FAST, HC_PRE_TOKEN_FAST, INDEXER_SCORES_FAST, KernelDef, MATVEC_F16_FAST,
+    MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST, ROWS_FINISH_FAST, kernel_def,
 };
 use super::launch::{BLOCK, Launch, blocks};
 use super::moe::ExpertFormat;
@@ -17,6 +17,12 @@ use std::sync::OnceLock;
 /// Tokens per block of the dense matrix-core GEMMs (kernels/gemm_fast.hip DS4_MM_TOKS); their row
 /// tiles are the exact GEMMs' 64.
 pub const MMA_TOKEN_TILE: u32 = 128;
+
+/// Tokens from which the fast HC pre steps run one block per token (`ds4_hc_pre_token_fast`,
+/// `ds4_hc_post_pre_token_fast`) instead of one block per mix row and token: a token's block then
+/// reads its 4 x 4096-float state once instead of 24 times and needs no cross-block finish, while
+/// a few tokens fill more of the GPU with a block per row (24 per token). Both give the same bits.
+pub const HC_TOKEN_BLOCKS_MIN_TOKENS: u32 = 8;
 
 /// Dims per block of `ds4_compressor_pool_fast` (DS4_CPF_DIMS).
 pub const COMPRESSOR_FAST_DIMS: u32 = 16;
@@ -141,7 +147,7 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
         "ds4_hc_pre_fused" => {
             let n_embd = arg_u32(l, "n_embd");
             (n_embd.is_multiple_of(8) && n_embd <= 4096 && arg_u32(l, "n_hc") <= 4 && ptrs_aligned16(l))
-                .then(|| twin(l, &HC_PRE_FUSED_FAST, l.grid))
+                .then(|| hc_layout(twin(l, &HC_PRE_FUSED_FAST, l.grid), hc_per_token(l.grid[1])))
         }
         "ds4_rms_norm_quant" => {
             let n = arg_u32(l, "n");
@@ -245,7 +251,34 @@ pub fn fused_hc_post_pre(post: &Launch, pre: &Launch) -> Option<Launch> {
             name => arg(&pre_fast, name),
         })
         .collect();
-    Some(Launch::new(&HC_POST_PRE_FAST, pre.grid, args))
+    // pre's own grid is the per-row layout, whichever layout its fast twin took.
+    Some(hc_layout(
+        Launch::new(&HC_POST_PRE_FAST, pre.grid, args),
+        hc_per_token(pre.grid[1]),
+    ))
+}
+
+/// A fast HC pre launch (`ds4_hc_pre_fused_fast` / `ds4_hc_post_pre_fast`, a block per mix row and
+/// token, or their `*_token_fast` twins, a block per token) in the layout asked for: the same
+/// arguments, the grid (n_mix, n_tok) or (1, n_tok). Both layouts give the same bits. Any other
+/// launch is returned unchanged.
+pub fn hc_layout(l: Launch, per_token: bool) -> Launch {
+    let (row, token) = match l.kernel.name {
+        "ds4_hc_pre_fused_fast" | "ds4_hc_pre_token_fast" => (&HC_PRE_FUSED_FAST, &HC_PRE_TOKEN_FAST),
+        "ds4_hc_post_pre_fast" | "ds4_hc_post_pre_token_fast" => (&HC_POST_PRE_FAST, &HC_POST_PRE_TOKEN_FAST),
+        _ => return l,
+    };
+    let (n_hc, n_tok) = (arg_u32(&l, "n_hc"), l.grid[1]);
+    if per_token {
+        Launch::new(token, [1, n_tok, 1], l.args)
+    } else {
+        Launch::new(row, [2 * n_hc + n_hc * n_hc, n_tok, 1], l.args)
+    }
+}
+
+/// The HC pre layout for `n_tok` tokens (`HC_TOKEN_BLOCKS_MIN_TOKENS`).
+fn hc_per_token(n_tok: u32) -> bool {
+    n_tok >= HC_TOKEN_BLOCKS_MIN_TOKENS
 }
 
 #[cfg(test)]
@@ -292,11 +325,34 @@ mod tests {
             ("ds4_matvec_q8_0_swiglu_fast", [100u32.div_ceil(16), 1, 1])
         );
         assert_eq!(fast_twin(&argmax(1, 2, 129280)).unwrap().kernel.name, "ds4_argmax_fast");
-        let h = super::super::tests::flash_hc_pre_fused();
+        let h = super::super::tests::flash_hc_pre_fused(1);
         let hf = fast_twin(&h).unwrap();
         assert_eq!(
             (hf.kernel.name, hf.grid, &hf.args),
             ("ds4_hc_pre_fused_fast", h.grid, &h.args)
+        );
+        // A batch: one block per token, the same arguments.
+        let hb = super::super::tests::flash_hc_pre_fused(HC_TOKEN_BLOCKS_MIN_TOKENS);
+        let hbf = fast_twin(&hb).unwrap();
+        assert_eq!(
+            (hbf.kernel.name, hbf.grid, &hbf.args),
+            ("ds4_hc_pre_token_fast", [1, HC_TOKEN_BLOCKS_MIN_TOKENS, 1], &hb.args)
+        );
+        let below = super::super::tests::flash_hc_pre_fused(HC_TOKEN_BLOCKS_MIN_TOKENS - 1);
+        assert_eq!(fast_twin(&below).unwrap().kernel.name, "ds4_hc_pre_fused_fast");
+        assert_eq!(
+            (hc_layout(hbf.clone(), false).grid),
+            [24, HC_TOKEN_BLOCKS_MIN_TOKENS, 1]
+        );
+        assert_eq!(hc_layout(hc_layout(hbf.clone(), false), true), hbf);
+        // The fused HC post + pre takes the same layouts (the flash launch's state is at 64).
+        let post = |n_tok| super::super::hc_post(64, 64, 144, 0, 160, 4096, 4, n_tok);
+        let f1 = fused_hc_post_pre(&post(1), &h).unwrap();
+        assert_eq!((f1.kernel.name, f1.grid), ("ds4_hc_post_pre_fast", [24, 1, 1]));
+        let fb = fused_hc_post_pre(&post(HC_TOKEN_BLOCKS_MIN_TOKENS), &hb).unwrap();
+        assert_eq!(
+            (fb.kernel.name, fb.grid),
+            ("ds4_hc_post_pre_token_fast", [1, HC_TOKEN_BLOCKS_MIN_TOKENS, 1])
         );
         assert!(fast_twin(&super::super::fill_f32(NULL, 4, 0.0)).is_none());
         // F16: 4 to 7 words a thread (4096: 128 threads, 2 rows a block), at most a block a row.

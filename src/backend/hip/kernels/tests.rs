@@ -144,7 +144,7 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         n_ff: 2048,
         limit: 10.0,
     };
-    let hc_pre = flash_hc_pre_fused();
+    let hc_pre = flash_hc_pre_fused(1);
     let mut launches = vec![
         embed_hc(1, 2, 3, 4096, 4, 129280, 1),
         fill_f32(1, 10, 0.0),
@@ -218,6 +218,13 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     launches.extend(indexer_topk_segmented(&topk, INDEXER_TOPK_SEGMENT, 16384, 1).unwrap());
     // The fast-mode fusion of an HC post into the next HC pre (state at the pre's `hc`, 64).
     launches.extend(fused_hc_post_pre(&hc_post(64, 64, 144, 0, 160, 4096, 4, 1), &hc_pre));
+    // A prefill batch's HC steps: one block per token (`hc_layout`), pre alone and fused.
+    let batch_pre = flash_hc_pre_fused(2048);
+    launches.push(batch_pre.clone());
+    launches.extend(fused_hc_post_pre(
+        &hc_post(64, 64, 144, 0, 160, 4096, 4, 2048),
+        &batch_pre,
+    ));
     // A routed down projection small enough for the fast Q4_K twin (4 rows of 1152 bytes).
     launches.push(moe_down(ExpertFormat::Q4K, 1, 2, q8k, 4, 2048, 4096, 4, 1));
     // The batch's attention in one launch (fast mode, `Pass::attention_prefill_fast`), its pointers
@@ -336,9 +343,10 @@ fn a_missing_target_names_the_built_ones_and_the_fix() {
     );
 }
 
-/// A Flash-shaped `ds4_hc_pre_fused` launch (n_embd 4096, 4 streams, 20 Sinkhorn iterations, one
-/// token) whose pointers are 16-byte aligned, as its fast twin requires (`fast_twin`); `hc` is 64.
-pub(super) fn flash_hc_pre_fused() -> Launch {
+/// A Flash-shaped `ds4_hc_pre_fused` launch (n_embd 4096, 4 streams, 20 Sinkhorn iterations) for
+/// `n_tok` tokens whose pointers are 16-byte aligned, as its fast twin requires (`fast_twin`); `hc`
+/// is 64.
+pub(super) fn flash_hc_pre_fused(n_tok: u32) -> Launch {
     let eps = HcEps {
         rms: 1e-6,
         hc: 1e-6,
@@ -358,6 +366,6 @@ pub(super) fn flash_hc_pre_fused() -> Launch {
         4,
         20,
         eps,
-        1,
+        n_tok,
     )
 }
