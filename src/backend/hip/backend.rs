@@ -52,6 +52,8 @@ pub struct HipBackend {
     use_graph: bool,
     /// The kernels' arithmetic contract (`HipOptions::arithmetic`).
     arithmetic: Arithmetic,
+    /// The fast twins' tunable grid sizes (`HipOptions::fast_grids`).
+    fast_grids: kernels::FastGrids,
     layers: Vec<LayerState>,
     acts: Acts,
     /// Batches up to this size take the decode kernels token by token (`HipOptions::matvec_tokens`).
@@ -158,6 +160,7 @@ impl HipBackend {
             decode_graph: None,
             use_graph: options.decode_graph,
             arithmetic: options.arithmetic,
+            fast_grids: options.fast_grids,
             model: model.clone(),
             ctx,
             n_past: 0,
@@ -191,6 +194,7 @@ impl HipBackend {
             kernels: &self.kernels,
             profile: &self.profile,
             arithmetic: self.arithmetic,
+            fast_grids: self.fast_grids,
             warp_size: self.hip.info().warp_size as u32,
             pending_post: Default::default(),
         }

@@ -5,6 +5,7 @@
 //! opens a backend itself passes its own.
 
 use super::decode;
+use super::kernels::FastGrids;
 use super::prefill;
 use crate::backend::arithmetic::Arithmetic;
 
@@ -22,6 +23,8 @@ pub struct HipOptions {
     pub decode_graph: bool,
     /// The kernels' arithmetic contract (docs/arithmetic.md): fast by default, exact for verification.
     pub arithmetic: Arithmetic,
+    /// Grid sizes of the fast twins where the grid is a tuning choice (`DS4_HIP_Q8_BLOCKS`).
+    pub fast_grids: FastGrids,
 }
 
 impl Default for HipOptions {
@@ -31,6 +34,7 @@ impl Default for HipOptions {
             matvec_tokens: prefill::MATVEC_MAX_TOKENS,
             decode_graph: true,
             arithmetic: Arithmetic::default(),
+            fast_grids: FastGrids::default(),
         }
     }
 }
@@ -39,13 +43,12 @@ impl HipOptions {
     /// The defaults for a GPU with (`unified`) or without unified memory, overridden by the
     /// environment; a malformed value is a one-line error naming it.
     pub fn from_env(unified: bool) -> Result<HipOptions, String> {
-        // Read where the grids are sized (kernels::q8_0_fast_blocks); checked here, before a launch.
-        super::kernels::q8_0_fast_blocks_env()?;
         Ok(HipOptions {
             prefill_chunk: prefill::prefill_chunk(unified)?,
             matvec_tokens: prefill::matvec_max_tokens()?,
             decode_graph: decode::graph_enabled(),
             arithmetic: Arithmetic::default().with_env(),
+            fast_grids: FastGrids::from_env()?,
         })
     }
 }

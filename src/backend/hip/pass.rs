@@ -40,6 +40,8 @@ pub(super) struct Pass<'a> {
     /// Fast arithmetic runs each launch's fast twin where it has one (`kernels::fast_twin`; the
     /// batched GEMMs' twins run on matrix cores).
     pub(super) arithmetic: Arithmetic,
+    /// Grid sizes of the fast twins (`kernels::fast_twin_tuned`).
+    pub(super) fast_grids: kernels::FastGrids,
     /// The device's lanes per warp (wave32 or wave64): kernels laid out for one of them ask it.
     pub(super) warp_size: u32,
     /// Fast arithmetic: an HC post held back by `launch` for the next sublayer's HC pre (the end of
@@ -63,7 +65,7 @@ pub(super) fn expert_format(t: &ExpertTensor) -> ExpertFormat {
 impl Pass<'_> {
     pub(super) fn run(&self, launch: &kernels::Launch) -> Result<(), EngineError> {
         let twin = match self.arithmetic {
-            Arithmetic::Fast => kernels::fast_twin(launch),
+            Arithmetic::Fast => kernels::fast_twin_tuned(launch, self.fast_grids),
             Arithmetic::Exact => None,
         };
         let launch = twin.as_ref().unwrap_or(launch);

@@ -12,7 +12,6 @@ use super::abi::{
 };
 use super::launch::{BLOCK, Launch, blocks};
 use super::moe::ExpertFormat;
-use std::sync::OnceLock;
 
 /// Tokens per block of the dense matrix-core GEMMs (kernels/gemm_fast.hip DS4_MM_TOKS); their row
 /// tiles are the exact GEMMs' 64.
@@ -51,25 +50,41 @@ pub const Q8_0_FAST_MAX_BLOCKS: u32 = 264;
 /// Environment variable overriding [`Q8_0_FAST_MAX_BLOCKS`].
 pub const Q8_0_FAST_BLOCKS_ENV: &str = "DS4_HIP_Q8_BLOCKS";
 
-/// `DS4_HIP_Q8_BLOCKS` as a positive block count, `None` when unset; malformed is a one-line error
-/// (`HipOptions::from_env` reports it before any launch).
-pub fn q8_0_fast_blocks_env() -> Result<Option<u32>, String> {
-    env_number(Q8_0_FAST_BLOCKS_ENV, |&n: &u32| n > 0, "a positive block count")
+/// The grid sizes a session's fast twins use where the grid is a tuning choice (it never changes the
+/// bits): `HipOptions::fast_grids`, passed to [`fast_twin_tuned`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastGrids {
+    /// Most blocks of a tiled fast Q8_0 matvec ([`Q8_0_FAST_MAX_BLOCKS`]).
+    pub q8_0_max_blocks: u32,
 }
 
-/// [`Q8_0_FAST_MAX_BLOCKS`] or its override, read once.
-fn q8_0_fast_max_blocks() -> u32 {
-    static MAX: OnceLock<u32> = OnceLock::new();
-    *MAX.get_or_init(|| q8_0_fast_blocks_env().ok().flatten().unwrap_or(Q8_0_FAST_MAX_BLOCKS))
+impl Default for FastGrids {
+    fn default() -> FastGrids {
+        FastGrids {
+            q8_0_max_blocks: Q8_0_FAST_MAX_BLOCKS,
+        }
+    }
+}
+
+impl FastGrids {
+    /// The defaults with `DS4_HIP_Q8_BLOCKS` (a positive block count) applied; malformed is a
+    /// one-line error naming it.
+    pub fn from_env() -> Result<FastGrids, String> {
+        let q8 = env_number(Q8_0_FAST_BLOCKS_ENV, |&n: &u32| n > 0, "a positive block count")?;
+        Ok(FastGrids {
+            q8_0_max_blocks: q8.unwrap_or(Q8_0_FAST_MAX_BLOCKS),
+        })
+    }
 }
 
 /// Blocks of the fast Q8_0 matvecs for `n_out` rows of `n_in` elements: the tiled path's rounds
-/// (rows of a power-of-two chunk count up to 128, q8_tiled), else a block per 256 / G rows.
-pub fn q8_0_fast_blocks(n_in: u32, n_out: u32) -> u32 {
+/// (rows of a power-of-two chunk count up to 128, q8_tiled) in at most `max_blocks` blocks, else a
+/// block per 256 / G rows.
+pub fn q8_0_fast_blocks(n_in: u32, n_out: u32, max_blocks: u32) -> u32 {
     let nc = n_in / Q8_0_FAST_CHUNK;
     if nc.is_power_of_two() && nc <= Q8_0_FAST_ROUND {
         let rounds = blocks(n_out, Q8_0_FAST_ROUND / nc);
-        blocks(rounds, rounds.div_ceil(q8_0_fast_max_blocks()))
+        blocks(rounds, rounds.div_ceil(max_blocks.max(1)))
     } else {
         blocks(n_out, BLOCK / q8_0_fast_lanes(n_in))
     }
@@ -140,15 +155,25 @@ fn twin(l: &Launch, kernel: &'static KernelDef, grid: [u32; 3]) -> Launch {
     Launch::new(kernel, grid, l.args.clone())
 }
 
-/// The fast twin of `l`, if it has one whose preconditions the shapes meet.
+/// The fast twin of `l` with the default grids ([`fast_twin_tuned`]): what the kernel checks run,
+/// where the grid does not matter.
 pub fn fast_twin(l: &Launch) -> Option<Launch> {
+    fast_twin_tuned(l, FastGrids::default())
+}
+
+/// The fast HC pre step of an exact `ds4_hc_pre_fused` launch, in the layout for its token count;
+/// `None` where the shapes miss its preconditions.
+fn hc_pre_twin(l: &Launch) -> Option<Launch> {
+    let n_embd = arg_u32(l, "n_embd");
+    (n_embd.is_multiple_of(8) && n_embd <= 4096 && arg_u32(l, "n_hc") <= 4 && ptrs_aligned16(l))
+        .then(|| hc_layout(twin(l, &HC_PRE_FUSED_FAST, l.grid), hc_per_token(l.grid[1])))
+}
+
+/// The fast twin of `l`, if it has one whose preconditions the shapes meet, with `grids`' sizes.
+pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
     match l.kernel.name {
         // Rows in registers as 8-float strips per thread (kernels/hc_fast.hip, norm_quant_fast.hip).
-        "ds4_hc_pre_fused" => {
-            let n_embd = arg_u32(l, "n_embd");
-            (n_embd.is_multiple_of(8) && n_embd <= 4096 && arg_u32(l, "n_hc") <= 4 && ptrs_aligned16(l))
-                .then(|| hc_layout(twin(l, &HC_PRE_FUSED_FAST, l.grid), hc_per_token(l.grid[1])))
-        }
+        "ds4_hc_pre_fused" => hc_pre_twin(l),
         "ds4_rms_norm_quant" => {
             let n = arg_u32(l, "n");
             (n.is_multiple_of(8) && n <= 8192 && arg_u32(l, "x_stride").is_multiple_of(4) && ptrs_aligned16(l))
@@ -169,8 +194,10 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
             } else {
                 (&MATVEC_Q8_0_SWIGLU_FAST, arg_u32(l, "n_ff"))
             };
-            (n_in.is_multiple_of(Q8_0_FAST_CHUNK) && n_in > 0)
-                .then(|| twin(l, kernel, [q8_0_fast_blocks(n_in, rows), l.grid[1], l.grid[2]]))
+            (n_in.is_multiple_of(Q8_0_FAST_CHUNK) && n_in > 0).then(|| {
+                let grid = q8_0_fast_blocks(n_in, rows, grids.q8_0_max_blocks);
+                twin(l, kernel, [grid, l.grid[1], l.grid[2]])
+            })
         }
         "ds4_matvec_f16" | "ds4_matvec_f16_pair" => {
             let (n_in, n_out) = (arg_u32(l, "n_in"), arg_u32(l, "n_out"));
@@ -241,7 +268,7 @@ pub fn fused_hc_post_pre(post: &Launch, pre: &Launch) -> Option<Launch> {
     if !(same_state && same_shape && ptrs_aligned16(post)) {
         return None;
     }
-    let pre_fast = fast_twin(pre)?;
+    let pre_fast = hc_pre_twin(pre)?;
     let args: Vec<Arg> = HC_POST_PRE_FAST
         .params
         .iter()
@@ -299,11 +326,11 @@ mod tests {
         // 16 chunks per row: rounds of 8 rows, one a block.
         assert_eq!(f.grid, [1000u32.div_ceil(8), 3, 1]);
         // The LM head: 16,160 rounds in 261 runs of 62 (at most Q8_0_FAST_MAX_BLOCKS).
-        assert_eq!(q8_0_fast_blocks(4096, 129280), 261);
+        assert_eq!(q8_0_fast_blocks(4096, 129280, Q8_0_FAST_MAX_BLOCKS), 261);
         // q_b (1,024 inputs, 32,768 rows): 1,024 rounds of 32 rows in 256 runs of 4.
-        assert_eq!(q8_0_fast_blocks(1024, 32768), 256);
+        assert_eq!(q8_0_fast_blocks(1024, 32768, Q8_0_FAST_MAX_BLOCKS), 256);
         // 28 chunks (not a power of two): 32 lanes a row, 8 rows a block.
-        assert_eq!(q8_0_fast_blocks(7168, 77), 10);
+        assert_eq!(q8_0_fast_blocks(7168, 77, Q8_0_FAST_MAX_BLOCKS), 10);
         assert_eq!(q8_0_fast_lanes(4096), 16);
         assert_eq!(q8_0_fast_lanes(65536), 32);
         assert_eq!(q8_0_fast_lanes(256), 1);
