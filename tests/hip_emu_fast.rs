@@ -20,7 +20,9 @@ fn open(model: &std::sync::Arc<ds4_chat::model::Model>, choice: BackendChoice, c
     hip_emu::open_copied(model, choice, Arithmetic::Fast, ctx).backend
 }
 
-fn check(experts: ExpertMix, seed: u64, n_prompt: usize, n_greedy: usize) {
+/// The prompt is evaluated `batch` tokens at a time, and the last position of each eval compared:
+/// batches of `kernels::HC_TOKEN_BLOCKS_MIN_TOKENS` or more run the per-token HC kernels.
+fn check(experts: ExpertMix, seed: u64, n_prompt: usize, n_greedy: usize, batch: usize) {
     let model = hip_emu::small_vocab_tiny(seed, experts);
     let ctx = n_prompt + n_greedy + 8;
     let mut gpu = open(&model, BackendChoice::Hip, ctx);
@@ -30,12 +32,16 @@ fn check(experts: ExpertMix, seed: u64, n_prompt: usize, n_greedy: usize) {
         .map(|i| ((i * 2654435761 + seed * 97) % 509) as u32)
         .collect();
     let mut agreement = Agreement::default();
-    for &t in &tokens {
-        gpu.eval(&[t], &mut |_, _| true).unwrap();
-        cpu.eval(&[t], &mut |_, _| true).unwrap();
+    for step in tokens.chunks(batch) {
+        gpu.eval(step, &mut |_, _| true).unwrap();
+        cpu.eval(step, &mut |_, _| true).unwrap();
         agreement.push(compare_logits(gpu.logits(), cpu.logits()));
     }
-    eprintln!("{} experts, seed {seed}, fast: {}", experts.name(), agreement.summary());
+    eprintln!(
+        "{} experts, seed {seed}, fast, batches of {batch}: {}",
+        experts.name(),
+        agreement.summary()
+    );
     assert!(
         agreement.confident_flips() == 0,
         "{} experts: {}",
@@ -73,6 +79,15 @@ fn fast_decode_stays_within_the_fast_tolerances_on_the_emulator() {
         return;
     }
     for (experts, seed) in [(ExpertMix::Q2, 7), (ExpertMix::Q4, 3), (ExpertMix::Mixed, 5)] {
-        check(experts, seed, 24, 12);
+        check(experts, seed, 24, 12, 1);
     }
+}
+
+#[test]
+fn fast_prefill_batch_stays_within_the_fast_tolerances_on_the_emulator() {
+    if hip_emu::use_emulated_hip().is_none() {
+        return;
+    }
+    let batch = ds4_chat::backend::hip::kernels::HC_TOKEN_BLOCKS_MIN_TOKENS as usize;
+    check(ExpertMix::Q2, 7, 6 * batch, 12, batch);
 }

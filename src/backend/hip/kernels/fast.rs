@@ -18,10 +18,13 @@ use super::moe::ExpertFormat;
 pub const MMA_TOKEN_TILE: u32 = 128;
 
 /// Tokens from which the fast HC pre steps run one block per token (`ds4_hc_pre_token_fast`,
-/// `ds4_hc_post_pre_token_fast`) instead of one block per mix row and token: a token's block then
-/// reads its 4 x 4096-float state once instead of 24 times and needs no cross-block finish, while
-/// a few tokens fill more of the GPU with a block per row (24 per token). Both give the same bits.
-pub const HC_TOKEN_BLOCKS_MIN_TOKENS: u32 = 8;
+/// `ds4_hc_post_pre_token_fast`) instead of one block per mix row and token. A token's block reads
+/// its 4 x 4096-float state once instead of 24 times and needs no cross-block finish, but walks the
+/// 24 fn rows in turn; a few tokens finish sooner with a block per row (24 per token, one wave of
+/// ~5 us on the H200 up to 5 tokens, by the session 8 ncu profile). At 16 tokens the row layout
+/// needs three waves, which the per-token walk (one wave) should beat: an estimate, not yet
+/// measured. Both layouts give the same bits.
+pub const HC_TOKEN_BLOCKS_MIN_TOKENS: u32 = 16;
 
 /// Dims per block of `ds4_compressor_pool_fast` (DS4_CPF_DIMS).
 pub const COMPRESSOR_FAST_DIMS: u32 = 16;
