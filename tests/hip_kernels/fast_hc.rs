@@ -443,9 +443,80 @@ impl HcPreInputs {
     }
 }
 
+/// Random inputs of an HC post followed by an HC pre on the same state (y, y2, the post's split).
+struct HcPostPreCase {
+    shape: (usize, usize, usize),
+    inputs: HcPreInputs,
+    post: [DeviceBuffer; 3],
+}
+
+impl HcPostPreCase {
+    fn new(gpu: &Gpu, rng: &mut CheckRng, shape: (usize, usize, usize)) -> HipResult<HcPostPreCase> {
+        let (n_embd, n_hc, n_tok) = shape;
+        let n_mix = 2 * n_hc + n_hc * n_hc;
+        let inputs = HcPreInputs::new(gpu, rng, shape)?;
+        let y = random_vec(rng, n_tok * n_embd, 1.0);
+        let y2 = random_vec(rng, n_tok * n_embd, 1.0);
+        let post_split: Vec<f32> = (0..n_tok * n_mix).map(|_| 0.5 * (rng.next_f32() + 1.0)).collect();
+        Ok(HcPostPreCase {
+            shape,
+            inputs,
+            post: [gpu.up(&y)?, gpu.up(&y2)?, gpu.up(&post_split)?],
+        })
+    }
+
+    /// On fresh state and output buffers, `issue` runs the exact launches of the HC post (in place;
+    /// y2 only `with_y2`) and HC pre, its own way; returns the bytes of every output: the state, the
+    /// split, the mix logits, the normed input and its planes.
+    fn outputs(
+        &self,
+        gpu: &Gpu,
+        with_y2: bool,
+        want: Want,
+        issue: impl Fn(&Launch, &Launch) -> HipResult<()>,
+    ) -> HipResult<Vec<u8>> {
+        let (n_embd, n_hc, n_tok) = self.shape;
+        let n_mix = 2 * n_hc + n_hc * n_hc;
+        let [y, y2, post_split] = &self.post;
+        let hc = gpu.up(&self.inputs.hc)?;
+        let split = gpu.poisoned::<f32>(n_tok * n_mix)?;
+        let (mix, counter) = (gpu.poisoned::<f32>(n_tok * n_mix)?, gpu.up(&vec![0u32; n_tok])?);
+        let o = QuantBufs::new(gpu, n_tok, n_embd, want)?;
+        let post = kernels::hc_post(
+            hc.ptr().0,
+            hc.ptr().0,
+            y.ptr().0,
+            if with_y2 { y2.ptr().0 } else { NULL },
+            post_split.ptr().0,
+            n_embd as u32,
+            n_hc as u32,
+            n_tok as u32,
+        );
+        let pre = self.inputs.launch(&hc, &split, o.outs(), [&mix, &counter], self.shape);
+        issue(&post, &pre)?;
+        let mut bytes = hc.to_vec::<u8>()?;
+        bytes.extend(split.to_vec::<u8>()?);
+        bytes.extend(mix.to_vec::<u8>()?);
+        for b in o.bufs.iter().flatten() {
+            bytes.extend(b.to_vec::<u8>()?);
+        }
+        Ok(bytes)
+    }
+}
+
+/// Two runs' output bytes must be equal: a count_differ result naming what the runs were.
+fn same_bytes(name: &str, runs: [Vec<u8>; 2], what: &str) -> CheckResult {
+    let differ = runs[0].iter().zip(&runs[1]).filter(|(a, b)| a != b).count();
+    count_differ(
+        name,
+        differ,
+        runs[0].len() == runs[1].len(),
+        format!("{differ} of {} output bytes differ {what}", runs[0].len()),
+    )
+}
+
 /// The fused HC post + HC pre (`kernels::fused_hc_post_pre`) against the two fast twins launched one
-/// after the other: the same bits in every output (the state written back, the split, the normed
-/// input and its planes).
+/// after the other: the same bits in every output.
 fn check_hc_post_pre(
     gpu: &Gpu,
     rng: &mut CheckRng,
@@ -454,58 +525,24 @@ fn check_hc_post_pre(
     with_y2: bool,
     want: Want,
 ) -> Checked {
-    let (n_embd, n_hc, n_tok) = shape;
-    let n_mix = 2 * n_hc + n_hc * n_hc;
-    let inputs = HcPreInputs::new(gpu, rng, shape)?;
-    let y = random_vec(rng, n_tok * n_embd, 1.0);
-    let y2 = random_vec(rng, n_tok * n_embd, 1.0);
-    let post_split: Vec<f32> = (0..n_tok * n_mix).map(|_| 0.5 * (rng.next_f32() + 1.0)).collect();
-    let (y_d, y2_d, ps_d) = (gpu.up(&y)?, gpu.up(&y2)?, gpu.up(&post_split)?);
-    let mut outs: Vec<Vec<u8>> = Vec::new();
-    for fused in [false, true] {
-        let hc = gpu.up(&inputs.hc)?;
-        let split = gpu.poisoned::<f32>(n_tok * n_mix)?;
-        let (mix, counter) = (gpu.poisoned::<f32>(n_tok * n_mix)?, gpu.up(&vec![0u32; n_tok])?);
-        let o = QuantBufs::new(gpu, n_tok, n_embd, want)?;
-        let post = kernels::hc_post(
-            hc.ptr().0,
-            hc.ptr().0,
-            y_d.ptr().0,
-            if with_y2 { y2_d.ptr().0 } else { NULL },
-            ps_d.ptr().0,
-            n_embd as u32,
-            n_hc as u32,
-            n_tok as u32,
-        );
-        let pre = inputs.launch(&hc, &split, o.outs(), [&mix, &counter], shape);
-        if fused {
-            gpu.run(&kernels::fused_hc_post_pre(&post, &pre).expect("a fused launch for these shapes"))?;
-        } else {
-            gpu.run(&twin_of(&post))?;
-            gpu.run(&twin_of(&pre))?;
-        }
-        let mut bytes = hc.to_vec::<u8>()?;
-        bytes.extend(split.to_vec::<u8>()?);
-        for b in o.bufs.iter().flatten() {
-            bytes.extend(b.to_vec::<u8>()?);
-        }
-        outs.push(bytes);
-    }
-    let differ = outs[0].iter().zip(&outs[1]).filter(|(a, b)| a != b).count();
-    Ok(count_differ(
+    let case = HcPostPreCase::new(gpu, rng, shape)?;
+    let apart = case.outputs(gpu, with_y2, want, |post, pre| {
+        gpu.run(&twin_of(post))?;
+        gpu.run(&twin_of(pre))
+    })?;
+    let fused = case.outputs(gpu, with_y2, want, |post, pre| {
+        gpu.run(&kernels::fused_hc_post_pre(post, pre).expect("a fused launch for these shapes"))
+    })?;
+    Ok(same_bytes(
         name,
-        differ,
-        outs[0].len() == outs[1].len(),
-        format!(
-            "{differ} of {} output bytes differ from hc_post_fast + hc_pre_fused_fast",
-            outs[0].len()
-        ),
+        [apart, fused],
+        "from hc_post_fast + hc_pre_fused_fast",
     ))
 }
 
 /// The one-block-per-token HC pre steps (`kernels::hc_layout`, `*_token_fast`) against the
-/// block-per-mix-row ones on the same inputs: the same bits in every output (the state written back
-/// by a fused post, the split, the mix logits, the normed input and its planes).
+/// block-per-mix-row ones on the same inputs (`post`: None = the HC pre alone, else fused with an HC
+/// post, with or without y2): the same bits in every output.
 fn check_hc_token_blocks(
     gpu: &Gpu,
     rng: &mut CheckRng,
@@ -514,54 +551,20 @@ fn check_hc_token_blocks(
     post: Option<bool>,
     want: Want,
 ) -> Checked {
-    let (n_embd, n_hc, n_tok) = shape;
-    let n_mix = 2 * n_hc + n_hc * n_hc;
-    let inputs = HcPreInputs::new(gpu, rng, shape)?;
-    let y = random_vec(rng, n_tok * n_embd, 1.0);
-    let y2 = random_vec(rng, n_tok * n_embd, 1.0);
-    let post_split: Vec<f32> = (0..n_tok * n_mix).map(|_| 0.5 * (rng.next_f32() + 1.0)).collect();
-    let (y_d, y2_d, ps_d) = (gpu.up(&y)?, gpu.up(&y2)?, gpu.up(&post_split)?);
-    let mut outs: Vec<Vec<u8>> = Vec::new();
-    for per_token in [false, true] {
-        let hc = gpu.up(&inputs.hc)?;
-        let split = gpu.poisoned::<f32>(n_tok * n_mix)?;
-        let (mix, counter) = (gpu.poisoned::<f32>(n_tok * n_mix)?, gpu.up(&vec![0u32; n_tok])?);
-        let o = QuantBufs::new(gpu, n_tok, n_embd, want)?;
-        let pre = inputs.launch(&hc, &split, o.outs(), [&mix, &counter], shape);
-        let fast = match post {
-            None => twin_of(&pre),
-            Some(with_y2) => {
-                let post = kernels::hc_post(
-                    hc.ptr().0,
-                    hc.ptr().0,
-                    y_d.ptr().0,
-                    if with_y2 { y2_d.ptr().0 } else { NULL },
-                    ps_d.ptr().0,
-                    n_embd as u32,
-                    n_hc as u32,
-                    n_tok as u32,
-                );
-                kernels::fused_hc_post_pre(&post, &pre).expect("a fused launch for these shapes")
-            }
-        };
-        gpu.run(&kernels::hc_layout(fast, per_token))?;
-        let mut bytes = hc.to_vec::<u8>()?;
-        bytes.extend(split.to_vec::<u8>()?);
-        bytes.extend(mix.to_vec::<u8>()?);
-        for b in o.bufs.iter().flatten() {
-            bytes.extend(b.to_vec::<u8>()?);
-        }
-        outs.push(bytes);
-    }
-    let differ = outs[0].iter().zip(&outs[1]).filter(|(a, b)| a != b).count();
-    Ok(count_differ(
+    let case = HcPostPreCase::new(gpu, rng, shape)?;
+    let run = |per_token: bool| {
+        case.outputs(gpu, post.unwrap_or(false), want, |post_l, pre| {
+            let fast = match post {
+                None => twin_of(pre),
+                Some(_) => kernels::fused_hc_post_pre(post_l, pre).expect("a fused launch for these shapes"),
+            };
+            gpu.run(&kernels::hc_layout(fast, per_token))
+        })
+    };
+    Ok(same_bytes(
         name,
-        differ,
-        outs[0].len() == outs[1].len(),
-        format!(
-            "{differ} of {} output bytes differ between a block per token and a block per mix row",
-            outs[0].len()
-        ),
+        [run(false)?, run(true)?],
+        "between a block per token and a block per mix row",
     ))
 }
 
