@@ -54,13 +54,28 @@ const N_EXPERT: usize = 8;
 const N_USED: usize = 6;
 const N_TOK: usize = 2;
 
+/// The Q4_K routed gate/up twin against its exact kernel: max|fast − exact| ≤ this × max|exact|.
+/// A K-quant chunk term subtracts its min offset (dmin · min · block sums) from its scaled integer
+/// sum, so the 2048 terms of a gate or up dot can be several times the dot, and a reordered sum
+/// moves by a few ulps of the terms, not of the dot; silu(gate) · up then multiplies two such
+/// dots, while the limit-2 clamp keeps max|exact| near 4. Measured on the emulator (seeds 1, 3, 5,
+/// 9, 10, 11 and the inputs of a CI run): Q4_K 3.9e-6 to 1.15e-5 of max|exact|, over FAST_TOL in
+/// 3 of those 7; Q2_K at most 1.4e-6 and IQ2_XXS (no offset) at most 2.9e-6, which keep FAST_TOL.
+/// The bound leaves 2.6x margin over the largest Q4_K figure.
+const Q4_K_GATE_UP_TOL: f64 = 3e-5;
+
 fn check_gate_up(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -> Checked {
     let (n_in, n_ff, limit) = (2048usize, 37usize, 2.0f32);
     let shape = (n_in, n_ff, N_EXPERT, N_USED);
     let mut case = GateUpCase::new(gpu, rng, fmt, shape, (N_TOK, limit, true))?;
     let l = case.launch();
     let note = format!("{N_USED}/{N_EXPERT} experts, limit {limit}");
-    fast_within_tol(gpu, name, &l, &mut [&mut case.mid], note)
+    let tol = if fmt == ExpertFormat::Q4K {
+        Q4_K_GATE_UP_TOL
+    } else {
+        FAST_TOL
+    };
+    fast_within(gpu, name, &l, &mut [&mut case.mid], tol, note)
 }
 
 fn check_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_ff: usize) -> Checked {

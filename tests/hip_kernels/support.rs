@@ -350,12 +350,24 @@ pub fn exact_and_fast(gpu: &Gpu, exact: &Launch, outs: &mut [&mut DeviceBuffer])
 /// Runs `exact` and its fast twin into `outs` and compares every output (one buffer's after the
 /// other) within FAST_TOL.
 pub fn fast_within_tol(gpu: &Gpu, name: &str, exact: &Launch, outs: &mut [&mut DeviceBuffer], note: String) -> Checked {
+    fast_within(gpu, name, exact, outs, FAST_TOL, note)
+}
+
+/// [`fast_within_tol`] with a kernel's own justified bound `tol` in place of [`FAST_TOL`].
+pub fn fast_within(
+    gpu: &Gpu,
+    name: &str,
+    exact: &Launch,
+    outs: &mut [&mut DeviceBuffer],
+    tol: f64,
+    note: String,
+) -> Checked {
     let (a, f) = exact_and_fast(gpu, exact, outs)?;
     let (fast, exact): (Vec<f32>, Vec<f32>) = (
         f.iter().flat_map(|b| f32s(b)).collect(),
         a.iter().flat_map(|b| f32s(b)).collect(),
     );
-    Ok(close_scaled(name, &fast, &exact, FAST_TOL, note))
+    Ok(close_scaled(name, &fast, &exact, tol, note))
 }
 
 /// A Q8_0 projection of random weights and activations on the device (grouped when
