@@ -216,25 +216,20 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
     if constexpr (PER_TOKEN) {
         // Group totals of every row's partial and of ss (block_sum's first half, all rows at once).
         __shared__ float groups[DS4_HC_MAX_MIX + 1][DS4_GROUPS32];
-        auto fold32 = [](float v) {
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor(v, o, 32);
-            return v;
-        };
         // Row o + 1's strips are loaded while row o is folded (the last row is loaded twice).
         uint4 row[S][H];
         hc_row_load<S, H>(row, fn_w, n_embd, n_hc);
         for (u32 o = 0; o < n_mix; ++o) {
             uint4 next[S][H];
             hc_row_load<S, H>(next, fn_w + (u64)min(o + 1, n_mix - 1) * n_in, n_embd, n_hc);
-            const float g = fold32(hc_row_dot<S, H>(row, xv));
+            const float g = group32_sum(hc_row_dot<S, H>(row, xv));
             if (threadIdx.x % 32 == 0) groups[o][threadIdx.x / 32] = g;
 #pragma unroll
             for (int k = 0; k < S; ++k)
 #pragma unroll
                 for (int h = 0; h < H; ++h) row[k][h] = next[k][h];
         }
-        const float gss = fold32(ss);
+        const float gss = group32_sum(ss);
         if (threadIdx.x % 32 == 0) groups[DS4_HC_MAX_MIX][threadIdx.x / 32] = gss;
         __syncthreads();
         if (threadIdx.x < n_mix) {
@@ -300,8 +295,9 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_fused_fast(
     float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs, float* mix, u32* counter,
     const float* hc, const u16* fn_w, const float* scale, const float* base, const float* norm_w, u32 n_embd,
     u32 n_hc, u32 iters, float eps_rms, float eps_hc, float eps_norm) {
-    hc_pre_fast<false, false>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, (float*)hc, nullptr, nullptr,
-                       nullptr, fn_w, scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
+    hc_pre_fast<false, false>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, (float*)hc, nullptr,
+                              nullptr, nullptr, fn_w, scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc,
+                              eps_norm);
 }
 
 // A sublayer's HC post and the next sublayer's HC pre in one launch (fast mode only; the exact
@@ -313,8 +309,8 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post_pre_fast(
     float* hc, const float* y, const float* y2, const float* post_split, const u16* fn_w, const float* scale,
     const float* base, const float* norm_w, u32 n_embd, u32 n_hc, u32 iters, float eps_rms, float eps_hc,
     float eps_norm) {
-    hc_pre_fast<true, false>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, hc, y, y2, post_split, fn_w, scale,
-                      base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
+    hc_pre_fast<true, false>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, hc, y, y2, post_split, fn_w,
+                             scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
 }
 
 // ds4_hc_pre_fused_fast and ds4_hc_post_pre_fast with one block per token (grid (1, n_tok), block

@@ -130,10 +130,17 @@ DS4_DEV float dot8_f32(const float* a, const float* b, u32 n) {
 // `scratch` needs DS4_GROUPS32 entries. Every thread returns the total. Contains __syncthreads():
 // call from all threads.
 #define DS4_GROUPS32 (DS4_BLOCK / 32)
+// The first half of block_sum_of: the total of the thread's aligned group of 32, in every thread
+// of the group. Kernels folding several values at once use it to keep block_sum's bits.
 template <typename T>
-DS4_DEV T block_sum_of(T v, T* scratch) {
+DS4_DEV T group32_sum(T v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor(v, o, 32);
+    return v;
+}
+template <typename T>
+DS4_DEV T block_sum_of(T v, T* scratch) {
+    v = group32_sum(v);
     __syncthreads();
     if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
     __syncthreads();

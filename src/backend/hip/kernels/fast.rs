@@ -164,19 +164,19 @@ pub fn fast_twin(l: &Launch) -> Option<Launch> {
     fast_twin_tuned(l, FastGrids::default())
 }
 
-/// The fast HC pre step of an exact `ds4_hc_pre_fused` launch, in the layout for its token count;
-/// `None` where the shapes miss its preconditions.
-fn hc_pre_twin(l: &Launch) -> Option<Launch> {
+/// Whether an exact `ds4_hc_pre_fused` launch meets the fast HC pre kernels' preconditions.
+fn hc_pre_fits(l: &Launch) -> bool {
     let n_embd = arg_u32(l, "n_embd");
-    (n_embd.is_multiple_of(8) && n_embd <= 4096 && arg_u32(l, "n_hc") <= 4 && ptrs_aligned16(l))
-        .then(|| hc_layout(twin(l, &HC_PRE_FUSED_FAST, l.grid), hc_per_token(l.grid[1])))
+    n_embd.is_multiple_of(8) && n_embd <= 4096 && arg_u32(l, "n_hc") <= 4 && ptrs_aligned16(l)
 }
 
 /// The fast twin of `l`, if it has one whose preconditions the shapes meet, with `grids`' sizes.
 pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
     match l.kernel.name {
         // Rows in registers as 8-float strips per thread (kernels/hc_fast.hip, norm_quant_fast.hip).
-        "ds4_hc_pre_fused" => hc_pre_twin(l),
+        "ds4_hc_pre_fused" => {
+            hc_pre_fits(l).then(|| hc_layout(twin(l, &HC_PRE_FUSED_FAST, l.grid), hc_per_token(l.grid[1])))
+        }
         "ds4_rms_norm_quant" => {
             let n = arg_u32(l, "n");
             (n.is_multiple_of(8) && n <= 8192 && arg_u32(l, "x_stride").is_multiple_of(4) && ptrs_aligned16(l))
@@ -268,20 +268,19 @@ pub fn fused_hc_post_pre(post: &Launch, pre: &Launch) -> Option<Launch> {
     let hc = arg(pre, "hc");
     let same_state = arg(post, "hc_out") == hc && arg(post, "hc_in") == hc && post.grid[1] == pre.grid[1];
     let same_shape = ["n_embd", "n_hc"].iter().all(|n| arg_u32(post, n) == arg_u32(pre, n));
-    if !(same_state && same_shape && ptrs_aligned16(post)) {
+    if !(same_state && same_shape && ptrs_aligned16(post) && hc_pre_fits(pre)) {
         return None;
     }
-    let pre_fast = hc_pre_twin(pre)?;
     let args: Vec<Arg> = HC_POST_PRE_FAST
         .params
         .iter()
         .map(|p| match p.name {
             "y" | "y2" => arg(post, p.name),
             "post_split" => arg(post, "split"),
-            name => arg(&pre_fast, name),
+            name => arg(pre, name),
         })
         .collect();
-    // pre's own grid is the per-row layout, whichever layout its fast twin took.
+    // pre's own grid is the per-row layout.
     Some(hc_layout(
         Launch::new(&HC_POST_PRE_FAST, pre.grid, args),
         hc_per_token(pre.grid[1]),
