@@ -3,9 +3,10 @@
 // rows one output needs (gate/up: the gate and up rows of row r of expert k; down: row r of each
 // selected expert), at most DS4_MOE_FAST_JOB_B bytes. The warp reads a job with 16-byte loads at
 // consecutive addresses (the next job's loads in flight while it works on this one), stages it in
-// its shared memory, and lane l unpacks chunks l, l + DS4_WARP, ... of the staged rows
-// (formats.h unpack_chunk) against their activation chunks; each chunk adds its own float term
-// (unit_term is linear in the integer sums), then the warp folds its lanes. Deterministic.
+// its shared memory, and lane l unpacks chunks l, l + DS4_WARP, ... of each staged row (formats.h
+// unpack_chunk) against the activation chunk of the same index, loaded once for every row that uses
+// it (the gate and up rows share theirs); each chunk adds its own float term (unit_term is linear in
+// the integer sums), then the warp folds its lanes. Deterministic.
 #pragma once
 #include "moe.hip"  // DS4_MOE_MAX_USED
 
@@ -36,17 +37,47 @@ DS4_DEV void moe_job_stage(uint4* job, const uint4 (&v)[DS4_MOE_FAST_LOADS], u32
     ds4_sync_warp();
 }
 
-// The float term of chunk c of a staged row against chunk c of a Q8_K activation row.
+// One activation chunk (Q8_K row, chunk c): codes, the scale of its 256-element unit and, for the
+// formats with mins, its two 16-element sums. Loaded once and dotted with every weight row that
+// needs it (gate and up, the same chunk of both).
 template <int T>
-DS4_DEV float moe_chunk_term(const u8* row, u32 c, const i8* xq, const float* xd, const i16* xbs, const u64* grid) {
+struct ActChunk {
+    int q[8];
+    float yd;
+    int bs0, bs1;
+};
+template <int T>
+DS4_DEV void load_act(ActChunk<T>& a, const i8* xq, const float* xd, const i16* xbs, u32 c) {
+    load_act_chunk(xq, c, a.q);
+    a.yd = xd[c / 8];
+    a.bs0 = a.bs1 = 0;
+    if constexpr (T == DS4_T_Q2_K || T == DS4_T_Q4_K) {  // IQ2_XXS has no mins: its sums are unused
+        const u32 bs = *(const u32*)(xbs + 2 * c);
+        a.bs0 = (int)(i16)(bs & 0xffff);
+        a.bs1 = (int)(i16)(bs >> 16);
+    }
+}
+
+// The float term of chunk c of a staged row against its activation chunk.
+template <int T>
+DS4_DEV float moe_chunk_term(const u8* row, u32 c, const ActChunk<T>& a, const u64* grid) {
     WChunk w;
     unpack_chunk<T>(row, c, w, grid);
-    int q[8];
-    load_act_chunk(xq, c, q);
-    const u32 bs = *(const u32*)(xbs + 2 * c);
     int isum = 0, summs = 0;
-    chunk_ints(w.q, w.sc, q, (int)(i16)(bs & 0xffff), (int)(i16)(bs >> 16), isum, summs);
-    return unit_term<T>(isum, summs, w.d, w.dmin, xd[c / 8]);
+    chunk_ints(w.q, w.sc, a.q, a.bs0, a.bs1, isum, summs);
+    return unit_term<T>(isum, summs, w.d, w.dmin, a.yd);
+}
+
+// The IQ2_XXS grid in the block's shared memory, staged by every thread. (Its signs stay
+// arithmetic, formats.h unpack_chunk: a staged sign table measured 44 us a gate/up launch on the
+// H200 against 38 us, its random reads adding to the grid's shared-memory bank conflicts;
+// tests/hip-on-cuda/results/h200-2026-12-02-s10-variants.log.)
+template <int T>
+DS4_DEV void stage_moe_grid(u64* grid) {
+    if constexpr (T == DS4_T_IQ2_XXS) {
+        stage_iq2_grid(grid);
+        __syncthreads();
+    }
 }
 
 // ds4_moe_gate_up_<fmt> in the fast order. Preconditions (fast.rs): row bytes % 16 == 0 and two rows
@@ -57,10 +88,7 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, const u8* gate, const u8* up, con
                                    u32 n_used, float limit) {
     __shared__ u64 sgrid[256];
     __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * DS4_MOE_FAST_WORDS];
-    if constexpr (T == DS4_T_IQ2_XXS) {
-        stage_iq2_grid(sgrid);
-        __syncthreads();
-    }
+    stage_moe_grid<T>(sgrid);
     const u32 k = blockIdx.y, t = blockIdx.z;
     const u32 e = sel[(u64)t * n_used + k];
     const float wk = selw[(u64)t * n_used + k];
@@ -82,12 +110,11 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, const u8* gate, const u8* up, con
         moe_job_stage(job, v, 2 * wpr);
         if (r + 1 < r1) moe_job_load(v, rows(r + 1), 2, wpr);
         float ga = 0.0f, ua = 0.0f;
-        for (u32 c = lane_id(); c < 2 * nck; c += DS4_WARP) {
-            const bool is_up = c >= nck;
-            const u32 cc = is_up ? c - nck : c;
-            const float term = moe_chunk_term<T>((const u8*)job + (is_up ? rb : 0), cc, xr, dr, br, sgrid);
-            if (is_up) ua += term;
-            else ga += term;
+        for (u32 c = lane_id(); c < nck; c += DS4_WARP) {
+            ActChunk<T> a;
+            load_act(a, xr, dr, br, c);
+            ga += moe_chunk_term<T>((const u8*)job, c, a, sgrid);
+            ua += moe_chunk_term<T>((const u8*)job + rb, c, a, sgrid);
         }
         ga = finish_dot<T>(warp_sum(ga));
         ua = finish_dot<T>(warp_sum(ua));
@@ -103,10 +130,7 @@ DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const 
                                 const u32* sel, u32 n_ff, u32 n_out, u32 n_used) {
     __shared__ u64 sgrid[256];
     __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * DS4_MOE_FAST_WORDS];
-    if constexpr (T == DS4_T_IQ2_XXS) {
-        stage_iq2_grid(sgrid);
-        __syncthreads();
-    }
+    stage_moe_grid<T>(sgrid);
     const u32 t = blockIdx.y;
     const u64 rb = row_bytes<T>(n_ff);
     const u32 wpr = (u32)(rb / 16), nck = n_ff / 32;
@@ -129,11 +153,12 @@ DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const 
         moe_job_stage(job, v, nu * wpr);
         if (r + 1 < r1) moe_job_load(v, rows(r + 1), nu, wpr);
         float acc = 0.0f;
-        for (u32 c = lane_id(); c < nu * nck; c += DS4_WARP) {
-            const u32 k = c / nck, cc = c - k * nck;
-            acc += moe_chunk_term<T>((const u8*)job + k * rb, cc, xr + (u64)k * n_ff, dr + k * (n_ff / 256),
-                                     br + k * (n_ff / 16), sgrid);
-        }
+        for (u32 k = 0; k < nu; ++k)
+            for (u32 c = lane_id(); c < nck; c += DS4_WARP) {
+                ActChunk<T> a;
+                load_act(a, xr + (u64)k * n_ff, dr + k * (n_ff / 256), br + k * (n_ff / 16), c);
+                acc += moe_chunk_term<T>((const u8*)job + k * rb, c, a, sgrid);
+            }
         acc = finish_dot<T>(warp_sum(acc));
         if (lane_id() == 0) out[(u64)t * n_out + r] = acc;
     }
