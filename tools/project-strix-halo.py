@@ -2,7 +2,7 @@
 """Projects the decode speed of the Flash q2 file on Strix Halo (gfx1151) from a DS4_HIP_PROFILE log.
 
 Usage: tools/project-strix-halo.py LOG [--bw GBPS] [--launch-us US] [--ctx N] [--tokens N] [--peak GBPS]
-  LOG          output of `DS4_HIP_PROFILE=1 ds4-chat run ...` on the H200 (or any GPU); the first
+  LOG          output of `DS4_HIP_PROFILE=1` (or `=shapes`) `ds4-chat run ...` on the H200 (or any GPU); the first
                "DS4_HIP_PROFILE: device time per kernel" block is the decode profile, and the
                "generation ... (N tokens)" line before it gives the number of forward steps
   --bw         gfx1151 bandwidth the projection assumes, GB/s (default 212)
@@ -107,12 +107,17 @@ def classify(kernel):
 
 
 PROFILE_HEAD = "DS4_HIP_PROFILE: device time per kernel"
-ROW = re.compile(r"^\s+(\S+)\s+(\d+) calls\s+([\d.]+) ms\s+[\d.]+%\s+[\d.]+ us/call\s*$")
+# A row: the kernel, in DS4_HIP_PROFILE=shapes logs its launch shape (" grid AxBxC name=v ..."), then
+# calls, ms, share and us/call.
+ROW = re.compile(
+    r"^\s+(\S+)(?:\s+grid \d+x\d+x\d+(?:\s+\w+=\d+)*)?\s+(\d+) calls\s+([\d.]+) ms\s+[\d.]+%\s+[\d.]+ us/call\s*$"
+)
 GENERATION = re.compile(r"generation [\d.]+ t/s \((\d+) tokens\)")
 
 
 def parse_profile(text):
-    """(steps, [(kernel, calls, ms)]) of the first DS4_HIP_PROFILE block; steps from the last
+    """(steps, [(kernel, calls, ms)]) of the first DS4_HIP_PROFILE block, the rows of one kernel's
+    launch shapes summed (in the order each kernel first appears); steps from the last
     "generation ... (N tokens)" line before it, or None."""
     steps, rows, inside = None, [], False
     for line in text.splitlines():
@@ -127,7 +132,11 @@ def parse_profile(text):
         if not m:
             break
         rows.append((m.group(1), int(m.group(2)), float(m.group(3))))
-    return steps, rows
+    summed = {}
+    for kernel, calls, ms in rows:
+        c, t = summed.get(kernel, (0, 0.0))
+        summed[kernel] = (c + calls, t + ms)
+    return steps, [(k, c, round(t, 6)) for k, (c, t) in summed.items()]
 
 
 def project(rows, steps, bw_gbps, launch_us, ctx, peak_gbps):

@@ -177,6 +177,17 @@ class Projection(unittest.TestCase):
             ],
         )
 
+    def test_per_shape_rows_are_summed_per_kernel(self):
+        log = """ds4-chat: prompt 17 tokens, prefill 248.25 t/s, generation 68.92 t/s (64 tokens)
+DS4_HIP_PROFILE: device time per kernel (3.0 ms in all)
+  ds4_matvec_q8_0_fast         grid 256x1x1 n_in=8192 n_out=4096 rows_per_group=4096 x_stride=8192     2709 calls      1.50 ms   50.0%    16.62 us/call
+  ds4_router                   grid 1x1x1 n_expert=256 n_used=6 n_tok=1     2709 calls      0.50 ms   16.7%     9.26 us/call
+  ds4_matvec_q8_0_fast         grid 64x1x1 n_in=4096 n_out=512 rows_per_group=512 x_stride=4096     2709 calls      1.00 ms   33.3%     7.14 us/call
+"""
+        steps, rows = proj.parse_profile(log)
+        self.assertEqual(steps, 64)
+        self.assertEqual(rows, [("ds4_matvec_q8_0_fast", 5418, 2.5), ("ds4_router", 2709, 0.5)])
+
     def test_classes_and_bytes_match_the_model_accounting(self):
         # docs/model.md#weight-bytes-per-token: attention projections 4660 MiB, shared expert
         # 1097 MiB, LM head 537 MiB, routed experts (q2) 1741 MiB.

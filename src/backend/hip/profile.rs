@@ -1,7 +1,9 @@
 //! Per-kernel device time of the HIP forward pass, for performance work: with `DS4_HIP_PROFILE=1`
 //! every launch is bracketed by two timing events, and when the backend is dropped a table of
 //! device milliseconds per kernel (calls, total, share) goes to stderr. Costs two event records per
-//! launch, so it is off by default. Owns only the timing; must not change what is launched.
+//! launch, so it is off by default. `DS4_HIP_PROFILE=shapes` keeps one row per kernel and launch
+//! shape (grid and integer arguments), which tells apart the matrices one matvec kernel serves.
+//! Owns only the timing; must not change what is launched.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -18,14 +20,17 @@ struct Totals {
 }
 
 /// Start and stop events of one launch, and the kernel's name.
-type Bracket = (Event, Event, &'static str);
+/// A table row: the kernel, and in the per-shape mode its launch shape.
+type Key = (&'static str, String);
+type Bracket = (Event, Event, Key);
 
 /// Launch timings; inert unless enabled.
 pub struct LaunchProfile {
     ctx: Option<HipContext>,
     /// Event pairs, reused across steps; `used` of them are recorded and not yet read.
     events: RefCell<(Vec<Bracket>, usize)>,
-    totals: RefCell<BTreeMap<&'static str, Totals>>,
+    totals: RefCell<BTreeMap<Key, Totals>>,
+    by_shape: bool,
 }
 
 impl LaunchProfile {
@@ -35,18 +40,22 @@ impl LaunchProfile {
     }
 
     pub fn from_env(ctx: &HipContext) -> LaunchProfile {
-        let on = std::env::var(PROFILE_ENV).as_deref() == Ok("1");
+        let mode = std::env::var(PROFILE_ENV).unwrap_or_default();
+        let by_shape = mode == "shapes";
         LaunchProfile {
-            ctx: on.then(|| ctx.clone()),
+            ctx: (mode == "1" || by_shape).then(|| ctx.clone()),
             events: RefCell::new((Vec::new(), 0)),
             totals: RefCell::new(BTreeMap::new()),
+            by_shape,
         }
     }
 
-    /// Time `launch` (which enqueues one kernel on `stream`) under `name`.
+    /// Time `launch` (which enqueues one kernel on `stream`) under `name`, and in the per-shape mode
+    /// under `shape()` too.
     pub fn time<T, E>(
         &self,
         name: &'static str,
+        shape: impl FnOnce() -> String,
         stream: &Stream,
         launch: impl FnOnce() -> Result<T, E>,
     ) -> Result<T, E> {
@@ -55,11 +64,11 @@ impl LaunchProfile {
         let i = ev.1;
         if i == ev.0.len() {
             match (ctx.event(true), ctx.event(true)) {
-                (Ok(a), Ok(b)) => ev.0.push((a, b, name)),
+                (Ok(a), Ok(b)) => ev.0.push((a, b, (name, String::new()))),
                 _ => return launch(),
             }
         }
-        ev.0[i].2 = name;
+        ev.0[i].2 = (name, if self.by_shape { shape() } else { String::new() });
         let _ = ev.0[i].0.record(stream);
         let r = launch();
         let _ = ev.0[i].1.record(stream);
@@ -76,7 +85,7 @@ impl LaunchProfile {
         let mut totals = self.totals.borrow_mut();
         for (start, stop, name) in &ev.0[..ev.1] {
             if let Ok(ms) = stop.elapsed_ms_since(start) {
-                let t = totals.entry(name).or_default();
+                let t = totals.entry(name.clone()).or_default();
                 t.calls += 1;
                 t.ms += ms as f64;
             }
@@ -91,9 +100,9 @@ impl LaunchProfile {
         let mut rows: Vec<_> = totals.iter().collect();
         rows.sort_by(|a, b| b.1.ms.total_cmp(&a.1.ms));
         let mut out = format!("{PROFILE_ENV}: device time per kernel ({sum:.1} ms in all)\n");
-        for (name, t) in rows {
+        for ((name, shape), t) in rows {
             out.push_str(&format!(
-                "  {name:<28} {:>8} calls {:>10.2} ms {:>6.1}% {:>8.2} us/call\n",
+                "  {name:<28}{shape} {:>8} calls {:>10.2} ms {:>6.1}% {:>8.2} us/call\n",
                 t.calls,
                 t.ms,
                 100.0 * t.ms / sum.max(1e-9),

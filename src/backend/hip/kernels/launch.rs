@@ -34,6 +34,19 @@ impl Launch {
         }
     }
 
+    /// The launch's shape for the per-shape profile: grid, then each integer argument by name
+    /// (" grid 256x1x1 n_in=1024 n_out=32768").
+    pub fn shape(&self) -> String {
+        let [x, y, z] = self.grid;
+        let mut s = format!(" grid {x}x{y}x{z}");
+        for (a, p) in self.args.iter().zip(self.kernel.params) {
+            if let Arg::U32(v) = a {
+                s.push_str(&format!(" {}={v}", p.name));
+            }
+        }
+        s
+    }
+
     /// The arguments packed for `hipModuleLaunchKernel`'s `kernelParams`.
     pub fn packed(&self) -> KernelArgs {
         let mut args = KernelArgs::new();

@@ -369,3 +369,16 @@ pub(super) fn flash_hc_pre_fused(n_tok: u32) -> Launch {
         n_tok,
     )
 }
+
+#[test]
+fn a_launch_shape_names_its_grid_and_integer_arguments() {
+    let p = Q8Proj::plain(16, 32, Q8Act { q: 48, d: 64 }, 1024, 32768);
+    let l = matvec_q8_0(&p, 1);
+    assert_eq!(
+        l.shape(),
+        format!(
+            " grid {}x1x1 n_in=1024 n_out=32768 rows_per_group=32768 x_stride=1024",
+            32768 / MATVEC_ROWS
+        )
+    );
+}
