@@ -30,13 +30,13 @@ model=/dev/shm/flash.gguf
   step "ds4-chat bench, decode with direct launches (DS4_HIP_GRAPH=0) for the graph's share"
   DS4_HIP_GRAPH=0 timeout 200 "$bin" bench --model "$model" --backend hip --weights copy --prompt-file "$prompt" \
     --ctx-start 2048 --ctx-max 2048 --gen-tokens 64 --peak-gbps 4800 2>/dev/null | tail -1
+  step "ds4-chat run --backend hip, DS4_HIP_PROFILE=shapes, a short prompt and 64 tokens (decode kernels by launch shape; direct launches)"
+  DS4_HIP_PROFILE=shapes timeout 120 "$bin" run --model "$model" --backend hip --weights copy --ctx 4096 \
+    -p "Write a haiku about the sea." -n 64 --temp 0 --nothink 2>&1 >/dev/null | sed -n '/^ds4-chat: prompt/p; /^DS4_HIP_PROFILE/,$p'
   step "ds4-chat run --backend hip, DS4_HIP_PROFILE=1, a ~2.8k-token prompt (device time per kernel; direct launches)"
   head -c 9000 "$prompt" > /tmp/prompt-2k.txt
   DS4_HIP_PROFILE=1 timeout 120 "$bin" run --model "$model" --backend hip --weights copy --ctx 4096 \
     --prompt-file /tmp/prompt-2k.txt -n 32 --temp 0 --nothink 2>&1 >/dev/null | sed -n '/^ds4-chat: prompt/p; /^DS4_HIP_PROFILE/,$p'
-  step "ds4-chat run --backend hip, DS4_HIP_PROFILE=shapes, a short prompt and 64 tokens (decode kernels by launch shape; direct launches)"
-  DS4_HIP_PROFILE=shapes timeout 120 "$bin" run --model "$model" --backend hip --weights copy --ctx 4096 \
-    -p "Write a haiku about the sea." -n 64 --temp 0 --nothink 2>&1 >/dev/null | sed -n '/^ds4-chat: prompt/p; /^DS4_HIP_PROFILE/,$p'
   step "ds4-chat run --backend hip --weights map (zero copy: the H200 reads the host mapping over PCIe)"
   /usr/bin/time -f "run (map): %e s wall" timeout 200 "$bin" run --model "$model" --backend hip --weights map --ctx 4096 \
     -p "Hello, who are you?" -n 8 --temp 0 --nothink 2>&1 >/dev/null | tail -4
