@@ -72,12 +72,9 @@ impl Pass<'_> {
         // SAFETY: every buffer was sized in `new` for the model's shapes and `ctx` (positions are
         // checked against ctx in `eval`), and the weight pointers address tensors of the uploaded file.
         self.profile
-            .time(
-                launch.kernel.name,
-                || launch.shape(),
-                self.stream,
-                || unsafe { self.kernels.launch(self.stream, launch) },
-            )
+            .time(launch, self.stream, || unsafe {
+                self.kernels.launch(self.stream, launch)
+            })
             .map_err(|e| EngineError::Device(format!("{}: {e}", launch.kernel.name)))
     }
 

@@ -8,6 +8,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
+use super::kernels::Launch;
 use super::runtime::{Event, HipContext, Stream};
 
 /// Environment variable that turns the profile on.
@@ -19,9 +20,9 @@ struct Totals {
     ms: f64,
 }
 
-/// Start and stop events of one launch, and the kernel's name.
-/// A table row: the kernel, and in the per-shape mode its launch shape.
+/// A table row: the kernel, and in the per-shape mode its launch shape (`Launch::shape`).
 type Key = (&'static str, String);
+/// Start and stop events of one launch, and its row.
 type Bracket = (Event, Event, Key);
 
 /// Launch timings; inert unless enabled.
@@ -50,27 +51,22 @@ impl LaunchProfile {
         }
     }
 
-    /// Time `launch` (which enqueues one kernel on `stream`) under `name`, and in the per-shape mode
-    /// under `shape()` too.
-    pub fn time<T, E>(
-        &self,
-        name: &'static str,
-        shape: impl FnOnce() -> String,
-        stream: &Stream,
-        launch: impl FnOnce() -> Result<T, E>,
-    ) -> Result<T, E> {
-        let Some(ctx) = &self.ctx else { return launch() };
+    /// Time `enqueue` (which enqueues `launch` on `stream`) under the launch's kernel, and in the
+    /// per-shape mode its shape too.
+    pub fn time<T, E>(&self, launch: &Launch, stream: &Stream, enqueue: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        let Some(ctx) = &self.ctx else { return enqueue() };
         let mut ev = self.events.borrow_mut();
         let i = ev.1;
         if i == ev.0.len() {
             match (ctx.event(true), ctx.event(true)) {
-                (Ok(a), Ok(b)) => ev.0.push((a, b, (name, String::new()))),
-                _ => return launch(),
+                (Ok(a), Ok(b)) => ev.0.push((a, b, (launch.kernel.name, String::new()))),
+                _ => return enqueue(),
             }
         }
-        ev.0[i].2 = (name, if self.by_shape { shape() } else { String::new() });
+        let shape = if self.by_shape { launch.shape() } else { String::new() };
+        ev.0[i].2 = (launch.kernel.name, shape);
         let _ = ev.0[i].0.record(stream);
-        let r = launch();
+        let r = enqueue();
         let _ = ev.0[i].1.record(stream);
         ev.1 += 1;
         r
@@ -83,9 +79,9 @@ impl LaunchProfile {
         }
         let mut ev = self.events.borrow_mut();
         let mut totals = self.totals.borrow_mut();
-        for (start, stop, name) in &ev.0[..ev.1] {
+        for (start, stop, key) in &ev.0[..ev.1] {
             if let Ok(ms) = stop.elapsed_ms_since(start) {
-                let t = totals.entry(name.clone()).or_default();
+                let t = totals.entry(key.clone()).or_default();
                 t.calls += 1;
                 t.ms += ms as f64;
             }
