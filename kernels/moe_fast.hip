@@ -40,14 +40,13 @@ DS4_DEV void moe_job_stage(uint4* job, const uint4 (&v)[DS4_MOE_FAST_LOADS], u32
 // One activation chunk (Q8_K row, chunk c): codes, the scale of its 256-element unit and, for the
 // formats with mins, its two 16-element sums. Loaded once and dotted with every weight row that
 // needs it (gate and up, the same chunk of both).
-template <int T>
 struct ActChunk {
     int q[8];
     float yd;
     int bs0, bs1;
 };
 template <int T>
-DS4_DEV void load_act(ActChunk<T>& a, const i8* xq, const float* xd, const i16* xbs, u32 c) {
+DS4_DEV void load_act(ActChunk& a, const i8* xq, const float* xd, const i16* xbs, u32 c) {
     load_act_chunk(xq, c, a.q);
     a.yd = xd[c / 8];
     a.bs0 = a.bs1 = 0;
@@ -60,7 +59,7 @@ DS4_DEV void load_act(ActChunk<T>& a, const i8* xq, const float* xd, const i16* 
 
 // The float term of chunk c of a staged row against its activation chunk.
 template <int T>
-DS4_DEV float moe_chunk_term(const u8* row, u32 c, const ActChunk<T>& a, const u64* grid) {
+DS4_DEV float moe_chunk_term(const u8* row, u32 c, const ActChunk& a, const u64* grid) {
     WChunk w;
     unpack_chunk<T>(row, c, w, grid);
     int isum = 0, summs = 0;
@@ -111,8 +110,8 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, const u8* gate, const u8* up, con
         if (r + 1 < r1) moe_job_load(v, rows(r + 1), 2, wpr);
         float ga = 0.0f, ua = 0.0f;
         for (u32 c = lane_id(); c < nck; c += DS4_WARP) {
-            ActChunk<T> a;
-            load_act(a, xr, dr, br, c);
+            ActChunk a;
+            load_act<T>(a, xr, dr, br, c);
             ga += moe_chunk_term<T>((const u8*)job, c, a, sgrid);
             ua += moe_chunk_term<T>((const u8*)job + rb, c, a, sgrid);
         }
@@ -155,8 +154,8 @@ DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const 
         float acc = 0.0f;
         for (u32 k = 0; k < nu; ++k)
             for (u32 c = lane_id(); c < nck; c += DS4_WARP) {
-                ActChunk<T> a;
-                load_act(a, xr + (u64)k * n_ff, dr + k * (n_ff / 256), br + k * (n_ff / 16), c);
+                ActChunk a;
+                load_act<T>(a, xr + (u64)k * n_ff, dr + k * (n_ff / 256), br + k * (n_ff / 16), c);
                 acc += moe_chunk_term<T>((const u8*)job + k * rb, c, a, sgrid);
             }
         acc = finish_dot<T>(warp_sum(acc));

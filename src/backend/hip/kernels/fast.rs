@@ -20,10 +20,11 @@ pub const MMA_TOKEN_TILE: u32 = 128;
 /// Tokens from which the fast HC pre steps run one block per token (`ds4_hc_pre_token_fast`,
 /// `ds4_hc_post_pre_token_fast`) instead of one block per mix row and token. A token's block reads
 /// its 4 x 4096-float state once instead of 24 times and needs no cross-block finish, but walks the
-/// 24 fn rows in turn; a few tokens finish sooner with a block per row (24 per token, one wave of
-/// ~5 us on the H200 up to 5 tokens, by the session 8 ncu profile). At 16 tokens the row layout
-/// needs three waves, which the per-token walk (one wave) should beat: an estimate, not yet
-/// measured. Both layouts give the same bits.
+/// 24 fn rows in turn; a few tokens finish sooner with a block per row (24 per token, one wave up
+/// to 5 tokens on the H200: 19.7 us a launch for one token, 12.4 us of it the finishing block,
+/// tests/hip-on-cuda/results/h200-2026-12-02-s10-final.log and -s10-hc-finish.log). At 16 tokens the
+/// row layout needs three waves, which the per-token walk (one wave) should beat: an estimate, the
+/// crossing itself not yet measured. Both layouts give the same bits.
 pub const HC_TOKEN_BLOCKS_MIN_TOKENS: u32 = 16;
 
 /// Dims per block of `ds4_compressor_pool_fast` (DS4_CPF_DIMS).
@@ -369,10 +370,7 @@ mod tests {
         );
         let below = super::super::tests::flash_hc_pre_fused(HC_TOKEN_BLOCKS_MIN_TOKENS - 1);
         assert_eq!(fast_twin(&below).unwrap().kernel.name, "ds4_hc_pre_fused_fast");
-        assert_eq!(
-            (hc_layout(hbf.clone(), false).grid),
-            [24, HC_TOKEN_BLOCKS_MIN_TOKENS, 1]
-        );
+        assert_eq!(hc_layout(hbf.clone(), false).grid, [24, HC_TOKEN_BLOCKS_MIN_TOKENS, 1]);
         assert_eq!(hc_layout(hc_layout(hbf.clone(), false), true), hbf);
         // The fused HC post + pre takes the same layouts (the flash launch's state is at 64).
         let post = |n_tok| super::super::hc_post(64, 64, 144, 0, 160, 4096, 4, n_tok);
