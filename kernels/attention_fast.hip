@@ -10,9 +10,10 @@
 // exact kernels' three, and no step is a chain over all rows: the cost per step is the rows read
 // divided over the blocks, plus the merge of at most `n_split` slices.
 //
-// Slices: a token seeing n_vis rows uses chunk = max(32, round_up(ceil(n_vis / most_slices), 8)) rows
-// per slice and n_used = ceil(n_vis / chunk) slices (both kernels compute the same). The slices
-// depend on the rows and on most_slices (fixed for a session and batch size), never on the grid: the
+// Slices: a token seeing n_vis rows uses chunk = max(min_chunk, round_up(ceil(n_vis / most_slices), 8))
+// rows per slice and n_used = ceil(n_vis / chunk) slices (both kernels compute the same). The slices
+// depend on the rows, on min_chunk and on most_slices (fixed for a session and batch size), never on
+// the grid: the
 // host launches n_split >= n_used blocks per token (the session's most rows while capturing the
 // decode graph, the batch's own rows on direct launches), the extra blocks exit, and both ways give
 // the same bits. The partial buffers are laid out with n_split slices per head.
@@ -21,18 +22,21 @@
 
 #define DS4_AFD_HEADS 8       // heads per block of ds4_attention_decode_split
 #define DS4_AFD_SUB 64        // rows scored before their values are added (online rescale between)
-#define DS4_AFD_TILE 4        // rows whose loads are in flight together
+#ifndef DS4_AFD_TILE
+#define DS4_AFD_TILE 4  // rows whose loads are in flight together
+#endif
 #define DS4_AFD_ROUND 8       // slice lengths are multiples of this
-#define DS4_AFD_MIN_CHUNK 32  // rows of a slice at least (kernels::ATTENTION_SPLIT_ROWS)
+#define DS4_AFD_STAGED 256    // rows of a slice whose addresses are staged in shared memory
 
-// The slices of a token that sees n_vis rows.
+// The slices of a token that sees n_vis rows, at least min_chunk rows a slice (a multiple of
+// DS4_AFD_ROUND; kernels::AttentionSplitPlan::min_rows).
 struct AfdSlices {
     u32 chunk, n_used;
 };
-DS4_DEV AfdSlices afd_slices(u32 n_vis, u32 most_slices) {
+DS4_DEV AfdSlices afd_slices(u32 n_vis, u32 most_slices, u32 min_chunk) {
     AfdSlices s;
     const u32 per = (n_vis + most_slices - 1) / most_slices;
-    s.chunk = max((u32)DS4_AFD_MIN_CHUNK, (per + DS4_AFD_ROUND - 1) / DS4_AFD_ROUND * DS4_AFD_ROUND);
+    s.chunk = max(min_chunk, (per + DS4_AFD_ROUND - 1) / DS4_AFD_ROUND * DS4_AFD_ROUND);
     s.n_used = (n_vis + s.chunk - 1) / s.chunk;
     return s;
 }
@@ -48,15 +52,26 @@ DS4_DEV AfdSlices afd_slices(u32 n_vis, u32 most_slices) {
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_split(
     float* part_acc, float* part_ml, const float* q, const float* ring, const float* comp, const u32* comp_sel,
     const u32* pos, u32 n_head, u32 head_dim, u32 ring_cap, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k,
-    u32 n_split, u32 most_slices, float scale) {
+    u32 n_split, u32 most_slices, u32 min_chunk, float scale) {
     constexpr u32 HPW = DS4_AFD_HEADS / DS4_WARPS_PER_BLOCK;  // heads per warp: 1 (wave32), 2 (wave64)
     constexpr u32 K4 = DS4_ATT_MAX_DIM / (4 * DS4_WARP);      // float4 columns per lane at most
     __shared__ float ssc[DS4_AFD_HEADS][DS4_AFD_SUB];
+    __shared__ const float* srow[DS4_AFD_STAGED];
     const u32 t = blockIdx.z, p = pos[0] + t, split = blockIdx.x;
     const AttRows a = att_rows(p, window, n_comp_avail, ratio, top_k, comp_sel != nullptr);
-    const AfdSlices sl = afd_slices(a.n_vis, most_slices);
-    if (split >= min(sl.n_used, n_split) || head_dim > DS4_ATT_MAX_DIM) return;
+    const AfdSlices sl = afd_slices(a.n_vis, most_slices, min_chunk);
+    if (split >= min(sl.n_used, n_split) || head_dim > DS4_ATT_MAX_DIM) return;  // block-uniform
     const u32 r_begin = split * sl.chunk, r_end = min(a.n_vis, r_begin + sl.chunk);
+    // The slice's row addresses, each found once (a selected compressed row is an index load, then
+    // the row: two dependent loads a row tile otherwise, in both passes).
+    for (u32 i = threadIdx.x; i < min(r_end - r_begin, (u32)DS4_AFD_STAGED); i += DS4_BLOCK)
+        srow[i] = att_row(a, r_begin + i, p, t, ring, comp, comp_sel, ring_cap, top_k, head_dim);
+    __syncthreads();
+    const auto row_at = [&](u32 v) {
+        return (const float4*)(v - r_begin < DS4_AFD_STAGED
+                                   ? srow[v - r_begin]
+                                   : att_row(a, v, p, t, ring, comp, comp_sel, ring_cap, top_k, head_dim));
+    };
     const u32 lane = lane_id(), d4 = head_dim / 4;
     const u32 hw = blockIdx.y * DS4_AFD_HEADS + warp_id() * HPW;  // first head of this warp
     float4 qv[HPW][K4], acc[HPW][K4];
@@ -84,9 +99,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_split(
             float4 x[DS4_AFD_TILE][K4];
 #pragma unroll
             for (u32 j = 0; j < DS4_AFD_TILE; ++j) {
-                const u32 v = min(r + j, s1 - 1);
-                const float4* row =
-                    (const float4*)att_row(a, v, p, t, ring, comp, comp_sel, ring_cap, top_k, head_dim);
+                const float4* row = row_at(min(r + j, s1 - 1));
 #pragma unroll
                 for (u32 k = 0; k < K4; ++k) {
                     const u32 c = lane + k * DS4_WARP;
@@ -137,8 +150,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_split(
             for (u32 j = 0; j < DS4_AFD_TILE; ++j) {
                 const bool in = r + j < s1;
                 const u32 v = in ? r + j : s1 - 1;
-                const float4* row =
-                    (const float4*)att_row(a, v, p, t, ring, comp, comp_sel, ring_cap, top_k, head_dim);
+                const float4* row = row_at(v);
 #pragma unroll
                 for (u32 k = 0; k < K4; ++k) {
                     const u32 c = lane + k * DS4_WARP;
@@ -188,13 +200,13 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_split(
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge(
     float* out, const float* part_acc, const float* part_ml, const float* sinks, const u32* comp_sel,
     const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k, u32 n_split,
-    u32 most_slices) {
+    u32 most_slices, u32 min_chunk) {
     __shared__ float sfac[DS4_BLOCK];
     __shared__ float red[DS4_WARPS_PER_BLOCK];
     __shared__ float red32[DS4_GROUPS32];
     const u32 h = blockIdx.x, t = blockIdx.y, p = pos[0] + t;
     const AttRows a = att_rows(p, window, n_comp_avail, ratio, top_k, comp_sel != nullptr);
-    const u32 n_used = min(min(afd_slices(a.n_vis, most_slices).n_used, n_split), (u32)DS4_BLOCK);
+    const u32 n_used = min(min(afd_slices(a.n_vis, most_slices, min_chunk).n_used, n_split), (u32)DS4_BLOCK);
     const u64 ph = ((u64)t * n_head + h) * n_split;
     const float sink = sinks[h];
     const u32 s = threadIdx.x;

@@ -159,11 +159,14 @@ DS4_DEV float hc_row_dot(const uint4 wv[S][H], const float xv[S][H][8]) {
 // as block_sum does (width-32 butterfly, then the group totals in order), so each mix value has the
 // bits of the one-row blocks', and finishes the token itself; the counter is not touched. One block
 // per token reads the token's state once instead of n_mix times: prefill's shape (docs/arithmetic.md).
-// With POST, the state is first advanced by the previous sublayer's HC post (y, y2, post_split:
-// ds4_hc_post's arguments) in every block, and the finishing block writes it back to hc.
+// With POST, the state hc is first advanced by the previous sublayer's HC post (y, y2, post_split:
+// ds4_hc_post's arguments) in every block, and stored to hc_out: in place (hc_out == hc) by the
+// finishing block once every block has read hc; out of place by every block, its share of the
+// strips, as soon as it has them (the finishing block's 64 KB store measured ~4.5 us of a 19.7 us
+// launch on the H200, tests/hip-on-cuda/results/h200-2026-12-02-s10-hc-finish.log).
 template <bool POST, bool PER_TOKEN>
 DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs,
-                         float* mix, u32* counter, float* hc, const float* y, const float* y2,
+                         float* mix, u32* counter, const float* hc, float* hc_out, const float* y, const float* y2,
                          const float* post_split, const u16* fn_w, const float* scale, const float* base,
                          const float* norm_w, u32 n_embd, u32 n_hc, u32 iters, float eps_rms, float eps_hc,
                          float eps_norm) {
@@ -174,7 +177,9 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
     const u32 t = blockIdx.y;
     const u32 n_mix = 2 * n_hc + n_hc * n_hc, n_in = n_hc * n_embd;
     if (n_embd > S * 8 * DS4_BLOCK || n_hc > H) return;
-    float* x = hc + (u64)t * n_in;
+    const float* x = hc + (u64)t * n_in;
+    float* xo = POST ? hc_out + (u64)t * n_in : nullptr;
+    const bool share_store = POST && !PER_TOKEN && hc_out != hc;
     // The strips of X and of norm_w for the finish: every load of the block in flight at once.
     float xv[S][H][8], nw[S][8];
 #pragma unroll
@@ -203,6 +208,17 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
     if (POST)
         hc_post_strips<S, H>(xv, y + (u64)t * n_embd, y2 ? y2 + (u64)t * n_embd : y2, post_split + (u64)t * n_mix,
                              n_embd, n_hc);
+    if (share_store) {
+        // Strip (k, h) of thread i is the block's when (k H + h) 256 + i is blockIdx.x modulo n_mix.
+#pragma unroll
+        for (int k = 0; k < S; ++k)
+#pragma unroll
+            for (int h = 0; h < H; ++h) {
+                const u32 strip = ((u32)k * H + (u32)h) * DS4_BLOCK + threadIdx.x;
+                if (nqf_start(k) < n_embd && (u32)h < n_hc && strip % n_mix == blockIdx.x)
+                    store8(xo + (u64)h * n_embd + nqf_start(k), xv[k][h]);
+            }
+    }
     float ss = 0.0f;
 #pragma unroll
     for (int h = 0; h < H; ++h) {
@@ -259,12 +275,12 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
         if (threadIdx.x < n_mix) smix[threadIdx.x] = ((const volatile float*)mix)[(u64)t * n_mix + threadIdx.x];
         __syncthreads();
     }
-    if (POST) {
+    if (POST && !share_store) {
 #pragma unroll
         for (int k = 0; k < S; ++k)
 #pragma unroll
             for (int h = 0; h < H; ++h)
-                if (nqf_start(k) < n_embd && (u32)h < n_hc) store8(x + (u64)h * n_embd + nqf_start(k), xv[k][h]);
+                if (nqf_start(k) < n_embd && (u32)h < n_hc) store8(xo + (u64)h * n_embd + nqf_start(k), xv[k][h]);
     }
     float pre[H];
 #pragma unroll
@@ -295,22 +311,23 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_fused_fast(
     float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs, float* mix, u32* counter,
     const float* hc, const u16* fn_w, const float* scale, const float* base, const float* norm_w, u32 n_embd,
     u32 n_hc, u32 iters, float eps_rms, float eps_hc, float eps_norm) {
-    hc_pre_fast<false, false>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, (float*)hc, nullptr,
+    hc_pre_fast<false, false>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, hc, nullptr, nullptr,
                               nullptr, nullptr, fn_w, scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc,
                               eps_norm);
 }
 
 // A sublayer's HC post and the next sublayer's HC pre in one launch (fast mode only; the exact
-// sequence launches ds4_hc_post then ds4_hc_pre_fused): ds4_hc_pre_fused_fast's arguments and grid
-// with hc read and written in place, plus ds4_hc_post's y, y2 (may be null) and post_split. Every
-// output has the bits of ds4_hc_post_fast followed by ds4_hc_pre_fused_fast.
+// sequence launches ds4_hc_post then ds4_hc_pre_fused): ds4_hc_pre_fused_fast's arguments and grid,
+// plus ds4_hc_post's: the state read from hc_in and written to hc_out (the same buffer or another),
+// y, y2 (may be null) and post_split. Every output has the bits of ds4_hc_post_fast followed by
+// ds4_hc_pre_fused_fast.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post_pre_fast(
     float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs, float* mix, u32* counter,
-    float* hc, const float* y, const float* y2, const float* post_split, const u16* fn_w, const float* scale,
-    const float* base, const float* norm_w, u32 n_embd, u32 n_hc, u32 iters, float eps_rms, float eps_hc,
-    float eps_norm) {
-    hc_pre_fast<true, false>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, hc, y, y2, post_split, fn_w,
-                             scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
+    const float* hc_in, float* hc_out, const float* y, const float* y2, const float* post_split, const u16* fn_w,
+    const float* scale, const float* base, const float* norm_w, u32 n_embd, u32 n_hc, u32 iters, float eps_rms,
+    float eps_hc, float eps_norm) {
+    hc_pre_fast<true, false>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, hc_in, hc_out, y, y2,
+                             post_split, fn_w, scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
 }
 
 // ds4_hc_pre_fused_fast and ds4_hc_post_pre_fast with one block per token (grid (1, n_tok), block
@@ -320,16 +337,16 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_token_fast(
     float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs, float* mix, u32* counter,
     const float* hc, const u16* fn_w, const float* scale, const float* base, const float* norm_w, u32 n_embd,
     u32 n_hc, u32 iters, float eps_rms, float eps_hc, float eps_norm) {
-    hc_pre_fast<false, true>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, (float*)hc, nullptr, nullptr,
+    hc_pre_fast<false, true>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, hc, nullptr, nullptr, nullptr,
                              nullptr, fn_w, scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post_pre_token_fast(
     float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs, float* mix, u32* counter,
-    float* hc, const float* y, const float* y2, const float* post_split, const u16* fn_w, const float* scale,
-    const float* base, const float* norm_w, u32 n_embd, u32 n_hc, u32 iters, float eps_rms, float eps_hc,
-    float eps_norm) {
-    hc_pre_fast<true, true>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, hc, y, y2, post_split, fn_w,
-                            scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
+    const float* hc_in, float* hc_out, const float* y, const float* y2, const float* post_split, const u16* fn_w,
+    const float* scale, const float* base, const float* norm_w, u32 n_embd, u32 n_hc, u32 iters, float eps_rms,
+    float eps_hc, float eps_norm) {
+    hc_pre_fast<true, true>(split_out, xn, q0_q, q0_d, qk_q, qk_d, qk_bs, mix, counter, hc_in, hc_out, y, y2,
+                            post_split, fn_w, scale, base, norm_w, n_embd, n_hc, iters, eps_rms, eps_hc, eps_norm);
 }
 
 // ds4_hc_post's arguments, outputs and launch (grid (ceil(n_embd / 256), n_tok), block 256), with

@@ -141,9 +141,20 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk_merge(u32* sel
 // rows against every head as a register-tiled product, each thread 4 rows x 8 heads, the dims
 // staged 16 at a time (rows transposed in shared memory, the heads' queries once per block);
 // then max(0, .) * w per head and a sum over the heads by the 8 lanes sharing the rows. Same
-// math as the exact kernel, summed in another order.
+// math as the exact kernel, summed in another order. Each step's rows are loaded into registers
+// while the previous step computes (a short context has few blocks, each a chain of 8 steps).
 #define DS4_IDXF_ROWS 128
 #define DS4_IDXF_STEP 16
+#define DS4_IDXF_PER_THREAD (DS4_IDXF_ROWS * DS4_IDXF_STEP / DS4_BLOCK)  // staged floats per thread a step
+
+// This thread's floats of the rows' dims d0 .. d0 + DS4_IDXF_STEP (zeros past the nr rows).
+DS4_DEV void idxf_step_load(float (&v)[DS4_IDXF_PER_THREAD], const float* krows, u32 c0, u32 nr, u32 d0) {
+#pragma unroll
+    for (u32 k = 0; k < DS4_IDXF_PER_THREAD; ++k) {
+        const u32 i = threadIdx.x + k * DS4_BLOCK, r = i / DS4_IDXF_STEP, d = i % DS4_IDXF_STEP;
+        v[k] = r < nr ? krows[(u64)(c0 + r) * DS4_IDX_DIM + d0 + d] : 0.0f;
+    }
+}
 // Launch: grid (ceil(grid_rows / 128), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_fast(float* scores, const float* qi,
                                                                           const float* w, const float* krows,
@@ -158,6 +169,9 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_fast(float* 
     const u32 n_c = min((pos[0] + t + 1) / ratio, n_comp_avail);
     const u32 c0 = blockIdx.x * DS4_IDXF_ROWS;
     if (n_c <= top_k || c0 >= n_c || n_head > DS4_IDX_MAX_HEADS) return;
+    const u32 nr = min((u32)DS4_IDXF_ROWS, n_c - c0);
+    float next[DS4_IDXF_PER_THREAD];
+    idxf_step_load(next, krows, c0, nr, 0);
     float* qTf = (float*)qT;
     for (u32 i = tid; i < DS4_IDX_MAX_HEADS * DS4_IDX_DIM; i += DS4_BLOCK) {
         const u32 h = i / DS4_IDX_DIM, d = i % DS4_IDX_DIM;
@@ -171,16 +185,17 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_fast(float* 
     for (u32 j = 0; j < 4; ++j)
 #pragma unroll
         for (u32 k = 0; k < 8; ++k) acc[j][k] = 0.0f;
-    const u32 nr = min((u32)DS4_IDXF_ROWS, n_c - c0);
     float* rTf = (float*)rT;
     constexpr u32 RS = DS4_IDXF_ROWS + 4;  // floats per staged dim (padded)
     for (u32 d0 = 0; d0 < DS4_IDX_DIM; d0 += DS4_IDXF_STEP) {
         __syncthreads();
-        for (u32 i = tid; i < DS4_IDXF_ROWS * DS4_IDXF_STEP; i += DS4_BLOCK) {
-            const u32 r = i / DS4_IDXF_STEP, d = i % DS4_IDXF_STEP;
-            rTf[d * RS + r] = r < nr ? krows[(u64)(c0 + r) * DS4_IDX_DIM + d0 + d] : 0.0f;
+#pragma unroll
+        for (u32 k = 0; k < DS4_IDXF_PER_THREAD; ++k) {
+            const u32 i = tid + k * DS4_BLOCK;
+            rTf[(i % DS4_IDXF_STEP) * RS + i / DS4_IDXF_STEP] = next[k];
         }
         __syncthreads();
+        if (d0 + DS4_IDXF_STEP < DS4_IDX_DIM) idxf_step_load(next, krows, c0, nr, d0 + DS4_IDXF_STEP);
 #pragma unroll 4
         for (u32 d = 0; d < DS4_IDXF_STEP; ++d) {
             const float4 x = rT[d][rg];

@@ -213,6 +213,72 @@ DS4_DEV bool q8_tiled(u32 n_in) {
     return nc > 0 && nc <= DS4_Q8T_ROUND && (nc & (nc - 1)) == 0;
 }
 
+// The matrix a round of a tiled product reads: rows [0, n0) of w0 (to y0), then, when n1 > 0, rows
+// [0, n1) of w1 (to y1) as rounds n0 / rpr.. (n0 a multiple of rpr then, so no round spans both).
+struct Q8RoundMatrix {
+    const u8* w;
+    float* y;
+    u32 rd, n_out;  // the round within the matrix and the matrix's rows
+};
+DS4_DEV Q8RoundMatrix q8_round_matrix(u32 rd, u32 rpr, const u8* w0, float* y0, u32 n0, const u8* w1, float* y1,
+                                      u32 n1) {
+    const u32 first = n0 / rpr;
+    if (n1 == 0 || rd < first) return {w0, y0, rd, n0};
+    return {w1, y1, rd - first, n1};
+}
+
+// The tiled fast product (n_in / 256 a power of two <= 128, q8_tiled) of one matrix (n1 = 0; grouped
+// rows read their group's activations at grp * n_in) or of two sharing their Q8_0 activations
+// (q8_round_matrix). Grid (any, n_tok): q8_block_rounds splits the rounds of n0 + n1 rows.
+DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, const i8* xq, const float* xd,
+                              u32 n_in, u32 n0, u32 n1, u32 rows_per_group, u32 x_stride) {
+    __shared__ uint4 tiles[DS4_WARPS_PER_BLOCK * DS4_Q8T_WORDS];
+    __shared__ float part[2][DS4_WARPS_PER_BLOCK];
+    const u32 t = blockIdx.y;
+    const Q8Tiles g = q8_tiles(n_in);
+    u32 begin, end;
+    q8_block_rounds(n0 + n1, g.rpr, begin, end);
+    if (begin >= end) return;
+    uint4* tile = tiles + warp_id() * DS4_Q8T_WORDS;
+    uint4 v[DS4_Q8T_LOADS];
+    Q8Slice x = q8_slice_empty();
+    Q8RoundMatrix m = q8_round_matrix(begin, g.rpr, w0, y0, n0, w1, y1, n1);
+    q8_tile_load(v, m.w, g, m.rd, m.n_out);
+    {
+        // The first round's activation slice, its loads in flight with the tile's (a block of one
+        // or two rounds would otherwise wait for one, then the other).
+        u32 row, cir;
+        q8_lane_row(g, m.rd, row, cir);
+        if (row < m.n_out) q8_slice_load(x, xq, xd, t, x_stride, row / rows_per_group, cir, n_in, g.nc);
+    }
+    for (u32 rd = begin; rd < end; ++rd) {
+        u32 wv[34];
+        q8_tile_swap(tile, v, wv);
+        const Q8RoundMatrix cur = m;
+        if (rd + 1 < end) {
+            m = q8_round_matrix(rd + 1, g.rpr, w0, y0, n0, w1, y1, n1);
+            q8_tile_load(v, m.w, g, m.rd, m.n_out);
+        }
+        u32 row, cir;
+        q8_lane_row(g, cur.rd, row, cir);
+        if (row < cur.n_out) q8_slice_load(x, xq, xd, t, x_stride, row / rows_per_group, cir, n_in, g.nc);
+        const float acc = q8_row_sum(q8_lane_dot(wv, x), g.nc);
+        if (g.k == 1) {
+            if (row < cur.n_out && cir == 0 && q8_lane_half() == 0) cur.y[(u64)t * cur.n_out + row] = acc;
+        } else {
+            float* p = part[rd & 1];
+            if (lane_id() == 0) p[warp_id()] = acc;
+            __syncthreads();
+            const u32 r = cur.rd * g.rpr + threadIdx.x;
+            if (threadIdx.x < g.rpr && r < cur.n_out) {
+                float sum = 0.0f;
+                for (u32 s = 0; s < g.k; ++s) sum += p[threadIdx.x * g.k + s];
+                cur.y[(u64)t * cur.n_out + r] = sum;
+            }
+        }
+    }
+}
+
 // ds4_matvec_q8_0's product and arguments (grouped rows included) in the fast order; n_in % 256 == 0.
 // Tiled (n_in / 256 a power of two <= 128): grid (any, n_tok), q8_0_fast_blocks rounds of 128 / nc
 // rows. Otherwise: grid (ceil(n_out / (256 / G)), n_tok), G = q8_0_fast_lanes(n_in / 256) lanes a row
@@ -220,43 +286,11 @@ DS4_DEV bool q8_tiled(u32 n_in) {
 extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_fast(float* y, const u8* w, const i8* xq,
                                                                        const float* xd, u32 n_in, u32 n_out,
                                                                        u32 rows_per_group, u32 x_stride) {
-    __shared__ uint4 tiles[DS4_WARPS_PER_BLOCK * DS4_Q8T_WORDS];
-    __shared__ float part[2][DS4_WARPS_PER_BLOCK];
-    const u32 t = blockIdx.y;
     if (q8_tiled(n_in)) {
-        const Q8Tiles g = q8_tiles(n_in);
-        u32 begin, end;
-        q8_block_rounds(n_out, g.rpr, begin, end);
-        if (begin >= end) return;
-        uint4* tile = tiles + warp_id() * DS4_Q8T_WORDS;
-        uint4 v[DS4_Q8T_LOADS];
-        Q8Slice x = q8_slice_empty();
-        q8_tile_load(v, w, g, begin, n_out);
-        for (u32 rd = begin; rd < end; ++rd) {
-            u32 wv[34];
-            q8_tile_swap(tile, v, wv);
-            if (rd + 1 < end) q8_tile_load(v, w, g, rd + 1, n_out);
-            u32 row, cir;
-            q8_lane_row(g, rd, row, cir);
-            if (row < n_out) q8_slice_load(x, xq, xd, t, x_stride, row / rows_per_group, cir, n_in, g.nc);
-            const float acc = q8_row_sum(q8_lane_dot(wv, x), g.nc);
-            if (g.k == 1) {
-                if (row < n_out && cir == 0 && q8_lane_half() == 0) y[(u64)t * n_out + row] = acc;
-            } else {
-                float* p = part[rd & 1];
-                if (lane_id() == 0) p[warp_id()] = acc;
-                __syncthreads();
-                const u32 r = rd * g.rpr + threadIdx.x;
-                if (threadIdx.x < g.rpr && r < n_out) {
-                    float sum = 0.0f;
-                    for (u32 s = 0; s < g.k; ++s) sum += p[threadIdx.x * g.k + s];
-                    y[(u64)t * n_out + r] = sum;
-                }
-            }
-        }
+        q8_tiled_product(y, nullptr, w, nullptr, xq, xd, n_in, n_out, 0, rows_per_group, x_stride);
         return;
     }
-    const u32 nc = n_in / DS4_Q8_0_CHUNK, g = q8_0_fast_lanes(nc);
+    const u32 t = blockIdx.y, nc = n_in / DS4_Q8_0_CHUNK, g = q8_0_fast_lanes(nc);
     const u32 r = blockIdx.x * (DS4_BLOCK / g) + threadIdx.x / g, sub = threadIdx.x % g;
     const bool live = r < n_out;
     float acc = 0.0f;
@@ -270,6 +304,19 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_fast(float* y, const u
     }
     acc = group_sum(acc, g);
     if (live && sub == 0) y[(u64)t * n_out + r] = acc;
+}
+
+// y0 = W0 · x and y1 = W1 · x in one launch (two projections of the same Q8_0 activations, e.g. a
+// layer's query and kv down-projections): rows [0, n_out0) of w0 then [0, n_out1) of w1 as one
+// grid's rounds. Preconditions (kernels::paired_matvec_q8_0 checks them): the tiled shapes (n_in /
+// 256 a power of two <= 128) and n_out0 a multiple of the round's 128 / (n_in / 256) rows. Grid
+// (any, n_tok), block 256; each row's bits are those of ds4_matvec_q8_0_fast.
+extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_pair_fast(float* y0, float* y1, const u8* w0,
+                                                                            const u8* w1, const i8* xq,
+                                                                            const float* xd, u32 n_in,
+                                                                            u32 n_out0, u32 n_out1) {
+    if (!q8_tiled(n_in)) return;
+    q8_tiled_product(y0, y1, w0, w1, xq, xd, n_in, n_out0, n_out1, n_out0 + n_out1, n_in);
 }
 
 // ds4_matvec_q8_0_swiglu in the fast order: mid[t][r] = swiglu(Wg[r]·x, Wu[r]·x); n_in % 256 == 0.

@@ -11,16 +11,14 @@
 // Pairs per thread: head_dim <= 2 * 2 * DS4_BLOCK = 1024.
 #define DS4_ROWF_SLOTS 2
 
-// ds4_rows_finish's arguments, outputs and launch (block 256, the grid of its two forms).
-// Preconditions (kernels::fast_twin checks them): no DS4_ROW_HADAMARD_FP4, head_dim even and
-// <= 1024, n_rot even, pointers 16-byte aligned.
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish_fast(
-    float* x, float* ring, const float* w, const u32* pos, u32 n_head, u32 head_dim, u32 n_rot, u32 flags, u32 n_tok,
-    u32 emit_ratio, u32 row_cap, u32 ring_cap, float theta_scale, float freq_scale, float ext_factor, float corr_low,
-    float corr_high, float mscale, float eps) {
+// Row `h` of token blockIdx.y for ds4_rows_finish_fast (its arguments otherwise).
+DS4_DEV void rows_finish_fast_row(float* x, float* ring, const float* w, const u32* pos, u32 n_head, u32 h,
+                                  u32 head_dim, u32 n_rot, u32 flags, u32 n_tok, u32 emit_ratio, u32 row_cap,
+                                  u32 ring_cap, float theta_scale, float freq_scale, float ext_factor,
+                                  float corr_low, float corr_high, float mscale, float eps) {
     constexpr int S = DS4_ROWF_SLOTS;
     __shared__ float scratch[DS4_GROUPS32];
-    const u32 h = blockIdx.x, t = blockIdx.y, hd = head_dim;
+    const u32 t = blockIdx.y, hd = head_dim;
     if (hd > 2 * S * DS4_BLOCK) return;
     const u32 pos0 = pos[0];
     u32 row = t, row_pos = pos0 + t;
@@ -100,4 +98,32 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish_fast(
             if (rr) ((float2*)rr)[p] = r;
         }
     }
+}
+
+// ds4_rows_finish's arguments, outputs and launch (block 256, the grid of its two forms).
+// Preconditions (kernels::fast_twin checks them): no DS4_ROW_HADAMARD_FP4, head_dim even and
+// <= 1024, n_rot even, pointers 16-byte aligned.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish_fast(
+    float* x, float* ring, const float* w, const u32* pos, u32 n_head, u32 head_dim, u32 n_rot, u32 flags, u32 n_tok,
+    u32 emit_ratio, u32 row_cap, u32 ring_cap, float theta_scale, float freq_scale, float ext_factor, float corr_low,
+    float corr_high, float mscale, float eps) {
+    rows_finish_fast_row(x, ring, w, pos, n_head, blockIdx.x, head_dim, n_rot, flags, n_tok, emit_ratio, row_cap,
+                         ring_cap, theta_scale, freq_scale, ext_factor, corr_low, corr_high, mscale, eps);
+}
+
+// Two ds4_rows_finish_fast launches of the same tokens, positions, widths and RoPE in one (fast
+// mode: a layer's query heads and its kv row; kernels::fused_rows_finish_pair): blocks [0, n_head)
+// finish rows of x (ring, w, flags, ring_cap), blocks n_head .. n_head + n_head2 rows of x2 (ring2,
+// w2, flags2, ring_cap2). Each row has the bits of its own launch. Grid (n_head + n_head2, n_tok).
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish_pair_fast(
+    float* x, float* ring, const float* w, u32 n_head, u32 flags, u32 ring_cap, float* x2, float* ring2,
+    const float* w2, u32 n_head2, u32 flags2, u32 ring_cap2, const u32* pos, u32 head_dim, u32 n_rot, u32 n_tok,
+    float theta_scale, float freq_scale, float ext_factor, float corr_low, float corr_high, float mscale,
+    float eps) {
+    if (blockIdx.x < n_head)
+        rows_finish_fast_row(x, ring, w, pos, n_head, blockIdx.x, head_dim, n_rot, flags, n_tok, 0, 0, ring_cap,
+                             theta_scale, freq_scale, ext_factor, corr_low, corr_high, mscale, eps);
+    else if (blockIdx.x - n_head < n_head2)
+        rows_finish_fast_row(x2, ring2, w2, pos, n_head2, blockIdx.x - n_head, head_dim, n_rot, flags2, n_tok, 0, 0,
+                             ring_cap2, theta_scale, freq_scale, ext_factor, corr_low, corr_high, mscale, eps);
 }

@@ -183,14 +183,14 @@ const std::vector<Entry>& registry() {
         K(ds4_gemm_q8_0_swiglu_mma), K(ds4_moe_gemm_gate_up_iq2_xxs_mma), K(ds4_moe_gemm_gate_up_q2_k_mma),
         K(ds4_moe_gemm_gate_up_q4_k_mma), K(ds4_moe_gemm_down_iq2_xxs_mma), K(ds4_moe_gemm_down_q2_k_mma),
         K(ds4_moe_gemm_down_q4_k_mma),
-        K(ds4_matvec_f16_fast), K(ds4_matvec_f16_pair_fast),
+        K(ds4_matvec_f16_fast), K(ds4_matvec_f16_pair_fast), K(ds4_matvec_q8_0_pair_fast),
         K(ds4_rms_norm_quant_fast), K(ds4_hc_post_pre_fast), K(ds4_hc_pre_token_fast),
-        K(ds4_hc_post_pre_token_fast), K(ds4_hc_post_fast), K(ds4_rows_finish_fast),
+        K(ds4_hc_post_pre_token_fast), K(ds4_hc_post_fast), K(ds4_rows_finish_fast), K(ds4_rows_finish_pair_fast),
         K(ds4_attention_prefill_fast), K(ds4_compressor_pool_fast),
         K(ds4_moe_gate_up_iq2_xxs_fast), K(ds4_moe_gate_up_q2_k_fast), K(ds4_moe_gate_up_q4_k_fast),
         K(ds4_moe_down_iq2_xxs_fast), K(ds4_moe_down_q2_k_fast), K(ds4_moe_down_q4_k_fast),
         K(ds4_attention_decode_split), K(ds4_attention_decode_merge), K(ds4_indexer_scores_fast),
-        K(ds4_indexer_topk_segments), K(ds4_indexer_topk_merge),
+        K(ds4_indexer_topk_segments), K(ds4_indexer_topk_merge), K(ds4_router_fast),
         // Emulator-only test entries (tests/hip_kernels/emulator.rs; names start with ds4_emutest_).
         K(ds4_emutest_block_dot_f16_seq),
     };

@@ -202,8 +202,8 @@ fn check_split(gpu: &Gpu, rng: &mut CheckRng, name: &str, c: Case) -> Checked {
     // Fast: the split over the slices a graph sized for max_rows launches, and over the grid a
     // direct launch sizes to the batch's own rows: the same slices, so the same bits.
     let io = case.inputs();
-    let split = |max_rows: u32| -> HipResult<(Vec<f32>, u32)> {
-        let plan = AttentionSplitPlan::new(&shape, nt, max_rows, usize::MAX / 8).expect("a split plan");
+    let split = |max_rows: u32, min_rows: u32| -> HipResult<(Vec<f32>, u32)> {
+        let plan = AttentionSplitPlan::new(&shape, nt, max_rows, usize::MAX / 8, min_rows).expect("a split plan");
         let scratch =
             gpu.poisoned::<f32>(plan.acc_floats(&shape, nt) + 2 * c.n_tok * n_head * plan.n_split as usize)?;
         let out = gpu.poisoned::<f32>(c.n_tok * n_head * head_dim)?;
@@ -212,8 +212,12 @@ fn check_split(gpu: &Gpu, rng: &mut CheckRng, name: &str, c: Case) -> Checked {
         }
         Ok((out.to_vec::<f32>()?, plan.n_split))
     };
-    let ((got, n_split), (direct, n_direct)) = (split(c.max_rows)?, split(rows)?);
+    let default_rows = kernels::ATTENTION_SPLIT_ROWS;
+    let ((got, n_split), (direct, n_direct)) = (split(c.max_rows, default_rows)?, split(rows, default_rows)?);
+    // Slices of 32 rows or more (fewer, longer partials merged; `DS4_HIP_ATTENTION_ROWS=32`).
+    let (short, n_short) = split(c.max_rows, 32)?;
     let want = out_exact.to_vec::<f32>()?;
+    let short_check = close_scaled(name, &short, &want, FAST_TOL, String::new());
     let differ = got
         .iter()
         .zip(&direct)
@@ -226,11 +230,11 @@ fn check_split(gpu: &Gpu, rng: &mut CheckRng, name: &str, c: Case) -> Checked {
         FAST_TOL,
         format!(
             "{} tok at {}, {n_head}x{head_dim}, {rows} rows, {n_split} blocks a token; {differ} outputs \
-             differ in bits with {n_direct} blocks (must be 0)",
-            c.n_tok, c.pos0
+             differ in bits with {n_direct} blocks (must be 0); slices of 32+ rows ({n_short} blocks): {:?}",
+            c.n_tok, c.pos0, short_check.verdict
         ),
     );
-    if differ > 0 {
+    if differ > 0 || short_check.verdict != Verdict::Pass {
         result.verdict = Verdict::Fail;
     }
     Ok(result)

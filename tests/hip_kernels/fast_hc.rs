@@ -70,27 +70,30 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
             check_hc_post(gpu, rng, &name, (n_embd, n_hc, n_tok), with_y2, in_place)
         }));
     }
-    for (n_embd, n_hc, n_tok, with_y2, want) in [
-        (4096usize, 4usize, 1usize, true, all),
-        (4096, 4, 1, false, Want::q8_0_only()),
-        (1000, 3, 2, true, Want::out_only()),
+    // (n_embd, n_hc, n_tok, with_y2, outputs, the post in place)
+    for (n_embd, n_hc, n_tok, with_y2, want, in_place) in [
+        (4096usize, 4usize, 1usize, true, all, true),
+        (4096, 4, 1, true, all, false),
+        (4096, 4, 1, false, Want::q8_0_only(), true),
+        (1000, 3, 2, true, Want::out_only(), false),
     ] {
-        let name = format!("fast_hc.hc_post_pre[{n_embd}x{n_hc},{n_tok} tok,y2 {with_y2}]");
+        let name = format!("fast_hc.hc_post_pre[{n_embd}x{n_hc},{n_tok} tok,y2 {with_y2},in place {in_place}]");
         emit(guard(&name, || {
-            check_hc_post_pre(gpu, rng, &name, (n_embd, n_hc, n_tok), with_y2, want)
+            check_hc_post_pre(gpu, rng, &name, (n_embd, n_hc, n_tok), with_y2, want, in_place)
         }));
     }
-    // (n_embd, n_hc, n_tok, post: None = pre alone, Some(with_y2), outputs)
-    for (n_embd, n_hc, n_tok, post, want) in [
-        (4096usize, 4usize, 3usize, None, all),
-        (4096, 4, 9, Some(true), all),
-        (1000, 3, 2, Some(false), Want::out_only()),
-        (512, 2, 5, None, Want::q8_0_only()),
-        (256, 1, 1, Some(true), all),
+    // (n_embd, n_hc, n_tok, post: None = pre alone, Some(with_y2), outputs, the post in place)
+    for (n_embd, n_hc, n_tok, post, want, in_place) in [
+        (4096usize, 4usize, 3usize, None, all, true),
+        (4096, 4, 9, Some(true), all, true),
+        (4096, 4, 4, Some(true), all, false),
+        (1000, 3, 2, Some(false), Want::out_only(), false),
+        (512, 2, 5, None, Want::q8_0_only(), true),
+        (256, 1, 1, Some(true), all, true),
     ] {
-        let name = format!("fast_hc.hc_token_blocks[{n_embd}x{n_hc},{n_tok} tok,post {post:?}]");
+        let name = format!("fast_hc.hc_token_blocks[{n_embd}x{n_hc},{n_tok} tok,post {post:?},in place {in_place}]");
         emit(guard(&name, || {
-            check_hc_token_blocks(gpu, rng, &name, (n_embd, n_hc, n_tok), post, want)
+            check_hc_token_blocks(gpu, rng, &name, (n_embd, n_hc, n_tok), post, want, in_place)
         }));
     }
     use kernels::row_flags as rf;
@@ -130,6 +133,10 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
             pos0,
         };
         emit(guard(&name, || check_rows_finish(gpu, rng, &name, shape, flags, yarn)));
+    }
+    for n_tok in [1usize, 3] {
+        let name = format!("fast_hc.rows_finish_pair[q heads + kv,{n_tok} tok]");
+        emit(guard(&name, || check_rows_finish_pair(gpu, rng, &name, n_tok)));
     }
 }
 
@@ -465,26 +472,29 @@ impl HcPostPreCase {
         })
     }
 
-    /// On fresh state and output buffers, `issue` runs the exact launches of the HC post (in place;
-    /// y2 only `with_y2`) and HC pre, its own way; returns the bytes of every output: the state, the
-    /// split, the mix logits, the normed input and its planes.
+    /// On fresh state and output buffers, `issue` runs the exact launches of the HC post (in place,
+    /// or to a second state buffer the pre then reads; y2 only `with_y2`) and HC pre, its own way;
+    /// returns the bytes of every output: the state (both buffers), the split, the mix logits, the
+    /// normed input and its planes.
     fn outputs(
         &self,
         gpu: &Gpu,
-        with_y2: bool,
+        (with_y2, in_place): (bool, bool),
         want: Want,
         issue: impl Fn(&Launch, &Launch) -> HipResult<()>,
     ) -> HipResult<Vec<u8>> {
         let (n_embd, n_hc, n_tok) = self.shape;
         let n_mix = 2 * n_hc + n_hc * n_hc;
         let [y, y2, post_split] = &self.post;
-        let hc = gpu.up(&self.inputs.hc)?;
+        let hc_in = gpu.up(&self.inputs.hc)?;
+        let out_buf = gpu.poisoned::<f32>(self.inputs.hc.len())?;
+        let hc = if in_place { &hc_in } else { &out_buf };
         let split = gpu.poisoned::<f32>(n_tok * n_mix)?;
         let (mix, counter) = (gpu.poisoned::<f32>(n_tok * n_mix)?, gpu.up(&vec![0u32; n_tok])?);
         let o = QuantBufs::new(gpu, n_tok, n_embd, want)?;
         let post = kernels::hc_post(
             hc.ptr().0,
-            hc.ptr().0,
+            hc_in.ptr().0,
             y.ptr().0,
             if with_y2 { y2.ptr().0 } else { NULL },
             post_split.ptr().0,
@@ -492,9 +502,12 @@ impl HcPostPreCase {
             n_hc as u32,
             n_tok as u32,
         );
-        let pre = self.inputs.launch(&hc, &split, o.outs(), [&mix, &counter], self.shape);
+        let pre = self.inputs.launch(hc, &split, o.outs(), [&mix, &counter], self.shape);
         issue(&post, &pre)?;
-        let mut bytes = hc.to_vec::<u8>()?;
+        let mut bytes = hc_in.to_vec::<u8>()?;
+        if !in_place {
+            bytes.extend(out_buf.to_vec::<u8>()?);
+        }
         bytes.extend(split.to_vec::<u8>()?);
         bytes.extend(mix.to_vec::<u8>()?);
         for b in o.bufs.iter().flatten() {
@@ -524,13 +537,14 @@ fn check_hc_post_pre(
     shape: (usize, usize, usize),
     with_y2: bool,
     want: Want,
+    in_place: bool,
 ) -> Checked {
     let case = HcPostPreCase::new(gpu, rng, shape)?;
-    let apart = case.outputs(gpu, with_y2, want, |post, pre| {
+    let apart = case.outputs(gpu, (with_y2, in_place), want, |post, pre| {
         gpu.run(&twin_of(post))?;
         gpu.run(&twin_of(pre))
     })?;
-    let fused = case.outputs(gpu, with_y2, want, |post, pre| {
+    let fused = case.outputs(gpu, (with_y2, in_place), want, |post, pre| {
         gpu.run(&kernels::fused_hc_post_pre(post, pre).expect("a fused launch for these shapes"))
     })?;
     Ok(same_bytes(
@@ -550,10 +564,11 @@ fn check_hc_token_blocks(
     shape: (usize, usize, usize),
     post: Option<bool>,
     want: Want,
+    in_place: bool,
 ) -> Checked {
     let case = HcPostPreCase::new(gpu, rng, shape)?;
     let run = |per_token: bool| {
-        case.outputs(gpu, post.unwrap_or(false), want, |post_l, pre| {
+        case.outputs(gpu, (post.unwrap_or(false), in_place), want, |post_l, pre| {
             let fast = match post {
                 None => twin_of(pre),
                 Some(_) => kernels::fused_hc_post_pre(post_l, pre).expect("a fused launch for these shapes"),
@@ -687,4 +702,65 @@ fn check_rows_finish(gpu: &Gpu, rng: &mut CheckRng, name: &str, sh: RowsShape, f
     }
     r.note += &format!("; after rounding {differ} of {} elements one step apart", exact.len());
     Ok(r)
+}
+
+/// The paired row finishes (`kernels::fused_rows_finish_pair`: a layer's query heads and its kv row,
+/// with the ring store) against the two fast twins launched one after the other: the same bits in
+/// the rows and the ring.
+fn check_rows_finish_pair(gpu: &Gpu, rng: &mut CheckRng, name: &str, n_tok: usize) -> Checked {
+    use kernels::row_flags as rf;
+    let hp = HParams::flash();
+    let (d, n_head, ring_cap, pos0) = (hp.head_dim, hp.n_head, 256usize, 300u32);
+    let q = random_vec(rng, n_tok * n_head * d, 3.0);
+    let kv = random_vec(rng, n_tok * d, 3.0);
+    let w: Vec<f32> = (0..d).map(|_| 1.0 + 0.3 * rng.next_f32()).collect();
+    let (w_d, pos_d) = (gpu.up(&w)?, gpu.up(&[pos0])?);
+    let rope = kernels::RopeParams::from_rope(&Rope::for_layer(&hp, true));
+    let (nt, d32) = (n_tok as u32, d as u32);
+    let run = |paired: bool| -> HipResult<Vec<u8>> {
+        let (q_d, kv_d, ring) = (gpu.up(&q)?, gpu.up(&kv)?, gpu.poisoned::<f32>(ring_cap * d)?);
+        let pos = pos_d.ptr().0;
+        let heads = kernels::rows_finish(
+            q_d.ptr().0,
+            NULL,
+            NULL,
+            pos,
+            n_head as u32,
+            d32,
+            rf::NORM | rf::ROPE,
+            1,
+            rope,
+            1e-6,
+            nt,
+        );
+        let kv_flags = rf::NORM | rf::ROPE | rf::E4M3 | rf::STORE_RING;
+        let kv_row = kernels::rows_finish(
+            kv_d.ptr().0,
+            ring.ptr().0,
+            w_d.ptr().0,
+            pos,
+            1,
+            d32,
+            kv_flags,
+            ring_cap as u32,
+            rope,
+            1e-6,
+            nt,
+        );
+        if paired {
+            gpu.run(&kernels::fused_rows_finish_pair(&heads, &kv_row).expect("a paired launch for these rows"))?;
+        } else {
+            gpu.run(&twin_of(&heads))?;
+            gpu.run(&twin_of(&kv_row))?;
+        }
+        let mut bytes = q_d.to_vec::<u8>()?;
+        bytes.extend(kv_d.to_vec::<u8>()?);
+        bytes.extend(ring.to_vec::<u8>()?);
+        Ok(bytes)
+    };
+    Ok(same_bytes(
+        name,
+        [run(false)?, run(true)?],
+        "from the two rows_finish_fast launches",
+    ))
 }

@@ -3,9 +3,12 @@
 //! rows of 1 to 64 tiled chunks (whole rows per warp tile, and rows split over warps), grouped rows,
 //! the untiled fallback, the routed experts of every format with odd row counts. Float outputs
 //! within FAST_TOL × max|exact|: the sums are the exact kernels' products added in another order
-//! (a few ulps of the largest partial sums).
+//! (a few ulps of the largest partial sums). The paired launch (kernels::fast_fusions) must give the
+//! bits of the two fast launches it replaces.
 
-use ds4_chat::backend::hip::kernels::{self, ExpertFormat};
+use ds4_chat::backend::hip::kernels::{self, ExpertFormat, FastGrids, Launch, Q8Proj};
+use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
+use ds4_chat::gguf::GgmlType;
 
 use super::moe_case::{DownCase, GateUpCase};
 use super::support::*;
@@ -35,6 +38,66 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         emit(guard(&name, || check_down(gpu, rng, &name, fmt, n_ff)));
     }
     emit(guard("fast_matvec.moe_twins_decline", || Ok(check_declines())));
+    // Paired: the query and kv down-projections' shape, rows ending on a round.
+    let pair_cases = [(4096usize, 64usize, 24usize, 1usize), (1024, 32, 13, 2)];
+    let pair_name = |(n_in, n0, n1, n_tok)| format!("fast_matvec.q8_0_pair[{n_in}x({n0}+{n1}),{n_tok} tok]");
+    each(gpu, rng, emit, pair_cases, pair_name, check_pair);
+}
+
+/// The paired launch's grid: at most 3 blocks, so a block takes several rounds in turn (and prefetches
+/// across the two matrices). The grid never changes the bits.
+const FEW_BLOCKS: FastGrids = FastGrids {
+    q8_0_max_blocks: 3,
+    attention_rows: kernels::ATTENTION_SPLIT_ROWS,
+};
+
+/// Runs the fast twins of `launches` in turn.
+fn run_fast(gpu: &Gpu, launches: &[Launch]) -> HipResult<()> {
+    launches
+        .iter()
+        .try_for_each(|l| gpu.run(&kernels::fast_twin(l).expect("a fast twin")))
+}
+
+/// `ds4_matvec_q8_0_pair_fast` against the two fast matvecs: the same bits.
+fn check_pair(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    (n_in, n0, n1, n_tok): (usize, usize, usize, usize),
+) -> Checked {
+    let x = random_vec(rng, n_tok * n_in, 2.0);
+    let (_, x_d) = gpu.up_q8_0(&x)?;
+    let w0 = gpu.up(&random_weights(rng, GgmlType::Q8_0, n_in, n0))?;
+    let w1 = gpu.up(&random_weights(rng, GgmlType::Q8_0, n_in, n1))?;
+    let mut ys = Vec::new();
+    for _ in 0..4 {
+        ys.push(gpu.poisoned::<f32>(n_tok * n0.max(n1))?);
+    }
+    let proj = |y: &DeviceBuffer, w: &DeviceBuffer, n: usize| {
+        Q8Proj::plain(y.ptr().0, w.ptr().0, x_d.act(), n_in as u32, n as u32)
+    };
+    let nt = n_tok as u32;
+    run_fast(
+        gpu,
+        &[
+            kernels::matvec_q8_0(&proj(&ys[0], &w0, n0), nt),
+            kernels::matvec_q8_0(&proj(&ys[1], &w1, n1), nt),
+        ],
+    )?;
+    let paired = kernels::paired_matvec_q8_0(&proj(&ys[2], &w0, n0), &proj(&ys[3], &w1, n1), nt, FEW_BLOCKS)
+        .expect("the paired launch takes this shape");
+    gpu.run(&paired)?;
+    let read = |b: &DeviceBuffer, n: usize| -> HipResult<Vec<f32>> { Ok(b.to_vec::<f32>()?[..n_tok * n].to_vec()) };
+    let (want, got) = (
+        [read(&ys[0], n0)?, read(&ys[1], n1)?].concat(),
+        [read(&ys[2], n0)?, read(&ys[3], n1)?].concat(),
+    );
+    Ok(same_bits(
+        name,
+        &got,
+        &want,
+        format!("{n_tok} tokens, grid {}", paired.grid[0]),
+    ))
 }
 
 pub fn check_q8_0(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, usize, usize, usize)) -> Checked {

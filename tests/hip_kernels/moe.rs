@@ -319,7 +319,8 @@ fn check_moe_gemm_tile_classes(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: E
 }
 
 /// Router: top-k of sqrt(softplus(logit)) + bias, or hash-table experts; weights are
-/// the unbiased probs normalised by their sum and scaled. Ids and weights must match exactly.
+/// the unbiased probs normalised by their sum and scaled. Ids and weights must match exactly, for
+/// the exact kernel and for its fast twin (one warp a token: the same selection and sums).
 fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, hash: bool) -> Checked {
     let (n_expert, n_used, n_tok, scale) = (256usize, 6usize, 3usize, 1.5f32);
     let mut logits = random_vec(rng, n_tok * n_expert, 4.0);
@@ -332,9 +333,9 @@ fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, hash: bool) -> Checke
         .map(|_| rng.int_in(0, n_expert as i64 - 1) as u32)
         .collect();
     let (l_d, b_d, t_d, tab_d) = (gpu.up(&logits)?, gpu.up(&bias)?, gpu.up(&tokens)?, gpu.up(&table)?);
-    let sel = gpu.poisoned::<u32>(n_tok * n_used)?;
-    let selw = gpu.poisoned::<f32>(n_tok * n_used)?;
-    gpu.run(&kernels::router(
+    let mut sel = gpu.poisoned::<u32>(n_tok * n_used)?;
+    let mut selw = gpu.poisoned::<f32>(n_tok * n_used)?;
+    let exact = kernels::router(
         sel.ptr().0,
         selw.ptr().0,
         l_d.ptr().0,
@@ -345,8 +346,12 @@ fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, hash: bool) -> Checke
         n_used as u32,
         scale,
         n_tok as u32,
-    ))?;
+    );
+    gpu.run(&exact)?;
     let (got_sel, got_w) = (sel.to_vec::<u32>()?, selw.to_vec::<f32>()?);
+    gpu.repoison([&mut sel, &mut selw])?;
+    gpu.run(&kernels::fast_twin(&exact).expect("the router's fast twin"))?;
+    let (fast_sel, fast_w) = (sel.to_vec::<u32>()?, selw.to_vec::<f32>()?);
     let mut want_sel = Vec::new();
     let mut want_w = Vec::new();
     for t in 0..n_tok {
@@ -377,6 +382,13 @@ fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, hash: bool) -> Checke
     if got_sel != want_sel {
         r.verdict = Verdict::Fail;
         r.note = format!("expert ids differ: gpu {got_sel:?} cpu {want_sel:?}");
+    }
+    let fast = same_bits(name, &fast_w, &want_w, String::new());
+    if fast_sel != want_sel || fast.verdict != Verdict::Pass {
+        r.verdict = Verdict::Fail;
+        r.note = format!("fast twin differs: ids {fast_sel:?}, weights: {}", fast.note);
+    } else {
+        r.note += "; the fast twin's ids and weights too";
     }
     Ok(r)
 }

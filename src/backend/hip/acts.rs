@@ -24,6 +24,12 @@ pub fn ring_rows(hp: &HParams, n_max: usize) -> usize {
     hp.sliding_window.max(1) + n_max - 1
 }
 
+/// Tokens the HC state's second buffer holds for chunks of up to `n_max` tokens: the batches whose
+/// HC steps run a block per mix row (`kernels::hc_per_token` false), the ones that write out of place.
+pub(super) fn hc_alt_tokens(n_max: usize) -> usize {
+    n_max.min(kernels::HC_TOKEN_BLOCKS_MIN_TOKENS as usize - 1)
+}
+
 /// Activations of up to `n_max` tokens, planar per token (kernels/README.md layouts), allocated once.
 /// Generic over the buffer so the same size plan gives device buffers (`Acts`) and byte counts
 /// (`activation_bytes`, no device needed).
@@ -35,6 +41,10 @@ pub(super) struct ActsOf<B> {
     /// Step parameters: u32 [STEP_TOKENS] (the batch's first position), then the batch's token ids.
     pub(super) step: B,
     pub(super) hc: B,
+    /// The HC state's second buffer, for batches of fewer than `HC_TOKEN_BLOCKS_MIN_TOKENS` tokens
+    /// in fast arithmetic: their HC posts write out of place, alternating `hc` and `hc_alt`
+    /// (`Pass::advance_hc`).
+    pub(super) hc_alt: B,
     pub(super) split_a: B,
     pub(super) split_f: B,
     /// HC mix values, [n][2 n_hc + n_hc²].
@@ -130,6 +140,7 @@ impl<B> ActsOf<B> {
             launches: Cell::new(0),
             step: bytes(alloc, 4 * (STEP_TOKENS + n))?,
             hc: f32s(alloc, n * hp.hc_dim())?,
+            hc_alt: f32s(alloc, hc_alt_tokens(n) * hp.hc_dim())?,
             split_a: f32s(alloc, n * n_mix)?,
             split_f: f32s(alloc, n * n_mix)?,
             mix: f32s(alloc, n * n_mix)?,

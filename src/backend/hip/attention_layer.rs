@@ -36,9 +36,12 @@ impl Pass<'_> {
         let top_k = hp.idx_top_k as u32;
         let hc_w = [&lw.hc_attn_fn, &lw.hc_attn_scale, &lw.hc_attn_base, &lw.attn_norm];
         self.hc_pre(p0(&a.split_a), false, hc_w, nt)?;
-        // Query (steps 3, 5).
+        // Query (steps 3, 5); its down-projection and the kv projection read the same input (one
+        // launch in fast arithmetic).
         let xq = q8(&a.xq, &a.xd);
-        self.proj_q8_0(&Q8Proj::plain(p0(&a.qr), self.w(&lw.attn_q_a), xq, ne, qr_w), nt)?;
+        let q_a = Q8Proj::plain(p0(&a.qr), self.w(&lw.attn_q_a), xq, ne, qr_w);
+        let kv_a = Q8Proj::plain(p0(&a.kv), self.w(&lw.attn_kv), xq, ne, d);
+        self.proj_q8_0_pair(&q_a, &kv_a, nt)?;
         let qrn = QuantOut {
             out: p0(&a.qrn),
             ..QuantOut::q8_0(p0(&a.qq), p0(&a.qd))
@@ -53,10 +56,10 @@ impl Pass<'_> {
         ))?;
         let qrq = q8(&a.qq, &a.qd);
         self.proj_q8_0(&Q8Proj::plain(p0(&a.q), self.w(&lw.attn_q_b), qrq, qr_w, h * d), nt)?;
-        self.head_rows_in_place(p0(&a.q), pos, h, d, rf::NORM | rf::ROPE, rope, nt)?;
-        // KV (steps 4-7): every token's row enters the ring before the attention of the batch.
-        self.proj_q8_0(&Q8Proj::plain(p0(&a.kv), self.w(&lw.attn_kv), xq, ne, d), nt)?;
-        self.launch(&kernels::rows_finish(
+        // The query heads' norm and RoPE, and KV (steps 4-7, projected above): every token's row
+        // enters the ring before the attention of the batch. One launch in fast arithmetic.
+        let q_rows = kernels::rows_finish(p0(&a.q), NULL, NULL, pos, h, d, rf::NORM | rf::ROPE, 1, rope, eps, nt);
+        let kv_rows = kernels::rows_finish(
             p0(&a.kv),
             p0(&ls.ring),
             self.w(&lw.attn_kv_a_norm),
@@ -68,7 +71,8 @@ impl Pass<'_> {
             rope,
             eps,
             nt,
-        ))?;
+        );
+        self.launch_rows_pair(&q_rows, &kv_rows)?;
         // Compressors (docs/model.md#compressor), then the indexer's selection (docs/model.md#indexer).
         // The kernels bound each token's compressed rows by its own floor((p + 1) / ratio) and the
         // capacity; the host's n_comp (rows emitted up to the batch's last token, when it knows the
@@ -195,7 +199,13 @@ impl Pass<'_> {
         if self.arithmetic != Arithmetic::Fast || !self.token_wise(nt) {
             return Ok(false);
         }
-        let Some(plan) = AttentionSplitPlan::new(shape, nt, max_rows, a.att_sc.len_bytes() / 4) else {
+        let Some(plan) = AttentionSplitPlan::new(
+            shape,
+            nt,
+            max_rows,
+            a.att_sc.len_bytes() / 4,
+            self.fast_grids.attention_rows,
+        ) else {
             return Ok(false);
         };
         for launch in kernels::attention_decode_split(shape, plan, p0(&a.att), p0(&a.att_sc), io, nt) {
@@ -227,9 +237,10 @@ impl Pass<'_> {
         self.quantize_q8_0(p0(&a.lq), p0(&a.ld), p0(&a.low), g * or, nt)?;
         let low = q8(&a.lq, &a.ld);
         self.proj_q8_0(&Q8Proj::plain(p0(&a.y), self.w(&lw.attn_output_b), low, g * or, ne), nt)?;
+        let (hc_out, hc_in) = self.advance_hc(nt);
         self.launch(&kernels::hc_post(
-            p0(&a.hc),
-            p0(&a.hc),
+            hc_out,
+            hc_in,
             p0(&a.y),
             NULL,
             p0(&a.split_a),

@@ -197,6 +197,7 @@ impl HipBackend {
             fast_grids: self.fast_grids,
             warp_size: self.hip.info().warp_size as u32,
             pending_post: Default::default(),
+            hc_in_alt: Default::default(),
         }
     }
 

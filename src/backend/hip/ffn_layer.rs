@@ -80,9 +80,10 @@ impl Pass<'_> {
         self.quantize_q8_0(p0(&a.sq), p0(&a.sd), p0(&a.smid), ff, nt)?;
         let mid = q8(&a.sq, &a.sd);
         self.proj_q8_0(&Q8Proj::plain(p0(&a.y), self.w(&lw.ffn_down_shexp), mid, ff, ne), nt)?;
+        let (hc_out, hc_in) = self.advance_hc(nt);
         self.launch(&kernels::hc_post(
-            p0(&a.hc),
-            p0(&a.hc),
+            hc_out,
+            hc_in,
             p0(&a.moe),
             p0(&a.y),
             p0(&a.split_f),

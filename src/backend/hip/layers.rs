@@ -60,6 +60,7 @@ impl Pass<'_> {
             a.n_max
         );
         let mw = &self.model.w;
+        self.hc_in_alt.set(false);
         self.launch(&kernels::embed_hc(
             p0(&a.hc),
             self.w(&mw.token_embd),
@@ -75,6 +76,9 @@ impl Pass<'_> {
             self.ffn_sublayer(l, n)?;
         }
         self.flush_launches()?;
+        // Every layer advances the HC state twice (`advance_hc`), so a pass ends where it began,
+        // in `acts.hc`: a later pass's head (a cancelled eval's) finds it there.
+        debug_assert!(!self.hc_in_alt.get(), "the HC state ends a pass in acts.hc");
         if want_logits { self.head(n - 1) } else { Ok(()) }
     }
 
@@ -84,7 +88,7 @@ impl Pass<'_> {
         let a = &self.acts;
         let mw = &self.model.w;
         let (ne, nhc, v) = (hp.n_embd as u32, hp.n_hc as u32, hp.n_vocab as u32);
-        let hc = p0(&a.hc) + (t * hp.hc_dim() * 4) as u64;
+        let hc = self.hc_state() + (t * hp.hc_dim() * 4) as u64;
         self.launch(&kernels::hc_mix(
             p0(&a.mix),
             hc,

@@ -47,6 +47,8 @@ pub(super) struct Pass<'a> {
     /// Fast arithmetic: an HC post held back by `launch` for the next sublayer's HC pre (the end of
     /// the sequence, `forward_tokens`, issues it with `flush_launches`).
     pub(super) pending_post: Cell<Option<kernels::Launch>>,
+    /// Whether the HC state is in `acts.hc_alt` rather than `acts.hc` (`advance_hc`).
+    pub(super) hc_in_alt: Cell<bool>,
 }
 
 pub(super) fn p0(b: &DeviceBuffer) -> DevPtr {
@@ -123,6 +125,22 @@ impl Pass<'_> {
         self.launch(&kernels::quantize_rows(QuantOut::q8_0(q, d), x, n, rows))
     }
 
+    /// Two `ds4_rows_finish` launches of the same tokens (`kernels::rows_finish`): one launch in fast
+    /// arithmetic where `kernels::fused_rows_finish_pair` takes them.
+    pub(super) fn launch_rows_pair(
+        &self,
+        first: &kernels::Launch,
+        second: &kernels::Launch,
+    ) -> Result<(), EngineError> {
+        if self.arithmetic == Arithmetic::Fast
+            && let Some(paired) = kernels::fused_rows_finish_pair(first, second)
+        {
+            return self.launch(&paired);
+        }
+        self.launch(first)?;
+        self.launch(second)
+    }
+
     /// `ds4_rows_finish` in place on the `n_head` rows of `head_dim` floats of every batch token at `x`
     /// (query heads, indexer queries, attention output: no ring store, no norm weight).
     #[allow(clippy::too_many_arguments)]
@@ -163,7 +181,7 @@ impl Pass<'_> {
             quant,
             p0(&a.mix),
             p0(&a.counter),
-            p0(&a.hc),
+            self.hc_state(),
             self.w(w[0]),
             self.w(w[1]),
             self.w(w[2]),
@@ -174,6 +192,28 @@ impl Pass<'_> {
             self.hc_eps(),
             nt,
         ))
+    }
+
+    /// The buffer holding the HC state now (`acts.hc` after the embedding, `advance_hc` then).
+    pub(super) fn hc_state(&self) -> DevPtr {
+        let a = &self.acts;
+        p0(if self.hc_in_alt.get() { &a.hc_alt } else { &a.hc })
+    }
+
+    /// Where an HC post of `n` tokens reads and writes the state: (hc_out, hc_in). In place, except
+    /// in fast arithmetic for batches whose fused HC post + pre runs a block per mix row: those
+    /// write out of place, every block its share of the state, instead of one block all of it
+    /// after the others have read it (kernels/hc_fast.hip), and the state moves to the other buffer.
+    pub(super) fn advance_hc(&self, n: u32) -> (DevPtr, DevPtr) {
+        let hc_in = self.hc_state();
+        let out_of_place = self.arithmetic == Arithmetic::Fast
+            && !kernels::hc_per_token(n)
+            && n as usize <= super::acts::hc_alt_tokens(self.acts.n_max);
+        if !out_of_place {
+            return (hc_in, hc_in);
+        }
+        self.hc_in_alt.set(!self.hc_in_alt.get());
+        (self.hc_state(), hc_in)
     }
 
     pub(super) fn hc_eps(&self) -> HcEps {
@@ -194,6 +234,19 @@ impl Pass<'_> {
             kernels::gemm_q8_0
         };
         self.launch(&product(p, n))
+    }
+
+    /// `proj_q8_0(first)` and `proj_q8_0(second)`, two projections of the same activations: in fast
+    /// arithmetic one launch for token-wise batches (`kernels::paired_matvec_q8_0`, the same bits).
+    pub(super) fn proj_q8_0_pair(&self, first: &Q8Proj, second: &Q8Proj, n: u32) -> Result<(), EngineError> {
+        if self.arithmetic == Arithmetic::Fast
+            && self.token_wise(n)
+            && let Some(paired) = kernels::paired_matvec_q8_0(first, second, n, self.fast_grids)
+        {
+            return self.launch(&paired);
+        }
+        self.proj_q8_0(first, n)?;
+        self.proj_q8_0(second, n)
     }
 
     /// The shared expert's gate/up + SwiGLU of `n` tokens: the matvec for one token, the GEMM for a

@@ -201,15 +201,15 @@ kernel_defs! {
         qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc: Ptr, fn_w: Ptr, scale: Ptr, base: Ptr, norm_w: Ptr,
         n_embd: U32, n_hc: U32, iters: U32, eps_rms: F32, eps_hc: F32, eps_norm: F32);
     HC_POST_PRE_FAST = "ds4_hc_post_pre_fast"(split_out: Ptr, xn: Ptr, q0_q: Ptr, q0_d: Ptr, qk_q: Ptr,
-        qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc: Ptr, y: Ptr, y2: Ptr, post_split: Ptr, fn_w: Ptr,
+        qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc_in: Ptr, hc_out: Ptr, y: Ptr, y2: Ptr, post_split: Ptr, fn_w: Ptr,
         scale: Ptr, base: Ptr, norm_w: Ptr, n_embd: U32, n_hc: U32, iters: U32, eps_rms: F32, eps_hc: F32,
         eps_norm: F32);
     HC_PRE_TOKEN_FAST = "ds4_hc_pre_token_fast"(split_out: Ptr, xn: Ptr, q0_q: Ptr, q0_d: Ptr, qk_q: Ptr,
         qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc: Ptr, fn_w: Ptr, scale: Ptr, base: Ptr, norm_w: Ptr,
         n_embd: U32, n_hc: U32, iters: U32, eps_rms: F32, eps_hc: F32, eps_norm: F32);
     HC_POST_PRE_TOKEN_FAST = "ds4_hc_post_pre_token_fast"(split_out: Ptr, xn: Ptr, q0_q: Ptr, q0_d: Ptr,
-        qk_q: Ptr, qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc: Ptr, y: Ptr, y2: Ptr, post_split: Ptr,
-        fn_w: Ptr, scale: Ptr, base: Ptr, norm_w: Ptr, n_embd: U32, n_hc: U32, iters: U32, eps_rms: F32,
+        qk_q: Ptr, qk_d: Ptr, qk_bs: Ptr, mix: Ptr, counter: Ptr, hc_in: Ptr, hc_out: Ptr, y: Ptr, y2: Ptr,
+        post_split: Ptr, fn_w: Ptr, scale: Ptr, base: Ptr, norm_w: Ptr, n_embd: U32, n_hc: U32, iters: U32, eps_rms: F32,
         eps_hc: F32, eps_norm: F32);
     HC_POST_FAST = "ds4_hc_post_fast"(hc_out: Ptr, hc_in: Ptr, y: Ptr, y2: Ptr, split: Ptr, n_embd: U32,
         n_hc: U32);
@@ -217,15 +217,23 @@ kernel_defs! {
     ROWS_FINISH_FAST = "ds4_rows_finish_fast"(x: Ptr, ring: Ptr, w: Ptr, pos: Ptr, n_head: U32, head_dim: U32,
         n_rot: U32, flags: U32, n_tok: U32, emit_ratio: U32, row_cap: U32, ring_cap: U32, theta_scale: F32,
         freq_scale: F32, ext_factor: F32, corr_low: F32, corr_high: F32, mscale: F32, eps: F32);
+    ROWS_FINISH_PAIR_FAST = "ds4_rows_finish_pair_fast"(x: Ptr, ring: Ptr, w: Ptr, n_head: U32, flags: U32,
+        ring_cap: U32, x2: Ptr, ring2: Ptr, w2: Ptr, n_head2: U32, flags2: U32, ring_cap2: U32, pos: Ptr,
+        head_dim: U32, n_rot: U32, n_tok: U32, theta_scale: F32, freq_scale: F32, ext_factor: F32, corr_low: F32,
+        corr_high: F32, mscale: F32, eps: F32);
     /// kernels/matvec_fast.hip
     MATVEC_Q8_0_FAST = "ds4_matvec_q8_0_fast"(y: Ptr, w: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_out: U32,
         rows_per_group: U32, x_stride: U32);
+    MATVEC_Q8_0_PAIR_FAST = "ds4_matvec_q8_0_pair_fast"(y0: Ptr, y1: Ptr, w0: Ptr, w1: Ptr, xq: Ptr, xd: Ptr,
+        n_in: U32, n_out0: U32, n_out1: U32);
     MATVEC_Q8_0_SWIGLU_FAST = "ds4_matvec_q8_0_swiglu_fast"(mid: Ptr, wg: Ptr, wu: Ptr, xq: Ptr, xd: Ptr,
         n_in: U32, n_ff: U32, limit: F32);
     MATVEC_F16_FAST = "ds4_matvec_f16_fast"(y: Ptr, w: Ptr, x: Ptr, n_in: U32, n_out: U32, x_stride: U32);
     MATVEC_F16_PAIR_FAST = "ds4_matvec_f16_pair_fast"(y0: Ptr, y1: Ptr, w0: Ptr, w1: Ptr, x: Ptr, n_in: U32,
         n_out: U32, x_stride: U32);
     /// kernels/moe_fast.hip
+    ROUTER_FAST = "ds4_router_fast"(sel: Ptr, selw: Ptr, logits: Ptr, bias: Ptr, tid2eid: Ptr, tokens: Ptr,
+        n_expert: U32, n_used: U32, weight_scale: F32, n_tok: U32);
     MOE_GATE_UP_IQ2_XXS_FAST = "ds4_moe_gate_up_iq2_xxs_fast"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr,
         xbs: Ptr, sel: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32, limit: F32);
     MOE_GATE_UP_Q2_K_FAST = "ds4_moe_gate_up_q2_k_fast"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr, xbs: Ptr,
@@ -243,10 +251,10 @@ kernel_defs! {
     /// kernels/attention_fast.hip
     ATTENTION_DECODE_SPLIT = "ds4_attention_decode_split"(part_acc: Ptr, part_ml: Ptr, q: Ptr, ring: Ptr,
         comp: Ptr, comp_sel: Ptr, pos: Ptr, n_head: U32, head_dim: U32, ring_cap: U32, window: U32,
-        n_comp_avail: U32, ratio: U32, top_k: U32, n_split: U32, most_slices: U32, scale: F32);
+        n_comp_avail: U32, ratio: U32, top_k: U32, n_split: U32, most_slices: U32, min_chunk: U32, scale: F32);
     ATTENTION_DECODE_MERGE = "ds4_attention_decode_merge"(out: Ptr, part_acc: Ptr, part_ml: Ptr, sinks: Ptr,
         comp_sel: Ptr, pos: Ptr, n_head: U32, head_dim: U32, window: U32, n_comp_avail: U32, ratio: U32,
-        top_k: U32, n_split: U32, most_slices: U32);
+        top_k: U32, n_split: U32, most_slices: U32, min_chunk: U32);
     /// kernels/indexer_fast.hip
     INDEXER_SCORES_FAST = "ds4_indexer_scores_fast"(scores: Ptr, qi: Ptr, w: Ptr, krows: Ptr, pos: Ptr,
         n_head: U32, n_comp_avail: U32, ratio: U32, top_k: U32, score_stride: U32, w_scale: F32);

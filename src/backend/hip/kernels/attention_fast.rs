@@ -8,13 +8,19 @@ use super::launch::{Launch, f, ptr, u};
 
 /// Heads per block of `ds4_attention_decode_split` (DS4_AFD_HEADS).
 pub const ATTENTION_SPLIT_HEADS: u32 = 8;
-/// Rows per slice at least (DS4_AFD_MIN_CHUNK): enough rows that the slices' partial values (n_head x
-/// head_dim floats each) stay small beside the rows read, few enough that a 2k-context step
-/// (640 rows) fills the device with (640 / 32) x (n_head / 8) blocks.
-pub const ATTENTION_SPLIT_ROWS: u32 = 32;
-/// Most slices per token: bounds the merge and the partial buffer (64 slices of 130 rows at the
-/// 8,320 rows of a ratio-128 layer at 1M tokens).
-pub const ATTENTION_MAX_SPLITS: u32 = 64;
+/// Rows per slice at least, by default (the kernels' min_chunk, [`AttentionSplitPlan::min_rows`]).
+/// A block's rows are a chain of dependent loads, so short slices on many blocks finish sooner: at a
+/// 2k context (640 rows; 40 slices of 16 under the 64-slice cap then) fast decode measured 90.3 t/s
+/// with 8, 90.0 with 16 and 88.3 with 32 on the H200 (Flash-shaped q2 file, one call,
+/// tests/hip-on-cuda/results/h200-2026-12-02-s11-call1.log). The partials, n_head x head_dim floats
+/// a slice, stay in the cache. `DS4_HIP_ATTENTION_ROWS` overrides it for tuning (`FastGrids`).
+pub const ATTENTION_SPLIT_ROWS: u32 = 8;
+/// Slice lengths are multiples of this (DS4_AFD_ROUND).
+pub const ATTENTION_SLICE_ROUND: u32 = 8;
+/// Most slices per token: bounds the merge and the partial buffer (128 slices of 65 rows at the
+/// 8,320 rows of a ratio-128 layer at 1M tokens; the 640 rows of a 2k step in slices of 8, a
+/// block each: a slice's rows are a chain of dependent loads, so shorter is sooner).
+pub const ATTENTION_MAX_SPLITS: u32 = 128;
 
 /// The partial buffers of a split decode attention, carved from one scratch buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,16 +30,27 @@ pub struct AttentionSplitPlan {
     pub n_split: u32,
     /// The slice count a token's rows are divided by (kernels' afd_slices): fixed for a session and
     /// batch size, so the slices, and the bits, do not depend on the grid; a token with r rows uses
-    /// ceil(r / max(32, ceil(r / most_slices) rounded up to 8)) slices.
+    /// ceil(r / max(min_rows, ceil(r / most_slices) rounded up to 8)) slices.
     pub most_slices: u32,
+    /// Rows per slice at least (kernels' min_chunk): a multiple of [`ATTENTION_SLICE_ROUND`].
+    pub min_rows: u32,
 }
 
 impl AttentionSplitPlan {
-    /// The plan for a batch of `n_tok` tokens none of which sees more than `max_rows` rows, with
-    /// `scratch_floats` floats of scratch for the partials; `None` when the shape misses the
-    /// kernels' preconditions or not even one slice fits (the exact launches then run).
-    pub fn new(shape: &AttentionShape, n_tok: u32, max_rows: u32, scratch_floats: usize) -> Option<Self> {
-        let shape_ok = shape.n_head.is_multiple_of(ATTENTION_SPLIT_HEADS)
+    /// The plan for a batch of `n_tok` tokens none of which sees more than `max_rows` rows, slices of
+    /// at least `min_rows` rows, and `scratch_floats` floats of scratch for the partials; `None` when
+    /// the shape or `min_rows` misses the kernels' preconditions or not even one slice fits (the
+    /// exact launches then run).
+    pub fn new(
+        shape: &AttentionShape,
+        n_tok: u32,
+        max_rows: u32,
+        scratch_floats: usize,
+        min_rows: u32,
+    ) -> Option<Self> {
+        let shape_ok = min_rows.is_multiple_of(ATTENTION_SLICE_ROUND)
+            && min_rows > 0
+            && shape.n_head.is_multiple_of(ATTENTION_SPLIT_HEADS)
             && shape.head_dim.is_multiple_of(4)
             && shape.head_dim > 0
             && shape.head_dim <= ATTENTION_MAX_DIM;
@@ -42,8 +59,12 @@ impl AttentionSplitPlan {
         }
         let per_slice = n_tok as usize * shape.n_head as usize * (shape.head_dim as usize + 2);
         let most_slices = (scratch_floats / per_slice).min(ATTENTION_MAX_SPLITS as usize) as u32;
-        let n_split = max_rows.max(1).div_ceil(ATTENTION_SPLIT_ROWS).min(most_slices);
-        (n_split > 0).then_some(AttentionSplitPlan { n_split, most_slices })
+        let n_split = max_rows.max(1).div_ceil(min_rows).min(most_slices);
+        (n_split > 0).then_some(AttentionSplitPlan {
+            n_split,
+            most_slices,
+            min_rows,
+        })
     }
 
     /// Floats of the partial values [n_tok][n_head][n_split][head_dim]; the (max, sum) pairs
@@ -74,7 +95,7 @@ pub fn attention_decode_split(
         [
             &[ptr(scratch), ptr(part_ml), ptr(io.q)][..],
             &io.row_args(shape),
-            &[u(plan.n_split), u(plan.most_slices), f(scale)],
+            &[u(plan.n_split), u(plan.most_slices), u(plan.min_rows), f(scale)],
         ]
         .concat(),
     );
@@ -96,6 +117,7 @@ pub fn attention_decode_split(
             u(shape.top_k),
             u(plan.n_split),
             u(plan.most_slices),
+            u(plan.min_rows),
         ],
     );
     [split, merge]
@@ -106,24 +128,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn split_plan_aims_at_32_rows_per_slice_within_the_scratch() {
+    fn split_plan_aims_at_the_slice_rows_within_the_scratch() {
         let s = AttentionShape::flash_ratio4();
         let big = usize::MAX / 2;
-        assert_eq!(AttentionSplitPlan::new(&s, 1, 640, big).unwrap().n_split, 20);
-        assert_eq!(AttentionSplitPlan::new(&s, 1, 17, big).unwrap().n_split, 1);
-        assert_eq!(AttentionSplitPlan::new(&s, 1, 8320, big).unwrap().n_split, 64);
+        let plan = |rows, scratch| AttentionSplitPlan::new(&s, 1, rows, scratch, ATTENTION_SPLIT_ROWS);
+        assert_eq!(plan(640, big).unwrap().n_split, 80);
+        assert_eq!(plan(17, big).unwrap().n_split, 3);
+        assert_eq!(plan(8320, big).unwrap().n_split, 128);
         // The scratch of a decode-only session (one token's scores over 640 rows) holds one slice.
-        let one = AttentionSplitPlan::new(&s, 1, 640, 64 * 640).unwrap();
+        let one = plan(640, 64 * 640).unwrap();
         assert_eq!((one.n_split, one.most_slices), (1, 1));
         // Fewer rows (a direct launch at an early position) change the grid, not the slicing.
-        let early = AttentionSplitPlan::new(&s, 1, 100, big).unwrap();
-        assert_eq!((early.n_split, early.most_slices), (4, 64));
-        assert!(AttentionSplitPlan::new(&s, 1, 640, 64 * 513).is_none());
+        let early = plan(100, big).unwrap();
+        assert_eq!((early.n_split, early.most_slices, early.min_rows), (13, 128, 8));
+        assert!(plan(640, 64 * 513).is_none());
         let odd = AttentionShape { n_head: 12, ..s };
-        assert!(AttentionSplitPlan::new(&odd, 1, 640, big).is_none());
+        assert!(AttentionSplitPlan::new(&odd, 1, 640, big, 32).is_none());
+        // Longer slices: fewer blocks.
+        assert_eq!(AttentionSplitPlan::new(&s, 1, 640, big, 16).unwrap().n_split, 40);
+        assert_eq!(AttentionSplitPlan::new(&s, 1, 640, big, 32).unwrap().n_split, 20);
+        assert!(AttentionSplitPlan::new(&s, 1, 640, big, 12).is_none());
+        assert!(AttentionSplitPlan::new(&s, 1, 640, big, 0).is_none());
         let plan = AttentionSplitPlan {
             n_split: 20,
             most_slices: 64,
+            min_rows: 32,
         };
         let io = AttentionInputs {
             q: 3,

@@ -8,8 +8,10 @@ use super::super::env::env_number;
 use super::abi::{
     ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_POST_FAST, HC_POST_PRE_FAST,
     HC_POST_PRE_TOKEN_FAST, HC_PRE_FUSED_FAST, HC_PRE_TOKEN_FAST, INDEXER_SCORES_FAST, KernelDef, MATVEC_F16_FAST,
-    MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST, ROWS_FINISH_FAST, kernel_def,
+    MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST, ROUTER_FAST,
+    ROWS_FINISH_FAST, kernel_def,
 };
+use super::attention_fast::{ATTENTION_SLICE_ROUND, ATTENTION_SPLIT_ROWS};
 use super::launch::{BLOCK, Launch, blocks};
 use super::moe::ExpertFormat;
 
@@ -54,40 +56,63 @@ pub const Q8_0_FAST_MAX_BLOCKS: u32 = 264;
 /// Environment variable overriding [`Q8_0_FAST_MAX_BLOCKS`].
 pub const Q8_0_FAST_BLOCKS_ENV: &str = "DS4_HIP_Q8_BLOCKS";
 
-/// The grid sizes a session's fast twins use where the grid is a tuning choice (it never changes the
-/// bits): `HipOptions::fast_grids`, passed to [`fast_twin_tuned`].
+/// Environment variable overriding [`ATTENTION_SPLIT_ROWS`].
+pub const ATTENTION_ROWS_ENV: &str = "DS4_HIP_ATTENTION_ROWS";
+
+/// The work split a session's fast kernels use where it is a tuning choice: `HipOptions::fast_grids`,
+/// passed to [`fast_twin_tuned`] and the attention sublayer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FastGrids {
-    /// Most blocks of a tiled fast Q8_0 matvec ([`Q8_0_FAST_MAX_BLOCKS`]).
+    /// Most blocks of a tiled fast Q8_0 matvec ([`Q8_0_FAST_MAX_BLOCKS`]; never changes the bits).
     pub q8_0_max_blocks: u32,
+    /// Rows per slice at least of the split decode attention ([`ATTENTION_SPLIT_ROWS`]): the slices'
+    /// partial sums are merged in another order, so the bits may change, within the fast tolerances.
+    pub attention_rows: u32,
 }
 
 impl Default for FastGrids {
     fn default() -> FastGrids {
         FastGrids {
             q8_0_max_blocks: Q8_0_FAST_MAX_BLOCKS,
+            attention_rows: ATTENTION_SPLIT_ROWS,
         }
     }
 }
 
 impl FastGrids {
-    /// The defaults with `DS4_HIP_Q8_BLOCKS` (a positive block count) applied; malformed is a
-    /// one-line error naming it.
+    /// The defaults with `DS4_HIP_Q8_BLOCKS` (a positive block count) and `DS4_HIP_ATTENTION_ROWS`
+    /// (a multiple of 8 from 8 to 256) applied; malformed is a one-line error naming it.
     pub fn from_env() -> Result<FastGrids, String> {
         let q8 = env_number(Q8_0_FAST_BLOCKS_ENV, |&n: &u32| n > 0, "a positive block count")?;
+        let rows = env_number(
+            ATTENTION_ROWS_ENV,
+            |&n: &u32| n.is_multiple_of(ATTENTION_SLICE_ROUND) && (8..=256).contains(&n),
+            "a multiple of 8 from 8 to 256",
+        )?;
         Ok(FastGrids {
             q8_0_max_blocks: q8.unwrap_or(Q8_0_FAST_MAX_BLOCKS),
+            attention_rows: rows.unwrap_or(ATTENTION_SPLIT_ROWS),
         })
     }
 }
 
-/// Blocks of the fast Q8_0 matvecs for `n_out` rows of `n_in` elements: the tiled path's rounds
-/// (rows of a power-of-two chunk count up to 128, q8_tiled) in at most `max_blocks` blocks, else a
-/// block per 256 / G rows.
-pub fn q8_0_fast_blocks(n_in: u32, n_out: u32, max_blocks: u32) -> u32 {
+/// Whether the fast Q8_0 matvecs take rows of `n_in` elements on their tiled path (q8_tiled): whole
+/// chunks, a power-of-two count of them up to 128.
+pub fn q8_0_tiled(n_in: u32) -> bool {
     let nc = n_in / Q8_0_FAST_CHUNK;
-    if nc.is_power_of_two() && nc <= Q8_0_FAST_ROUND {
-        let rounds = blocks(n_out, Q8_0_FAST_ROUND / nc);
+    n_in.is_multiple_of(Q8_0_FAST_CHUNK) && nc.is_power_of_two() && nc <= Q8_0_FAST_ROUND
+}
+
+/// Rows per round of the tiled fast Q8_0 matvecs for rows of `n_in` elements (`q8_0_tiled`).
+pub fn q8_0_tiled_rows(n_in: u32) -> u32 {
+    Q8_0_FAST_ROUND / (n_in / Q8_0_FAST_CHUNK)
+}
+
+/// Blocks of the fast Q8_0 matvecs for `n_out` rows of `n_in` elements: the tiled path's rounds
+/// (`q8_0_tiled`) in at most `max_blocks` blocks, else a block per 256 / G rows.
+pub fn q8_0_fast_blocks(n_in: u32, n_out: u32, max_blocks: u32) -> u32 {
+    if q8_0_tiled(n_in) {
+        let rounds = blocks(n_out, q8_0_tiled_rows(n_in));
         blocks(rounds, rounds.div_ceil(max_blocks.max(1)))
     } else {
         blocks(n_out, BLOCK / q8_0_fast_lanes(n_in))
@@ -215,6 +240,8 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
                 .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
         }
         "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, l.grid)),
+        // One warp a token (kernels/moe_fast.hip; bitwise the exact results).
+        "ds4_router" => Some(twin(l, &ROUTER_FAST, l.grid)),
         "ds4_moe_gate_up_iq2_xxs" | "ds4_moe_gate_up_q2_k" | "ds4_moe_gate_up_q4_k" => {
             let row = expert_row_bytes(l.kernel.name, arg_u32(l, "n_in"))?;
             let grid = [blocks(arg_u32(l, "n_ff"), MOE_FAST_ROWS), l.grid[1], l.grid[2]];
@@ -259,15 +286,14 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
 }
 
 /// One fast launch for an HC post followed by the next sublayer's HC pre
-/// (`ds4_hc_post_pre_fast`): `post` (`ds4_hc_post`) must update in place the state `pre`
-/// (`ds4_hc_pre_fused`) reads, for the same tokens and shapes, and `pre` must have its fast twin.
-/// `None` otherwise (then both run on their own).
+/// (`ds4_hc_post_pre_fast`): `pre` (`ds4_hc_pre_fused`) must read the state `post` (`ds4_hc_post`)
+/// writes (in place, or from its `hc_in` to another buffer), for the same tokens and shapes, and
+/// `pre` must have its fast twin. `None` otherwise (then both run on their own).
 pub fn fused_hc_post_pre(post: &Launch, pre: &Launch) -> Option<Launch> {
     if post.kernel.name != "ds4_hc_post" || pre.kernel.name != "ds4_hc_pre_fused" {
         return None;
     }
-    let hc = arg(pre, "hc");
-    let same_state = arg(post, "hc_out") == hc && arg(post, "hc_in") == hc && post.grid[1] == pre.grid[1];
+    let same_state = arg(post, "hc_out") == arg(pre, "hc") && post.grid[1] == pre.grid[1];
     let same_shape = ["n_embd", "n_hc"].iter().all(|n| arg_u32(post, n) == arg_u32(pre, n));
     if !(same_state && same_shape && ptrs_aligned16(post) && hc_pre_fits(pre)) {
         return None;
@@ -276,7 +302,7 @@ pub fn fused_hc_post_pre(post: &Launch, pre: &Launch) -> Option<Launch> {
         .params
         .iter()
         .map(|p| match p.name {
-            "y" | "y2" => arg(post, p.name),
+            "y" | "y2" | "hc_in" | "hc_out" => arg(post, p.name),
             "post_split" => arg(post, "split"),
             name => arg(pre, name),
         })
@@ -307,7 +333,7 @@ pub fn hc_layout(l: Launch, per_token: bool) -> Launch {
 }
 
 /// The HC pre layout for `n_tok` tokens (`HC_TOKEN_BLOCKS_MIN_TOKENS`).
-fn hc_per_token(n_tok: u32) -> bool {
+pub fn hc_per_token(n_tok: u32) -> bool {
     n_tok >= HC_TOKEN_BLOCKS_MIN_TOKENS
 }
 
@@ -355,6 +381,12 @@ mod tests {
             ("ds4_matvec_q8_0_swiglu_fast", [100u32.div_ceil(16), 1, 1])
         );
         assert_eq!(fast_twin(&argmax(1, 2, 129280)).unwrap().kernel.name, "ds4_argmax_fast");
+        let r = super::super::router(1, 2, 3, 4, 0, 5, 256, 6, 1.5, 3);
+        let rf = fast_twin(&r).unwrap();
+        assert_eq!(
+            (rf.kernel.name, rf.grid, &rf.args),
+            ("ds4_router_fast", r.grid, &r.args)
+        );
         let h = super::super::tests::flash_hc_pre_fused(1);
         let hf = fast_twin(&h).unwrap();
         assert_eq!(
@@ -376,6 +408,14 @@ mod tests {
         let post = |n_tok| super::super::hc_post(64, 64, 144, 0, 160, 4096, 4, n_tok);
         let f1 = fused_hc_post_pre(&post(1), &h).unwrap();
         assert_eq!((f1.kernel.name, f1.grid), ("ds4_hc_post_pre_fast", [24, 1, 1]));
+        assert_eq!((arg(&f1, "hc_in"), arg(&f1, "hc_out")), (Arg::Ptr(64), Arg::Ptr(64)));
+        // Out of place: the post reads 32 and writes 64, where the pre reads.
+        let apart = super::super::hc_post(64, 32, 144, 0, 160, 4096, 4, 1);
+        let f2 = fused_hc_post_pre(&apart, &h).unwrap();
+        assert_eq!((arg(&f2, "hc_in"), arg(&f2, "hc_out")), (Arg::Ptr(32), Arg::Ptr(64)));
+        // A post writing elsewhere than the pre reads is not fused.
+        let elsewhere = super::super::hc_post(96, 64, 144, 0, 160, 4096, 4, 1);
+        assert!(fused_hc_post_pre(&elsewhere, &h).is_none());
         let fb = fused_hc_post_pre(&post(HC_TOKEN_BLOCKS_MIN_TOKENS), &hb).unwrap();
         assert_eq!(
             (fb.kernel.name, fb.grid),

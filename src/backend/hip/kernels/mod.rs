@@ -20,7 +20,8 @@
 //! file of builders per kernel source (`norm_quant`, `matvec`, `moe`, `hc`, `rows`, `attention`,
 //! `attention_prefill`,
 //! `compressor`, `indexer`, `sample`, `gemm`, `moe_grouped`), `fast` (the fast-arithmetic
-//! twins of exact launches), `code_objects` (the embedded images).
+//! twins of exact launches), `fast_fusions` (fast launches that replace two), `code_objects` (the
+//! embedded images).
 //! Every public item is re-exported here: callers name them `kernels::X`.
 
 #![allow(clippy::too_many_arguments)]
@@ -32,6 +33,7 @@ mod attention_prefill;
 mod code_objects;
 mod compressor;
 mod fast;
+mod fast_fusions;
 mod gemm;
 mod hc;
 mod indexer;
@@ -51,6 +53,7 @@ pub use attention_prefill::*;
 pub use code_objects::*;
 pub use compressor::*;
 pub use fast::*;
+pub use fast_fusions::*;
 pub use gemm::*;
 pub use hc::*;
 pub use indexer::*;

@@ -204,6 +204,7 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     let plan = AttentionSplitPlan {
         n_split: 20,
         most_slices: 64,
+        min_rows: ATTENTION_SPLIT_ROWS,
     };
     let io = AttentionInputs {
         n_comp_avail: 512,
@@ -239,6 +240,29 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         n_comp_avail: 512,
     };
     launches.push(attention_prefill_fast(&shape, 16, &aligned, 37));
+    // The fast-mode fusion of two matvecs of one input.
+    let at = |p: DevPtr| Q8Proj::plain(p, p + 16, Q8Act { q: 64, d: 80 }, 4096, 1024);
+    launches.extend(paired_matvec_q8_0(&at(112), &at(160), 1, FastGrids::default()));
+    // ... and of two row finishes of the same tokens.
+    let rope = RopeParams::from_rope(&crate::backend::cpu::ops::Rope::for_layer(
+        &crate::model::hparams::HParams::flash(),
+        true,
+    ));
+    let q_rows = rows_finish(64, NULL, NULL, 80, 64, 512, row_flags::NORM, 1, rope, 1e-6, 1);
+    let kv_rows = rows_finish(
+        96,
+        112,
+        128,
+        80,
+        1,
+        512,
+        row_flags::NORM | row_flags::STORE_RING,
+        2175,
+        rope,
+        1e-6,
+        1,
+    );
+    launches.extend(fused_rows_finish_pair(&q_rows, &kv_rows));
     // The fast-arithmetic twins take their exact launch's arguments (`fast_twin`).
     let twins: Vec<Launch> = launches.iter().filter_map(fast_twin).collect();
     launches.extend(twins);

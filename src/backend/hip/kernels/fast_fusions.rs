@@ -1,0 +1,173 @@
+//! Fast-arithmetic fusions of two launches into one (docs/arithmetic.md#fast-arithmetic) built by
+//! the sublayers: two Q8_0 matvecs of the same activations (`ds4_matvec_q8_0_pair_fast`), two row
+//! finishes of the same tokens (`ds4_rows_finish_pair_fast`). Each gives the bits of the two fast
+//! twins run one after the other, and is `None` where the launches miss the fused kernel's
+//! preconditions (then both run on their own). The fused HC post + pre, which the launcher finds by
+//! itself, is in `fast.rs`.
+
+use super::abi::{Arg, MATVEC_Q8_0_PAIR_FAST, ROWS_FINISH_PAIR_FAST};
+use super::fast::fast_twin;
+use super::fast::{FastGrids, q8_0_fast_blocks, q8_0_tiled, q8_0_tiled_rows};
+use super::launch::{Launch, ptr, u};
+use super::matvec::Q8Proj;
+
+/// One launch for two plain Q8_0 projections of the same activations (`first` then `second`, each
+/// one group, x_stride = n_in) for `n_tok` tokens: the rounds of `first`'s rows, then `second`'s.
+/// `first`'s rows must fill whole rounds of the tiled product (q8_0_tiled_rows).
+pub fn paired_matvec_q8_0(first: &Q8Proj, second: &Q8Proj, n_tok: u32, grids: FastGrids) -> Option<Launch> {
+    let plain = |p: &Q8Proj| p.rows_per_group >= p.n_out && p.x_stride == p.n_in;
+    let same_x = first.x == second.x && first.n_in == second.n_in;
+    let aligned = [first.y, first.w, second.y, second.w].iter().all(|p| p % 16 == 0);
+    let n_in = first.n_in;
+    let fits = same_x
+        && plain(first)
+        && plain(second)
+        && aligned
+        && q8_0_tiled(n_in)
+        && first.n_out.is_multiple_of(q8_0_tiled_rows(n_in));
+    fits.then(|| {
+        let grid = q8_0_fast_blocks(n_in, first.n_out + second.n_out, grids.q8_0_max_blocks);
+        let args: Vec<Arg> = vec![
+            ptr(first.y),
+            ptr(second.y),
+            ptr(first.w),
+            ptr(second.w),
+            ptr(first.x.q),
+            ptr(first.x.d),
+            u(n_in),
+            u(first.n_out),
+            u(second.n_out),
+        ];
+        Launch::new(&MATVEC_Q8_0_PAIR_FAST, [grid, n_tok, 1], args)
+    })
+}
+
+/// One launch for two `ds4_rows_finish` launches (`kernels::rows_finish`) of the same tokens,
+/// positions, row width and RoPE, both of which have the fast twin, neither emitting compressed
+/// rows: `first`'s rows on the first blocks, `second`'s after them.
+pub fn fused_rows_finish_pair(first: &Launch, second: &Launch) -> Option<Launch> {
+    let is_rows = |l: &Launch| {
+        l.kernel.name == "ds4_rows_finish"
+            && fast_twin(l).is_some_and(|t| t.kernel.name == "ds4_rows_finish_fast")
+            && arg(l, "emit_ratio") == Arg::U32(0)
+    };
+    const SHARED: [&str; 11] = [
+        "pos",
+        "head_dim",
+        "n_rot",
+        "n_tok",
+        "theta_scale",
+        "freq_scale",
+        "ext_factor",
+        "corr_low",
+        "corr_high",
+        "mscale",
+        "eps",
+    ];
+    let same = SHARED.iter().all(|n| arg(first, n) == arg(second, n)) && first.grid[1] == second.grid[1];
+    if !(is_rows(first) && is_rows(second) && same) {
+        return None;
+    }
+    let (Arg::U32(h1), Arg::U32(h2)) = (arg(first, "n_head"), arg(second, "n_head")) else {
+        return None;
+    };
+    let args = ROWS_FINISH_PAIR_FAST
+        .params
+        .iter()
+        .map(|p| match p.name.strip_suffix('2') {
+            Some(name) => arg(second, name),
+            None => arg(first, p.name),
+        })
+        .collect();
+    Some(Launch::new(&ROWS_FINISH_PAIR_FAST, [h1 + h2, first.grid[1], 1], args))
+}
+
+/// The value of `l`'s parameter `name`.
+fn arg(l: &Launch, name: &str) -> Arg {
+    let i = l.kernel.params.iter().position(|p| p.name == name);
+    i.map(|i| l.args[i])
+        .unwrap_or_else(|| panic!("{}: no parameter {name}", l.kernel.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{DevPtr, Q8Act};
+    use super::*;
+
+    fn proj(y: DevPtr, w: DevPtr, n_in: u32, n_out: u32) -> Q8Proj {
+        Q8Proj::plain(y, w, Q8Act { q: 0x100, d: 0x200 }, n_in, n_out)
+    }
+
+    #[test]
+    fn two_row_finishes_of_the_same_tokens_pair_up() {
+        use super::super::{RopeParams, row_flags as rf, rows_finish, rows_finish_emitted};
+        let rope = RopeParams::from_rope(&crate::backend::cpu::ops::Rope::for_layer(
+            &crate::model::hparams::HParams::flash(),
+            true,
+        ));
+        let q = rows_finish(0x100, 0, 0, 0x40, 64, 512, rf::NORM | rf::ROPE, 1, rope, 1e-6, 1);
+        let kv = rows_finish(
+            0x200,
+            0x300,
+            0x400,
+            0x40,
+            1,
+            512,
+            rf::NORM | rf::ROPE | rf::E4M3 | rf::STORE_RING,
+            2175,
+            rope,
+            1e-6,
+            1,
+        );
+        let l = fused_rows_finish_pair(&q, &kv).expect("paired");
+        assert_eq!((l.kernel.name, l.grid), ("ds4_rows_finish_pair_fast", [65, 1, 1]));
+        let want = |name: &str, from: &Launch, as_name: &str| assert_eq!(arg(&l, name), arg(from, as_name), "{name}");
+        for (name, from, as_name) in [
+            ("x", &q, "x"),
+            ("flags", &q, "flags"),
+            ("ring_cap", &q, "ring_cap"),
+            ("x2", &kv, "x"),
+            ("ring2", &kv, "ring"),
+            ("w2", &kv, "w"),
+            ("n_head2", &kv, "n_head"),
+            ("flags2", &kv, "flags"),
+            ("ring_cap2", &kv, "ring_cap"),
+            ("pos", &q, "pos"),
+            ("eps", &q, "eps"),
+        ] {
+            want(name, from, as_name);
+        }
+        // Other tokens, other widths, emitted rows, the Hadamard rows (exact only): apart.
+        let other_tok = rows_finish(0x200, 0x300, 0x400, 0x40, 1, 512, rf::NORM, 2175, rope, 1e-6, 2);
+        assert!(fused_rows_finish_pair(&q, &other_tok).is_none());
+        let narrow = rows_finish(0x200, 0, 0x400, 0x40, 1, 128, rf::NORM, 1, rope, 1e-6, 1);
+        assert!(fused_rows_finish_pair(&q, &narrow).is_none());
+        let emitted = rows_finish_emitted(0x200, 0x400, 0x40, 512, rf::NORM, 4, 1026, rope, 1e-6, 1, 1);
+        assert!(fused_rows_finish_pair(&q, &emitted).is_none());
+        let hadamard = rows_finish(0x200, 0, 0, 0x40, 1, 512, rf::ROPE | rf::HADAMARD_FP4, 1, rope, 1e-6, 1);
+        assert!(fused_rows_finish_pair(&q, &hadamard).is_none());
+    }
+
+    #[test]
+    fn two_projections_of_one_activation_pair_up_on_whole_rounds() {
+        let grids = FastGrids::default();
+        // q_a (1024 rows) and kv (512 rows) of a Flash layer: 4096 inputs, rounds of 8 rows.
+        let (qa, kv) = (proj(0x1000, 0x2000, 4096, 1024), proj(0x3000, 0x4000, 4096, 512));
+        let l = paired_matvec_q8_0(&qa, &kv, 1, grids).expect("paired");
+        assert_eq!(l.kernel.name, "ds4_matvec_q8_0_pair_fast");
+        assert_eq!(l.grid, [q8_0_fast_blocks(4096, 1536, grids.q8_0_max_blocks), 1, 1]);
+        assert_eq!(&l.args[6..], &[u(4096), u(1024), u(512)]);
+        // The first matrix must end on a round; the activations must be the same.
+        assert!(paired_matvec_q8_0(&proj(0x1000, 0x2000, 4096, 1020), &kv, 1, grids).is_none());
+        let other_x = Q8Proj {
+            x: Q8Act { q: 0x500, d: 0x200 },
+            ..kv
+        };
+        assert!(paired_matvec_q8_0(&qa, &other_x, 1, grids).is_none());
+        let grouped = Q8Proj {
+            rows_per_group: 256,
+            ..qa
+        };
+        assert!(paired_matvec_q8_0(&grouped, &kv, 1, grids).is_none());
+    }
+}
