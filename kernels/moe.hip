@@ -6,6 +6,46 @@
 #define DS4_MOE_ROWS 8  // output rows per block
 #define DS4_MOE_MAX_USED 8  // experts per token the per-token kernels handle (Flash: 6)
 
+// The router's per-expert probabilities prob_e and selection scores prob_e + bias_e, every thread of
+// the block a strided share (shared by ds4_router and its fast twin).
+DS4_DEV void router_probs(float* prob, float* score, const float* lg, const float* bias, u32 n_expert) {
+    for (u32 e = threadIdx.x; e < n_expert; e += DS4_BLOCK) {
+        const float z = lg[e];
+        const float sp = z > 20.0f ? z : (z < -20.0f ? ds4_expf(z) : ds4_log1pf(ds4_expf(z)));
+        const float p = sqrtf(sp);
+        prob[e] = p;
+        score[e] = bias ? p + bias[e] : p;
+    }
+}
+
+// A hash layer's experts for token id `token` (out-of-range entries become expert 0): threads
+// 0 .. n_used - 1 write chosen.
+DS4_DEV void router_hashed(u32* chosen, const i32* tid2eid, u32 token, u32 n_expert, u32 n_used) {
+    if (threadIdx.x < n_used) {
+        const i32 e = tid2eid[(u64)token * n_used + threadIdx.x];
+        chosen[threadIdx.x] = (e < 0 || (u32)e >= n_expert) ? 0u : (u32)e;
+    }
+}
+
+// The chosen experts' ids and weights of one token, by one thread. Sum and normalisation grouped as
+// ds4's compiled code does (and the CPU reference): pairwise for 6 experts, and p * scale * (1/sum)
+// rather than p / sum * scale.
+DS4_DEV void router_weights(u32* sel, float* selw, const float* prob, const u32* chosen, u32 n_used,
+                            float weight_scale) {
+    float sum = 0.0f;
+    if (n_used == 6) {
+        const float* p6 = prob;
+        sum = ((p6[chosen[0]] + p6[chosen[1]]) + (p6[chosen[2]] + p6[chosen[3]])) + (p6[chosen[4]] + p6[chosen[5]]);
+    } else {
+        for (u32 k = 0; k < n_used; ++k) sum += prob[chosen[k]];
+    }
+    const float inv = 1.0f / fmaxf(sum, 6.103515625e-5f);
+    for (u32 k = 0; k < n_used; ++k) {
+        sel[k] = chosen[k];
+        selw[k] = prob[chosen[k]] * weight_scale * inv;
+    }
+}
+
 // Router for one token per block (docs/model.md#router):
 //   prob_e = sqrt(softplus(logit_e)), softplus(z) = z if z > 20, exp(z) if z < -20, else log1p(exp(z));
 //   hash layers (tid2eid != null): experts = tid2eid[token * n_used + i], i < n_used (as stored);
@@ -26,20 +66,10 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router(u32* sel, float* sel
     __shared__ u32 chosen[16];
     const u32 t = blockIdx.x;
     if (t >= n_tok) return;
-    const float* lg = logits + (u64)t * n_expert;
-    for (u32 e = threadIdx.x; e < n_expert; e += DS4_BLOCK) {
-        const float z = lg[e];
-        const float sp = z > 20.0f ? z : (z < -20.0f ? ds4_expf(z) : ds4_log1pf(ds4_expf(z)));
-        const float p = sqrtf(sp);
-        prob[e] = p;
-        score[e] = bias ? p + bias[e] : p;
-    }
+    router_probs(prob, score, logits + (u64)t * n_expert, bias, n_expert);
     __syncthreads();
     if (tid2eid) {
-        if (threadIdx.x < n_used) {
-            i32 e = tid2eid[(u64)tokens[t] * n_used + threadIdx.x];
-            chosen[threadIdx.x] = (e < 0 || (u32)e >= n_expert) ? 0u : (u32)e;
-        }
+        router_hashed(chosen, tid2eid, tokens[t], n_expert, n_used);
         __syncthreads();
     } else {
         for (u32 k = 0; k < n_used; ++k) {
@@ -82,22 +112,8 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router(u32* sel, float* sel
             __syncthreads();
         }
     }
-    if (threadIdx.x == 0) {
-        // Sum and normalisation grouped as ds4's compiled code does (and the CPU reference): pairwise
-        // for 6 experts, and p * scale * (1/sum) rather than p / sum * scale.
-        float sum = 0.0f;
-        if (n_used == 6) {
-            const float* p6 = prob;
-            sum = ((p6[chosen[0]] + p6[chosen[1]]) + (p6[chosen[2]] + p6[chosen[3]])) + (p6[chosen[4]] + p6[chosen[5]]);
-        } else {
-            for (u32 k = 0; k < n_used; ++k) sum += prob[chosen[k]];
-        }
-        const float inv = 1.0f / fmaxf(sum, 6.103515625e-5f);
-        for (u32 k = 0; k < n_used; ++k) {
-            sel[(u64)t * n_used + k] = chosen[k];
-            selw[(u64)t * n_used + k] = prob[chosen[k]] * weight_scale * inv;
-        }
-    }
+    if (threadIdx.x == 0)
+        router_weights(sel + (u64)t * n_used, selw + (u64)t * n_used, prob, chosen, n_used, weight_scale);
 }
 
 // Routed gate/up + SwiGLU for the selected experts (docs/model.md#routed-experts):

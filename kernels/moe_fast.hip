@@ -224,21 +224,11 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router_fast(u32* sel, float
     __shared__ u32 chosen[16];
     const u32 t = blockIdx.x, lane = lane_id();
     if (t >= n_tok) return;
-    const float* lg = logits + (u64)t * n_expert;
-    for (u32 e = threadIdx.x; e < n_expert; e += DS4_BLOCK) {
-        const float z = lg[e];
-        const float sp = z > 20.0f ? z : (z < -20.0f ? ds4_expf(z) : ds4_log1pf(ds4_expf(z)));
-        const float p = sqrtf(sp);
-        prob[e] = p;
-        score[e] = bias ? p + bias[e] : p;
-    }
+    router_probs(prob, score, logits + (u64)t * n_expert, bias, n_expert);
     __syncthreads();
     if (warp_id() != 0) return;
     if (tid2eid) {
-        if (lane < n_used) {
-            const i32 e = tid2eid[(u64)tokens[t] * n_used + lane];
-            chosen[lane] = (e < 0 || (u32)e >= n_expert) ? 0u : (u32)e;
-        }
+        router_hashed(chosen, tid2eid, tokens[t], n_expert, n_used);
     } else {
         for (u32 k = 0; k < n_used; ++k) {
             float best = -INFINITY;
@@ -269,19 +259,5 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router_fast(u32* sel, float
         }
     }
     ds4_sync_warp();
-    if (lane == 0) {
-        // ds4_router's sum and normalisation (pairwise for 6 experts, p * scale * (1/sum)).
-        float sum = 0.0f;
-        if (n_used == 6) {
-            const float* p6 = prob;
-            sum = ((p6[chosen[0]] + p6[chosen[1]]) + (p6[chosen[2]] + p6[chosen[3]])) + (p6[chosen[4]] + p6[chosen[5]]);
-        } else {
-            for (u32 k = 0; k < n_used; ++k) sum += prob[chosen[k]];
-        }
-        const float inv = 1.0f / fmaxf(sum, 6.103515625e-5f);
-        for (u32 k = 0; k < n_used; ++k) {
-            sel[(u64)t * n_used + k] = chosen[k];
-            selw[(u64)t * n_used + k] = prob[chosen[k]] * weight_scale * inv;
-        }
-    }
+    if (lane == 0) router_weights(sel + (u64)t * n_used, selw + (u64)t * n_used, prob, chosen, n_used, weight_scale);
 }

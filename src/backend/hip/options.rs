@@ -1,8 +1,10 @@
 //! `HipOptions`: the settings that tune how a HIP session runs (chunk sizes, the decode graph)
-//! without changing what it computes: every choice gives the same bits. The engine fills them
-//! from the environment (`from_env`: `DS4_HIP_PREFILL_CHUNK`, `DS4_HIP_MATVEC_TOKENS`,
-//! `DS4_HIP_GRAPH`, `DS4_HIP_EXACT`, `DS4_HIP_Q8_BLOCKS`, README "GPU backend"); a program that
-//! opens a backend itself passes its own.
+//! without changing what it computes: every choice gives the same bits, except the fast
+//! attention's slice length (`DS4_HIP_ATTENTION_ROWS`), which moves its sums within the fast
+//! tolerances. The engine fills them from the environment (`from_env`: `DS4_HIP_PREFILL_CHUNK`,
+//! `DS4_HIP_MATVEC_TOKENS`, `DS4_HIP_GRAPH`, `DS4_HIP_EXACT`, `DS4_HIP_Q8_BLOCKS`,
+//! `DS4_HIP_ATTENTION_ROWS`, README "GPU backend"); a program that opens a backend itself passes its
+//! own.
 
 use super::decode;
 use super::kernels::FastGrids;
@@ -23,7 +25,8 @@ pub struct HipOptions {
     pub decode_graph: bool,
     /// The kernels' arithmetic contract (docs/arithmetic.md): fast by default, exact for verification.
     pub arithmetic: Arithmetic,
-    /// Grid sizes of the fast twins where the grid is a tuning choice (`DS4_HIP_Q8_BLOCKS`).
+    /// The fast kernels' work split where it is a tuning choice (`DS4_HIP_Q8_BLOCKS`,
+    /// `DS4_HIP_ATTENTION_ROWS`).
     pub fast_grids: FastGrids,
 }
 

@@ -86,7 +86,7 @@ impl FastGrids {
         let q8 = env_number(Q8_0_FAST_BLOCKS_ENV, |&n: &u32| n > 0, "a positive block count")?;
         let rows = env_number(
             ATTENTION_ROWS_ENV,
-            |&n: &u32| n.is_multiple_of(ATTENTION_SLICE_ROUND) && (8..=256).contains(&n),
+            |&n| attention_rows_valid(n),
             "a multiple of 8 from 8 to 256",
         )?;
         Ok(FastGrids {
@@ -106,6 +106,12 @@ pub fn q8_0_tiled(n_in: u32) -> bool {
 /// Rows per round of the tiled fast Q8_0 matvecs for rows of `n_in` elements (`q8_0_tiled`).
 pub fn q8_0_tiled_rows(n_in: u32) -> u32 {
     Q8_0_FAST_ROUND / (n_in / Q8_0_FAST_CHUNK)
+}
+
+/// Whether `n` may be the split decode attention's shortest slice (`DS4_HIP_ATTENTION_ROWS`): whole
+/// rounds of the kernels' slice length, at most the rows whose addresses a block stages.
+fn attention_rows_valid(n: u32) -> bool {
+    n.is_multiple_of(ATTENTION_SLICE_ROUND) && (ATTENTION_SLICE_ROUND..=256).contains(&n)
 }
 
 /// Blocks of the fast Q8_0 matvecs for `n_out` rows of `n_in` elements: the tiled path's rounds
@@ -431,6 +437,13 @@ mod tests {
         );
         let p = fast_twin(&super::super::matvec_f16_pair(1, 2, 3, 4, 5, 64, 10, 64, 1)).unwrap();
         assert_eq!((p.kernel.name, p.grid), ("ds4_matvec_f16_pair_fast", [1, 1, 1]));
+    }
+
+    #[test]
+    fn attention_slice_rows_are_whole_rounds_up_to_256() {
+        assert!([8, 16, 32, 256].into_iter().all(attention_rows_valid));
+        assert!(![0, 4, 12, 264, 512].into_iter().any(attention_rows_valid));
+        assert!(attention_rows_valid(FastGrids::default().attention_rows));
     }
 
     #[test]
