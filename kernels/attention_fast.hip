@@ -13,16 +13,15 @@
 // Slices: a token seeing n_vis rows uses chunk = max(min_chunk, round_up(ceil(n_vis / most_slices), 8))
 // rows per slice and n_used = ceil(n_vis / chunk) slices (both kernels compute the same). The slices
 // depend on the rows, on min_chunk and on most_slices (fixed for a session and batch size), never on
-// the grid: the
-// host launches n_split >= n_used blocks per token (the session's most rows while capturing the
-// decode graph, the batch's own rows on direct launches), the extra blocks exit, and both ways give
-// the same bits. The partial buffers are laid out with n_split slices per head.
+// the grid: the host launches n_split >= n_used blocks per token (the session's most rows while
+// capturing the decode graph, the batch's own rows on direct launches), the extra blocks exit, and
+// both ways give the same bits. The partial buffers are laid out with n_split slices per head.
 #pragma once
 #include "attention.hip"
 
 #define DS4_AFD_HEADS 8       // heads per block of ds4_attention_decode_split
 #define DS4_AFD_SUB 64        // rows scored before their values are added (online rescale between)
-#ifndef DS4_AFD_TILE
+#ifndef DS4_AFD_TILE  // -D for experiments: the host does not depend on it
 #define DS4_AFD_TILE 4  // rows whose loads are in flight together
 #endif
 #define DS4_AFD_ROUND 8       // slice lengths are multiples of this

@@ -13,9 +13,7 @@
 #define DS4_MOE_FAST_JOB_B 5120                            // bytes of weight rows per warp job (at most)
 #define DS4_MOE_FAST_WORDS (DS4_MOE_FAST_JOB_B / 16)       // 16-byte words per job
 #define DS4_MOE_FAST_LOADS (DS4_MOE_FAST_WORDS / DS4_WARP)  // loads per lane per job
-#ifndef DS4_MOE_FAST_ROWS
-#define DS4_MOE_FAST_ROWS 16  // output rows per block
-#endif
+#define DS4_MOE_FAST_ROWS 16                               // output rows per block (fast.rs MOE_FAST_ROWS)
 #define DS4_MOE_FAST_RPW (DS4_MOE_FAST_ROWS / DS4_WARPS_PER_BLOCK)  // output rows per warp
 
 // Loads a job of `nseg` rows of `wpr` 16-byte words each, row s at seg(s) (16-byte aligned).

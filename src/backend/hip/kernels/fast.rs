@@ -138,7 +138,7 @@ fn lanes_for_chunks(chunks: u32) -> u32 {
 }
 
 /// The value of `l`'s parameter `name`.
-fn arg(l: &Launch, name: &str) -> Arg {
+pub(super) fn arg(l: &Launch, name: &str) -> Arg {
     let i = l.kernel.params.iter().position(|p| p.name == name);
     i.map(|i| l.args[i])
         .unwrap_or_else(|| panic!("{}: no parameter {name}", l.kernel.name))
@@ -174,7 +174,7 @@ fn moe_fast_def(l: &Launch) -> &'static KernelDef {
 }
 
 /// The value of `l`'s u32 parameter `name`.
-fn arg_u32(l: &Launch, name: &str) -> u32 {
+pub(super) fn arg_u32(l: &Launch, name: &str) -> u32 {
     match arg(l, name) {
         Arg::U32(v) => v,
         other => panic!("{}: parameter {name} is not a u32 ({other:?})", l.kernel.name),

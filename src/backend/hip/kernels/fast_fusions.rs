@@ -6,8 +6,7 @@
 //! itself, is in `fast.rs`.
 
 use super::abi::{Arg, MATVEC_Q8_0_PAIR_FAST, ROWS_FINISH_PAIR_FAST};
-use super::fast::fast_twin;
-use super::fast::{FastGrids, q8_0_fast_blocks, q8_0_tiled, q8_0_tiled_rows};
+use super::fast::{FastGrids, arg, arg_u32, fast_twin, q8_0_fast_blocks, q8_0_tiled, q8_0_tiled_rows};
 use super::launch::{Launch, ptr, u};
 use super::matvec::Q8Proj;
 
@@ -68,9 +67,6 @@ pub fn fused_rows_finish_pair(first: &Launch, second: &Launch) -> Option<Launch>
     if !(is_rows(first) && is_rows(second) && same) {
         return None;
     }
-    let (Arg::U32(h1), Arg::U32(h2)) = (arg(first, "n_head"), arg(second, "n_head")) else {
-        return None;
-    };
     let args = ROWS_FINISH_PAIR_FAST
         .params
         .iter()
@@ -79,14 +75,8 @@ pub fn fused_rows_finish_pair(first: &Launch, second: &Launch) -> Option<Launch>
             None => arg(first, p.name),
         })
         .collect();
-    Some(Launch::new(&ROWS_FINISH_PAIR_FAST, [h1 + h2, first.grid[1], 1], args))
-}
-
-/// The value of `l`'s parameter `name`.
-fn arg(l: &Launch, name: &str) -> Arg {
-    let i = l.kernel.params.iter().position(|p| p.name == name);
-    i.map(|i| l.args[i])
-        .unwrap_or_else(|| panic!("{}: no parameter {name}", l.kernel.name))
+    let blocks = arg_u32(first, "n_head") + arg_u32(second, "n_head");
+    Some(Launch::new(&ROWS_FINISH_PAIR_FAST, [blocks, first.grid[1], 1], args))
 }
 
 #[cfg(test)]
