@@ -11,6 +11,8 @@
 //! (b) Device sampling through the backend: greedy equals the host argmax of the same logits, and
 //!     the min-p path equals the host sampler for the same draw (the kernel-level comparison on many
 //!     random vectors is in tests/hip_kernels/sample.rs).
+//! (c) The capture rule the side lanes rely on: a fork to a second stream must be joined before
+//!     the capture ends (the sessions above capture with their lanes on, the default).
 //! Runs with `cargo test --release --features hip --test hip_emu_graph`; skipped (with a message)
 //! when there is no C++ compiler to build the emulator.
 #![cfg(feature = "hip")]
@@ -180,5 +182,58 @@ fn device_sampling_matches_the_host_sampler_on_the_backend() {
         // float rounding of a boundary, checked exactly in tests/hip_kernels/sample.rs; 6 draws on these
         // logits are far from one (it would fail here, not pass silently).
         assert_eq!((pick.token, pick.drew), (host, true), "step {i}, u01 {u01}");
+    }
+}
+
+/// The capture rule the side lanes rely on (src/backend/hip/lanes.rs), as the emulated runtime
+/// enforces it: a stream that waits for an event recorded in a capture joins it, and ending the
+/// capture fails with hipErrorStreamCaptureUnjoined (904) while the capturing stream has not waited
+/// for all of the joined stream's work; once it has, the capture ends and both streams' work
+/// replays.
+#[test]
+fn a_forked_capture_must_be_joined() {
+    use ds4_chat::backend::hip::HipContext;
+    use ds4_chat::backend::hip::kernels;
+    if hip_emu::use_emulated_hip().is_none() {
+        return;
+    }
+    let ctx = HipContext::new().expect("emulated HIP runtime");
+    let module = ds4_chat::backend::hip::kernel_module::KernelModule::load(&ctx).expect("kernel module");
+    let n = 64usize;
+    let (a, b) = (ctx.alloc(n * 4).unwrap(), ctx.alloc(n * 4).unwrap());
+    let (main, side) = (ctx.stream().unwrap(), ctx.stream().unwrap());
+    let (fork, join) = (ctx.event(false).unwrap(), ctx.event(false).unwrap());
+    let fill = |s: &ds4_chat::backend::hip::Stream, p: &ds4_chat::backend::hip::DeviceBuffer, v: f32| {
+        // SAFETY: each buffer holds n floats, the length the launch is given.
+        unsafe { module.launch(s, &kernels::fill_f32(p.ptr().0, n as u64, v)) }.unwrap()
+    };
+    for joined in [false, true] {
+        main.begin_capture(ds4_chat::backend::hip::CaptureMode::ThreadLocal)
+            .unwrap();
+        fill(&main, &a, 1.0);
+        fork.record(&main).unwrap();
+        side.wait_event(&fork).unwrap();
+        fill(&side, &b, 2.0);
+        if joined {
+            join.record(&side).unwrap();
+            main.wait_event(&join).unwrap();
+        }
+        match main.end_capture() {
+            Err(e) => {
+                assert!(!joined, "joined capture refused: {e}");
+                assert_eq!(e.code, 904, "{e}");
+            }
+            Ok(g) => {
+                assert!(joined, "an unjoined fork was accepted");
+                g.instantiate().unwrap().launch(&main).unwrap();
+                main.synchronize().unwrap();
+                assert_eq!(a.to_vec::<f32>().unwrap(), vec![1.0; n]);
+                assert_eq!(b.to_vec::<f32>().unwrap(), vec![2.0; n]);
+            }
+        }
+        // After a refused capture the side stream is out of it: it runs work again.
+        fill(&side, &b, 3.0);
+        side.synchronize().unwrap();
+        assert_eq!(b.to_vec::<f32>().unwrap(), vec![3.0; n]);
     }
 }

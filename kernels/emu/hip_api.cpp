@@ -11,7 +11,10 @@
 // host memory, so every copy is a memcpy and a host pointer is its own device pointer. A stream runs
 // each call when it is made (synchronization is a no-op), except while it captures: then launches,
 // copies and fills are recorded into a graph that hipGraphLaunch replays (kernel arguments are copied
-// at capture time, as HIP does). The device reports DS4_EMU_MEM_MIB (default 16384) MiB of memory
+// at capture time, as HIP does). A stream that waits for an event recorded in a capture joins it, as
+// in HIP: its work goes into the same graph in the order the host issues it (a valid order of the
+// graph's branches), and ending the capture fails with hipErrorStreamCaptureUnjoined unless the
+// capturing stream waited for all of a joined stream's work. The device reports DS4_EMU_MEM_MIB (default 16384) MiB of memory
 // and refuses allocations past it, so memory-limit paths can be tested. Blocks run one after
 // another, so inter-block ordering bugs do not show here (the H200 runs cover those).
 // Test infrastructure only: not part of the product.
@@ -33,7 +36,7 @@ typedef int hipError_t;
 // hipError_t values (hip/hip_runtime_api.h, unchanged 5.x to 7.x).
 const hipError_t kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3, kInvalidDevice = 101,
                  kInvalidHandle = 400, kNotFound = 500, kLaunchFailure = 719, kNotSupported = 801,
-                 kStreamCaptureUnsupported = 900, kHostMemoryAlreadyRegistered = 712,
+                 kStreamCaptureUnsupported = 900, kStreamCaptureUnjoined = 904, kHostMemoryAlreadyRegistered = 712,
                  kHostMemoryNotRegistered = 713;
 
 // One recorded stream operation of a captured graph.
@@ -47,14 +50,25 @@ struct Op {
     size_t bytes = 0;
     int value = 0;
 };
+struct Stream;
 struct Graph {
     std::vector<Op> ops;
+    // Streams that joined the capture through an event (hipStreamWaitEvent).
+    std::vector<Stream*> joined;
 };
 struct Stream {
     Graph* capturing = nullptr;
+    // Joined a capture another stream began; ops it recorded there, and how many of them the
+    // capturing side has waited for.
+    bool joined = false;
+    size_t ops = 0, waited = 0;
 };
 struct Event {
     double ms = 0;
+    // Recorded in a capture: the graph, the stream and that stream's ops so far.
+    Graph* graph = nullptr;
+    Stream* by = nullptr;
+    size_t ops_at = 0;
 };
 struct Module {
     int unused = 0;
@@ -104,6 +118,7 @@ hipError_t submit(void* stream, Op op) {
     Stream* s = static_cast<Stream*>(stream);
     if (s && s->capturing) {
         s->capturing->ops.push_back(std::move(op));
+        ++s->ops;
         return kSuccess;
     }
     return run_op(op);
@@ -186,6 +201,7 @@ EMU_EXPORT const char* hipGetErrorName(hipError_t e) {
         case kLaunchFailure: return "hipErrorLaunchFailure";
         case kNotSupported: return "hipErrorNotSupported";
         case kStreamCaptureUnsupported: return "hipErrorStreamCaptureUnsupported";
+        case kStreamCaptureUnjoined: return "hipErrorStreamCaptureUnjoined";
         case kHostMemoryAlreadyRegistered: return "hipErrorHostMemoryAlreadyRegistered";
         case kHostMemoryNotRegistered: return "hipErrorHostMemoryNotRegistered";
         default: return "hipErrorUnknown";
@@ -302,9 +318,34 @@ EMU_EXPORT hipError_t hipEventCreateWithFlags(void** e, unsigned flags) {
 }
 EMU_EXPORT hipError_t hipEventRecord(void* e, void* stream) {
     NEED_INIT();
-    (void)stream;
     if (!e) return kInvalidHandle;
-    static_cast<Event*>(e)->ms = now_ms();
+    Event* ev = static_cast<Event*>(e);
+    Stream* s = static_cast<Stream*>(stream);
+    ev->ms = now_ms();
+    ev->graph = s ? s->capturing : nullptr;
+    ev->by = ev->graph ? s : nullptr;
+    ev->ops_at = ev->graph ? s->ops : 0;
+    return kSuccess;
+}
+// Work runs when it is issued, so an event recorded outside a capture has always completed; one
+// recorded in a capture brings the waiting stream into it.
+EMU_EXPORT hipError_t hipStreamWaitEvent(void* stream, void* e, unsigned flags) {
+    NEED_INIT();
+    if (!e) return kInvalidHandle;
+    if (flags != 0) return kInvalidValue;
+    Stream* s = static_cast<Stream*>(stream);
+    Event* ev = static_cast<Event*>(e);
+    if (!ev->graph) return kSuccess;
+    if (!s) return kStreamCaptureUnsupported;
+    if (!s->capturing) {
+        s->capturing = ev->graph;
+        s->joined = true;
+        s->ops = s->waited = 0;
+        ev->graph->joined.push_back(s);
+    } else if (s->capturing != ev->graph) {
+        return kInvalidValue;
+    }
+    if (ev->by && ev->by != s && ev->by->joined && ev->ops_at > ev->by->waited) ev->by->waited = ev->ops_at;
     return kSuccess;
 }
 EMU_EXPORT hipError_t hipEventSynchronize(void* e) {
@@ -374,9 +415,23 @@ EMU_EXPORT hipError_t hipStreamBeginCapture(void* stream, int mode) {
 EMU_EXPORT hipError_t hipStreamEndCapture(void* stream, void** graph) {
     NEED_INIT();
     Stream* s = static_cast<Stream*>(stream);
-    if (!s || !graph || !s->capturing) return kInvalidValue;
-    *graph = s->capturing;
+    if (!s || !graph || !s->capturing || s->joined) return kInvalidValue;
+    Graph* g = s->capturing;
     s->capturing = nullptr;
+    bool unjoined = false;
+    for (Stream* j : g->joined) {
+        unjoined |= j->ops != j->waited;
+        j->capturing = nullptr;
+        j->joined = false;
+        j->ops = j->waited = 0;
+    }
+    g->joined.clear();
+    if (unjoined) {
+        delete g;
+        *graph = nullptr;
+        return kStreamCaptureUnjoined;
+    }
+    *graph = g;
     return kSuccess;
 }
 EMU_EXPORT hipError_t hipGraphInstantiate(void** exec, void* graph, void* error_node, char* log, size_t log_len) {

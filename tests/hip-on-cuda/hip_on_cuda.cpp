@@ -54,6 +54,7 @@ enum : int {
   X(cuCtxSynchronize) X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree) X(cuMemcpy) X(cuMemcpyHtoD)             \
   X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpyAsync) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)             \
   X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamDestroy)    \
+  X(cuStreamWaitEvent)                                                                                   \
   X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)        \
   X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel) X(cuFuncSetAttribute)   \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)                   \
@@ -422,6 +423,13 @@ SHIM_EXPORT hipError_t hipStreamSynchronize(CUstream stream) {
 SHIM_EXPORT hipError_t hipStreamDestroy(CUstream stream) {
   NEED_CTX();
   return map_result(p_cuStreamDestroy(stream));
+}
+
+SHIM_EXPORT hipError_t hipStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+  NEED_CTX();
+  // hipStreamWaitEvent's only flag value is 0, as cuStreamWaitEvent's default.
+  if (flags != 0) return hipErrorInvalidValue;
+  return map_result(p_cuStreamWaitEvent(stream, event, 0));
 }
 
 SHIM_EXPORT hipError_t hipEventCreateWithFlags(CUevent* event, unsigned int flags) {

@@ -16,6 +16,12 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         &gpu.kernels,
         rng,
     ));
+    // The side lanes' fork and join, captured and replayed (src/backend/hip/lanes.rs).
+    emit(ds4_chat::backend::hip::selftest::check_fork_join(
+        &gpu.ctx,
+        &gpu.kernels,
+        rng,
+    ));
     let r = guard("kernel.rms_norm_quant", || check_rms_norm_quant(gpu, rng, &mut *emit));
     emit(r);
     for (n_in, n_out, rows_per_group, n_tok, gemm) in [

@@ -62,8 +62,13 @@ pub(super) struct ActsOf<B> {
     pub(super) qd: B,
     pub(super) q: B,
     pub(super) kv: B,
+    /// The attention compressor's kv and gate projections, [n][2 head_dim] each.
     pub(super) ckv: B,
     pub(super) csc: B,
+    /// The indexer compressor's, [n][2 idx_head_dim] each: its own, since the two compressors run
+    /// on separate lanes (`attention_layer.rs`).
+    pub(super) ickv: B,
+    pub(super) icsc: B,
     pub(super) qi: B,
     pub(super) iw: B,
     pub(super) scores: B,
@@ -158,8 +163,10 @@ impl<B> ActsOf<B> {
             qd: f32s(alloc, n * hp.q_lora_rank / 32)?,
             q: f32s(alloc, n * qdim)?,
             kv: f32s(alloc, n * d)?,
-            ckv: f32s(alloc, n * 2 * d.max(di))?,
-            csc: f32s(alloc, n * 2 * d.max(di))?,
+            ckv: f32s(alloc, n * 2 * d)?,
+            csc: f32s(alloc, n * 2 * d)?,
+            ickv: f32s(alloc, n * 2 * di)?,
+            icsc: f32s(alloc, n * 2 * di)?,
             qi: f32s(alloc, n * hp.idx_n_head * di)?,
             iw: f32s(alloc, n * hp.idx_n_head)?,
             scores: f32s(alloc, n * max_comp_cap)?,
@@ -195,10 +202,11 @@ impl<B> ActsOf<B> {
     }
 
     /// Every buffer.
-    fn buffers(&self) -> [&B; 51] {
+    fn buffers(&self) -> [&B; 54] {
         [
             &self.step,
             &self.hc,
+            &self.hc_alt,
             &self.split_a,
             &self.split_f,
             &self.mix,
@@ -217,6 +225,8 @@ impl<B> ActsOf<B> {
             &self.kv,
             &self.ckv,
             &self.csc,
+            &self.ickv,
+            &self.icsc,
             &self.qi,
             &self.iw,
             &self.scores,

@@ -2,6 +2,12 @@
 //! raw ring, the compressors (docs/model.md#compressor) and the indexer's selection
 //! (docs/model.md#indexer), attention over the window and the compressed rows, the grouped output
 //! projection and the HC post step.
+//!
+//! Lanes (`lanes.rs`): after the HC pre, the attention compressor (it owns `ckv`, `csc` and the
+//! layer's compressed rows) and the indexer compressor (`ickv`, `icsc`, the indexer's rows) run on
+//! their own lanes, and once the query's down-projection is normed, the indexer's query and head
+//! weights (`qi`, `iw`) on a third, while the main stream finishes the query heads and the kv row.
+//! The indexer's scores join the last two, the attention all of them.
 
 use crate::backend::EngineError;
 use crate::model::weights::CompressorWeights;
@@ -13,8 +19,15 @@ use super::kernels::{
     self, AttentionInputs, AttentionShape, AttentionSplitPlan, IndexerTopk, NULL, Q8Proj, QuantOut, RopeParams,
     row_flags as rf,
 };
+use super::lanes::SIDE_LANES;
 use super::pass::{Pass, p0, q8};
 use super::runtime::DeviceBuffer;
+
+/// The attention sublayer's side lanes (module comment).
+const LANE_COMPRESSOR: usize = 0;
+const LANE_INDEX_COMPRESSOR: usize = 1;
+const LANE_INDEX_QUERY: usize = 2;
+const _: () = assert!(LANE_INDEX_QUERY < SIDE_LANES);
 
 impl Pass<'_> {
     /// The attention sublayer of layer `l` for the `n` tokens at pos0.. (docs/model.md#attention);
@@ -36,6 +49,32 @@ impl Pass<'_> {
         let top_k = hp.idx_top_k as u32;
         let hc_w = [&lw.hc_attn_fn, &lw.hc_attn_scale, &lw.hc_attn_base, &lw.attn_norm];
         self.hc_pre(p0(&a.split_a), false, hc_w, nt)?;
+        // Compressors (docs/model.md#compressor), beside the query: the kernels bound each token's
+        // compressed rows by its own floor((p + 1) / ratio) and the capacity; the host's n_comp
+        // (rows emitted up to the batch's last token, when it knows the position) only decides what
+        // may be left out.
+        let n_comp = host_pos.map(|p| ((p + nt).checked_div(ratio).unwrap_or(0)).min(comp_cap));
+        if let (Some(cw), Some(st)) = (&lw.compressor, &ls.comp) {
+            let c = hp.compress_overlap(l) as u32;
+            let flags = rf::NORM | rf::ROPE | rf::E4M3 | rf::ROUND_F16;
+            let scratch = [&a.ckv, &a.csc];
+            self.fork(LANE_COMPRESSOR, || {
+                self.compress(cw, st, scratch, comp_cap, c * d, d, ratio, nt, flags, rope, host_pos)
+            })?;
+        }
+        if let (Some(iwt), Some(st)) = (&lw.indexer, &ls.index) {
+            let c = hp.compress_overlap(l) as u32;
+            let flags = rf::NORM | rf::ROPE | rf::HADAMARD_FP4 | rf::ROUND_F16;
+            let scratch = [&a.ickv, &a.icsc];
+            self.fork(LANE_INDEX_COMPRESSOR, || {
+                let cw = &iwt.compressor;
+                self.compress(cw, st, scratch, comp_cap, c * di, di, ratio, nt, flags, rope, host_pos)
+            })?;
+        }
+        // The indexer's selection is used once a token sees more than top_k rows (both kernels
+        // skip the other tokens).
+        let indexer = lw.indexer.as_ref().zip(ls.index.as_ref());
+        let select = indexer.filter(|_| n_comp.is_none_or(|c| c > top_k));
         // Query (steps 3, 5); its down-projection and the kv projection read the same input (one
         // launch in fast arithmetic).
         let xq = q8(&a.xq, &a.xd);
@@ -54,6 +93,14 @@ impl Pass<'_> {
             nt,
             eps,
         ))?;
+        if let Some((iwt, _)) = select {
+            // The indexer's query heads and head weights (docs/model.md#indexer).
+            self.fork(LANE_INDEX_QUERY, || {
+                self.proj_f16(p0(&a.qi), self.w(&iwt.q_b), p0(&a.qrn), qr_w, hi * di, qr_w, nt)?;
+                self.head_rows_in_place(p0(&a.qi), pos, hi, di, rf::ROPE | rf::HADAMARD_FP4, rope, nt)?;
+                self.proj_f16(p0(&a.iw), self.w(&iwt.proj), p0(&a.xn), ne, hi, ne, nt)
+            })?;
+        }
         let qrq = q8(&a.qq, &a.qd);
         self.proj_q8_0(&Q8Proj::plain(p0(&a.q), self.w(&lw.attn_q_b), qrq, qr_w, h * d), nt)?;
         // The query heads' norm and RoPE, and KV (steps 4-7, projected above): every token's row
@@ -73,77 +120,52 @@ impl Pass<'_> {
             nt,
         );
         self.launch_rows_pair(&q_rows, &kv_rows)?;
-        // Compressors (docs/model.md#compressor), then the indexer's selection (docs/model.md#indexer).
-        // The kernels bound each token's compressed rows by its own floor((p + 1) / ratio) and the
-        // capacity; the host's n_comp (rows emitted up to the batch's last token, when it knows the
-        // position) only decides what may be left out.
-        let n_comp = host_pos.map(|p| ((p + nt).checked_div(ratio).unwrap_or(0)).min(comp_cap));
+        // The indexer's selection (docs/model.md#indexer), once its compressor and query are done.
         let mut sel = NULL;
-        if let (Some(cw), Some(st)) = (&lw.compressor, &ls.comp) {
-            let c = hp.compress_overlap(l) as u32;
-            let flags = rf::NORM | rf::ROPE | rf::E4M3 | rf::ROUND_F16;
-            self.compress(cw, st, comp_cap, c * d, d, ratio, nt, flags, rope, host_pos)?;
-        }
-        if let (Some(iwt), Some(st)) = (&lw.indexer, &ls.index) {
-            let c = hp.compress_overlap(l) as u32;
-            let flags = rf::NORM | rf::ROPE | rf::HADAMARD_FP4 | rf::ROUND_F16;
-            self.compress(
-                &iwt.compressor,
-                st,
+        if let Some((_, st)) = select {
+            self.join(LANE_INDEX_COMPRESSOR)?;
+            self.join(LANE_INDEX_QUERY)?;
+            let stride = comp_cap;
+            self.launch(&kernels::indexer_scores(
+                p0(&a.scores),
+                p0(&a.qi),
+                p0(&a.iw),
+                p0(&st[0]),
+                pos,
+                hi,
                 comp_cap,
-                c * di,
-                di,
                 ratio,
+                top_k,
+                stride,
+                1.0 / ((di * hi) as f32).sqrt(),
+                n_comp.unwrap_or(comp_cap),
                 nt,
-                flags,
-                rope,
-                host_pos,
-            )?;
-            // The selection is used once a token sees more than top_k rows (both kernels skip the
-            // other tokens).
-            if n_comp.is_none_or(|c| c > top_k) {
-                self.proj_f16(p0(&a.qi), self.w(&iwt.q_b), p0(&a.qrn), qr_w, hi * di, qr_w, nt)?;
-                self.head_rows_in_place(p0(&a.qi), pos, hi, di, rf::ROPE | rf::HADAMARD_FP4, rope, nt)?;
-                self.proj_f16(p0(&a.iw), self.w(&iwt.proj), p0(&a.xn), ne, hi, ne, nt)?;
-                let stride = comp_cap;
-                self.launch(&kernels::indexer_scores(
-                    p0(&a.scores),
-                    p0(&a.qi),
-                    p0(&a.iw),
-                    p0(&st[0]),
-                    pos,
-                    hi,
-                    comp_cap,
-                    ratio,
-                    top_k,
-                    stride,
-                    1.0 / ((di * hi) as f32).sqrt(),
-                    n_comp.unwrap_or(comp_cap),
-                    nt,
-                ))?;
-                let topk = IndexerTopk {
-                    sel: p0(&a.sel),
-                    scores: p0(&a.scores),
-                    pos,
-                    score_stride: stride,
-                    n_comp_avail: comp_cap,
-                    ratio,
-                    top_k,
-                };
-                // Fast arithmetic, token-wise: the selection split over segments of scores.
-                let segmented = (self.arithmetic == Arithmetic::Fast && self.token_wise(nt))
-                    .then(|| {
-                        let grid_rows = n_comp.unwrap_or(comp_cap);
-                        kernels::indexer_topk_segmented(&topk, kernels::INDEXER_TOPK_SEGMENT, grid_rows, nt)
-                    })
-                    .flatten();
-                match segmented {
-                    Some(launches) => launches.iter().try_for_each(|l| self.launch(l))?,
-                    None => self.launch(&kernels::indexer_topk(&topk, nt))?,
-                }
-                sel = p0(&a.sel);
+            ))?;
+            let topk = IndexerTopk {
+                sel: p0(&a.sel),
+                scores: p0(&a.scores),
+                pos,
+                score_stride: stride,
+                n_comp_avail: comp_cap,
+                ratio,
+                top_k,
+            };
+            // Fast arithmetic, token-wise: the selection split over segments of scores.
+            let segmented = (self.arithmetic == Arithmetic::Fast && self.token_wise(nt))
+                .then(|| {
+                    let grid_rows = n_comp.unwrap_or(comp_cap);
+                    kernels::indexer_topk_segmented(&topk, kernels::INDEXER_TOPK_SEGMENT, grid_rows, nt)
+                })
+                .flatten();
+            match segmented {
+                Some(launches) => launches.iter().try_for_each(|l| self.launch(l))?,
+                None => self.launch(&kernels::indexer_topk(&topk, nt))?,
             }
+            sel = p0(&a.sel);
         }
+        // Every chain ends before the attention (the compressed rows; an unused indexer
+        // compressor's too, so the sublayer ends with every lane joined).
+        self.join_all()?;
         // Attention (steps 10-11): scores, softmax, weighted values. The score grid and stride are
         // the rows of this batch's last token when the host knows the position, else the most any
         // position of the session sees (a captured decode step).
@@ -251,13 +273,15 @@ impl Pass<'_> {
     }
 
     /// One compressor of a layer (attention rows or indexer rows) for the `n` tokens at pos0..:
-    /// projections, the state walk in token order, then the finishing of the rows it emitted
-    /// (left out when the host knows the position and the batch emits none).
+    /// projections (into the compressor's `ckv`, `csc`), the state walk in token order, then the
+    /// finishing of the rows it emitted (left out when the host knows the position and the batch
+    /// emits none).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn compress(
         &self,
         cw: &CompressorWeights,
         st: &[DeviceBuffer; 3],
+        [ckv, csc]: [&DeviceBuffer; 2],
         comp_cap: u32,
         width: u32,
         hd: u32,
@@ -271,8 +295,8 @@ impl Pass<'_> {
         let ne = self.model.hp.n_embd as u32;
         if self.token_wise(n) {
             self.launch(&kernels::matvec_f16_pair(
-                p0(&a.ckv),
-                p0(&a.csc),
+                p0(ckv),
+                p0(csc),
                 self.w(&cw.kv),
                 self.w(&cw.gate),
                 p0(&a.xn),
@@ -282,7 +306,7 @@ impl Pass<'_> {
                 n,
             ))?;
         } else {
-            for (out, w) in [(&a.ckv, &cw.kv), (&a.csc, &cw.gate)] {
+            for (out, w) in [(ckv, &cw.kv), (csc, &cw.gate)] {
                 self.proj_f16(p0(out), self.w(w), p0(&a.xn), ne, width, ne, n)?;
             }
         }
@@ -290,8 +314,8 @@ impl Pass<'_> {
             p0(&st[0]),
             p0(&st[1]),
             p0(&st[2]),
-            p0(&a.ckv),
-            p0(&a.csc),
+            p0(ckv),
+            p0(csc),
             self.w(&cw.ape),
             a.pos_ptr(),
             hd,

@@ -23,6 +23,7 @@ use super::cache::{self, LayerState};
 use super::decode::{self, DecodeGraph};
 use super::kernel_module::KernelModule;
 use super::kernels::{self, ExpertFormat, RopeParams};
+use super::lanes::Lanes;
 use super::layers;
 use super::options::HipOptions;
 use super::pass::Pass;
@@ -67,6 +68,8 @@ pub struct HipBackend {
     weights: Arc<DeviceWeights>,
     placement: WeightsPlacement,
     stream: Stream,
+    /// Side streams for a sublayer's independent chains (`lanes.rs`).
+    lanes: Lanes,
     kernels: Arc<KernelModule>,
     hip: HipContext,
 }
@@ -145,6 +148,9 @@ impl HipBackend {
         let placement = placement_of(&weights, reason);
         let hp = &model.hp;
         let stream = hip.stream().map_err(|e| e.to_string())?;
+        let profile = LaunchProfile::from_env(&hip);
+        // A launch profile times launches one at a time: chains then run in order.
+        let lanes = Lanes::new(&hip, options.lanes && !profile.is_on()).map_err(|e| e.to_string())?;
         let n_max = options.prefill_chunk.clamp(1, ctx.max(1));
         let (layers, kv_bytes) = cache::alloc_layers(&hip, hp, ctx, n_max)?;
         let acts = Acts::new(&hip, hp, n_max, ctx)?;
@@ -170,10 +176,11 @@ impl HipBackend {
             kv_bytes,
             scratch_bytes,
             ropes: layers::layer_ropes(hp),
-            profile: LaunchProfile::from_env(&hip),
+            profile,
             weights,
             placement,
             stream,
+            lanes,
             kernels,
             hip,
         };
@@ -191,6 +198,9 @@ impl HipBackend {
             ropes: &self.ropes,
             matvec_tokens: self.matvec_tokens,
             stream: &self.stream,
+            lanes: &self.lanes,
+            lane: Default::default(),
+            forked: Default::default(),
             kernels: &self.kernels,
             profile: &self.profile,
             arithmetic: self.arithmetic,

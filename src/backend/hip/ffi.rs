@@ -126,6 +126,7 @@ hip_api! {
     fn hipStreamCreateWithFlags(stream: *mut RawStream, flags: c_uint) -> HipStatus;
     fn hipStreamSynchronize(stream: RawStream) -> HipStatus;
     fn hipStreamDestroy(stream: RawStream) -> HipStatus;
+    fn hipStreamWaitEvent(stream: RawStream, event: RawEvent, flags: c_uint) -> HipStatus;
     fn hipEventCreateWithFlags(event: *mut RawEvent, flags: c_uint) -> HipStatus;
     fn hipEventRecord(event: RawEvent, stream: RawStream) -> HipStatus;
     fn hipEventSynchronize(event: RawEvent) -> HipStatus;

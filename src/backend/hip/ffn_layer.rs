@@ -1,11 +1,17 @@
 //! The FFN sublayer of one layer on the device (docs/model.md#moe): the HC pre step, the router, the
 //! routed experts (per token, or grouped by expert id for a chunk), the shared expert and the HC post
 //! step.
+//!
+//! Lanes (`lanes.rs`): the shared expert (it owns `smid`, `sq`, `sd` and `y`) runs on a side lane
+//! beside the router and the routed experts; the HC post joins it.
 
 use crate::backend::EngineError;
 
 use super::kernels::{self, NULL, Q8K, Q8Proj, Q8Swiglu, RoutedExperts};
 use super::pass::{Pass, expert_format, p0, q8};
+
+/// The FFN sublayer's side lane (module comment).
+const LANE_SHARED_EXPERT: usize = 0;
 use super::prefill;
 
 impl Pass<'_> {
@@ -21,6 +27,22 @@ impl Pass<'_> {
         let clamp = hp.swiglu_clamp[l];
         let hc_w = [&lw.hc_ffn_fn, &lw.hc_ffn_scale, &lw.hc_ffn_base, &lw.ffn_norm];
         self.hc_pre(p0(&a.split_f), true, hc_w, nt)?;
+        // Shared expert (step 6).
+        let shared = Q8Swiglu {
+            mid: p0(&a.smid),
+            wg: self.w(&lw.ffn_gate_shexp),
+            wu: self.w(&lw.ffn_up_shexp),
+            x: q8(&a.xq, &a.xd),
+            n_in: ne,
+            n_ff: ff,
+            limit: clamp,
+        };
+        self.fork(LANE_SHARED_EXPERT, || {
+            self.swiglu_q8_0(&shared, nt)?;
+            self.quantize_q8_0(p0(&a.sq), p0(&a.sd), p0(&a.smid), ff, nt)?;
+            let mid = q8(&a.sq, &a.sd);
+            self.proj_q8_0(&Q8Proj::plain(p0(&a.y), self.w(&lw.ffn_down_shexp), mid, ff, ne), nt)
+        })?;
         // Router (steps 3-4).
         self.proj_f16(p0(&a.rl), self.w(&lw.ffn_gate_inp), p0(&a.xn), ne, nex, ne, nt)?;
         self.launch(&kernels::router(
@@ -66,20 +88,8 @@ impl Pass<'_> {
         for l in experts.launches(nt, grouping) {
             self.launch(&l)?;
         }
-        // Shared expert (step 6), then HC post of moe + shared (steps 7-8).
-        let shared = Q8Swiglu {
-            mid: p0(&a.smid),
-            wg: self.w(&lw.ffn_gate_shexp),
-            wu: self.w(&lw.ffn_up_shexp),
-            x: q8(&a.xq, &a.xd),
-            n_in: ne,
-            n_ff: ff,
-            limit: clamp,
-        };
-        self.swiglu_q8_0(&shared, nt)?;
-        self.quantize_q8_0(p0(&a.sq), p0(&a.sd), p0(&a.smid), ff, nt)?;
-        let mid = q8(&a.sq, &a.sd);
-        self.proj_q8_0(&Q8Proj::plain(p0(&a.y), self.w(&lw.ffn_down_shexp), mid, ff, ne), nt)?;
+        // HC post of moe + shared (steps 7-8).
+        self.join_all()?;
         let (hc_out, hc_in) = self.advance_hc(nt);
         self.launch(&kernels::hc_post(
             hc_out,

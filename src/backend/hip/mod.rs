@@ -16,6 +16,7 @@
 //! * `prefill` — chunked prefill: the chunk size, when a batch takes the GEMMs and grouped experts.
 //! * `footprint` — a session's device bytes (KV + scratch) from the shapes, for the memory guard.
 //! * `cache` — the session cache on the device (`LayerState` per layer).
+//! * `lanes` — side streams for a sublayer's independent chains, forked and joined by events.
 //! * `pass` — one launch sequence's view of a session (`Pass`) and the launch helpers.
 //! * `attention_layer`, `ffn_layer` — the two sublayers' launches; `layers` — the sequence over
 //!   every layer and the head for n tokens (decode n = 1, prefill chunks), and each layer's RoPE.
@@ -37,7 +38,7 @@
 //! Dependencies run one way, in this order (a file uses only those before it): env (the tuning
 //! variables' reader) → ffi → kernels (plain
 //! data, also built without the feature) → runtime → kernel_module, profile, bandwidth → acts →
-//! prefill → footprint → weights → cache → pass → attention_layer, ffn_layer → layers →
+//! prefill → footprint → weights → cache → lanes → pass → attention_layer, ffn_layer → layers →
 //! decode → options → backend → open (the placement policy) → engine (opening, sessions).
 //!
 //! Kernel images: AMD code objects are embedded by build.rs; on the NVIDIA test shim
@@ -58,6 +59,7 @@ mod ffn_layer;
 pub mod footprint;
 pub mod kernel_module;
 pub mod kernels;
+mod lanes;
 mod layers;
 pub mod open;
 pub mod options;
@@ -73,6 +75,7 @@ pub mod weights;
 pub use backend::HipBackend;
 pub use decode::GRAPH_ENV;
 pub use engine::{open_backend, open_backend_with_progress, open_engine_with_progress};
+pub use lanes::LANES_ENV;
 pub use options::HipOptions;
 pub use runtime::{
     CaptureMode, DeviceAttribute, DeviceBuffer, DeviceCopy, DeviceInfo, DevicePtr, Event, Function, Graph, GraphExec,

@@ -4,7 +4,8 @@
 //!
 //! `HipBackend` makes one per eval, decode step or sample (`HipBackend::pass`); the sublayers
 //! (`attention_layer.rs`, `ffn_layer.rs`) and the sequence over the layers (`layers.rs`) are
-//! methods of it.
+//! methods of it. A sublayer's independent chains go to side lanes with `fork` / `join`
+//! (`lanes.rs`).
 
 use std::cell::Cell;
 
@@ -19,6 +20,7 @@ use super::kernel_module::KernelModule;
 use super::kernels::{
     self, DevPtr, ExpertFormat, GEMM_TILE, HcEps, NULL, Q8Act, Q8Proj, Q8Swiglu, QuantOut, RopeParams,
 };
+use super::lanes::{Lanes, SIDE_LANES};
 use super::prefill;
 use super::profile::LaunchProfile;
 use super::runtime::{DeviceBuffer, Stream};
@@ -34,7 +36,14 @@ pub(super) struct Pass<'a> {
     pub(super) ropes: &'a [RopeParams],
     /// Batches up to this size take the decode kernels token by token (`prefill::token_wise`).
     pub(super) matvec_tokens: usize,
+    /// The main stream: every launch outside a forked chain, and the capture of the decode graph.
     pub(super) stream: &'a Stream,
+    /// The side lanes chains are forked to (none when lanes are off).
+    pub(super) lanes: &'a Lanes,
+    /// The side lane the launches go to now (inside `fork`), else the main stream.
+    pub(super) lane: Cell<Option<usize>>,
+    /// Side lanes forked and not yet joined, one bit each.
+    pub(super) forked: Cell<u32>,
     pub(super) kernels: &'a KernelModule,
     pub(super) profile: &'a LaunchProfile,
     /// Fast arithmetic runs each launch's fast twin where it has one (`kernels::fast_twin`; the
@@ -49,6 +58,10 @@ pub(super) struct Pass<'a> {
     pub(super) pending_post: Cell<Option<kernels::Launch>>,
     /// Whether the HC state is in `acts.hc_alt` rather than `acts.hc` (`advance_hc`).
     pub(super) hc_in_alt: Cell<bool>,
+}
+
+fn device_error(e: impl std::fmt::Display) -> EngineError {
+    EngineError::Device(e.to_string())
 }
 
 pub(super) fn p0(b: &DeviceBuffer) -> DevPtr {
@@ -71,13 +84,57 @@ impl Pass<'_> {
             Arithmetic::Exact => None,
         };
         let launch = twin.as_ref().unwrap_or(launch);
+        let stream = self.launch_stream();
         // SAFETY: every buffer was sized in `new` for the model's shapes and `ctx` (positions are
         // checked against ctx in `eval`), and the weight pointers address tensors of the uploaded file.
         self.profile
-            .time(launch, self.stream, || unsafe {
-                self.kernels.launch(self.stream, launch)
-            })
+            .time(launch, stream, || unsafe { self.kernels.launch(stream, launch) })
             .map_err(|e| EngineError::Device(format!("{}: {e}", launch.kernel.name)))
+    }
+
+    /// The stream launches go to now: the forked lane's inside `fork`, else the main stream.
+    fn launch_stream(&self) -> &Stream {
+        self.lane
+            .get()
+            .and_then(|k| self.lanes.stream(k))
+            .unwrap_or(self.stream)
+    }
+
+    /// Issue `chain`'s launches on side lane `k` (lanes.rs): they start after every launch issued
+    /// so far and run beside the main stream's later launches until `join(k)`. The caller
+    /// guarantees that nothing the main stream issues before the join reads or writes a buffer the
+    /// chain writes, or writes one it reads. With lanes off, the chain runs on the main stream.
+    pub(super) fn fork<R>(&self, k: usize, chain: impl FnOnce() -> Result<R, EngineError>) -> Result<R, EngineError> {
+        assert!(
+            self.lane.get().is_none() && k < SIDE_LANES,
+            "fork: lane {k} inside a chain"
+        );
+        // An HC post held back for the next HC pre is the main stream's: issue it first.
+        self.flush_launches()?;
+        if !self.lanes.on() {
+            return chain();
+        }
+        self.lanes.fork(k, self.stream).map_err(device_error)?;
+        self.forked.set(self.forked.get() | 1 << k);
+        self.lane.set(Some(k));
+        let issued = chain();
+        self.lane.set(None);
+        issued
+    }
+
+    /// Make the main stream's later launches wait for side lane `k`'s chain (nothing when it was
+    /// not forked since its last join).
+    pub(super) fn join(&self, k: usize) -> Result<(), EngineError> {
+        if self.forked.get() & (1 << k) == 0 {
+            return Ok(());
+        }
+        self.forked.set(self.forked.get() & !(1 << k));
+        self.lanes.join(k, self.stream).map_err(device_error)
+    }
+
+    /// Join every side lane still forked: a sublayer ends with all its chains joined.
+    pub(super) fn join_all(&self) -> Result<(), EngineError> {
+        (0..SIDE_LANES).try_for_each(|k| self.join(k))
     }
 
     pub(super) fn w(&self, t: &TensorRef) -> DevPtr {

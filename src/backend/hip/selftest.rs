@@ -1,6 +1,6 @@
 //! `ds4-chat selftest --backend hip`: what a user runs to check their GPU. The HIP runtime's smoke
 //! checks (copies, memset, pinned and mapped host memory, events, module launch, graph capture and
-//! replay), the project's kernel module loaded and one kernel launched, and a model's weights placed
+//! replay, a capture forked to a second stream and joined), the project's kernel module loaded and one kernel launched, and a model's weights placed
 //! on the device and read back. The kernels' arithmetic against the CPU reference is the test suite
 //! tests/hip_kernels; `selftest_forward` compares the whole forward pass on a model.
 //!
@@ -209,6 +209,7 @@ pub fn run_all(ctx: &HipContext, opts: &CheckOptions, report: &mut dyn FnMut(&Ch
             };
             emit(r, &mut results);
             emit(check_fill(ctx, &module, &mut rng), &mut results);
+            emit(check_fork_join(ctx, &module, &mut rng), &mut results);
         }
         Err(e) => emit(CheckResult::error("kernel.module_load", e), &mut results),
     }
@@ -236,6 +237,61 @@ pub fn check_fill(ctx: &HipContext, module: &KernelModule, rng: &mut CheckRng) -
         stream.synchronize()?;
         let got = buf.to_vec::<f32>()?;
         Ok(CheckResult::close(name, &got, &vec![v; n], 0.0, format!("n={n}")))
+    })
+}
+
+/// The side lanes' capture (src/backend/hip/lanes.rs): a graph captured on one stream with a
+/// branch forked to a second stream by an event and joined back by another. Main fills `a`; the
+/// branch copies `a` to `b` (after the fill, by the fork) while main fills `c`; main then copies
+/// `b` to `d` (after the copy, by the join). Replayed once, after `d` is zeroed: `d` holds the
+/// fill's value only when both edges held, and `c` the other fill's.
+pub fn check_fork_join(ctx: &HipContext, module: &KernelModule, rng: &mut CheckRng) -> CheckResult {
+    let name = "graph.fork_join";
+    wrap(name, || {
+        let n = 262_147usize;
+        let (va, vc) = (rng.next_f32() * 100.0 + 1.0, rng.next_f32() * 100.0 - 200.0);
+        let bytes = n * 4;
+        let (a, mut b, c, mut d) = (
+            ctx.alloc(bytes)?,
+            ctx.alloc(bytes)?,
+            ctx.alloc(bytes)?,
+            ctx.alloc(bytes)?,
+        );
+        let (main, side) = (ctx.stream()?, ctx.stream()?);
+        let (fork, join) = (ctx.event(false)?, ctx.event(false)?);
+        main.begin_capture(CaptureMode::ThreadLocal)?;
+        let captured = (|| {
+            // SAFETY: each buffer holds n floats, the length the launches are given.
+            unsafe { module.launch(&main, &kernels::fill_f32(a.ptr().0, n as u64, va))? };
+            fork.record(&main)?;
+            side.wait_event(&fork)?;
+            b.copy_from_device_async(0, &a, 0, bytes, &side)?;
+            // SAFETY: as above.
+            unsafe { module.launch(&main, &kernels::fill_f32(c.ptr().0, n as u64, vc))? };
+            join.record(&side)?;
+            main.wait_event(&join)?;
+            d.copy_from_device_async(0, &b, 0, bytes, &main)
+        })();
+        let graph = main.end_capture();
+        captured?;
+        let exec = graph?.instantiate()?;
+        let mut d_zero = ctx.alloc(bytes)?;
+        d_zero.fill_bytes_async(0, bytes, 0, &main)?;
+        d.copy_from_device_async(0, &d_zero, 0, bytes, &main)?;
+        exec.launch(&main)?;
+        main.synchronize()?;
+        let (got_c, got_d) = (c.to_vec::<f32>()?, d.to_vec::<f32>()?);
+        let mut got = got_d;
+        got.extend_from_slice(&got_c);
+        let mut want = vec![va; n];
+        want.extend(std::iter::repeat_n(vc, n));
+        Ok(CheckResult::close(
+            name,
+            &got,
+            &want,
+            0.0,
+            format!("n={n}: fill, fork, copy beside a fill, join, copy"),
+        ))
     })
 }
 

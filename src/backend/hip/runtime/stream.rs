@@ -75,6 +75,17 @@ impl Stream {
         })
     }
 
+    /// Make this stream's later work wait for the work `event` marks (`Event::record`). While
+    /// another stream captures, waiting for an event recorded there brings this stream into the
+    /// same capture: its work becomes a parallel branch of that graph, which must be joined back
+    /// (an event recorded here, waited for there) before the capture ends.
+    pub fn wait_event(&self, event: &Event) -> HipResult<()> {
+        // SAFETY: live stream and event; flags must be 0.
+        check("hipStreamWaitEvent", unsafe {
+            (self.ctx.api().hipStreamWaitEvent)(self.raw, event.raw, 0)
+        })
+    }
+
     /// Start recording this stream's work into a graph instead of running it.
     pub fn begin_capture(&self, mode: CaptureMode) -> HipResult<()> {
         // SAFETY: live stream.
