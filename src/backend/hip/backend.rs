@@ -26,7 +26,7 @@ use super::kernels::{self, ExpertFormat, RopeParams};
 use super::lanes::Lanes;
 use super::layers;
 use super::options::HipOptions;
-use super::pass::Pass;
+use super::pass::{Pass, dev};
 use super::profile::LaunchProfile;
 use super::runtime::{HipContext, PinnedBuffer, Stream};
 use super::weights::DeviceWeights;
@@ -72,10 +72,6 @@ pub struct HipBackend {
     lanes: Lanes,
     kernels: Arc<KernelModule>,
     hip: HipContext,
-}
-
-fn dev(e: impl std::fmt::Display) -> EngineError {
-    EngineError::Device(e.to_string())
 }
 
 /// The placement the backend reports, from the placed weights.

@@ -16,6 +16,12 @@ pub fn env_number<T: FromStr>(name: &str, accept: impl Fn(&T) -> bool, expected:
     }
 }
 
+/// Whether the switch `name` is on: unset or any value but `0` (the switches that turn a default
+/// mechanism off, such as `DS4_HIP_GRAPH` and `DS4_HIP_LANES`).
+pub fn env_switch_on(name: &str) -> bool {
+    std::env::var(name).map_or(true, |v| v.trim() != "0")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -38,6 +44,18 @@ mod tests {
             env_number::<usize>(name, |_| true, "a count"),
             Err(format!("{name}=x: expected a count"))
         );
+        unsafe { std::env::remove_var(name) };
+    }
+
+    #[test]
+    fn a_switch_is_off_only_at_zero() {
+        let name = "DS4_HIP_ENV_SWITCH_TEST";
+        assert!(env_switch_on(name), "unset");
+        for (v, on) in [("0", false), (" 0 ", false), ("1", true), ("", true), ("off", true)] {
+            // SAFETY: this test alone reads or writes this variable.
+            unsafe { std::env::set_var(name, v) };
+            assert_eq!(env_switch_on(name), on, "{name}={v:?}");
+        }
         unsafe { std::env::remove_var(name) };
     }
 }

@@ -60,7 +60,8 @@ pub(super) struct Pass<'a> {
     pub(super) hc_in_alt: Cell<bool>,
 }
 
-fn device_error(e: impl std::fmt::Display) -> EngineError {
+/// A runtime error as the engine's device error.
+pub(super) fn dev(e: impl std::fmt::Display) -> EngineError {
     EngineError::Device(e.to_string())
 }
 
@@ -105,16 +106,14 @@ impl Pass<'_> {
     /// guarantees that nothing the main stream issues before the join reads or writes a buffer the
     /// chain writes, or writes one it reads. With lanes off, the chain runs on the main stream.
     pub(super) fn fork<R>(&self, k: usize, chain: impl FnOnce() -> Result<R, EngineError>) -> Result<R, EngineError> {
-        assert!(
-            self.lane.get().is_none() && k < SIDE_LANES,
-            "fork: lane {k} inside a chain"
-        );
+        assert!(k < SIDE_LANES, "fork: lane {k} of {SIDE_LANES}");
+        assert!(self.lane.get().is_none(), "fork: lane {k} inside a chain");
         // An HC post held back for the next HC pre is the main stream's: issue it first.
         self.flush_launches()?;
         if !self.lanes.on() {
             return chain();
         }
-        self.lanes.fork(k, self.stream).map_err(device_error)?;
+        self.lanes.fork(k, self.stream).map_err(dev)?;
         self.forked.set(self.forked.get() | 1 << k);
         self.lane.set(Some(k));
         let issued = chain();
@@ -129,7 +128,7 @@ impl Pass<'_> {
             return Ok(());
         }
         self.forked.set(self.forked.get() & !(1 << k));
-        self.lanes.join(k, self.stream).map_err(device_error)
+        self.lanes.join(k, self.stream).map_err(dev)
     }
 
     /// Join every side lane still forked: a sublayer ends with all its chains joined.

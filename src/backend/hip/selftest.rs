@@ -275,9 +275,7 @@ pub fn check_fork_join(ctx: &HipContext, module: &KernelModule, rng: &mut CheckR
         let graph = main.end_capture();
         captured?;
         let exec = graph?.instantiate()?;
-        let mut d_zero = ctx.alloc(bytes)?;
-        d_zero.fill_bytes_async(0, bytes, 0, &main)?;
-        d.copy_from_device_async(0, &d_zero, 0, bytes, &main)?;
+        d.fill_bytes_async(0, bytes, 0, &main)?;
         exec.launch(&main)?;
         main.synchronize()?;
         let (got_c, got_d) = (c.to_vec::<f32>()?, d.to_vec::<f32>()?);
