@@ -18,6 +18,7 @@
 // both ways give the same bits. The partial buffers are laid out with n_split slices per head.
 #pragma once
 #include "attention.hip"
+#include "rows.hip"  // rope_theta (the fused merge's inverse RoPE)
 
 #define DS4_AFD_HEADS 8       // heads per block of ds4_attention_decode_split
 #define DS4_AFD_SUB 64        // rows scored before their values are added (online rescale between)
@@ -194,12 +195,16 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_split(
 
 // Merge of the slices of ds4_attention_decode_split with the sink of each head:
 // out[t][h][d] = (sum_s exp(m_s - M) acc_s[d]) / (exp(sink - M) + sum_s l_s exp(m_s - M)),
-// M = max(sink, m_s). out: f32 [n_tok][n_head][head_dim]; n_split <= 256.
-// Launch: grid (n_head, n_tok), block 256.
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge(
-    float* out, const float* part_acc, const float* part_ml, const float* sinks, const u32* comp_sel,
-    const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k, u32 n_split,
-    u32 most_slices, u32 min_chunk) {
+// M = max(sink, m_s). Thread i merges dims i and i + DS4_BLOCK (head_dim <= DS4_ATT_MAX_DIM =
+// 2 DS4_BLOCK) in one loop over the slices, unrolled so that many slices' loads are in flight (each
+// dim's sum is still the chain s = 0, 1, ..., so the bits do not depend on the unrolling).
+// Returns the merged values of the thread's dims (0 past head_dim).
+struct AfdMerged {
+    float v[2];
+};
+DS4_DEV AfdMerged afd_merge(const float* part_acc, const float* part_ml, const float* sinks, const u32* comp_sel,
+                            const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio,
+                            u32 top_k, u32 n_split, u32 most_slices, u32 min_chunk) {
     __shared__ float sfac[DS4_BLOCK];
     __shared__ float red[DS4_WARPS_PER_BLOCK];
     __shared__ float red32[DS4_GROUPS32];
@@ -216,9 +221,76 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge(
     const float den = block_sum(s < n_used ? part_ml[2 * (ph + s) + 1] * f : 0.0f, red32) + ds4_expf(sink - mx);
     const float inv = 1.0f / den;
     const float* src = part_acc + ph * head_dim;
-    for (u32 d = threadIdx.x; d < head_dim; d += DS4_BLOCK) {
-        float acc = 0.0f;
-        for (u32 j = 0; j < n_used; ++j) acc = fmaf(sfac[j], src[(u64)j * head_dim + d], acc);
-        out[((u64)t * n_head + h) * head_dim + d] = acc * inv;
+    const u32 d0 = threadIdx.x, d1 = threadIdx.x + DS4_BLOCK;
+    const u32 e0 = min(d0, head_dim - 1), e1 = min(d1, head_dim - 1);  // in bounds; unused past head_dim
+    float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll 8
+    for (u32 j = 0; j < n_used; ++j) {
+        const float fj = sfac[j];
+        const float x0 = src[(u64)j * head_dim + e0], x1 = src[(u64)j * head_dim + e1];
+        a0 = fmaf(fj, x0, a0);
+        a1 = fmaf(fj, x1, a1);
+    }
+    AfdMerged r;
+    r.v[0] = d0 < head_dim ? a0 * inv : 0.0f;
+    r.v[1] = d1 < head_dim ? a1 * inv : 0.0f;
+    return r;
+}
+
+// out: f32 [n_tok][n_head][head_dim]; n_split <= 256, head_dim <= DS4_ATT_MAX_DIM.
+// Launch: grid (n_head, n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge(
+    float* out, const float* part_acc, const float* part_ml, const float* sinks, const u32* comp_sel,
+    const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k, u32 n_split,
+    u32 most_slices, u32 min_chunk) {
+    if (head_dim > DS4_ATT_MAX_DIM) return;
+    const AfdMerged r = afd_merge(part_acc, part_ml, sinks, comp_sel, pos, n_head, head_dim, window, n_comp_avail,
+                                  ratio, top_k, n_split, most_slices, min_chunk);
+    float* o = out + ((u64)blockIdx.y * n_head + blockIdx.x) * head_dim;
+#pragma unroll
+    for (u32 k = 0; k < 2; ++k) {
+        const u32 d = threadIdx.x + DS4_BLOCK * k;
+        if (d < head_dim) o[d] = r.v[k];
+    }
+}
+
+// The merge, then the attention output's next two fast steps on the merged head in registers,
+// with their bits: the inverse RoPE of ds4_rows_finish_fast (flags DS4_ROW_ROPE | DS4_ROW_ROPE_INV;
+// the pair 2p, 2p + 1 is in neighbouring threads) and the Q8_0 quantization of
+// ds4_rms_norm_quant_fast without norm (a block of 32 dims is 32 neighbouring threads), written to
+// q_out [n_tok][n_head][head_dim] and d_out [n_tok][n_head][head_dim / 32]: two launches fewer on
+// the decode path (kernels::attention_decode_split_q8). head_dim % 32 == 0, n_rot even.
+// Launch: grid (n_head, n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge_q8(
+    i8* q_out, float* d_out, const float* part_acc, const float* part_ml, const float* sinks, const u32* comp_sel,
+    const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k, u32 n_split,
+    u32 most_slices, u32 min_chunk, u32 n_rot, float theta_scale, float freq_scale, float ext_factor,
+    float corr_low, float corr_high, float mscale) {
+    if (head_dim > DS4_ATT_MAX_DIM || head_dim % 32 != 0) return;
+    AfdMerged r = afd_merge(part_acc, part_ml, sinks, comp_sel, pos, n_head, head_dim, window, n_comp_avail, ratio,
+                            top_k, n_split, most_slices, min_chunk);
+    const u32 t = blockIdx.y, row_pos = pos[0] + t, off = head_dim - n_rot;
+    const u64 row = (u64)t * n_head + blockIdx.x;
+#pragma unroll
+    for (u32 k = 0; k < 2; ++k) {
+        const u32 d = threadIdx.x + DS4_BLOCK * k;
+        // The pair's other value (every lane shuffles; a pair never straddles the head's end).
+        const float other = __shfl_xor(r.v[k], 1, DS4_WARP);
+        if (d >= off && d < head_dim) {
+            const u32 pr = d / 2;
+            const float th = rope_theta(row_pos, pr - off / 2, theta_scale, freq_scale, ext_factor, corr_low, corr_high);
+            const float c = ds4_cosf(th) * mscale;
+            const float sn = -ds4_sinf(th) * mscale;
+            const float x0 = d % 2 == 0 ? r.v[k] : other, x1 = d % 2 == 0 ? other : r.v[k];
+            r.v[k] = d % 2 == 0 ? x0 * c - x1 * sn : x0 * sn + x1 * c;
+        }
+        const float am = group32_max(fabsf(r.v[k]));
+        const float dq = am * DS4_RCP127;
+        const float id = dq != 0.0f ? 127.0f / am : 0.0f;
+        const int cq = round_even_i(r.v[k] * id);
+        if (d < head_dim) {
+            q_out[row * head_dim + d] = (i8)(cq < -128 ? -128 : (cq > 127 ? 127 : cq));
+            if (d % 32 == 0) d_out[row * (head_dim / 32) + d / 32] = dq;
+        }
     }
 }

@@ -8,8 +8,9 @@
 // columns 8 (i + 256 k) of every stream), so the last block of a token finishes without reading X
 // again: the weighted stream sum is per thread, the sublayer's input norm is one f32 tree and the
 // quantization is kernels/norm_quant_fast.hip's. The Sinkhorn split (16 lanes of the first warp, one
-// matrix entry each, row and column sums as pairwise shuffle trees) runs after the norm outputs are
-// written.
+// matrix entry each, row and column sums as pairwise shuffle trees) runs in another block, the last
+// of the post and comb rows' blocks, beside the norm and quantization (after them in the block that
+// stores the state in place, and in the one-block-per-token form).
 // Deterministic: the same inputs give the same bits on every run.
 #pragma once
 #include "hc.hip"
@@ -57,10 +58,12 @@ DS4_DEV HcSplitConsts hc_split_consts(const float* scale, const float* base, u32
     return c;
 }
 
-DS4_DEV void hc_split_fast(float* split_out, const float* mix, HcSplitConsts c, u32 n, u32 iters, float eps_hc) {
+// with_pre = false leaves the pre weights (and mix[0, n)) to the caller.
+DS4_DEV void hc_split_fast(float* split_out, const float* mix, HcSplitConsts c, u32 n, u32 iters, float eps_hc,
+                           bool with_pre) {
     const u32 lane = lane_id(), a = (lane / 4) % 4, b = lane % 4;
     if (lane < n) {
-        split_out[lane] = plain_sigmoid(mix[lane] * c.sc_pre + c.base_pre) + eps_hc;
+        if (with_pre) split_out[lane] = plain_sigmoid(mix[lane] * c.sc_pre + c.base_pre) + eps_hc;
         split_out[n + lane] = 2.0f * plain_sigmoid(mix[n + lane] * c.sc_post + c.base_post);
     }
     const bool live = lane < 16 && a < n && b < n;
@@ -153,8 +156,10 @@ DS4_DEV float hc_row_dot(const uint4 wv[S][H], const float xv[S][H][8]) {
 }
 
 // The HC pre step of token blockIdx.y (see the file comment). PER_TOKEN = false: the block computes
-// mix row blockIdx.x, and the token's last block by the per-token counter finishes the token (the
-// other blocks have read the state by then: they count themselves done only after their dots).
+// mix row blockIdx.x, and the token's last blocks by the per-token counter finish the token (the
+// other blocks have read the state by then: they count themselves done only after their dots): the
+// last pre row's block the sublayer input, the last other row's block the split, or, when the state
+// is stored in place, the last block both.
 // PER_TOKEN = true (grid (1, n_tok)): the block computes every mix row, folding each row's partials
 // as block_sum does (width-32 butterfly, then the group totals in order), so each mix value has the
 // bits of the one-row blocks', and finishes the token itself; the counter is not touched. One block
@@ -229,6 +234,7 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
             for (int j = 0; j < 8; ++j) xs[k][j] = xv[k][h][j];
         ss += strips_sumsq<S>(xs);
     }
+    bool finish_split = true;  // this block also runs the split (one finisher)
     if constexpr (PER_TOKEN) {
         // Group totals of every row's partial and of ss (block_sum's first half, all rows at once).
         __shared__ float groups[DS4_HC_MAX_MIX + 1][DS4_GROUPS32];
@@ -266,14 +272,36 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
         if (threadIdx.x == 0) mix[(u64)t * n_mix + blockIdx.x] = dot * (1.0f / sqrtf(ss / (float)n_in + eps_rms));
         __threadfence();
         __syncthreads();
-        if (threadIdx.x == 0) is_last = atomicAdd(&counter[t], 1u) == n_mix - 1;
+        // Two finishers when no block stores the state after the others have read it (share_store,
+        // or no post): the last of the n_hc pre rows' blocks finishes the sublayer input (it needs
+        // only the pre logits) while the last of the other rows' blocks runs the split of the post
+        // and comb weights, so the split's chain and the quantization overlap instead of following
+        // each other. One counter word: pre rows count in the low half, the others in the high
+        // half; the block that completes both resets it (every atomic of the token is done then).
+        const bool two = !POST || share_store;
+        const bool pre_row = blockIdx.x < n_hc;
+        const u32 inc = two && !pre_row ? 1u << 16 : 1u;
+        const u32 full = two ? n_hc + ((n_mix - n_hc) << 16) : n_mix;
+        if (threadIdx.x == 0) {
+            const u32 now = atomicAdd(&counter[t], inc) + inc;
+            const bool group_done = !two ? now == full : pre_row ? (now & 0xffffu) == n_hc : (now >> 16) == n_mix - n_hc;
+            is_last = group_done ? (now == full ? 3u : 1u) : 0u;
+        }
         __syncthreads();
         if (!is_last) return;
         __threadfence();
-        if (threadIdx.x == 0) counter[t] = 0;
-        // The token's mix logits, one load each (volatile: other blocks of this launch wrote them).
-        if (threadIdx.x < n_mix) smix[threadIdx.x] = ((const volatile float*)mix)[(u64)t * n_mix + threadIdx.x];
+        if (threadIdx.x == 0 && is_last == 3u) counter[t] = 0;
+        // The finisher's mix logits, one load each (volatile: other blocks of this launch wrote them).
+        const u32 m0 = two && !pre_row ? n_hc : 0, m1 = two && pre_row ? n_hc : n_mix;
+        if (threadIdx.x >= m0 && threadIdx.x < m1)
+            smix[threadIdx.x] = ((const volatile float*)mix)[(u64)t * n_mix + threadIdx.x];
         __syncthreads();
+        if (two && !pre_row) {
+            if (warp_id() == 0)
+                hc_split_fast(split_out + (u64)t * n_mix, smix, split_consts, n_hc, iters, eps_hc, false);
+            return;
+        }
+        if (two) finish_split = false;
     }
     if (POST && !share_store) {
 #pragma unroll
@@ -301,7 +329,12 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
 #pragma unroll
         for (int j = 0; j < 8; ++j) v[k][j] = v[k][j] * sc * nw[k][j];
     nqf_store_row<S>(t, v, n_embd, xn, q0_q, q0_d, qk_q, qk_d, qk_bs);
-    if (warp_id() == 0) hc_split_fast(split_out + (u64)t * n_mix, smix, split_consts, n_hc, iters, eps_hc);
+    if (finish_split) {
+        if (warp_id() == 0) hc_split_fast(split_out + (u64)t * n_mix, smix, split_consts, n_hc, iters, eps_hc, true);
+    } else if (threadIdx.x < n_hc) {
+        // hc_split_fast's pre weights, with its expression.
+        split_out[(u64)t * n_mix + threadIdx.x] = plain_sigmoid(smix[threadIdx.x] * scale_pre + base[threadIdx.x]) + eps_hc;
+    }
 }
 
 // ds4_hc_pre_fused's arguments, outputs and launch (grid (n_mix, n_tok), block 256; the last block

@@ -200,11 +200,35 @@ DS4_DEV float q8_row_sum(float v, u32 nc) {
     return v + __shfl_xor(v, 8, DS4_WARP);
 }
 
-// The rounds [begin, end) of this block: contiguous runs, any grid.
-DS4_DEV void q8_block_rounds(u32 n_out, u32 rpr, u32& begin, u32& end) {
-    const u32 total = (n_out + rpr - 1) / rpr, per = (total + gridDim.x - 1) / gridDim.x;
+// The rounds [begin, end) of this block: contiguous runs of a multiple of `align` rounds, any grid.
+DS4_DEV void q8_block_rounds(u32 n_out, u32 rpr, u32& begin, u32& end, u32 align = 1) {
+    const u32 total = (n_out + rpr - 1) / rpr;
+    const u32 per = ((total + gridDim.x - 1) / gridDim.x + align - 1) / align * align;
     begin = min(total, blockIdx.x * per);
     end = min(total, begin + per);
+}
+
+// Rows of Q8_0 output a block gathers before it quantizes them: the 32 of a Q8_0 block, or a
+// round's rows when a round has more (128 / nc rows, nc >= 1).
+#define DS4_Q8T_QROWS DS4_Q8T_ROUND
+
+// Quantizes the gathered rows [row0, row0 + n) (n a multiple of 32) of qrow as
+// ds4_rms_norm_quant_fast's Q8_0 without norm (nqf_store_row: the block's absolute maximum, d =
+// amax / 127 as amax * (1 / 127), codes rint(v * 127 / amax) clamped): 32 neighbouring threads a
+// block. Call from every thread, between barriers.
+DS4_DEV void q8_quantize_rows(const float* qrow, u32 row0, u32 n, i8* q_out, float* d_out) {
+    for (u32 i0 = 0; i0 < n; i0 += DS4_BLOCK) {
+        const u32 i = i0 + threadIdx.x;
+        const float v = i < n ? qrow[i] : 0.0f;
+        const float am = group32_max(fabsf(v));
+        const float d = am * DS4_RCP127;
+        const float id = d != 0.0f ? 127.0f / am : 0.0f;
+        const int c = round_even_i(v * id);
+        if (i < n) {
+            q_out[row0 + i] = (i8)(c < -128 ? -128 : (c > 127 ? 127 : c));
+            if (i % 32 == 0) d_out[(row0 + i) / 32] = d;
+        }
+    }
 }
 
 // Whether the tiled path takes rows of n_in elements (nc a power of two <= 128).
@@ -230,14 +254,21 @@ DS4_DEV Q8RoundMatrix q8_round_matrix(u32 rd, u32 rpr, const u8* w0, float* y0, 
 // The tiled fast product (n_in / 256 a power of two <= 128, q8_tiled) of one matrix (n1 = 0; grouped
 // rows read their group's activations at grp * n_in) or of two sharing their Q8_0 activations
 // (q8_round_matrix). Grid (any, n_tok): q8_block_rounds splits the rounds of n0 + n1 rows.
+// QOUT (one matrix, n0 % 32 == 0, the round's rows a divisor or a multiple of 32): instead of y0,
+// the rows' Q8_0 codes (q_out) and scales (d_out), each block's run whole Q8_0 blocks of rows,
+// gathered in shared memory and quantized as each block of 32 completes.
+template <bool QOUT>
 DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, const i8* xq, const float* xd,
-                              u32 n_in, u32 n0, u32 n1, u32 rows_per_group, u32 x_stride) {
+                              u32 n_in, u32 n0, u32 n1, u32 rows_per_group, u32 x_stride, i8* q_out,
+                              float* d_out) {
     __shared__ uint4 tiles[DS4_WARPS_PER_BLOCK * DS4_Q8T_WORDS];
     __shared__ float part[2][DS4_WARPS_PER_BLOCK];
+    __shared__ float qrow[QOUT ? DS4_Q8T_QROWS : 1];
     const u32 t = blockIdx.y;
     const Q8Tiles g = q8_tiles(n_in);
+    const u32 q_span = g.rpr >= 32 ? g.rpr : 32;  // rows quantized together
     u32 begin, end;
-    q8_block_rounds(n0 + n1, g.rpr, begin, end);
+    q8_block_rounds(n0 + n1, g.rpr, begin, end, QOUT ? q_span / g.rpr : 1);
     if (begin >= end) return;
     uint4* tile = tiles + warp_id() * DS4_Q8T_WORDS;
     uint4 v[DS4_Q8T_LOADS];
@@ -264,7 +295,12 @@ DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, 
         if (row < cur.n_out) q8_slice_load(x, xq, xd, t, x_stride, row / rows_per_group, cir, n_in, g.nc);
         const float acc = q8_row_sum(q8_lane_dot(wv, x), g.nc);
         if (g.k == 1) {
-            if (row < cur.n_out && cir == 0 && q8_lane_half() == 0) cur.y[(u64)t * cur.n_out + row] = acc;
+            if (row < cur.n_out && cir == 0 && q8_lane_half() == 0) {
+                if (QOUT)
+                    qrow[row % q_span] = acc;
+                else
+                    cur.y[(u64)t * cur.n_out + row] = acc;
+            }
         } else {
             float* p = part[rd & 1];
             if (lane_id() == 0) p[warp_id()] = acc;
@@ -273,7 +309,19 @@ DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, 
             if (threadIdx.x < g.rpr && r < cur.n_out) {
                 float sum = 0.0f;
                 for (u32 s = 0; s < g.k; ++s) sum += p[threadIdx.x * g.k + s];
-                cur.y[(u64)t * cur.n_out + r] = sum;
+                if (QOUT)
+                    qrow[r % q_span] = sum;
+                else
+                    cur.y[(u64)t * cur.n_out + r] = sum;
+            }
+        }
+        if (QOUT) {
+            const u32 rows_done = (cur.rd + 1) * g.rpr;  // rows of the matrix finished after this round
+            if (rows_done % q_span == 0 || rows_done >= cur.n_out) {
+                __syncthreads();
+                const u32 row0 = (rows_done - 1) / q_span * q_span;
+                q8_quantize_rows(qrow, (u32)((u64)t * cur.n_out + row0), min(q_span, cur.n_out - row0), q_out, d_out);
+                __syncthreads();
             }
         }
     }
@@ -287,7 +335,8 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_fast(float* y, const u
                                                                        const float* xd, u32 n_in, u32 n_out,
                                                                        u32 rows_per_group, u32 x_stride) {
     if (q8_tiled(n_in)) {
-        q8_tiled_product(y, nullptr, w, nullptr, xq, xd, n_in, n_out, 0, rows_per_group, x_stride);
+        q8_tiled_product<false>(y, nullptr, w, nullptr, xq, xd, n_in, n_out, 0, rows_per_group, x_stride, nullptr,
+                                nullptr);
         return;
     }
     const u32 t = blockIdx.y, nc = n_in / DS4_Q8_0_CHUNK, g = q8_0_fast_lanes(nc);
@@ -306,6 +355,20 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_fast(float* y, const u
     if (live && sub == 0) y[(u64)t * n_out + r] = acc;
 }
 
+// ds4_matvec_q8_0_fast followed by ds4_rms_norm_quant_fast's Q8_0 of its output rows (no norm, rows of
+// 32-element blocks) in one launch: q_out [n_tok][n_out] codes and d_out [n_tok][n_out / 32] scales
+// with the bits of the two launches; the f32 rows are not written (e.g. the attention's grouped
+// low-rank output before its second projection). Preconditions (kernels::matvec_q8_0_quantized
+// checks them): the tiled shapes (n_in / 256 a power of two <= 128), n_out % 32 == 0, and the
+// 128 / (n_in / 256) rows of a round dividing 32 or a multiple of it. Grid (any, n_tok), block 256.
+extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_q8_fast(i8* q_out, float* d_out, const u8* w,
+                                                                   const i8* xq, const float* xd, u32 n_in,
+                                                                   u32 n_out, u32 rows_per_group, u32 x_stride) {
+    if (!q8_tiled(n_in) || n_out % 32 != 0) return;
+    q8_tiled_product<true>(nullptr, nullptr, w, nullptr, xq, xd, n_in, n_out, 0, rows_per_group, x_stride, q_out,
+                           d_out);
+}
+
 // y0 = W0 · x and y1 = W1 · x in one launch (two projections of the same Q8_0 activations, e.g. a
 // layer's query and kv down-projections): rows [0, n_out0) of w0 then [0, n_out1) of w1 as one
 // grid's rounds. Preconditions (kernels::paired_matvec_q8_0 checks them): the tiled shapes (n_in /
@@ -316,7 +379,7 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_pair_fast(float* y0, f
                                                                             const float* xd, u32 n_in,
                                                                             u32 n_out0, u32 n_out1) {
     if (!q8_tiled(n_in)) return;
-    q8_tiled_product(y0, y1, w0, w1, xq, xd, n_in, n_out0, n_out1, n_out0 + n_out1, n_in);
+    q8_tiled_product<false>(y0, y1, w0, w1, xq, xd, n_in, n_out0, n_out1, n_out0 + n_out1, n_in, nullptr, nullptr);
 }
 
 // ds4_matvec_q8_0_swiglu in the fast order: mid[t][r] = swiglu(Wg[r]·x, Wu[r]·x); n_in % 256 == 0.

@@ -1,7 +1,7 @@
 // Routed experts at decode in the fast order (docs/arithmetic.md): the moe.hip kernels' products and
 // arguments, built to stream the selected experts' rows at bandwidth. A warp's "job" is the weight
 // rows one output needs (gate/up: the gate and up rows of row r of expert k; down: row r of each
-// selected expert), at most DS4_MOE_FAST_JOB_B bytes. The warp reads a job with 16-byte loads at
+// selected expert), at most MoeJob::BYTES. The warp reads a job with 16-byte loads at
 // consecutive addresses (the next job's loads in flight while it works on this one), stages it in
 // its shared memory, and lane l unpacks chunks l, l + DS4_WARP, ... of each staged row (formats.h
 // unpack_chunk) against the activation chunk of the same index, loaded once for every row that uses
@@ -10,27 +10,37 @@
 #pragma once
 #include "moe.hip"  // DS4_MOE_MAX_USED
 
-#define DS4_MOE_FAST_JOB_B 5120                            // bytes of weight rows per warp job (at most)
-#define DS4_MOE_FAST_WORDS (DS4_MOE_FAST_JOB_B / 16)       // 16-byte words per job
-#define DS4_MOE_FAST_LOADS (DS4_MOE_FAST_WORDS / DS4_WARP)  // loads per lane per job
 #define DS4_MOE_FAST_ROWS 16                               // output rows per block (fast.rs MOE_FAST_ROWS)
 #define DS4_MOE_FAST_RPW (DS4_MOE_FAST_ROWS / DS4_WARPS_PER_BLOCK)  // output rows per warp
 
+// Bytes of weight rows per warp job, per kernel (at most; fast.rs moe_fast_job_bytes): the job's
+// prefetch registers and staged words are sized for its kernel's jobs, not the largest format's.
+// The Flash-shaped files' gate/up jobs (two IQ2_XXS rows of 4096 columns, 2112 bytes) fit 2560, so
+// that kernel keeps 20 registers and 20 KB of shared memory fewer than at 5120 (more blocks a
+// multiprocessor); their down jobs (six Q2_K rows of 2048 columns, 4032 bytes) fit 4096.
+template <int T, bool DOWN>
+struct MoeJob {
+    static constexpr u32 BYTES = T == DS4_T_IQ2_XXS ? (DOWN ? 3584 : 2560) : T == DS4_T_Q2_K ? (DOWN ? 4096 : 3072) : 5120;
+    static constexpr u32 WORDS = BYTES / 16;                           // 16-byte words
+    static constexpr int LOADS = (int)((WORDS + DS4_WARP - 1) / DS4_WARP);  // loads per lane
+};
+
 // Loads a job of `nseg` rows of `wpr` 16-byte words each, row s at seg(s) (16-byte aligned).
-template <class Seg>
-DS4_DEV void moe_job_load(uint4 (&v)[DS4_MOE_FAST_LOADS], Seg seg, u32 nseg, u32 wpr) {
+template <int L, class Seg>
+DS4_DEV void moe_job_load(uint4 (&v)[L], Seg seg, u32 nseg, u32 wpr) {
 #pragma unroll
-    for (int i = 0; i < DS4_MOE_FAST_LOADS; ++i) {
+    for (int i = 0; i < L; ++i) {
         const u32 q = i * DS4_WARP + lane_id(), s = q / wpr;
         v[i] = s < nseg ? ((const uint4*)seg(s))[q - s * wpr] : make_uint4(0, 0, 0, 0);
     }
 }
 
 // Stages a loaded job of n_words words in the warp's shared memory.
-DS4_DEV void moe_job_stage(uint4* job, const uint4 (&v)[DS4_MOE_FAST_LOADS], u32 n_words) {
+template <int L>
+DS4_DEV void moe_job_stage(uint4* job, const uint4 (&v)[L], u32 n_words) {
     ds4_sync_warp();  // the lanes' reads of the previous job are done
 #pragma unroll
-    for (int i = 0; i < DS4_MOE_FAST_LOADS; ++i) {
+    for (int i = 0; i < L; ++i) {
         const u32 q = i * DS4_WARP + lane_id();
         if (q < n_words) job[q] = v[i];
     }
@@ -85,8 +95,9 @@ template <int T>
 DS4_DEV void moe_gate_up_fast_body(float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd,
                                    const i16* xbs, const u32* sel, const float* selw, u32 n_in, u32 n_ff,
                                    u32 n_used, float limit) {
+    using Job = MoeJob<T, false>;
     __shared__ u64 sgrid[256];
-    __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * DS4_MOE_FAST_WORDS];
+    __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * Job::WORDS];
     stage_moe_grid<T>(sgrid);
     const u32 k = blockIdx.y, t = blockIdx.z;
     const u32 e = sel[(u64)t * n_used + k];
@@ -98,12 +109,12 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, const u8* gate, const u8* up, con
     const i8* xr = xq + (u64)t * n_in;
     const float* dr = xd + (u64)t * (n_in / 256);
     const i16* br = xbs + (u64)t * (n_in / 16);
-    uint4* job = jobs + warp_id() * DS4_MOE_FAST_WORDS;
+    uint4* job = jobs + warp_id() * Job::WORDS;
     const u32 r0 = (blockIdx.x * DS4_WARPS_PER_BLOCK + warp_id()) * DS4_MOE_FAST_RPW;
     const u32 r1 = min(r0 + DS4_MOE_FAST_RPW, n_ff);
     if (r0 >= r1) return;  // warp-uniform; no block barrier follows
     auto rows = [&](u32 r) { return [=](u32 s) { return (s == 0 ? ge : ue) + r * rb; }; };
-    uint4 v[DS4_MOE_FAST_LOADS];
+    uint4 v[Job::LOADS];
     moe_job_load(v, rows(r0), 2, wpr);
     for (u32 r = r0; r < r1; ++r) {
         moe_job_stage(job, v, 2 * wpr);
@@ -127,8 +138,9 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, const u8* gate, const u8* up, con
 template <int T>
 DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const float* md, const i16* mbs,
                                 const u32* sel, u32 n_ff, u32 n_out, u32 n_used) {
+    using Job = MoeJob<T, true>;
     __shared__ u64 sgrid[256];
-    __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * DS4_MOE_FAST_WORDS];
+    __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * Job::WORDS];
     stage_moe_grid<T>(sgrid);
     const u32 t = blockIdx.y;
     const u64 rb = row_bytes<T>(n_ff);
@@ -137,7 +149,7 @@ DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const 
     __shared__ u32 experts[DS4_MOE_MAX_USED];
     if (threadIdx.x < nu) experts[threadIdx.x] = sel[(u64)t * n_used + threadIdx.x];
     __syncthreads();
-    uint4* job = jobs + warp_id() * DS4_MOE_FAST_WORDS;
+    uint4* job = jobs + warp_id() * Job::WORDS;
     const u32 r0 = (blockIdx.x * DS4_WARPS_PER_BLOCK + warp_id()) * DS4_MOE_FAST_RPW;
     const u32 r1 = min(r0 + DS4_MOE_FAST_RPW, n_out);
     if (r0 >= r1) return;  // warp-uniform; no block barrier follows
@@ -146,7 +158,7 @@ DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const 
     const i8* xr = mq + (u64)t * n_used * n_ff;
     const float* dr = md + (u64)t * n_used * (n_ff / 256);
     const i16* br = mbs + (u64)t * n_used * (n_ff / 16);
-    uint4 v[DS4_MOE_FAST_LOADS];
+    uint4 v[Job::LOADS];
     moe_job_load(v, rows(r0), nu, wpr);
     for (u32 r = r0; r < r1; ++r) {
         moe_job_stage(job, v, nu * wpr);

@@ -10,7 +10,7 @@
 //! without arithmetic, so the lists must be equal, ties (to the lower row) included.
 
 use ds4_chat::backend::hip::kernels::{self, AttentionSplitPlan};
-use ds4_chat::backend::hip::runtime::HipResult;
+use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 
 use super::attention_case::{AttentionCase, attention_shape};
 use super::cache::IndexerInputs;
@@ -234,8 +234,84 @@ fn check_split(gpu: &Gpu, rng: &mut CheckRng, name: &str, c: Case) -> Checked {
             c.n_tok, c.pos0, short_check.verdict
         ),
     );
-    if differ > 0 || short_check.verdict != Verdict::Pass {
+    let fused = check_merge_q8(gpu, name, &shape, &io, (c.max_rows, c.n_tok), &got)?;
+    result.note = format!(
+        "{}; merge + inverse RoPE + Q8_0 in one launch: {}",
+        result.note, fused.note
+    );
+    if differ > 0 || short_check.verdict != Verdict::Pass || fused.verdict != Verdict::Pass {
         result.verdict = Verdict::Fail;
     }
     Ok(result)
+}
+
+/// `ds4_attention_decode_merge_q8` against the merge's output `merged` (the plan for `max_rows`)
+/// finished by the fast launches it replaces, `ds4_rows_finish_fast` (RoPE | ROPE_INVERSE, YaRN
+/// angles) and `ds4_rms_norm_quant_fast` (Q8_0, no norm): the same codes and scales, bit for bit.
+fn check_merge_q8(
+    gpu: &Gpu,
+    name: &str,
+    shape: &kernels::AttentionShape,
+    io: &kernels::AttentionInputs,
+    (max_rows, n_tok): (u32, usize),
+    merged: &[f32],
+) -> Checked {
+    let (nt, n_head, head_dim) = (n_tok as u32, shape.n_head, shape.head_dim);
+    let rope = kernels::RopeParams::yarn(64, 160000.0, 16.0, 65536, 32.0, 1.0);
+    let plan = AttentionSplitPlan::new(shape, nt, max_rows, usize::MAX / 8, kernels::ATTENTION_SPLIT_ROWS)
+        .expect("a split plan");
+    let rows = n_tok * n_head as usize;
+    let scratch = gpu.poisoned::<f32>(plan.acc_floats(shape, nt) + 2 * rows * plan.n_split as usize)?;
+    let planes = || -> HipResult<(DeviceBuffer, DeviceBuffer)> {
+        Ok((
+            gpu.poisoned::<i8>(rows * head_dim as usize)?,
+            gpu.poisoned::<f32>(rows * head_dim as usize / 32)?,
+        ))
+    };
+    let (q_fused, d_fused) = planes()?;
+    let fused = kernels::attention_decode_split_q8(
+        shape,
+        plan,
+        rope,
+        (q_fused.ptr().0, d_fused.ptr().0),
+        scratch.ptr().0,
+        io,
+        nt,
+    )
+    .expect("a head_dim of whole Q8_0 blocks");
+    for l in &fused {
+        gpu.run(l)?;
+    }
+    let fast = |l: kernels::Launch| kernels::fast_twin(&l).expect("a fast twin");
+    let out = gpu.up(merged)?;
+    let flags = kernels::row_flags::ROPE | kernels::row_flags::ROPE_INVERSE;
+    gpu.run(&fast(kernels::rows_finish(
+        out.ptr().0,
+        kernels::NULL,
+        kernels::NULL,
+        io.pos,
+        n_head,
+        head_dim,
+        flags,
+        1,
+        rope,
+        1e-6,
+        nt,
+    )))?;
+    let (q_want, d_want) = planes()?;
+    let quant = kernels::QuantOut::q8_0(q_want.ptr().0, d_want.ptr().0);
+    gpu.run(&fast(kernels::quantize_rows(quant, out.ptr().0, head_dim, rows as u32)))?;
+    let codes = same_codes(name, &q_fused.to_vec::<i8>()?, &q_want.to_vec::<i8>()?, "codes".into());
+    let scales = same_bits(
+        name,
+        &d_fused.to_vec::<f32>()?,
+        &d_want.to_vec::<f32>()?,
+        "scales".into(),
+    );
+    let mut r = codes.clone();
+    r.note = format!("{}; {}", codes.note, scales.note);
+    if scales.verdict != Verdict::Pass {
+        r.verdict = Verdict::Fail;
+    }
+    Ok(r)
 }

@@ -42,6 +42,66 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     let pair_cases = [(4096usize, 64usize, 24usize, 1usize), (1024, 32, 13, 2)];
     let pair_name = |(n_in, n0, n1, n_tok)| format!("fast_matvec.q8_0_pair[{n_in}x({n0}+{n1}),{n_tok} tok]");
     each(gpu, rng, emit, pair_cases, pair_name, check_pair);
+    // Quantized output: the attention's grouped low-rank output (4096-column groups, 8 rows a round,
+    // 4 rounds a Q8_0 block of rows), 2 rounds a block (8192 columns, K split), 64 rows a round.
+    let quant_cases = [
+        (4096usize, 256usize, 64usize, 1usize),
+        (8192, 96, 96, 2),
+        (512, 192, 192, 1),
+    ];
+    let quant_name =
+        |(n_in, n_out, group, n_tok)| format!("fast_matvec.q8_0_quantized[{n_in}x{n_out},group {group},{n_tok} tok]");
+    each(gpu, rng, emit, quant_cases, quant_name, check_quantized);
+}
+
+/// `ds4_matvec_q8_0_q8_fast` against the fast matvec followed by the fast Q8_0 quantization of its
+/// rows (`quantize_rows`): the same codes and scales, bit for bit, with grids of 3 blocks (a block
+/// gathers several Q8_0 blocks of rows in turn) and of 264.
+fn check_quantized(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    (n_in, n_out, group, n_tok): (usize, usize, usize, usize),
+) -> Checked {
+    let nt = n_tok as u32;
+    let case = Q8ProjCase::new(gpu, rng, (n_in, n_out, group, n_tok))?;
+    run_fast(gpu, &[kernels::matvec_q8_0(&case.proj, nt)])?;
+    let planes = || -> HipResult<(DeviceBuffer, DeviceBuffer)> {
+        Ok((
+            gpu.poisoned::<i8>(n_tok * n_out)?,
+            gpu.poisoned::<f32>(n_tok * n_out / 32)?,
+        ))
+    };
+    let (q_want, d_want) = planes()?;
+    let quant = kernels::QuantOut::q8_0(q_want.ptr().0, d_want.ptr().0);
+    run_fast(gpu, &[kernels::quantize_rows(quant, case.proj.y, n_out as u32, nt)])?;
+    let (q_want, d_want) = (q_want.to_vec::<i8>()?, d_want.to_vec::<f32>()?);
+    let (mut notes, mut pass) = (Vec::new(), true);
+    for grids in [
+        FEW_BLOCKS,
+        FastGrids {
+            q8_0_max_blocks: 264,
+            ..FEW_BLOCKS
+        },
+    ] {
+        let (q, d) = planes()?;
+        let fused = kernels::matvec_q8_0_quantized(&case.proj, (q.ptr().0, d.ptr().0), nt, grids)
+            .expect("the quantized launch takes this shape");
+        gpu.run(&fused)?;
+        let grid = fused.grid[0];
+        let codes = same_codes(name, &q.to_vec::<i8>()?, &q_want, format!("grid {grid}: codes"));
+        let scales = same_bits(name, &d.to_vec::<f32>()?, &d_want, "scales".into());
+        pass &= codes.verdict == Verdict::Pass && scales.verdict == Verdict::Pass;
+        notes.push(format!("{}; {}", codes.note, scales.note));
+    }
+    Ok(CheckResult::measured(
+        name,
+        f64::from(u8::from(!pass)),
+        0.0,
+        0.0,
+        pass,
+        notes.join("; "),
+    ))
 }
 
 /// The paired launch's grid: at most 3 blocks, so a block takes several rounds in turn (and prefetches
@@ -153,7 +213,8 @@ fn check_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_ff
     )
 }
 
-/// Rows that are not 16-byte multiples, or jobs over the staging size, keep the exact kernels.
+/// Rows that are not 16-byte multiples, or jobs over their kernel's staging size, keep the exact
+/// kernels; the Flash-shaped files' jobs are taken.
 fn check_declines() -> CheckResult {
     let q = kernels::Q8K { q: 1, d: 2, bsums: 3 };
     let cases = [
@@ -161,10 +222,20 @@ fn check_declines() -> CheckResult {
         kernels::moe_gate_up(ExpertFormat::Iq2Xxs, 1, 2, 3, q, 4, 5, 768, 64, 6, 7.0, 1),
         // 6 Q4_K rows of 2048 elements: 6,912 bytes, past a 5,120-byte job.
         kernels::moe_down(ExpertFormat::Q4K, 1, 2, q, 4, 2048, 64, 6, 1),
+        // Two IQ2_XXS rows of 5120 elements: 2,640 bytes, past the 2,560 of its gate/up jobs.
+        kernels::moe_gate_up(ExpertFormat::Iq2Xxs, 1, 2, 3, q, 4, 5, 5120, 64, 6, 7.0, 1),
     ];
     let declined = cases.iter().filter(|l| kernels::fast_twin(l).is_none()).count();
-    let took = kernels::moe_down(ExpertFormat::Q2K, 1, 2, q, 4, 2048, 64, 6, 1);
-    let ok = declined == cases.len() && kernels::fast_twin(&took).is_some();
+    let took = [
+        // The Flash-shaped q2 file: IQ2_XXS gate/up of 4096 columns (2,112 bytes), Q2_K down of 2048
+        // for 6 experts (4,032); and IQ2_XXS down rows of 2048 (3,168).
+        kernels::moe_gate_up(ExpertFormat::Iq2Xxs, 1, 2, 3, q, 4, 5, 4096, 2048, 6, 7.0, 1),
+        kernels::moe_down(ExpertFormat::Q2K, 1, 2, q, 4, 2048, 64, 6, 1),
+        kernels::moe_down(ExpertFormat::Iq2Xxs, 1, 2, q, 4, 2048, 64, 6, 1),
+        // The q4 file's gate/up: two Q4_K rows of 4096 (4,608).
+        kernels::moe_gate_up(ExpertFormat::Q4K, 1, 2, 3, q, 4, 5, 4096, 2048, 6, 7.0, 1),
+    ];
+    let ok = declined == cases.len() && took.iter().all(|l| kernels::fast_twin(l).is_some());
     CheckResult::measured(
         "fast_matvec.moe_twins_decline",
         (cases.len() - declined) as f64,

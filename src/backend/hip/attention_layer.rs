@@ -195,8 +195,8 @@ impl Pass<'_> {
             pos,
             n_comp_avail: comp_cap,
         };
-        if self.attention_decode_split(&shape, &io, max_rows, nt)? {
-            return self.attention_output(l, nt);
+        if let Some(heads_quantized) = self.attention_decode_split(&shape, &io, max_rows, rope, nt)? {
+            return self.attention_output(l, nt, heads_quantized);
         }
         if !self.attention_prefill_fast(&shape, &io, nt)? {
             let (out, sc, inv) = (p0(&a.att), p0(&a.att_sc), p0(&a.att_inv));
@@ -204,22 +204,24 @@ impl Pass<'_> {
                 self.launch(&launch)?;
             }
         }
-        self.attention_output(l, nt)
+        self.attention_output(l, nt, false)
     }
 
     /// Fast arithmetic, token-wise batches: the attention split over slices of rows
-    /// (kernels/attention_fast.hip), its partials in the score buffer. Returns whether it ran (else
-    /// the exact launches run).
+    /// (kernels/attention_fast.hip), its partials in the score buffer, merged straight into the
+    /// heads' inverse RoPE and Q8_0 planes where the shapes allow. Returns None when it did not run
+    /// (the exact launches run then), else whether the heads are already quantized.
     fn attention_decode_split(
         &self,
         shape: &AttentionShape,
         io: &AttentionInputs,
         max_rows: u32,
+        rope: RopeParams,
         nt: u32,
-    ) -> Result<bool, EngineError> {
+    ) -> Result<Option<bool>, EngineError> {
         let a = &self.acts;
         if self.arithmetic != Arithmetic::Fast || !self.token_wise(nt) {
-            return Ok(false);
+            return Ok(None);
         }
         let Some(plan) = AttentionSplitPlan::new(
             shape,
@@ -228,17 +230,27 @@ impl Pass<'_> {
             a.att_sc.len_bytes() / 4,
             self.fast_grids.attention_rows,
         ) else {
-            return Ok(false);
+            return Ok(None);
         };
-        for launch in kernels::attention_decode_split(shape, plan, p0(&a.att), p0(&a.att_sc), io, nt) {
-            self.launch(&launch)?;
+        let heads = (p0(&a.aq), p0(&a.ad));
+        let (launches, quantized) =
+            match kernels::attention_decode_split_q8(shape, plan, rope, heads, p0(&a.att_sc), io, nt) {
+                Some(fused) => (fused, true),
+                None => (
+                    kernels::attention_decode_split(shape, plan, p0(&a.att), p0(&a.att_sc), io, nt),
+                    false,
+                ),
+            };
+        for launch in &launches {
+            self.launch(launch)?;
         }
-        Ok(true)
+        Ok(Some(quantized))
     }
 
-    /// After the attention of layer `l`: the inverse RoPE of the heads, the grouped output
-    /// projection and the HC post step.
-    fn attention_output(&self, l: usize, nt: u32) -> Result<(), EngineError> {
+    /// After the attention of layer `l`: the inverse RoPE of the heads and their Q8_0 planes (unless
+    /// `heads_quantized`: the fused merge wrote them), the grouped output projection and the HC post
+    /// step.
+    fn attention_output(&self, l: usize, nt: u32, heads_quantized: bool) -> Result<(), EngineError> {
         let hp = &self.model.hp;
         let a = &self.acts;
         let lw = &self.model.w.layers[l];
@@ -246,17 +258,18 @@ impl Pass<'_> {
         let pos = a.pos_ptr();
         let (ne, d, nhc) = (hp.n_embd as u32, hp.head_dim as u32, hp.n_hc as u32);
         let (h, g, or) = (hp.n_head as u32, hp.n_out_group as u32, hp.o_lora_rank as u32);
-        self.head_rows_in_place(p0(&a.att), pos, h, d, rf::ROPE | rf::ROPE_INVERSE, rope, nt)?;
+        if !heads_quantized {
+            self.head_rows_in_place(p0(&a.att), pos, h, d, rf::ROPE | rf::ROPE_INVERSE, rope, nt)?;
+            self.quantize_q8_0(p0(&a.aq), p0(&a.ad), p0(&a.att), d, h * nt)?;
+        }
         // Grouped output projection (step 12): the H heads of every token as H rows of D.
-        self.quantize_q8_0(p0(&a.aq), p0(&a.ad), p0(&a.att), d, h * nt)?;
         let heads = q8(&a.aq, &a.ad);
         let grouped = Q8Proj {
             rows_per_group: or,
             x_stride: h * d,
             ..Q8Proj::plain(p0(&a.low), self.w(&lw.attn_output_a), heads, h * d / g, g * or)
         };
-        self.proj_q8_0(&grouped, nt)?;
-        self.quantize_q8_0(p0(&a.lq), p0(&a.ld), p0(&a.low), g * or, nt)?;
+        self.proj_q8_0_quantized(&grouped, (p0(&a.lq), p0(&a.ld)), nt)?;
         let low = q8(&a.lq, &a.ld);
         self.proj_q8_0(&Q8Proj::plain(p0(&a.y), self.w(&lw.attn_output_b), low, g * or, ne), nt)?;
         let (hc_out, hc_in) = self.advance_hc(nt);

@@ -305,6 +305,20 @@ impl Pass<'_> {
         self.proj_q8_0(second, n)
     }
 
+    /// `proj_q8_0` of `p` followed by the Q8_0 quantization of its output rows into `planes` (codes,
+    /// scales): one launch in fast arithmetic for token-wise batches where
+    /// `kernels::matvec_q8_0_quantized` takes the shape (the f32 output is then not written).
+    pub(super) fn proj_q8_0_quantized(&self, p: &Q8Proj, planes: (DevPtr, DevPtr), n: u32) -> Result<(), EngineError> {
+        if self.arithmetic == Arithmetic::Fast
+            && self.token_wise(n)
+            && let Some(fused) = kernels::matvec_q8_0_quantized(p, planes, n, self.fast_grids)
+        {
+            return self.launch(&fused);
+        }
+        self.proj_q8_0(p, n)?;
+        self.quantize_q8_0(planes.0, planes.1, p.y, p.n_out, n)
+    }
+
     /// The shared expert's gate/up + SwiGLU of `n` tokens: the matvec for one token, the GEMM for a
     /// chunk.
     pub(super) fn swiglu_q8_0(&self, s: &Q8Swiglu, n: u32) -> Result<(), EngineError> {

@@ -224,6 +224,8 @@ kernel_defs! {
     /// kernels/matvec_fast.hip
     MATVEC_Q8_0_FAST = "ds4_matvec_q8_0_fast"(y: Ptr, w: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_out: U32,
         rows_per_group: U32, x_stride: U32);
+    MATVEC_Q8_0_Q8_FAST = "ds4_matvec_q8_0_q8_fast"(q_out: Ptr, d_out: Ptr, w: Ptr, xq: Ptr, xd: Ptr, n_in: U32,
+        n_out: U32, rows_per_group: U32, x_stride: U32);
     MATVEC_Q8_0_PAIR_FAST = "ds4_matvec_q8_0_pair_fast"(y0: Ptr, y1: Ptr, w0: Ptr, w1: Ptr, xq: Ptr, xd: Ptr,
         n_in: U32, n_out0: U32, n_out1: U32);
     MATVEC_Q8_0_SWIGLU_FAST = "ds4_matvec_q8_0_swiglu_fast"(mid: Ptr, wg: Ptr, wu: Ptr, xq: Ptr, xd: Ptr,
@@ -255,6 +257,10 @@ kernel_defs! {
     ATTENTION_DECODE_MERGE = "ds4_attention_decode_merge"(out: Ptr, part_acc: Ptr, part_ml: Ptr, sinks: Ptr,
         comp_sel: Ptr, pos: Ptr, n_head: U32, head_dim: U32, window: U32, n_comp_avail: U32, ratio: U32,
         top_k: U32, n_split: U32, most_slices: U32, min_chunk: U32);
+    ATTENTION_DECODE_MERGE_Q8 = "ds4_attention_decode_merge_q8"(q_out: Ptr, d_out: Ptr, part_acc: Ptr,
+        part_ml: Ptr, sinks: Ptr, comp_sel: Ptr, pos: Ptr, n_head: U32, head_dim: U32, window: U32,
+        n_comp_avail: U32, ratio: U32, top_k: U32, n_split: U32, most_slices: U32, min_chunk: U32, n_rot: U32,
+        theta_scale: F32, freq_scale: F32, ext_factor: F32, corr_low: F32, corr_high: F32, mscale: F32);
     /// kernels/indexer_fast.hip
     INDEXER_SCORES_FAST = "ds4_indexer_scores_fast"(scores: Ptr, qi: Ptr, w: Ptr, krows: Ptr, pos: Ptr,
         n_head: U32, n_comp_avail: U32, ratio: U32, top_k: U32, score_stride: U32, w_scale: F32);

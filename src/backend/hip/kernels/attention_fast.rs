@@ -2,9 +2,10 @@
 //! softmax states per slice, then a merge with the sinks), the fast arithmetic's replacement of the
 //! three exact attention launches for token-wise batches.
 
-use super::abi::{ATTENTION_DECODE_MERGE, ATTENTION_DECODE_SPLIT, DevPtr};
+use super::abi::{ATTENTION_DECODE_MERGE, ATTENTION_DECODE_MERGE_Q8, ATTENTION_DECODE_SPLIT, Arg, DevPtr};
 use super::attention::{ATTENTION_MAX_DIM, AttentionInputs, AttentionShape};
 use super::launch::{Launch, f, ptr, u};
+use super::rows::RopeParams;
 
 /// Heads per block of `ds4_attention_decode_split` (DS4_AFD_HEADS).
 pub const ATTENTION_SPLIT_HEADS: u32 = 8;
@@ -87,6 +88,56 @@ pub fn attention_decode_split(
     io: &AttentionInputs,
     n_tok: u32,
 ) -> [Launch; 2] {
+    let (split, merge_args) = split_and_merge_args(shape, plan, scratch, io, n_tok);
+    let merge = Launch::new(
+        &ATTENTION_DECODE_MERGE,
+        [shape.n_head, n_tok, 1],
+        [vec![ptr(out)], merge_args].concat(),
+    );
+    [split, merge]
+}
+
+/// [`attention_decode_split`] with the merge's next two steps fused into it
+/// (`ds4_attention_decode_merge_q8`): the heads' inverse RoPE (`rope`) and their Q8_0 codes `q_out`
+/// [n_tok][n_head][head_dim] and scales `d_out` [n_tok][n_head][head_dim / 32], with the bits of
+/// the merge, `ds4_rows_finish_fast` (RoPE | ROPE_INVERSE) and `ds4_rms_norm_quant_fast` (no norm)
+/// in turn; the f32 output is not written. `None` unless head_dim % 32 == 0 and n_rot is even and
+/// at most head_dim.
+pub fn attention_decode_split_q8(
+    shape: &AttentionShape,
+    plan: AttentionSplitPlan,
+    rope: RopeParams,
+    (q_out, d_out): (DevPtr, DevPtr),
+    scratch: DevPtr,
+    io: &AttentionInputs,
+    n_tok: u32,
+) -> Option<[Launch; 2]> {
+    let fits = shape.head_dim.is_multiple_of(32) && rope.n_rot.is_multiple_of(2) && rope.n_rot <= shape.head_dim;
+    if !fits {
+        return None;
+    }
+    let (split, merge_args) = split_and_merge_args(shape, plan, scratch, io, n_tok);
+    let args = [
+        vec![ptr(q_out), ptr(d_out)],
+        merge_args,
+        vec![u(rope.n_rot)],
+        rope.angle_args().to_vec(),
+    ]
+    .concat();
+    Some([
+        split,
+        Launch::new(&ATTENTION_DECODE_MERGE_Q8, [shape.n_head, n_tok, 1], args),
+    ])
+}
+
+/// The split launch and the merge's arguments after its output(s).
+fn split_and_merge_args(
+    shape: &AttentionShape,
+    plan: AttentionSplitPlan,
+    scratch: DevPtr,
+    io: &AttentionInputs,
+    n_tok: u32,
+) -> (Launch, Vec<Arg>) {
     let part_ml = scratch + 4 * plan.acc_floats(shape, n_tok) as u64;
     let scale = 1.0 / (shape.head_dim as f32).sqrt();
     let split = Launch::new(
@@ -99,28 +150,23 @@ pub fn attention_decode_split(
         ]
         .concat(),
     );
-    let merge = Launch::new(
-        &ATTENTION_DECODE_MERGE,
-        [shape.n_head, n_tok, 1],
-        vec![
-            ptr(out),
-            ptr(scratch),
-            ptr(part_ml),
-            ptr(io.sinks),
-            ptr(io.comp_sel),
-            ptr(io.pos),
-            u(shape.n_head),
-            u(shape.head_dim),
-            u(shape.window),
-            u(io.n_comp_avail),
-            u(shape.ratio),
-            u(shape.top_k),
-            u(plan.n_split),
-            u(plan.most_slices),
-            u(plan.min_rows),
-        ],
-    );
-    [split, merge]
+    let merge_args = vec![
+        ptr(scratch),
+        ptr(part_ml),
+        ptr(io.sinks),
+        ptr(io.comp_sel),
+        ptr(io.pos),
+        u(shape.n_head),
+        u(shape.head_dim),
+        u(shape.window),
+        u(io.n_comp_avail),
+        u(shape.ratio),
+        u(shape.top_k),
+        u(plan.n_split),
+        u(plan.most_slices),
+        u(plan.min_rows),
+    ];
+    (split, merge_args)
 }
 
 #[cfg(test)]

@@ -147,8 +147,19 @@ pub(super) fn arg(l: &Launch, name: &str) -> Arg {
 /// Output rows per block of the fast routed-expert kernels (DS4_MOE_FAST_ROWS, any wave size).
 const MOE_FAST_ROWS: u32 = 16;
 
-/// Bytes of weight rows one warp of the fast routed-expert kernels stages (DS4_MOE_FAST_JOB_B).
-const MOE_FAST_JOB_BYTES: u64 = 5120;
+/// Bytes of weight rows one warp of a fast routed-expert kernel stages at most (kernels/moe_fast.hip
+/// MoeJob::BYTES): sized per kernel, so the Flash-shaped files' jobs (IQ2_XXS gate/up 2112 bytes,
+/// Q2_K down 4032) leave few registers unused.
+fn moe_fast_job_bytes(name: &str) -> u64 {
+    let down = name.starts_with("ds4_moe_down");
+    if name.ends_with("iq2_xxs") {
+        if down { 3584 } else { 2560 }
+    } else if name.ends_with("q2_k") {
+        if down { 4096 } else { 3072 }
+    } else {
+        5120
+    }
+}
 
 /// Bytes of one expert row of `n` elements in the format a routed-expert kernel's name ends with;
 /// `None` when the row is not whole super-blocks.
@@ -164,8 +175,8 @@ fn expert_row_bytes(name: &str, n: u32) -> Option<u64> {
 }
 
 /// Whether `rows` expert rows of `row` bytes make one 16-byte-aligned job of the fast kernels.
-fn moe_fast_job_fits(row: u64, rows: u32) -> bool {
-    row.is_multiple_of(16) && (1..=8).contains(&rows) && row * u64::from(rows) <= MOE_FAST_JOB_BYTES
+fn moe_fast_job_fits(name: &str, row: u64, rows: u32) -> bool {
+    row.is_multiple_of(16) && (1..=8).contains(&rows) && row * u64::from(rows) <= moe_fast_job_bytes(name)
 }
 
 /// `<name>_fast` of a routed-expert decode kernel.
@@ -251,12 +262,12 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
         "ds4_moe_gate_up_iq2_xxs" | "ds4_moe_gate_up_q2_k" | "ds4_moe_gate_up_q4_k" => {
             let row = expert_row_bytes(l.kernel.name, arg_u32(l, "n_in"))?;
             let grid = [blocks(arg_u32(l, "n_ff"), MOE_FAST_ROWS), l.grid[1], l.grid[2]];
-            moe_fast_job_fits(row, 2).then(|| twin(l, moe_fast_def(l), grid))
+            moe_fast_job_fits(l.kernel.name, row, 2).then(|| twin(l, moe_fast_def(l), grid))
         }
         "ds4_moe_down_iq2_xxs" | "ds4_moe_down_q2_k" | "ds4_moe_down_q4_k" => {
             let row = expert_row_bytes(l.kernel.name, arg_u32(l, "n_ff"))?;
             let grid = [blocks(arg_u32(l, "n_out"), MOE_FAST_ROWS), l.grid[1], l.grid[2]];
-            moe_fast_job_fits(row, arg_u32(l, "n_used")).then(|| twin(l, moe_fast_def(l), grid))
+            moe_fast_job_fits(l.kernel.name, row, arg_u32(l, "n_used")).then(|| twin(l, moe_fast_def(l), grid))
         }
         // 128 rows per block (kernels/indexer_fast.hip) instead of 16.
         "ds4_indexer_scores" => Some(twin(l, &INDEXER_SCORES_FAST, [l.grid[0].div_ceil(8), l.grid[1], 1])),

@@ -1,11 +1,12 @@
 //! Fast-arithmetic fusions of two launches into one (docs/arithmetic.md#fast-arithmetic) built by
-//! the sublayers: two Q8_0 matvecs of the same activations (`ds4_matvec_q8_0_pair_fast`), two row
-//! finishes of the same tokens (`ds4_rows_finish_pair_fast`). Each gives the bits of the two fast
+//! the sublayers: two Q8_0 matvecs of the same activations (`ds4_matvec_q8_0_pair_fast`), a Q8_0
+//! matvec and the quantization of its output (`ds4_matvec_q8_0_q8_fast`), two row finishes of the
+//! same tokens (`ds4_rows_finish_pair_fast`). Each gives the bits of the two fast
 //! twins run one after the other, and is `None` where the launches miss the fused kernel's
 //! preconditions (then both run on their own). The fused HC post + pre, which the launcher finds by
 //! itself, is in `fast.rs`.
 
-use super::abi::{Arg, MATVEC_Q8_0_PAIR_FAST, ROWS_FINISH_PAIR_FAST};
+use super::abi::{Arg, DevPtr, MATVEC_Q8_0_PAIR_FAST, MATVEC_Q8_0_Q8_FAST, ROWS_FINISH_PAIR_FAST};
 use super::fast::{FastGrids, arg, arg_u32, fast_twin, q8_0_fast_blocks, q8_0_tiled, q8_0_tiled_rows};
 use super::launch::{Launch, ptr, u};
 use super::matvec::Q8Proj;
@@ -38,6 +39,34 @@ pub fn paired_matvec_q8_0(first: &Q8Proj, second: &Q8Proj, n_tok: u32, grids: Fa
             u(second.n_out),
         ];
         Launch::new(&MATVEC_Q8_0_PAIR_FAST, [grid, n_tok, 1], args)
+    })
+}
+
+/// One launch for a Q8_0 projection and the Q8_0 quantization of its output rows
+/// (`kernels::quantize_rows` of `p.y`'s rows into codes `q`, scales `d`) for `n_tok` tokens:
+/// `ds4_matvec_q8_0_q8_fast`, with the bits of the two fast launches; the f32 rows are not written.
+/// `None` unless the tiled shapes hold, the rows are whole Q8_0 blocks and a round's rows divide 32
+/// or are a multiple of it.
+pub fn matvec_q8_0_quantized(p: &Q8Proj, (q, d): (DevPtr, DevPtr), n_tok: u32, grids: FastGrids) -> Option<Launch> {
+    let n_in = p.n_in;
+    let fits = q8_0_tiled(n_in) && p.n_out.is_multiple_of(32) && {
+        let rows = q8_0_tiled_rows(n_in);
+        rows.is_multiple_of(32) || 32 % rows == 0
+    };
+    fits.then(|| {
+        let grid = q8_0_fast_blocks(n_in, p.n_out, grids.q8_0_max_blocks);
+        let args: Vec<Arg> = vec![
+            ptr(q),
+            ptr(d),
+            ptr(p.w),
+            ptr(p.x.q),
+            ptr(p.x.d),
+            u(n_in),
+            u(p.n_out),
+            u(p.rows_per_group),
+            u(p.x_stride),
+        ];
+        Launch::new(&MATVEC_Q8_0_Q8_FAST, [grid, n_tok, 1], args)
     })
 }
 

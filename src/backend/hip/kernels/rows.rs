@@ -3,7 +3,7 @@
 
 use crate::backend::cpu::ops::{Rope, RopeTerms};
 
-use super::abi::{DevPtr, NULL, ROWS_FINISH};
+use super::abi::{Arg, DevPtr, NULL, ROWS_FINISH};
 use super::launch::{Launch, f, ptr, u};
 
 /// Largest head_dim of `ds4_rows_finish`.
@@ -53,6 +53,19 @@ impl RopeParams {
     /// The CPU engine's RoPE of a layer (`Rope::for_layer`), as the kernels take it.
     pub fn from_rope(rope: &Rope) -> RopeParams {
         Self::from_terms(rope.n_rot as u32, rope.terms)
+    }
+
+    /// The kernels' angle arguments after n_rot: theta_scale, freq_scale, ext_factor, corr_low,
+    /// corr_high, mscale.
+    pub fn angle_args(&self) -> [Arg; 6] {
+        [
+            f(self.theta_scale),
+            f(self.freq_scale),
+            f(self.ext_factor),
+            f(self.corr_low),
+            f(self.corr_high),
+            f(self.mscale),
+        ]
     }
 
     fn from_terms(n_rot: u32, t: RopeTerms) -> RopeParams {
@@ -166,13 +179,10 @@ fn rows_finish_launch(
             u(emit_ratio),
             u(row_cap),
             u(ring_cap.max(1)),
-            f(rope.theta_scale),
-            f(rope.freq_scale),
-            f(rope.ext_factor),
-            f(rope.corr_low),
-            f(rope.corr_high),
-            f(rope.mscale),
-            f(eps),
-        ],
+        ]
+        .into_iter()
+        .chain(rope.angle_args())
+        .chain([f(eps)])
+        .collect(),
     )
 }

@@ -211,6 +211,8 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         ..io
     };
     launches.extend(attention_decode_split(&shape, plan, 1, 2, &io, 1));
+    let rope = RopeParams::plain(64, 10000.0);
+    launches.extend(attention_decode_split_q8(&shape, plan, rope, (1, 3), 2, &io, 1).expect("whole Q8_0 blocks"));
     let topk = IndexerTopk {
         score_stride: 16384,
         n_comp_avail: 16384,
@@ -243,6 +245,7 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     // The fast-mode fusion of two matvecs of one input.
     let at = |p: DevPtr| Q8Proj::plain(p, p + 16, Q8Act { q: 64, d: 80 }, 4096, 1024);
     launches.extend(paired_matvec_q8_0(&at(112), &at(160), 1, FastGrids::default()));
+    launches.extend(matvec_q8_0_quantized(&at(112), (16, 32), 1, FastGrids::default()));
     // ... and of two row finishes of the same tokens.
     let rope = RopeParams::from_rope(&crate::backend::cpu::ops::Rope::for_layer(
         &crate::model::hparams::HParams::flash(),
