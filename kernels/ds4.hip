@@ -25,4 +25,3 @@
 #include "sample_fast.hip"
 #include "attention_fast.hip"
 #include "indexer_fast.hip"
-#include "prefetch.hip"

@@ -108,33 +108,6 @@ DS4_DEV void q8_tile_load(uint4 (&v)[DS4_Q8T_LOADS], const u8* w, const Q8Tiles&
     }
 }
 
-// L2 prefetch of the warp's tiles of the block's later rounds [first, end), issued at the block's
-// start (kernels/prelude.h prefetch_l2: sm_90 only). A block of a few rounds otherwise asks DRAM for
-// one round at a time, a latency each, so the matrix starts streaming only round by round; with the
-// hints the whole run is requested at once and the later rounds' loads hit L2. Off with
-// -DDS4_Q8T_PREFETCH=0 (an experiment switch: the host does not depend on it, the bits never do).
-#ifndef DS4_Q8T_PREFETCH
-#define DS4_Q8T_PREFETCH 1
-#endif
-template <class MatrixOf>
-DS4_DEV void q8_tiles_prefetch(const Q8Tiles& g, u32 first, u32 end, MatrixOf matrix_of) {
-#if DS4_Q8T_PREFETCH && defined(DS4_NVIDIA)
-    constexpr u32 TILE_B = DS4_Q8T_WORDS * 16;
-    for (u32 rd = first; rd < end; ++rd) {
-        const auto m = matrix_of(rd);
-        const u32 row0 = q8_tile_row0(g, m.rd);
-        if (row0 >= m.n_out) continue;
-        // The tile's bytes inside the matrix (a tile of several rows may pass its last row).
-        const u64 rows_left = (u64)(m.n_out - row0) * g.nc * DS4_Q8_0_CHUNK_B;
-        const u32 bytes = (u32)min((u64)TILE_B, rows_left);
-        const u8* base = m.w + ((u64)row0 * g.nc + g.s * DS4_Q8T_CHUNKS) * DS4_Q8_0_CHUNK_B;
-        for (u32 o = lane_id() * 128; o < bytes + 127; o += DS4_WARP * 128) prefetch_l2(base + min(o, bytes - 1));
-    }
-#else
-    (void)g, (void)first, (void)end, (void)matrix_of;
-#endif
-}
-
 // The lane's tile chunk j and half h: lanes 0-7 take half 0 of chunks 0-7, lanes 8-15 half 1 of the
 // same chunks, lanes 16-31 chunks 8-15 likewise (a half-warp's 8-byte shared reads then hit 32
 // distinct banks).
@@ -302,7 +275,6 @@ DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, 
     Q8Slice x = q8_slice_empty();
     Q8RoundMatrix m = q8_round_matrix(begin, g.rpr, w0, y0, n0, w1, y1, n1);
     q8_tile_load(v, m.w, g, m.rd, m.n_out);
-    q8_tiles_prefetch(g, begin + 1, end, [&](u32 rd) { return q8_round_matrix(rd, g.rpr, w0, y0, n0, w1, y1, n1); });
     {
         // The first round's activation slice, its loads in flight with the tile's (a block of one
         // or two rounds would otherwise wait for one, then the other).

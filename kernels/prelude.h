@@ -163,19 +163,6 @@ DS4_DEV float block_max(float v, float* scratch) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// L2 prefetch hint: asks the memory system to bring the 128-byte line holding p into L2 without a
-// register or a wait. sm_90 has it (PTX prefetch.global.L2); the AMD targets and the emulator have
-// no such hint, and there it does nothing. The address must lie inside an allocation.
-// ---------------------------------------------------------------------------------------------
-DS4_DEV void prefetch_l2(const void* p) {
-#if defined(DS4_NVIDIA)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#else
-    (void)p;
-#endif
-}
-
-// ---------------------------------------------------------------------------------------------
 // int8 dot4: sum of 4 signed byte products plus c
 // ---------------------------------------------------------------------------------------------
 DS4_DEV int dot4_i8(int a, int b, int c) {

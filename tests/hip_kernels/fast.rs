@@ -40,35 +40,6 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     each(gpu, rng, emit, [129280usize, 1001, 3], argmax_name, check_argmax);
     let r = guard("fast.hc_pre_fused.xn", || check_hc_pre_fused(gpu, rng, &mut *emit));
     emit(r);
-    let r = guard("fast.prefetch_l2", || check_prefetch(gpu, rng));
-    emit(r);
-}
-
-/// `ds4_prefetch_l2` (kernels/prefetch.hip, a hint on sm_90, nothing elsewhere) over a whole buffer
-/// and over three selected regions of it, one ending on the buffer's last byte: it returns without
-/// a fault and every byte reads back as uploaded (a prefetch writes nothing).
-fn check_prefetch(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
-    const REGION: usize = 65_536 + 100;
-    let bytes: Vec<u8> = (0..8 * REGION).map(|_| rng.int_in(0, 255) as u8).collect();
-    let buf = gpu.up(&bytes)?;
-    let sel = gpu.up(&[3u32, 0, 7])?;
-    let base = buf.ptr().0;
-    gpu.run(&kernels::prefetch_l2(base, bytes.len() as u64))?;
-    gpu.run(&kernels::prefetch_l2_selected(
-        base,
-        sel.ptr().0,
-        REGION as u64,
-        REGION as u64,
-        3,
-    ))?;
-    let back = buf.to_vec::<u8>()?;
-    let differ = back.iter().zip(&bytes).filter(|(a, b)| a != b).count();
-    Ok(count_differ(
-        "fast.prefetch_l2",
-        differ,
-        back.len() == bytes.len(),
-        format!("{differ} of {} bytes changed (must be 0)", bytes.len()),
-    ))
 }
 
 fn check_matvec_f16(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, usize, usize, bool)) -> Checked {

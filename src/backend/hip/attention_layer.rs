@@ -49,9 +49,6 @@ impl Pass<'_> {
         let top_k = hp.idx_top_k as u32;
         let hc_w = [&lw.hc_attn_fn, &lw.hc_attn_scale, &lw.hc_attn_base, &lw.attn_norm];
         self.hc_pre(p0(&a.split_a), false, hc_w, nt)?;
-        // The query's up-projection, the sublayer's first large matrix, into L2 while the HC step's
-        // norm, the down-projections and the query norm run (`Pass::prefetch`).
-        self.prefetch(&kernels::prefetch_l2(self.w(&lw.attn_q_b), lw.attn_q_b.nbytes), nt)?;
         // Compressors (docs/model.md#compressor), beside the query: the kernels bound each token's
         // compressed rows by its own floor((p + 1) / ratio) and the capacity; the host's n_comp
         // (rows emitted up to the batch's last token, when it knows the position) only decides what
@@ -169,12 +166,6 @@ impl Pass<'_> {
         // Every chain ends before the attention (the compressed rows; an unused indexer
         // compressor's too, so the sublayer ends with every lane joined).
         self.join_all()?;
-        // The grouped output projection's weights into L2 beside the attention, which leaves DRAM
-        // idle; joined before the HC post (`attention_output`).
-        self.prefetch(
-            &kernels::prefetch_l2(self.w(&lw.attn_output_a), lw.attn_output_a.nbytes),
-            nt,
-        )?;
         // Attention (steps 10-11): scores, softmax, weighted values. The score grid and stride are
         // the rows of this batch's last token when the host knows the position, else the most any
         // position of the session sees (a captured decode step).
@@ -281,7 +272,6 @@ impl Pass<'_> {
         self.proj_q8_0_quantized(&grouped, (p0(&a.lq), p0(&a.ld)), nt)?;
         let low = q8(&a.lq, &a.ld);
         self.proj_q8_0(&Q8Proj::plain(p0(&a.y), self.w(&lw.attn_output_b), low, g * or, ne), nt)?;
-        self.join_all()?;
         let (hc_out, hc_in) = self.advance_hc(nt);
         self.launch(&kernels::hc_post(
             hc_out,

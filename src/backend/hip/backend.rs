@@ -146,9 +146,7 @@ impl HipBackend {
         let stream = hip.stream().map_err(|e| e.to_string())?;
         let profile = LaunchProfile::from_env(&hip);
         // A launch profile times launches one at a time: chains then run in order.
-        // The prefetch hint exists in the NVIDIA images only (kernels/prelude.h prefetch_l2).
-        let prefetch = options.l2_prefetch && kernels.target.starts_with("sm_");
-        let lanes = Lanes::new(&hip, options.lanes && !profile.is_on(), prefetch).map_err(|e| e.to_string())?;
+        let lanes = Lanes::new(&hip, options.lanes && !profile.is_on()).map_err(|e| e.to_string())?;
         let n_max = options.prefill_chunk.clamp(1, ctx.max(1));
         let (layers, kv_bytes) = cache::alloc_layers(&hip, hp, ctx, n_max)?;
         let acts = Acts::new(&hip, hp, n_max, ctx)?;

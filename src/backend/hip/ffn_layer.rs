@@ -57,12 +57,6 @@ impl Pass<'_> {
             hp.expert_weights_scale,
             nt,
         ))?;
-        // The selected experts' down matrices into L2 while the gate/up launch runs (it is bound by
-        // its arithmetic, not by DRAM; `Pass::prefetch`): every token's n_used experts.
-        let down = &lw.ffn_down_exps;
-        let per_expert = down.expert_bytes() as u64;
-        let selected = kernels::prefetch_l2_selected(self.w(&down.t), p0(&a.sel_e), per_expert, per_expert, nt * ke);
-        self.prefetch(&selected, nt)?;
         // Routed experts (step 5): per token for a decode step or a small batch, grouped by expert for a chunk.
         let experts = RoutedExperts {
             fmt_gate_up: expert_format(&lw.ffn_gate_exps),

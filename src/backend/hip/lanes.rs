@@ -19,32 +19,18 @@ use super::runtime::{Event, HipContext, HipResult, Stream};
 /// Environment variable that turns the side lanes off (`0`: every launch on the main stream).
 pub const LANES_ENV: &str = "DS4_HIP_LANES";
 
-/// Environment variable that turns the L2 prefetch lane off (`0`).
-pub const PREFETCH_ENV: &str = "DS4_HIP_PREFETCH";
-
 /// Side lanes a sublayer uses at most (the attention sublayer's compressor, indexer compressor
-/// and indexer query chains, and the prefetch lane).
-pub(super) const SIDE_LANES: usize = 4;
-
-/// The lane of the L2 prefetches (`Pass::prefetch`, kernels/prefetch.hip): the weights of a
-/// sublayer's next large matrix asked for beside the latency-bound launches before it.
-pub(super) const LANE_PREFETCH: usize = 3;
+/// and indexer query chains).
+pub(super) const SIDE_LANES: usize = 3;
 
 /// Whether `DS4_HIP_LANES` leaves the side lanes on (anything but `0`).
 pub(super) fn lanes_enabled() -> bool {
     env_switch_on(LANES_ENV)
 }
 
-/// Whether `DS4_HIP_PREFETCH` leaves the L2 prefetch lane on (anything but `0`).
-pub(super) fn prefetch_enabled() -> bool {
-    env_switch_on(PREFETCH_ENV)
-}
-
 /// The side streams of a session and the events that fork and join them: none when lanes are off.
 pub(super) struct Lanes {
     side: Vec<SideLane>,
-    /// The prefetch lane runs (lanes on, the option on, a kernel image with the hint).
-    prefetch: bool,
 }
 
 struct SideLane {
@@ -56,9 +42,8 @@ struct SideLane {
 }
 
 impl Lanes {
-    /// `SIDE_LANES` side streams when `on`, else none (every chain then runs on the main stream);
-    /// `prefetch`: the prefetch lane may run (only with the side streams).
-    pub(super) fn new(hip: &HipContext, on: bool, prefetch: bool) -> HipResult<Lanes> {
+    /// `SIDE_LANES` side streams when `on`, else none (every chain then runs on the main stream).
+    pub(super) fn new(hip: &HipContext, on: bool) -> HipResult<Lanes> {
         let side = if on {
             (0..SIDE_LANES)
                 .map(|_| {
@@ -72,20 +57,12 @@ impl Lanes {
         } else {
             Vec::new()
         };
-        Ok(Lanes {
-            side,
-            prefetch: on && prefetch,
-        })
+        Ok(Lanes { side })
     }
 
     /// Whether chains run on side streams.
     pub(super) fn on(&self) -> bool {
         !self.side.is_empty()
-    }
-
-    /// Whether the prefetch lane runs.
-    pub(super) fn prefetch(&self) -> bool {
-        self.prefetch
     }
 
     /// Side lane `k`'s stream, `None` when lanes are off.

@@ -2,7 +2,7 @@
 //! without changing what it computes: every choice gives the same bits, except the fast
 //! attention's slice length (`DS4_HIP_ATTENTION_ROWS`), which moves its sums within the fast
 //! tolerances. The engine fills them from the environment (`from_env`: `DS4_HIP_PREFILL_CHUNK`,
-//! `DS4_HIP_MATVEC_TOKENS`, `DS4_HIP_GRAPH`, `DS4_HIP_LANES`, `DS4_HIP_PREFETCH`, `DS4_HIP_EXACT`, `DS4_HIP_Q8_BLOCKS`,
+//! `DS4_HIP_MATVEC_TOKENS`, `DS4_HIP_GRAPH`, `DS4_HIP_LANES`, `DS4_HIP_EXACT`, `DS4_HIP_Q8_BLOCKS`,
 //! `DS4_HIP_ATTENTION_ROWS`, README "GPU backend"); a program that opens a backend itself passes its
 //! own.
 
@@ -27,9 +27,6 @@ pub struct HipOptions {
     /// A sublayer's independent chains run on side streams beside the main one (`lanes.rs`; else
     /// every launch in order on one stream).
     pub lanes: bool,
-    /// With the lanes, fast decode asks L2 for a sublayer's next large weights beside the launches
-    /// before it (`lanes::LANE_PREFETCH`; only where the kernel image has the hint, sm_90).
-    pub l2_prefetch: bool,
     /// The kernels' arithmetic contract (docs/arithmetic.md): fast by default, exact for verification.
     pub arithmetic: Arithmetic,
     /// The fast kernels' work split where it is a tuning choice (`DS4_HIP_Q8_BLOCKS`,
@@ -44,7 +41,6 @@ impl Default for HipOptions {
             matvec_tokens: prefill::MATVEC_MAX_TOKENS,
             decode_graph: true,
             lanes: true,
-            l2_prefetch: true,
             arithmetic: Arithmetic::default(),
             fast_grids: FastGrids::default(),
         }
@@ -60,7 +56,6 @@ impl HipOptions {
             matvec_tokens: prefill::matvec_max_tokens()?,
             decode_graph: decode::graph_enabled(),
             lanes: lanes::lanes_enabled(),
-            l2_prefetch: lanes::prefetch_enabled(),
             arithmetic: Arithmetic::default().with_env(),
             fast_grids: FastGrids::from_env()?,
         })

@@ -20,7 +20,7 @@ use super::kernel_module::KernelModule;
 use super::kernels::{
     self, DevPtr, ExpertFormat, GEMM_TILE, HcEps, NULL, Q8Act, Q8Proj, Q8Swiglu, QuantOut, RopeParams,
 };
-use super::lanes::{LANE_PREFETCH, Lanes, SIDE_LANES};
+use super::lanes::{Lanes, SIDE_LANES};
 use super::prefill;
 use super::profile::LaunchProfile;
 use super::runtime::{DeviceBuffer, Stream};
@@ -119,17 +119,6 @@ impl Pass<'_> {
         let issued = chain();
         self.lane.set(None);
         issued
-    }
-
-    /// The L2 prefetch `l` (`kernels::prefetch_l2*`) on the prefetch lane, for a batch of `n` tokens:
-    /// only in fast arithmetic, token by token (a chunk's GEMMs reuse each weight tile across
-    /// tokens) and where the lane runs (`Lanes::prefetch`). It writes nothing, so it never changes
-    /// a bit; the sublayer joins it with its other lanes.
-    pub(super) fn prefetch(&self, l: &kernels::Launch, n: u32) -> Result<(), EngineError> {
-        if !self.lanes.prefetch() || self.arithmetic != Arithmetic::Fast || !self.token_wise(n) {
-            return Ok(());
-        }
-        self.fork(LANE_PREFETCH, || self.launch(l))
     }
 
     /// Make the main stream's later launches wait for side lane `k`'s chain (nothing when it was

@@ -261,8 +261,6 @@ kernel_defs! {
         part_ml: Ptr, sinks: Ptr, comp_sel: Ptr, pos: Ptr, n_head: U32, head_dim: U32, window: U32,
         n_comp_avail: U32, ratio: U32, top_k: U32, n_split: U32, most_slices: U32, min_chunk: U32, n_rot: U32,
         theta_scale: F32, freq_scale: F32, ext_factor: F32, corr_low: F32, corr_high: F32, mscale: F32);
-    /// kernels/prefetch.hip
-    PREFETCH_L2 = "ds4_prefetch_l2"(base: Ptr, sel: Ptr, stride: U64, bytes: U64, n_sel: U32);
     /// kernels/indexer_fast.hip
     INDEXER_SCORES_FAST = "ds4_indexer_scores_fast"(scores: Ptr, qi: Ptr, w: Ptr, krows: Ptr, pos: Ptr,
         n_head: U32, n_comp_avail: U32, ratio: U32, top_k: U32, score_stride: U32, w_scale: F32);

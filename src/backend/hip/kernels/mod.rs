@@ -43,7 +43,6 @@ mod matvec;
 mod moe;
 mod moe_grouped;
 mod norm_quant;
-mod prefetch;
 mod rows;
 mod sample;
 
@@ -64,7 +63,6 @@ pub use matvec::*;
 pub use moe::*;
 pub use moe_grouped::*;
 pub use norm_quant::*;
-pub use prefetch::*;
 pub use rows::*;
 pub use sample::*;
 

@@ -246,8 +246,6 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     let at = |p: DevPtr| Q8Proj::plain(p, p + 16, Q8Act { q: 64, d: 80 }, 4096, 1024);
     launches.extend(paired_matvec_q8_0(&at(112), &at(160), 1, FastGrids::default()));
     launches.extend(matvec_q8_0_quantized(&at(112), (16, 32), 1, FastGrids::default()));
-    launches.push(prefetch_l2(0x1000, 1 << 20));
-    launches.push(prefetch_l2_selected(0x1000, 0x40, 1 << 16, 1 << 16, 6));
     // ... and of two row finishes of the same tokens.
     let rope = RopeParams::from_rope(&crate::backend::cpu::ops::Rope::for_layer(
         &crate::model::hparams::HParams::flash(),
