@@ -163,25 +163,21 @@ impl Agreement {
         }
     }
 
-    /// The fast arithmetic contract's verdict (docs/arithmetic.md): top-20 |Δlogprob| mean at most
-    /// [`FAST_MEAN_LOGPROB`], max at most [`FAST_MAX_LOGPROB`], and no argmax flip where the
-    /// reference's margin exceeds [`CONFIDENT_MARGIN`].
+    /// The fast arithmetic's verdict on a model's forward pass (`selftest --forward`): no argmax flip
+    /// where the reference's margin exceeds [`CONFIDENT_MARGIN`], issue 14's criterion for the tiny
+    /// random models. Those amplify rounding far beyond the case A vectors' bounds (mean top-20
+    /// |Δlogprob| 0.3 to 0.6 and max above 1 on the H200 and the emulator, tests/hip_emu_fast.rs),
+    /// which tests/vectors.rs holds the fast mode to on the model they were written for; here the
+    /// mean and max are reported ([`Agreement::summary`]), not bounded.
     pub fn fast_verdict(&self) -> Result<(), String> {
-        let (mean, max, flips) = (self.mean_logprob(), self.max_logprob(), self.confident_flips());
-        if mean <= FAST_MEAN_LOGPROB && max <= FAST_MAX_LOGPROB && flips == 0 {
-            Ok(())
-        } else {
-            Err(format!(
-                "fast tolerances exceeded: top-{TOP} |dlogprob| mean {mean:.4} (<= {FAST_MEAN_LOGPROB}), max {max:.4} (<= {FAST_MAX_LOGPROB}), {flips} confident argmax flips (0)"
-            ))
+        match self.confident_flips() {
+            0 => Ok(()),
+            flips => Err(format!(
+                "{flips} confident argmax flips (the reference's margin > {CONFIDENT_MARGIN}; none allowed)"
+            )),
         }
     }
 }
-
-/// Fast mode's bound on the mean over positions of the top-20 |Δlogprob|.
-pub const FAST_MEAN_LOGPROB: f64 = 0.05;
-/// Fast mode's bound on any position's top-20 |Δlogprob|.
-pub const FAST_MAX_LOGPROB: f64 = 1.0;
 
 #[cfg(test)]
 mod tests {
@@ -239,6 +235,13 @@ mod tests {
         a.push(compare_logits(&o, &r));
         assert_eq!(a.fast_verdict(), Ok(()), "{}", a.summary());
         assert!(a.verdict().is_err());
+        // A large move of the logprobs that keeps the argmax (a shift of the runner-up only) passes.
+        let mut moved = r.clone();
+        let second = top_k(&r, 2)[1];
+        moved[second] -= 3.0;
+        a.push(compare_logits(&moved, &r));
+        assert!(a.max_logprob() > 1.0, "{}", a.summary());
+        assert_eq!(a.fast_verdict(), Ok(()), "{}", a.summary());
         // The reference's argmax made confident (margin over the runner-up > 1), then pushed far
         // below: a confident flip.
         let top = top_k(&r, 1)[0];

@@ -1,8 +1,9 @@
 //! `selftest --backend hip --model FILE --forward N`: the device forward pass (`HipBackend`) against
 //! the CPU engine (`backend::cpu::CpuBackend`) on the same model. In exact arithmetic the kernels
 //! compute the CPU's float operations in its order, so every comparison is bitwise
-//! (`backend::agreement`); in fast arithmetic the logits are held to the fast tolerances
-//! (`Agreement::fast_verdict`), while the device's own repeats (checkpoint, reset, graph) stay bitwise.
+//! (`backend::agreement`); in fast arithmetic no argmax may flip where the CPU's margin exceeds 1
+//! (`Agreement::fast_verdict`; the |Δlogprob| figures are reported), while the device's own repeats
+//! (checkpoint, reset, graph) stay bitwise.
 //!
 //! Both backends evaluate the same N pseudo-random tokens one by one, then continue greedily for G
 //! tokens; every position's logits must be the CPU's bit for bit (and so the greedy tokens equal).
