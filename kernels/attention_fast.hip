@@ -278,7 +278,8 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge_q8(
         const float other = __shfl_xor(r.v[k], 1, DS4_WARP);
         if (d >= off && d < head_dim) {
             const u32 pr = d / 2;
-            const float th = rope_theta(row_pos, pr - off / 2, theta_scale, freq_scale, ext_factor, corr_low, corr_high);
+            const float th =
+                rope_theta(row_pos, pr - off / 2, theta_scale, freq_scale, ext_factor, corr_low, corr_high);
             const float c = ds4_cosf(th) * mscale;
             const float sn = -ds4_sinf(th) * mscale;
             const float x0 = d % 2 == 0 ? r.v[k] : other, x1 = d % 2 == 0 ? other : r.v[k];

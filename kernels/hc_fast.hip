@@ -284,7 +284,9 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
         const u32 full = two ? n_hc + ((n_mix - n_hc) << 16) : n_mix;
         if (threadIdx.x == 0) {
             const u32 now = atomicAdd(&counter[t], inc) + inc;
-            const bool group_done = !two ? now == full : pre_row ? (now & 0xffffu) == n_hc : (now >> 16) == n_mix - n_hc;
+            const bool group_done = !two      ? now == full
+                                    : pre_row ? (now & 0xffffu) == n_hc
+                                              : (now >> 16) == n_mix - n_hc;
             is_last = group_done ? (now == full ? 3u : 1u) : 0u;
         }
         __syncthreads();
@@ -333,7 +335,8 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
         if (warp_id() == 0) hc_split_fast(split_out + (u64)t * n_mix, smix, split_consts, n_hc, iters, eps_hc, true);
     } else if (threadIdx.x < n_hc) {
         // hc_split_fast's pre weights, with its expression.
-        split_out[(u64)t * n_mix + threadIdx.x] = plain_sigmoid(smix[threadIdx.x] * scale_pre + base[threadIdx.x]) + eps_hc;
+        const u32 h = threadIdx.x;
+        split_out[(u64)t * n_mix + h] = plain_sigmoid(smix[h] * scale_pre + base[h]) + eps_hc;
     }
 }
 

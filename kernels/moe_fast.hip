@@ -20,7 +20,9 @@
 // multiprocessor); their down jobs (six Q2_K rows of 2048 columns, 4032 bytes) fit 4096.
 template <int T, bool DOWN>
 struct MoeJob {
-    static constexpr u32 BYTES = T == DS4_T_IQ2_XXS ? (DOWN ? 3584 : 2560) : T == DS4_T_Q2_K ? (DOWN ? 4096 : 3072) : 5120;
+    static constexpr u32 BYTES = T == DS4_T_IQ2_XXS ? (DOWN ? 3584 : 2560)
+                                 : T == DS4_T_Q2_K  ? (DOWN ? 4096 : 3072)
+                                                    : 5120;
     static constexpr u32 WORDS = BYTES / 16;                           // 16-byte words
     static constexpr int LOADS = (int)((WORDS + DS4_WARP - 1) / DS4_WARP);  // loads per lane
 };
