@@ -18,7 +18,8 @@
 // both ways give the same bits. The partial buffers are laid out with n_split slices per head.
 #pragma once
 #include "attention.hip"
-#include "rows.hip"  // rope_theta (the fused merge's inverse RoPE)
+#include "norm_quant.hip"  // q8_0_store_lane (the fused merge's Q8_0)
+#include "rows.hip"        // rope_theta (the fused merge's inverse RoPE)
 
 #define DS4_AFD_HEADS 8       // heads per block of ds4_attention_decode_split
 #define DS4_AFD_SUB 64        // rows scored before their values are added (online rescale between)
@@ -285,13 +286,6 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge_q8(
             const float x0 = d % 2 == 0 ? r.v[k] : other, x1 = d % 2 == 0 ? other : r.v[k];
             r.v[k] = d % 2 == 0 ? x0 * c - x1 * sn : x0 * sn + x1 * c;
         }
-        const float am = group32_max(fabsf(r.v[k]));
-        const float dq = am * DS4_RCP127;
-        const float id = dq != 0.0f ? 127.0f / am : 0.0f;
-        const int cq = round_even_i(r.v[k] * id);
-        if (d < head_dim) {
-            q_out[row * head_dim + d] = (i8)(cq < -128 ? -128 : (cq > 127 ? 127 : cq));
-            if (d % 32 == 0) d_out[row * (head_dim / 32) + d / 32] = dq;
-        }
+        q8_0_store_lane(r.v[k], d, d < head_dim, q_out + row * head_dim, d_out + row * (head_dim / 32));
     }
 }

@@ -31,6 +31,11 @@ DS4_DEV float dot8_f16_fma(uint4 wv, const float x[8], float acc) {
     return fmaf(f16_to_f32((u16)(wv.w >> 16)), x[7], acc);
 }
 
+// The pre weight of stream h from its mix logit: sigmoid(m * scale + base) + eps_hc.
+DS4_DEV float hc_pre_weight(float m, float scale, float base, float eps_hc) {
+    return plain_sigmoid(m * scale + base) + eps_hc;
+}
+
 // The split of one token (hc.hip hc_split_one's math: sigmoid gates, row softmax + eps_hc, then
 // iters x (row pass from the second on, column pass), each scaling by 1 / (sum + eps_hc)) by the
 // first 16 lanes of one warp: lane 4a + b holds M[a][b] (zero outside the n x n matrix, n = n_hc
@@ -63,7 +68,7 @@ DS4_DEV void hc_split_fast(float* split_out, const float* mix, HcSplitConsts c, 
                            bool with_pre) {
     const u32 lane = lane_id(), a = (lane / 4) % 4, b = lane % 4;
     if (lane < n) {
-        if (with_pre) split_out[lane] = plain_sigmoid(mix[lane] * c.sc_pre + c.base_pre) + eps_hc;
+        if (with_pre) split_out[lane] = hc_pre_weight(mix[lane], c.sc_pre, c.base_pre, eps_hc);
         split_out[n + lane] = 2.0f * plain_sigmoid(mix[n + lane] * c.sc_post + c.base_post);
     }
     const bool live = lane < 16 && a < n && b < n;
@@ -314,7 +319,7 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
     }
     float pre[H];
 #pragma unroll
-    for (int h = 0; h < H; ++h) pre[h] = (u32)h < n_hc ? plain_sigmoid(smix[h] * scale_pre + base_pre[h]) + eps_hc : 0.0f;
+    for (int h = 0; h < H; ++h) pre[h] = (u32)h < n_hc ? hc_pre_weight(smix[h], scale_pre, base_pre[h], eps_hc) : 0.0f;
     float v[S][8];
 #pragma unroll
     for (int k = 0; k < S; ++k)
@@ -334,9 +339,9 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
     if (finish_split) {
         if (warp_id() == 0) hc_split_fast(split_out + (u64)t * n_mix, smix, split_consts, n_hc, iters, eps_hc, true);
     } else if (threadIdx.x < n_hc) {
-        // hc_split_fast's pre weights, with its expression.
+        // The split's pre weights (hc_split_fast leaves them to this block).
         const u32 h = threadIdx.x;
-        split_out[(u64)t * n_mix + h] = plain_sigmoid(smix[h] * scale_pre + base[h]) + eps_hc;
+        split_out[(u64)t * n_mix + h] = hc_pre_weight(smix[h], scale_pre, base[h], eps_hc);
     }
 }
 

@@ -6,6 +6,7 @@
 // Deterministic: the same inputs give the same bits on every run.
 #pragma once
 #include "formats.h"
+#include "norm_quant.hip"  // q8_0_store_lane (the quantizing product)
 
 #define DS4_Q8_0_CHUNK 256   // elements per lane chunk (8 Q8_0 blocks)
 #define DS4_Q8_0_CHUNK_B 272 // bytes per lane chunk
@@ -212,22 +213,13 @@ DS4_DEV void q8_block_rounds(u32 n_out, u32 rpr, u32& begin, u32& end, u32 align
 // round's rows when a round has more (128 / nc rows, nc >= 1).
 #define DS4_Q8T_QROWS DS4_Q8T_ROUND
 
-// Quantizes the gathered rows [row0, row0 + n) (n a multiple of 32) of qrow as
-// ds4_rms_norm_quant_fast's Q8_0 without norm (nqf_store_row: the block's absolute maximum, d =
-// amax / 127 as amax * (1 / 127), codes rint(v * 127 / amax) clamped): 32 neighbouring threads a
-// block. Call from every thread, between barriers.
+// Quantizes the gathered rows [row0, row0 + n) (n and row0 multiples of 32) of qrow as
+// ds4_rms_norm_quant_fast's Q8_0 without norm (q8_0_store_lane). Call from every thread, between
+// barriers.
 DS4_DEV void q8_quantize_rows(const float* qrow, u32 row0, u32 n, i8* q_out, float* d_out) {
     for (u32 i0 = 0; i0 < n; i0 += DS4_BLOCK) {
         const u32 i = i0 + threadIdx.x;
-        const float v = i < n ? qrow[i] : 0.0f;
-        const float am = group32_max(fabsf(v));
-        const float d = am * DS4_RCP127;
-        const float id = d != 0.0f ? 127.0f / am : 0.0f;
-        const int c = round_even_i(v * id);
-        if (i < n) {
-            q_out[row0 + i] = (i8)(c < -128 ? -128 : (c > 127 ? 127 : c));
-            if (i % 32 == 0) d_out[(row0 + i) / 32] = d;
-        }
+        q8_0_store_lane(i < n ? qrow[i] : 0.0f, i, i < n, q_out + row0, d_out + row0 / 32);
     }
 }
 

@@ -29,6 +29,37 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_fill_f32(float* x, u64 n, f
 // Flags of ds4_rms_norm_quant.
 #define DS4_NQ_NORM 1u  // apply RMSNorm (else the input passes through unscaled)
 
+// A Q8_0 block whose largest |value| is am (docs/arithmetic.md#activation-quantization): the scale
+// d = amax/127 and the factor 1/d of the codes evaluated as amax * (1/127) and 127/amax (DS4_RCP127),
+// id = 0 when d is 0.
+struct Q8Scale {
+    float d, id;
+};
+DS4_DEV Q8Scale q8_0_scale(float am) {
+    Q8Scale s;
+    s.d = am * DS4_RCP127;
+    s.id = s.d != 0.0f ? 127.0f / am : 0.0f;
+    return s;
+}
+// The code of v in that block: rint(v * id), clamped to the int8 range.
+DS4_DEV int q8_0_code(float v, Q8Scale s) {
+    const int c = round_even_i(v * s.id);
+    return c < -128 ? -128 : (c > 127 ? 127 : c);
+}
+
+// Q8_0 of one value per thread, a block being 32 neighbouring threads (width-32 shuffles: call from
+// every thread): element i of a row of codes q_row and scales d_row, written where live (the scale by
+// the block's first thread): ds4_rms_norm_quant's Q8_0 planes, and the fast kernels' (nqf_store_row)
+// for the same values.
+DS4_DEV void q8_0_store_lane(float v, u32 i, bool live, i8* q_row, float* d_row) {
+    const Q8Scale s = q8_0_scale(group32_max(fabsf(v)));
+    const int c = q8_0_code(v, s);
+    if (live) {
+        q_row[i] = (i8)c;
+        if (i % 32 == 0) d_row[i / 32] = s.d;
+    }
+}
+
 // The body of ds4_rms_norm_quant for output row `row` (one block; all threads call it).
 DS4_DEV void norm_quant_row(u64 row, const float* xr, float* out, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d,
                             i16* qk_bs, const float* w, u32 n, u32 flags, float eps) {
@@ -66,16 +97,7 @@ DS4_DEV void norm_quant_row(u64 row, const float* xr, float* out, i8* q0_q, floa
 #pragma unroll
             for (u32 j = 0; j < 256 / DS4_WARP; ++j) {
                 const u32 i = base + DS4_WARP * j + lane;
-                // d = amax/127 and 1/d evaluated as amax * (1/127) and 127/amax (DS4_RCP127).
-                const float amax = group32_max(fabsf(v[j]));
-                const float d = amax * DS4_RCP127;
-                const float id = d != 0.0f ? 127.0f / amax : 0.0f;
-                if (i < n) {
-                    int q = round_even_i(v[j] * id);
-                    q = q < -128 ? -128 : (q > 127 ? 127 : q);
-                    q0_q[(u64)row * n + i] = (i8)q;
-                    if ((i & 31) == 0) q0_d[(u64)row * (n / 32) + i / 32] = d;
-                }
+                q8_0_store_lane(v[j], i, i < n, q0_q + (u64)row * n, q0_d + (u64)row * (n / 32));
             }
         }
         if (qk_q) {

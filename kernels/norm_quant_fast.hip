@@ -68,17 +68,13 @@ DS4_DEV void nqf_store_row(u64 row, const float v[S][8], u32 n, float* out, i8* 
             for (int j = 0; j < 8; ++j) am = fmaxf(am, fabsf(v[k][j]));
             am = fmaxf(am, __shfl_xor(am, 1, 4));
             am = fmaxf(am, __shfl_xor(am, 2, 4));
-            const float d = am * DS4_RCP127;
-            const float id = d != 0.0f ? 127.0f / am : 0.0f;
+            const Q8Scale sc = q8_0_scale(am);
             int q[8];
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int c = round_even_i(v[k][j] * id);
-                q[j] = c < -128 ? -128 : (c > 127 ? 127 : c);
-            }
+            for (int j = 0; j < 8; ++j) q[j] = q8_0_code(v[k][j], sc);
             if (live) {
                 store8_i8(q0_q + row * n + i0, q);
-                if ((i0 & 31) == 0) q0_d[row * (n / 32) + i0 / 32] = d;
+                if ((i0 & 31) == 0) q0_d[row * (n / 32) + i0 / 32] = sc.d;
             }
         }
         if (qk_q) {

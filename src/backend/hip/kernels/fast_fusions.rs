@@ -55,17 +55,8 @@ pub fn matvec_q8_0_quantized(p: &Q8Proj, (q, d): (DevPtr, DevPtr), n_tok: u32, g
     };
     fits.then(|| {
         let grid = q8_0_fast_blocks(n_in, p.n_out, grids.q8_0_max_blocks);
-        let args: Vec<Arg> = vec![
-            ptr(q),
-            ptr(d),
-            ptr(p.w),
-            ptr(p.x.q),
-            ptr(p.x.d),
-            u(n_in),
-            u(p.n_out),
-            u(p.rows_per_group),
-            u(p.x_stride),
-        ];
+        // The matvec's operands after its output, in their order (`Q8Proj::args`).
+        let args = [&[ptr(q), ptr(d)][..], &p.args()[1..]].concat();
         Launch::new(&MATVEC_Q8_0_Q8_FAST, [grid, n_tok, 1], args)
     })
 }
