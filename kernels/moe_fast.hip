@@ -7,24 +7,55 @@
 // unpack_chunk) against the activation chunk of the same index, loaded once for every row that uses
 // it (the gate and up rows share theirs); each chunk adds its own float term (unit_term is linear in
 // the integer sums), then the warp folds its lanes. Deterministic.
+// A block first issues its warps' first job loads, then stages what every warp reads many times
+// (the IQ2_XXS grid, the token's activations) in shared memory while those loads are in flight.
 #pragma once
-#include "moe.hip"  // DS4_MOE_MAX_USED
+#include "moe.hip"         // DS4_MOE_MAX_USED, router_probs
+#include "matvec_fast.hip"  // the router logits' F16 rows (f16_row_part)
 
 #define DS4_MOE_FAST_ROWS 16                               // output rows per block (fast.rs MOE_FAST_ROWS)
 #define DS4_MOE_FAST_RPW (DS4_MOE_FAST_ROWS / DS4_WARPS_PER_BLOCK)  // output rows per warp
+
+// Where shared memory is plentiful (sm_90: 228 KB a multiprocessor) and on the emulator, which tests
+// these paths: the gate/up kernels' IQ2_XXS grid in 8 interleaved copies (the lookups of a
+// half-warp hit distinct bank pairs but for pairs of lanes; the gate/up kernel was bound by
+// shared-memory wavefronts, most of them the grid's bank conflicts: ncu in
+// tests/hip-on-cuda/results/h200-2026-12-03-s13-call2.log), and the token's activations staged once
+// a block instead of read from global memory by every job. Each block's static shared memory stays
+// under 48 KB (CUDA's limit without an opt-in). AMD keeps one copy and global activations: a
+// workgroup has 64 KB there, and occupancy hides the latency of a bandwidth-bound kernel better.
+#ifndef DS4_MOE_GRID_COPIES
+#if defined(DS4_NVIDIA) || defined(DS4_EMU)
+#define DS4_MOE_GRID_COPIES 8
+#else
+#define DS4_MOE_GRID_COPIES 1
+#endif
+#endif
+#ifndef DS4_MOE_ACT_SMEM
+#if defined(DS4_NVIDIA) || defined(DS4_EMU)
+#define DS4_MOE_ACT_SMEM 1
+#else
+#define DS4_MOE_ACT_SMEM 0
+#endif
+#endif
 
 // Bytes of weight rows per warp job, per kernel (at most; fast.rs moe_fast_job_bytes): the job's
 // prefetch registers and staged words are sized for its kernel's jobs, not the largest format's.
 // The Flash-shaped files' gate/up jobs (two IQ2_XXS rows of 4096 columns, 2112 bytes) fit 2560, so
 // that kernel keeps 20 registers and 20 KB of shared memory fewer than at 5120 (more blocks a
 // multiprocessor); their down jobs (six Q2_K rows of 2048 columns, 4032 bytes) fit 4096.
+// ACT: the activation elements a block stages at most, the most a job that fits can read (a down
+// job's rows read n_used * n_ff elements, a gate/up job's two rows n_in each).
 template <int T, bool DOWN>
 struct MoeJob {
     static constexpr u32 BYTES = T == DS4_T_IQ2_XXS ? (DOWN ? 3584 : 2560)
                                  : T == DS4_T_Q2_K  ? (DOWN ? 4096 : 3072)
-                                                    : 5120;
+                                                    : (DOWN ? 4608 : 5120);
     static constexpr u32 WORDS = BYTES / 16;                           // 16-byte words
     static constexpr int LOADS = (int)((WORDS + DS4_WARP - 1) / DS4_WARP);  // loads per lane
+    static constexpr u32 UNIT_BYTES = T == DS4_T_IQ2_XXS ? 66 : T == DS4_T_Q2_K ? 84 : 144;  // per 256
+    static constexpr u32 ACT = (DOWN ? BYTES : BYTES / 2) / UNIT_BYTES * 256;
+    static constexpr u32 GRID_COPIES = DOWN ? 1 : DS4_MOE_GRID_COPIES;  // of the IQ2_XXS grid
 };
 
 // Loads a job of `nseg` rows of `wpr` 16-byte words each, row s at seg(s) (16-byte aligned).
@@ -69,26 +100,58 @@ DS4_DEV void load_act(ActChunk& a, const i8* xq, const float* xd, const i16* xbs
     }
 }
 
+// A block's copy of one token's activations (Q8_K codes, scales per 256 and, for the formats with
+// mins, sums per 16) for at most MAX elements (MoeJob::ACT); tiny where DS4_MOE_ACT_SMEM is 0.
+template <int T, u32 MAX>
+struct MoeActSmem {
+    static constexpr bool MINS = T == DS4_T_Q2_K || T == DS4_T_Q4_K;
+    static constexpr u32 N = DS4_MOE_ACT_SMEM ? MAX : 256;
+    int4 q[N / 16];
+    float d[N / 256];
+    i16 bs[MINS ? N / 16 : 2];
+};
+
+// Copies the first n elements (n % 256 == 0, n <= MAX) of (xq, xd, xbs) into `sm` and points them
+// there (DS4_MOE_ACT_SMEM; otherwise leaves them in global memory). Every thread, then a barrier.
+template <int T, u32 MAX>
+DS4_DEV void stage_moe_act(MoeActSmem<T, MAX>& sm, const i8*& xq, const float*& xd, const i16*& xbs, u32 n) {
+#if DS4_MOE_ACT_SMEM
+    for (u32 i = threadIdx.x; i < n / 16; i += DS4_BLOCK) sm.q[i] = ((const int4*)xq)[i];
+    for (u32 i = threadIdx.x; i < n / 256; i += DS4_BLOCK) sm.d[i] = xd[i];
+    if constexpr (MoeActSmem<T, MAX>::MINS)
+        for (u32 i = threadIdx.x; i < n / 32; i += DS4_BLOCK) ((u32*)sm.bs)[i] = ((const u32*)xbs)[i];
+    xq = (const i8*)sm.q;
+    xd = sm.d;
+    xbs = sm.bs;
+#endif
+}
+
 // The float term of chunk c of a staged row against its activation chunk.
-template <int T>
+template <int T, u32 GRID_COPIES>
 DS4_DEV float moe_chunk_term(const u8* row, u32 c, const ActChunk& a, const u64* grid) {
     WChunk w;
-    unpack_chunk<T>(row, c, w, grid);
+    unpack_chunk<T, GRID_COPIES>(row, c, w, grid);
     int isum = 0, summs = 0;
     chunk_ints(w.q, w.sc, a.q, a.bs0, a.bs1, isum, summs);
     return unit_term<T>(isum, summs, w.d, w.dmin, a.yd);
 }
 
-// The IQ2_XXS grid in the block's shared memory, staged by every thread. (Its signs stay
-// arithmetic, formats.h unpack_chunk: a staged sign table measured 44 us a gate/up launch on the
-// H200 against 38 us, its random reads adding to the grid's shared-memory bank conflicts;
+// The IQ2_XXS grid in the block's shared memory (DS4_MOE_GRID_COPIES interleaved copies), staged by
+// every thread before a barrier; moe_lane_grid is this lane's copy. (Its signs stay arithmetic,
+// formats.h unpack_chunk: a staged sign table measured 44 us a gate/up launch on the H200 against
+// 38 us, its random reads adding to the grid's shared-memory bank conflicts;
 // tests/hip-on-cuda/results/h200-2026-12-02-s10-variants.log.)
-template <int T>
-DS4_DEV void stage_moe_grid(u64* grid) {
-    if constexpr (T == DS4_T_IQ2_XXS) {
-        stage_iq2_grid(grid);
-        __syncthreads();
-    }
+template <int T, u32 C>
+struct MoeGridSmem {
+    u64 g[T == DS4_T_IQ2_XXS ? 256 * C : 1];
+};
+template <int T, u32 C>
+DS4_DEV void stage_moe_grid(MoeGridSmem<T, C>& sm) {
+    if constexpr (T == DS4_T_IQ2_XXS) stage_iq2_grid_copies<C>(sm.g);
+}
+template <int T, u32 C>
+DS4_DEV const u64* moe_lane_grid(const MoeGridSmem<T, C>& sm) {
+    return sm.g + lane_id() % C;
 }
 
 // ds4_moe_gate_up_<fmt> in the fast order. Preconditions (fast.rs): row bytes % 16 == 0 and two rows
@@ -98,26 +161,30 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, const u8* gate, const u8* up, con
                                    const i16* xbs, const u32* sel, const float* selw, u32 n_in, u32 n_ff,
                                    u32 n_used, float limit) {
     using Job = MoeJob<T, false>;
-    __shared__ u64 sgrid[256];
+    __shared__ MoeGridSmem<T, Job::GRID_COPIES> sgrid;
+    __shared__ MoeActSmem<T, Job::ACT> sact;
     __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * Job::WORDS];
-    stage_moe_grid<T>(sgrid);
     const u32 k = blockIdx.y, t = blockIdx.z;
     const u32 e = sel[(u64)t * n_used + k];
-    const float wk = selw[(u64)t * n_used + k];
     const u64 rb = row_bytes<T>(n_in);
     const u32 wpr = (u32)(rb / 16), nck = n_in / 32;
     const u8* ge = gate + (u64)e * n_ff * rb;
     const u8* ue = up + (u64)e * n_ff * rb;
+    const u32 r0 = (blockIdx.x * DS4_WARPS_PER_BLOCK + warp_id()) * DS4_MOE_FAST_RPW;
+    const u32 r1 = min(r0 + DS4_MOE_FAST_RPW, n_ff);
+    auto rows = [&](u32 r) { return [=](u32 s) { return (s == 0 ? ge : ue) + r * rb; }; };
+    uint4 v[Job::LOADS];
+    if (r0 < r1) moe_job_load(v, rows(r0), 2, wpr);
     const i8* xr = xq + (u64)t * n_in;
     const float* dr = xd + (u64)t * (n_in / 256);
     const i16* br = xbs + (u64)t * (n_in / 16);
-    uint4* job = jobs + warp_id() * Job::WORDS;
-    const u32 r0 = (blockIdx.x * DS4_WARPS_PER_BLOCK + warp_id()) * DS4_MOE_FAST_RPW;
-    const u32 r1 = min(r0 + DS4_MOE_FAST_RPW, n_ff);
+    stage_moe_grid(sgrid);
+    stage_moe_act<T>(sact, xr, dr, br, n_in);
+    __syncthreads();
     if (r0 >= r1) return;  // warp-uniform; no block barrier follows
-    auto rows = [&](u32 r) { return [=](u32 s) { return (s == 0 ? ge : ue) + r * rb; }; };
-    uint4 v[Job::LOADS];
-    moe_job_load(v, rows(r0), 2, wpr);
+    const float wk = selw[(u64)t * n_used + k];
+    const u64* grid = moe_lane_grid(sgrid);
+    uint4* job = jobs + warp_id() * Job::WORDS;
     for (u32 r = r0; r < r1; ++r) {
         moe_job_stage(job, v, 2 * wpr);
         if (r + 1 < r1) moe_job_load(v, rows(r + 1), 2, wpr);
@@ -125,14 +192,22 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, const u8* gate, const u8* up, con
         for (u32 c = lane_id(); c < nck; c += DS4_WARP) {
             ActChunk a;
             load_act<T>(a, xr, dr, br, c);
-            ga += moe_chunk_term<T>((const u8*)job, c, a, sgrid);
-            ua += moe_chunk_term<T>((const u8*)job + rb, c, a, sgrid);
+            ga += moe_chunk_term<T, Job::GRID_COPIES>((const u8*)job, c, a, grid);
+            ua += moe_chunk_term<T, Job::GRID_COPIES>((const u8*)job + rb, c, a, grid);
         }
         ga = finish_dot<T>(warp_sum(ga));
         ua = finish_dot<T>(warp_sum(ua));
         if (lane_id() == 0) mid[((u64)t * n_used + k) * n_ff + r] = swiglu_clamped(ga, ua, limit) * wk;
     }
 }
+
+// Two down blocks a multiprocessor on sm_90 (at most 128 registers), where ptxas would otherwise
+// cap the Q2_K kernel at 80 and spill (the Flash-shaped grid has 256 blocks: two per multiprocessor).
+#if defined(DS4_NVIDIA)
+#define DS4_MOE_DOWN_LAUNCH __launch_bounds__(DS4_BLOCK, 2)
+#else
+#define DS4_MOE_DOWN_LAUNCH DS4_LAUNCH(DS4_BLOCK)
+#endif
 
 // ds4_moe_down_<fmt> in the fast order (the slots' products summed in any order). Preconditions
 // (fast.rs): row bytes % 16 == 0 and n_used rows fit a job; n_used <= DS4_MOE_MAX_USED.
@@ -141,27 +216,29 @@ template <int T>
 DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const float* md, const i16* mbs,
                                 const u32* sel, u32 n_ff, u32 n_out, u32 n_used) {
     using Job = MoeJob<T, true>;
-    __shared__ u64 sgrid[256];
+    __shared__ MoeGridSmem<T, Job::GRID_COPIES> sgrid;
+    __shared__ MoeActSmem<T, Job::ACT> sact;
     __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * Job::WORDS];
-    stage_moe_grid<T>(sgrid);
     const u32 t = blockIdx.y;
     const u64 rb = row_bytes<T>(n_ff);
     const u32 wpr = (u32)(rb / 16), nck = n_ff / 32;
     const u32 nu = min(n_used, (u32)DS4_MOE_MAX_USED);
-    __shared__ u32 experts[DS4_MOE_MAX_USED];
-    if (threadIdx.x < nu) experts[threadIdx.x] = sel[(u64)t * n_used + threadIdx.x];
-    __syncthreads();
-    uint4* job = jobs + warp_id() * Job::WORDS;
+    const u32* ex = sel + (u64)t * n_used;  // read by every lane (cached): no barrier before the loads
     const u32 r0 = (blockIdx.x * DS4_WARPS_PER_BLOCK + warp_id()) * DS4_MOE_FAST_RPW;
     const u32 r1 = min(r0 + DS4_MOE_FAST_RPW, n_out);
-    if (r0 >= r1) return;  // warp-uniform; no block barrier follows
-    auto rows = [&](u32 r) { return [=](u32 s) { return down + ((u64)experts[s] * n_out + r) * rb; }; };
+    auto rows = [&](u32 r) { return [=](u32 s) { return down + ((u64)ex[s] * n_out + r) * rb; }; };
+    uint4 v[Job::LOADS];
+    if (r0 < r1) moe_job_load(v, rows(r0), nu, wpr);
     // Slot k's activation is row t * n_used + k: consecutive rows, n_ff elements apart.
     const i8* xr = mq + (u64)t * n_used * n_ff;
     const float* dr = md + (u64)t * n_used * (n_ff / 256);
     const i16* br = mbs + (u64)t * n_used * (n_ff / 16);
-    uint4 v[Job::LOADS];
-    moe_job_load(v, rows(r0), nu, wpr);
+    stage_moe_grid(sgrid);
+    stage_moe_act<T>(sact, xr, dr, br, nu * n_ff);
+    __syncthreads();
+    if (r0 >= r1) return;  // warp-uniform; no block barrier follows
+    const u64* grid = moe_lane_grid(sgrid);
+    uint4* job = jobs + warp_id() * Job::WORDS;
     for (u32 r = r0; r < r1; ++r) {
         moe_job_stage(job, v, nu * wpr);
         if (r + 1 < r1) moe_job_load(v, rows(r + 1), nu, wpr);
@@ -170,7 +247,7 @@ DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const 
             for (u32 c = lane_id(); c < nck; c += DS4_WARP) {
                 ActChunk a;
                 load_act<T>(a, xr + (u64)k * n_ff, dr + k * (n_ff / 256), br + k * (n_ff / 16), c);
-                acc += moe_chunk_term<T>((const u8*)job + k * rb, c, a, sgrid);
+                acc += moe_chunk_term<T, Job::GRID_COPIES>((const u8*)job + k * rb, c, a, grid);
             }
         acc = finish_dot<T>(warp_sum(acc));
         if (lane_id() == 0) out[(u64)t * n_out + r] = acc;
@@ -201,42 +278,39 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gate_up_q4_k_fast(float
                                                                           float limit) {
     moe_gate_up_fast_body<DS4_T_Q4_K>(mid, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used, limit);
 }
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_down_iq2_xxs_fast(float* out, const u8* down,
+extern "C" __global__ DS4_MOE_DOWN_LAUNCH void ds4_moe_down_iq2_xxs_fast(float* out, const u8* down,
                                                                           const i8* mq, const float* md,
                                                                           const i16* mbs, const u32* sel, u32 n_ff,
                                                                           u32 n_out, u32 n_used) {
     moe_down_fast_body<DS4_T_IQ2_XXS>(out, down, mq, md, mbs, sel, n_ff, n_out, n_used);
 }
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_down_q2_k_fast(float* out, const u8* down, const i8* mq,
+extern "C" __global__ DS4_MOE_DOWN_LAUNCH void ds4_moe_down_q2_k_fast(float* out, const u8* down, const i8* mq,
                                                                        const float* md, const i16* mbs,
                                                                        const u32* sel, u32 n_ff, u32 n_out,
                                                                        u32 n_used) {
     moe_down_fast_body<DS4_T_Q2_K>(out, down, mq, md, mbs, sel, n_ff, n_out, n_used);
 }
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_down_q4_k_fast(float* out, const u8* down, const i8* mq,
+extern "C" __global__ DS4_MOE_DOWN_LAUNCH void ds4_moe_down_q4_k_fast(float* out, const u8* down, const i8* mq,
                                                                        const float* md, const i16* mbs,
                                                                        const u32* sel, u32 n_ff, u32 n_out,
                                                                        u32 n_used) {
     moe_down_fast_body<DS4_T_Q4_K>(out, down, mq, md, mbs, sel, n_ff, n_out, n_used);
 }
 
-// ds4_router's arguments, outputs and launch (grid (n_tok), block 256) with the selection on one warp:
-// every thread computes its experts' probabilities as ds4_router does, then the first warp runs the
-// n_used rounds as warp argmaxes (shuffles, the same lowest-index rule on ties) instead of block
-// argmaxes with two barriers each, and the weights as ds4_router, so the ids and weights have its
-// bits. (The probabilities on one warp alone, 8 softplus each, measured 14.2 us a launch on the H200
-// against the exact kernel's 7.3: tests/hip-on-cuda/results/h200-2026-12-02-s11-call2.log.)
-// n_expert <= 1024, n_used <= 16.
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router_fast(u32* sel, float* selw, const float* logits,
-                                                                  const float* bias, const i32* tid2eid,
-                                                                  const u32* tokens, u32 n_expert, u32 n_used,
-                                                                  float weight_scale, u32 n_tok) {
+// ds4_router's selection of token t on one warp: every thread computes its experts' probabilities
+// as ds4_router does (from `lg`, the token's logits), then the first warp runs the n_used rounds as
+// warp argmaxes (shuffles, the same lowest-index rule on ties) instead of block argmaxes with two
+// barriers each, and the weights as ds4_router, so the ids and weights have its bits. (The
+// probabilities on one warp alone, 8 softplus each, measured 14.2 us a launch on the H200 against
+// the exact kernel's 7.3: tests/hip-on-cuda/results/h200-2026-12-02-s11-call2.log.) Every thread of
+// the block; n_expert <= 1024, n_used <= 16.
+DS4_DEV void router_fast_token(u32* sel, float* selw, const float* lg, const float* bias, const i32* tid2eid,
+                               const u32* tokens, u32 t, u32 n_expert, u32 n_used, float weight_scale) {
     __shared__ float prob[1024];
     __shared__ float score[1024];
     __shared__ u32 chosen[16];
-    const u32 t = blockIdx.x, lane = lane_id();
-    if (t >= n_tok) return;
-    router_probs(prob, score, logits + (u64)t * n_expert, bias, n_expert);
+    const u32 lane = lane_id();
+    router_probs(prob, score, lg, bias, n_expert);
     __syncthreads();
     if (warp_id() != 0) return;
     if (tid2eid) {
@@ -272,4 +346,48 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router_fast(u32* sel, float
     }
     ds4_sync_warp();
     if (lane == 0) router_weights(sel + (u64)t * n_used, selw + (u64)t * n_used, prob, chosen, n_used, weight_scale);
+}
+
+// ds4_router's arguments, outputs and launch (grid (n_tok), block 256), selecting with
+// router_fast_token.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router_fast(u32* sel, float* selw, const float* logits,
+                                                                  const float* bias, const i32* tid2eid,
+                                                                  const u32* tokens, u32 n_expert, u32 n_used,
+                                                                  float weight_scale, u32 n_tok) {
+    const u32 t = blockIdx.x;
+    if (t >= n_tok) return;
+    router_fast_token(sel, selw, logits + (u64)t * n_expert, bias, tid2eid, tokens, t, n_expert, n_used,
+                      weight_scale);
+}
+
+// The router's logits and its selection in one launch (fast mode: ds4_matvec_f16_fast of the
+// router matrix w [n_expert][n_in] against x, then ds4_router_fast on its output, with the bits of the
+// two launches): each block writes its rows of logits [n_tok][n_expert]; the last block of a token,
+// by the per-token counter (u32 [n_tok], zero before the launch; that block resets it), reads the
+// token's logits back and runs router_fast_token. Preconditions (kernels::matvec_f16_router checks
+// them): ds4_matvec_f16_fast's and ds4_router_fast's. Grid (ceil(n_expert / (256 / T)), n_tok),
+// T = f16_fast_threads(n_in); block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_router_fast(
+    u32* sel, float* selw, float* logits, u32* counter, const u16* w, const float* x, const float* bias,
+    const i32* tid2eid, const u32* tokens, u32 n_in, u32 n_expert, u32 n_used, float weight_scale, u32 x_stride) {
+    __shared__ float scratch[DS4_WARPS_PER_BLOCK];
+    __shared__ float lg[1024];
+    __shared__ bool last;
+    const u32 t = blockIdx.y, tpr = f16_fast_threads(n_in);
+    const u32 r = blockIdx.x * (DS4_BLOCK / tpr) + threadIdx.x / tpr, sub = threadIdx.x % tpr;
+    const bool live = r < n_expert;
+    const float part = live ? f16_row_part(w + (u64)r * n_in, x + (u64)t * x_stride, n_in, sub, tpr) : 0.0f;
+    const float acc = f16_row_sum(part, tpr, scratch);
+    if (live && sub == 0) logits[(u64)t * n_expert + r] = acc;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&counter[t], 1u) + 1u == gridDim.x;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x == 0) counter[t] = 0;
+    // One load each (volatile: other blocks of this launch wrote them).
+    for (u32 e = threadIdx.x; e < n_expert; e += DS4_BLOCK) lg[e] = ((const volatile float*)logits)[(u64)t * n_expert + e];
+    __syncthreads();
+    router_fast_token(sel, selw, lg, bias, tid2eid, tokens, t, n_expert, n_used, weight_scale);
 }

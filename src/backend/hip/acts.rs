@@ -49,6 +49,8 @@ pub(super) struct ActsOf<B> {
     pub(super) split_f: B,
     /// HC mix values, [n][2 n_hc + n_hc²].
     pub(super) mix: B,
+    /// Per-token counters of the finishing blocks, u32 [2 n]: the HC pre's (first n, `p0`) and the
+    /// fused router's (`router_counter`); each finisher puts its word back to 0.
     pub(super) counter: B,
     pub(super) xn: B,
     pub(super) xq: B,
@@ -150,7 +152,7 @@ impl<B> ActsOf<B> {
             split_f: f32s(alloc, n * n_mix)?,
             mix: f32s(alloc, n * n_mix)?,
             // Zeroed by HipBackend::clear_state before the first launch.
-            counter: bytes(alloc, 4 * n)?,
+            counter: bytes(alloc, 2 * 4 * n)?,
             xn: f32s(alloc, n * ne)?,
             xq: bytes(alloc, n * ne)?,
             xd: f32s(alloc, n * ne / 32)?,
@@ -271,6 +273,11 @@ impl Acts {
     /// Device address of the batch's token ids.
     pub(super) fn token_ids(&self) -> DevPtr {
         self.step.ptr().0 + 4 * STEP_TOKENS as u64
+    }
+
+    /// Device address of the fused router's per-token counters (the second half of `counter`).
+    pub(super) fn router_counter(&self) -> DevPtr {
+        self.counter.ptr().0 + 4 * self.n_max as u64
     }
 
     /// Device buffers (see [`ActsOf::build`]).

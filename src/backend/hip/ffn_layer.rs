@@ -9,6 +9,7 @@ use crate::backend::EngineError;
 
 use super::kernels::{self, NULL, Q8K, Q8Proj, Q8Swiglu, RoutedExperts};
 use super::pass::{Pass, expert_format, p0, q8};
+use crate::backend::arithmetic::Arithmetic;
 
 /// The FFN sublayer's side lane (module comment).
 const LANE_SHARED_EXPERT: usize = 0;
@@ -43,9 +44,8 @@ impl Pass<'_> {
             let mid = q8(&a.sq, &a.sd);
             self.proj_q8_0(&Q8Proj::plain(p0(&a.y), self.w(&lw.ffn_down_shexp), mid, ff, ne), nt)
         })?;
-        // Router (steps 3-4).
-        self.proj_f16(p0(&a.rl), self.w(&lw.ffn_gate_inp), p0(&a.xn), ne, nex, ne, nt)?;
-        self.launch(&kernels::router(
+        // Router (steps 3-4): in fast arithmetic, one launch for a decode step's logits and selection.
+        let router = kernels::router(
             p0(&a.sel_e),
             p0(&a.selw),
             p0(&a.rl),
@@ -56,7 +56,17 @@ impl Pass<'_> {
             ke,
             hp.expert_weights_scale,
             nt,
-        ))?;
+        );
+        let logits = kernels::matvec_f16(p0(&a.rl), self.w(&lw.ffn_gate_inp), p0(&a.xn), ne, nex, ne, nt);
+        let fused = (self.arithmetic == Arithmetic::Fast && self.token_wise(nt))
+            .then(|| kernels::matvec_f16_router(&logits, &router, a.router_counter()))
+            .flatten();
+        if let Some(fused) = fused {
+            self.launch(&fused)?;
+        } else {
+            self.proj_f16(p0(&a.rl), self.w(&lw.ffn_gate_inp), p0(&a.xn), ne, nex, ne, nt)?;
+            self.launch(&router)?;
+        }
         // Routed experts (step 5): per token for a decode step or a small batch, grouped by expert for a chunk.
         let experts = RoutedExperts {
             fmt_gate_up: expert_format(&lw.ffn_gate_exps),

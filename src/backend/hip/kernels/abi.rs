@@ -236,6 +236,9 @@ kernel_defs! {
     /// kernels/moe_fast.hip
     ROUTER_FAST = "ds4_router_fast"(sel: Ptr, selw: Ptr, logits: Ptr, bias: Ptr, tid2eid: Ptr, tokens: Ptr,
         n_expert: U32, n_used: U32, weight_scale: F32, n_tok: U32);
+    MATVEC_F16_ROUTER_FAST = "ds4_matvec_f16_router_fast"(sel: Ptr, selw: Ptr, logits: Ptr, counter: Ptr, w: Ptr,
+        x: Ptr, bias: Ptr, tid2eid: Ptr, tokens: Ptr, n_in: U32, n_expert: U32, n_used: U32, weight_scale: F32,
+        x_stride: U32);
     MOE_GATE_UP_IQ2_XXS_FAST = "ds4_moe_gate_up_iq2_xxs_fast"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr,
         xbs: Ptr, sel: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32, limit: F32);
     MOE_GATE_UP_Q2_K_FAST = "ds4_moe_gate_up_q2_k_fast"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr, xbs: Ptr,

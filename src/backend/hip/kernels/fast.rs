@@ -156,6 +156,8 @@ fn moe_fast_job_bytes(name: &str) -> u64 {
         if down { 3584 } else { 2560 }
     } else if name.ends_with("q2_k") {
         if down { 4096 } else { 3072 }
+    } else if down {
+        4608
     } else {
         5120
     }

@@ -1,12 +1,15 @@
 //! Fast-arithmetic fusions of two launches into one (docs/arithmetic.md#fast-arithmetic) built by
 //! the sublayers: two Q8_0 matvecs of the same activations (`ds4_matvec_q8_0_pair_fast`), a Q8_0
 //! matvec and the quantization of its output (`ds4_matvec_q8_0_q8_fast`), two row finishes of the
-//! same tokens (`ds4_rows_finish_pair_fast`). Each gives the bits of the two fast
+//! same tokens (`ds4_rows_finish_pair_fast`), the router's logits and its selection
+//! (`ds4_matvec_f16_router_fast`). Each gives the bits of the two fast
 //! twins run one after the other, and is `None` where the launches miss the fused kernel's
 //! preconditions (then both run on their own). The fused HC post + pre, which the launcher finds by
 //! itself, is in `fast.rs`.
 
-use super::abi::{Arg, DevPtr, MATVEC_Q8_0_PAIR_FAST, MATVEC_Q8_0_Q8_FAST, ROWS_FINISH_PAIR_FAST};
+use super::abi::{
+    Arg, DevPtr, MATVEC_F16_ROUTER_FAST, MATVEC_Q8_0_PAIR_FAST, MATVEC_Q8_0_Q8_FAST, ROWS_FINISH_PAIR_FAST,
+};
 use super::fast::{FastGrids, arg, arg_u32, fast_twin, q8_0_fast_blocks, q8_0_tiled, q8_0_tiled_rows};
 use super::launch::{Launch, ptr, u};
 use super::matvec::Q8Proj;
@@ -99,6 +102,32 @@ pub fn fused_rows_finish_pair(first: &Launch, second: &Launch) -> Option<Launch>
     Some(Launch::new(&ROWS_FINISH_PAIR_FAST, [blocks, first.grid[1], 1], args))
 }
 
+/// One launch for the router's logits (`logits`, an exact `ds4_matvec_f16` launch) and its
+/// selection (`router`, a `ds4_router` launch reading them): `ds4_matvec_f16_router_fast`, whose last
+/// block of each token runs the selection, with the bits of the two fast twins. `counter`: u32
+/// [n_tok], zero before the launch (the finishers put it back). `None` unless both launches have
+/// their fast twins, the product writes the n_expert logits the router reads, for the same tokens.
+pub fn matvec_f16_router(logits: &Launch, router: &Launch, counter: DevPtr) -> Option<Launch> {
+    let product = fast_twin(logits).filter(|t| t.kernel.name == "ds4_matvec_f16_fast")?;
+    let fits = router.kernel.name == "ds4_router"
+        && arg(&product, "y") == arg(router, "logits")
+        && arg(&product, "n_out") == arg(router, "n_expert")
+        && u(product.grid[1]) == arg(router, "n_tok")
+        && counter % 4 == 0;
+    fits.then(|| {
+        let args = MATVEC_F16_ROUTER_FAST
+            .params
+            .iter()
+            .map(|p| match p.name {
+                "counter" => ptr(counter),
+                "n_in" | "w" | "x" | "x_stride" => arg(&product, p.name),
+                name => arg(router, name),
+            })
+            .collect();
+        Launch::new(&MATVEC_F16_ROUTER_FAST, product.grid, args)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{DevPtr, Q8Act};
@@ -156,6 +185,40 @@ mod tests {
         assert!(fused_rows_finish_pair(&q, &emitted).is_none());
         let hadamard = rows_finish(0x200, 0, 0, 0x40, 1, 512, rf::ROPE | rf::HADAMARD_FP4, 1, rope, 1e-6, 1);
         assert!(fused_rows_finish_pair(&q, &hadamard).is_none());
+    }
+
+    #[test]
+    fn the_router_joins_the_product_of_its_logits() {
+        use super::super::{matvec_f16, router};
+        let (n_expert, n_used) = (256, 6);
+        let logits = matvec_f16(0x100, 0x200, 0x300, 4096, n_expert, 4096, 1);
+        let sel = router(0x400, 0x500, 0x100, 0x600, 0, 0x700, n_expert, n_used, 1.5, 1);
+        let l = matvec_f16_router(&logits, &sel, 0x800).expect("fused");
+        let product = fast_twin(&logits).expect("the product's twin");
+        assert_eq!((l.kernel.name, l.grid), ("ds4_matvec_f16_router_fast", product.grid));
+        for (name, want) in [
+            ("sel", ptr(0x400)),
+            ("selw", ptr(0x500)),
+            ("logits", ptr(0x100)),
+            ("counter", ptr(0x800)),
+            ("w", ptr(0x200)),
+            ("x", ptr(0x300)),
+            ("bias", ptr(0x600)),
+            ("tokens", ptr(0x700)),
+            ("n_in", u(4096)),
+            ("n_expert", u(n_expert)),
+            ("n_used", u(n_used)),
+            ("x_stride", u(4096)),
+        ] {
+            assert_eq!(arg(&l, name), want, "{name}");
+        }
+        // Another output, other tokens, other rows: apart.
+        let elsewhere = router(0x400, 0x500, 0x900, 0x600, 0, 0x700, n_expert, n_used, 1.5, 1);
+        assert!(matvec_f16_router(&logits, &elsewhere, 0x800).is_none());
+        let two_tokens = router(0x400, 0x500, 0x100, 0x600, 0, 0x700, n_expert, n_used, 1.5, 2);
+        assert!(matvec_f16_router(&logits, &two_tokens, 0x800).is_none());
+        let fewer = matvec_f16(0x100, 0x200, 0x300, 4096, 128, 4096, 1);
+        assert!(matvec_f16_router(&fewer, &sel, 0x800).is_none());
     }
 
     #[test]

@@ -246,6 +246,13 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     let at = |p: DevPtr| Q8Proj::plain(p, p + 16, Q8Act { q: 64, d: 80 }, 4096, 1024);
     launches.extend(paired_matvec_q8_0(&at(112), &at(160), 1, FastGrids::default()));
     launches.extend(matvec_q8_0_quantized(&at(112), (16, 32), 1, FastGrids::default()));
+    // ... of the router's logits and selection.
+    let logits = matvec_f16(16, 32, 48, 4096, 256, 4096, 1);
+    launches.extend(matvec_f16_router(
+        &logits,
+        &router(64, 80, 16, 0, 0, 96, 256, 6, 1.5, 1),
+        112,
+    ));
     // ... and of two row finishes of the same tokens.
     let rope = RopeParams::from_rope(&crate::backend::cpu::ops::Rope::for_layer(
         &crate::model::hparams::HParams::flash(),
