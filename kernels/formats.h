@@ -51,13 +51,6 @@ DS4_DEV void load_act_chunk(const i8* xq, u32 c, int v[8]) {
 DS4_DEV void stage_iq2_grid(u64* sgrid) {
     for (u32 i = threadIdx.x; i < 256; i += blockDim.x) sgrid[i] = ds4_iq2xxs_grid[i];
 }
-// C interleaved copies of the grid (entry i, copy j at sgrid[i * C + j], 256 * C words): lane l
-// reads copy l % C, so with C = 16 the 16 lanes of a half-warp read 16 distinct bank pairs whatever
-// entries they look up (one 8-byte entry each: no bank conflicts). Every thread, then a barrier.
-template <u32 C>
-DS4_DEV void stage_iq2_grid_copies(u64* sgrid) {
-    for (u32 i = threadIdx.x; i < 256 * C; i += blockDim.x) sgrid[i] = ds4_iq2xxs_grid[i / C];
-}
 DS4_DEV u32 sign_mask4(u32 nib) { return ((nib * 0x00204081u) & 0x01010101u) * 0xFFu; }
 
 // ---------------------------------------------------------------------------------------------
@@ -83,9 +76,8 @@ struct WChunk {
     float d, dmin;
 };
 
-// Unpacks chunk c of weight row `wrow` (format T); `grid` is the staged IQ2_XXS grid (or null),
-// entry i at grid[i * GS] (GS > 1: one of the interleaved copies of stage_iq2_grid_copies).
-template <int T, u32 GS = 1>
+// Unpacks chunk c of weight row `wrow` (format T); `grid` is the staged IQ2_XXS grid (or null).
+template <int T>
 DS4_DEV void unpack_chunk(const u8* wrow, u32 c, WChunk& o, const u64* grid) {
     if constexpr (T == DS4_T_Q8_0) {
         const u8* blk = wrow + (u64)c * 34;
@@ -142,7 +134,7 @@ DS4_DEV void unpack_chunk(const u8* wrow, u32 c, WChunk& o, const u64* grid) {
         const u32 aux = load_u32_2a(blk + 6 + 8 * ib);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const u64 g = grid[((g4 >> (8 * k)) & 0xff) * GS];
+            const u64 g = grid[(g4 >> (8 * k)) & 0xff];
             u32 s = (aux >> (7 * k)) & 127;
             s |= (__popc(s) & 1) << 7;  // ksigns: even number of negatives per group
             const u32 mlo = sign_mask4(s & 15), mhi = sign_mask4(s >> 4);

@@ -12,25 +12,19 @@
 #pragma once
 #include "moe.hip"         // DS4_MOE_MAX_USED, router_probs
 #include "matvec_fast.hip"  // the router logits' F16 rows (f16_row_part)
+#include "norm_quant_fast.hip"  // nqf_store_row (the fused Q8_K of mid)
 
-#define DS4_MOE_FAST_ROWS 16                               // output rows per block (fast.rs MOE_FAST_ROWS)
-#define DS4_MOE_FAST_RPW (DS4_MOE_FAST_ROWS / DS4_WARPS_PER_BLOCK)  // output rows per warp
+#define DS4_MOE_FAST_ROWS 16  // output rows per down block (fast.rs MOE_FAST_ROWS)
+#define DS4_MOE_FAST_RPW (DS4_MOE_FAST_ROWS / DS4_WARPS_PER_BLOCK)  // output rows per down warp
 
 // Where shared memory is plentiful (sm_90: 228 KB a multiprocessor) and on the emulator, which tests
-// these paths: the gate/up kernels' IQ2_XXS grid in 8 interleaved copies (the lookups of a
-// half-warp hit distinct bank pairs but for pairs of lanes; the gate/up kernel was bound by
-// shared-memory wavefronts, most of them the grid's bank conflicts: ncu in
-// tests/hip-on-cuda/results/h200-2026-12-03-s13-call2.log), and the token's activations staged once
-// a block instead of read from global memory by every job. Each block's static shared memory stays
-// under 48 KB (CUDA's limit without an opt-in). AMD keeps one copy and global activations: a
-// workgroup has 64 KB there, and occupancy hides the latency of a bandwidth-bound kernel better.
-#ifndef DS4_MOE_GRID_COPIES
-#if defined(DS4_NVIDIA) || defined(DS4_EMU)
-#define DS4_MOE_GRID_COPIES 8
-#else
-#define DS4_MOE_GRID_COPIES 1
-#endif
-#endif
+// this path, a block stages the token's activations once instead of every job reading them from
+// global memory (H200: 113.7 / 113.7 t/s against 110.8 / 112.1 at 2k / 8k,
+// tests/hip-on-cuda/results/h200-2026-12-03-s14-call1.log); each block stays under 48 KB of static
+// shared memory (CUDA's limit without an opt-in). AMD keeps global activations: a workgroup has 64
+// KB there, and occupancy hides the latency of a bandwidth-bound kernel better. (The IQ2_XXS grid
+// in 8 interleaved copies, conflict-free lookups, measured no faster: 114.5 / 116.0 t/s with one
+// copy against 114.5 / 114.8 with eight, …-s14-call2.log; one copy is kept.)
 #ifndef DS4_MOE_ACT_SMEM
 #if defined(DS4_NVIDIA) || defined(DS4_EMU)
 #define DS4_MOE_ACT_SMEM 1
@@ -55,7 +49,6 @@ struct MoeJob {
     static constexpr int LOADS = (int)((WORDS + DS4_WARP - 1) / DS4_WARP);  // loads per lane
     static constexpr u32 UNIT_BYTES = T == DS4_T_IQ2_XXS ? 66 : T == DS4_T_Q2_K ? 84 : 144;  // per 256
     static constexpr u32 ACT = (DOWN ? BYTES : BYTES / 2) / UNIT_BYTES * 256;
-    static constexpr u32 GRID_COPIES = DOWN ? 1 : DS4_MOE_GRID_COPIES;  // of the IQ2_XXS grid
 };
 
 // Loads a job of `nseg` rows of `wpr` 16-byte words each, row s at seg(s) (16-byte aligned).
@@ -127,41 +120,43 @@ DS4_DEV void stage_moe_act(MoeActSmem<T, MAX>& sm, const i8*& xq, const float*& 
 }
 
 // The float term of chunk c of a staged row against its activation chunk.
-template <int T, u32 GRID_COPIES>
+template <int T>
 DS4_DEV float moe_chunk_term(const u8* row, u32 c, const ActChunk& a, const u64* grid) {
     WChunk w;
-    unpack_chunk<T, GRID_COPIES>(row, c, w, grid);
+    unpack_chunk<T>(row, c, w, grid);
     int isum = 0, summs = 0;
     chunk_ints(w.q, w.sc, a.q, a.bs0, a.bs1, isum, summs);
     return unit_term<T>(isum, summs, w.d, w.dmin, a.yd);
 }
 
-// The IQ2_XXS grid in the block's shared memory (DS4_MOE_GRID_COPIES interleaved copies), staged by
-// every thread before a barrier; moe_lane_grid is this lane's copy. (Its signs stay arithmetic,
-// formats.h unpack_chunk: a staged sign table measured 44 us a gate/up launch on the H200 against
-// 38 us, its random reads adding to the grid's shared-memory bank conflicts;
+// The IQ2_XXS grid in the block's shared memory, staged by every thread before a barrier. (Its signs
+// stay arithmetic, formats.h unpack_chunk: a staged sign table measured 44 us a gate/up launch on the
+// H200 against 38 us, its random reads adding to the grid's shared-memory bank conflicts;
 // tests/hip-on-cuda/results/h200-2026-12-02-s10-variants.log.)
-template <int T, u32 C>
+template <int T>
 struct MoeGridSmem {
-    u64 g[T == DS4_T_IQ2_XXS ? 256 * C : 1];
+    u64 g[T == DS4_T_IQ2_XXS ? 256 : 1];
 };
-template <int T, u32 C>
-DS4_DEV void stage_moe_grid(MoeGridSmem<T, C>& sm) {
-    if constexpr (T == DS4_T_IQ2_XXS) stage_iq2_grid_copies<C>(sm.g);
-}
-template <int T, u32 C>
-DS4_DEV const u64* moe_lane_grid(const MoeGridSmem<T, C>& sm) {
-    return sm.g + lane_id() % C;
+template <int T>
+DS4_DEV void stage_moe_grid(MoeGridSmem<T>& sm) {
+    if constexpr (T == DS4_T_IQ2_XXS) stage_iq2_grid(sm.g);
 }
 
 // ds4_moe_gate_up_<fmt> in the fast order. Preconditions (fast.rs): row bytes % 16 == 0 and two rows
-// fit a job. Launch: grid (ceil(n_ff / 16), n_used, n_tok), block 256.
-template <int T>
-DS4_DEV void moe_gate_up_fast_body(float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd,
-                                   const i16* xbs, const u32* sel, const float* selw, u32 n_in, u32 n_ff,
-                                   u32 n_used, float limit) {
+// fit a job. Launch: grid (B, n_used, n_tok), block 256, any B: block b takes the rows
+// [b * R, (b + 1) * R) of its expert, R = ceil(n_ff / B), its warps rows w, w + W, ... of them
+// (fast.rs FastGrids::moe_rows picks R).
+// QUANT (ds4_moe_gate_up_<fmt>_q8k_fast; n_ff % 256 == 0, R a divisor of 256): the Q8_K quantization
+// of mid follows in the same launch, with the bits of ds4_rms_norm_quant_fast over its rows of 256
+// (quantize_rows): the last of the 256 / R blocks writing a 256-element unit of a slot's mid, by the
+// unit's counter (u32 [n_tok][n_used][n_ff / 256], zero before the launch; that block resets it),
+// quantizes it.
+template <int T, bool QUANT>
+DS4_DEV void moe_gate_up_fast_body(float* mid, i8* mq, float* md, i16* mbs, u32* counter, const u8* gate,
+                                   const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* sel,
+                                   const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
     using Job = MoeJob<T, false>;
-    __shared__ MoeGridSmem<T, Job::GRID_COPIES> sgrid;
+    __shared__ MoeGridSmem<T> sgrid;
     __shared__ MoeActSmem<T, Job::ACT> sact;
     __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * Job::WORDS];
     const u32 k = blockIdx.y, t = blockIdx.z;
@@ -170,8 +165,8 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, const u8* gate, const u8* up, con
     const u32 wpr = (u32)(rb / 16), nck = n_in / 32;
     const u8* ge = gate + (u64)e * n_ff * rb;
     const u8* ue = up + (u64)e * n_ff * rb;
-    const u32 r0 = (blockIdx.x * DS4_WARPS_PER_BLOCK + warp_id()) * DS4_MOE_FAST_RPW;
-    const u32 r1 = min(r0 + DS4_MOE_FAST_RPW, n_ff);
+    const u32 per = (n_ff + gridDim.x - 1) / gridDim.x, rb0 = blockIdx.x * per;
+    const u32 r0 = rb0 + warp_id(), r1 = min(rb0 + per, n_ff);  // this warp: r0, r0 + W, ... < r1
     auto rows = [&](u32 r) { return [=](u32 s) { return (s == 0 ? ge : ue) + r * rb; }; };
     uint4 v[Job::LOADS];
     if (r0 < r1) moe_job_load(v, rows(r0), 2, wpr);
@@ -181,25 +176,55 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, const u8* gate, const u8* up, con
     stage_moe_grid(sgrid);
     stage_moe_act<T>(sact, xr, dr, br, n_in);
     __syncthreads();
-    if (r0 >= r1) return;  // warp-uniform; no block barrier follows
+    if (!QUANT && r0 >= r1) return;  // warp-uniform; no block barrier follows
     const float wk = selw[(u64)t * n_used + k];
-    const u64* grid = moe_lane_grid(sgrid);
+    const u64* grid = sgrid.g;
     uint4* job = jobs + warp_id() * Job::WORDS;
-    for (u32 r = r0; r < r1; ++r) {
+    for (u32 r = r0; r < r1; r += DS4_WARPS_PER_BLOCK) {
         moe_job_stage(job, v, 2 * wpr);
-        if (r + 1 < r1) moe_job_load(v, rows(r + 1), 2, wpr);
+        if (r + DS4_WARPS_PER_BLOCK < r1) moe_job_load(v, rows(r + DS4_WARPS_PER_BLOCK), 2, wpr);
         float ga = 0.0f, ua = 0.0f;
         for (u32 c = lane_id(); c < nck; c += DS4_WARP) {
             ActChunk a;
             load_act<T>(a, xr, dr, br, c);
-            ga += moe_chunk_term<T, Job::GRID_COPIES>((const u8*)job, c, a, grid);
-            ua += moe_chunk_term<T, Job::GRID_COPIES>((const u8*)job + rb, c, a, grid);
+            ga += moe_chunk_term<T>((const u8*)job, c, a, grid);
+            ua += moe_chunk_term<T>((const u8*)job + rb, c, a, grid);
         }
         ga = finish_dot<T>(warp_sum(ga));
         ua = finish_dot<T>(warp_sum(ua));
         if (lane_id() == 0) mid[((u64)t * n_used + k) * n_ff + r] = swiglu_clamped(ga, ua, limit) * wk;
     }
+    if constexpr (QUANT) {
+        __shared__ bool last;
+        const u64 unit = ((u64)t * n_used + k) * (n_ff / 256) + rb0 / 256;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(&counter[unit], 1u) + 1u == 256 / per;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        if (threadIdx.x == 0) counter[unit] = 0;
+        // The unit as ds4_rms_norm_quant_fast holds a row of 256 (threads 0-31, one 8-element
+        // strip each), one load each (volatile: other blocks of this launch wrote them).
+        float u[1][8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            u[0][j] = threadIdx.x < 32 ? ((const volatile float*)mid)[unit * 256 + 8 * threadIdx.x + j] : 0.0f;
+        nqf_store_row<1>(unit, u, 256, nullptr, nullptr, nullptr, mq, md, mbs);
+    }
 }
+
+// Four IQ2_XXS and Q2_K gate/up blocks a multiprocessor on sm_90 (64 registers, no spills; ptxas
+// would take 70 and leave three: 114.5 / 114.8 t/s against 112.3 / 114.5,
+// tests/hip-on-cuda/results/h200-2026-12-03-s14-call2.log). Q4_K two (it spills at 64 registers,
+// and at 80, three blocks, too).
+#if defined(DS4_NVIDIA)
+#define DS4_MOE_GATE_UP_LAUNCH __launch_bounds__(DS4_BLOCK, 4)
+#define DS4_MOE_GATE_UP_Q4_K_LAUNCH __launch_bounds__(DS4_BLOCK, 2)
+#else
+#define DS4_MOE_GATE_UP_LAUNCH DS4_LAUNCH(DS4_BLOCK)
+#define DS4_MOE_GATE_UP_Q4_K_LAUNCH DS4_LAUNCH(DS4_BLOCK)
+#endif
 
 // Two down blocks a multiprocessor on sm_90 (at most 128 registers), where ptxas would otherwise
 // cap the Q2_K kernel at 80 and spill (the Flash-shaped grid has 256 blocks: two per multiprocessor).
@@ -216,7 +241,7 @@ template <int T>
 DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const float* md, const i16* mbs,
                                 const u32* sel, u32 n_ff, u32 n_out, u32 n_used) {
     using Job = MoeJob<T, true>;
-    __shared__ MoeGridSmem<T, Job::GRID_COPIES> sgrid;
+    __shared__ MoeGridSmem<T> sgrid;
     __shared__ MoeActSmem<T, Job::ACT> sact;
     __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * Job::WORDS];
     const u32 t = blockIdx.y;
@@ -237,7 +262,7 @@ DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const 
     stage_moe_act<T>(sact, xr, dr, br, nu * n_ff);
     __syncthreads();
     if (r0 >= r1) return;  // warp-uniform; no block barrier follows
-    const u64* grid = moe_lane_grid(sgrid);
+    const u64* grid = sgrid.g;
     uint4* job = jobs + warp_id() * Job::WORDS;
     for (u32 r = r0; r < r1; ++r) {
         moe_job_stage(job, v, nu * wpr);
@@ -247,36 +272,48 @@ DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const 
             for (u32 c = lane_id(); c < nck; c += DS4_WARP) {
                 ActChunk a;
                 load_act<T>(a, xr + (u64)k * n_ff, dr + k * (n_ff / 256), br + k * (n_ff / 16), c);
-                acc += moe_chunk_term<T, Job::GRID_COPIES>((const u8*)job + k * rb, c, a, grid);
+                acc += moe_chunk_term<T>((const u8*)job + k * rb, c, a, grid);
             }
         acc = finish_dot<T>(warp_sum(acc));
         if (lane_id() == 0) out[(u64)t * n_out + r] = acc;
     }
 }
 
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gate_up_iq2_xxs_fast(float* mid, const u8* gate,
-                                                                             const u8* up, const i8* xq,
-                                                                             const float* xd, const i16* xbs,
-                                                                             const u32* sel, const float* selw,
-                                                                             u32 n_in, u32 n_ff, u32 n_used,
-                                                                             float limit) {
-    moe_gate_up_fast_body<DS4_T_IQ2_XXS>(mid, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used, limit);
+extern "C" __global__ DS4_MOE_GATE_UP_LAUNCH void ds4_moe_gate_up_iq2_xxs_fast(
+    float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* sel,
+    const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    moe_gate_up_fast_body<DS4_T_IQ2_XXS, false>(mid, nullptr, nullptr, nullptr, nullptr, gate, up, xq, xd, xbs, sel, selw, n_in,
+                                      n_ff, n_used, limit);
 }
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gate_up_q2_k_fast(float* mid, const u8* gate,
-                                                                          const u8* up, const i8* xq,
-                                                                          const float* xd, const i16* xbs,
-                                                                          const u32* sel, const float* selw,
-                                                                          u32 n_in, u32 n_ff, u32 n_used,
-                                                                          float limit) {
-    moe_gate_up_fast_body<DS4_T_Q2_K>(mid, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used, limit);
+extern "C" __global__ DS4_MOE_GATE_UP_LAUNCH void ds4_moe_gate_up_iq2_xxs_q8k_fast(
+    float* mid, i8* mq, float* md, i16* mbs, u32* counter, const u8* gate, const u8* up, const i8* xq, const float* xd,
+    const i16* xbs, const u32* sel, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    moe_gate_up_fast_body<DS4_T_IQ2_XXS, true>(mid, mq, md, mbs, counter, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used,
+                                     limit);
 }
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gate_up_q4_k_fast(float* mid, const u8* gate,
-                                                                          const u8* up, const i8* xq,
-                                                                          const float* xd, const i16* xbs,
-                                                                          const u32* sel, const float* selw,
-                                                                          u32 n_in, u32 n_ff, u32 n_used,
-                                                                          float limit) {
-    moe_gate_up_fast_body<DS4_T_Q4_K>(mid, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used, limit);
+extern "C" __global__ DS4_MOE_GATE_UP_LAUNCH void ds4_moe_gate_up_q2_k_fast(
+    float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* sel,
+    const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    moe_gate_up_fast_body<DS4_T_Q2_K, false>(mid, nullptr, nullptr, nullptr, nullptr, gate, up, xq, xd, xbs, sel, selw, n_in,
+                                      n_ff, n_used, limit);
+}
+extern "C" __global__ DS4_MOE_GATE_UP_LAUNCH void ds4_moe_gate_up_q2_k_q8k_fast(
+    float* mid, i8* mq, float* md, i16* mbs, u32* counter, const u8* gate, const u8* up, const i8* xq, const float* xd,
+    const i16* xbs, const u32* sel, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    moe_gate_up_fast_body<DS4_T_Q2_K, true>(mid, mq, md, mbs, counter, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used,
+                                     limit);
+}
+extern "C" __global__ DS4_MOE_GATE_UP_Q4_K_LAUNCH void ds4_moe_gate_up_q4_k_fast(
+    float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* sel,
+    const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    moe_gate_up_fast_body<DS4_T_Q4_K, false>(mid, nullptr, nullptr, nullptr, nullptr, gate, up, xq, xd, xbs, sel, selw, n_in,
+                                      n_ff, n_used, limit);
+}
+extern "C" __global__ DS4_MOE_GATE_UP_Q4_K_LAUNCH void ds4_moe_gate_up_q4_k_q8k_fast(
+    float* mid, i8* mq, float* md, i16* mbs, u32* counter, const u8* gate, const u8* up, const i8* xq, const float* xd,
+    const i16* xbs, const u32* sel, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    moe_gate_up_fast_body<DS4_T_Q4_K, true>(mid, mq, md, mbs, counter, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used,
+                                     limit);
 }
 extern "C" __global__ DS4_MOE_DOWN_LAUNCH void ds4_moe_down_iq2_xxs_fast(float* out, const u8* down,
                                                                           const i8* mq, const float* md,

@@ -2,7 +2,9 @@
 """Sums an ncu CSV (`ncu --metrics gpu__time_duration.sum --csv --page raw`, direct launches) per decode step.
 
 A step starts at each ds4_embed_hc launch; prints the launches and kernel time of every whole step, then
-the last whole step per kernel and grid (count x mean = total, share). Usage: ncu-steps.py FILE.csv"""
+the last whole step per kernel and grid (count x mean = total, share), and with a second argument (any)
+the launch sequence of two layers in the middle of that step with each launch's duration (it tells
+apart the matrices one kernel serves). Usage: ncu-steps.py FILE.csv [seq]"""
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if r]
 hdr_i = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
@@ -27,3 +29,11 @@ tot = sum(v[1] for v in by.values())
 print(f"one step: {sum(v[0] for v in by.values())} launches, {tot/1000:.1f} (unit x1000) of kernel time")
 for key, (n, t) in sorted(by.items(), key=lambda kv: -kv[1][1]):
     print(f"  {key:70s} {n:5d} x {t/n:9.1f} = {t/1000:8.1f}  {100*t/tot:5.1f}%")
+# The launch sequence of two consecutive layers in the middle of the step (per-shape durations).
+if len(sys.argv) > 2:
+    mid = len(step) // 2
+    hc = [i for i in range(mid, len(step)) if step[i][0].startswith("ds4_hc_post_pre")][:5]
+    if len(hc) >= 5:
+        print("launch sequence of two layers (from an attention HC post+pre):")
+        for name, grid, t in step[hc[0]:hc[4] + 1]:
+            print(f"    {name:45s} {grid:16s} {t/1000:7.2f}")

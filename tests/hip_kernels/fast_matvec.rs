@@ -38,6 +38,10 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         emit(guard(&name, || check_down(gpu, rng, &name, fmt, n_ff)));
     }
     emit(guard("fast_matvec.moe_twins_decline", || Ok(check_declines())));
+    for fmt in ExpertFormat::ALL {
+        let name = format!("fast_matvec.moe_gate_up_q8k_{}[4096x512,2 tok]", fmt_name(fmt));
+        emit(guard(&name, || check_gate_up_quantized(gpu, rng, &name, fmt)));
+    }
     // Paired: the query and kv down-projections' shape, rows ending on a round.
     let pair_cases = [(4096usize, 64usize, 24usize, 1usize), (1024, 32, 13, 2)];
     let pair_name = |(n_in, n0, n1, n_tok)| format!("fast_matvec.q8_0_pair[{n_in}x({n0}+{n1}),{n_tok} tok]");
@@ -196,6 +200,7 @@ fn check_quantized(
 const FEW_BLOCKS: FastGrids = FastGrids {
     q8_0_max_blocks: 3,
     attention_rows: kernels::ATTENTION_SPLIT_ROWS,
+    moe_rows: kernels::MOE_FAST_ROWS,
 };
 
 /// Runs the fast twins of `launches` in turn.
@@ -298,6 +303,79 @@ fn check_down(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat, n_ff
         &mut [&mut case.out],
         format!("{N_USED}/{N_EXPERT} experts"),
     )
+}
+
+/// `ds4_moe_gate_up_<fmt>_q8k_fast` against the fast gate/up followed by the fast Q8_K quantization
+/// of its mid rows (`quantize_rows`): the same mid, codes, scales and 16-element sums, bit for bit,
+/// with 16, 64 and 256 rows a block (16, 4 and 1 blocks a 256-element unit; the unit counters go
+/// back to 0 after each launch, so the next one, as a replayed graph's, quantizes again). 512 rows:
+/// two units a slot.
+fn check_gate_up_quantized(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: ExpertFormat) -> Checked {
+    // Q4_K rows of 4096 (two of them 4,608 bytes) fit its 5,120-byte jobs; the others likewise.
+    let (n_in, n_ff, limit) = (4096usize, 512usize, 2.0f32);
+    let mut case = GateUpCase::new(gpu, rng, fmt, (n_in, n_ff, N_EXPERT, N_USED), (N_TOK, limit, true))?;
+    let rows = N_TOK * N_USED * n_ff;
+    let quant = |p: &QuantOutBuffers, mid: &DeviceBuffer| {
+        let o = p.planes();
+        let q8_k = kernels::QuantOut {
+            q8_k_q: o.q8_k_q,
+            q8_k_d: o.q8_k_d,
+            q8_k_bs: o.q8_k_bs,
+            ..Default::default()
+        };
+        kernels::quantize_rows(q8_k, mid.ptr().0, n_ff as u32, (N_TOK * N_USED) as u32)
+    };
+    // The Q8_K codes, scales and 16-element sums.
+    let read = |p: &QuantOutBuffers| -> HipResult<(Vec<i8>, Vec<f32>, Vec<i16>)> {
+        Ok((p.0[3].to_vec::<i8>()?, p.0[4].to_vec::<f32>()?, p.0[5].to_vec::<i16>()?))
+    };
+    let want = QuantOutBuffers::poisoned(gpu, rows)?;
+    let gate_up = case.launch();
+    run_fast(gpu, &[gate_up.clone(), quant(&want, &case.mid)])?;
+    let want_mid = case.mid.to_vec::<f32>()?;
+    let (want_q, want_d, want_bs) = read(&want)?;
+    let counter = gpu.up(&vec![0u32; rows / 256])?;
+    let (mut notes, mut pass) = (Vec::new(), true);
+    for moe_rows in [16, 64, 256] {
+        let grids = FastGrids {
+            moe_rows,
+            ..FastGrids::default()
+        };
+        let got = QuantOutBuffers::poisoned(gpu, rows)?;
+        gpu.repoison([&mut case.mid])?;
+        let fused = kernels::moe_gate_up_quantized(&gate_up, &quant(&got, &case.mid), counter.ptr().0, grids)
+            .expect("the fused gate/up takes this shape");
+        gpu.run(&fused)?;
+        let (q, d, bs) = read(&got)?;
+        let mid = same_bits(name, &case.mid.to_vec::<f32>()?, &want_mid, "mid".into());
+        let codes = same_codes(name, &q, &want_q, "codes".into());
+        let scales = same_bits(name, &d, &want_d, "scales".into());
+        let sums_same = bs == want_bs;
+        pass &= [mid.verdict, codes.verdict, scales.verdict]
+            .iter()
+            .all(|v| *v == Verdict::Pass)
+            && sums_same;
+        let sums = if sums_same { "sums equal" } else { "sums DIFFER" };
+        let blocks = fused.grid[0];
+        notes.push(format!(
+            "{moe_rows} rows ({blocks} blocks): {}; {}; {}; {sums}",
+            mid.note, codes.note, scales.note
+        ));
+    }
+    let counters_back = counter.to_vec::<u32>()?.iter().all(|&c| c == 0);
+    pass &= counters_back;
+    notes.push(format!(
+        "counters {}",
+        if counters_back { "back to 0" } else { "NOT reset" }
+    ));
+    Ok(CheckResult::measured(
+        name,
+        f64::from(u8::from(!pass)),
+        0.0,
+        0.0,
+        pass,
+        notes.join("; "),
+    ))
 }
 
 /// Rows that are not 16-byte multiples, or jobs over their kernel's staging size, keep the exact

@@ -49,8 +49,9 @@ pub(super) struct ActsOf<B> {
     pub(super) split_f: B,
     /// HC mix values, [n][2 n_hc + n_hc²].
     pub(super) mix: B,
-    /// Per-token counters of the finishing blocks, u32 [2 n]: the HC pre's (first n, `p0`) and the
-    /// fused router's (`router_counter`); each finisher puts its word back to 0.
+    /// Counters of the finishing blocks, u32: the HC pre's [n] (`p0`), the fused router's [n]
+    /// (`router_counter`) and the fused routed gate/up's [n][n_used][n_ff / 256] (`moe_counter`);
+    /// each finisher puts its word back to 0.
     pub(super) counter: B,
     pub(super) xn: B,
     pub(super) xq: B,
@@ -132,6 +133,8 @@ impl<B> ActsOf<B> {
         let low = hp.n_out_group * hp.o_lora_rank;
         let ke_f = hp.n_expert_used * hp.n_ff_exp;
         let ke = hp.n_expert_used;
+        // 256-element units of a token's routed-expert mid rows (the fused gate/up's counters).
+        let moe_units = ke_f.div_ceil(256);
         let max_tiles = kernels::moe_max_tiles(n as u32, ke as u32, hp.n_expert as u32) as usize;
         let att_sc = attention_score_floats(hp, n, ctx);
         // Indexer scores: one row of the layer's compressed-row capacity per token.
@@ -152,7 +155,7 @@ impl<B> ActsOf<B> {
             split_f: f32s(alloc, n * n_mix)?,
             mix: f32s(alloc, n * n_mix)?,
             // Zeroed by HipBackend::clear_state before the first launch.
-            counter: bytes(alloc, 2 * 4 * n)?,
+            counter: bytes(alloc, 4 * n * (2 + moe_units))?,
             xn: f32s(alloc, n * ne)?,
             xq: bytes(alloc, n * ne)?,
             xd: f32s(alloc, n * ne / 32)?,
@@ -275,9 +278,14 @@ impl Acts {
         self.step.ptr().0 + 4 * STEP_TOKENS as u64
     }
 
-    /// Device address of the fused router's per-token counters (the second half of `counter`).
+    /// Device address of the fused router's per-token counters (`counter` from word n).
     pub(super) fn router_counter(&self) -> DevPtr {
         self.counter.ptr().0 + 4 * self.n_max as u64
+    }
+
+    /// Device address of the fused routed gate/up's counters (`counter` from word 2n).
+    pub(super) fn moe_counter(&self) -> DevPtr {
+        self.counter.ptr().0 + 8 * self.n_max as u64
     }
 
     /// Device buffers (see [`ActsOf::build`]).

@@ -95,8 +95,20 @@ impl Pass<'_> {
             limit: clamp,
         };
         let grouping = (!self.token_wise(nt)).then(|| prefill::expert_grouping(a, nt, ke, nex));
-        for l in experts.launches(nt, grouping) {
-            self.launch(&l)?;
+        let launches = experts.launches(nt, grouping);
+        // In fast arithmetic a decode step's gate/up also quantizes its output (one launch fewer).
+        let quantized = (self.arithmetic == Arithmetic::Fast && grouping.is_none())
+            .then(|| kernels::moe_gate_up_quantized(&launches[0], &launches[1], a.moe_counter(), self.fast_grids))
+            .flatten();
+        let rest = match &quantized {
+            Some(fused) => {
+                self.launch(fused)?;
+                &launches[2..]
+            }
+            None => &launches[..],
+        };
+        for l in rest {
+            self.launch(l)?;
         }
         // HC post of moe + shared (steps 7-8).
         self.join_all()?;

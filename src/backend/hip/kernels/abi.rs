@@ -245,6 +245,15 @@ kernel_defs! {
         sel: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32, limit: F32);
     MOE_GATE_UP_Q4_K_FAST = "ds4_moe_gate_up_q4_k_fast"(mid: Ptr, gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr, xbs: Ptr,
         sel: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32, limit: F32);
+    MOE_GATE_UP_IQ2_XXS_Q8K_FAST = "ds4_moe_gate_up_iq2_xxs_q8k_fast"(mid: Ptr, mq: Ptr, md: Ptr, mbs: Ptr, counter: Ptr,
+        gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr, xbs: Ptr, sel: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32,
+        limit: F32);
+    MOE_GATE_UP_Q2_K_Q8K_FAST = "ds4_moe_gate_up_q2_k_q8k_fast"(mid: Ptr, mq: Ptr, md: Ptr, mbs: Ptr, counter: Ptr,
+        gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr, xbs: Ptr, sel: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32,
+        limit: F32);
+    MOE_GATE_UP_Q4_K_Q8K_FAST = "ds4_moe_gate_up_q4_k_q8k_fast"(mid: Ptr, mq: Ptr, md: Ptr, mbs: Ptr, counter: Ptr,
+        gate: Ptr, up: Ptr, xq: Ptr, xd: Ptr, xbs: Ptr, sel: Ptr, selw: Ptr, n_in: U32, n_ff: U32, n_used: U32,
+        limit: F32);
     MOE_DOWN_IQ2_XXS_FAST = "ds4_moe_down_iq2_xxs_fast"(out: Ptr, down: Ptr, mq: Ptr, md: Ptr, mbs: Ptr, sel: Ptr,
         n_ff: U32, n_out: U32, n_used: U32);
     MOE_DOWN_Q2_K_FAST = "ds4_moe_down_q2_k_fast"(out: Ptr, down: Ptr, mq: Ptr, md: Ptr, mbs: Ptr, sel: Ptr,

@@ -59,6 +59,9 @@ pub const Q8_0_FAST_BLOCKS_ENV: &str = "DS4_HIP_Q8_BLOCKS";
 /// Environment variable overriding [`ATTENTION_SPLIT_ROWS`].
 pub const ATTENTION_ROWS_ENV: &str = "DS4_HIP_ATTENTION_ROWS";
 
+/// Environment variable overriding the routed gate/up's rows per block ([`MOE_FAST_ROWS`]).
+pub const MOE_ROWS_ENV: &str = "DS4_HIP_MOE_ROWS";
+
 /// The work split a session's fast kernels use where it is a tuning choice: `HipOptions::fast_grids`,
 /// passed to [`fast_twin_tuned`] and the attention sublayer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +71,9 @@ pub struct FastGrids {
     /// Rows per slice at least of the split decode attention ([`ATTENTION_SPLIT_ROWS`]): the slices'
     /// partial sums are merged in another order, so the bits may change, within the fast tolerances.
     pub attention_rows: u32,
+    /// Output rows per block of the fast routed gate/up kernels ([`MOE_FAST_ROWS`]; a power of two
+    /// from 8 to 256, never changes the bits).
+    pub moe_rows: u32,
 }
 
 impl Default for FastGrids {
@@ -75,13 +81,15 @@ impl Default for FastGrids {
         FastGrids {
             q8_0_max_blocks: Q8_0_FAST_MAX_BLOCKS,
             attention_rows: ATTENTION_SPLIT_ROWS,
+            moe_rows: MOE_FAST_ROWS,
         }
     }
 }
 
 impl FastGrids {
-    /// The defaults with `DS4_HIP_Q8_BLOCKS` (a positive block count) and `DS4_HIP_ATTENTION_ROWS`
-    /// (a multiple of 8 from 8 to 256) applied; malformed is a one-line error naming it.
+    /// The defaults with `DS4_HIP_Q8_BLOCKS` (a positive block count), `DS4_HIP_ATTENTION_ROWS`
+    /// (a multiple of 8 from 8 to 256) and `DS4_HIP_MOE_ROWS` (a power of two from 8 to 256)
+    /// applied; malformed is a one-line error naming it.
     pub fn from_env() -> Result<FastGrids, String> {
         let q8 = env_number(Q8_0_FAST_BLOCKS_ENV, |&n: &u32| n > 0, "a positive block count")?;
         let rows = env_number(
@@ -89,9 +97,11 @@ impl FastGrids {
             |&n| attention_rows_valid(n),
             "a multiple of 8 from 8 to 256",
         )?;
+        let moe = env_number(MOE_ROWS_ENV, |&n| moe_rows_valid(n), "a power of two from 8 to 256")?;
         Ok(FastGrids {
             q8_0_max_blocks: q8.unwrap_or(Q8_0_FAST_MAX_BLOCKS),
             attention_rows: rows.unwrap_or(ATTENTION_SPLIT_ROWS),
+            moe_rows: moe.unwrap_or(MOE_FAST_ROWS),
         })
     }
 }
@@ -110,6 +120,10 @@ pub fn q8_0_tiled_rows(n_in: u32) -> u32 {
 
 /// Whether `n` may be the split decode attention's shortest slice (`DS4_HIP_ATTENTION_ROWS`): whole
 /// rounds of the kernels' slice length, at most the rows whose addresses a block stages.
+fn moe_rows_valid(n: u32) -> bool {
+    n.is_power_of_two() && (8..=256).contains(&n)
+}
+
 fn attention_rows_valid(n: u32) -> bool {
     n.is_multiple_of(ATTENTION_SLICE_ROUND) && (ATTENTION_SLICE_ROUND..=256).contains(&n)
 }
@@ -144,8 +158,9 @@ pub(super) fn arg(l: &Launch, name: &str) -> Arg {
         .unwrap_or_else(|| panic!("{}: no parameter {name}", l.kernel.name))
 }
 
-/// Output rows per block of the fast routed-expert kernels (DS4_MOE_FAST_ROWS, any wave size).
-const MOE_FAST_ROWS: u32 = 16;
+/// Output rows per block of the fast routed-expert kernels by default (the down kernels'
+/// DS4_MOE_FAST_ROWS, any wave size; the gate/up kernels take any grid, FastGrids::moe_rows).
+pub const MOE_FAST_ROWS: u32 = 16;
 
 /// Bytes of weight rows one warp of a fast routed-expert kernel stages at most (kernels/moe_fast.hip
 /// MoeJob::BYTES): sized per kernel, so the Flash-shaped files' jobs (IQ2_XXS gate/up 2112 bytes,
@@ -263,7 +278,7 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
         "ds4_router" => Some(twin(l, &ROUTER_FAST, l.grid)),
         "ds4_moe_gate_up_iq2_xxs" | "ds4_moe_gate_up_q2_k" | "ds4_moe_gate_up_q4_k" => {
             let row = expert_row_bytes(l.kernel.name, arg_u32(l, "n_in"))?;
-            let grid = [blocks(arg_u32(l, "n_ff"), MOE_FAST_ROWS), l.grid[1], l.grid[2]];
+            let grid = [blocks(arg_u32(l, "n_ff"), grids.moe_rows), l.grid[1], l.grid[2]];
             moe_fast_job_fits(l.kernel.name, row, 2).then(|| twin(l, moe_fast_def(l), grid))
         }
         "ds4_moe_down_iq2_xxs" | "ds4_moe_down_q2_k" | "ds4_moe_down_q4_k" => {
@@ -457,6 +472,9 @@ mod tests {
         assert!([8, 16, 32, 256].into_iter().all(attention_rows_valid));
         assert!(![0, 4, 12, 264, 512].into_iter().any(attention_rows_valid));
         assert!(attention_rows_valid(FastGrids::default().attention_rows));
+        assert!([8, 16, 64, 256].into_iter().all(moe_rows_valid));
+        assert!(![0, 4, 24, 512].into_iter().any(moe_rows_valid));
+        assert!(moe_rows_valid(FastGrids::default().moe_rows));
     }
 
     #[test]

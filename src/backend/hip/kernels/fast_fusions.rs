@@ -2,15 +2,17 @@
 //! the sublayers: two Q8_0 matvecs of the same activations (`ds4_matvec_q8_0_pair_fast`), a Q8_0
 //! matvec and the quantization of its output (`ds4_matvec_q8_0_q8_fast`), two row finishes of the
 //! same tokens (`ds4_rows_finish_pair_fast`), the router's logits and its selection
-//! (`ds4_matvec_f16_router_fast`). Each gives the bits of the two fast
+//! (`ds4_matvec_f16_router_fast`), a routed gate/up and the Q8_K quantization of its output
+//! (`ds4_moe_gate_up_<fmt>_q8k_fast`). Each gives the bits of the two fast
 //! twins run one after the other, and is `None` where the launches miss the fused kernel's
 //! preconditions (then both run on their own). The fused HC post + pre, which the launcher finds by
 //! itself, is in `fast.rs`.
 
 use super::abi::{
-    Arg, DevPtr, MATVEC_F16_ROUTER_FAST, MATVEC_Q8_0_PAIR_FAST, MATVEC_Q8_0_Q8_FAST, ROWS_FINISH_PAIR_FAST,
+    Arg, DevPtr, MATVEC_F16_ROUTER_FAST, MATVEC_Q8_0_PAIR_FAST, MATVEC_Q8_0_Q8_FAST, NULL, ROWS_FINISH_PAIR_FAST,
+    kernel_def,
 };
-use super::fast::{FastGrids, arg, arg_u32, fast_twin, q8_0_fast_blocks, q8_0_tiled, q8_0_tiled_rows};
+use super::fast::{FastGrids, arg, arg_u32, fast_twin, fast_twin_tuned, q8_0_fast_blocks, q8_0_tiled, q8_0_tiled_rows};
 use super::launch::{Launch, ptr, u};
 use super::matvec::Q8Proj;
 
@@ -113,7 +115,7 @@ pub fn matvec_f16_router(logits: &Launch, router: &Launch, counter: DevPtr) -> O
         && arg(&product, "y") == arg(router, "logits")
         && arg(&product, "n_out") == arg(router, "n_expert")
         && u(product.grid[1]) == arg(router, "n_tok")
-        && counter % 4 == 0;
+        && counter.is_multiple_of(4);
     fits.then(|| {
         let args = MATVEC_F16_ROUTER_FAST
             .params
@@ -126,6 +128,44 @@ pub fn matvec_f16_router(logits: &Launch, router: &Launch, counter: DevPtr) -> O
             .collect();
         Launch::new(&MATVEC_F16_ROUTER_FAST, product.grid, args)
     })
+}
+
+/// One launch for a routed gate/up (`gate_up`, an exact per-token `ds4_moe_gate_up_<fmt>` launch)
+/// and the Q8_K quantization of its mid rows (`quant`, `kernels::quantize_rows` of them as rows of
+/// 256): `ds4_moe_gate_up_<fmt>_q8k_fast`, the last block of each 256-element unit quantizing it,
+/// with the bits of the two fast twins. `counter`: u32 [n_tok][n_used][n_ff / 256], zero before the
+/// launch (the finishers put it back). `None` unless the gate/up has its fast twin, n_ff is whole
+/// units (each `grids.moe_rows` rows a block, a divisor of 256) and `quant` writes only the Q8_K
+/// planes of exactly those rows.
+pub fn moe_gate_up_quantized(gate_up: &Launch, quant: &Launch, counter: DevPtr, grids: FastGrids) -> Option<Launch> {
+    let twin = fast_twin_tuned(gate_up, grids).filter(|t| t.kernel.name.starts_with("ds4_moe_gate_up_"))?;
+    let (n_ff, n_used, n_tok) = (arg_u32(gate_up, "n_ff"), arg_u32(gate_up, "n_used"), gate_up.grid[2]);
+    let only_q8_k = ["out", "q0_q", "q0_d", "w"].iter().all(|&n| arg(quant, n) == ptr(NULL));
+    let fits = quant.kernel.name == "ds4_rms_norm_quant"
+        && only_q8_k
+        && arg(quant, "x") == arg(gate_up, "mid")
+        && arg(quant, "n") == u(256)
+        && arg(quant, "flags") == u(0)
+        && n_ff.is_multiple_of(256)
+        && 256 % grids.moe_rows == 0
+        && quant.grid[0] == n_tok * n_used * (n_ff / 256)
+        && counter.is_multiple_of(4);
+    if !fits {
+        return None;
+    }
+    let kernel = kernel_def(&twin.kernel.name.replace("_fast", "_q8k_fast"))?;
+    let args = kernel
+        .params
+        .iter()
+        .map(|p| match p.name {
+            "mq" => arg(quant, "qk_q"),
+            "md" => arg(quant, "qk_d"),
+            "mbs" => arg(quant, "qk_bs"),
+            "counter" => ptr(counter),
+            name => arg(gate_up, name),
+        })
+        .collect();
+    Some(Launch::new(kernel, twin.grid, args))
 }
 
 #[cfg(test)]
@@ -185,6 +225,64 @@ mod tests {
         assert!(fused_rows_finish_pair(&q, &emitted).is_none());
         let hadamard = rows_finish(0x200, 0, 0, 0x40, 1, 512, rf::ROPE | rf::HADAMARD_FP4, 1, rope, 1e-6, 1);
         assert!(fused_rows_finish_pair(&q, &hadamard).is_none());
+    }
+
+    #[test]
+    fn the_mid_quantization_joins_the_routed_gate_up() {
+        use super::super::{ExpertFormat, Q8K, QuantOut, moe_gate_up, quantize_rows};
+        let x = Q8K {
+            q: 0x10,
+            d: 0x20,
+            bsums: 0x30,
+        };
+        let gate_up = |n_ff| {
+            moe_gate_up(
+                ExpertFormat::Iq2Xxs,
+                0x100,
+                0x200,
+                0x300,
+                x,
+                0x400,
+                0x500,
+                4096,
+                n_ff,
+                6,
+                7.0,
+                1,
+            )
+        };
+        let planes = QuantOut {
+            q8_k_q: 0x600,
+            q8_k_d: 0x700,
+            q8_k_bs: 0x800,
+            ..Default::default()
+        };
+        let quant = |mid, n_ff| quantize_rows(planes, mid, n_ff, 6);
+        let l = moe_gate_up_quantized(&gate_up(2048), &quant(0x100, 2048), 0x900, FastGrids::default()).expect("fused");
+        let twin = fast_twin(&gate_up(2048)).expect("the gate/up's twin");
+        assert_eq!((l.kernel.name, l.grid), ("ds4_moe_gate_up_iq2_xxs_q8k_fast", twin.grid));
+        for (name, want) in [
+            ("mid", ptr(0x100)),
+            ("mq", ptr(0x600)),
+            ("md", ptr(0x700)),
+            ("mbs", ptr(0x800)),
+            ("counter", ptr(0x900)),
+            ("gate", ptr(0x200)),
+            ("up", ptr(0x300)),
+            ("xq", ptr(0x10)),
+            ("sel", ptr(0x400)),
+            ("selw", ptr(0x500)),
+            ("n_in", u(4096)),
+            ("n_ff", u(2048)),
+            ("n_used", u(6)),
+        ] {
+            assert_eq!(arg(&l, name), want, "{name}");
+        }
+        // Another buffer, rows of a partial unit, a Q8_0 quantization: apart.
+        assert!(moe_gate_up_quantized(&gate_up(2048), &quant(0x180, 2048), 0x900, FastGrids::default()).is_none());
+        assert!(moe_gate_up_quantized(&gate_up(2176), &quant(0x100, 2176), 0x900, FastGrids::default()).is_none());
+        let q8_0 = quantize_rows(QuantOut::q8_0(0x600, 0x700), 0x100, 2048, 6);
+        assert!(moe_gate_up_quantized(&gate_up(2048), &q8_0, 0x900, FastGrids::default()).is_none());
     }
 
     #[test]

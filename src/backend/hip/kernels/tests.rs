@@ -246,6 +246,27 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     let at = |p: DevPtr| Q8Proj::plain(p, p + 16, Q8Act { q: 64, d: 80 }, 4096, 1024);
     launches.extend(paired_matvec_q8_0(&at(112), &at(160), 1, FastGrids::default()));
     launches.extend(matvec_q8_0_quantized(&at(112), (16, 32), 1, FastGrids::default()));
+    // ... of a routed gate/up and the quantization of its output.
+    let x = Q8K {
+        q: 16,
+        d: 32,
+        bsums: 48,
+    };
+    for fmt in ExpertFormat::ALL {
+        let gate_up = moe_gate_up(fmt, 16, 32, 48, x, 64, 80, 4096, 2048, 6, 7.0, 1);
+        let planes = QuantOut {
+            q8_k_q: 96,
+            q8_k_d: 112,
+            q8_k_bs: 128,
+            ..Default::default()
+        };
+        launches.extend(moe_gate_up_quantized(
+            &gate_up,
+            &quantize_rows(planes, 16, 2048, 6),
+            144,
+            FastGrids::default(),
+        ));
+    }
     // ... of the router's logits and selection.
     let logits = matvec_f16(16, 32, 48, 4096, 256, 4096, 1);
     launches.extend(matvec_f16_router(
