@@ -65,6 +65,22 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     each(gpu, rng, emit, router_cases, router_name, check_router);
 }
 
+/// The result of a check of a launch with finishing blocks: it passes when every comparison did and
+/// the finishers' counters are back to 0 (so the next launch, as a replayed graph's, finishes again).
+fn finisher_result(name: &str, counter: &DeviceBuffer, pass: bool, mut notes: Vec<String>) -> Checked {
+    let back = counter.to_vec::<u32>()?.iter().all(|&c| c == 0);
+    notes.push(format!("counters {}", if back { "back to 0" } else { "NOT reset" }));
+    let pass = pass && back;
+    Ok(CheckResult::measured(
+        name,
+        f64::from(u8::from(!pass)),
+        0.0,
+        0.0,
+        pass,
+        notes.join("; "),
+    ))
+}
+
 /// `ds4_matvec_f16_router_fast` against the fast F16 matvec followed by the fast router: the same
 /// logits, expert ids and weights, bit for bit, launched twice (the finishers put the counters back,
 /// so a second launch, as a replayed graph's, selects again).
@@ -129,20 +145,7 @@ fn check_router(gpu: &Gpu, rng: &mut CheckRng, name: &str, (hash, n_tok): (bool,
             lg.note
         ));
     }
-    let counters_back = counter.to_vec::<u32>()?.iter().all(|&c| c == 0);
-    pass &= counters_back;
-    notes.push(format!(
-        "counters {}",
-        if counters_back { "back to 0" } else { "NOT reset" }
-    ));
-    Ok(CheckResult::measured(
-        name,
-        f64::from(u8::from(!pass)),
-        0.0,
-        0.0,
-        pass,
-        notes.join("; "),
-    ))
+    finisher_result(name, &counter, pass, notes)
 }
 
 /// `ds4_matvec_q8_0_q8_fast` against the fast matvec followed by the fast Q8_0 quantization of its
@@ -362,20 +365,7 @@ fn check_gate_up_quantized(gpu: &Gpu, rng: &mut CheckRng, name: &str, fmt: Exper
             mid.note, codes.note, scales.note
         ));
     }
-    let counters_back = counter.to_vec::<u32>()?.iter().all(|&c| c == 0);
-    pass &= counters_back;
-    notes.push(format!(
-        "counters {}",
-        if counters_back { "back to 0" } else { "NOT reset" }
-    ));
-    Ok(CheckResult::measured(
-        name,
-        f64::from(u8::from(!pass)),
-        0.0,
-        0.0,
-        pass,
-        notes.join("; "),
-    ))
+    finisher_result(name, &counter, pass, notes)
 }
 
 /// Rows that are not 16-byte multiples, or jobs over their kernel's staging size, keep the exact
