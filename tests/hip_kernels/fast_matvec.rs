@@ -65,20 +65,17 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     each(gpu, rng, emit, router_cases, router_name, check_router);
 }
 
+/// A check made of several bitwise comparisons: `pass` when all of them passed, their notes joined.
+fn all_passed(name: &str, pass: bool, notes: Vec<String>) -> CheckResult {
+    CheckResult::measured(name, f64::from(u8::from(!pass)), 0.0, 0.0, pass, notes.join("; "))
+}
+
 /// The result of a check of a launch with finishing blocks: it passes when every comparison did and
 /// the finishers' counters are back to 0 (so the next launch, as a replayed graph's, finishes again).
 fn finisher_result(name: &str, counter: &DeviceBuffer, pass: bool, mut notes: Vec<String>) -> Checked {
     let back = counter.to_vec::<u32>()?.iter().all(|&c| c == 0);
     notes.push(format!("counters {}", if back { "back to 0" } else { "NOT reset" }));
-    let pass = pass && back;
-    Ok(CheckResult::measured(
-        name,
-        f64::from(u8::from(!pass)),
-        0.0,
-        0.0,
-        pass,
-        notes.join("; "),
-    ))
+    Ok(all_passed(name, pass && back, notes))
 }
 
 /// `ds4_matvec_f16_router_fast` against the fast F16 matvec followed by the fast router: the same
@@ -188,14 +185,7 @@ fn check_quantized(
         pass &= codes.verdict == Verdict::Pass && scales.verdict == Verdict::Pass;
         notes.push(format!("{}; {}", codes.note, scales.note));
     }
-    Ok(CheckResult::measured(
-        name,
-        f64::from(u8::from(!pass)),
-        0.0,
-        0.0,
-        pass,
-        notes.join("; "),
-    ))
+    Ok(all_passed(name, pass, notes))
 }
 
 /// The paired launch's grid: at most 3 blocks, so a block takes several rounds in turn (and prefetches
