@@ -66,8 +66,8 @@ def attention_kv_bytes(ctx):
 
 def expert_bytes(kernel, matrices):
     """Routed experts: n_expert_used matrices (gate+up = 2, down = 1) of F x E per layer; the type is
-    the kernel name's suffix."""
-    name = kernel.removesuffix("_fast")
+    the kernel name's suffix (before `_fast` and the quantizing gate/up's `_q8k`)."""
+    name = kernel.removesuffix("_fast").removesuffix("_q8k")
     for ty, b in TYPE_BYTES.items():
         if name.endswith(ty):
             return N_LAYER * N_EXPERT_USED * matrices * N_FF_EXP * N_EMBD * b
@@ -83,10 +83,10 @@ CLASSES = [
         ["ds4_matvec_q8_0"],
         lambda k, c: attention_projection_bytes() + N_LAYER * q8(N_FF_EXP, N_EMBD) + q8(N_EMBD, N_VOCAB),
     ),
-    ("routed experts gate+up", ["ds4_moe_gate_up_"], lambda k, c: expert_bytes(k, 2)),
+    ("routed experts gate+up (fast: with its output's Q8_K)", ["ds4_moe_gate_up_"], lambda k, c: expert_bytes(k, 2)),
     ("routed experts down", ["ds4_moe_down_"], lambda k, c: expert_bytes(k, 1)),
     ("F16 compressor kv+gate pairs", ["ds4_matvec_f16_pair"], lambda k, c: compressor_pair_bytes()),
-    ("F16 router logits", ["ds4_matvec_f16"], lambda k, c: N_LAYER * f16(N_EMBD, 256)),
+    ("F16 router logits (fast: with the selection)", ["ds4_matvec_f16"], lambda k, c: N_LAYER * f16(N_EMBD, 256)),
     ("HC pre (Sinkhorn mix, norm; fused with the previous HC post)", ["ds4_hc_pre", "ds4_hc_post_pre", "ds4_hc_mix"], lambda k, c: 2 * N_LAYER * f16(N_HC * N_EMBD, MIX)),
     ("attention core (scores, softmax, values)", ["ds4_attention_"], lambda k, c: attention_kv_bytes(c)),
     ("RMSNorm + quantize", ["ds4_rms_norm_quant"], None),

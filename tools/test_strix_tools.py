@@ -198,6 +198,11 @@ DS4_HIP_PROFILE: device time per kernel (3.0 ms in all)
         self.assertEqual(round(proj.q8(4096, 129280) / 2**20), 537)
         routed = proj.expert_bytes("ds4_moe_gate_up_iq2_xxs", 2) + proj.expert_bytes("ds4_moe_down_q2_k", 1)
         self.assertEqual(routed, 1_826_095_104)  # 43 x 6 x 7,077,888 B per expert
+        # The fast twins, and the gate/up that also quantizes its output, read the same matrices.
+        fused = proj.expert_bytes("ds4_moe_gate_up_iq2_xxs_q8k_fast", 2) + proj.expert_bytes("ds4_moe_down_q2_k_fast", 1)
+        self.assertEqual(fused, routed)
+        self.assertEqual(proj.classify("ds4_moe_gate_up_iq2_xxs_q8k_fast"), 2)
+        self.assertEqual(proj.classify("ds4_matvec_f16_router_fast"), 5)
         self.assertEqual(proj.classify("ds4_matvec_q8_0_swiglu_fast"), 0)
         self.assertEqual(proj.classify("ds4_matvec_q8_0_fast"), 1)
         self.assertEqual(proj.classify("ds4_matvec_f16_pair_fast"), 4)
