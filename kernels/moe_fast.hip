@@ -47,8 +47,7 @@ struct MoeJob {
                                                     : (DOWN ? 4608 : 5120);
     static constexpr u32 WORDS = BYTES / 16;                           // 16-byte words
     static constexpr int LOADS = (int)((WORDS + DS4_WARP - 1) / DS4_WARP);  // loads per lane
-    static constexpr u32 UNIT_BYTES = T == DS4_T_IQ2_XXS ? 66 : T == DS4_T_Q2_K ? 84 : 144;  // per 256
-    static constexpr u32 ACT = (DOWN ? BYTES : BYTES / 2) / UNIT_BYTES * 256;
+    static constexpr u32 ACT = (DOWN ? BYTES : BYTES / 2) / Fmt<T>::block_bytes * Fmt<T>::block_elems;
 };
 
 // Loads a job of `nseg` rows of `wpr` 16-byte words each, row s at seg(s) (16-byte aligned).
@@ -195,15 +194,8 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, i8* mq, float* md, i16* mbs, u32*
         if (lane_id() == 0) mid[((u64)t * n_used + k) * n_ff + r] = swiglu_clamped(ga, ua, limit) * wk;
     }
     if constexpr (QUANT) {
-        __shared__ bool last;
         const u64 unit = ((u64)t * n_used + k) * (n_ff / 256) + rb0 / 256;
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(&counter[unit], 1u) + 1u == 256 / per;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        if (threadIdx.x == 0) counter[unit] = 0;
+        if (!last_block_of(&counter[unit], 256 / per)) return;
         // The unit as ds4_rms_norm_quant_fast holds a row of 256 (threads 0-31, one 8-element
         // strip each), one load each (volatile: other blocks of this launch wrote them).
         float u[1][8];
@@ -282,38 +274,38 @@ DS4_DEV void moe_down_fast_body(float* out, const u8* down, const i8* mq, const 
 extern "C" __global__ DS4_MOE_GATE_UP_LAUNCH void ds4_moe_gate_up_iq2_xxs_fast(
     float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* sel,
     const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
-    moe_gate_up_fast_body<DS4_T_IQ2_XXS, false>(mid, nullptr, nullptr, nullptr, nullptr, gate, up, xq, xd, xbs, sel, selw, n_in,
-                                      n_ff, n_used, limit);
+    moe_gate_up_fast_body<DS4_T_IQ2_XXS, false>(mid, nullptr, nullptr, nullptr, nullptr, gate, up, xq, xd, xbs,
+                                                sel, selw, n_in, n_ff, n_used, limit);
 }
 extern "C" __global__ DS4_MOE_GATE_UP_LAUNCH void ds4_moe_gate_up_iq2_xxs_q8k_fast(
     float* mid, i8* mq, float* md, i16* mbs, u32* counter, const u8* gate, const u8* up, const i8* xq, const float* xd,
     const i16* xbs, const u32* sel, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
-    moe_gate_up_fast_body<DS4_T_IQ2_XXS, true>(mid, mq, md, mbs, counter, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used,
-                                     limit);
+    moe_gate_up_fast_body<DS4_T_IQ2_XXS, true>(mid, mq, md, mbs, counter, gate, up, xq, xd, xbs, sel, selw,
+                                               n_in, n_ff, n_used, limit);
 }
 extern "C" __global__ DS4_MOE_GATE_UP_LAUNCH void ds4_moe_gate_up_q2_k_fast(
     float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* sel,
     const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
-    moe_gate_up_fast_body<DS4_T_Q2_K, false>(mid, nullptr, nullptr, nullptr, nullptr, gate, up, xq, xd, xbs, sel, selw, n_in,
-                                      n_ff, n_used, limit);
+    moe_gate_up_fast_body<DS4_T_Q2_K, false>(mid, nullptr, nullptr, nullptr, nullptr, gate, up, xq, xd, xbs,
+                                             sel, selw, n_in, n_ff, n_used, limit);
 }
 extern "C" __global__ DS4_MOE_GATE_UP_LAUNCH void ds4_moe_gate_up_q2_k_q8k_fast(
     float* mid, i8* mq, float* md, i16* mbs, u32* counter, const u8* gate, const u8* up, const i8* xq, const float* xd,
     const i16* xbs, const u32* sel, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
-    moe_gate_up_fast_body<DS4_T_Q2_K, true>(mid, mq, md, mbs, counter, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used,
-                                     limit);
+    moe_gate_up_fast_body<DS4_T_Q2_K, true>(mid, mq, md, mbs, counter, gate, up, xq, xd, xbs, sel, selw,
+                                            n_in, n_ff, n_used, limit);
 }
 extern "C" __global__ DS4_MOE_GATE_UP_Q4_K_LAUNCH void ds4_moe_gate_up_q4_k_fast(
     float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* sel,
     const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
-    moe_gate_up_fast_body<DS4_T_Q4_K, false>(mid, nullptr, nullptr, nullptr, nullptr, gate, up, xq, xd, xbs, sel, selw, n_in,
-                                      n_ff, n_used, limit);
+    moe_gate_up_fast_body<DS4_T_Q4_K, false>(mid, nullptr, nullptr, nullptr, nullptr, gate, up, xq, xd, xbs,
+                                             sel, selw, n_in, n_ff, n_used, limit);
 }
 extern "C" __global__ DS4_MOE_GATE_UP_Q4_K_LAUNCH void ds4_moe_gate_up_q4_k_q8k_fast(
     float* mid, i8* mq, float* md, i16* mbs, u32* counter, const u8* gate, const u8* up, const i8* xq, const float* xd,
     const i16* xbs, const u32* sel, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
-    moe_gate_up_fast_body<DS4_T_Q4_K, true>(mid, mq, md, mbs, counter, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used,
-                                     limit);
+    moe_gate_up_fast_body<DS4_T_Q4_K, true>(mid, mq, md, mbs, counter, gate, up, xq, xd, xbs, sel, selw,
+                                            n_in, n_ff, n_used, limit);
 }
 extern "C" __global__ DS4_MOE_DOWN_LAUNCH void ds4_moe_down_iq2_xxs_fast(float* out, const u8* down,
                                                                           const i8* mq, const float* md,
@@ -409,22 +401,16 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_router_fast(
     const i32* tid2eid, const u32* tokens, u32 n_in, u32 n_expert, u32 n_used, float weight_scale, u32 x_stride) {
     __shared__ float scratch[DS4_WARPS_PER_BLOCK];
     __shared__ float lg[1024];
-    __shared__ bool last;
     const u32 t = blockIdx.y, tpr = f16_fast_threads(n_in);
     const u32 r = blockIdx.x * (DS4_BLOCK / tpr) + threadIdx.x / tpr, sub = threadIdx.x % tpr;
     const bool live = r < n_expert;
     const float part = live ? f16_row_part(w + (u64)r * n_in, x + (u64)t * x_stride, n_in, sub, tpr) : 0.0f;
     const float acc = f16_row_sum(part, tpr, scratch);
     if (live && sub == 0) logits[(u64)t * n_expert + r] = acc;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&counter[t], 1u) + 1u == gridDim.x;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (threadIdx.x == 0) counter[t] = 0;
+    if (!last_block_of(&counter[t], gridDim.x)) return;
     // One load each (volatile: other blocks of this launch wrote them).
-    for (u32 e = threadIdx.x; e < n_expert; e += DS4_BLOCK) lg[e] = ((const volatile float*)logits)[(u64)t * n_expert + e];
+    for (u32 e = threadIdx.x; e < n_expert; e += DS4_BLOCK)
+        lg[e] = ((const volatile float*)logits)[(u64)t * n_expert + e];
     __syncthreads();
     router_fast_token(sel, selw, lg, bias, tid2eid, tokens, t, n_expert, n_used, weight_scale);
 }

@@ -12,8 +12,6 @@
 use crate::backend::EngineError;
 use crate::model::weights::CompressorWeights;
 
-use crate::backend::arithmetic::Arithmetic;
-
 use super::acts::{max_visible_rows, ring_rows};
 use super::kernels::{
     self, AttentionInputs, AttentionShape, AttentionSplitPlan, IndexerTopk, NULL, Q8Proj, QuantOut, RopeParams,
@@ -151,7 +149,8 @@ impl Pass<'_> {
                 top_k,
             };
             // Fast arithmetic, token-wise: the selection split over segments of scores.
-            let segmented = (self.arithmetic == Arithmetic::Fast && self.token_wise(nt))
+            let segmented = self
+                .fast_token_wise(nt)
                 .then(|| {
                     let grid_rows = n_comp.unwrap_or(comp_cap);
                     kernels::indexer_topk_segmented(&topk, kernels::INDEXER_TOPK_SEGMENT, grid_rows, nt)
@@ -220,7 +219,7 @@ impl Pass<'_> {
         nt: u32,
     ) -> Result<Option<bool>, EngineError> {
         let a = &self.acts;
-        if self.arithmetic != Arithmetic::Fast || !self.token_wise(nt) {
+        if !self.fast_token_wise(nt) {
             return Ok(None);
         }
         let Some(plan) = AttentionSplitPlan::new(

@@ -9,7 +9,6 @@ use crate::backend::EngineError;
 
 use super::kernels::{self, NULL, Q8K, Q8Proj, Q8Swiglu, RoutedExperts};
 use super::pass::{Pass, expert_format, p0, q8};
-use crate::backend::arithmetic::Arithmetic;
 
 /// The FFN sublayer's side lane (module comment).
 const LANE_SHARED_EXPERT: usize = 0;
@@ -57,14 +56,15 @@ impl Pass<'_> {
             hp.expert_weights_scale,
             nt,
         );
-        let logits = kernels::matvec_f16(p0(&a.rl), self.w(&lw.ffn_gate_inp), p0(&a.xn), ne, nex, ne, nt);
-        let fused = (self.arithmetic == Arithmetic::Fast && self.token_wise(nt))
+        let logits = self.f16_product(p0(&a.rl), self.w(&lw.ffn_gate_inp), p0(&a.xn), ne, nex, ne, nt);
+        let fused = self
+            .fast_token_wise(nt)
             .then(|| kernels::matvec_f16_router(&logits, &router, a.router_counter()))
             .flatten();
         if let Some(fused) = fused {
             self.launch(&fused)?;
         } else {
-            self.proj_f16(p0(&a.rl), self.w(&lw.ffn_gate_inp), p0(&a.xn), ne, nex, ne, nt)?;
+            self.launch(&logits)?;
             self.launch(&router)?;
         }
         // Routed experts (step 5): per token for a decode step or a small batch, grouped by expert for a chunk.
@@ -97,7 +97,8 @@ impl Pass<'_> {
         let grouping = (!self.token_wise(nt)).then(|| prefill::expert_grouping(a, nt, ke, nex));
         let launches = experts.launches(nt, grouping);
         // In fast arithmetic a decode step's gate/up also quantizes its output (one launch fewer).
-        let quantized = (self.arithmetic == Arithmetic::Fast && grouping.is_none())
+        let quantized = self
+            .fast_token_wise(nt)
             .then(|| kernels::moe_gate_up_quantized(&launches[0], &launches[1], a.moe_counter(), self.fast_grids))
             .flatten();
         let rest = match &quantized {

@@ -145,6 +145,12 @@ impl Pass<'_> {
         prefill::token_wise(self.matvec_tokens, n.into())
     }
 
+    /// Whether a batch of `n` tokens takes the fast-mode decode fusions: fast arithmetic and a
+    /// token-wise batch (the fused kernels are the decode kernels' twins).
+    pub(super) fn fast_token_wise<N: Into<u64>>(&self, n: N) -> bool {
+        self.arithmetic == Arithmetic::Fast && self.token_wise(n)
+    }
+
     /// Every launch of the sequence goes through here (counted for `launch_count`). In fast mode an
     /// HC post waits for the next launch: the next sublayer's HC pre takes it into one launch
     /// (`kernels::fused_hc_post_pre`), any other launch, or `flush_launches`, issues it first.
@@ -295,8 +301,7 @@ impl Pass<'_> {
     /// `proj_q8_0(first)` and `proj_q8_0(second)`, two projections of the same activations: in fast
     /// arithmetic one launch for token-wise batches (`kernels::paired_matvec_q8_0`, the same bits).
     pub(super) fn proj_q8_0_pair(&self, first: &Q8Proj, second: &Q8Proj, n: u32) -> Result<(), EngineError> {
-        if self.arithmetic == Arithmetic::Fast
-            && self.token_wise(n)
+        if self.fast_token_wise(n)
             && let Some(paired) = kernels::paired_matvec_q8_0(first, second, n, self.fast_grids)
         {
             return self.launch(&paired);
@@ -309,8 +314,7 @@ impl Pass<'_> {
     /// scales): one launch in fast arithmetic for token-wise batches where
     /// `kernels::matvec_q8_0_quantized` takes the shape (the f32 output is then not written).
     pub(super) fn proj_q8_0_quantized(&self, p: &Q8Proj, planes: (DevPtr, DevPtr), n: u32) -> Result<(), EngineError> {
-        if self.arithmetic == Arithmetic::Fast
-            && self.token_wise(n)
+        if self.fast_token_wise(n)
             && let Some(fused) = kernels::matvec_q8_0_quantized(p, planes, n, self.fast_grids)
         {
             return self.launch(&fused);
@@ -343,11 +347,26 @@ impl Pass<'_> {
         x_stride: u32,
         n: u32,
     ) -> Result<(), EngineError> {
+        self.launch(&self.f16_product(y, w, x, n_in, n_out, x_stride, n))
+    }
+
+    /// The launch `proj_f16` issues (for a fusion to take it in).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn f16_product(
+        &self,
+        y: DevPtr,
+        w: DevPtr,
+        x: DevPtr,
+        n_in: u32,
+        n_out: u32,
+        x_stride: u32,
+        n: u32,
+    ) -> kernels::Launch {
         let product = if self.token_wise(n) {
             kernels::matvec_f16
         } else {
             kernels::gemm_f16
         };
-        self.launch(&product(y, w, x, n_in, n_out, x_stride, n))
+        product(y, w, x, n_in, n_out, x_stride, n)
     }
 }

@@ -120,12 +120,14 @@ pub fn q8_0_tiled_rows(n_in: u32) -> u32 {
 
 /// Whether `n` may be the split decode attention's shortest slice (`DS4_HIP_ATTENTION_ROWS`): whole
 /// rounds of the kernels' slice length, at most the rows whose addresses a block stages.
-fn moe_rows_valid(n: u32) -> bool {
-    n.is_power_of_two() && (8..=256).contains(&n)
-}
-
 fn attention_rows_valid(n: u32) -> bool {
     n.is_multiple_of(ATTENTION_SLICE_ROUND) && (ATTENTION_SLICE_ROUND..=256).contains(&n)
+}
+
+/// Whether `n` may be the fast routed gate/up's rows per block (`DS4_HIP_MOE_ROWS`): a power of two
+/// dividing the 256-element units the quantizing twin finishes, at least a row per warp.
+fn moe_rows_valid(n: u32) -> bool {
+    n.is_power_of_two() && (8..=256).contains(&n)
 }
 
 /// Blocks of the fast Q8_0 matvecs for `n_out` rows of `n_in` elements: the tiled path's rounds
