@@ -4,8 +4,10 @@
 //! greedy continuation on each engine that must pick the CPU's tokens up to the first CPU step
 //! whose top-2 margin is below 1. The random tiny models amplify rounding far more than the case A
 //! model (a near-tie in the expert choice moves a whole position): measured top-20 |Δlogprob| mean
-//! 0.12 / max 0.86 (q2, seed 7) and mean 0.58 / max 5.0 (q4, seed 3), so the case A bounds of
-//! `Agreement::fast_verdict` (tests/vectors.rs holds the HIP fast mode to them) are not asked here.
+//! 0.12 / max 0.86 (q2, seed 7) and mean 0.58 / max 5.0 (q4, seed 3), so the case A bounds
+//! (tests/vectors.rs holds the HIP fast mode to them) are not asked here. `selftest --forward`'s
+//! fast verdict is the greedy part alone (`Agreement::greedy_prefix_verdict`): over its longer
+//! teacher-forced runs (136 tokens) a confident flip can follow an internal near tie.
 #![cfg(feature = "hip")]
 
 mod hip_emu;

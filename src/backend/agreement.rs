@@ -163,19 +163,31 @@ impl Agreement {
         }
     }
 
-    /// The fast arithmetic's verdict on a model's forward pass (`selftest --forward`): no argmax flip
-    /// where the reference's margin exceeds [`CONFIDENT_MARGIN`], issue 14's criterion for the tiny
-    /// random models. Those amplify rounding far beyond the case A vectors' bounds (mean top-20
-    /// |Δlogprob| 0.3 to 0.6 and max above 1 on the H200 and the emulator, tests/hip_emu_fast.rs),
-    /// which tests/vectors.rs holds the fast mode to on the model they were written for; here the
-    /// mean and max are reported ([`Agreement::summary`]), not bounded.
-    pub fn fast_verdict(&self) -> Result<(), String> {
-        match self.confident_flips() {
-            0 => Ok(()),
-            flips => Err(format!(
-                "{flips} confident argmax flips (the reference's margin > {CONFIDENT_MARGIN}; none allowed)"
-            )),
+    /// The fast arithmetic's verdict on a model's forward pass (`selftest --forward`), issue 14's
+    /// criterion for the tiny random models: from position `from` on (a greedy continuation, each
+    /// position's token the reference's argmax at the one before) both pick the same argmax up to
+    /// the reference's first position whose margin is below [`CONFIDENT_MARGIN`]. Ok holds the
+    /// positions that agreed before it. The positions before `from` (teacher-forced) are reported,
+    /// not bounded: a random tiny model turns a near tie inside the network (an expert choice)
+    /// into another state for every later position, so a long teacher-forced run can flip a
+    /// confident argmax far from any visible near tie (mean top-20 |Δlogprob| 0.1 to 0.6, max above
+    /// 1, on the H200 and the emulator, tests/hip_emu_fast.rs), as ds4's own CUDA path parts from its
+    /// CPU path. The case A vectors' bounds are tests/vectors.rs's, on the model they were written for.
+    pub fn greedy_prefix_verdict(&self, from: usize) -> Result<usize, String> {
+        let mut agreed = 0;
+        for (p, d) in self.positions.iter().enumerate().skip(from) {
+            if d.ref_margin < CONFIDENT_MARGIN {
+                break;
+            }
+            if !d.same_argmax {
+                return Err(format!(
+                    "greedy argmax differs at position {p} (the reference's margin {:.3} >= {CONFIDENT_MARGIN}) after {agreed} equal",
+                    d.ref_margin
+                ));
+            }
+            agreed += 1;
         }
+        Ok(agreed)
     }
 }
 
@@ -227,30 +239,41 @@ mod tests {
     }
 
     #[test]
-    fn fast_verdict_allows_small_differences_and_fails_a_confident_flip() {
+    fn the_fast_verdict_is_the_greedy_prefix_up_to_the_first_near_tie() {
         let r = wave(100);
-        let mut a = Agreement::default();
-        let mut o = r.clone();
-        o[7] += 1e-3;
-        a.push(compare_logits(&o, &r));
-        assert_eq!(a.fast_verdict(), Ok(()), "{}", a.summary());
-        assert!(a.verdict().is_err());
-        // A large move of the logprobs that keeps the argmax (a shift of the runner-up only) passes.
-        let mut moved = r.clone();
-        let second = top_k(&r, 2)[1];
-        moved[second] -= 3.0;
-        a.push(compare_logits(&moved, &r));
-        assert!(a.max_logprob() > 1.0, "{}", a.summary());
-        assert_eq!(a.fast_verdict(), Ok(()), "{}", a.summary());
-        // The reference's argmax made confident (margin over the runner-up > 1), then pushed far
-        // below: a confident flip.
         let top = top_k(&r, 1)[0];
+        // A confident reference (margin > 1 over the runner-up).
         let mut confident = r.clone();
         confident[top] += 5.0;
-        let mut f = confident.clone();
-        f[top] -= 10.0;
-        a.push(compare_logits(&f, &confident));
-        let e = a.fast_verdict().unwrap_err();
-        assert!(e.contains("1 confident argmax flips"), "{e}");
+        // A near tie: the runner-up within 0.5 of the top.
+        let mut tie = r.clone();
+        let second = top_k(&r, 2)[1];
+        tie[second] = tie[top] - 0.5;
+        let mut flipped = confident.clone();
+        flipped[top] -= 10.0;
+        let mut small = confident.clone();
+        small[7] += 1e-3;
+        let mut a = Agreement::default();
+        // Teacher-forced positions before `from`: a confident flip there is reported, not failed.
+        a.push(compare_logits(&flipped, &confident));
+        assert_eq!(a.confident_flips(), 1);
+        // The greedy part: small differences agree, then the first near tie ends the check, so the
+        // confident flip after it does not count.
+        a.push(compare_logits(&small, &confident));
+        a.push(compare_logits(&confident, &confident));
+        a.push(compare_logits(&tie, &tie));
+        a.push(compare_logits(&flipped, &confident));
+        assert_eq!(a.greedy_prefix_verdict(1), Ok(2), "{}", a.summary());
+        // From 0 the teacher-forced flip is in the greedy part: it fails and names the position.
+        let e = a.greedy_prefix_verdict(0).unwrap_err();
+        assert!(e.contains("position 0") && e.contains("after 0 equal"), "{e}");
+        // A confident flip before any near tie fails.
+        let mut b = Agreement::default();
+        b.push(compare_logits(&small, &confident));
+        b.push(compare_logits(&flipped, &confident));
+        let e = b.greedy_prefix_verdict(0).unwrap_err();
+        assert!(e.contains("position 1") && e.contains("after 1 equal"), "{e}");
+        // Nothing to compare from past the end: vacuously equal.
+        assert_eq!(b.greedy_prefix_verdict(5), Ok(0));
     }
 }
