@@ -51,20 +51,21 @@ pub fn run_forward_check(
     arithmetic: Arithmetic,
     line: &mut dyn FnMut(String),
 ) -> Result<bool, String> {
-    // `greedy_from`: the first position whose logits pick a greedy token (fast arithmetic's check).
-    let verdict = |a: &Agreement, greedy_from: usize| match arithmetic {
-        Arithmetic::Exact => a.verdict(),
-        Arithmetic::Fast => a.greedy_prefix_verdict(greedy_from).map(|_| ()),
-    };
-    // The fast verdict's figure: greedy positions equal before the CPU's first near tie.
-    let greedy_note = |a: &Agreement, greedy_from: usize| match (arithmetic, a.greedy_prefix_verdict(greedy_from)) {
-        (Arithmetic::Fast, Ok(n)) => {
-            format!(
-                "; greedy: {n} of {} steps equal before the CPU's first margin < 1",
-                a.positions.len() - greedy_from.min(a.positions.len())
-            )
+    // The verdict on a run of positions (`greedy_from`: the first position whose logits pick a
+    // greedy token, for fast arithmetic's check): whether it passed, and what the report line adds
+    // after the summary (the greedy steps that agreed, or why it failed).
+    let judge = |a: &Agreement, greedy_from: usize| -> (bool, String) {
+        let verdict = match arithmetic {
+            Arithmetic::Exact => a.verdict().map(|()| String::new()),
+            Arithmetic::Fast => a.greedy_prefix_verdict(greedy_from).map(|n| {
+                let steps = a.positions.len().saturating_sub(greedy_from);
+                format!("; greedy: {n} of {steps} steps equal before the CPU's first margin < 1")
+            }),
+        };
+        match verdict {
+            Ok(note) => (true, note),
+            Err(e) => (false, format!(" ({e})")),
         }
-        _ => String::new(),
     };
     let hp = &model.hp;
     let ctx = n_prompt + n_greedy + 8;
@@ -124,17 +125,12 @@ pub fn run_forward_check(
     }
     // The logits after the last prompt token pick the first greedy token.
     let decode_greedy = n_prompt.saturating_sub(1);
-    let decode_ok = verdict(&decode, decode_greedy).is_ok();
+    let (decode_ok, decode_note) = judge(&decode, decode_greedy);
     let n = (n_prompt + n_greedy).max(1) as f64;
     line(format!(
-        "{} forward.decode         {n_prompt} prompt + {n_greedy} greedy steps: {}{}{}; decode {:.1} ms/token GPU, {:.1} ms/token CPU",
+        "{} forward.decode         {n_prompt} prompt + {n_greedy} greedy steps: {}{decode_note}; decode {:.1} ms/token GPU, {:.1} ms/token CPU",
         status(decode_ok),
         decode.summary(),
-        greedy_note(&decode, decode_greedy),
-        verdict(&decode, decode_greedy)
-            .err()
-            .map(|e| format!(" ({e})"))
-            .unwrap_or_default(),
         1e3 * gpu_s / n,
         1e3 * cpu_s / n,
     ));
@@ -202,17 +198,12 @@ pub fn run_forward_check(
         prefill.push(compare_logits(gpu.logits(), cpu.logits()));
     }
     // Every position after the prefill picks (or, the last, would pick) a greedy token.
-    let prefill_ok = verdict(&prefill, 0).is_ok();
+    let (prefill_ok, prefill_note) = judge(&prefill, 0);
     line(format!(
-        "{} forward.prefill        {n_prompt} tokens in one eval, then {} decode steps: {}{}{}; prefill {:.1} ms ({:.0} tokens/s) GPU, {:.1} ms CPU",
+        "{} forward.prefill        {n_prompt} tokens in one eval, then {} decode steps: {}{prefill_note}; prefill {:.1} ms ({:.0} tokens/s) GPU, {:.1} ms CPU",
         status(prefill_ok),
         prefill.positions.len() - 1,
         prefill.summary(),
-        greedy_note(&prefill, 0),
-        verdict(&prefill, 0)
-            .err()
-            .map(|e| format!(" ({e})"))
-            .unwrap_or_default(),
         1e3 * gpu_prefill_s,
         n_prompt as f64 / gpu_prefill_s.max(1e-9),
         1e3 * cpu_prefill_s,
