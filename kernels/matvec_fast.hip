@@ -6,7 +6,7 @@
 // Deterministic: the same inputs give the same bits on every run.
 #pragma once
 #include "formats.h"
-#include "norm_quant.hip"  // q8_0_store_lane (the quantizing product)
+#include "norm_quant_fast.hip"  // q8_0_store_lane (the quantizing product), norm_quant_row_fast
 
 #define DS4_Q8_0_CHUNK 256   // elements per lane chunk (8 Q8_0 blocks)
 #define DS4_Q8_0_CHUNK_B 272 // bytes per lane chunk
@@ -229,6 +229,19 @@ DS4_DEV bool q8_tiled(u32 n_in) {
     return nc > 0 && nc <= DS4_Q8T_ROUND && (nc & (nc - 1)) == 0;
 }
 
+// A tiled product's Q8_0 activations: codes, scales and the token row of them to read.
+struct Q8Act {
+    const i8* q;
+    const float* d;
+    u32 t;
+};
+// The launch's activations in global memory, token blockIdx.y.
+struct Q8GlobalAct {
+    const i8* q;
+    const float* d;
+    __device__ __forceinline__ Q8Act operator()() const { return {q, d, blockIdx.y}; }
+};
+
 // The matrix a round of a tiled product reads: rows [0, n0) of w0 (to y0), then, when n1 > 0, rows
 // [0, n1) of w1 (to y1) as rounds n0 / rpr.. (n0 a multiple of rpr then, so no round spans both).
 struct Q8RoundMatrix {
@@ -249,10 +262,11 @@ DS4_DEV Q8RoundMatrix q8_round_matrix(u32 rd, u32 rpr, const u8* w0, float* y0, 
 // QOUT (one matrix, n0 % 32 == 0, the round's rows a divisor or a multiple of 32): instead of y0,
 // the rows' Q8_0 codes (q_out) and scales (d_out), each block's run whole Q8_0 blocks of rows,
 // gathered in shared memory and quantized as each block of 32 completes.
-template <bool QOUT>
-DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, const i8* xq, const float* xd,
-                              u32 n_in, u32 n0, u32 n1, u32 rows_per_group, u32 x_stride, i8* q_out,
-                              float* d_out) {
+// act_of() gives the activations (Q8Act) once the block's first tile loads are in flight, so a
+// block that makes its own (ds4_matvec_q8_0_normed_fast) does so under their latency.
+template <bool QOUT, class ActOf>
+DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, ActOf act_of, u32 n_in, u32 n0,
+                              u32 n1, u32 rows_per_group, u32 x_stride, i8* q_out, float* d_out) {
     __shared__ uint4 tiles[DS4_WARPS_PER_BLOCK * DS4_Q8T_WORDS];
     __shared__ float part[2][DS4_WARPS_PER_BLOCK];
     __shared__ float qrow[QOUT ? DS4_Q8T_QROWS : 1];
@@ -267,12 +281,13 @@ DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, 
     Q8Slice x = q8_slice_empty();
     Q8RoundMatrix m = q8_round_matrix(begin, g.rpr, w0, y0, n0, w1, y1, n1);
     q8_tile_load(v, m.w, g, m.rd, m.n_out);
+    const Q8Act act = act_of();
     {
         // The first round's activation slice, its loads in flight with the tile's (a block of one
         // or two rounds would otherwise wait for one, then the other).
         u32 row, cir;
         q8_lane_row(g, m.rd, row, cir);
-        if (row < m.n_out) q8_slice_load(x, xq, xd, t, x_stride, row / rows_per_group, cir, n_in, g.nc);
+        if (row < m.n_out) q8_slice_load(x, act.q, act.d, act.t, x_stride, row / rows_per_group, cir, n_in, g.nc);
     }
     for (u32 rd = begin; rd < end; ++rd) {
         u32 wv[34];
@@ -284,7 +299,8 @@ DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, 
         }
         u32 row, cir;
         q8_lane_row(g, cur.rd, row, cir);
-        if (row < cur.n_out) q8_slice_load(x, xq, xd, t, x_stride, row / rows_per_group, cir, n_in, g.nc);
+        if (row < cur.n_out)
+            q8_slice_load(x, act.q, act.d, act.t, x_stride, row / rows_per_group, cir, n_in, g.nc);
         const float acc = q8_row_sum(q8_lane_dot(wv, x), g.nc);
         if (g.k == 1) {
             if (row < cur.n_out && cir == 0 && q8_lane_half() == 0) {
@@ -327,8 +343,8 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_fast(float* y, const u
                                                                        const float* xd, u32 n_in, u32 n_out,
                                                                        u32 rows_per_group, u32 x_stride) {
     if (q8_tiled(n_in)) {
-        q8_tiled_product<false>(y, nullptr, w, nullptr, xq, xd, n_in, n_out, 0, rows_per_group, x_stride, nullptr,
-                                nullptr);
+        q8_tiled_product<false>(y, nullptr, w, nullptr, Q8GlobalAct{xq, xd}, n_in, n_out, 0, rows_per_group, x_stride,
+                                nullptr, nullptr);
         return;
     }
     const u32 t = blockIdx.y, nc = n_in / DS4_Q8_0_CHUNK, g = q8_0_fast_lanes(nc);
@@ -357,8 +373,31 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_q8_fast(i8* q_out, flo
                                                                    const i8* xq, const float* xd, u32 n_in,
                                                                    u32 n_out, u32 rows_per_group, u32 x_stride) {
     if (!q8_tiled(n_in) || n_out % 32 != 0) return;
-    q8_tiled_product<true>(nullptr, nullptr, w, nullptr, xq, xd, n_in, n_out, 0, rows_per_group, x_stride, q_out,
-                           d_out);
+    q8_tiled_product<true>(nullptr, nullptr, w, nullptr, Q8GlobalAct{xq, xd}, n_in, n_out, 0, rows_per_group,
+                           x_stride, q_out, d_out);
+}
+
+// ds4_rms_norm_quant_fast (norm with weight norm_w, Q8_0) of each token's row of x followed by
+// ds4_matvec_q8_0_fast of the codes, in one launch (the query's up-projection of its normed
+// down-projection): every block norms and quantizes the token's row into its shared memory while
+// its first weight tiles load, instead of a one-block launch before the product (and its gap) on
+// the step's critical path. y has the bits of the two launches; the normed row and its planes are
+// not written. Preconditions (kernels::matvec_q8_0_normed checks them): the tiled shapes, n_in <=
+// DS4_Q8N_MAX. Grid (any, n_tok), block 256.
+#define DS4_Q8N_MAX (8 * DS4_BLOCK)  // one 8-element strip a thread (norm_quant_row_fast<1>)
+extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_normed_fast(float* y, const u8* w, const float* x,
+                                                                      const float* norm_w, u32 n_in, u32 n_out,
+                                                                      u32 x_stride, float eps) {
+    __shared__ int4 sq[DS4_Q8N_MAX / 16];
+    __shared__ float4 sd[DS4_Q8N_MAX / 128];
+    if (!q8_tiled(n_in) || n_in > DS4_Q8N_MAX) return;
+    auto act_of = [&]() -> Q8Act {
+        norm_quant_row_fast<1>(0, x + (u64)blockIdx.y * x_stride, nullptr, (i8*)sq, (float*)sd, nullptr, nullptr,
+                               nullptr, norm_w, n_in, DS4_NQ_NORM, eps);
+        __syncthreads();
+        return {(const i8*)sq, (const float*)sd, 0};
+    };
+    q8_tiled_product<false>(y, nullptr, w, nullptr, act_of, n_in, n_out, 0, n_out, n_in, nullptr, nullptr);
 }
 
 // y0 = W0 · x and y1 = W1 · x in one launch (two projections of the same Q8_0 activations, e.g. a
@@ -371,7 +410,8 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_pair_fast(float* y0, f
                                                                             const float* xd, u32 n_in,
                                                                             u32 n_out0, u32 n_out1) {
     if (!q8_tiled(n_in)) return;
-    q8_tiled_product<false>(y0, y1, w0, w1, xq, xd, n_in, n_out0, n_out1, n_out0 + n_out1, n_in, nullptr, nullptr);
+    q8_tiled_product<false>(y0, y1, w0, w1, Q8GlobalAct{xq, xd}, n_in, n_out0, n_out1, n_out0 + n_out1, n_in, nullptr,
+                            nullptr);
 }
 
 // ds4_matvec_q8_0_swiglu in the fast order: mid[t][r] = swiglu(Wg[r]·x, Wu[r]·x); n_in % 256 == 0.

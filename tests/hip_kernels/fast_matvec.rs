@@ -56,6 +56,11 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     let quant_name =
         |(n_in, n_out, group, n_tok)| format!("fast_matvec.q8_0_quantized[{n_in}x{n_out},group {group},{n_tok} tok]");
     each(gpu, rng, emit, quant_cases, quant_name, check_quantized);
+    // The query's up-projection of its normed down-projection (1024 columns, 4 chunks a row), a
+    // round per 32 rows; the smallest and largest rows the fused norm takes.
+    let normed_cases = [(1024usize, 320usize, 1usize), (256, 131, 2), (2048, 40, 1)];
+    let normed_name = |(n_in, n_out, n_tok)| format!("fast_matvec.q8_0_normed[{n_in}x{n_out},{n_tok} tok]");
+    each(gpu, rng, emit, normed_cases, normed_name, check_normed);
     // The router's logits and selection in one launch: top-k with bias and hash layers, 1 and 3 tokens.
     let router_cases = [(false, 1usize), (true, 1), (false, 3)];
     let router_name = |(hash, n_tok)| {
@@ -184,6 +189,48 @@ fn check_quantized(
         let scales = same_bits(name, &d.to_vec::<f32>()?, &d_want, "scales".into());
         pass &= codes.verdict == Verdict::Pass && scales.verdict == Verdict::Pass;
         notes.push(format!("{}; {}", codes.note, scales.note));
+    }
+    Ok(all_passed(name, pass, notes))
+}
+
+/// `ds4_matvec_q8_0_normed_fast` against the fast norm of f32 rows into Q8_0 planes followed by the
+/// fast matvec of those planes: the same outputs, bit for bit, with grids of 3 blocks (a block norms
+/// the row once and takes several rounds) and of 264.
+fn check_normed(gpu: &Gpu, rng: &mut CheckRng, name: &str, (n_in, n_out, n_tok): (usize, usize, usize)) -> Checked {
+    let nt = n_tok as u32;
+    let case = Q8ProjCase::new(gpu, rng, (n_in, n_out, n_out, n_tok))?;
+    let x = gpu.up(&random_vec(rng, n_tok * n_in, 3.0))?;
+    let norm_w: Vec<f32> = (0..n_in).map(|_| 1.0 + 0.5 * rng.next_f32()).collect();
+    let norm_w = gpu.up(&norm_w)?;
+    let (x, norm_w, eps) = (x.ptr().0, norm_w.ptr().0, 1e-6);
+    let planes = kernels::QuantOut::q8_0(case.proj.x.q, case.proj.x.d);
+    run_fast(
+        gpu,
+        &[
+            kernels::norm_rows(planes, x, norm_w, n_in as u32, nt, eps),
+            kernels::matvec_q8_0(&case.proj, nt),
+        ],
+    )?;
+    let want = case.y.to_vec::<f32>()?;
+    let (mut notes, mut pass) = (Vec::new(), true);
+    for grids in [
+        FEW_BLOCKS,
+        FastGrids {
+            q8_0_max_blocks: 264,
+            ..FEW_BLOCKS
+        },
+    ] {
+        let y = gpu.poisoned::<f32>(n_tok * n_out)?;
+        let proj = Q8Proj {
+            y: y.ptr().0,
+            ..case.proj
+        };
+        let fused =
+            kernels::matvec_q8_0_normed(&proj, x, norm_w, eps, nt, grids).expect("the normed launch takes this shape");
+        gpu.run(&fused)?;
+        let got = same_bits(name, &y.to_vec::<f32>()?, &want, format!("grid {}", fused.grid[0]));
+        pass &= got.verdict == Verdict::Pass;
+        notes.push(got.note);
     }
     Ok(all_passed(name, pass, notes))
 }

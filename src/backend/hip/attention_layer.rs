@@ -6,7 +6,8 @@
 //! Lanes (`lanes.rs`): after the HC pre, the attention compressor (it owns `ckv`, `csc` and the
 //! layer's compressed rows) and the indexer compressor (`ickv`, `icsc`, the indexer's rows) run on
 //! their own lanes, and once the query's down-projection is normed, the indexer's query and head
-//! weights (`qi`, `iw`) on a third, while the main stream finishes the query heads and the kv row.
+//! weights (`qi`, `iw`) on a third (in fast arithmetic, from its own norm of the query's
+//! down-projection), while the main stream finishes the query heads and the kv row.
 //! The indexer's scores join the last two, the attention all of them.
 
 use crate::backend::EngineError;
@@ -79,28 +80,41 @@ impl Pass<'_> {
         let q_a = Q8Proj::plain(p0(&a.qr), self.w(&lw.attn_q_a), xq, ne, qr_w);
         let kv_a = Q8Proj::plain(p0(&a.kv), self.w(&lw.attn_kv), xq, ne, d);
         self.proj_q8_0_pair(&q_a, &kv_a, nt)?;
+        // The query's down-projection normed (into qrn for the indexer, Q8_0 planes for the
+        // up-projection), then up-projected. In fast arithmetic the up-projection norms its input
+        // itself (`kernels::matvec_q8_0_normed`) and the indexer's query lane norms qrn.
+        let q_a_norm = |o| kernels::norm_rows(o, p0(&a.qr), self.w(&lw.attn_q_a_norm), qr_w, nt, eps);
+        let q_b = Q8Proj::plain(p0(&a.q), self.w(&lw.attn_q_b), q8(&a.qq, &a.qd), qr_w, h * d);
+        let q_b_normed = self
+            .fast_token_wise(nt)
+            .then(|| kernels::matvec_q8_0_normed(&q_b, p0(&a.qr), self.w(&lw.attn_q_a_norm), eps, nt, self.fast_grids));
+        let q_b_normed = q_b_normed.flatten();
         let qrn = QuantOut {
             out: p0(&a.qrn),
-            ..QuantOut::q8_0(p0(&a.qq), p0(&a.qd))
+            ..Default::default()
         };
-        self.launch(&kernels::norm_rows(
-            qrn,
-            p0(&a.qr),
-            self.w(&lw.attn_q_a_norm),
-            qr_w,
-            nt,
-            eps,
-        ))?;
+        if q_b_normed.is_none() {
+            self.launch(&q_a_norm(QuantOut {
+                q8_0_q: p0(&a.qq),
+                q8_0_d: p0(&a.qd),
+                ..qrn
+            }))?;
+        }
         if let Some((iwt, _)) = select {
             // The indexer's query heads and head weights (docs/model.md#indexer).
             self.fork(LANE_INDEX_QUERY, || {
+                if q_b_normed.is_some() {
+                    self.launch(&q_a_norm(qrn))?;
+                }
                 self.proj_f16(p0(&a.qi), self.w(&iwt.q_b), p0(&a.qrn), qr_w, hi * di, qr_w, nt)?;
                 self.head_rows_in_place(p0(&a.qi), pos, hi, di, rf::ROPE | rf::HADAMARD_FP4, rope, nt)?;
                 self.proj_f16(p0(&a.iw), self.w(&iwt.proj), p0(&a.xn), ne, hi, ne, nt)
             })?;
         }
-        let qrq = q8(&a.qq, &a.qd);
-        self.proj_q8_0(&Q8Proj::plain(p0(&a.q), self.w(&lw.attn_q_b), qrq, qr_w, h * d), nt)?;
+        match &q_b_normed {
+            Some(fused) => self.launch(fused)?,
+            None => self.proj_q8_0(&q_b, nt)?,
+        }
         // The query heads' norm and RoPE, and KV (steps 4-7, projected above): every token's row
         // enters the ring before the attention of the batch. One launch in fast arithmetic.
         let q_rows = kernels::rows_finish(p0(&a.q), NULL, NULL, pos, h, d, rf::NORM | rf::ROPE, 1, rope, eps, nt);

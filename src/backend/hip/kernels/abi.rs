@@ -226,6 +226,8 @@ kernel_defs! {
         rows_per_group: U32, x_stride: U32);
     MATVEC_Q8_0_Q8_FAST = "ds4_matvec_q8_0_q8_fast"(q_out: Ptr, d_out: Ptr, w: Ptr, xq: Ptr, xd: Ptr, n_in: U32,
         n_out: U32, rows_per_group: U32, x_stride: U32);
+    MATVEC_Q8_0_NORMED_FAST = "ds4_matvec_q8_0_normed_fast"(y: Ptr, w: Ptr, x: Ptr, norm_w: Ptr, n_in: U32,
+        n_out: U32, x_stride: U32, eps: F32);
     MATVEC_Q8_0_PAIR_FAST = "ds4_matvec_q8_0_pair_fast"(y0: Ptr, y1: Ptr, w0: Ptr, w1: Ptr, xq: Ptr, xd: Ptr,
         n_in: U32, n_out0: U32, n_out1: U32);
     MATVEC_Q8_0_SWIGLU_FAST = "ds4_matvec_q8_0_swiglu_fast"(mid: Ptr, wg: Ptr, wu: Ptr, xq: Ptr, xd: Ptr,

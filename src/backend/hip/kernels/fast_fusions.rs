@@ -3,17 +3,18 @@
 //! matvec and the quantization of its output (`ds4_matvec_q8_0_q8_fast`), two row finishes of the
 //! same tokens (`ds4_rows_finish_pair_fast`), the router's logits and its selection
 //! (`ds4_matvec_f16_router_fast`), a routed gate/up and the Q8_K quantization of its output
-//! (`ds4_moe_gate_up_<fmt>_q8k_fast`). Each gives the bits of the two fast
+//! (`ds4_moe_gate_up_<fmt>_q8k_fast`), a row norm and the Q8_0 projection of its planes
+//! (`ds4_matvec_q8_0_normed_fast`). Each gives the bits of the two fast
 //! twins run one after the other, and is `None` where the launches miss the fused kernel's
 //! preconditions (then both run on their own). The fused HC post + pre, which the launcher finds by
 //! itself, is in `fast.rs`.
 
 use super::abi::{
-    Arg, DevPtr, MATVEC_F16_ROUTER_FAST, MATVEC_Q8_0_PAIR_FAST, MATVEC_Q8_0_Q8_FAST, NULL, ROWS_FINISH_PAIR_FAST,
-    kernel_def,
+    Arg, DevPtr, MATVEC_F16_ROUTER_FAST, MATVEC_Q8_0_NORMED_FAST, MATVEC_Q8_0_PAIR_FAST, MATVEC_Q8_0_Q8_FAST, NULL,
+    ROWS_FINISH_PAIR_FAST, kernel_def,
 };
 use super::fast::{FastGrids, arg, arg_u32, fast_twin, fast_twin_tuned, q8_0_fast_blocks, q8_0_tiled, q8_0_tiled_rows};
-use super::launch::{Launch, ptr, u};
+use super::launch::{Launch, f, ptr, u};
 use super::matvec::Q8Proj;
 
 /// One launch for two plain Q8_0 projections of the same activations (`first` then `second`, each
@@ -63,6 +64,42 @@ pub fn matvec_q8_0_quantized(p: &Q8Proj, (q, d): (DevPtr, DevPtr), n_tok: u32, g
         // The matvec's operands after its output, in their order (`Q8Proj::args`).
         let args = [&[ptr(q), ptr(d)][..], &p.args()[1..]].concat();
         Launch::new(&MATVEC_Q8_0_Q8_FAST, [grid, n_tok, 1], args)
+    })
+}
+
+/// Most elements of the row `matvec_q8_0_normed` norms (one 8-element strip a thread).
+pub const Q8_0_NORMED_MAX_IN: u32 = 8 * 256;
+
+/// One launch for `kernels::norm_rows` of the f32 rows `x` (n_in floats each, contiguous, weight
+/// `norm_w`, into `p`'s Q8_0 planes) followed by `p`, the plain Q8_0 projection of those planes, for
+/// `n_tok` tokens: `ds4_matvec_q8_0_normed_fast`, with the bits of the two fast launches; the
+/// planes are not written. `None` unless `p` is one group of the tiled shapes with n_in at most
+/// Q8_0_NORMED_MAX_IN, contiguous activation rows and 16-byte aligned pointers.
+pub fn matvec_q8_0_normed(
+    p: &Q8Proj,
+    x: DevPtr,
+    norm_w: DevPtr,
+    eps: f32,
+    n_tok: u32,
+    grids: FastGrids,
+) -> Option<Launch> {
+    let n_in = p.n_in;
+    let aligned = [p.y, p.w, x, norm_w].iter().all(|a| a % 16 == 0);
+    let fits =
+        p.rows_per_group >= p.n_out && p.x_stride == n_in && aligned && q8_0_tiled(n_in) && n_in <= Q8_0_NORMED_MAX_IN;
+    fits.then(|| {
+        let grid = q8_0_fast_blocks(n_in, p.n_out, grids.q8_0_max_blocks);
+        let args = vec![
+            ptr(p.y),
+            ptr(p.w),
+            ptr(x),
+            ptr(norm_w),
+            u(n_in),
+            u(p.n_out),
+            u(n_in),
+            f(eps),
+        ];
+        Launch::new(&MATVEC_Q8_0_NORMED_FAST, [grid, n_tok, 1], args)
     })
 }
 

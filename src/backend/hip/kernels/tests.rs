@@ -246,6 +246,9 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     let at = |p: DevPtr| Q8Proj::plain(p, p + 16, Q8Act { q: 64, d: 80 }, 4096, 1024);
     launches.extend(paired_matvec_q8_0(&at(112), &at(160), 1, FastGrids::default()));
     launches.extend(matvec_q8_0_quantized(&at(112), (16, 32), 1, FastGrids::default()));
+    // ... of a row norm and the projection of its planes (the query's up-projection).
+    let q_b = Q8Proj::plain(112, 128, Q8Act { q: 64, d: 80 }, 1024, 32768);
+    launches.extend(matvec_q8_0_normed(&q_b, 144, 160, 1e-6, 1, FastGrids::default()));
     // ... of a routed gate/up and the quantization of its output.
     let x = Q8K {
         q: 16,
