@@ -173,13 +173,7 @@ fn check_quantized(
     run_fast(gpu, &[kernels::quantize_rows(quant, case.proj.y, n_out as u32, nt)])?;
     let (q_want, d_want) = (q_want.to_vec::<i8>()?, d_want.to_vec::<f32>()?);
     let (mut notes, mut pass) = (Vec::new(), true);
-    for grids in [
-        FEW_BLOCKS,
-        FastGrids {
-            q8_0_max_blocks: 264,
-            ..FEW_BLOCKS
-        },
-    ] {
+    for grids in FEW_AND_DEFAULT_BLOCKS {
         let (q, d) = planes()?;
         let fused = kernels::matvec_q8_0_quantized(&case.proj, (q.ptr().0, d.ptr().0), nt, grids)
             .expect("the quantized launch takes this shape");
@@ -213,13 +207,7 @@ fn check_normed(gpu: &Gpu, rng: &mut CheckRng, name: &str, (n_in, n_out, n_tok):
     )?;
     let want = case.y.to_vec::<f32>()?;
     let (mut notes, mut pass) = (Vec::new(), true);
-    for grids in [
-        FEW_BLOCKS,
-        FastGrids {
-            q8_0_max_blocks: 264,
-            ..FEW_BLOCKS
-        },
-    ] {
+    for grids in FEW_AND_DEFAULT_BLOCKS {
         let y = gpu.poisoned::<f32>(n_tok * n_out)?;
         let proj = Q8Proj {
             y: y.ptr().0,
@@ -242,6 +230,16 @@ const FEW_BLOCKS: FastGrids = FastGrids {
     attention_rows: kernels::ATTENTION_SPLIT_ROWS,
     moe_rows: kernels::MOE_FAST_ROWS,
 };
+
+/// [`FEW_BLOCKS`] and the default grid's blocks (`Q8_0_FAST_MAX_BLOCKS`): the fused Q8_0 products
+/// must give the same bits with either.
+const FEW_AND_DEFAULT_BLOCKS: [FastGrids; 2] = [
+    FEW_BLOCKS,
+    FastGrids {
+        q8_0_max_blocks: kernels::Q8_0_FAST_MAX_BLOCKS,
+        ..FEW_BLOCKS
+    },
+];
 
 /// Runs the fast twins of `launches` in turn.
 fn run_fast(gpu: &Gpu, launches: &[Launch]) -> HipResult<()> {
