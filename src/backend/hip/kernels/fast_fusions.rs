@@ -14,7 +14,7 @@ use super::abi::{
     ROWS_FINISH_PAIR_FAST, kernel_def,
 };
 use super::fast::{FastGrids, arg, arg_u32, fast_twin, fast_twin_tuned, q8_0_fast_blocks, q8_0_tiled, q8_0_tiled_rows};
-use super::launch::{Launch, f, ptr, u};
+use super::launch::{BLOCK, Launch, f, ptr, u};
 use super::matvec::Q8Proj;
 
 /// One launch for two plain Q8_0 projections of the same activations (`first` then `second`, each
@@ -67,8 +67,9 @@ pub fn matvec_q8_0_quantized(p: &Q8Proj, (q, d): (DevPtr, DevPtr), n_tok: u32, g
     })
 }
 
-/// Most elements of the row `matvec_q8_0_normed` norms (one 8-element strip a thread).
-pub const Q8_0_NORMED_MAX_IN: u32 = 8 * 256;
+/// Most elements of the row `matvec_q8_0_normed` norms: one 8-element strip a thread (the
+/// kernel's DS4_Q8N_MAX).
+const Q8_0_NORMED_MAX_IN: u32 = 8 * BLOCK;
 
 /// One launch for `kernels::norm_rows` of the f32 rows `x` (n_in floats each, contiguous, weight
 /// `norm_w`, into `p`'s Q8_0 planes) followed by `p`, the plain Q8_0 projection of those planes, for
