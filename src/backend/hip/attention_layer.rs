@@ -87,8 +87,8 @@ impl Pass<'_> {
         let q_b = Q8Proj::plain(p0(&a.q), self.w(&lw.attn_q_b), q8(&a.qq, &a.qd), qr_w, h * d);
         let q_b_normed = self
             .fast_token_wise(nt)
-            .then(|| kernels::matvec_q8_0_normed(&q_b, p0(&a.qr), self.w(&lw.attn_q_a_norm), eps, nt, self.fast_grids));
-        let q_b_normed = q_b_normed.flatten();
+            .then(|| kernels::matvec_q8_0_normed(&q_b, p0(&a.qr), self.w(&lw.attn_q_a_norm), eps, nt, self.fast_grids))
+            .flatten();
         let qrn = QuantOut {
             out: p0(&a.qrn),
             ..Default::default()
