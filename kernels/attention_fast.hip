@@ -196,12 +196,20 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_split(
 
 // Merge of the slices of ds4_attention_decode_split with the sink of each head:
 // out[t][h][d] = (sum_s exp(m_s - M) acc_s[d]) / (exp(sink - M) + sum_s l_s exp(m_s - M)),
-// M = max(sink, m_s). Thread i merges dims i and i + DS4_BLOCK (head_dim <= DS4_ATT_MAX_DIM =
-// 2 DS4_BLOCK) in one loop over the slices, unrolled so that many slices' loads are in flight (each
-// dim's sum is still the chain s = 0, 1, ..., so the bits do not depend on the unrolling).
-// Returns the merged values of the thread's dims (0 past head_dim).
+// M = max(sink, m_s). A block merges DS4_AFM_DIMS dims of one head: its 8 groups of 32 threads take
+// the slices s = g, g + 8, ... in turn (a float4 of 4 dims per thread, each group's chain in slice
+// order), and thread d < DS4_AFM_DIMS adds the 8 groups' sums in group order. The order depends on
+// the slice count only, never on the wave size or the unrolling. One block per head was a chain
+// over all (80 at a 2k context) slices of 2 dims a thread: 9.5 us on the H200, 64 blocks
+// (tests/hip-on-cuda/results/h200-2026-12-03-s17-call2.log).
+// Returns the merged value of dim r.d of the head (live: threadIdx.x < DS4_AFM_DIMS and d < head_dim).
+#define DS4_AFM_DIMS 128                    // dims of a head per merge block
+#define DS4_AFM_GROUPS (DS4_BLOCK / 32)     // slice phases of a merge block
+static_assert(DS4_AFM_DIMS == 4 * 32, "a merge group covers DS4_AFM_DIMS dims with one float4 a thread");
 struct AfdMerged {
-    float v[2];
+    float v;
+    u32 d;
+    bool live;
 };
 DS4_DEV AfdMerged afd_merge(const float* part_acc, const float* part_ml, const float* sinks, const u32* comp_sel,
                             const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio,
@@ -209,7 +217,8 @@ DS4_DEV AfdMerged afd_merge(const float* part_acc, const float* part_ml, const f
     __shared__ float sfac[DS4_BLOCK];
     __shared__ float red[DS4_WARPS_PER_BLOCK];
     __shared__ float red32[DS4_GROUPS32];
-    const u32 h = blockIdx.x, t = blockIdx.y, p = pos[0] + t;
+    __shared__ float part[DS4_AFM_GROUPS][DS4_AFM_DIMS];
+    const u32 c = blockIdx.x, h = blockIdx.y, t = blockIdx.z, p = pos[0] + t;
     const AttRows a = att_rows(p, window, n_comp_avail, ratio, top_k, comp_sel != nullptr);
     const u32 n_used = min(min(afd_slices(a.n_vis, most_slices, min_chunk).n_used, n_split), (u32)DS4_BLOCK);
     const u64 ph = ((u64)t * n_head + h) * n_split;
@@ -221,38 +230,43 @@ DS4_DEV AfdMerged afd_merge(const float* part_acc, const float* part_ml, const f
     sfac[s] = f;
     const float den = block_sum(s < n_used ? part_ml[2 * (ph + s) + 1] * f : 0.0f, red32) + ds4_expf(sink - mx);
     const float inv = 1.0f / den;
-    const float* src = part_acc + ph * head_dim;
-    const u32 d0 = threadIdx.x, d1 = threadIdx.x + DS4_BLOCK;
-    const u32 e0 = min(d0, head_dim - 1), e1 = min(d1, head_dim - 1);  // in bounds; unused past head_dim
-    float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll 8
-    for (u32 j = 0; j < n_used; ++j) {
+    const u32 g = threadIdx.x / 32, k = threadIdx.x % 32, d4 = c * (DS4_AFM_DIMS / 4) + k, hd4 = head_dim / 4;
+    const float4* src = (const float4*)(part_acc + ph * head_dim) + min(d4, hd4 - 1);  // in bounds
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+    for (u32 j = g; j < n_used; j += DS4_AFM_GROUPS) {
         const float fj = sfac[j];
-        const float x0 = src[(u64)j * head_dim + e0], x1 = src[(u64)j * head_dim + e1];
-        a0 = fmaf(fj, x0, a0);
-        a1 = fmaf(fj, x1, a1);
+        const float4 x = src[(u64)j * hd4];
+        acc.x = fmaf(fj, x.x, acc.x);
+        acc.y = fmaf(fj, x.y, acc.y);
+        acc.z = fmaf(fj, x.z, acc.z);
+        acc.w = fmaf(fj, x.w, acc.w);
     }
+    *(float4*)&part[g][4 * k] = acc;
+    __syncthreads();
     AfdMerged r;
-    r.v[0] = d0 < head_dim ? a0 * inv : 0.0f;
-    r.v[1] = d1 < head_dim ? a1 * inv : 0.0f;
+    r.d = c * DS4_AFM_DIMS + threadIdx.x;
+    r.live = threadIdx.x < DS4_AFM_DIMS && r.d < head_dim;
+    float v = 0.0f;
+    if (threadIdx.x < DS4_AFM_DIMS) {
+        v = part[0][threadIdx.x];
+#pragma unroll
+        for (u32 gg = 1; gg < DS4_AFM_GROUPS; ++gg) v += part[gg][threadIdx.x];
+    }
+    r.v = r.live ? v * inv : 0.0f;
     return r;
 }
 
-// out: f32 [n_tok][n_head][head_dim]; n_split <= 256, head_dim <= DS4_ATT_MAX_DIM.
-// Launch: grid (n_head, n_tok), block 256.
+// out: f32 [n_tok][n_head][head_dim]; n_split <= 256, head_dim <= DS4_ATT_MAX_DIM, head_dim % 4 == 0.
+// Launch: grid (ceil(head_dim / DS4_AFM_DIMS), n_head, n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge(
     float* out, const float* part_acc, const float* part_ml, const float* sinks, const u32* comp_sel,
     const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k, u32 n_split,
     u32 most_slices, u32 min_chunk) {
-    if (head_dim > DS4_ATT_MAX_DIM) return;
+    if (head_dim > DS4_ATT_MAX_DIM || head_dim % 4 != 0) return;
     const AfdMerged r = afd_merge(part_acc, part_ml, sinks, comp_sel, pos, n_head, head_dim, window, n_comp_avail,
                                   ratio, top_k, n_split, most_slices, min_chunk);
-    float* o = out + ((u64)blockIdx.y * n_head + blockIdx.x) * head_dim;
-#pragma unroll
-    for (u32 k = 0; k < 2; ++k) {
-        const u32 d = threadIdx.x + DS4_BLOCK * k;
-        if (d < head_dim) o[d] = r.v[k];
-    }
+    if (r.live) out[((u64)blockIdx.z * n_head + blockIdx.y) * head_dim + r.d] = r.v;
 }
 
 // The merge, then the attention output's next two fast steps on the merged head in registers,
@@ -261,7 +275,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge(
 // ds4_rms_norm_quant_fast without norm (a block of 32 dims is 32 neighbouring threads), written to
 // q_out [n_tok][n_head][head_dim] and d_out [n_tok][n_head][head_dim / 32]: two launches fewer on
 // the decode path (kernels::attention_decode_split_q8). head_dim % 32 == 0, n_rot even.
-// Launch: grid (n_head, n_tok), block 256.
+// Launch: grid (ceil(head_dim / DS4_AFM_DIMS), n_head, n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge_q8(
     i8* q_out, float* d_out, const float* part_acc, const float* part_ml, const float* sinks, const u32* comp_sel,
     const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k, u32 n_split,
@@ -270,22 +284,17 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge_q8(
     if (head_dim > DS4_ATT_MAX_DIM || head_dim % 32 != 0) return;
     AfdMerged r = afd_merge(part_acc, part_ml, sinks, comp_sel, pos, n_head, head_dim, window, n_comp_avail, ratio,
                             top_k, n_split, most_slices, min_chunk);
-    const u32 t = blockIdx.y, row_pos = pos[0] + t, off = head_dim - n_rot;
-    const u64 row = (u64)t * n_head + blockIdx.x;
-#pragma unroll
-    for (u32 k = 0; k < 2; ++k) {
-        const u32 d = threadIdx.x + DS4_BLOCK * k;
-        // The pair's other value (every lane shuffles; a pair never straddles the head's end).
-        const float other = __shfl_xor(r.v[k], 1, DS4_WARP);
-        if (d >= off && d < head_dim) {
-            const u32 pr = d / 2;
-            const float th =
-                rope_theta(row_pos, pr - off / 2, theta_scale, freq_scale, ext_factor, corr_low, corr_high);
-            const float c = ds4_cosf(th) * mscale;
-            const float sn = -ds4_sinf(th) * mscale;
-            const float x0 = d % 2 == 0 ? r.v[k] : other, x1 = d % 2 == 0 ? other : r.v[k];
-            r.v[k] = d % 2 == 0 ? x0 * c - x1 * sn : x0 * sn + x1 * c;
-        }
-        q8_0_store_lane(r.v[k], d, d < head_dim, q_out + row * head_dim, d_out + row * (head_dim / 32));
+    const u32 t = blockIdx.z, row_pos = pos[0] + t, off = head_dim - n_rot, d = r.d;
+    const u64 row = (u64)t * n_head + blockIdx.y;
+    // The pair's other value (every lane shuffles; a pair never straddles a block's or the head's end).
+    const float other = __shfl_xor(r.v, 1, DS4_WARP);
+    if (r.live && d >= off) {
+        const u32 pr = d / 2;
+        const float th = rope_theta(row_pos, pr - off / 2, theta_scale, freq_scale, ext_factor, corr_low, corr_high);
+        const float cs = ds4_cosf(th) * mscale;
+        const float sn = -ds4_sinf(th) * mscale;
+        const float x0 = d % 2 == 0 ? r.v : other, x1 = d % 2 == 0 ? other : r.v;
+        r.v = d % 2 == 0 ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
     }
+    q8_0_store_lane(r.v, d, r.live, q_out + row * head_dim, d_out + row * (head_dim / 32));
 }

@@ -44,6 +44,9 @@ DS4_DEV float hc_pre_weight(float m, float scale, float base, float eps_hc) {
 // zero pad or swapping two addends changes no bits. One thread doing it all is a chain of hundreds
 // of dependent operations (33 us on the H200 for the exact twin's, hc.hip hc_split_warp), and ncu
 // showed the fused HC launch at 34 us with one block running long after the other 23 had finished.
+// Nor is the 4 x 4 matrix in every lane's registers faster (the same trees, the same bits): it made
+// ds4_hc_post_pre_fast 25.8 us instead of 11.5 on the H200, and decode 104.5 t/s instead of 120.5
+// (tests/hip-on-cuda/results/h200-2026-12-03-s18.log, N3 against S).
 // mix: the token's n_mix logits (shared memory); split_out = [pre | post | M]. The lane's constants
 // (HcSplitConsts) are loaded before the mix exists. Call from every lane of the warp.
 struct HcSplitConsts {

@@ -137,15 +137,49 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk_merge(u32* sel
                  [&](u32 i, u32 o) { out[o] = base[(u64)(i / top_k) * seg + top_k + i % top_k]; });
 }
 
-// Fast twin of ds4_indexer_scores (same arguments; 128 rows per block): the scores of a block's
-// rows against every head as a register-tiled product, each thread 4 rows x 8 heads, the dims
-// staged 16 at a time (rows transposed in shared memory, the heads' queries once per block);
-// then max(0, .) * w per head and a sum over the heads by the 8 lanes sharing the rows. Same
-// math as the exact kernel, summed in another order. Each step's rows are loaded into registers
-// while the previous step computes (a short context has few blocks, each a chain of 8 steps).
+// Fast twins of ds4_indexer_scores (same arguments): the scores of a block's rows against every
+// head as register-tiled products, each thread 4 rows x 8 heads, the heads' queries staged once per
+// block (transposed, [dim][head]) and the rows' dims a step at a time (transposed, [dim][row]), each
+// step's rows loaded into registers while the previous step computes; then max(0, .) * w per head
+// and a sum over the heads by the 8 lanes sharing the rows. Same math as the exact kernel, summed in
+// another order.
+//   ds4_indexer_scores_fast: 128 rows a block (32 row groups x 8 head groups), each dot one chain
+//     over the 128 dims; a batch's shape, the queries staged once serve 128 rows.
+//   ds4_indexer_scores_decode_fast: 32 rows a block for a few tokens, 4 times the blocks. Its 256
+//     threads are 4 quarters of 8 row groups x 8 head groups; quarter q's dots run over the dims
+//     (s 64 + q 16 .. + 15) of the two 64-dim steps s, and the four partial dots of a row and head
+//     are added in quarter order (through shared memory) before the max(0, .). At a 2.8k context the
+//     700 rows were 6 blocks of 128, 19 us on the H200; 21 blocks of 32 with one row a thread, 13.5
+//     us, bound by the shared-memory reads of 9 values per 8 products
+//     (tests/hip-on-cuda/results/h200-2026-12-03-s18.log); the quarters keep 4 x 8 tiles.
 #define DS4_IDXF_ROWS 128
 #define DS4_IDXF_STEP 16
 #define DS4_IDXF_PER_THREAD (DS4_IDXF_ROWS * DS4_IDXF_STEP / DS4_BLOCK)  // staged floats per thread a step
+#define DS4_IDXD_ROWS 32  // rows per block of the decode twin
+#define DS4_IDXD_STEP 64  // dims per staged step of the decode twin (16 per quarter)
+#define DS4_IDXD_RS (DS4_IDXD_ROWS + 4)  // floats per staged dim (padded; float4-aligned)
+
+// The queries of token t transposed into qT [dim][head / 4] (zeros past n_head): thread i loads the
+// float4s (head i % 64, dims 4 (i / 64 + 4 k) ..), all in flight at once, and writes them to
+// consecutive heads. qi 16-byte aligned (kernels::fast_twin checks it).
+DS4_DEV void idxf_stage_queries(float4 (*qT)[DS4_IDX_MAX_HEADS / 4], const float* qi, u32 t, u32 n_head) {
+    constexpr u32 Q4 = DS4_IDX_MAX_HEADS * DS4_IDX_DIM / 4 / DS4_BLOCK, HSTEP = DS4_BLOCK / DS4_IDX_MAX_HEADS;
+    const u32 h = threadIdx.x % DS4_IDX_MAX_HEADS, d40 = threadIdx.x / DS4_IDX_MAX_HEADS;
+    float4 qv[Q4];
+#pragma unroll
+    for (u32 k = 0; k < Q4; ++k)
+        qv[k] = h < n_head ? *(const float4*)(qi + ((u64)t * n_head + h) * DS4_IDX_DIM + 4 * (d40 + k * HSTEP))
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float* qTf = (float*)qT;
+#pragma unroll
+    for (u32 k = 0; k < Q4; ++k) {
+        const u32 d = 4 * (d40 + k * HSTEP);
+        qTf[(d + 0) * DS4_IDX_MAX_HEADS + h] = qv[k].x;
+        qTf[(d + 1) * DS4_IDX_MAX_HEADS + h] = qv[k].y;
+        qTf[(d + 2) * DS4_IDX_MAX_HEADS + h] = qv[k].z;
+        qTf[(d + 3) * DS4_IDX_MAX_HEADS + h] = qv[k].w;
+    }
+}
 
 // This thread's floats of the rows' dims d0 .. d0 + DS4_IDXF_STEP (zeros past the nr rows).
 DS4_DEV void idxf_step_load(float (&v)[DS4_IDXF_PER_THREAD], const float* krows, u32 c0, u32 nr, u32 d0) {
@@ -155,6 +189,7 @@ DS4_DEV void idxf_step_load(float (&v)[DS4_IDXF_PER_THREAD], const float* krows,
         v[k] = r < nr ? krows[(u64)(c0 + r) * DS4_IDX_DIM + d0 + d] : 0.0f;
     }
 }
+
 // Launch: grid (ceil(grid_rows / 128), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_fast(float* scores, const float* qi,
                                                                           const float* w, const float* krows,
@@ -172,11 +207,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_fast(float* 
     const u32 nr = min((u32)DS4_IDXF_ROWS, n_c - c0);
     float next[DS4_IDXF_PER_THREAD];
     idxf_step_load(next, krows, c0, nr, 0);
-    float* qTf = (float*)qT;
-    for (u32 i = tid; i < DS4_IDX_MAX_HEADS * DS4_IDX_DIM; i += DS4_BLOCK) {
-        const u32 h = i / DS4_IDX_DIM, d = i % DS4_IDX_DIM;
-        qTf[d * DS4_IDX_MAX_HEADS + h] = h < n_head ? qi[((u64)t * n_head + h) * DS4_IDX_DIM + d] : 0.0f;
-    }
+    idxf_stage_queries(qT, qi, t, n_head);
     for (u32 h = tid; h < DS4_IDX_MAX_HEADS; h += DS4_BLOCK)
         sw[h] = h < n_head ? w[(u64)t * n_head + h] * w_scale : 0.0f;
     const u32 rg = tid / 8, hg = tid % 8;  // rows 4 rg .. 4 rg + 3, heads 8 hg .. 8 hg + 7
@@ -219,4 +250,99 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_fast(float* 
         const u32 r = 4 * rg + j;
         if (hg == 0 && r < nr) scores[(u64)t * score_stride + c0 + r] = s;
     }
+}
+
+// The decode twin's rows (c0 .., nr of them) for dims d0 .. d0 + DS4_IDXD_STEP: two float4s a thread
+// (zeros past the nr rows). krows 16-byte aligned (kernels::fast_twin checks it).
+DS4_DEV void idxd_step_load(float4 (&v)[2], const float* krows, u32 c0, u32 nr, u32 d0) {
+#pragma unroll
+    for (u32 k = 0; k < 2; ++k) {
+        const u32 i = threadIdx.x + k * DS4_BLOCK, r = i / (DS4_IDXD_STEP / 4), c4 = i % (DS4_IDXD_STEP / 4);
+        v[k] = r < nr ? *(const float4*)(krows + (u64)(c0 + r) * DS4_IDX_DIM + d0 + 4 * c4)
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+// Launch: grid (ceil(grid_rows / 32), n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_decode_fast(
+    float* scores, const float* qi, const float* w, const float* krows, const u32* pos, u32 n_head,
+    u32 n_comp_avail, u32 ratio, u32 top_k, u32 score_stride, float w_scale) {
+    static_assert(DS4_BLOCK == 256, "ds4_indexer_scores_decode_fast: 4 quarters x 8 row groups x 8 head groups");
+    static_assert(DS4_IDX_DIM == 2 * DS4_IDXD_STEP && DS4_IDXD_ROWS == 32, "two steps of 16 dims a quarter");
+    constexpr u32 QUARTERS = 4, QD = DS4_IDXD_STEP / QUARTERS;
+    // The queries [dim][head / 4], then (after the products) the quarters' partial dots
+    // [quarter][row][head]: both 32 KB.
+    __shared__ float4 qT[DS4_IDX_DIM][DS4_IDX_MAX_HEADS / 4];
+    static_assert(sizeof(qT) == QUARTERS * DS4_IDXD_ROWS * DS4_IDX_MAX_HEADS * 4, "partials fit the queries' space");
+    __shared__ float4 rT[DS4_IDXD_STEP * DS4_IDXD_RS / 4];  // [dim][row] of one step
+    __shared__ float sw[DS4_IDX_MAX_HEADS];
+    const u32 t = blockIdx.y, tid = threadIdx.x;
+    const u32 n_c = min((pos[0] + t + 1) / ratio, n_comp_avail);
+    const u32 c0 = blockIdx.x * DS4_IDXD_ROWS;
+    if (n_c <= top_k || c0 >= n_c || n_head > DS4_IDX_MAX_HEADS) return;
+    const u32 nr = min((u32)DS4_IDXD_ROWS, n_c - c0);
+    float4 next[2];
+    idxd_step_load(next, krows, c0, nr, 0);
+    idxf_stage_queries(qT, qi, t, n_head);
+    for (u32 h = tid; h < DS4_IDX_MAX_HEADS; h += DS4_BLOCK)
+        sw[h] = h < n_head ? w[(u64)t * n_head + h] * w_scale : 0.0f;
+    // Quarter q; rows 4 rg .. 4 rg + 3; heads 4 hg + i and 32 + 4 hg + i (i < 4): the float4 columns
+    // hg and 8 + hg of qT, so a warp's 8 head groups read 8 consecutive float4s.
+    const u32 q = tid / 64, rg = (tid % 64) / 8, hg = tid % 8;
+    float acc[4][8];
+#pragma unroll
+    for (u32 j = 0; j < 4; ++j)
+#pragma unroll
+        for (u32 k = 0; k < 8; ++k) acc[j][k] = 0.0f;
+    float* rTf = (float*)rT;
+#pragma unroll
+    for (u32 s = 0; s < 2; ++s) {
+        __syncthreads();
+#pragma unroll
+        for (u32 k = 0; k < 2; ++k) {
+            const u32 i = tid + k * DS4_BLOCK, r = i / (DS4_IDXD_STEP / 4), d = 4 * (i % (DS4_IDXD_STEP / 4));
+            rTf[(d + 0) * DS4_IDXD_RS + r] = next[k].x;
+            rTf[(d + 1) * DS4_IDXD_RS + r] = next[k].y;
+            rTf[(d + 2) * DS4_IDXD_RS + r] = next[k].z;
+            rTf[(d + 3) * DS4_IDXD_RS + r] = next[k].w;
+        }
+        __syncthreads();
+        if (s == 0) idxd_step_load(next, krows, c0, nr, DS4_IDXD_STEP);
+#pragma unroll 4
+        for (u32 dd = 0; dd < QD; ++dd) {
+            const u32 d = q * QD + dd;
+            const float4 x = rT[(d * DS4_IDXD_RS) / 4 + rg];
+            const float4 qa = qT[s * DS4_IDXD_STEP + d][hg], qb = qT[s * DS4_IDXD_STEP + d][8 + hg];
+            const float xs[4] = {x.x, x.y, x.z, x.w};
+            const float qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+            for (u32 j = 0; j < 4; ++j)
+#pragma unroll
+                for (u32 k = 0; k < 8; ++k) acc[j][k] = fmaf(xs[j], qs[k], acc[j][k]);
+        }
+    }
+    __syncthreads();  // every thread is done with qT
+    float* part = (float*)qT;  // [quarter][row][head]
+#pragma unroll
+    for (u32 j = 0; j < 4; ++j) {
+        float* pr = part + ((u64)q * DS4_IDXD_ROWS + 4 * rg + j) * DS4_IDX_MAX_HEADS;
+        *(float4*)(pr + 4 * hg) = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+        *(float4*)(pr + 32 + 4 * hg) = make_float4(acc[j][4], acc[j][5], acc[j][6], acc[j][7]);
+    }
+    __syncthreads();
+    // Row tid / 8, heads 8 (tid % 8) .. + 7: the quarters' sums in order, then max(0, .) * w.
+    const u32 r = tid / 8, h0 = 8 * (tid % 8);
+    float sc = 0.0f;
+#pragma unroll
+    for (u32 k = 0; k < 8; ++k) {
+        const u32 h = h0 + k;
+        float dot = part[(0 * DS4_IDXD_ROWS + r) * DS4_IDX_MAX_HEADS + h];
+#pragma unroll
+        for (u32 qq = 1; qq < QUARTERS; ++qq) dot += part[(qq * DS4_IDXD_ROWS + r) * DS4_IDX_MAX_HEADS + h];
+        sc = fmaf(fmaxf(dot, 0.0f), sw[h], sc);
+    }
+    sc += __shfl_xor(sc, 1, 8);
+    sc += __shfl_xor(sc, 2, 8);
+    sc += __shfl_xor(sc, 4, 8);
+    if (tid % 8 == 0 && r < nr) scores[(u64)t * score_stride + c0 + r] = sc;
 }

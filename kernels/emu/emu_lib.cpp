@@ -191,7 +191,7 @@ const std::vector<Entry>& registry() {
         K(ds4_moe_gate_up_iq2_xxs_q8k_fast), K(ds4_moe_gate_up_q2_k_q8k_fast), K(ds4_moe_gate_up_q4_k_q8k_fast),
         K(ds4_moe_down_iq2_xxs_fast), K(ds4_moe_down_q2_k_fast), K(ds4_moe_down_q4_k_fast),
         K(ds4_attention_decode_split), K(ds4_attention_decode_merge), K(ds4_attention_decode_merge_q8),
-        K(ds4_indexer_scores_fast),
+        K(ds4_indexer_scores_fast), K(ds4_indexer_scores_decode_fast),
         K(ds4_indexer_topk_segments), K(ds4_indexer_topk_merge), K(ds4_router_fast), K(ds4_matvec_f16_router_fast),
         // Emulator-only test entries (tests/hip_kernels/emulator.rs; names start with ds4_emutest_).
         K(ds4_emutest_block_dot_f16_seq),

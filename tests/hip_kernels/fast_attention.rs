@@ -94,7 +94,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     );
     let scores_name =
         |(n_head, n_comp, n_tok)| format!("fast_attention.indexer_scores[{n_head} heads, {n_comp} rows, {n_tok} tok]");
-    let scores_cases = [(64usize, 1000usize, 2usize), (4, 300, 1), (64, 17_500, 1)];
+    let scores_cases = [(64usize, 1000usize, 2usize), (4, 300, 1), (64, 17_500, 1), (64, 700, 6)];
     each(gpu, rng, emit, scores_cases, scores_name, check_indexer_scores);
     // (rows, top_k, segment, distinct score levels: few levels make many ties).
     let topk_cases = [
@@ -110,30 +110,50 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     each(gpu, rng, emit, topk_cases, topk_name, check_topk);
 }
 
-/// `ds4_indexer_scores_fast` against `ds4_indexer_scores` (a sum over 64 heads of 128-long dots,
-/// reordered: FAST_TOL). Tokens at the last positions that see all `n_comp` rows.
+/// `ds4_indexer_scores_decode_fast` (32 rows a block, each dot four partial sums) and
+/// `ds4_indexer_scores_fast` (128 rows a block, one chain a dot) against `ds4_indexer_scores` (a
+/// sum over 64 heads of 128-long dots, reordered: FAST_TOL). Tokens at the last positions that see
+/// all `n_comp` rows.
 fn check_indexer_scores(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, usize, usize)) -> Checked {
     let (n_head, n_comp, n_tok) = shape;
     let (dim, ratio, top_k) = (128usize, 4usize, 16usize);
     let stride = n_comp + 3;
     let inp = IndexerInputs::new(gpu, rng, (n_head, dim, n_comp, n_tok), n_comp * ratio, false)?;
     let exact_launch = |out: u64| inp.scores(out, ratio, top_k, stride);
-    let (want_d, got_d) = (
-        gpu.poisoned::<f32>(n_tok * stride)?,
-        gpu.poisoned::<f32>(n_tok * stride)?,
-    );
+    let [want_d, rows32_d, rows128_d] = [(); 3].map(|_| gpu.poisoned::<f32>(n_tok * stride));
+    let (want_d, rows32_d, rows128_d) = (want_d?, rows32_d?, rows128_d?);
     gpu.run(&exact_launch(want_d.ptr().0))?;
-    gpu.run(&kernels::fast_twin(&exact_launch(got_d.ptr().0)).expect("a fast twin"))?;
-    // Only the scores of the rows (the stride's spare entries stay poisoned in both).
-    let rows = |v: Vec<f32>| -> Vec<f32> { v.chunks(stride).flat_map(|r| r[..n_comp].to_vec()).collect() };
-    let (want, got) = (rows(want_d.to_vec::<f32>()?), rows(got_d.to_vec::<f32>()?));
-    Ok(close_scaled(
-        name,
-        &got,
-        &want,
-        FAST_TOL,
-        format!("{n_tok} tok, {n_head} heads x {n_comp} rows"),
-    ))
+    let grids = |tokens| kernels::FastGrids {
+        indexer_decode_tokens: tokens,
+        ..kernels::FastGrids::default()
+    };
+    let rows32 = kernels::fast_twin_tuned(&exact_launch(rows32_d.ptr().0), grids(u32::MAX)).expect("a fast twin");
+    let rows128 = kernels::fast_twin_tuned(&exact_launch(rows128_d.ptr().0), grids(0)).expect("a fast twin");
+    assert_eq!(
+        (rows32.kernel.name, rows128.kernel.name),
+        ("ds4_indexer_scores_decode_fast", "ds4_indexer_scores_fast")
+    );
+    gpu.run(&rows32)?;
+    gpu.run(&rows128)?;
+    // Only the scores of the rows (the stride's spare entries stay poisoned in all three).
+    let rows = |d: &DeviceBuffer| -> HipResult<Vec<f32>> {
+        Ok(d.to_vec::<f32>()?
+            .chunks(stride)
+            .flat_map(|r| r[..n_comp].to_vec())
+            .collect())
+    };
+    let (want, got32, got128) = (rows(&want_d)?, rows(&rows32_d)?, rows(&rows128_d)?);
+    let note = format!("{n_tok} tok, {n_head} heads x {n_comp} rows");
+    let r128 = close_scaled(name, &got128, &want, FAST_TOL, note.clone());
+    let mut r = close_scaled(name, &got32, &want, FAST_TOL, format!("32-row blocks: {note}"));
+    if r128.verdict != Verdict::Pass {
+        r.verdict = Verdict::Fail;
+    }
+    r.note = format!(
+        "{}; 128-row blocks: max_abs {:.3e} ({:?})",
+        r.note, r128.max_abs, r128.verdict
+    );
+    Ok(r)
 }
 
 /// The segmented top-k against `ds4_indexer_topk` for two tokens at the position where the first

@@ -229,6 +229,7 @@ const FEW_BLOCKS: FastGrids = FastGrids {
     q8_0_max_blocks: 3,
     attention_rows: kernels::ATTENTION_SPLIT_ROWS,
     moe_rows: kernels::MOE_FAST_ROWS,
+    indexer_decode_tokens: kernels::INDEXER_DECODE_MAX_TOKENS,
 };
 
 /// [`FEW_BLOCKS`] and the default grid's blocks (`Q8_0_FAST_MAX_BLOCKS`): the fused Q8_0 products

@@ -278,6 +278,8 @@ kernel_defs! {
     /// kernels/indexer_fast.hip
     INDEXER_SCORES_FAST = "ds4_indexer_scores_fast"(scores: Ptr, qi: Ptr, w: Ptr, krows: Ptr, pos: Ptr,
         n_head: U32, n_comp_avail: U32, ratio: U32, top_k: U32, score_stride: U32, w_scale: F32);
+    INDEXER_SCORES_DECODE_FAST = "ds4_indexer_scores_decode_fast"(scores: Ptr, qi: Ptr, w: Ptr, krows: Ptr,
+        pos: Ptr, n_head: U32, n_comp_avail: U32, ratio: U32, top_k: U32, score_stride: U32, w_scale: F32);
     INDEXER_TOPK_SEGMENTS = "ds4_indexer_topk_segments"(sel: Ptr, scores: Ptr, pos: Ptr, score_stride: U32,
         n_comp_avail: U32, ratio: U32, top_k: U32, seg: U32);
     INDEXER_TOPK_MERGE = "ds4_indexer_topk_merge"(sel: Ptr, scores: Ptr, pos: Ptr, score_stride: U32,

@@ -16,6 +16,8 @@ pub const ATTENTION_SPLIT_HEADS: u32 = 8;
 /// tests/hip-on-cuda/results/h200-2026-12-02-s11-call1.log). The partials, n_head x head_dim floats
 /// a slice, stay in the cache. `DS4_HIP_ATTENTION_ROWS` overrides it for tuning (`FastGrids`).
 pub const ATTENTION_SPLIT_ROWS: u32 = 8;
+/// Dims of a head per block of the merges (DS4_AFM_DIMS).
+pub const ATTENTION_MERGE_DIMS: u32 = 128;
 /// Slice lengths are multiples of this (DS4_AFD_ROUND).
 pub const ATTENTION_SLICE_ROUND: u32 = 8;
 /// Most slices per token: bounds the merge and the partial buffer (128 slices of 65 rows at the
@@ -79,7 +81,7 @@ impl AttentionSplitPlan {
 /// `kernels::attention` (same rows, selection and sinks, same output layout) with the rows of
 /// each token split over `plan.n_split` slices; `scratch` holds the partials
 /// ([`AttentionSplitPlan::acc_floats`] + 2 n_tok n_head n_split floats). Grids
-/// (n_split, n_head / 8, n_tok) and (n_head, n_tok).
+/// (n_split, n_head / 8, n_tok) and (ceil(head_dim / 128), n_head, n_tok).
 pub fn attention_decode_split(
     shape: &AttentionShape,
     plan: AttentionSplitPlan,
@@ -91,7 +93,7 @@ pub fn attention_decode_split(
     let (split, merge_args) = split_and_merge_args(shape, plan, scratch, io, n_tok);
     let merge = Launch::new(
         &ATTENTION_DECODE_MERGE,
-        [shape.n_head, n_tok, 1],
+        merge_grid(shape, n_tok),
         [vec![ptr(out)], merge_args].concat(),
     );
     [split, merge]
@@ -126,8 +128,13 @@ pub fn attention_decode_split_q8(
     .concat();
     Some([
         split,
-        Launch::new(&ATTENTION_DECODE_MERGE_Q8, [shape.n_head, n_tok, 1], args),
+        Launch::new(&ATTENTION_DECODE_MERGE_Q8, merge_grid(shape, n_tok), args),
     ])
+}
+
+/// The merges' grid: blocks of [`ATTENTION_MERGE_DIMS`] dims of a head.
+fn merge_grid(shape: &AttentionShape, n_tok: u32) -> [u32; 3] {
+    [shape.head_dim.div_ceil(ATTENTION_MERGE_DIMS), shape.n_head, n_tok]
 }
 
 /// The split launch and the merge's arguments after its output(s).
@@ -210,7 +217,7 @@ mod tests {
             n_comp_avail: 100,
         };
         let [a, b] = attention_decode_split(&s, plan, 1, 0x1000, &io, 1);
-        assert_eq!((a.grid, b.grid), ([20, 8, 1], [64, 1, 1]));
+        assert_eq!((a.grid, b.grid), ([20, 8, 1], [4, 64, 1]));
         assert_eq!(a.args[1], ptr(0x1000 + 4 * 64 * 20 * 512));
     }
 }

@@ -7,9 +7,9 @@
 use super::super::env::env_number;
 use super::abi::{
     ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_POST_FAST, HC_POST_PRE_FAST,
-    HC_POST_PRE_TOKEN_FAST, HC_PRE_FUSED_FAST, HC_PRE_TOKEN_FAST, INDEXER_SCORES_FAST, KernelDef, MATVEC_F16_FAST,
-    MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST, ROUTER_FAST,
-    ROWS_FINISH_FAST, kernel_def,
+    HC_POST_PRE_TOKEN_FAST, HC_PRE_FUSED_FAST, HC_PRE_TOKEN_FAST, INDEXER_SCORES_DECODE_FAST, INDEXER_SCORES_FAST,
+    KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST,
+    ROUTER_FAST, ROWS_FINISH_FAST, kernel_def,
 };
 use super::attention_fast::{ATTENTION_SLICE_ROUND, ATTENTION_SPLIT_ROWS};
 use super::launch::{BLOCK, Launch, blocks};
@@ -62,6 +62,15 @@ pub const ATTENTION_ROWS_ENV: &str = "DS4_HIP_ATTENTION_ROWS";
 /// Environment variable overriding the routed gate/up's rows per block ([`MOE_FAST_ROWS`]).
 pub const MOE_ROWS_ENV: &str = "DS4_HIP_MOE_ROWS";
 
+/// Most tokens of a batch whose indexer scores run `ds4_indexer_scores_decode_fast` (32 rows a
+/// block) rather than `ds4_indexer_scores_fast` (128): a decode step's few hundred rows spread over
+/// four times the blocks, while a prefill batch keeps the longer tiles that stage each token's
+/// queries once per 128 rows. Both are within the fast tolerance of the exact kernel; their bits
+/// differ (the decode twin adds four partial dots a score).
+pub const INDEXER_DECODE_MAX_TOKENS: u32 = 4;
+/// The environment variable that overrides [`INDEXER_DECODE_MAX_TOKENS`] (`FastGrids::from_env`).
+pub const INDEXER_DECODE_TOKENS_ENV: &str = "DS4_HIP_INDEXER_DECODE_TOKENS";
+
 /// The work split a session's fast kernels use where it is a tuning choice: `HipOptions::fast_grids`,
 /// passed to [`fast_twin_tuned`] and the attention sublayer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +83,9 @@ pub struct FastGrids {
     /// Output rows per block of the fast routed gate/up kernels ([`MOE_FAST_ROWS`]; a power of two
     /// from 8 to 256, never changes the bits).
     pub moe_rows: u32,
+    /// Most tokens for which the indexer scores run 32 rows a block instead of 128
+    /// ([`INDEXER_DECODE_MAX_TOKENS`]; the two sum a score's dot in different orders).
+    pub indexer_decode_tokens: u32,
 }
 
 impl Default for FastGrids {
@@ -82,14 +94,15 @@ impl Default for FastGrids {
             q8_0_max_blocks: Q8_0_FAST_MAX_BLOCKS,
             attention_rows: ATTENTION_SPLIT_ROWS,
             moe_rows: MOE_FAST_ROWS,
+            indexer_decode_tokens: INDEXER_DECODE_MAX_TOKENS,
         }
     }
 }
 
 impl FastGrids {
     /// The defaults with `DS4_HIP_Q8_BLOCKS` (a positive block count), `DS4_HIP_ATTENTION_ROWS`
-    /// (a multiple of 8 from 8 to 256) and `DS4_HIP_MOE_ROWS` (a power of two from 8 to 256)
-    /// applied; malformed is a one-line error naming it.
+    /// (a multiple of 8 from 8 to 256), `DS4_HIP_MOE_ROWS` (a power of two from 8 to 256) and
+    /// `DS4_HIP_INDEXER_DECODE_TOKENS` (a token count, 0: never) applied; malformed is a one-line error naming it.
     pub fn from_env() -> Result<FastGrids, String> {
         let q8 = env_number(Q8_0_FAST_BLOCKS_ENV, |&n: &u32| n > 0, "a positive block count")?;
         let rows = env_number(
@@ -98,10 +111,12 @@ impl FastGrids {
             "a multiple of 8 from 8 to 256",
         )?;
         let moe = env_number(MOE_ROWS_ENV, |&n| moe_rows_valid(n), "a power of two from 8 to 256")?;
+        let idx = env_number(INDEXER_DECODE_TOKENS_ENV, |_: &u32| true, "a token count")?;
         Ok(FastGrids {
             q8_0_max_blocks: q8.unwrap_or(Q8_0_FAST_MAX_BLOCKS),
             attention_rows: rows.unwrap_or(ATTENTION_SPLIT_ROWS),
             moe_rows: moe.unwrap_or(MOE_FAST_ROWS),
+            indexer_decode_tokens: idx.unwrap_or(INDEXER_DECODE_MAX_TOKENS),
         })
     }
 }
@@ -288,8 +303,19 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
             let grid = [blocks(arg_u32(l, "n_out"), MOE_FAST_ROWS), l.grid[1], l.grid[2]];
             moe_fast_job_fits(l.kernel.name, row, arg_u32(l, "n_used")).then(|| twin(l, moe_fast_def(l), grid))
         }
-        // 128 rows per block (kernels/indexer_fast.hip) instead of 16.
-        "ds4_indexer_scores" => Some(twin(l, &INDEXER_SCORES_FAST, [l.grid[0].div_ceil(8), l.grid[1], 1])),
+        // 32 rows per block for a few tokens, 128 for a batch (kernels/indexer_fast.hip), instead
+        // of 16; the queries and the decode twin's rows are read as float4s.
+        "ds4_indexer_scores"
+            if ["qi", "krows"]
+                .iter()
+                .all(|&p| matches!(arg(l, p), Arg::Ptr(p) if p % 16 == 0)) =>
+        {
+            Some(if l.grid[1] <= grids.indexer_decode_tokens {
+                twin(l, &INDEXER_SCORES_DECODE_FAST, [l.grid[0].div_ceil(2), l.grid[1], 1])
+            } else {
+                twin(l, &INDEXER_SCORES_FAST, [l.grid[0].div_ceil(8), l.grid[1], 1])
+            })
+        }
         // Batched prefill GEMMs on matrix cores (kernels/gemm_fast.hip): 128-token tiles.
         "ds4_gemm_q8_0" | "ds4_gemm_f16" => {
             let kernel = if l.kernel.name == "ds4_gemm_q8_0" {

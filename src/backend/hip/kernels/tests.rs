@@ -175,7 +175,9 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         ),
         rows_finish_emitted(1, 2, 3, 512, row_flags::NORM, 4, 1026, rope, 1e-6, 1, 1),
         compressor_pool(1, 2, 3, 4, 5, 6, 7, 512, 4, 1, 1026),
-        indexer_scores(1, 2, 3, 4, 5, 64, 1000, 4, 512, 1024, 0.011, 1000, 1),
+        // 16-byte aligned (the fast twins' float4 queries): one token, and a batch (128-row twin).
+        indexer_scores(16, 32, 48, 64, 80, 64, 1000, 4, 512, 1024, 0.011, 1000, 1),
+        indexer_scores(16, 32, 48, 64, 80, 64, 1000, 4, 512, 1024, 0.011, 1000, 64),
         indexer_topk(&topk, 1),
         argmax(1, 2, 129280),
         sample_min_p(1, 2, 129280, 1.0, 0.05, 0.5),
