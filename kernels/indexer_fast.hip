@@ -159,10 +159,20 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk_merge(u32* sel
 #define DS4_IDXD_STEP 64  // dims per staged step of the decode twin (16 per quarter)
 #define DS4_IDXD_RS (DS4_IDXD_ROWS + 4)  // floats per staged dim (padded; float4-aligned)
 
-// The queries of token t transposed into qT [dim][head / 4] (zeros past n_head): thread i loads the
-// float4s (head i % 64, dims 4 (i / 64 + 4 k) ..), all in flight at once, and writes them to
-// consecutive heads. qi 16-byte aligned (kernels::fast_twin checks it).
-DS4_DEV void idxf_stage_queries(float4 (*qT)[DS4_IDX_MAX_HEADS / 4], const float* qi, u32 t, u32 n_head) {
+// v stored down a column: base[0], base[stride], base[2 stride], base[3 stride].
+DS4_DEV void idxf_store4_column(float* base, u32 stride, float4 v) {
+    base[0] = v.x;
+    base[stride] = v.y;
+    base[2 * stride] = v.z;
+    base[3 * stride] = v.w;
+}
+
+// Token t's queries transposed into qT [dim][head / 4] and its head weights w * w_scale into sw
+// (zeros past n_head): thread i loads the query float4s (head i % 64, dims 4 (i / 64 + 4 k) ..), all
+// in flight at once, and writes them to consecutive heads. qi 16-byte aligned (kernels::fast_twin
+// checks it).
+DS4_DEV void idxf_stage_token(float4 (*qT)[DS4_IDX_MAX_HEADS / 4], float* sw, const float* qi, const float* w,
+                              u32 t, u32 n_head, float w_scale) {
     constexpr u32 Q4 = DS4_IDX_MAX_HEADS * DS4_IDX_DIM / 4 / DS4_BLOCK, HSTEP = DS4_BLOCK / DS4_IDX_MAX_HEADS;
     const u32 h = threadIdx.x % DS4_IDX_MAX_HEADS, d40 = threadIdx.x / DS4_IDX_MAX_HEADS;
     float4 qv[Q4];
@@ -172,13 +182,28 @@ DS4_DEV void idxf_stage_queries(float4 (*qT)[DS4_IDX_MAX_HEADS / 4], const float
                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float* qTf = (float*)qT;
 #pragma unroll
-    for (u32 k = 0; k < Q4; ++k) {
-        const u32 d = 4 * (d40 + k * HSTEP);
-        qTf[(d + 0) * DS4_IDX_MAX_HEADS + h] = qv[k].x;
-        qTf[(d + 1) * DS4_IDX_MAX_HEADS + h] = qv[k].y;
-        qTf[(d + 2) * DS4_IDX_MAX_HEADS + h] = qv[k].z;
-        qTf[(d + 3) * DS4_IDX_MAX_HEADS + h] = qv[k].w;
-    }
+    for (u32 k = 0; k < Q4; ++k)
+        idxf_store4_column(qTf + 4 * (d40 + k * HSTEP) * DS4_IDX_MAX_HEADS + h, DS4_IDX_MAX_HEADS, qv[k]);
+    for (u32 i = threadIdx.x; i < DS4_IDX_MAX_HEADS; i += DS4_BLOCK)
+        sw[i] = i < n_head ? w[(u64)t * n_head + i] * w_scale : 0.0f;
+}
+
+// A thread's 4 rows x 8 heads tile for one dim: acc[j][k] += x[j] q[k], q = (qa, qb).
+DS4_DEV void idxf_tile_fma(float (&acc)[4][8], float4 x, float4 qa, float4 qb) {
+    const float xs[4] = {x.x, x.y, x.z, x.w};
+    const float qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+    for (u32 j = 0; j < 4; ++j)
+#pragma unroll
+        for (u32 k = 0; k < 8; ++k) acc[j][k] = fmaf(xs[j], qs[k], acc[j][k]);
+}
+
+// The sum over the 8 lanes of an aligned group (xor 1, 2, 4), in every lane: a row's score from
+// its head groups' partial sums.
+DS4_DEV float idxf_lanes8_sum(float s) {
+    s += __shfl_xor(s, 1, 8);
+    s += __shfl_xor(s, 2, 8);
+    return s + __shfl_xor(s, 4, 8);
 }
 
 // This thread's floats of the rows' dims d0 .. d0 + DS4_IDXF_STEP (zeros past the nr rows).
@@ -207,15 +232,9 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_fast(float* 
     const u32 nr = min((u32)DS4_IDXF_ROWS, n_c - c0);
     float next[DS4_IDXF_PER_THREAD];
     idxf_step_load(next, krows, c0, nr, 0);
-    idxf_stage_queries(qT, qi, t, n_head);
-    for (u32 h = tid; h < DS4_IDX_MAX_HEADS; h += DS4_BLOCK)
-        sw[h] = h < n_head ? w[(u64)t * n_head + h] * w_scale : 0.0f;
+    idxf_stage_token(qT, sw, qi, w, t, n_head, w_scale);
     const u32 rg = tid / 8, hg = tid % 8;  // rows 4 rg .. 4 rg + 3, heads 8 hg .. 8 hg + 7
-    float acc[4][8];
-#pragma unroll
-    for (u32 j = 0; j < 4; ++j)
-#pragma unroll
-        for (u32 k = 0; k < 8; ++k) acc[j][k] = 0.0f;
+    float acc[4][8] = {};
     float* rTf = (float*)rT;
     constexpr u32 RS = DS4_IDXF_ROWS + 4;  // floats per staged dim (padded)
     for (u32 d0 = 0; d0 < DS4_IDX_DIM; d0 += DS4_IDXF_STEP) {
@@ -229,14 +248,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_fast(float* 
         if (d0 + DS4_IDXF_STEP < DS4_IDX_DIM) idxf_step_load(next, krows, c0, nr, d0 + DS4_IDXF_STEP);
 #pragma unroll 4
         for (u32 d = 0; d < DS4_IDXF_STEP; ++d) {
-            const float4 x = rT[d][rg];
-            const float4 qa = qT[d0 + d][2 * hg], qb = qT[d0 + d][2 * hg + 1];
-            const float xs[4] = {x.x, x.y, x.z, x.w};
-            const float qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-#pragma unroll
-            for (u32 j = 0; j < 4; ++j)
-#pragma unroll
-                for (u32 k = 0; k < 8; ++k) acc[j][k] = fmaf(xs[j], qs[k], acc[j][k]);
+            idxf_tile_fma(acc, rT[d][rg], qT[d0 + d][2 * hg], qT[d0 + d][2 * hg + 1]);
         }
     }
 #pragma unroll
@@ -244,9 +256,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_fast(float* 
         float s = 0.0f;
 #pragma unroll
         for (u32 k = 0; k < 8; ++k) s = fmaf(fmaxf(acc[j][k], 0.0f), sw[8 * hg + k], s);
-        s += __shfl_xor(s, 1, 8);
-        s += __shfl_xor(s, 2, 8);
-        s += __shfl_xor(s, 4, 8);
+        s = idxf_lanes8_sum(s);
         const u32 r = 4 * rg + j;
         if (hg == 0 && r < nr) scores[(u64)t * score_stride + c0 + r] = s;
     }
@@ -283,17 +293,11 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_decode_fast(
     const u32 nr = min((u32)DS4_IDXD_ROWS, n_c - c0);
     float4 next[2];
     idxd_step_load(next, krows, c0, nr, 0);
-    idxf_stage_queries(qT, qi, t, n_head);
-    for (u32 h = tid; h < DS4_IDX_MAX_HEADS; h += DS4_BLOCK)
-        sw[h] = h < n_head ? w[(u64)t * n_head + h] * w_scale : 0.0f;
+    idxf_stage_token(qT, sw, qi, w, t, n_head, w_scale);
     // Quarter q; rows 4 rg .. 4 rg + 3; heads 4 hg + i and 32 + 4 hg + i (i < 4): the float4 columns
     // hg and 8 + hg of qT, so a warp's 8 head groups read 8 consecutive float4s.
     const u32 q = tid / 64, rg = (tid % 64) / 8, hg = tid % 8;
-    float acc[4][8];
-#pragma unroll
-    for (u32 j = 0; j < 4; ++j)
-#pragma unroll
-        for (u32 k = 0; k < 8; ++k) acc[j][k] = 0.0f;
+    float acc[4][8] = {};
     float* rTf = (float*)rT;
 #pragma unroll
     for (u32 s = 0; s < 2; ++s) {
@@ -301,24 +305,15 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_decode_fast(
 #pragma unroll
         for (u32 k = 0; k < 2; ++k) {
             const u32 i = tid + k * DS4_BLOCK, r = i / (DS4_IDXD_STEP / 4), d = 4 * (i % (DS4_IDXD_STEP / 4));
-            rTf[(d + 0) * DS4_IDXD_RS + r] = next[k].x;
-            rTf[(d + 1) * DS4_IDXD_RS + r] = next[k].y;
-            rTf[(d + 2) * DS4_IDXD_RS + r] = next[k].z;
-            rTf[(d + 3) * DS4_IDXD_RS + r] = next[k].w;
+            idxf_store4_column(rTf + d * DS4_IDXD_RS + r, DS4_IDXD_RS, next[k]);
         }
         __syncthreads();
         if (s == 0) idxd_step_load(next, krows, c0, nr, DS4_IDXD_STEP);
 #pragma unroll 4
         for (u32 dd = 0; dd < QD; ++dd) {
             const u32 d = q * QD + dd;
-            const float4 x = rT[(d * DS4_IDXD_RS) / 4 + rg];
-            const float4 qa = qT[s * DS4_IDXD_STEP + d][hg], qb = qT[s * DS4_IDXD_STEP + d][8 + hg];
-            const float xs[4] = {x.x, x.y, x.z, x.w};
-            const float qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-#pragma unroll
-            for (u32 j = 0; j < 4; ++j)
-#pragma unroll
-                for (u32 k = 0; k < 8; ++k) acc[j][k] = fmaf(xs[j], qs[k], acc[j][k]);
+            idxf_tile_fma(acc, rT[(d * DS4_IDXD_RS) / 4 + rg], qT[s * DS4_IDXD_STEP + d][hg],
+                          qT[s * DS4_IDXD_STEP + d][8 + hg]);
         }
     }
     __syncthreads();  // every thread is done with qT
@@ -341,8 +336,6 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_decode_fast(
         for (u32 qq = 1; qq < QUARTERS; ++qq) dot += part[(qq * DS4_IDXD_ROWS + r) * DS4_IDX_MAX_HEADS + h];
         sc = fmaf(fmaxf(dot, 0.0f), sw[h], sc);
     }
-    sc += __shfl_xor(sc, 1, 8);
-    sc += __shfl_xor(sc, 2, 8);
-    sc += __shfl_xor(sc, 4, 8);
+    sc = idxf_lanes8_sum(sc);
     if (tid % 8 == 0 && r < nr) scores[(u64)t * score_stride + c0 + r] = sc;
 }
