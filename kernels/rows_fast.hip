@@ -127,3 +127,130 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish_pair_fast(
         rows_finish_fast_row(x2, ring2, w2, pos, n_head2, blockIdx.x - n_head, head_dim, n_rot, flags2, n_tok, 0, 0,
                              ring_cap2, theta_scale, freq_scale, ext_factor, corr_low, corr_high, mscale, eps);
 }
+
+// ds4_rows_finish of rows of DS4_ROWH_DIM elements with DS4_ROW_HADAMARD_FP4 (the indexer's query
+// heads and its compressed rows), one warp a row instead of one block: lane l holds elements
+// E l .. E l + E - 1 (E = DS4_ROWH_DIM / DS4_WARP) in registers, so the Hadamard butterflies across
+// lanes are shuffles and no step waits on a block barrier (the exact kernel's 7 barriered stages
+// of 64 active threads took 7 us a decode step on the H200). Every element sees the exact kernel's
+// operations on the same operands: each butterfly's a + b and a - b in stage order, RoPE's products,
+// the E2M1 block max (order-free), and the norm's f64 sum of squares as block_sum_f64's tree (the
+// butterfly within each group of 32 elements, xor 16 down to 1, then the groups added in order),
+// so the rows have the exact kernel's bits. Preconditions (kernels::fast_twin checks them):
+// head_dim == DS4_ROWH_DIM, no DS4_ROW_E4M3 or DS4_ROW_STORE_RING, n_rot even. ds4_rows_finish's
+// arguments; grid (ceil(n_head / DS4_ROWH_ROWS), its grid's y), block 256.
+#define DS4_ROWH_DIM 128
+#define DS4_ROWH_ROWS 8  // rows a block (fast.rs ROWS_HADAMARD_PER_BLOCK): one a warp on wave32
+DS4_DEV void rows_finish_hadamard_row(float* x, const float* w, const u32* pos, u32 n_head, u32 h, u32 n_rot,
+                                      u32 flags, u32 n_tok, u32 emit_ratio, u32 row_cap, float theta_scale,
+                                      float freq_scale, float ext_factor, float corr_low, float corr_high,
+                                      float mscale, float eps) {
+    constexpr u32 E = DS4_ROWH_DIM / DS4_WARP;  // elements a lane: 4 (wave32) or 2 (wave64)
+    const u32 t = blockIdx.y;
+    const u32 pos0 = pos[0];
+    u32 row = t, row_pos = pos0 + t;
+    if (emit_ratio) {
+        const u32 first = pos0 / emit_ratio;
+        const u32 end = min((pos0 + n_tok) / emit_ratio, row_cap);
+        if (first + t >= end) return;
+        row = first + t;
+        row_pos = row * emit_ratio;
+    }
+    float* xr = x + ((u64)row * n_head + h) * DS4_ROWH_DIM;
+    const u32 lane = lane_id(), e0 = E * lane;
+    float v[E];
+#pragma unroll
+    for (u32 j = 0; j < E; ++j) v[j] = xr[e0 + j];
+    if (flags & DS4_ROW_NORM) {
+        double sq[E];
+#pragma unroll
+        for (u32 j = 0; j < E; ++j) sq[j] = (double)v[j] * (double)v[j];
+        // block_sum_f64's butterfly over element index m within its group of 32: bits of m at or
+        // above log2(E) are lane bits, the lower ones the slot within the lane.
+#pragma unroll
+        for (u32 o = 16; o > 0; o >>= 1) {
+            if (o >= E) {
+#pragma unroll
+                for (u32 j = 0; j < E; ++j) sq[j] += __shfl_xor(sq[j], (int)(o / E), DS4_WARP);
+            } else {
+                double nx[E];
+#pragma unroll
+                for (u32 j = 0; j < E; ++j) nx[j] = sq[j] + sq[j ^ o];
+#pragma unroll
+                for (u32 j = 0; j < E; ++j) sq[j] = nx[j];
+            }
+        }
+        // The groups' totals in group order (the groups past the row are zeros there).
+        double ss = 0.0;
+#pragma unroll
+        for (u32 g = 0; g < DS4_ROWH_DIM / 32; ++g) ss += __shfl(sq[0], (int)(g * 32 / E), DS4_WARP);
+        const float sc = 1.0f / sqrtf((float)(ss / (double)DS4_ROWH_DIM) + eps);
+#pragma unroll
+        for (u32 j = 0; j < E; ++j) v[j] = w ? v[j] * sc * w[e0 + j] : v[j] * sc;
+    }
+    if (flags & DS4_ROW_ROPE) {
+        const u32 off = DS4_ROWH_DIM - n_rot;
+#pragma unroll
+        for (u32 j = 0; j < E; j += 2) {
+            const u32 e = e0 + j;
+            if (e >= off) {
+                const float th =
+                    rope_theta(row_pos, (e - off) / 2, theta_scale, freq_scale, ext_factor, corr_low, corr_high);
+                const float c = ds4_cosf(th) * mscale;
+                const float sn = ((flags & DS4_ROW_ROPE_INV) ? -ds4_sinf(th) : ds4_sinf(th)) * mscale;
+                const float x0 = v[j], x1 = v[j + 1];
+                v[j] = x0 * c - x1 * sn;
+                v[j + 1] = x0 * sn + x1 * c;
+            }
+        }
+    }
+    if (flags & DS4_ROW_HADAMARD_FP4) {
+        // Stage `stride`: element i with that bit clear becomes a + b, its partner a - b.
+#pragma unroll
+        for (u32 stride = 1; stride < DS4_ROWH_DIM; stride <<= 1) {
+            if (stride < E) {
+                float nx[E];
+#pragma unroll
+                for (u32 j = 0; j < E; ++j) nx[j] = (j & stride) ? v[j ^ stride] - v[j] : v[j] + v[j ^ stride];
+#pragma unroll
+                for (u32 j = 0; j < E; ++j) v[j] = nx[j];
+            } else {
+                const bool hi = (e0 & stride) != 0;
+#pragma unroll
+                for (u32 j = 0; j < E; ++j) {
+                    const float o = __shfl_xor(v[j], (int)(stride / E), DS4_WARP);
+                    v[j] = hi ? o - v[j] : v[j] + o;
+                }
+            }
+        }
+        // E2M1 per 32-element block: the block's max over its 32 / E lanes.
+        float am = 0.0f;
+#pragma unroll
+        for (u32 j = 0; j < E; ++j) {
+            v[j] = v[j] * 0.08838834764831845f;
+            am = fmaxf(am, fabsf(v[j]));
+        }
+#pragma unroll
+        for (u32 o = 32 / E / 2; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor(am, (int)o, DS4_WARP));
+        const float scale = pow2_scale(fmaxf(am, 7.052966104933725e-38f), DS4_RCP6);
+#pragma unroll
+        for (u32 j = 0; j < E; ++j) v[j] = e2m1_round(fminf(6.0f, fmaxf(-6.0f, v[j] / scale))) * scale;
+    }
+    const bool rnd = (flags & DS4_ROW_ROUND_F16) != 0;
+#pragma unroll
+    for (u32 j = 0; j < E; ++j) xr[e0 + j] = rnd ? round_f16(v[j]) : v[j];
+}
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish_hadamard_fast(
+    float* x, float* ring, const float* w, const u32* pos, u32 n_head, u32 head_dim, u32 n_rot, u32 flags, u32 n_tok,
+    u32 emit_ratio, u32 row_cap, u32 ring_cap, float theta_scale, float freq_scale, float ext_factor, float corr_low,
+    float corr_high, float mscale, float eps) {
+    (void)ring;
+    (void)ring_cap;
+    if (head_dim != DS4_ROWH_DIM) return;
+    for (u32 r = warp_id(); r < DS4_ROWH_ROWS; r += DS4_WARPS_PER_BLOCK) {
+        const u32 h = blockIdx.x * DS4_ROWH_ROWS + r;  // warp-uniform
+        if (h < n_head)
+            rows_finish_hadamard_row(x, w, pos, n_head, h, n_rot, flags, n_tok, emit_ratio, row_cap, theta_scale,
+                                     freq_scale, ext_factor, corr_low, corr_high, mscale, eps);
+    }
+}

@@ -123,6 +123,34 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         ),
         ("odd", 3, 200, 2, 5, rf::NORM | rf::ROPE | rf::E4M3, !yarn),
         ("1024", 2, 1024, 1, 9, rf::NORM | rf::ROPE, !yarn),
+        // The indexer's query heads and (as token rows) its compressed rows: the Hadamard twin.
+        (
+            "idx q",
+            hp.idx_n_head,
+            hp.idx_head_dim,
+            1,
+            3000,
+            rf::ROPE | rf::HADAMARD_FP4,
+            yarn,
+        ),
+        (
+            "idx q 3 tok",
+            5,
+            hp.idx_head_dim,
+            3,
+            8,
+            rf::ROPE | rf::HADAMARD_FP4,
+            yarn,
+        ),
+        (
+            "idx comp",
+            1,
+            hp.idx_head_dim,
+            2,
+            4100,
+            rf::NORM | rf::ROPE | rf::HADAMARD_FP4 | rf::ROUND_F16,
+            yarn,
+        ),
     ];
     for (label, n_head, head_dim, n_tok, pos0, flags, yarn) in rows_cases {
         let name = format!("fast_hc.rows_finish[{label}: {n_head}x{head_dim},{n_tok} tok,pos {pos0}]");
@@ -636,7 +664,8 @@ struct RowsShape {
 /// rows before rounding (the same launch without them) are held to FAST_TOL, and a rounded element
 /// may then differ where its value crossed a rounding midpoint: by at most one step of the format
 /// (|v| / 8 for E4M3, whose block scale may also have moved to the next power of two with its
-/// maximum, |v| / 1024 for f16), counted in the report.
+/// maximum, |v| / 1024 for f16), counted in the report. The Hadamard/FP4 rows' twin
+/// (`ds4_rows_finish_hadamard_fast`) must give the exact kernel's bits.
 fn check_rows_finish(gpu: &Gpu, rng: &mut CheckRng, name: &str, sh: RowsShape, flags: u32, yarn: bool) -> Checked {
     use kernels::row_flags as rf;
     let hp = HParams::flash();
@@ -682,6 +711,10 @@ fn check_rows_finish(gpu: &Gpu, rng: &mut CheckRng, name: &str, sh: RowsShape, f
     };
     let rounding = rf::E4M3 | rf::ROUND_F16;
     let [exact, fast] = run_pair(flags)?;
+    if flags & rf::HADAMARD_FP4 != 0 {
+        // ds4_rows_finish_hadamard_fast does the exact kernel's operations element by element.
+        return Ok(same_bits(name, &fast, &exact, "ds4_rows_finish_hadamard_fast".into()));
+    }
     if flags & rounding == 0 {
         return Ok(close_scaled(name, &fast, &exact, FAST_TOL, String::new()));
     }

@@ -217,6 +217,9 @@ kernel_defs! {
     ROWS_FINISH_FAST = "ds4_rows_finish_fast"(x: Ptr, ring: Ptr, w: Ptr, pos: Ptr, n_head: U32, head_dim: U32,
         n_rot: U32, flags: U32, n_tok: U32, emit_ratio: U32, row_cap: U32, ring_cap: U32, theta_scale: F32,
         freq_scale: F32, ext_factor: F32, corr_low: F32, corr_high: F32, mscale: F32, eps: F32);
+    ROWS_FINISH_HADAMARD_FAST = "ds4_rows_finish_hadamard_fast"(x: Ptr, ring: Ptr, w: Ptr, pos: Ptr, n_head: U32,
+        head_dim: U32, n_rot: U32, flags: U32, n_tok: U32, emit_ratio: U32, row_cap: U32, ring_cap: U32,
+        theta_scale: F32, freq_scale: F32, ext_factor: F32, corr_low: F32, corr_high: F32, mscale: F32, eps: F32);
     ROWS_FINISH_PAIR_FAST = "ds4_rows_finish_pair_fast"(x: Ptr, ring: Ptr, w: Ptr, n_head: U32, flags: U32,
         ring_cap: U32, x2: Ptr, ring2: Ptr, w2: Ptr, n_head2: U32, flags2: U32, ring_cap2: U32, pos: Ptr,
         head_dim: U32, n_rot: U32, n_tok: U32, theta_scale: F32, freq_scale: F32, ext_factor: F32, corr_low: F32,

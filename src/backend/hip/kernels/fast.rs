@@ -9,7 +9,7 @@ use super::abi::{
     ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_POST_FAST, HC_POST_PRE_FAST,
     HC_POST_PRE_TOKEN_FAST, HC_PRE_FUSED_FAST, HC_PRE_TOKEN_FAST, INDEXER_SCORES_DECODE_FAST, INDEXER_SCORES_FAST,
     KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST,
-    ROUTER_FAST, ROWS_FINISH_FAST, kernel_def,
+    ROUTER_FAST, ROWS_FINISH_FAST, ROWS_FINISH_HADAMARD_FAST, kernel_def,
 };
 use super::attention_fast::{ATTENTION_SLICE_ROUND, ATTENTION_SPLIT_ROWS};
 use super::launch::{BLOCK, Launch, blocks};
@@ -175,6 +175,11 @@ pub(super) fn arg(l: &Launch, name: &str) -> Arg {
         .unwrap_or_else(|| panic!("{}: no parameter {name}", l.kernel.name))
 }
 
+/// Row width of `ds4_rows_finish_hadamard_fast` (kernels/rows_fast.hip DS4_ROWH_DIM: the indexer's
+/// head dim), and its rows a block (DS4_ROWH_ROWS, any wave size).
+pub const ROWS_HADAMARD_DIM: u32 = 128;
+pub const ROWS_HADAMARD_PER_BLOCK: u32 = 8;
+
 /// Output rows per block of the fast routed-expert kernels by default (the down kernels'
 /// DS4_MOE_FAST_ROWS, any wave size; the gate/up kernels take any grid, FastGrids::moe_rows).
 pub const MOE_FAST_ROWS: u32 = 16;
@@ -260,11 +265,23 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
                 .then(|| twin(l, &RMS_NORM_QUANT_FAST, l.grid))
         }
         "ds4_hc_post" => (arg_u32(l, "n_hc") <= 4).then(|| twin(l, &HC_POST_FAST, l.grid)),
-        // Rows in registers as element pairs (kernels/rows_fast.hip); the Hadamard/FP4 rows stay exact.
+        // Rows in registers as element pairs (kernels/rows_fast.hip); the Hadamard/FP4 rows of 128
+        // a warp each, with the exact kernel's bits.
         "ds4_rows_finish" => {
-            let (hd, n_rot) = (arg_u32(l, "head_dim"), arg_u32(l, "n_rot"));
-            let hadamard = arg_u32(l, "flags") & super::row_flags::HADAMARD_FP4 != 0;
-            (!hadamard && hd.is_multiple_of(2) && hd <= 1024 && n_rot.is_multiple_of(2) && ptrs_aligned16(l))
+            use super::row_flags as rf;
+            let (hd, n_rot, flags) = (arg_u32(l, "head_dim"), arg_u32(l, "n_rot"), arg_u32(l, "flags"));
+            if flags & rf::HADAMARD_FP4 != 0 {
+                let fits = hd == ROWS_HADAMARD_DIM && n_rot.is_multiple_of(2) && n_rot <= hd;
+                return (fits && flags & (rf::E4M3 | rf::STORE_RING) == 0).then(|| {
+                    let grid = [
+                        arg_u32(l, "n_head").div_ceil(ROWS_HADAMARD_PER_BLOCK),
+                        l.grid[1],
+                        l.grid[2],
+                    ];
+                    twin(l, &ROWS_FINISH_HADAMARD_FAST, grid)
+                });
+            }
+            (hd.is_multiple_of(2) && hd <= 1024 && n_rot.is_multiple_of(2) && ptrs_aligned16(l))
                 .then(|| twin(l, &ROWS_FINISH_FAST, l.grid))
         }
         "ds4_matvec_q8_0" | "ds4_matvec_q8_0_swiglu" => {

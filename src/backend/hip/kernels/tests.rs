@@ -174,6 +174,20 @@ fn builders_cover_every_kernel_with_matching_arguments() {
             1,
         ),
         rows_finish_emitted(1, 2, 3, 512, row_flags::NORM, 4, 1026, rope, 1e-6, 1, 1),
+        // The indexer's query heads (their twin: ds4_rows_finish_hadamard_fast).
+        rows_finish(
+            1,
+            NULL,
+            NULL,
+            2,
+            64,
+            128,
+            row_flags::ROPE | row_flags::HADAMARD_FP4,
+            1,
+            rope,
+            1e-6,
+            1,
+        ),
         compressor_pool(1, 2, 3, 4, 5, 6, 7, 512, 4, 1, 1026),
         // 16-byte aligned (the fast twins' float4 queries): one token, and a batch (128-row twin).
         indexer_scores(16, 32, 48, 64, 80, 64, 1000, 4, 512, 1024, 0.011, 1000, 1),
@@ -332,6 +346,53 @@ fn launch_grids_for_flash_decode() {
     assert_eq!(
         gemm_q8_0(&Q8Proj::plain(1, 2, x8, 1024, 32768), 2048).grid,
         [512, 32, 1]
+    );
+}
+
+#[test]
+fn hadamard_rows_twin() {
+    let rope = RopeParams::from_rope(&crate::backend::cpu::ops::Rope::for_layer(
+        &crate::model::hparams::HParams::flash(),
+        true,
+    ));
+    let had = row_flags::ROPE | row_flags::HADAMARD_FP4;
+    // 64 query heads of 128: 8 blocks of 8 rows; compressed rows: one block a row.
+    let heads = fast_twin(&rows_finish(1, NULL, NULL, 2, 64, 128, had, 1, rope, 1e-6, 1)).expect("a twin");
+    assert_eq!(
+        (heads.kernel.name, heads.grid),
+        ("ds4_rows_finish_hadamard_fast", [8, 1, 1])
+    );
+    let comp = rows_finish_emitted(
+        1,
+        2,
+        3,
+        128,
+        row_flags::NORM | had | row_flags::ROUND_F16,
+        4,
+        1026,
+        rope,
+        1e-6,
+        2,
+        1,
+    );
+    assert_eq!(fast_twin(&comp).expect("a twin").grid, [1, 1, 1]);
+    // Other widths, and the E4M3 flag, keep the exact kernel.
+    assert!(fast_twin(&rows_finish(1, NULL, NULL, 2, 64, 256, had, 1, rope, 1e-6, 1)).is_none());
+    assert!(
+        fast_twin(&rows_finish(
+            1,
+            NULL,
+            NULL,
+            2,
+            64,
+            128,
+            had | row_flags::E4M3,
+            1,
+            rope,
+            1e-6,
+            1
+        ))
+        .is_none()
     );
 }
 
