@@ -4,11 +4,12 @@
 //! projection and the HC post step.
 //!
 //! Lanes (`lanes.rs`): after the HC pre, the attention compressor (it owns `ckv`, `csc` and the
-//! layer's compressed rows) and the indexer compressor (`ickv`, `icsc`, the indexer's rows) run on
-//! their own lanes, and once the query's down-projection is normed, the indexer's query and head
-//! weights (`qi`, `iw`) on a third (in fast arithmetic, from its own norm of the query's
-//! down-projection), while the main stream finishes the query heads and the kv row.
-//! The indexer's scores join the last two, the attention all of them.
+//! layer's compressed rows) and the indexer compressor with the indexer's head weights (`ickv`,
+//! `icsc`, the indexer's rows, `iw`) run on their own lanes. Once the query's down-projection is
+//! done, a third lane makes the indexer's query heads (`qi`; in fast arithmetic from its own norm of
+//! the down-projection, `qrn`), waits for the indexer compressor's lane and runs the indexer's scores and
+//! selection (`scores`, `sel`), while the main stream makes the query heads and the kv row. The
+//! attention joins all of them.
 
 use crate::backend::EngineError;
 use crate::model::weights::CompressorWeights;
@@ -61,19 +62,24 @@ impl Pass<'_> {
                 self.compress(cw, st, scratch, comp_cap, c * d, d, ratio, nt, flags, rope, host_pos)
             })?;
         }
-        if let (Some(iwt), Some(st)) = (&lw.indexer, &ls.index) {
+        // The indexer's selection is used once a token sees more than top_k rows (both kernels
+        // skip the other tokens).
+        let indexer = lw.indexer.as_ref().zip(ls.index.as_ref());
+        let select = indexer.filter(|_| n_comp.is_none_or(|c| c > top_k));
+        if let Some((iwt, st)) = indexer {
             let c = hp.compress_overlap(l) as u32;
             let flags = rf::NORM | rf::ROPE | rf::HADAMARD_FP4 | rf::ROUND_F16;
             let scratch = [&a.ickv, &a.icsc];
             self.fork(LANE_INDEX_COMPRESSOR, || {
                 let cw = &iwt.compressor;
-                self.compress(cw, st, scratch, comp_cap, c * di, di, ratio, nt, flags, rope, host_pos)
+                self.compress(cw, st, scratch, comp_cap, c * di, di, ratio, nt, flags, rope, host_pos)?;
+                // The head weights read only the sublayer's input: here, off the query's chain.
+                match select {
+                    Some(_) => self.proj_f16(p0(&a.iw), self.w(&iwt.proj), p0(&a.xn), ne, hi, ne, nt),
+                    None => Ok(()),
+                }
             })?;
         }
-        // The indexer's selection is used once a token sees more than top_k rows (both kernels
-        // skip the other tokens).
-        let indexer = lw.indexer.as_ref().zip(ls.index.as_ref());
-        let select = indexer.filter(|_| n_comp.is_none_or(|c| c > top_k));
         // Query (steps 3, 5); its down-projection and the kv projection read the same input (one
         // launch in fast arithmetic).
         let xq = q8(&a.xq, &a.xd);
@@ -100,16 +106,21 @@ impl Pass<'_> {
                 ..qrn
             }))?;
         }
-        if let Some((iwt, _)) = select {
-            // The indexer's query heads and head weights (docs/model.md#indexer).
+        let mut sel = NULL;
+        if let Some((iwt, st)) = select {
+            // The indexer's query heads (docs/model.md#indexer), then, once its compressor lane
+            // is done, its scores and selection (docs/model.md#indexer), all beside the query's
+            // up-projection and finishing on the main stream.
             self.fork(LANE_INDEX_QUERY, || {
                 if q_b_normed.is_some() {
                     self.launch(&q_a_norm(qrn))?;
                 }
                 self.proj_f16(p0(&a.qi), self.w(&iwt.q_b), p0(&a.qrn), qr_w, hi * di, qr_w, nt)?;
                 self.head_rows_in_place(p0(&a.qi), pos, hi, di, rf::ROPE | rf::HADAMARD_FP4, rope, nt)?;
-                self.proj_f16(p0(&a.iw), self.w(&iwt.proj), p0(&a.xn), ne, hi, ne, nt)
+                self.wait_lane(LANE_INDEX_COMPRESSOR)?;
+                self.indexer_select(l, st, n_comp, nt)
             })?;
+            sel = p0(&a.sel);
         }
         match &q_b_normed {
             Some(fused) => self.launch(fused)?,
@@ -132,50 +143,6 @@ impl Pass<'_> {
             nt,
         );
         self.launch_rows_pair(&q_rows, &kv_rows)?;
-        // The indexer's selection (docs/model.md#indexer), once its compressor and query are done.
-        let mut sel = NULL;
-        if let Some((_, st)) = select {
-            self.join(LANE_INDEX_COMPRESSOR)?;
-            self.join(LANE_INDEX_QUERY)?;
-            let stride = comp_cap;
-            self.launch(&kernels::indexer_scores(
-                p0(&a.scores),
-                p0(&a.qi),
-                p0(&a.iw),
-                p0(&st[0]),
-                pos,
-                hi,
-                comp_cap,
-                ratio,
-                top_k,
-                stride,
-                1.0 / ((di * hi) as f32).sqrt(),
-                n_comp.unwrap_or(comp_cap),
-                nt,
-            ))?;
-            let topk = IndexerTopk {
-                sel: p0(&a.sel),
-                scores: p0(&a.scores),
-                pos,
-                score_stride: stride,
-                n_comp_avail: comp_cap,
-                ratio,
-                top_k,
-            };
-            // Fast arithmetic, token-wise: the selection split over segments of scores.
-            let segmented = self
-                .fast_token_wise(nt)
-                .then(|| {
-                    let grid_rows = n_comp.unwrap_or(comp_cap);
-                    kernels::indexer_topk_segmented(&topk, kernels::INDEXER_TOPK_SEGMENT, grid_rows, nt)
-                })
-                .flatten();
-            match segmented {
-                Some(launches) => launches.iter().try_for_each(|l| self.launch(l))?,
-                None => self.launch(&kernels::indexer_topk(&topk, nt))?,
-            }
-            sel = p0(&a.sel);
-        }
         // Every chain ends before the attention (the compressed rows; an unused indexer
         // compressor's too, so the sublayer ends with every lane joined).
         self.join_all()?;
@@ -218,6 +185,61 @@ impl Pass<'_> {
             }
         }
         self.attention_output(l, nt, false)
+    }
+
+    /// Layer `l`'s indexer scores of its compressed rows `st` and their top-k selection into
+    /// `sel` (docs/model.md#indexer), from the query heads `qi` and the head weights `iw`;
+    /// `n_comp`: the rows emitted up to the batch's last token when the host knows the position.
+    fn indexer_select(
+        &self,
+        l: usize,
+        st: &[DeviceBuffer; 3],
+        n_comp: Option<u32>,
+        nt: u32,
+    ) -> Result<(), EngineError> {
+        let hp = &self.model.hp;
+        let a = &self.acts;
+        let (di, hi) = (hp.idx_head_dim as u32, hp.idx_n_head as u32);
+        let (pos, top_k) = (a.pos_ptr(), hp.idx_top_k as u32);
+        let ratio = hp.ratio(l);
+        let comp_cap = self.layers[l].comp_cap as u32;
+        let stride = comp_cap;
+        self.launch(&kernels::indexer_scores(
+            p0(&a.scores),
+            p0(&a.qi),
+            p0(&a.iw),
+            p0(&st[0]),
+            pos,
+            hi,
+            comp_cap,
+            ratio,
+            top_k,
+            stride,
+            1.0 / ((di * hi) as f32).sqrt(),
+            n_comp.unwrap_or(comp_cap),
+            nt,
+        ))?;
+        let topk = IndexerTopk {
+            sel: p0(&a.sel),
+            scores: p0(&a.scores),
+            pos,
+            score_stride: stride,
+            n_comp_avail: comp_cap,
+            ratio,
+            top_k,
+        };
+        // Fast arithmetic, token-wise: the selection split over segments of scores.
+        let segmented = self
+            .fast_token_wise(nt)
+            .then(|| {
+                let grid_rows = n_comp.unwrap_or(comp_cap);
+                kernels::indexer_topk_segmented(&topk, kernels::INDEXER_TOPK_SEGMENT, grid_rows, nt)
+            })
+            .flatten();
+        match segmented {
+            Some(launches) => launches.iter().try_for_each(|l| self.launch(l)),
+            None => self.launch(&kernels::indexer_topk(&topk, nt)),
+        }
     }
 
     /// Fast arithmetic, token-wise batches: the attention split over slices of rows

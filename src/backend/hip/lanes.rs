@@ -39,6 +39,8 @@ struct SideLane {
     fork: Event,
     /// Recorded on this lane, waited for by the main stream: the chain's end.
     join: Event,
+    /// Recorded on this lane, waited for by another side lane (`relay`).
+    relay: Event,
 }
 
 impl Lanes {
@@ -51,6 +53,7 @@ impl Lanes {
                         stream: hip.stream()?,
                         fork: hip.event(false)?,
                         join: hip.event(false)?,
+                        relay: hip.event(false)?,
                     })
                 })
                 .collect::<HipResult<Vec<_>>>()?
@@ -82,5 +85,15 @@ impl Lanes {
         let Some(l) = self.side.get(k) else { return Ok(()) };
         l.join.record(&l.stream)?;
         main.wait_event(&l.join)
+    }
+
+    /// Make side lane `to`'s later work wait for everything issued so far on side lane `from` (a
+    /// chain that needs two chains' results runs on one of them after the other's end).
+    pub(super) fn relay(&self, from: usize, to: usize) -> HipResult<()> {
+        let (Some(f), Some(t)) = (self.side.get(from), self.side.get(to)) else {
+            return Ok(());
+        };
+        f.relay.record(&f.stream)?;
+        t.stream.wait_event(&f.relay)
     }
 }
