@@ -50,7 +50,13 @@ DS4_DEV AfdSlices afd_slices(u32 n_vis, u32 most_slices, u32 min_chunk) {
 // butterfly sum. Scores of up to DS4_AFD_SUB rows wait in shared memory while their max is found,
 // then their weights and values are added (the rows are read again, from cache).
 // Launch: grid (n_split, n_head / 8, n_tok), block 256; slices past a token's rows exit.
-extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_split(
+// Experiments (-D, nvcc only): a minimum of blocks a multiprocessor for the split's registers.
+#if defined(DS4_AFD_MIN_BLOCKS) && defined(DS4_NVIDIA)
+#define DS4_AFD_LAUNCH __launch_bounds__(DS4_BLOCK, DS4_AFD_MIN_BLOCKS)
+#else
+#define DS4_AFD_LAUNCH DS4_LAUNCH(DS4_BLOCK)
+#endif
+extern "C" __global__ DS4_AFD_LAUNCH void ds4_attention_decode_split(
     float* part_acc, float* part_ml, const float* q, const float* ring, const float* comp, const u32* comp_sel,
     const u32* pos, u32 n_head, u32 head_dim, u32 ring_cap, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k,
     u32 n_split, u32 most_slices, u32 min_chunk, float scale) {

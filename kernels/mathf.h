@@ -37,8 +37,14 @@ DS4M_BIT_CAST(ds4m_u2d, double, u64, __longlong_as_double)
 #undef DS4M_BIT_CAST
 
 // ---- tables (bit patterns; see transcend.rs for what each holds) -----------------------------
+// In global memory; -DDS4M_CONST_TABLES=1 (an experiment, nvcc only) puts them in constant memory.
+#if defined(DS4M_CONST_TABLES) && defined(DS4_NVIDIA)
+#define DS4M_TABLE __constant__ static const
+#else
+#define DS4M_TABLE __device__ static const
+#endif
 // 2^(i/32) as double bits minus i << 47.
-__device__ static const unsigned long long ds4m_exp2_table[32] = {
+DS4M_TABLE unsigned long long ds4m_exp2_table[32] = {
     0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
     0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
     0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
@@ -49,13 +55,13 @@ __device__ static const unsigned long long ds4m_exp2_table[32] = {
     0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
 };
 // 32-bit windows of the fraction bits of 2/pi sliding by one byte (entry i = bytes i-3 ..= i).
-__device__ static const unsigned int ds4m_four_over_pi[24] = {
+DS4M_TABLE unsigned int ds4m_four_over_pi[24] = {
     0x000000a2u, 0x0000a2f9u, 0x00a2f983u, 0xa2f9836eu, 0xf9836e4eu, 0x836e4e44u, 0x6e4e4415u, 0x4e441529u,
     0x441529fcu, 0x1529fc27u, 0x29fc2757u, 0xfc2757d1u, 0x2757d1f5u, 0x57d1f534u, 0xd1f534ddu, 0xf534ddc0u,
     0x34ddc0dbu, 0xddc0db62u, 0xc0db6295u, 0xdb629599u, 0x6295993cu, 0x95993c43u, 0x993c4390u, 0x3c439041u,
 };
 // (1/c, log2 c) pairs of the 16 log2 subintervals.
-__device__ static const unsigned long long ds4m_log2_table[32] = {
+DS4M_TABLE unsigned long long ds4m_log2_table[32] = {
     0x3ff661ec79f8f3beull, 0xbfdefec65b963019ull, 0x3ff571ed4aaf883dull, 0xbfdb0b6832d4fca4ull,
     0x3ff49539f0f010b0ull, 0xbfd7418b0a1fb77bull, 0x3ff3c995b0b80385ull, 0xbfd39de91a6dcf7bull,
     0x3ff30d190c8864a5ull, 0xbfd01d9bf3f2b631ull, 0x3ff25e227b0b8ea0ull, 0xbfc97c1d1b3b7af0ull,
@@ -66,7 +72,7 @@ __device__ static const unsigned long long ds4m_log2_table[32] = {
     0x3fe886e6037841edull, 0x3fd88e9c2c1b9ff8ull, 0x3fe767dcf5534862ull, 0x3fdce0a44eb17bccull,
 };
 // Two sets (quadrants 0-1, 2-3: cosine negated) of cosine c0..c4 then sine s1..s3 coefficients.
-__device__ static const unsigned long long ds4m_sincos_poly[16] = {
+DS4M_TABLE unsigned long long ds4m_sincos_poly[16] = {
     0x3ff0000000000000ull, 0xbfdffffffd0c621cull, 0x3fa55553e1068f19ull, 0xbf56c087e89a359dull,
     0x3ef99343027bf8c3ull, 0xbfc555545995a603ull, 0x3f81107605230bc4ull, 0xbf2994eb3774cf24ull,
     0xbff0000000000000ull, 0x3fdffffffd0c621cull, 0xbfa55553e1068f19ull, 0x3f56c087e89a359dull,
