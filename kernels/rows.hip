@@ -130,6 +130,23 @@ DS4_DEV void row_ops_smem(float* s, const RowOps& op) {
     }
 }
 
+// The row block-row t finishes and its RoPE position (ds4_rows_finish's two forms, below): token
+// row t at pos0 + t, or (emit_ratio > 0) compressed row pos0 / emit_ratio + t at (that row) *
+// emit_ratio; false when t is past the rows this batch emitted (the block exits).
+DS4_DEV bool row_of_block(const u32* pos, u32 t, u32 n_tok, u32 emit_ratio, u32 row_cap, u32& row, u32& row_pos) {
+    const u32 pos0 = pos[0];
+    row = t;
+    row_pos = pos0 + t;
+    if (emit_ratio) {
+        const u32 first = pos0 / emit_ratio;
+        const u32 end = min((pos0 + n_tok) / emit_ratio, row_cap);
+        if (first + t >= end) return false;
+        row = first + t;
+        row_pos = row * emit_ratio;
+    }
+    return true;
+}
+
 // Row post-processing, one row per block, in two forms sharing one kernel:
 // - token rows (emit_ratio == 0): x f32 [n_tok][n_head][head_dim] (in place), row (t, h) at position
 //   pos0 + t; grid (n_head, n_tok).
@@ -155,15 +172,8 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish(float* x, float
     __shared__ float s[1024];
     const u32 h = blockIdx.x, t = blockIdx.y;
     if (head_dim > 1024) return;
-    const u32 pos0 = pos[0];
-    u32 row = t, row_pos = pos0 + t;
-    if (emit_ratio) {
-        const u32 first = pos0 / emit_ratio;
-        const u32 end = min((pos0 + n_tok) / emit_ratio, row_cap);
-        if (first + t >= end) return;
-        row = first + t;
-        row_pos = row * emit_ratio;
-    }
+    u32 row, row_pos;
+    if (!row_of_block(pos, t, n_tok, emit_ratio, row_cap, row, row_pos)) return;
     float* xr = x + ((u64)row * n_head + h) * head_dim;
     for (u32 i = threadIdx.x; i < head_dim; i += DS4_BLOCK) s[i] = xr[i];
     __syncthreads();

@@ -20,15 +20,8 @@ DS4_DEV void rows_finish_fast_row(float* x, float* ring, const float* w, const u
     __shared__ float scratch[DS4_GROUPS32];
     const u32 t = blockIdx.y, hd = head_dim;
     if (hd > 2 * S * DS4_BLOCK) return;
-    const u32 pos0 = pos[0];
-    u32 row = t, row_pos = pos0 + t;
-    if (emit_ratio) {
-        const u32 first = pos0 / emit_ratio;
-        const u32 end = min((pos0 + n_tok) / emit_ratio, row_cap);
-        if (first + t >= end) return;
-        row = first + t;
-        row_pos = row * emit_ratio;
-    }
+    u32 row, row_pos;
+    if (!row_of_block(pos, t, n_tok, emit_ratio, row_cap, row, row_pos)) return;
     float* xr = x + ((u64)row * n_head + h) * hd;
     float v[S][2], wv[S][2];
 #pragma unroll
@@ -147,15 +140,8 @@ DS4_DEV void rows_finish_hadamard_row(float* x, const float* w, const u32* pos, 
                                       float mscale, float eps) {
     constexpr u32 E = DS4_ROWH_DIM / DS4_WARP;  // elements a lane: 4 (wave32) or 2 (wave64)
     const u32 t = blockIdx.y;
-    const u32 pos0 = pos[0];
-    u32 row = t, row_pos = pos0 + t;
-    if (emit_ratio) {
-        const u32 first = pos0 / emit_ratio;
-        const u32 end = min((pos0 + n_tok) / emit_ratio, row_cap);
-        if (first + t >= end) return;
-        row = first + t;
-        row_pos = row * emit_ratio;
-    }
+    u32 row, row_pos;
+    if (!row_of_block(pos, t, n_tok, emit_ratio, row_cap, row, row_pos)) return;
     float* xr = x + ((u64)row * n_head + h) * DS4_ROWH_DIM;
     const u32 lane = lane_id(), e0 = E * lane;
     float v[E];
