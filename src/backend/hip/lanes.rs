@@ -1,7 +1,8 @@
 //! Launch lanes: side streams that run a sublayer's independent chains beside the main stream
 //! (kernels/README.md "Concurrent chains"). A chain is forked after the launches it depends on and
 //! joined before the first launch that reads its results, each by one event: the side stream waits
-//! for an event recorded on the main stream, and the main stream for one recorded on the side.
+//! for an event recorded on the main stream, and the main stream for one recorded on the side. A
+//! chain that also needs another side chain's results waits for that lane's own event (`relay`).
 //! While the main stream captures the decode graph, the same events make each chain a parallel
 //! branch of the graph (`Stream::wait_event`), so a replay runs the branches at once without a
 //! single extra node.
