@@ -429,3 +429,29 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post_fast(float* hc_out,
     for (int b = 0; b < H; ++b)
         if ((u32)b < n_hc) hc_out[base + (u64)b * n_embd] = out[b];
 }
+
+// ds4_hc_mix's arguments, outputs and launch (grid (n_mix, n_tok), block 256), in the fast order:
+// each thread dots 8-element strips of the row and the state (16-byte loads, a thread's strips in
+// flight together, FMA) and sums the state's squares beside them; block_sum folds both, and the RMS
+// scale multiplies the finished dot (fn · (X s) = s (fn · X)), as ds4_hc_pre_fused_fast does. The
+// output head's mix (n_in = 16384 for Flash) without the exact kernel's 16,384-long add chain.
+// Preconditions (kernels::fast_twin checks them): n_in % 8 == 0, hc and fn_w 16-byte aligned.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_mix_fast(float* mix, const float* hc, const u16* fn_w,
+                                                                  u32 n_in, u32 n_mix, float eps) {
+    __shared__ float scratch[DS4_GROUPS32];
+    const u32 o = blockIdx.x, t = blockIdx.y;
+    const float* x = hc + (u64)t * n_in;
+    const u16* w = fn_w + (u64)o * n_in;
+    float dot = 0.0f, ss = 0.0f;
+#pragma unroll 8
+    for (u32 i0 = 8 * threadIdx.x; i0 < n_in; i0 += 8 * DS4_BLOCK) {
+        float xv[8];
+        load8(xv, x + i0);
+        dot = dot8_f16_fma(*(const uint4*)(w + i0), xv, dot);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ss = fmaf(xv[j], xv[j], ss);
+    }
+    dot = block_sum(dot, scratch);
+    ss = block_sum(ss, scratch);
+    if (threadIdx.x == 0) mix[(u64)t * n_mix + o] = dot * (1.0f / sqrtf(ss / (float)n_in + eps));
+}

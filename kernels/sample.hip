@@ -18,19 +18,12 @@ DS4_DEV void ds4_best_of(float& best, u32& bi, float v, u32 i) {
     }
 }
 
-// First index of the largest logit among those accepted (finite_only: finite ones; otherwise every
-// logit above -inf, so +inf wins and NaN never does), or DS4_NO_ID; the result in every thread.
-DS4_DEV u32 ds4_block_first_max(const float* logits, u32 n, bool finite_only) {
+// The block's best (value, id) candidate (ds4_best_of's order) from every thread's own, in thread 0:
+// a width-DS4_WARP butterfly, then the warps' results in warp order. Any order of the folds gives the
+// same candidate: ds4_best_of is a total order on the candidates.
+DS4_DEV void ds4_block_best(float& best, u32& bi) {
     __shared__ float sb[DS4_WARPS_PER_BLOCK];
     __shared__ u32 si[DS4_WARPS_PER_BLOCK];
-    __shared__ u32 s_out;
-    float best = -INFINITY;
-    u32 bi = DS4_NO_ID;
-    for (u32 i = threadIdx.x; i < n; i += DS4_BLOCK) {
-        const float v = logits[i];
-        const bool ok = finite_only ? isfinite(v) : v > -INFINITY;
-        if (ok) ds4_best_of(best, bi, v, i);
-    }
 #pragma unroll
     for (int o = DS4_WARP / 2; o > 0; o >>= 1) {
         const float ob = __shfl_xor(best, o, DS4_WARP);
@@ -42,10 +35,23 @@ DS4_DEV u32 ds4_block_first_max(const float* logits, u32 n, bool finite_only) {
         si[warp_id()] = bi;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0)
         for (int w = 1; w < DS4_WARPS_PER_BLOCK; ++w) ds4_best_of(best, bi, sb[w], si[w]);
-        s_out = bi;
+}
+
+// First index of the largest logit among those accepted (finite_only: finite ones; otherwise every
+// logit above -inf, so +inf wins and NaN never does), or DS4_NO_ID; the result in every thread.
+DS4_DEV u32 ds4_block_first_max(const float* logits, u32 n, bool finite_only) {
+    __shared__ u32 s_out;
+    float best = -INFINITY;
+    u32 bi = DS4_NO_ID;
+    for (u32 i = threadIdx.x; i < n; i += DS4_BLOCK) {
+        const float v = logits[i];
+        const bool ok = finite_only ? isfinite(v) : v > -INFINITY;
+        if (ok) ds4_best_of(best, bi, v, i);
     }
+    ds4_block_best(best, bi);
+    if (threadIdx.x == 0) s_out = bi;
     __syncthreads();
     return s_out;
 }

@@ -256,11 +256,6 @@ fn read_opt<T: DeviceCopy + Default + Clone>(b: &Option<DeviceBuffer>) -> HipRes
     b.as_ref().map_or(Ok(Vec::new()), |b| b.to_vec::<T>())
 }
 
-/// The fast twin of `exact` (which must have one for these shapes).
-fn twin_of(exact: &Launch) -> Launch {
-    kernels::fast_twin(exact).unwrap_or_else(|| panic!("{} has no fast twin here", exact.kernel.name))
-}
-
 /// Codes of blocks of `block` elements: the fast code may differ from the exact one only by one step
 /// at a tie of the exact value `x` (x / d within TIE_GAP of k + 1/2). A block whose maximum element
 /// changed sign between the runs (the Q8_K scale is signed) compares the negated codes. Returns

@@ -2,7 +2,7 @@
 //! sampler (`engine::sampler`) on logits with ties, NaN and ±inf; the transcendental functions of
 //! kernels/mathf.h bitwise against `backend::cpu::transcend`.
 
-use ds4_chat::backend::hip::kernels::{self, SAMPLE_OUT_WORDS};
+use ds4_chat::backend::hip::kernels::{self, SAMPLE_BUFFER_WORDS};
 use ds4_chat::engine::events::SamplingParams;
 use ds4_chat::engine::sampler::{Sampler, Xorshift64Star, argmax as host_argmax};
 
@@ -24,7 +24,10 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
 /// of a boundary between the two picks (the device sums the kept weights in another order).
 fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
     let name = "kernel.argmax+sample_min_p[vs host sampler]";
-    let out = gpu.poisoned::<u32>(SAMPLE_OUT_WORDS)?;
+    // The sampling words, then the fast pick's scratch (its counter zero, kernels::SAMPLE_BUFFER_WORDS).
+    let mut words = vec![0xdead_beefu32; SAMPLE_BUFFER_WORDS];
+    words[2] = 0;
+    let out = gpu.up(&words)?;
     let (mut draws, mut boundary_cases, mut failures) = (0usize, 0usize, Vec::new());
     for trial in 0..162 {
         let n = [1usize, 7, 256, 1000, 3001, 129_280][trial % 6];
@@ -43,10 +46,18 @@ fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
             logits.fill(if trial % 2 == 0 { f32::NAN } else { f32::NEG_INFINITY });
         }
         let l_d = gpu.up(&logits)?;
-        gpu.run(&kernels::argmax(out.ptr().0, l_d.ptr().0, n as u32))?;
-        let got = out.to_vec::<u32>()?;
-        if (got[0], got[1]) != (host_argmax(&logits), 0) {
-            failures.push(format!("trial {trial}: argmax {got:?}, host {}", host_argmax(&logits)));
+        // The exact pick and its fast twin (split over blocks) must both be the host's.
+        let pick = kernels::argmax(out.ptr().0, l_d.ptr().0, n as u32);
+        for (kind, launch) in [("argmax", pick.clone()), ("fast argmax", twin_of(&pick))] {
+            gpu.run(&launch)?;
+            let got = out.to_vec::<u32>()?;
+            if (got[0], got[1], got[2]) != (host_argmax(&logits), 0, 0) {
+                failures.push(format!(
+                    "trial {trial}: {kind} {:?}, host {}",
+                    &got[..3],
+                    host_argmax(&logits)
+                ));
+            }
         }
 
         let temperature = [0.3f32, 0.8, 1.5][trial % 3];

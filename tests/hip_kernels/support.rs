@@ -341,10 +341,14 @@ pub fn exact_then_twin(
     Ok((a, read(outs)?))
 }
 
+/// The fast twin of `exact` (which must have one for these shapes).
+pub fn twin_of(exact: &Launch) -> Launch {
+    kernels::fast_twin(exact).unwrap_or_else(|| panic!("{} has no fast twin here", exact.kernel.name))
+}
+
 /// [`exact_then_twin`] with the exact launch's fast twin (`kernels::fast_twin`).
 pub fn exact_and_fast(gpu: &Gpu, exact: &Launch, outs: &mut [&mut DeviceBuffer]) -> HipResult<(Outputs, Outputs)> {
-    let fast = kernels::fast_twin(exact).unwrap_or_else(|| panic!("{} has no fast twin here", exact.kernel.name));
-    exact_then_twin(gpu, exact, &fast, outs)
+    exact_then_twin(gpu, exact, &twin_of(exact), outs)
 }
 
 /// Runs `exact` and its fast twin into `outs` and compares every output (one buffer's after the

@@ -202,7 +202,7 @@ impl<B> ActsOf<B> {
             sd: f32s(alloc, n * hp.n_ff_exp / 32)?,
             yh: f32s(alloc, ne)?,
             logits: f32s(alloc, hp.n_vocab)?,
-            sampled: bytes(alloc, 4 * kernels::SAMPLE_OUT_WORDS)?,
+            sampled: bytes(alloc, 4 * kernels::SAMPLE_BUFFER_WORDS)?,
         })
     }
 

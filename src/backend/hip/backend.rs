@@ -259,7 +259,8 @@ impl HipBackend {
         Ok(())
     }
 
-    /// Empty cache: rings and rows zeroed, compressor kv 0 and scores -1e30, the HC counter 0.
+    /// Empty cache: rings and rows zeroed, compressor kv 0 and scores -1e30, the kernels' counters 0
+    /// (`counter`, the fast greedy pick's in `sampled`).
     fn clear_state(&mut self) -> Result<(), EngineError> {
         let stream = &self.stream;
         let mut fills = Vec::new();
@@ -274,8 +275,10 @@ impl HipBackend {
                 fills.push(kernels::fill_f32(st[2].ptr().0, (st[2].len_bytes() / 4) as u64, -1e30));
             }
         }
-        let n = self.acts.counter.len_bytes();
-        self.acts.counter.fill_bytes_async(0, n, 0, stream).map_err(dev)?;
+        for b in [&mut self.acts.counter, &mut self.acts.sampled] {
+            let n = b.len_bytes();
+            b.fill_bytes_async(0, n, 0, stream).map_err(dev)?;
+        }
         // The logits of an empty cache are zeros, on the device (device sampling) and the host.
         let n = self.acts.logits.len_bytes();
         self.acts.logits.fill_bytes_async(0, n, 0, stream).map_err(dev)?;

@@ -213,6 +213,7 @@ kernel_defs! {
         eps_hc: F32, eps_norm: F32);
     HC_POST_FAST = "ds4_hc_post_fast"(hc_out: Ptr, hc_in: Ptr, y: Ptr, y2: Ptr, split: Ptr, n_embd: U32,
         n_hc: U32);
+    HC_MIX_FAST = "ds4_hc_mix_fast"(mix: Ptr, hc: Ptr, fn_w: Ptr, n_in: U32, n_mix: U32, eps: F32);
     /// kernels/rows_fast.hip
     ROWS_FINISH_FAST = "ds4_rows_finish_fast"(x: Ptr, ring: Ptr, w: Ptr, pos: Ptr, n_head: U32, head_dim: U32,
         n_rot: U32, flags: U32, n_tok: U32, emit_ratio: U32, row_cap: U32, ring_cap: U32, theta_scale: F32,

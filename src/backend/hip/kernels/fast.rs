@@ -6,7 +6,7 @@
 
 use super::super::env::env_number;
 use super::abi::{
-    ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_POST_FAST, HC_POST_PRE_FAST,
+    ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_MIX_FAST, HC_POST_FAST, HC_POST_PRE_FAST,
     HC_POST_PRE_TOKEN_FAST, HC_PRE_FUSED_FAST, HC_PRE_TOKEN_FAST, INDEXER_SCORES_DECODE_FAST, INDEXER_SCORES_FAST,
     KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST,
     ROUTER_FAST, ROWS_FINISH_FAST, ROWS_FINISH_HADAMARD_FAST, kernel_def,
@@ -14,6 +14,7 @@ use super::abi::{
 use super::attention_fast::{ATTENTION_SLICE_ROUND, ATTENTION_SPLIT_ROWS};
 use super::launch::{BLOCK, Launch, blocks};
 use super::moe::ExpertFormat;
+use super::sample::ARGMAX_FAST_BLOCKS;
 
 /// Tokens per block of the dense matrix-core GEMMs (kernels/gemm_fast.hip DS4_MM_TOKS); their row
 /// tiles are the exact GEMMs' 64.
@@ -265,6 +266,10 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
                 .then(|| twin(l, &RMS_NORM_QUANT_FAST, l.grid))
         }
         "ds4_hc_post" => (arg_u32(l, "n_hc") <= 4).then(|| twin(l, &HC_POST_FAST, l.grid)),
+        // The output head's mix: strips of 8 in flight, f32 sums (kernels/hc_fast.hip).
+        "ds4_hc_mix" => {
+            (arg_u32(l, "n_in").is_multiple_of(8) && ptrs_aligned16(l)).then(|| twin(l, &HC_MIX_FAST, l.grid))
+        }
         // Rows in registers as element pairs (kernels/rows_fast.hip); the Hadamard/FP4 rows of 128
         // a warp each, with the exact kernel's bits.
         "ds4_rows_finish" => {
@@ -307,7 +312,8 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
             (n_in.is_multiple_of(8) && n_in > 0)
                 .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
         }
-        "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, l.grid)),
+        // Split over blocks, the last one picks among their picks (scratch past the pick's words).
+        "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, [ARGMAX_FAST_BLOCKS, 1, 1])),
         // One warp a token (kernels/moe_fast.hip; bitwise the exact results).
         "ds4_router" => Some(twin(l, &ROUTER_FAST, l.grid)),
         "ds4_moe_gate_up_iq2_xxs" | "ds4_moe_gate_up_q2_k" | "ds4_moe_gate_up_q4_k" => {
@@ -459,7 +465,13 @@ mod tests {
             (s.kernel.name, s.grid),
             ("ds4_matvec_q8_0_swiglu_fast", [100u32.div_ceil(16), 1, 1])
         );
-        assert_eq!(fast_twin(&argmax(1, 2, 129280)).unwrap().kernel.name, "ds4_argmax_fast");
+        let a = fast_twin(&argmax(1, 2, 129280)).unwrap();
+        assert_eq!((a.kernel.name, a.grid), ("ds4_argmax_fast", [ARGMAX_FAST_BLOCKS, 1, 1]));
+        // The output head's mix: 16-byte strips, so aligned pointers and n_in % 8 == 0.
+        let m = fast_twin(&super::super::hc_mix(16, 32, 48, 16384, 4, 1e-6, 1)).unwrap();
+        assert_eq!((m.kernel.name, m.grid), ("ds4_hc_mix_fast", [4, 1, 1]));
+        assert!(fast_twin(&super::super::hc_mix(16, 32, 48, 1004, 4, 1e-6, 1)).is_none());
+        assert!(fast_twin(&super::super::hc_mix(16, 36, 48, 16384, 4, 1e-6, 1)).is_none());
         let r = super::super::router(1, 2, 3, 4, 0, 5, 256, 6, 1.5, 3);
         let rf = fast_twin(&r).unwrap();
         assert_eq!(

@@ -154,7 +154,7 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         matvec_f16(1, 2, 3, 4096, 256, 4096, 1),
         matvec_f16_pair(1, 2, 3, 4, 5, 4096, 1024, 4096, 1),
         router(1, 2, 3, 0, 0, 4, 256, 6, 1.5, 1),
-        hc_mix(1, 2, 3, 16384, 24, 1e-6, 1),
+        hc_mix(16, 32, 48, 16384, 24, 1e-6, 1), // aligned: its fast twin too
         hc_pre_finish(1, 2, &mixed, 20, 1e-6, 1),
         hc_head_finish(1, &mixed, 1e-6, 1),
         hc_pre.clone(),
