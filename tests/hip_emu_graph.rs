@@ -21,6 +21,7 @@ mod hip_emu;
 
 use std::cell::Cell;
 
+use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::backend::hip::{HipBackend, HipOptions};
 use ds4_chat::backend::{Backend, DevicePick, DeviceSample};
 use ds4_chat::engine::events::SamplingParams;
@@ -144,12 +145,24 @@ fn decode_graph_replay_is_bit_identical_to_direct_launches() {
     );
 }
 
+/// In both arithmetic modes: the fast one runs the split greedy pick and the two-launch min-p draw
+/// (kernels/sample_fast.hip) on the fast forward's logits.
 #[test]
 fn device_sampling_matches_the_host_sampler_on_the_backend() {
     if hip_emu::use_emulated_hip().is_none() {
         return;
     }
-    let mut b = backend(true);
+    device_sampling_matches_the_host_sampler(backend(true));
+    let options = HipOptions {
+        prefill_chunk: 5,
+        arithmetic: Arithmetic::Fast,
+        ..HipOptions::default()
+    };
+    let model = hip_emu::small_vocab_tiny(11, ExpertMix::Mixed);
+    device_sampling_matches_the_host_sampler(hip_emu::emulated_backend(model, CTX, options));
+}
+
+fn device_sampling_matches_the_host_sampler(mut b: HipBackend) {
     let params = SamplingParams {
         temperature: 0.9,
         top_p: 1.0,

@@ -25,16 +25,20 @@ use ds4_chat::gguf::GgufFile;
 use ds4_chat::model::Model;
 use ds4_chat::model::hparams::HParams;
 
-/// A HipBackend of `model` on the emulator, made directly so that a test chooses its `options`, with
-/// the exact kernels whatever `options` says: these tests compare bits.
-pub fn exact_backend(model: Arc<Model>, ctx: usize, options: HipOptions) -> HipBackend {
+/// A HipBackend of `model` on the emulator, made directly so that a test chooses its `options`.
+pub fn emulated_backend(model: Arc<Model>, ctx: usize, options: HipOptions) -> HipBackend {
     let hip = HipContext::new().expect("emulated HIP runtime");
     let kernels = KernelModule::load(&hip).expect("kernel module");
+    HipBackend::new(hip, kernels, model, ctx, options).expect("HipBackend on the emulator")
+}
+
+/// [`emulated_backend`] with the exact kernels whatever `options` says: these tests compare bits.
+pub fn exact_backend(model: Arc<Model>, ctx: usize, options: HipOptions) -> HipBackend {
     let options = HipOptions {
         arithmetic: Arithmetic::Exact,
         ..options
     };
-    HipBackend::new(hip, kernels, model, ctx, options).expect("HipBackend on the emulator")
+    emulated_backend(model, ctx, options)
 }
 
 /// Build the emulator runtime and select it for this process; `None` (with "SKIPPED" and the reason

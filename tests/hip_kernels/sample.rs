@@ -19,9 +19,11 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     }
 }
 
-/// Device argmax must equal the host's argmax, and a device min-p draw the host sampler's draw with
-/// the same uniform, except where the draw's target lies within the summation-order rounding bound
-/// of a boundary between the two picks (the device sums the kept weights in another order).
+/// Device argmax (the exact kernel and its fast twin) must equal the host's argmax, and a device
+/// min-p draw (the exact kernel and the fast form's two launches) the host sampler's draw with the
+/// same uniform, except where the draw's target lies within the summation-order rounding bound of a
+/// boundary between the two picks (the device sums the kept weights in another order). The fast
+/// kernels share one buffer whose counter word must be back at 0 after each.
 fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
     let name = "kernel.argmax+sample_min_p[vs host sampler]";
     // The sampling words, then the fast pick's scratch (its counter zero, kernels::SAMPLE_BUFFER_WORDS).
@@ -72,87 +74,39 @@ fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
         let seed = rng.next_u64();
         let u01 = Xorshift64Star::new(seed).next_unit_f32();
         let host = Sampler::new(Some(seed)).sample(&logits, &params);
-        gpu.run(&kernels::sample_min_p(
-            out.ptr().0,
-            l_d.ptr().0,
-            n as u32,
-            temperature,
-            min_p,
-            u01,
-        ))?;
-        let got = out.to_vec::<u32>()?;
-        let (dev, drew) = (got[0], got[1] != 0);
-        // The kept weights as the host computes them.
-        let finite: Vec<usize> = (0..n).filter(|&i| logits[i].is_finite()).collect();
-        // The first maximum (finite logits compare totally).
-        let Some(&best) = finite
-            .iter()
-            .max_by(|&&a, &&b| logits[a].partial_cmp(&logits[b]).unwrap().then(b.cmp(&a)))
-        else {
-            if (dev, drew) != (host, false) {
+        // The exact draw and its fast form (two launches, sums in another order).
+        let draw = kernels::sample_min_p(out.ptr().0, l_d.ptr().0, n as u32, temperature, min_p, u01);
+        let fast = kernels::sample_min_p_fast(out.ptr().0, l_d.ptr().0, n as u32, temperature, min_p, u01);
+        for (kind, launches) in [("min-p", vec![draw]), ("fast min-p", fast.to_vec())] {
+            for launch in &launches {
+                gpu.run(launch)?;
+            }
+            let got = out.to_vec::<u32>()?;
+            let draw = Draw {
+                logits: &logits,
+                temperature,
+                min_p,
+                u01,
+                host,
+            };
+            match draw.judge(got[0], got[1] != 0) {
+                Judged::NoDraw => {}
+                Judged::Same => draws += 1,
+                Judged::Boundary => {
+                    draws += 1;
+                    boundary_cases += 1;
+                }
+                Judged::Wrong(why) => failures.push(format!("trial {trial}, {kind}: {why}")),
+            }
+            if got[2] != 0 {
                 failures.push(format!(
-                    "trial {trial}: no finite logit, device ({dev}, {drew}), host {host}"
+                    "trial {trial}, {kind}: the counter word is {}, not back at 0",
+                    got[2]
                 ));
             }
-            continue;
-        };
-        let mx = logits[best];
-        let kept: Vec<(usize, f32)> = finite
-            .iter()
-            .map(|&i| (i, ((logits[i] - mx) / temperature).exp()))
-            .filter(|&(_, w)| w >= min_p)
-            .collect();
-        if kept.is_empty() {
-            if (dev, drew) != (best as u32, false) || host != best as u32 {
-                failures.push(format!(
-                    "trial {trial}: nothing kept (min_p {min_p}): device ({dev}, {drew}), host {host}, first max {best}"
-                ));
-            }
-            continue;
         }
-        if !drew {
-            failures.push(format!("trial {trial}: the draw must be used when tokens are kept"));
-        }
-        draws += 1;
-        if dev == host {
-            continue;
-        }
-        // Exact cumulative sums and target.
-        let mut c = Vec::with_capacity(kept.len());
-        let mut acc = 0f64;
-        for &(_, w) in &kept {
-            acc += w as f64;
-            c.push(acc);
-        }
-        let s = acc;
-        let t = u01 as f64 * s;
-        let chunk = n.div_ceil(256);
-        let unit = (2f64).powi(-24);
-        let bound = unit * s * ((2 * kept.len() + 2) + (2 * (255 + chunk) + 2)) as f64;
-        // Position of a pick in the walk: its index among the kept ids; the rounding fallback (the
-        // first maximum after the walk ran out) counts as past the last.
-        let position = |id: u32| -> Vec<usize> {
-            let mut v: Vec<usize> = kept.iter().position(|&(i, _)| i as u32 == id).into_iter().collect();
-            if id == best as u32 {
-                v.push(kept.len());
-            }
-            v
-        };
-        let excused = position(host).iter().any(|&a| {
-            position(dev).iter().any(|&b| {
-                let (lo, hi) = (a.min(b), a.max(b));
-                (lo..hi).all(|k| (t - c[k.min(c.len() - 1)]).abs() <= bound)
-            })
-        });
-        if !excused {
-            failures.push(format!(
-                "trial {trial}: device picked {dev}, host {host}, u01 {u01}: T = {t:.6e} is not within the \
-                 rounding bound {bound:.3e} of the boundaries between them (S = {s:.6e})"
-            ));
-        }
-        boundary_cases += 1;
     }
-    if draws < 80 {
+    if draws < 160 {
         failures.push(format!("too few draws compared: {draws}"));
     }
     Ok(CheckResult::measured(
@@ -169,6 +123,110 @@ fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
                 .unwrap_or_default()
         ),
     ))
+}
+
+/// One min-p draw of the device against the host sampler's pick `host` for the same uniform.
+struct Draw<'a> {
+    logits: &'a [f32],
+    temperature: f32,
+    min_p: f32,
+    u01: f32,
+    host: u32,
+}
+
+enum Judged {
+    /// No finite logit or nothing kept: the device drew nothing and picked the host's id.
+    NoDraw,
+    /// A draw that picked the host's id.
+    Same,
+    /// A draw that picked another id, within the summation-order rounding bound of every boundary
+    /// between the two.
+    Boundary,
+    Wrong(String),
+}
+
+impl Draw<'_> {
+    /// The device's (id, whether it drew) against the host: the kept weights as the host computes
+    /// them, the exact cumulative sums and the target u01 * S; a different id passes only when the
+    /// target lies within the rounding bound of every boundary between the two picks. The bound
+    /// covers the host's sequential sum (2 kept + 2 roundings of S) and the longest add chain of either
+    /// device layout: the exact kernel's 256 chunks of ceil(n / 256) ids, or the fast form's 32 shares
+    /// of 256 runs (kernels/sample_fast.hip: 31 share sums, a 255-long tree and the run).
+    fn judge(&self, dev: u32, drew: bool) -> Judged {
+        let (logits, n) = (self.logits, self.logits.len());
+        let finite: Vec<usize> = (0..n).filter(|&i| logits[i].is_finite()).collect();
+        // The first maximum (finite logits compare totally).
+        let Some(&best) = finite
+            .iter()
+            .max_by(|&&a, &&b| logits[a].partial_cmp(&logits[b]).unwrap().then(b.cmp(&a)))
+        else {
+            return if (dev, drew) == (self.host, false) {
+                Judged::NoDraw
+            } else {
+                Judged::Wrong(format!("no finite logit, device ({dev}, {drew}), host {}", self.host))
+            };
+        };
+        let mx = logits[best];
+        let kept: Vec<(usize, f32)> = finite
+            .iter()
+            .map(|&i| (i, ((logits[i] - mx) / self.temperature).exp()))
+            .filter(|&(_, w)| w >= self.min_p)
+            .collect();
+        if kept.is_empty() {
+            return if (dev, drew) == (best as u32, false) && self.host == best as u32 {
+                Judged::NoDraw
+            } else {
+                Judged::Wrong(format!(
+                    "nothing kept (min_p {}): device ({dev}, {drew}), host {}, first max {best}",
+                    self.min_p, self.host
+                ))
+            };
+        }
+        if !drew {
+            return Judged::Wrong("the draw must be used when tokens are kept".into());
+        }
+        if dev == self.host {
+            return Judged::Same;
+        }
+        // Exact cumulative sums and target.
+        let mut c = Vec::with_capacity(kept.len());
+        let mut acc = 0f64;
+        for &(_, w) in &kept {
+            acc += w as f64;
+            c.push(acc);
+        }
+        let s = acc;
+        let t = self.u01 as f64 * s;
+        let exact_chain = 255 + n.div_ceil(256);
+        let fast_run = n.div_ceil(kernels::ARGMAX_FAST_BLOCKS as usize).div_ceil(1024) * 4;
+        let fast_chain = kernels::ARGMAX_FAST_BLOCKS as usize - 1 + 255 + fast_run;
+        let unit = (2f64).powi(-24);
+        let bound = unit * s * ((2 * kept.len() + 2) + (2 * exact_chain.max(fast_chain) + 2)) as f64;
+        // Position of a pick in the walk: its index among the kept ids; the rounding fallback (the
+        // first maximum after the walk ran out) counts as past the last.
+        let position = |id: u32| -> Vec<usize> {
+            let mut v: Vec<usize> = kept.iter().position(|&(i, _)| i as u32 == id).into_iter().collect();
+            if id == best as u32 {
+                v.push(kept.len());
+            }
+            v
+        };
+        let excused = position(self.host).iter().any(|&a| {
+            position(dev).iter().any(|&b| {
+                let (lo, hi) = (a.min(b), a.max(b));
+                (lo..hi).all(|k| (t - c[k.min(c.len() - 1)]).abs() <= bound)
+            })
+        });
+        if excused {
+            Judged::Boundary
+        } else {
+            Judged::Wrong(format!(
+                "device picked {dev}, host {}, u01 {}: T = {t:.6e} is not within the rounding bound \
+                 {bound:.3e} of the boundaries between them (S = {s:.6e})",
+                self.host, self.u01
+            ))
+        }
+    }
 }
 
 /// kernels/mathf.h against `backend::cpu::transcend`, bitwise (both NaN counts as equal: NaN payloads

@@ -239,8 +239,10 @@ impl HipBackend {
     /// The next token from the last eval's logits, picked on the device; 8 bytes come back.
     fn sample_device(&mut self, how: DeviceSample) -> Result<DevicePick, EngineError> {
         self.hip.bind_thread().map_err(dev)?;
-        let launch = decode::sample_launch(&self.acts, self.model.hp.n_vocab, how);
-        self.pass().run(&launch)?;
+        let pass = self.pass();
+        for launch in decode::sample_launches(&self.acts, self.model.hp.n_vocab, how, pass.is_fast()) {
+            pass.run(&launch)?;
+        }
         decode::read_pick(&self.acts, &mut self.sample_host, &self.stream)
     }
 

@@ -76,21 +76,28 @@ pub(super) fn write_step(
     acts.step.copy_from_pinned_async(0, staging, bytes, stream).map_err(dev)
 }
 
-/// The launch that picks the next token from `acts.logits` into `acts.sampled`.
-pub(super) fn sample_launch(acts: &Acts, n_vocab: usize, how: DeviceSample) -> Launch {
+/// The launches that pick the next token from `acts.logits` into `acts.sampled`: one exact kernel
+/// (fast mode runs its twin, `kernels::fast_twin`), or in fast mode the min-p draw's two launches
+/// (`kernels::sample_min_p_fast`).
+pub(super) fn sample_launches(acts: &Acts, n_vocab: usize, how: DeviceSample, fast: bool) -> Vec<Launch> {
     let (out, logits) = (acts.sampled.ptr().0, acts.logits.ptr().0);
     let n = n_vocab as u32;
     match how {
-        DeviceSample::Greedy => kernels::argmax(out, logits, n),
+        DeviceSample::Greedy => vec![kernels::argmax(out, logits, n)],
         DeviceSample::MinP {
             temperature,
             min_p,
             u01,
-        } => kernels::sample_min_p(out, logits, n, temperature, min_p, u01),
+        } if fast => kernels::sample_min_p_fast(out, logits, n, temperature, min_p, u01).to_vec(),
+        DeviceSample::MinP {
+            temperature,
+            min_p,
+            u01,
+        } => vec![kernels::sample_min_p(out, logits, n, temperature, min_p, u01)],
     }
 }
 
-/// The token [`sample_launch`] picked, through the pinned `staging` buffer (synchronizes).
+/// The token [`sample_launches`] picked, through the pinned `staging` buffer (synchronizes).
 pub(super) fn read_pick(acts: &Acts, staging: &mut PinnedBuffer, stream: &Stream) -> Result<DevicePick, EngineError> {
     let bytes = 4 * kernels::SAMPLE_OUT_WORDS;
     acts.sampled

@@ -161,7 +161,12 @@ impl Pass<'_> {
     /// Whether a batch of `n` tokens takes the fast-mode decode fusions: fast arithmetic and a
     /// token-wise batch (the fused kernels are the decode kernels' twins).
     pub(super) fn fast_token_wise<N: Into<u64>>(&self, n: N) -> bool {
-        self.arithmetic == Arithmetic::Fast && self.token_wise(n)
+        self.is_fast() && self.token_wise(n)
+    }
+
+    /// Whether the launches run in fast arithmetic.
+    pub(super) fn is_fast(&self) -> bool {
+        self.arithmetic == Arithmetic::Fast
     }
 
     /// Every launch of the sequence goes through here (counted for `launch_count`). In fast mode an
@@ -174,7 +179,7 @@ impl Pass<'_> {
             }
             self.launch_now(&post)?;
         }
-        if matches!(self.arithmetic, Arithmetic::Fast) && l.kernel.name == kernels::HC_POST.name {
+        if self.is_fast() && l.kernel.name == kernels::HC_POST.name {
             self.pending_post.set(Some(l.clone()));
             return Ok(());
         }
@@ -207,7 +212,7 @@ impl Pass<'_> {
         first: &kernels::Launch,
         second: &kernels::Launch,
     ) -> Result<(), EngineError> {
-        if self.arithmetic == Arithmetic::Fast
+        if self.is_fast()
             && let Some(paired) = kernels::fused_rows_finish_pair(first, second)
         {
             return self.launch(&paired);
@@ -281,9 +286,8 @@ impl Pass<'_> {
     /// after the others have read it (kernels/hc_fast.hip), and the state moves to the other buffer.
     pub(super) fn advance_hc(&self, n: u32) -> (DevPtr, DevPtr) {
         let hc_in = self.hc_state();
-        let out_of_place = self.arithmetic == Arithmetic::Fast
-            && !kernels::hc_per_token(n)
-            && n as usize <= super::acts::hc_alt_tokens(self.acts.n_max);
+        let out_of_place =
+            self.is_fast() && !kernels::hc_per_token(n) && n as usize <= super::acts::hc_alt_tokens(self.acts.n_max);
         if !out_of_place {
             return (hc_in, hc_in);
         }

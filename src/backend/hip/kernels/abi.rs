@@ -268,6 +268,10 @@ kernel_defs! {
         n_ff: U32, n_out: U32, n_used: U32);
     /// kernels/sample_fast.hip
     ARGMAX_FAST = "ds4_argmax_fast"(out: Ptr, logits: Ptr, n: U32);
+    SAMPLE_MIN_P_MAX_FAST = "ds4_sample_min_p_max_fast"(out: Ptr, logits: Ptr, n: U32, temp: F32, min_p: F32,
+        u01: F32);
+    SAMPLE_MIN_P_DRAW_FAST = "ds4_sample_min_p_draw_fast"(out: Ptr, logits: Ptr, n: U32, temp: F32, min_p: F32,
+        u01: F32);
     /// kernels/attention_fast.hip
     ATTENTION_DECODE_SPLIT = "ds4_attention_decode_split"(part_acc: Ptr, part_ml: Ptr, q: Ptr, ring: Ptr,
         comp: Ptr, comp_sel: Ptr, pos: Ptr, n_head: U32, head_dim: U32, ring_cap: U32, window: U32,

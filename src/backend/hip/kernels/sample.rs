@@ -1,6 +1,6 @@
 //! Builders of kernels/sample.hip: greedy and min-p sampling on the device.
 
-use super::abi::{ARGMAX, DevPtr, SAMPLE_MIN_P};
+use super::abi::{ARGMAX, DevPtr, SAMPLE_MIN_P, SAMPLE_MIN_P_DRAW_FAST, SAMPLE_MIN_P_MAX_FAST};
 use super::launch::{Launch, f, ptr, u};
 
 /// Words `ds4_argmax` and `ds4_sample_min_p` write: the token id, then 1 when the host's uniform
@@ -12,9 +12,10 @@ pub const SAMPLE_OUT_WORDS: usize = 2;
 pub const ARGMAX_FAST_BLOCKS: u32 = 32;
 
 /// Words of the buffer the sampling kernels write (`out`): the [`SAMPLE_OUT_WORDS`], then the fast
-/// greedy pick's scratch: its blocks' counter (word 2, zero before the first launch; the kernel puts
-/// it back) and a (value, id) pair per block from word 4.
-pub const SAMPLE_BUFFER_WORDS: usize = 4 + 2 * ARGMAX_FAST_BLOCKS as usize;
+/// kernels' scratch (kernels/sample_fast.hip): their blocks' counter (word 2, zero before the first
+/// launch; each launch puts it back), the min-p draw's first finite maximum (word 3) and four words
+/// per block from word 4.
+pub const SAMPLE_BUFFER_WORDS: usize = 4 + 4 * ARGMAX_FAST_BLOCKS as usize;
 
 /// `ds4_argmax`: out[0] = first index of the largest logit (NaN never wins; 0 when none is above
 /// -inf), the host's `sampler::argmax`. Grid (1). `out`: [`SAMPLE_BUFFER_WORDS`] words, word 2 zero
@@ -31,4 +32,14 @@ pub fn sample_min_p(out: DevPtr, logits: DevPtr, n: u32, temp: f32, min_p: f32, 
         [1, 1, 1],
         vec![ptr(out), ptr(logits), u(n), f(temp), f(min_p), f(u01)],
     )
+}
+
+/// The fast form of [`sample_min_p`] (kernels/sample_fast.hip): the first finite maximum over
+/// [`ARGMAX_FAST_BLOCKS`] blocks, then the draw over as many; the same arguments, `out` of
+/// [`SAMPLE_BUFFER_WORDS`] words with word 2 zero. Its sums are taken in another order than the
+/// exact kernel's, so a draw may differ only within float rounding of a boundary between two ids.
+pub fn sample_min_p_fast(out: DevPtr, logits: DevPtr, n: u32, temp: f32, min_p: f32, u01: f32) -> [Launch; 2] {
+    let exact = sample_min_p(out, logits, n, temp, min_p, u01);
+    let grid = [ARGMAX_FAST_BLOCKS, 1, 1];
+    [&SAMPLE_MIN_P_MAX_FAST, &SAMPLE_MIN_P_DRAW_FAST].map(|k| Launch::new(k, grid, exact.args.clone()))
 }

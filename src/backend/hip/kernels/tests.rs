@@ -313,6 +313,8 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         1,
     );
     launches.extend(fused_rows_finish_pair(&q_rows, &kv_rows));
+    // ... and the min-p draw's two launches (not twins: two launches for one).
+    launches.extend(sample_min_p_fast(16, 32, 129_280, 0.8, 0.05, 0.5));
     // The fast-arithmetic twins take their exact launch's arguments (`fast_twin`).
     let twins: Vec<Launch> = launches.iter().filter_map(fast_twin).collect();
     launches.extend(twins);
