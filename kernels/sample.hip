@@ -20,7 +20,8 @@ DS4_DEV void ds4_best_of(float& best, u32& bi, float v, u32 i) {
 
 // The block's best (value, id) candidate (ds4_best_of's order) from every thread's own, in thread 0:
 // a width-DS4_WARP butterfly, then the warps' results in warp order. Any order of the folds gives the
-// same candidate: ds4_best_of is a total order on the candidates.
+// same candidate: ds4_best_of is a total order on the candidates. Ends with a barrier, so the next
+// call may reuse the shared words at once.
 DS4_DEV void ds4_block_best(float& best, u32& bi) {
     __shared__ float sb[DS4_WARPS_PER_BLOCK];
     __shared__ u32 si[DS4_WARPS_PER_BLOCK];
@@ -37,6 +38,7 @@ DS4_DEV void ds4_block_best(float& best, u32& bi) {
     __syncthreads();
     if (threadIdx.x == 0)
         for (int w = 1; w < DS4_WARPS_PER_BLOCK; ++w) ds4_best_of(best, bi, sb[w], si[w]);
+    __syncthreads();
 }
 
 // First index of the largest logit among those accepted (finite_only: finite ones; otherwise every

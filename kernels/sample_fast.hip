@@ -7,12 +7,12 @@
 #pragma once
 #include "sample.hip"
 
-#define DS4_ARGMAX_MAX_BLOCKS 64  // the most blocks of a launch (kernels::ARGMAX_FAST_BLOCKS <= this)
+#define DS4_SAMPLE_MAX_BLOCKS 64  // the most blocks of a launch (kernels::SAMPLE_FAST_BLOCKS <= this)
 
 // The scratch words of `out` past the pick's two (kernels::SAMPLE_BUFFER_WORDS): [2] the blocks'
 // counter (0 before a launch; the last block puts it back), [3] the min-p draw's first finite
 // maximum, from [4] DS4_SAMPLE_PART words per block.
-#define DS4_SAMPLE_COUNTER 2
+#define DS4_SAMPLE_COUNTER 2  // kernels::SAMPLE_COUNTER_WORD
 #define DS4_SAMPLE_BEST 3
 #define DS4_SAMPLE_PARTS 4
 #define DS4_SAMPLE_PART 4
@@ -49,10 +49,10 @@ DS4_DEV void ds4_fold_parts(const u32* part, u32 k, u32 nb, float& best, u32& bi
 }
 
 // ds4_argmax's arguments and outputs (out[0] the id, out[1] = 0), out extended by the scratch words
-// above. logits 16-byte aligned. Launch: grid (B <= DS4_ARGMAX_MAX_BLOCKS), block 256.
+// above. logits 16-byte aligned. Launch: grid (B <= DS4_SAMPLE_MAX_BLOCKS), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_argmax_fast(u32* out, const float* logits, u32 n) {
     const u32 nb = gridDim.x, b = blockIdx.x;
-    if (nb > DS4_ARGMAX_MAX_BLOCKS) return;
+    if (nb > DS4_SAMPLE_MAX_BLOCKS) return;
     float best = -INFINITY;
     u32 bi = DS4_NO_ID;
     ds4_share_each(logits, n, nb, b, [&](float v, u32 i) {
@@ -116,11 +116,11 @@ DS4_DEV float min_p_run_sum(const float* logits, u32 n, u32 a, u32 len, float mx
 //    the shares, then the runs of the share where r runs out, then that run's ids (the exact kernel's
 //    walk: a share or run is passed while r minus its sum stays above 0, an id is picked when r minus
 //    its weight reaches 0 or less), the first finite maximum when rounding leaves r above 0 at the end.
-// logits 16-byte aligned. Launch: grid (B <= DS4_ARGMAX_MAX_BLOCKS), block 256, both the same B.
+// logits 16-byte aligned. Launch: grid (B <= DS4_SAMPLE_MAX_BLOCKS), block 256, both the same B.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_sample_min_p_max_fast(u32* out, const float* logits, u32 n,
                                                                            float temp, float min_p, float u01) {
     const u32 nb = gridDim.x, b = blockIdx.x;
-    if (nb > DS4_ARGMAX_MAX_BLOCKS) return;
+    if (nb > DS4_SAMPLE_MAX_BLOCKS) return;
     float bf = -INFINITY, ba = -INFINITY;  // first finite maximum; greedy pick (every logit above -inf)
     u32 jf = DS4_NO_ID, ja = DS4_NO_ID;
     ds4_share_each(logits, n, nb, b, [&](float v, u32 i) {
@@ -128,7 +128,6 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_sample_min_p_max_fast(u32* 
         if (v > -INFINITY) ds4_best_of(ba, ja, v, i);
     });
     ds4_block_best(bf, jf);
-    __syncthreads();  // ds4_block_best's shared words are read by thread 0 before the next fold
     ds4_block_best(ba, ja);
     u32* part = out + DS4_SAMPLE_PARTS;
     if (threadIdx.x == 0) {
@@ -140,7 +139,6 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_sample_min_p_max_fast(u32* 
     }
     if (!last_block_of(&out[DS4_SAMPLE_COUNTER], nb)) return;
     ds4_fold_parts(part, 0, nb, bf, jf);
-    __syncthreads();
     ds4_fold_parts(part, 2, nb, ba, ja);
     if (threadIdx.x == 0) {
         out[DS4_SAMPLE_BEST] = jf;
@@ -158,7 +156,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_sample_min_p_draw_fast(u32*
     __shared__ float s_r;
     __shared__ u32 s_share, s_pick;
     const u32 nb = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
-    if (nb > DS4_ARGMAX_MAX_BLOCKS) return;
+    if (nb > DS4_SAMPLE_MAX_BLOCKS) return;
     const u32 best = out[DS4_SAMPLE_BEST];  // the previous launch's
     if (best == DS4_NO_ID) return;          // no finite logit: the previous launch wrote the pick
     const float mx = logits[best];

@@ -179,7 +179,8 @@ const std::vector<Entry>& registry() {
         K(ds4_moe_gemm_down_iq2_xxs), K(ds4_moe_gemm_down_q2_k), K(ds4_moe_gemm_down_q4_k), K(ds4_moe_sum),
         K(ds4_gemm_f16), K(ds4_gemm_q8_0_mma), K(ds4_gemm_f16_mma), K(ds4_test_mathf),
         // Fast-arithmetic twins (kernels/*_fast.hip).
-        K(ds4_hc_pre_fused_fast), K(ds4_matvec_q8_0_fast), K(ds4_matvec_q8_0_swiglu_fast), K(ds4_argmax_fast), K(ds4_sample_min_p_max_fast), K(ds4_sample_min_p_draw_fast),
+        K(ds4_hc_pre_fused_fast), K(ds4_matvec_q8_0_fast), K(ds4_matvec_q8_0_swiglu_fast), K(ds4_argmax_fast),
+        K(ds4_sample_min_p_max_fast), K(ds4_sample_min_p_draw_fast),
         K(ds4_gemm_q8_0_swiglu_mma), K(ds4_moe_gemm_gate_up_iq2_xxs_mma), K(ds4_moe_gemm_gate_up_q2_k_mma),
         K(ds4_moe_gemm_gate_up_q4_k_mma), K(ds4_moe_gemm_down_iq2_xxs_mma), K(ds4_moe_gemm_down_q2_k_mma),
         K(ds4_moe_gemm_down_q4_k_mma),

@@ -82,9 +82,7 @@ fn check_argmax(gpu: &Gpu, rng: &mut CheckRng, name: &str, n: usize) -> Checked 
     let mut last = vec![f32::NEG_INFINITY; n];
     last[n - 1] = -5.0;
     cases.push(last);
-    let mut buf = vec![0xdead_beefu32; kernels::SAMPLE_BUFFER_WORDS];
-    buf[2] = 0;
-    let out = gpu.up(&buf)?;
+    let out = sample_buffer(gpu)?;
     let mut differ = 0;
     for logits in &cases {
         let l_d = gpu.up(logits)?;
@@ -94,7 +92,7 @@ fn check_argmax(gpu: &Gpu, rng: &mut CheckRng, name: &str, n: usize) -> Checked 
         for launch in [&l, &fast, &fast] {
             gpu.run(launch)?;
             let w = out.to_vec::<u32>()?;
-            picks.push([w[0], w[1], w[2]]);
+            picks.push([w[0], w[1], w[kernels::SAMPLE_COUNTER_WORD]]);
         }
         differ += picks[1..].iter().filter(|p| **p != picks[0]).count();
     }

@@ -2,7 +2,7 @@
 //! sampler (`engine::sampler`) on logits with ties, NaN and ±inf; the transcendental functions of
 //! kernels/mathf.h bitwise against `backend::cpu::transcend`.
 
-use ds4_chat::backend::hip::kernels::{self, SAMPLE_BUFFER_WORDS};
+use ds4_chat::backend::hip::kernels::{self, SAMPLE_COUNTER_WORD};
 use ds4_chat::engine::events::SamplingParams;
 use ds4_chat::engine::sampler::{Sampler, Xorshift64Star, argmax as host_argmax};
 
@@ -26,10 +26,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
 /// kernels share one buffer whose counter word must be back at 0 after each.
 fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
     let name = "kernel.argmax+sample_min_p[vs host sampler]";
-    // The sampling words, then the fast pick's scratch (its counter zero, kernels::SAMPLE_BUFFER_WORDS).
-    let mut words = vec![0xdead_beefu32; SAMPLE_BUFFER_WORDS];
-    words[2] = 0;
-    let out = gpu.up(&words)?;
+    let out = sample_buffer(gpu)?;
     let (mut draws, mut boundary_cases, mut failures) = (0usize, 0usize, Vec::new());
     for trial in 0..162 {
         let n = [1usize, 7, 256, 1000, 3001, 129_280][trial % 6];
@@ -53,10 +50,11 @@ fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
         for (kind, launch) in [("argmax", pick.clone()), ("fast argmax", twin_of(&pick))] {
             gpu.run(&launch)?;
             let got = out.to_vec::<u32>()?;
-            if (got[0], got[1], got[2]) != (host_argmax(&logits), 0, 0) {
+            let counter = got[SAMPLE_COUNTER_WORD];
+            if (got[0], got[1], counter) != (host_argmax(&logits), 0, 0) {
                 failures.push(format!(
-                    "trial {trial}: {kind} {:?}, host {}",
-                    &got[..3],
+                    "trial {trial}: {kind} {:?}, counter {counter}, host {}",
+                    &got[..2],
                     host_argmax(&logits)
                 ));
             }
@@ -74,21 +72,21 @@ fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
         let seed = rng.next_u64();
         let u01 = Xorshift64Star::new(seed).next_unit_f32();
         let host = Sampler::new(Some(seed)).sample(&logits, &params);
+        let draw = Draw {
+            logits: &logits,
+            temperature,
+            min_p,
+            u01,
+            host,
+        };
         // The exact draw and its fast form (two launches, sums in another order).
-        let draw = kernels::sample_min_p(out.ptr().0, l_d.ptr().0, n as u32, temperature, min_p, u01);
+        let exact = kernels::sample_min_p(out.ptr().0, l_d.ptr().0, n as u32, temperature, min_p, u01);
         let fast = kernels::sample_min_p_fast(out.ptr().0, l_d.ptr().0, n as u32, temperature, min_p, u01);
-        for (kind, launches) in [("min-p", vec![draw]), ("fast min-p", fast.to_vec())] {
+        for (kind, launches) in [("min-p", vec![exact]), ("fast min-p", fast.to_vec())] {
             for launch in &launches {
                 gpu.run(launch)?;
             }
             let got = out.to_vec::<u32>()?;
-            let draw = Draw {
-                logits: &logits,
-                temperature,
-                min_p,
-                u01,
-                host,
-            };
             match draw.judge(got[0], got[1] != 0) {
                 Judged::NoDraw => {}
                 Judged::Same => draws += 1,
@@ -98,10 +96,10 @@ fn check_sampling(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
                 }
                 Judged::Wrong(why) => failures.push(format!("trial {trial}, {kind}: {why}")),
             }
-            if got[2] != 0 {
+            if got[SAMPLE_COUNTER_WORD] != 0 {
                 failures.push(format!(
                     "trial {trial}, {kind}: the counter word is {}, not back at 0",
-                    got[2]
+                    got[SAMPLE_COUNTER_WORD]
                 ));
             }
         }
@@ -198,8 +196,8 @@ impl Draw<'_> {
         let s = acc;
         let t = self.u01 as f64 * s;
         let exact_chain = 255 + n.div_ceil(256);
-        let fast_run = n.div_ceil(kernels::ARGMAX_FAST_BLOCKS as usize).div_ceil(1024) * 4;
-        let fast_chain = kernels::ARGMAX_FAST_BLOCKS as usize - 1 + 255 + fast_run;
+        let fast_run = n.div_ceil(kernels::SAMPLE_FAST_BLOCKS as usize).div_ceil(1024) * 4;
+        let fast_chain = kernels::SAMPLE_FAST_BLOCKS as usize - 1 + 255 + fast_run;
         let unit = (2f64).powi(-24);
         let bound = unit * s * ((2 * kept.len() + 2) + (2 * exact_chain.max(fast_chain) + 2)) as f64;
         // Position of a pick in the walk: its index among the kept ids; the rounding fallback (the

@@ -341,6 +341,14 @@ pub fn exact_then_twin(
     Ok((a, read(outs)?))
 }
 
+/// A sampling buffer (`kernels::SAMPLE_BUFFER_WORDS` words) as a decode session holds it: the
+/// fast launches' counter word zero, every other word poisoned.
+pub fn sample_buffer(gpu: &Gpu) -> HipResult<DeviceBuffer> {
+    let mut words = vec![0xdead_beefu32; kernels::SAMPLE_BUFFER_WORDS];
+    words[kernels::SAMPLE_COUNTER_WORD] = 0;
+    gpu.up(&words)
+}
+
 /// The fast twin of `exact` (which must have one for these shapes).
 pub fn twin_of(exact: &Launch) -> Launch {
     kernels::fast_twin(exact).unwrap_or_else(|| panic!("{} has no fast twin here", exact.kernel.name))

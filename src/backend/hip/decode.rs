@@ -88,12 +88,13 @@ pub(super) fn sample_launches(acts: &Acts, n_vocab: usize, how: DeviceSample, fa
             temperature,
             min_p,
             u01,
-        } if fast => kernels::sample_min_p_fast(out, logits, n, temperature, min_p, u01).to_vec(),
-        DeviceSample::MinP {
-            temperature,
-            min_p,
-            u01,
-        } => vec![kernels::sample_min_p(out, logits, n, temperature, min_p, u01)],
+        } => {
+            if fast {
+                kernels::sample_min_p_fast(out, logits, n, temperature, min_p, u01).to_vec()
+            } else {
+                vec![kernels::sample_min_p(out, logits, n, temperature, min_p, u01)]
+            }
+        }
     }
 }
 

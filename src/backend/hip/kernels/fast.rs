@@ -14,7 +14,7 @@ use super::abi::{
 use super::attention_fast::{ATTENTION_SLICE_ROUND, ATTENTION_SPLIT_ROWS};
 use super::launch::{BLOCK, Launch, blocks};
 use super::moe::ExpertFormat;
-use super::sample::ARGMAX_FAST_BLOCKS;
+use super::sample::SAMPLE_FAST_BLOCKS;
 
 /// Tokens per block of the dense matrix-core GEMMs (kernels/gemm_fast.hip DS4_MM_TOKS); their row
 /// tiles are the exact GEMMs' 64.
@@ -313,7 +313,7 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
                 .then(|| twin(l, kernel, [blocks(rows, per_block), l.grid[1], l.grid[2]]))
         }
         // Split over blocks, the last one picks among their picks (scratch past the pick's words).
-        "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, [ARGMAX_FAST_BLOCKS, 1, 1])),
+        "ds4_argmax" => Some(twin(l, &ARGMAX_FAST, [SAMPLE_FAST_BLOCKS, 1, 1])),
         // One warp a token (kernels/moe_fast.hip; bitwise the exact results).
         "ds4_router" => Some(twin(l, &ROUTER_FAST, l.grid)),
         "ds4_moe_gate_up_iq2_xxs" | "ds4_moe_gate_up_q2_k" | "ds4_moe_gate_up_q4_k" => {
@@ -466,7 +466,7 @@ mod tests {
             ("ds4_matvec_q8_0_swiglu_fast", [100u32.div_ceil(16), 1, 1])
         );
         let a = fast_twin(&argmax(1, 2, 129280)).unwrap();
-        assert_eq!((a.kernel.name, a.grid), ("ds4_argmax_fast", [ARGMAX_FAST_BLOCKS, 1, 1]));
+        assert_eq!((a.kernel.name, a.grid), ("ds4_argmax_fast", [SAMPLE_FAST_BLOCKS, 1, 1]));
         // The output head's mix: 16-byte strips, so aligned pointers and n_in % 8 == 0.
         let m = fast_twin(&super::super::hc_mix(16, 32, 48, 16384, 4, 1e-6, 1)).unwrap();
         assert_eq!((m.kernel.name, m.grid), ("ds4_hc_mix_fast", [4, 1, 1]));
