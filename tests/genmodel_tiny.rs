@@ -66,6 +66,33 @@ fn tiny_files_load_through_model_open_for_every_expert_mix() {
 }
 
 #[test]
+fn a_file_cut_to_its_first_layers_loads_with_their_schedules() {
+    // gen-model --layers 4 on the tiny preset: the loader reads 4 layers back, the ratio and clamp
+    // schedules cut to them, the hash layers and expert types of the full file's first 4.
+    let spec = GenSpec::new(Preset::Tiny, 7, ExpertMix::Q2).with_layers(4).unwrap();
+    let path = temp_path("tiny-4-layers.gguf");
+    SyntheticModel::new(&spec)
+        .unwrap()
+        .write_file(&path, 2, |_| {})
+        .unwrap();
+    let model = Model::open(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    let full = HParams::tiny();
+    assert_eq!(model.hp.n_layer, 4);
+    assert_eq!(model.hp.compress_ratios, full.compress_ratios[..4]);
+    assert_eq!(model.hp.swiglu_clamp, full.swiglu_clamp[..4]);
+    assert_eq!(model.hp.n_hash_layer, full.n_hash_layer);
+    assert_eq!(model.w.layers.len(), 4);
+    for (l, lw) in model.w.layers.iter().enumerate() {
+        assert_eq!(lw.ffn_gate_tid2eid.is_some(), l < full.n_hash_layer, "layer {l}");
+        assert_eq!(
+            (lw.ffn_gate_exps.ty(), lw.ffn_down_exps.ty()),
+            (GgmlType::Iq2Xxs, GgmlType::Q2K)
+        );
+    }
+}
+
+#[test]
 fn same_seed_same_bytes_other_seed_other_bytes() {
     let t = Instant::now();
     let a = tiny_model(11, ExpertMix::Q2).unwrap();

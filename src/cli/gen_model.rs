@@ -46,6 +46,10 @@ pub struct Args {
     /// Writer threads (0 = one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Keep only the preset's first N layers (the same per-layer shapes in a smaller file: the
+    /// Flash shapes with 24 layers are about 46 GiB). ds4 loads only the full 43-layer layout.
+    #[arg(long)]
+    pub layers: Option<usize>,
 }
 
 /// A throttled one-line progress display on stderr: bytes, GiB/s, ETA.
@@ -94,7 +98,11 @@ pub fn run(args: Args) -> CliResult {
         ExpertsArg::Q4 => ExpertMix::Q4,
         ExpertsArg::Mixed => ExpertMix::Mixed,
     };
-    let model = SyntheticModel::new(&GenSpec::new(preset, args.seed, experts)).map_err(|e| e.to_string())?;
+    let mut spec = GenSpec::new(preset, args.seed, experts);
+    if let Some(n) = args.layers {
+        spec = spec.with_layers(n)?;
+    }
+    let model = SyntheticModel::new(&spec).map_err(|e| e.to_string())?;
     let lay = &model.layout;
     eprintln!(
         "writing {} ({} preset, {} experts, seed {}): {} tensors, {:.2} GiB",

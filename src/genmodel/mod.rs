@@ -118,6 +118,24 @@ impl GenSpec {
             tokenizer: preset != Preset::Micro,
         }
     }
+
+    /// The spec with only the first `n` layers (same per-layer shapes, schedules cut to `n`): a
+    /// smaller file whose every layer runs as in the full one, e.g. the Flash shapes on a GPU with
+    /// less memory than the 43-layer file needs. `n` must be between 1 and the preset's layers.
+    pub fn with_layers(mut self, n: usize) -> Result<GenSpec, String> {
+        let all = self.hp.n_layer;
+        if n == 0 || n > all {
+            return Err(format!("--layers {n}: the preset has {all} layers (give 1 to {all})"));
+        }
+        if n < all {
+            self.hp.n_layer = n;
+            self.hp.n_hash_layer = self.hp.n_hash_layer.min(n);
+            self.hp.compress_ratios.truncate(n);
+            self.hp.swiglu_clamp.truncate(n);
+            self.name = format!("{}, first {n} of {all} layers", self.name);
+        }
+        Ok(self)
+    }
 }
 
 /// The smallest hyperparameters that pass `HParams::validate` (rows stay whole 256-blocks): one
@@ -515,6 +533,38 @@ mod tests {
         assert_eq!(bytes, want);
         // 80.76 GiB (docs/model.md#file-sizes).
         assert!((bytes as f64 / (1u64 << 30) as f64 - 80.76).abs() < 0.005);
+    }
+
+    #[test]
+    fn flash_cut_to_its_first_layers_keeps_their_tensors() {
+        // --layers 24: the first 24 layers' tensors exactly as in the full plan (names, types,
+        // dims), the globals, nothing of layers 24..43; about 46 GiB.
+        let full = plan_tensors(&HParams::flash(), ExpertMix::Q2);
+        let spec = GenSpec::new(Preset::Flash, 1, ExpertMix::Q2).with_layers(24).unwrap();
+        assert_eq!(
+            (
+                spec.hp.n_layer,
+                spec.hp.compress_ratios.len(),
+                spec.hp.swiglu_clamp.len()
+            ),
+            (24, 24, 24)
+        );
+        let cut = plan_tensors(&spec.hp, ExpertMix::Q2);
+        let keep = |t: &TensorSpec| t.layer.is_none_or(|l| l < 24);
+        let want: Vec<_> = full.iter().filter(|(t, _)| keep(t)).map(|(_, e)| e).collect();
+        assert_eq!(cut.iter().map(|(_, e)| e).collect::<Vec<_>>(), want);
+        let m = SyntheticModel::new(&spec).unwrap();
+        let gib = m.layout.file_size as f64 / (1u64 << 30) as f64;
+        assert!((45.0..47.0).contains(&gib), "{gib}");
+        // All layers leaves the spec as it was; 0 and more than the preset's are refused.
+        let same = GenSpec::new(Preset::Flash, 1, ExpertMix::Q2).with_layers(43).unwrap();
+        assert_eq!(same.hp, HParams::flash());
+        for n in [0, 44] {
+            let e = GenSpec::new(Preset::Flash, 1, ExpertMix::Q2)
+                .with_layers(n)
+                .unwrap_err();
+            assert!(e.contains("the preset has 43 layers"), "{e}");
+        }
     }
 
     #[test]
