@@ -47,7 +47,8 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
     /// Keep only the preset's first N layers (the same per-layer shapes in a smaller file: the
-    /// Flash shapes with 24 layers are about 46 GiB). ds4 loads only the full 43-layer layout.
+    /// Flash shapes with 24 layers are about 46 GiB; with --experts mixed, Q4_K is the cut file's
+    /// last third). ds4 loads only the full 43-layer layout.
     #[arg(long)]
     pub layers: Option<usize>,
 }

@@ -122,6 +122,8 @@ impl GenSpec {
     /// The spec with only the first `n` layers (same per-layer shapes, schedules cut to `n`): a
     /// smaller file whose every layer runs as in the full one, e.g. the Flash shapes on a GPU with
     /// less memory than the 43-layer file needs. `n` must be between 1 and the preset's layers.
+    /// With `ExpertMix::Mixed` the Q4_K layers are the cut file's last third
+    /// (`ExpertMix::layer_types`), not the full file's.
     pub fn with_layers(mut self, n: usize) -> Result<GenSpec, String> {
         let all = self.hp.n_layer;
         if n == 0 || n > all {
