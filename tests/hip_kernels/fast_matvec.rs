@@ -26,6 +26,11 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     ];
     let q8_0_name = |(n_in, n_out, group, n_tok)| format!("fast_matvec.q8_0[{n_in}x{n_out},group {group},{n_tok} tok]");
     each(gpu, rng, emit, q8_0_cases, q8_0_name, check_q8_0);
+    // Few blocks, so that each takes 6 or 7 rounds in turn (the next round's tile in flight across
+    // rounds and, for 8192 columns, K split over warps): the bits of the default grid.
+    let few_cases = [(8192usize, 64usize, 1usize), (1024, 600, 2)];
+    let few_name = |(n_in, n_out, n_tok)| format!("fast_matvec.q8_0_few_blocks[{n_in}x{n_out},{n_tok} tok]");
+    each(gpu, rng, emit, few_cases, few_name, check_q8_0_few_blocks);
     let swiglu_cases = [(4096usize, 45usize, 2usize), (16384, 5, 1), (512, 19, 1), (768, 7, 1)];
     let swiglu_name = |(n_in, n_ff, n_tok)| format!("fast_matvec.q8_0_swiglu[{n_in}x{n_ff},{n_tok} tok]");
     each(gpu, rng, emit, swiglu_cases, swiglu_name, check_swiglu);
@@ -223,7 +228,7 @@ fn check_normed(gpu: &Gpu, rng: &mut CheckRng, name: &str, (n_in, n_out, n_tok):
     Ok(all_passed(name, pass, notes))
 }
 
-/// The paired launch's grid: at most 3 blocks, so a block takes several rounds in turn (and prefetches
+/// The fused and plain launches' grid: at most 3 blocks, so a block takes several rounds in turn (and prefetches
 /// across the two matrices). The grid never changes the bits.
 const FEW_BLOCKS: FastGrids = FastGrids {
     q8_0_max_blocks: 3,
@@ -296,6 +301,29 @@ pub fn check_q8_0(gpu: &Gpu, rng: &mut CheckRng, name: &str, shape: (usize, usiz
     let mut case = Q8ProjCase::new(gpu, rng, shape)?;
     let l = kernels::matvec_q8_0(&case.proj, n_tok as u32);
     fast_within_tol(gpu, name, &l, &mut [&mut case.y], format!("{n_tok} tokens"))
+}
+
+/// The fast Q8_0 matvec on [`FEW_BLOCKS`] against the default grid: the same bits.
+fn check_q8_0_few_blocks(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    (n_in, n_out, n_tok): (usize, usize, usize),
+) -> Checked {
+    let mut case = Q8ProjCase::new(gpu, rng, (n_in, n_out, n_out, n_tok))?;
+    let l = kernels::matvec_q8_0(&case.proj, n_tok as u32);
+    run_fast(gpu, std::slice::from_ref(&l))?;
+    let want = case.y.to_vec::<f32>()?;
+    gpu.repoison([&mut case.y])?;
+    let few = kernels::fast_twin_tuned(&l, FEW_BLOCKS).expect("a fast twin");
+    gpu.run(&few)?;
+    let got = case.y.to_vec::<f32>()?;
+    Ok(same_bits(
+        name,
+        &got,
+        &want,
+        format!("{n_tok} tokens, grid {}", few.grid[0]),
+    ))
 }
 
 pub fn check_swiglu(gpu: &Gpu, rng: &mut CheckRng, name: &str, (n_in, n_ff, n_tok): (usize, usize, usize)) -> Checked {
