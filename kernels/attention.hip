@@ -58,6 +58,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_scores(float* sc,
                                                                        u32 ring_cap, u32 window, u32 n_comp_avail,
                                                                        u32 ratio, u32 top_k, u32 sc_stride,
                                                                        float scale) {
+    ds4_grid_sync();
     // Rows padded by 4 floats: the 8 rows a warp reads at one offset fall in different banks.
     __shared__ float4 srow[DS4_ATT_SCORE_ROWS][DS4_ATT_MAX_DIM / 4 + 1];
     const u32 t = blockIdx.y, p = pos[0] + t;
@@ -85,6 +86,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_softmax(float* sc
                                                                         const u32* comp_sel, const u32* pos,
                                                                         u32 n_head, u32 window, u32 n_comp_avail,
                                                                         u32 ratio, u32 top_k, u32 sc_stride) {
+    ds4_grid_sync();
     __shared__ float red[DS4_WARPS_PER_BLOCK];
     const u32 h = blockIdx.x, t = blockIdx.y, p = pos[0] + t;
     const AttRows a = att_rows(p, window, n_comp_avail, ratio, top_k, comp_sel != nullptr);
@@ -133,6 +135,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_values(float* out
                                                                        u32 n_head, u32 head_dim, u32 ring_cap,
                                                                        u32 window, u32 n_comp_avail, u32 ratio,
                                                                        u32 top_k, u32 sc_stride) {
+    ds4_grid_sync();
     constexpr u32 CH = 64;  // rows staged per step
     __shared__ float sw[DS4_ATT_VAL_HEADS][CH];
     __shared__ const float* sp[CH];

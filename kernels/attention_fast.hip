@@ -60,6 +60,7 @@ extern "C" __global__ DS4_AFD_LAUNCH void ds4_attention_decode_split(
     float* part_acc, float* part_ml, const float* q, const float* ring, const float* comp, const u32* comp_sel,
     const u32* pos, u32 n_head, u32 head_dim, u32 ring_cap, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k,
     u32 n_split, u32 most_slices, u32 min_chunk, float scale) {
+    ds4_grid_sync();
     constexpr u32 HPW = DS4_AFD_HEADS / DS4_WARPS_PER_BLOCK;  // heads per warp: 1 (wave32), 2 (wave64)
     constexpr u32 K4 = DS4_ATT_MAX_DIM / (4 * DS4_WARP);      // float4 columns per lane at most
     __shared__ float ssc[DS4_AFD_HEADS][DS4_AFD_SUB];
@@ -269,6 +270,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge(
     float* out, const float* part_acc, const float* part_ml, const float* sinks, const u32* comp_sel,
     const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k, u32 n_split,
     u32 most_slices, u32 min_chunk) {
+    ds4_grid_sync();
     if (head_dim > DS4_ATT_MAX_DIM || head_dim % 4 != 0) return;
     const AfdMerged r = afd_merge(part_acc, part_ml, sinks, comp_sel, pos, n_head, head_dim, window, n_comp_avail,
                                   ratio, top_k, n_split, most_slices, min_chunk);
@@ -287,6 +289,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_decode_merge_q8(
     const u32* pos, u32 n_head, u32 head_dim, u32 window, u32 n_comp_avail, u32 ratio, u32 top_k, u32 n_split,
     u32 most_slices, u32 min_chunk, u32 n_rot, float theta_scale, float freq_scale, float ext_factor,
     float corr_low, float corr_high, float mscale) {
+    ds4_grid_sync();
     if (head_dim > DS4_ATT_MAX_DIM || head_dim % 32 != 0) return;
     AfdMerged r = afd_merge(part_acc, part_ml, sinks, comp_sel, pos, n_head, head_dim, window, n_comp_avail, ratio,
                             top_k, n_split, most_slices, min_chunk);

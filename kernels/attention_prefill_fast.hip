@@ -37,6 +37,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_attention_prefill_fast(floa
                                                                              u32 head_dim, u32 ring_cap, u32 window,
                                                                              u32 n_comp_avail, u32 ratio, u32 top_k,
                                                                              float scale) {
+    ds4_grid_sync();
     // K rows (16 x LDK halfs; at the start the 32 staged q rows use K and VT together), V^T (D x 16).
     __shared__ int4 kv4[DS4_ATTF_HEADS * DS4_ATTF_LDK * 2 / 16];  // >= K + V^T
     static_assert(DS4_ATTF_HEADS * DS4_ATTF_LDK >= DS4_ATTF_ROWS * DS4_ATTF_LDK + DS4_ATT_MAX_DIM * DS4_ATTF_ROWS, "kv4");

@@ -27,6 +27,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_compressor_pool(float* comp
                                                                       const float* sc_cur, const u16* ape,
                                                                       const u32* pos, u32 head_dim, u32 ratio,
                                                                       u32 n_tok, u32 comp_cap) {
+    ds4_grid_sync();
     const u32 j = blockIdx.x * DS4_BLOCK + threadIdx.x;
     if (j >= head_dim || ratio == 0) return;
     const u32 pos0 = pos[0];

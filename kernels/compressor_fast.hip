@@ -42,6 +42,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_compressor_pool_fast(float*
                                                                            const float* sc_cur, const u16* ape,
                                                                            const u32* pos, u32 head_dim, u32 ratio,
                                                                            u32 n_tok, u32 comp_cap) {
+    ds4_grid_sync();
     const u32 j = blockIdx.x * DS4_CPF_DIMS + threadIdx.x % DS4_CPF_DIMS, lane = threadIdx.x / DS4_CPF_DIMS;
     if (ratio == 0) return;
     const bool live = j < head_dim;

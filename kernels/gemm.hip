@@ -233,6 +233,7 @@ DS4_DEV void load_token_cols(TileCols& cols, u32 t0, u32 n_tok) {
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0(float* y, const u8* w, const i8* xq, const float* xd,
                                                                 u32 n_in, u32 n_out, u32 rows_per_group,
                                                                 u32 x_stride, u32 n_tok) {
+    ds4_grid_sync();
     __shared__ GemmSmem<1> sm;
     const u32 r0 = blockIdx.x * DS4_GM_TILE;
     load_token_cols(sm.cols, blockIdx.y * DS4_GM_TILE, n_tok);
@@ -247,6 +248,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0(float* y, const u
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0_swiglu(float* mid, const u8* wg, const u8* wu,
                                                                        const i8* xq, const float* xd, u32 n_in,
                                                                        u32 n_ff, float limit, u32 n_tok) {
+    ds4_grid_sync();
     __shared__ GemmSmem<2> sm;
     load_token_cols(sm.cols, blockIdx.y * DS4_GM_TILE, n_tok);
     const u8* wb[2] = {wg, wu};
@@ -270,6 +272,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0_swiglu(float* mid
 // Launch: grid (1), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_group(u32* pairs, u32* tiles, u32* n_tiles, const u32* sel,
                                                                 u32 n_tok, u32 n_used, u32 n_expert, u32 min_cols) {
+    ds4_grid_sync();
     __shared__ u32 count[1024];
     __shared__ u32 next[1024];
     __shared__ u32 stage[1024];
@@ -385,34 +388,40 @@ DS4_DEV void moe_gemm_down_body(float* outp, const u8* down, const i8* mq, const
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_gate_up_iq2_xxs(
     float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* pairs,
     const u32* tiles, const u32* n_tiles, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    ds4_grid_sync();
     moe_gemm_gate_up_body<DS4_T_IQ2_XXS>(mid, gate, up, xq, xd, xbs, pairs, tiles, n_tiles, selw, n_in, n_ff,
                                          n_used, limit);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_gate_up_q2_k(
     float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* pairs,
     const u32* tiles, const u32* n_tiles, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    ds4_grid_sync();
     moe_gemm_gate_up_body<DS4_T_Q2_K>(mid, gate, up, xq, xd, xbs, pairs, tiles, n_tiles, selw, n_in, n_ff, n_used,
                                       limit);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_gate_up_q4_k(
     float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* pairs,
     const u32* tiles, const u32* n_tiles, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    ds4_grid_sync();
     moe_gemm_gate_up_body<DS4_T_Q4_K>(mid, gate, up, xq, xd, xbs, pairs, tiles, n_tiles, selw, n_in, n_ff, n_used,
                                       limit);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_down_iq2_xxs(
     float* outp, const u8* down, const i8* mq, const float* md, const i16* mbs, const u32* pairs, const u32* tiles,
     const u32* n_tiles, u32 n_ff, u32 n_out, u32 n_used) {
+    ds4_grid_sync();
     moe_gemm_down_body<DS4_T_IQ2_XXS>(outp, down, mq, md, mbs, pairs, tiles, n_tiles, n_ff, n_out, n_used);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_down_q2_k(
     float* outp, const u8* down, const i8* mq, const float* md, const i16* mbs, const u32* pairs, const u32* tiles,
     const u32* n_tiles, u32 n_ff, u32 n_out, u32 n_used) {
+    ds4_grid_sync();
     moe_gemm_down_body<DS4_T_Q2_K>(outp, down, mq, md, mbs, pairs, tiles, n_tiles, n_ff, n_out, n_used);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_down_q4_k(
     float* outp, const u8* down, const i8* mq, const float* md, const i16* mbs, const u32* pairs, const u32* tiles,
     const u32* n_tiles, u32 n_ff, u32 n_out, u32 n_used) {
+    ds4_grid_sync();
     moe_gemm_down_body<DS4_T_Q4_K>(outp, down, mq, md, mbs, pairs, tiles, n_tiles, n_ff, n_out, n_used);
 }
 
@@ -420,6 +429,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_down_q4_k(
 // docs/model.md#routed-experts).
 // Launch: grid (ceil(n_out / 256), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_sum(float* out, const float* outp, u32 n_out, u32 n_used) {
+    ds4_grid_sync();
     const u32 t = blockIdx.y, r = blockIdx.x * DS4_BLOCK + threadIdx.x;
     if (r >= n_out) return;
     float s = 0.0f;
@@ -434,6 +444,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_sum(float* out, const f
 // Launch: grid (ceil(n_out / 64), ceil(n_tok / 64)), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_f16(float* y, const u16* w, const float* x, u32 n_in,
                                                                u32 n_out, u32 x_stride, u32 n_tok) {
+    ds4_grid_sync();
     __shared__ float wsm[32][DS4_GM_TILE + 1];
     __shared__ float xsm[32][DS4_GM_TILE + 1];
     const u32 r0 = blockIdx.x * DS4_GM_TILE, t0 = blockIdx.y * DS4_GM_TILE;

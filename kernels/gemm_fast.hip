@@ -51,6 +51,7 @@ DS4_DEV u16 load_q8_0_block(const u8* blk, u32 q[8]) {
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0_mma(float* y, const u8* w, const i8* xq,
                                                                     const float* xd, u32 n_in, u32 n_out,
                                                                     u32 rows_per_group, u32 x_stride, u32 n_tok) {
+    ds4_grid_sync();
     __shared__ int4 ws4[DS4_MM_ROWS * DS4_MM_LDQ / 16];
     __shared__ int4 xs4[DS4_MM_TOKS * DS4_MM_LDQ / 16];
     __shared__ float wd[DS4_MM_QB][DS4_MM_ROWS];
@@ -161,6 +162,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0_mma(float* y, con
 // (ceil(n_out / 64), ceil(n_tok / 128)), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_f16_mma(float* y, const u16* w, const float* x, u32 n_in,
                                                                    u32 n_out, u32 x_stride, u32 n_tok) {
+    ds4_grid_sync();
     __shared__ int4 ws4[DS4_MM_ROWS * DS4_MM_LDH * 2 / 16];
     __shared__ int4 xh4[DS4_MM_TOKS * DS4_MM_LDH * 2 / 16];
     __shared__ int4 xl4[DS4_MM_TOKS * DS4_MM_LDH * 2 / 16];

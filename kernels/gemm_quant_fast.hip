@@ -316,6 +316,7 @@ DS4_DEV void mma_quant_tile(MmaQuantSmem<NW>& sm, const u8* const (&wbase)[NW], 
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_gemm_q8_0_swiglu_mma(float* mid, const u8* wg, const u8* wu,
                                                                            const i8* xq, const float* xd, u32 n_in,
                                                                            u32 n_ff, float limit, u32 n_tok) {
+    ds4_grid_sync();
     __shared__ MmaQuantSmem<2> sm;
     load_token_cols(sm.cols, blockIdx.y * DS4_MQ_COLS, n_tok);
     const u8* wb[2] = {wg, wu};
@@ -375,30 +376,36 @@ DS4_DEV void moe_gemm_down_mma_body(float* outp, const u8* down, const i8* mq, c
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_gate_up_iq2_xxs_mma(
     float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* pairs,
     const u32* tiles, const u32* n_tiles, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    ds4_grid_sync();
     moe_gemm_gate_up_mma_body<DS4_T_IQ2_XXS>(mid, gate, up, xq, xd, xbs, pairs, tiles, n_tiles, selw, n_in, n_ff, n_used, limit);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_down_iq2_xxs_mma(
     float* outp, const u8* down, const i8* mq, const float* md, const i16* mbs, const u32* pairs, const u32* tiles,
     const u32* n_tiles, u32 n_ff, u32 n_out, u32 n_used) {
+    ds4_grid_sync();
     moe_gemm_down_mma_body<DS4_T_IQ2_XXS>(outp, down, mq, md, mbs, pairs, tiles, n_tiles, n_ff, n_out, n_used);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_gate_up_q2_k_mma(
     float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* pairs,
     const u32* tiles, const u32* n_tiles, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    ds4_grid_sync();
     moe_gemm_gate_up_mma_body<DS4_T_Q2_K>(mid, gate, up, xq, xd, xbs, pairs, tiles, n_tiles, selw, n_in, n_ff, n_used, limit);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_down_q2_k_mma(
     float* outp, const u8* down, const i8* mq, const float* md, const i16* mbs, const u32* pairs, const u32* tiles,
     const u32* n_tiles, u32 n_ff, u32 n_out, u32 n_used) {
+    ds4_grid_sync();
     moe_gemm_down_mma_body<DS4_T_Q2_K>(outp, down, mq, md, mbs, pairs, tiles, n_tiles, n_ff, n_out, n_used);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_gate_up_q4_k_mma(
     float* mid, const u8* gate, const u8* up, const i8* xq, const float* xd, const i16* xbs, const u32* pairs,
     const u32* tiles, const u32* n_tiles, const float* selw, u32 n_in, u32 n_ff, u32 n_used, float limit) {
+    ds4_grid_sync();
     moe_gemm_gate_up_mma_body<DS4_T_Q4_K>(mid, gate, up, xq, xd, xbs, pairs, tiles, n_tiles, selw, n_in, n_ff, n_used, limit);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gemm_down_q4_k_mma(
     float* outp, const u8* down, const i8* mq, const float* md, const i16* mbs, const u32* pairs, const u32* tiles,
     const u32* n_tiles, u32 n_ff, u32 n_out, u32 n_used) {
+    ds4_grid_sync();
     moe_gemm_down_mma_body<DS4_T_Q4_K>(outp, down, mq, md, mbs, pairs, tiles, n_tiles, n_ff, n_out, n_used);
 }

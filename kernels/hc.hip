@@ -36,6 +36,7 @@ DS4_DEV void hc_mix_block(float* mix, const float* hc, const u16* fn_w, u32 n_in
 // Launch: grid (n_mix, n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_mix(float* mix, const float* hc, const u16* fn_w, u32 n_in,
                                                              u32 n_mix, float eps) {
+    ds4_grid_sync();
     hc_mix_block(mix, hc, fn_w, n_in, n_mix, eps);
 }
 
@@ -186,6 +187,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_finish(float* x_out,
                                                                     const float* hc, const float* scale,
                                                                     const float* base, u32 n_embd, u32 n_hc,
                                                                     u32 iters, float eps_hc) {
+    ds4_grid_sync();
     const u32 t = blockIdx.x;
     hc_pre_finish_token(t, x_out + (u64)t * n_embd, split_out, mix, hc, scale, base, n_embd, n_hc, iters, eps_hc);
 }
@@ -206,6 +208,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_fused(float* split_o
                                                                    const float* norm_w, u32 n_embd, u32 n_hc,
                                                                    u32 iters, float eps_rms, float eps_hc,
                                                                    float eps_norm) {
+    ds4_grid_sync();
     __shared__ float xs[4096];
     __shared__ u32 is_last;
     const u32 t = blockIdx.y;
@@ -232,6 +235,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_pre_fused(float* split_o
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_head_finish(float* x_out, const float* mix, const float* hc,
                                                                      const float* scale, const float* base,
                                                                      u32 n_embd, u32 n_hc, float eps_hc) {
+    ds4_grid_sync();
     const u32 t = blockIdx.x;
     float wh[DS4_HC_MAX];
 #pragma unroll
@@ -252,6 +256,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_head_finish(float* x_out
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post(float* hc_out, const float* hc_in, const float* y,
                                                               const float* y2, const float* split, u32 n_embd,
                                                               u32 n_hc) {
+    ds4_grid_sync();
     const u32 t = blockIdx.y;
     const u32 d = blockIdx.x * DS4_BLOCK + threadIdx.x;
     if (d >= n_embd || n_hc > DS4_HC_MAX) return;

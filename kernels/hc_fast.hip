@@ -189,12 +189,31 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
     __shared__ u32 is_last;
     const u32 t = blockIdx.y;
     const u32 n_mix = 2 * n_hc + n_hc * n_hc, n_in = n_hc * n_embd;
-    if (n_embd > S * 8 * DS4_BLOCK || n_hc > H) return;
+    if (n_embd > S * 8 * DS4_BLOCK || n_hc > H) {
+        ds4_grid_sync();
+        return;
+    }
     const float* x = hc + (u64)t * n_in;
     float* xo = POST ? hc_out + (u64)t * n_in : nullptr;
     const bool share_store = POST && !PER_TOKEN && hc_out != hc;
-    // The strips of X and of norm_w for the finish: every load of the block in flight at once.
+    // The weights first: the strips of norm_w for the finish, the one-row block's fn strips and the
+    // finish's constants, loaded before the wait for the previous launch (prelude.h ds4_grid_sync)
+    // so that their latency hides behind it and the dots; then the strips of X, all in flight.
     float xv[S][H][8], nw[S][8];
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) nw[k][j] = 1.0f;
+        if (nqf_start(k) < n_embd) load8(nw[k], norm_w + nqf_start(k));
+    }
+    uint4 wv[S][H];
+    if constexpr (!PER_TOKEN) hc_row_load<S, H>(wv, fn_w + (u64)blockIdx.x * n_in, n_embd, n_hc);
+    float base_pre[H];
+#pragma unroll
+    for (int h = 0; h < H; ++h) base_pre[h] = (u32)h < n_hc ? base[h] : 0.0f;
+    const float scale_pre = scale[0];
+    const HcSplitConsts split_consts = hc_split_consts(scale, base, n_hc);
+    ds4_grid_sync();
 #pragma unroll
     for (int k = 0; k < S; ++k) {
         const u32 i0 = nqf_start(k);
@@ -205,19 +224,7 @@ DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8*
             for (int j = 0; j < 8; ++j) xv[k][h][j] = 0.0f;
             if (live && (u32)h < n_hc) load8(xv[k][h], x + (u64)h * n_embd + i0);
         }
-#pragma unroll
-        for (int j = 0; j < 8; ++j) nw[k][j] = 1.0f;
-        if (live) load8(nw[k], norm_w + i0);
     }
-    // The one-row block's fn strips, in flight with the state's.
-    uint4 wv[S][H];
-    if constexpr (!PER_TOKEN) hc_row_load<S, H>(wv, fn_w + (u64)blockIdx.x * n_in, n_embd, n_hc);
-    // The finish's constants, loaded now so that their latency hides behind the dots.
-    float base_pre[H];
-#pragma unroll
-    for (int h = 0; h < H; ++h) base_pre[h] = (u32)h < n_hc ? base[h] : 0.0f;
-    const float scale_pre = scale[0];
-    const HcSplitConsts split_consts = hc_split_consts(scale, base, n_hc);
     if (POST)
         hc_post_strips<S, H>(xv, y + (u64)t * n_embd, y2 ? y2 + (u64)t * n_embd : y2, post_split + (u64)t * n_mix,
                              n_embd, n_hc);
@@ -399,6 +406,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post_pre_token_fast(
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post_fast(float* hc_out, const float* hc_in, const float* y,
                                                                    const float* y2, const float* split, u32 n_embd,
                                                                    u32 n_hc) {
+    ds4_grid_sync();
     constexpr int H = DS4_HC_MAX;
     const u32 t = blockIdx.y;
     const u32 d = blockIdx.x * DS4_BLOCK + threadIdx.x;
@@ -438,6 +446,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_post_fast(float* hc_out,
 // Preconditions (kernels::fast_twin checks them): n_in % 8 == 0, hc and fn_w 16-byte aligned.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_hc_mix_fast(float* mix, const float* hc, const u16* fn_w,
                                                                   u32 n_in, u32 n_mix, float eps) {
+    ds4_grid_sync();
     __shared__ float scratch[DS4_GROUPS32];
     const u32 o = blockIdx.x, t = blockIdx.y;
     const float* x = hc + (u64)t * n_in;

@@ -23,6 +23,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores(float* score
                                                                      const float* krows, const u32* pos,
                                                                      u32 n_head, u32 n_comp_avail, u32 ratio,
                                                                      u32 top_k, u32 score_stride, float w_scale) {
+    ds4_grid_sync();
     __shared__ float sq[DS4_IDX_MAX_HEADS][DS4_IDX_DIM + 1];  // +1: conflict-free column reads
     __shared__ float sw[DS4_IDX_MAX_HEADS];
     __shared__ float srow[DS4_WARPS_PER_BLOCK][DS4_IDX_DIM];
@@ -92,6 +93,7 @@ DS4_DEV u32 block_scan_excl(u32 v, u32* wsum) {
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk(u32* sel, const float* scores, const u32* pos,
                                                                    u32 score_stride, u32 n_comp_avail, u32 ratio,
                                                                    u32 top_k) {
+    ds4_grid_sync();
     __shared__ u32 hist[256];
     __shared__ u32 s_prefix, s_need;
     __shared__ u32 wsum[DS4_WARPS_PER_BLOCK];

@@ -86,6 +86,7 @@ DS4_DEV u32 idx_n_seg(u32 n, u32 seg) { return max(1u, n / seg); }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk_segments(u32* sel, float* scores, const u32* pos,
                                                                             u32 score_stride, u32 n_comp_avail,
                                                                             u32 ratio, u32 top_k, u32 seg) {
+    ds4_grid_sync();
     __shared__ u32 keys[DS4_IDX_SEG_MAX];
     __shared__ u32 hist[256];
     __shared__ u32 s_prefix, s_need;
@@ -119,6 +120,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk_segments(u32* 
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk_merge(u32* sel, const float* scores, const u32* pos,
                                                                          u32 score_stride, u32 n_comp_avail, u32 ratio,
                                                                          u32 top_k, u32 seg) {
+    ds4_grid_sync();
     __shared__ u32 hist[256];
     __shared__ u32 s_prefix, s_need;
     __shared__ u32 wsum[DS4_WARPS_PER_BLOCK];
@@ -221,6 +223,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_fast(float* 
                                                                           const u32* pos, u32 n_head,
                                                                           u32 n_comp_avail, u32 ratio, u32 top_k,
                                                                           u32 score_stride, float w_scale) {
+    ds4_grid_sync();
     static_assert(DS4_BLOCK == 256, "ds4_indexer_scores_fast: 32 row groups x 8 head groups");
     __shared__ float4 qT[DS4_IDX_DIM][DS4_IDX_MAX_HEADS / 4];      // [dim][head]
     __shared__ float4 rT[DS4_IDXF_STEP][DS4_IDXF_ROWS / 4 + 1];    // [dim][row] of one step
@@ -277,6 +280,7 @@ DS4_DEV void idxd_step_load(float4 (&v)[2], const float* krows, u32 c0, u32 nr, 
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_scores_decode_fast(
     float* scores, const float* qi, const float* w, const float* krows, const u32* pos, u32 n_head,
     u32 n_comp_avail, u32 ratio, u32 top_k, u32 score_stride, float w_scale) {
+    ds4_grid_sync();
     static_assert(DS4_BLOCK == 256, "ds4_indexer_scores_decode_fast: 4 quarters x 8 row groups x 8 head groups");
     static_assert(DS4_IDX_DIM == 2 * DS4_IDXD_STEP && DS4_IDXD_ROWS == 32, "two steps of 16 dims a quarter");
     constexpr u32 QUARTERS = 4, QD = DS4_IDXD_STEP / QUARTERS;

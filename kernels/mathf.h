@@ -264,6 +264,7 @@ DS4_DEV float ds4_log2f(float x) {
 // i < n, f = ds4_expf, ds4_log1pf, ds4_sinf, ds4_cosf, ds4_log2f for which = 0..4 (else NaN).
 // Launch: grid (ceil(n / 256)), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_test_mathf(float* out, const float* input, u32 n, u32 which) {
+    ds4_grid_sync();
     const u32 i = blockIdx.x * DS4_BLOCK + threadIdx.x;
     if (i >= n) return;
     const float x = input[i];

@@ -16,6 +16,7 @@
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0(float* y, const u8* w, const i8* xq,
                                                                   const float* xd, u32 n_in, u32 n_out,
                                                                   u32 rows_per_group, u32 x_stride) {
+    ds4_grid_sync();
     DS4_CHAIN_SHARED(chain);
     const u32 t = blockIdx.y;
     const u64 rb = (u64)(n_in / 32) * 34;
@@ -37,6 +38,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0(float* y, const
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu(float* mid, const u8* wg, const u8* wu,
                                                                          const i8* xq, const float* xd, u32 n_in,
                                                                          u32 n_ff, float limit) {
+    ds4_grid_sync();
     DS4_CHAIN_SHARED(chain);
     const u32 t = blockIdx.y;
     const u64 rb = (u64)(n_in / 32) * 34;
@@ -57,6 +59,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu(float* m
 // Launch: grid (ceil(n_out / 8), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16(float* y, const u16* w, const float* x, u32 n_in,
                                                                  u32 n_out, u32 x_stride) {
+    ds4_grid_sync();
     __shared__ float4 smem4[DS4_F16_SEQ_SMEM / 4];  // float4: the chain reads 16-byte words
     float* smem = (float*)smem4;
     const u32 t = blockIdx.y, r0 = blockIdx.x * DS4_MV_ROWS;
@@ -72,6 +75,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16(float* y, const 
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_pair(float* y0, float* y1, const u16* w0,
                                                                       const u16* w1, const float* x, u32 n_in,
                                                                       u32 n_out, u32 x_stride) {
+    ds4_grid_sync();
     __shared__ float4 smem4[DS4_F16_SEQ_SMEM / 4];  // float4: the chain reads 16-byte words
     float* smem = (float*)smem4;
     const u32 t = blockIdx.y, r0 = blockIdx.x * DS4_MV_ROWS;

@@ -275,12 +275,18 @@ DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, 
     const u32 q_span = g.rpr >= 32 ? g.rpr : 32;  // rows quantized together
     u32 begin, end;
     q8_block_rounds(n0 + n1, g.rpr, begin, end, QOUT ? q_span / g.rpr : 1);
-    if (begin >= end) return;
+    if (begin >= end) {
+        ds4_grid_sync();
+        return;
+    }
     uint4* tile = tiles + warp_id() * DS4_Q8T_WORDS;
     uint4 v[DS4_Q8T_LOADS];
     Q8Slice x = q8_slice_empty();
     Q8RoundMatrix m = q8_round_matrix(begin, g.rpr, w0, y0, n0, w1, y1, n1);
     q8_tile_load(v, m.w, g, m.rd, m.n_out);
+    // The first round's weights are in flight before the wait for the previous launch: only what
+    // follows reads its outputs (prelude.h ds4_grid_sync).
+    ds4_grid_sync();
     const Q8Act act = act_of();
     {
         // The first round's activation slice, its loads in flight with the tile's (a block of one
@@ -342,11 +348,12 @@ DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, 
 extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_fast(float* y, const u8* w, const i8* xq,
                                                                        const float* xd, u32 n_in, u32 n_out,
                                                                        u32 rows_per_group, u32 x_stride) {
-    if (q8_tiled(n_in)) {
+    if (q8_tiled(n_in)) {  // ds4_grid_sync in q8_tiled_product
         q8_tiled_product<false>(y, nullptr, w, nullptr, Q8GlobalAct{xq, xd}, n_in, n_out, 0, rows_per_group, x_stride,
                                 nullptr, nullptr);
         return;
     }
+    ds4_grid_sync();
     const u32 t = blockIdx.y, nc = n_in / DS4_Q8_0_CHUNK, g = q8_0_fast_lanes(nc);
     const u32 r = blockIdx.x * (DS4_BLOCK / g) + threadIdx.x / g, sub = threadIdx.x % g;
     const bool live = r < n_out;
@@ -372,7 +379,10 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_fast(float* y, const u
 extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_q8_fast(i8* q_out, float* d_out, const u8* w,
                                                                    const i8* xq, const float* xd, u32 n_in,
                                                                    u32 n_out, u32 rows_per_group, u32 x_stride) {
-    if (!q8_tiled(n_in) || n_out % 32 != 0) return;
+    if (!q8_tiled(n_in) || n_out % 32 != 0) {
+        ds4_grid_sync();
+        return;
+    }  // otherwise ds4_grid_sync in q8_tiled_product
     q8_tiled_product<true>(nullptr, nullptr, w, nullptr, Q8GlobalAct{xq, xd}, n_in, n_out, 0, rows_per_group,
                            x_stride, q_out, d_out);
 }
@@ -390,7 +400,10 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_normed_fast(float* y, 
                                                                       u32 x_stride, float eps) {
     __shared__ int4 sq[DS4_Q8N_MAX / 16];
     __shared__ float4 sd[DS4_Q8N_MAX / 128];
-    if (!q8_tiled(n_in) || n_in > DS4_Q8N_MAX) return;
+    if (!q8_tiled(n_in) || n_in > DS4_Q8N_MAX) {
+        ds4_grid_sync();
+        return;
+    }  // otherwise ds4_grid_sync in q8_tiled_product
     auto act_of = [&]() -> Q8Act {
         norm_quant_row_fast<1>(0, x + (u64)blockIdx.y * x_stride, nullptr, (i8*)sq, (float*)sd, nullptr, nullptr,
                                nullptr, norm_w, n_in, DS4_NQ_NORM, eps);
@@ -409,7 +422,10 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_pair_fast(float* y0, f
                                                                             const u8* w1, const i8* xq,
                                                                             const float* xd, u32 n_in,
                                                                             u32 n_out0, u32 n_out1) {
-    if (!q8_tiled(n_in)) return;
+    if (!q8_tiled(n_in)) {
+        ds4_grid_sync();
+        return;
+    }  // otherwise ds4_grid_sync in q8_tiled_product
     q8_tiled_product<false>(y0, y1, w0, w1, Q8GlobalAct{xq, xd}, n_in, n_out0, n_out1, n_out0 + n_out1, n_in, nullptr,
                             nullptr);
 }
@@ -428,12 +444,16 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu_fast(flo
         const Q8Tiles g = q8_tiles(n_in);
         u32 begin, end;
         q8_block_rounds(n_ff, g.rpr, begin, end);
-        if (begin >= end) return;
+        if (begin >= end) {
+            ds4_grid_sync();
+            return;
+        }
         uint4* tile = tiles + warp_id() * DS4_Q8T_WORDS;
         uint4 vg[DS4_Q8T_LOADS], vu[DS4_Q8T_LOADS];
         Q8Slice x = q8_slice_empty();
         q8_tile_load(vg, wg, g, begin, n_ff);
         q8_tile_load(vu, wu, g, begin, n_ff);
+        ds4_grid_sync();  // the first round's weights in flight before the wait (prelude.h)
         for (u32 rd = begin; rd < end; ++rd) {
             const bool more = rd + 1 < end;
             u32 row, cir;
@@ -469,6 +489,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu_fast(flo
         }
         return;
     }
+    ds4_grid_sync();
     const u32 nc = n_in / DS4_Q8_0_CHUNK, g = q8_0_fast_lanes(nc);
     const u32 r = blockIdx.x * (DS4_BLOCK / g) + threadIdx.x / g, sub = threadIdx.x % g;
     const bool live = r < n_ff;
@@ -512,12 +533,36 @@ DS4_DEV float f16_word_dot(uint4 v, const float* x, float acc) {
     return fmaf(f16_to_f32((u16)(v.w >> 16)), xb.w, acc);
 }
 
-// Thread `sub`'s part of row `wr` · x (n_in / 8 words, T threads a row).
-DS4_DEV float f16_row_part(const u16* wr, const float* x, u32 n_in, u32 sub, u32 tpr) {
+// Thread `sub`'s four words of the first step of f16_row_part, loaded ahead of it (before
+// ds4_grid_sync: weights only); `ok` false when the row has no whole step for the thread (or !live).
+struct F16First {
+    uint4 v[4];
+    bool ok;
+};
+DS4_DEV F16First f16_row_first(const u16* wr, u32 n_in, u32 sub, u32 tpr, bool live) {
+    const uint4* w4 = (const uint4*)wr;
+    F16First f;
+    f.ok = live && sub + 3 * tpr < n_in / 8;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f.v[i] = f.ok ? w4[sub + i * tpr] : make_uint4(0, 0, 0, 0);
+    return f;
+}
+
+// Thread `sub`'s part of row `wr` · x (n_in / 8 words, T threads a row); `first`, when given, holds
+// the first step's words (the same sums in the same order as loading them here).
+DS4_DEV float f16_row_part(const u16* wr, const float* x, u32 n_in, u32 sub, u32 tpr,
+                           const F16First* first = nullptr) {
     const uint4* w4 = (const uint4*)wr;
     const u32 nw = n_in / 8;
     float a0 = 0.0f, a1 = 0.0f;
     u32 c = sub;
+    if (first && first->ok) {
+        a0 = f16_word_dot(first->v[0], x + 8 * c, a0);
+        a1 = f16_word_dot(first->v[1], x + 8 * (c + tpr), a1);
+        a0 = f16_word_dot(first->v[2], x + 8 * (c + 2 * tpr), a0);
+        a1 = f16_word_dot(first->v[3], x + 8 * (c + 3 * tpr), a1);
+        c += 4 * tpr;
+    }
     for (; c + 3 * tpr < nw; c += 4 * tpr) {
         const uint4 v0 = w4[c], v1 = w4[c + tpr], v2 = w4[c + 2 * tpr], v3 = w4[c + 3 * tpr];
         a0 = f16_word_dot(v0, x + 8 * c, a0);
@@ -551,7 +596,10 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_fast(float* y, c
     const u32 t = blockIdx.y, tpr = f16_fast_threads(n_in);
     const u32 r = blockIdx.x * (DS4_BLOCK / tpr) + threadIdx.x / tpr, sub = threadIdx.x % tpr;
     const bool live = r < n_out;
-    const float part = live ? f16_row_part(w + (u64)r * n_in, x + (u64)t * x_stride, n_in, sub, tpr) : 0.0f;
+    const u16* wr = w + (u64)(live ? r : 0) * n_in;
+    const F16First first = f16_row_first(wr, n_in, sub, tpr, live);  // weights: before the wait
+    ds4_grid_sync();
+    const float part = live ? f16_row_part(wr, x + (u64)t * x_stride, n_in, sub, tpr, &first) : 0.0f;
     const float acc = f16_row_sum(part, tpr, scratch);
     if (live && sub == 0) y[(u64)t * n_out + r] = acc;
 }
@@ -565,9 +613,11 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_pair_fast(float*
     const u32 t = blockIdx.y, tpr = f16_fast_threads(n_in);
     const u32 r = blockIdx.x * (DS4_BLOCK / tpr) + threadIdx.x / tpr, sub = threadIdx.x % tpr;
     const bool live = r < 2 * n_out, second = r >= n_out;
-    const u32 rr = second ? r - n_out : r;
+    const u32 rr = live ? (second ? r - n_out : r) : 0;
     const u16* wr = (second ? w1 : w0) + (u64)rr * n_in;
-    const float part = live ? f16_row_part(wr, x + (u64)t * x_stride, n_in, sub, tpr) : 0.0f;
+    const F16First first = f16_row_first(wr, n_in, sub, tpr, live);  // weights: before the wait
+    ds4_grid_sync();
+    const float part = live ? f16_row_part(wr, x + (u64)t * x_stride, n_in, sub, tpr, &first) : 0.0f;
     const float acc = f16_row_sum(part, tpr, scratch);
     if (live && sub == 0) (second ? y1 : y0)[(u64)t * n_out + rr] = acc;
 }

@@ -59,6 +59,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router(u32* sel, float* sel
                                                              const float* bias, const i32* tid2eid,
                                                              const u32* tokens, u32 n_expert, u32 n_used,
                                                              float weight_scale, u32 n_tok) {
+    ds4_grid_sync();
     __shared__ float prob[1024];
     __shared__ float score[1024];
     __shared__ float wbest[DS4_WARPS_PER_BLOCK];
@@ -195,12 +196,14 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gate_up_iq2_xxs(float* 
                                                                         const i16* xbs, const u32* sel,
                                                                         const float* selw, u32 n_in, u32 n_ff,
                                                                         u32 n_used, float limit) {
+    ds4_grid_sync();
     moe_gate_up_body<DS4_T_IQ2_XXS>(mid, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used, limit);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_down_iq2_xxs(float* out, const u8* down, const i8* mq,
                                                                      const float* md, const i16* mbs,
                                                                      const u32* sel, u32 n_ff, u32 n_out,
                                                                      u32 n_used) {
+    ds4_grid_sync();
     moe_down_body<DS4_T_IQ2_XXS>(out, down, mq, md, mbs, sel, n_ff, n_out, n_used);
 }
 
@@ -209,12 +212,14 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gate_up_q2_k(float* mid
                                                                         const i16* xbs, const u32* sel,
                                                                         const float* selw, u32 n_in, u32 n_ff,
                                                                         u32 n_used, float limit) {
+    ds4_grid_sync();
     moe_gate_up_body<DS4_T_Q2_K>(mid, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used, limit);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_down_q2_k(float* out, const u8* down, const i8* mq,
                                                                      const float* md, const i16* mbs,
                                                                      const u32* sel, u32 n_ff, u32 n_out,
                                                                      u32 n_used) {
+    ds4_grid_sync();
     moe_down_body<DS4_T_Q2_K>(out, down, mq, md, mbs, sel, n_ff, n_out, n_used);
 }
 
@@ -223,12 +228,14 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_gate_up_q4_k(float* mid
                                                                         const i16* xbs, const u32* sel,
                                                                         const float* selw, u32 n_in, u32 n_ff,
                                                                         u32 n_used, float limit) {
+    ds4_grid_sync();
     moe_gate_up_body<DS4_T_Q4_K>(mid, gate, up, xq, xd, xbs, sel, selw, n_in, n_ff, n_used, limit);
 }
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_moe_down_q4_k(float* out, const u8* down, const i8* mq,
                                                                      const float* md, const i16* mbs,
                                                                      const u32* sel, u32 n_ff, u32 n_out,
                                                                      u32 n_used) {
+    ds4_grid_sync();
     moe_down_body<DS4_T_Q4_K>(out, down, mq, md, mbs, sel, n_ff, n_out, n_used);
 }
 
@@ -258,17 +265,20 @@ DS4_DEV void matvec_k_body(float* y, const u8* w, const i8* xq, const float* xd,
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_iq2_xxs(float* y, const u8* w, const i8* xq,
                                                                    const float* xd, const i16* xbs, u32 n_in,
                                                                    u32 n_out) {
+    ds4_grid_sync();
     matvec_k_body<DS4_T_IQ2_XXS>(y, w, xq, xd, xbs, n_in, n_out);
 }
 
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q2_k(float* y, const u8* w, const i8* xq,
                                                                    const float* xd, const i16* xbs, u32 n_in,
                                                                    u32 n_out) {
+    ds4_grid_sync();
     matvec_k_body<DS4_T_Q2_K>(y, w, xq, xd, xbs, n_in, n_out);
 }
 
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q4_k(float* y, const u8* w, const i8* xq,
                                                                    const float* xd, const i16* xbs, u32 n_in,
                                                                    u32 n_out) {
+    ds4_grid_sync();
     matvec_k_body<DS4_T_Q4_K>(y, w, xq, xd, xbs, n_in, n_out);
 }

@@ -173,6 +173,9 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, i8* mq, float* md, i16* mbs, u32*
     __shared__ MoeGridSmem<T> sgrid;
     __shared__ MoeActSmem<T, Job::ACT> sact;
     __shared__ uint4 jobs[DS4_WARPS_PER_BLOCK * Job::WORDS];
+    // The grid is a constant: staged before the wait for the launch that selected the experts.
+    stage_moe_grid(sgrid);
+    ds4_grid_sync();
     const u32 k = blockIdx.y, t = blockIdx.z;
     const u32 e = sel[(u64)t * n_used + k];
     const u64 rb = row_bytes<T>(n_in);
@@ -187,7 +190,6 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, i8* mq, float* md, i16* mbs, u32*
     const i8* xr = xq + (u64)t * n_in;
     const float* dr = xd + (u64)t * (n_in / 256);
     const i16* br = xbs + (u64)t * (n_in / 16);
-    stage_moe_grid(sgrid);
     stage_moe_act<T>(sact, xr, dr, br, n_in);
     __syncthreads();
     if (!QUANT && r0 >= r1) return;  // warp-uniform; no block barrier follows
@@ -326,18 +328,21 @@ extern "C" __global__ DS4_MOE_DOWN_LAUNCH void ds4_moe_down_iq2_xxs_fast(float* 
                                                                           const i8* mq, const float* md,
                                                                           const i16* mbs, const u32* sel, u32 n_ff,
                                                                           u32 n_out, u32 n_used) {
+    ds4_grid_sync();
     moe_down_fast_body<DS4_T_IQ2_XXS>(out, down, mq, md, mbs, sel, n_ff, n_out, n_used);
 }
 extern "C" __global__ DS4_MOE_DOWN_LAUNCH void ds4_moe_down_q2_k_fast(float* out, const u8* down, const i8* mq,
                                                                        const float* md, const i16* mbs,
                                                                        const u32* sel, u32 n_ff, u32 n_out,
                                                                        u32 n_used) {
+    ds4_grid_sync();
     moe_down_fast_body<DS4_T_Q2_K>(out, down, mq, md, mbs, sel, n_ff, n_out, n_used);
 }
 extern "C" __global__ DS4_MOE_DOWN_LAUNCH void ds4_moe_down_q4_k_fast(float* out, const u8* down, const i8* mq,
                                                                        const float* md, const i16* mbs,
                                                                        const u32* sel, u32 n_ff, u32 n_out,
                                                                        u32 n_used) {
+    ds4_grid_sync();
     moe_down_fast_body<DS4_T_Q4_K>(out, down, mq, md, mbs, sel, n_ff, n_out, n_used);
 }
 
@@ -398,6 +403,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_router_fast(u32* sel, float
                                                                   const float* bias, const i32* tid2eid,
                                                                   const u32* tokens, u32 n_expert, u32 n_used,
                                                                   float weight_scale, u32 n_tok) {
+    ds4_grid_sync();
     const u32 t = blockIdx.x;
     if (t >= n_tok) return;
     router_fast_token(sel, selw, logits + (u64)t * n_expert, bias, tid2eid, tokens, t, n_expert, n_used,
@@ -419,7 +425,10 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_router_fast(
     const u32 t = blockIdx.y, tpr = f16_fast_threads(n_in);
     const u32 r = blockIdx.x * (DS4_BLOCK / tpr) + threadIdx.x / tpr, sub = threadIdx.x % tpr;
     const bool live = r < n_expert;
-    const float part = live ? f16_row_part(w + (u64)r * n_in, x + (u64)t * x_stride, n_in, sub, tpr) : 0.0f;
+    const u16* wr = w + (u64)(live ? r : 0) * n_in;
+    const F16First first = f16_row_first(wr, n_in, sub, tpr, live);  // weights: before the wait
+    ds4_grid_sync();
+    const float part = live ? f16_row_part(wr, x + (u64)t * x_stride, n_in, sub, tpr, &first) : 0.0f;
     const float acc = f16_row_sum(part, tpr, scratch);
     if (live && sub == 0) logits[(u64)t * n_expert + r] = acc;
     if (!last_block_of(&counter[t], gridDim.x)) return;

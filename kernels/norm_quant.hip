@@ -10,6 +10,7 @@
 // Launch: grid (ceil(n_embd / 256), n_tok), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_embed_hc(float* hc, const u16* emb, const u32* tokens,
                                                                u32 n_embd, u32 n_hc, u32 n_vocab, u32 n_tok) {
+    ds4_grid_sync();
     const u32 t = blockIdx.y;
     const u32 d = blockIdx.x * DS4_BLOCK + threadIdx.x;
     if (t >= n_tok || d >= n_embd) return;
@@ -22,6 +23,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_embed_hc(float* hc, const u
 // Fill n floats with v (e.g. the compressor score state with DS4_NEG_INF, docs/model.md#compressor).
 // Launch: grid (ceil(n / 256)), block 256 (n <= 2^32 * 256 per launch).
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_fill_f32(float* x, u64 n, float v) {
+    ds4_grid_sync();
     const u64 i = (u64)blockIdx.x * DS4_BLOCK + threadIdx.x;
     if (i < n) x[i] = v;
 }
@@ -165,5 +167,6 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rms_norm_quant(float* out, 
                                                                      float* qk_d, i16* qk_bs, const float* x,
                                                                      const float* w, u32 n, u32 x_stride,
                                                                      u32 flags, float eps) {
+    ds4_grid_sync();
     norm_quant_row(blockIdx.x, x + (u64)blockIdx.x * x_stride, out, q0_q, q0_d, qk_q, qk_d, qk_bs, w, n, flags, eps);
 }

@@ -164,6 +164,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rms_norm_quant_fast(float* 
                                                                           float* qk_d, i16* qk_bs, const float* x,
                                                                           const float* w, u32 n, u32 x_stride,
                                                                           u32 flags, float eps) {
+    ds4_grid_sync();
     const u64 row = blockIdx.x;
     const float* xr = x + row * x_stride;
     if (n <= 8 * DS4_BLOCK)

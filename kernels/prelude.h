@@ -87,6 +87,21 @@ DS4_DEV void ds4_sync_warp() {
 #endif
 }
 
+// ---------------------------------------------------------------------------------------------
+// Dependent launches (kernels/README.md, "Dependent launches")
+// ---------------------------------------------------------------------------------------------
+// Every kernel calls ds4_grid_sync() once in every block, before it reads anything an earlier
+// launch wrote, before its first global store and before it returns. On sm_90 a launch may then
+// start while the previous one runs (the host sets the programmatic serialization attribute there):
+// the wait returns once the previous grid has completed and its writes are visible, and the
+// trigger after it lets the next launch's blocks start. What a block does before the call reads
+// only the weights, which no launch writes. Elsewhere launches are serialized anyway: a no-op.
+DS4_DEV void ds4_grid_sync() {
+#if defined(DS4_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 DS4_DEV u32 lane_id() { return threadIdx.x % DS4_WARP; }
 DS4_DEV u32 warp_id() { return threadIdx.x / DS4_WARP; }
 

@@ -169,6 +169,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish(float* x, float
                                                                   u32 ring_cap, float theta_scale, float freq_scale,
                                                                   float ext_factor, float corr_low, float corr_high,
                                                                   float mscale, float eps) {
+    ds4_grid_sync();
     __shared__ float s[1024];
     const u32 h = blockIdx.x, t = blockIdx.y;
     if (head_dim > 1024) return;

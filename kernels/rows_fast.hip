@@ -100,6 +100,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish_fast(
     float* x, float* ring, const float* w, const u32* pos, u32 n_head, u32 head_dim, u32 n_rot, u32 flags, u32 n_tok,
     u32 emit_ratio, u32 row_cap, u32 ring_cap, float theta_scale, float freq_scale, float ext_factor, float corr_low,
     float corr_high, float mscale, float eps) {
+    ds4_grid_sync();
     rows_finish_fast_row(x, ring, w, pos, n_head, blockIdx.x, head_dim, n_rot, flags, n_tok, emit_ratio, row_cap,
                          ring_cap, theta_scale, freq_scale, ext_factor, corr_low, corr_high, mscale, eps);
 }
@@ -113,6 +114,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish_pair_fast(
     const float* w2, u32 n_head2, u32 flags2, u32 ring_cap2, const u32* pos, u32 head_dim, u32 n_rot, u32 n_tok,
     float theta_scale, float freq_scale, float ext_factor, float corr_low, float corr_high, float mscale,
     float eps) {
+    ds4_grid_sync();
     if (blockIdx.x < n_head)
         rows_finish_fast_row(x, ring, w, pos, n_head, blockIdx.x, head_dim, n_rot, flags, n_tok, 0, 0, ring_cap,
                              theta_scale, freq_scale, ext_factor, corr_low, corr_high, mscale, eps);
@@ -230,6 +232,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish_hadamard_fast(
     float* x, float* ring, const float* w, const u32* pos, u32 n_head, u32 head_dim, u32 n_rot, u32 flags, u32 n_tok,
     u32 emit_ratio, u32 row_cap, u32 ring_cap, float theta_scale, float freq_scale, float ext_factor, float corr_low,
     float corr_high, float mscale, float eps) {
+    ds4_grid_sync();
     (void)ring;
     (void)ring_cap;
     if (head_dim != DS4_ROWH_DIM) return;

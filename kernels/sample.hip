@@ -62,6 +62,7 @@ DS4_DEV u32 ds4_block_first_max(const float* logits, u32 n, bool finite_only) {
 // logit, NaN never wins, 0 when every logit is NaN or -inf. out[1] = 0 (no draw).
 // Launch: grid (1), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_argmax(u32* out, const float* logits, u32 n) {
+    ds4_grid_sync();
     const u32 bi = ds4_block_first_max(logits, n, false);
     if (threadIdx.x == 0) {
         out[0] = bi == DS4_NO_ID ? 0u : bi;
@@ -79,6 +80,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_argmax(u32* out, const floa
 // Launch: grid (1), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_sample_min_p(u32* out, const float* logits, u32 n, float temp,
                                                                    float min_p, float u01) {
+    ds4_grid_sync();
     __shared__ float csum[DS4_BLOCK];
     const u32 tid = threadIdx.x;
     const u32 best = ds4_block_first_max(logits, n, true);

@@ -51,6 +51,7 @@ DS4_DEV void ds4_fold_parts(const u32* part, u32 k, u32 nb, float& best, u32& bi
 // ds4_argmax's arguments and outputs (out[0] the id, out[1] = 0), out extended by the scratch words
 // above. logits 16-byte aligned. Launch: grid (B <= DS4_SAMPLE_MAX_BLOCKS), block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_argmax_fast(u32* out, const float* logits, u32 n) {
+    ds4_grid_sync();
     const u32 nb = gridDim.x, b = blockIdx.x;
     if (nb > DS4_SAMPLE_MAX_BLOCKS) return;
     float best = -INFINITY;
@@ -119,6 +120,7 @@ DS4_DEV float min_p_run_sum(const float* logits, u32 n, u32 a, u32 len, float mx
 // logits 16-byte aligned. Launch: grid (B <= DS4_SAMPLE_MAX_BLOCKS), block 256, both the same B.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_sample_min_p_max_fast(u32* out, const float* logits, u32 n,
                                                                            float temp, float min_p, float u01) {
+    ds4_grid_sync();
     const u32 nb = gridDim.x, b = blockIdx.x;
     if (nb > DS4_SAMPLE_MAX_BLOCKS) return;
     float bf = -INFINITY, ba = -INFINITY;  // first finite maximum; greedy pick (every logit above -inf)
@@ -151,6 +153,7 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_sample_min_p_max_fast(u32* 
 
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_sample_min_p_draw_fast(u32* out, const float* logits, u32 n,
                                                                             float temp, float min_p, float u01) {
+    ds4_grid_sync();
     __shared__ float scratch[DS4_GROUPS32];
     __shared__ float runs[DS4_BLOCK];
     __shared__ float s_r;

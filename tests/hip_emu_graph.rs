@@ -218,7 +218,7 @@ fn a_forked_capture_must_be_joined() {
     let (fork, join) = (ctx.event(false).unwrap(), ctx.event(false).unwrap());
     let fill = |s: &ds4_chat::backend::hip::Stream, p: &ds4_chat::backend::hip::DeviceBuffer, v: f32| {
         // SAFETY: each buffer holds n floats, the length the launch is given.
-        unsafe { module.launch(s, &kernels::fill_f32(p.ptr().0, n as u64, v)) }.unwrap()
+        unsafe { module.launch(s, &kernels::fill_f32(p.ptr().0, n as u64, v), true) }.unwrap()
     };
     for joined in [false, true] {
         main.begin_capture(ds4_chat::backend::hip::CaptureMode::ThreadLocal)

@@ -2,7 +2,7 @@
 // driver API, so the unmodified HIP build of ds4-chat can be exercised on an NVIDIA GPU.
 //
 // TEST INFRASTRUCTURE ONLY (see README.md): it covers exactly the entry points listed in
-// src/backend/hip/ffi.rs (HIP_SYMBOLS) and nothing else; it is never shipped.
+// src/backend/hip/ffi.rs (HIP_SYMBOLS, HIP_OPTIONAL_SYMBOLS) and nothing else; it is never shipped.
 //
 // Mapping rules:
 //  * results: CUresult codes that have a hipError_t namesake of the same value pass through; a few
@@ -56,7 +56,7 @@ enum : int {
   X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuStreamCreate) X(cuStreamSynchronize) X(cuStreamDestroy)    \
   X(cuStreamWaitEvent)                                                                                   \
   X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)        \
-  X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel) X(cuFuncSetAttribute)   \
+  X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuFuncSetAttribute)   \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)                   \
   X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuMemHostRegister) X(cuMemHostGetDevicePointer)              \
   X(cuMemHostUnregister)
@@ -513,6 +513,40 @@ SHIM_EXPORT hipError_t hipModuleLaunchKernel(CUfunction f, unsigned int gx, unsi
     extra_arg = cu_extra;
   }
   return map_result(p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared_bytes, stream, params, extra_arg));
+}
+
+// HIP_LAUNCH_CONFIG and hipLaunchAttribute have CUlaunchConfig's and CUlaunchAttribute's layout; the
+// attribute ids are CUDA's (the runtime passes only CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION).
+struct HipLaunchConfig {
+  unsigned int grid[3], block[3], shared_bytes;
+  CUstream stream;
+  CUlaunchAttribute* attrs;
+  unsigned int num_attrs;
+};
+static_assert(sizeof(HipLaunchConfig) == sizeof(CUlaunchConfig), "HIP_LAUNCH_CONFIG layout");
+static_assert(sizeof(CUlaunchAttribute) == 72, "hipLaunchAttribute layout");
+
+SHIM_EXPORT hipError_t hipDrvLaunchKernelEx(const HipLaunchConfig* config, CUfunction f, void** params,
+                                            void** extra) {
+  if (!config || extra) return hipErrorInvalidValue;
+  NEED_CTX();
+  if (config->shared_bytes > 48u * 1024u) {
+    hipError_t e = map_result(p_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   static_cast<int>(config->shared_bytes)));
+    if (e != hipSuccess) return e;
+  }
+  CUlaunchConfig c{};
+  c.gridDimX = config->grid[0];
+  c.gridDimY = config->grid[1];
+  c.gridDimZ = config->grid[2];
+  c.blockDimX = config->block[0];
+  c.blockDimY = config->block[1];
+  c.blockDimZ = config->block[2];
+  c.sharedMemBytes = config->shared_bytes;
+  c.hStream = config->stream;
+  c.attrs = config->attrs;
+  c.numAttrs = config->num_attrs;
+  return map_result(p_cuLaunchKernelEx(&c, f, params, nullptr));
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -95,7 +95,7 @@ impl Gpu {
     pub fn run(&self, launch: &Launch) -> HipResult<()> {
         self.launched.borrow_mut().insert(launch.kernel.name);
         // SAFETY: every check sizes its buffers for the shapes it passes (documented per kernel).
-        unsafe { self.kernels.launch(&self.stream, launch)? };
+        unsafe { self.kernels.launch(&self.stream, launch, true)? };
         self.stream.synchronize()
     }
 }

@@ -203,6 +203,7 @@ impl HipBackend {
             fast_grids: self.fast_grids,
             warp_size: self.hip.info().warp_size as u32,
             pending_post: Default::default(),
+            overlap: Cell::new(true),
             hc_in_alt: Default::default(),
         }
     }

@@ -65,7 +65,8 @@ pub const LIBRARY_CANDIDATES: &[&str] = &[
 pub const LIBRARY_ENV: &str = "DS4_HIP_LIBRARY";
 
 macro_rules! hip_api {
-    ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty; )*) => {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty; )*
+     optional: $( fn $oname:ident ( $($oarg:ident : $oty:ty),* $(,)? ) -> $oret:ty; )*) => {
         /// Function pointers into the loaded HIP runtime. All calls are `unsafe`: the caller must pass
         /// valid pointers and handles, exactly as the C API requires.
         #[allow(non_snake_case)]
@@ -73,11 +74,16 @@ macro_rules! hip_api {
             /// The file name that was loaded (for messages).
             pub library: String,
             $( pub $name: unsafe extern "C" fn($($ty),*) -> $ret, )*
+            $( pub $oname: Option<unsafe extern "C" fn($($oty),*) -> $oret>, )*
         }
 
         /// Every symbol the project resolves from libamdhip64; a replacement library (such as the
         /// HIP-on-CUDA test shim) must export all of them.
         pub const HIP_SYMBOLS: &[&str] = &[$(stringify!($name)),*];
+
+        /// Entry points used where the library has them (newer runtimes only); the HIP-on-CUDA test
+        /// shim exports them too.
+        pub const HIP_OPTIONAL_SYMBOLS: &[&str] = &[$(stringify!($oname)),*];
 
         impl HipApi {
             /// Resolve every entry point from an open library handle.
@@ -99,6 +105,12 @@ macro_rules! hip_api {
                             std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> $ret>(p)
                         }
                     }, )*
+                    $( $oname: unsafe { symbol(handle, concat!(stringify!($oname), "\0")) }.map(|p| {
+                        // SAFETY: as above.
+                        unsafe {
+                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($oty),*) -> $oret>(p)
+                        }
+                    }), )*
                     library,
                 })
             }
@@ -153,7 +165,38 @@ hip_api! {
     fn hipHostRegister(ptr: *mut c_void, bytes: usize, flags: c_uint) -> HipStatus;
     fn hipHostGetDevicePointer(device_ptr: *mut *mut c_void, host_ptr: *mut c_void, flags: c_uint) -> HipStatus;
     fn hipHostUnregister(ptr: *mut c_void) -> HipStatus;
+optional:
+    // ROCm >= 6.2 and HIP on NVIDIA (cuLaunchKernelEx); used only for NVIDIA targets (LaunchOrder).
+    fn hipDrvLaunchKernelEx(
+        config: *const LaunchConfig, function: RawFunction, params: *mut *mut c_void, extra: *mut *mut c_void,
+    ) -> HipStatus;
 }
+
+/// `HIP_LAUNCH_CONFIG` (hipDrvLaunchKernelEx's configuration; the layout of CUDA's `CUlaunchConfig`).
+#[repr(C)]
+pub struct LaunchConfig {
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared_bytes: c_uint,
+    pub stream: RawStream,
+    pub attrs: *mut LaunchAttribute,
+    pub num_attrs: c_uint,
+}
+
+/// `hipLaunchAttribute` / `CUlaunchAttribute`: an id, padding to 8 bytes, a 64-byte value union of
+/// which we set only the first int.
+#[repr(C)]
+pub struct LaunchAttribute {
+    pub id: c_uint,
+    pub pad: [u8; 4],
+    pub value: [c_int; 16],
+}
+
+/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION` (value 1: the launch may overlap the previous
+/// kernel of its stream, whose completion the kernel awaits itself with `griddepcontrol.wait`). HIP
+/// names no such attribute (AMD launches stay serialized); on NVIDIA, HIP hands launch attributes to
+/// cuLaunchKernelEx unchanged, so the CUDA id is what reaches the driver.
+pub const LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: c_uint = 6;
 
 // SAFETY: the table holds plain code addresses; the HIP runtime is thread-safe.
 unsafe impl Send for HipApi {}
@@ -423,7 +466,7 @@ mod tests {
         let root = env!("CARGO_MANIFEST_DIR");
         let src = std::fs::read_to_string(format!("{root}/tests/hip-on-cuda/hip_on_cuda.cpp")).unwrap();
         let map = std::fs::read_to_string(format!("{root}/tests/hip-on-cuda/hip_amd.map")).unwrap();
-        for sym in HIP_SYMBOLS {
+        for sym in HIP_SYMBOLS.iter().chain(HIP_OPTIONAL_SYMBOLS) {
             let defined = src.contains(&format!("SHIM_EXPORT hipError_t {sym}("))
                 || src.contains(&format!("SHIM_EXPORT const char* {sym}("));
             assert!(defined, "tests/hip-on-cuda/hip_on_cuda.cpp does not export {sym}");
@@ -435,7 +478,7 @@ mod tests {
         let exported = src.matches("SHIM_EXPORT ").count() - 1; // minus the #define line
         assert_eq!(
             exported,
-            HIP_SYMBOLS.len(),
+            HIP_SYMBOLS.len() + HIP_OPTIONAL_SYMBOLS.len(),
             "the shim exports calls the runtime does not use"
         );
     }

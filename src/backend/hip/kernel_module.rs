@@ -7,14 +7,33 @@
 //! struct changed layout), so the loader lets the runtime decide: a code object for
 //! another ISA is refused by hipModuleLoadData (hipErrorNoBinaryForGpu / hipErrorInvalidImage) and the
 //! next one is tried. `$DS4_HIP_TARGET` restricts the choice to one embedded target.
+//!
+//! Owns the launch order too: on NVIDIA sm_90 and later a launch may start while the previous
+//! kernel of its stream runs when the caller asks (`launch`: the token-wise batches; every kernel
+//! awaits its predecessor in `ds4_grid_sync`, kernels/README.md "Dependent launches"), unless
+//! `DS4_HIP_OVERLAP=0`. AMD launches stay serial: HIP has no such order there.
 
 use std::collections::HashMap;
 
+use super::env::env_switch_on;
 use super::kernels::{self, ALL_KERNELS, KERNEL_IMAGE_STEM, KernelDef, Launch};
-use super::runtime::{Function, HipContext, HipResult, LaunchDims, Module, Stream};
+use super::runtime::{Function, HipContext, HipResult, LaunchDims, LaunchOrder, Module, Stream};
 
 /// Environment variable naming one embedded AMD target to use (e.g. gfx1151).
 pub const TARGET_ENV: &str = "DS4_HIP_TARGET";
+
+/// Switch (`0` = off) for overlapped launches on the targets that have them.
+pub const OVERLAP_ENV: &str = "DS4_HIP_OVERLAP";
+
+/// The order of every launch on `target`: overlapped on NVIDIA sm_90 and later (griddepcontrol),
+/// when `enabled`; serial elsewhere.
+pub fn launch_order(target: &str, enabled: bool) -> LaunchOrder {
+    let cc = target.strip_prefix("sm_").and_then(|cc| cc.parse::<u32>().ok());
+    match cc {
+        Some(cc) if cc >= 90 && enabled => LaunchOrder::Overlapped,
+        _ => LaunchOrder::Serial,
+    }
+}
 
 /// Every kernel of the project, loaded on one device.
 pub struct KernelModule {
@@ -24,6 +43,8 @@ pub struct KernelModule {
     pub target: String,
     /// Where the image came from ("embedded" or a file path).
     pub source: String,
+    /// How every launch is ordered after the previous kernel of its stream.
+    pub order: LaunchOrder,
 }
 
 impl KernelModule {
@@ -74,6 +95,7 @@ impl KernelModule {
         Ok(KernelModule {
             _module: module,
             functions,
+            order: launch_order(&target, env_switch_on(OVERLAP_ENV)),
             target,
             source,
         })
@@ -84,18 +106,48 @@ impl KernelModule {
         &self.functions[def.name]
     }
 
-    /// Enqueue one launch.
+    /// Enqueue one launch, overlapping the previous kernel of `stream` where the device allows it
+    /// (`order`) and `overlap` asks for it.
     ///
     /// # Safety
     /// The device pointers in `launch.args` must address live buffers large enough for the shapes
     /// the kernel is given (the argument kinds and count were checked when the `Launch` was built).
-    pub unsafe fn launch(&self, stream: &Stream, launch: &Launch) -> HipResult<()> {
+    pub unsafe fn launch(&self, stream: &Stream, launch: &Launch, overlap: bool) -> HipResult<()> {
         let dims = LaunchDims {
             grid: launch.grid,
             block: launch.block,
             shared_bytes: launch.shared_bytes,
         };
         let mut args = launch.packed();
-        unsafe { self.function(launch.kernel).launch(stream, dims, &mut args) }
+        let order = if overlap { self.order } else { LaunchOrder::Serial };
+        unsafe {
+            self.function(launch.kernel)
+                .launch_ordered(stream, dims, &mut args, order)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_nvidia_sm_90_and_later_overlap_launches() {
+        for (target, order) in [
+            ("sm_90", LaunchOrder::Overlapped),
+            ("sm_100", LaunchOrder::Overlapped),
+            ("sm_89", LaunchOrder::Serial),
+            ("sm_80", LaunchOrder::Serial),
+            ("gfx1151", LaunchOrder::Serial),
+            ("gfx90a", LaunchOrder::Serial),
+            ("sm_", LaunchOrder::Serial),
+        ] {
+            assert_eq!(launch_order(target, true), order, "{target}");
+            assert_eq!(
+                launch_order(target, false),
+                LaunchOrder::Serial,
+                "{target}, switched off"
+            );
+        }
     }
 }

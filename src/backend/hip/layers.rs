@@ -61,6 +61,9 @@ impl Pass<'_> {
         );
         let mw = &self.model.w;
         self.hc_in_alt.set(false);
+        // Overlapped launches for token-wise batches only: a prefill chunk's GEMMs measured ~1%
+        // slower with them on the H200 (kernels/README.md "Dependent launches").
+        self.overlap.set(self.token_wise(n as u64));
         self.launch(&kernels::embed_hc(
             p0(&a.hc),
             self.w(&mw.token_embd),

@@ -56,6 +56,9 @@ pub(super) struct Pass<'a> {
     /// Fast arithmetic: an HC post held back by `launch` for the next sublayer's HC pre (the end of
     /// the sequence, `forward_tokens`, issues it with `flush_launches`).
     pub(super) pending_post: Cell<Option<kernels::Launch>>,
+    /// Whether launches may overlap their predecessor where the device allows it
+    /// (`KernelModule::launch`): on, except in a batch past the token-wise size (`forward_tokens`).
+    pub(super) overlap: Cell<bool>,
     /// Whether the HC state is in `acts.hc_alt` rather than `acts.hc` (`advance_hc`).
     pub(super) hc_in_alt: Cell<bool>,
 }
@@ -89,7 +92,9 @@ impl Pass<'_> {
         // SAFETY: every buffer was sized in `new` for the model's shapes and `ctx` (positions are
         // checked against ctx in `eval`), and the weight pointers address tensors of the uploaded file.
         self.profile
-            .time(launch, stream, || unsafe { self.kernels.launch(stream, launch) })
+            .time(launch, stream, || unsafe {
+                self.kernels.launch(stream, launch, self.overlap.get())
+            })
             .map_err(|e| EngineError::Device(format!("{}: {e}", launch.kernel.name)))
     }
 

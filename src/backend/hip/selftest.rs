@@ -233,7 +233,7 @@ pub fn check_fill(ctx: &HipContext, module: &KernelModule, rng: &mut CheckRng) -
         let buf = ctx.alloc(n * 4)?;
         let stream = ctx.stream()?;
         // SAFETY: the buffer holds n floats, the length the launch is given.
-        unsafe { module.launch(&stream, &kernels::fill_f32(buf.ptr().0, n as u64, v))? };
+        unsafe { module.launch(&stream, &kernels::fill_f32(buf.ptr().0, n as u64, v), true)? };
         stream.synchronize()?;
         let got = buf.to_vec::<f32>()?;
         Ok(CheckResult::close(name, &got, &vec![v; n], 0.0, format!("n={n}")))
@@ -262,12 +262,12 @@ pub fn check_fork_join(ctx: &HipContext, module: &KernelModule, rng: &mut CheckR
         main.begin_capture(CaptureMode::ThreadLocal)?;
         let captured = (|| {
             // SAFETY: each buffer holds n floats, the length the launches are given.
-            unsafe { module.launch(&main, &kernels::fill_f32(a.ptr().0, n as u64, va))? };
+            unsafe { module.launch(&main, &kernels::fill_f32(a.ptr().0, n as u64, va), true)? };
             fork.record(&main)?;
             side.wait_event(&fork)?;
             b.copy_from_device_async(0, &a, 0, bytes, &side)?;
             // SAFETY: as above.
-            unsafe { module.launch(&main, &kernels::fill_f32(c.ptr().0, n as u64, vc))? };
+            unsafe { module.launch(&main, &kernels::fill_f32(c.ptr().0, n as u64, vc), true)? };
             join.record(&side)?;
             main.wait_event(&join)?;
             d.copy_from_device_async(0, &b, 0, bytes, &main)

@@ -56,6 +56,65 @@ fn kernel_table_matches_sources() {
     }
 }
 
+/// The text from `start` (at a `{`) to its matching `}`.
+fn braced(src: &str, start: usize) -> &str {
+    let mut depth = 0usize;
+    for (i, ch) in src[start..].char_indices() {
+        match ch {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &src[start..=start + i];
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("unbalanced braces")
+}
+
+#[test]
+fn every_kernel_awaits_its_predecessor() {
+    // kernels/prelude.h ds4_grid_sync: an overlapped launch (kernel_module.rs launch_order) is only
+    // correct when every kernel waits for the previous one, itself or in one of these helpers.
+    const SYNCING_HELPERS: &[&str] = &["q8_tiled_product", "moe_gate_up_fast_body", "hc_pre_fast"];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    let mut sources = String::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|e| e == "hip") || p.ends_with("mathf.h") {
+            sources += &std::fs::read_to_string(&p).unwrap();
+        }
+    }
+    for helper in SYNCING_HELPERS {
+        let def = format!(" {helper}(");
+        let at = sources
+            .match_indices(&def)
+            .map(|(i, _)| i)
+            .find(|&i| sources[..i].trim_end().ends_with("void"))
+            .unwrap_or_else(|| panic!("no definition of {helper}"));
+        let body = braced(&sources, at + sources[at..].find('{').unwrap());
+        assert!(
+            body.contains("ds4_grid_sync();"),
+            "{helper} does not call ds4_grid_sync"
+        );
+    }
+    let mut kernels = 0;
+    for (i, _) in sources.match_indices("extern \"C\" __global__") {
+        let open = i + sources[i..].find('{').unwrap();
+        let v = i + sources[i..].find(" void ").unwrap() + 6;
+        let name = &sources[v..v + sources[v..].find('(').unwrap()];
+        let body = braced(&sources, open);
+        assert!(
+            body.contains("ds4_grid_sync();") || SYNCING_HELPERS.iter().any(|h| body.contains(&format!("{h}<"))),
+            "{name} neither calls ds4_grid_sync nor a helper that does"
+        );
+        kernels += 1;
+    }
+    assert_eq!(kernels, ALL_KERNELS.len());
+}
+
 #[test]
 fn every_kernel_is_included_by_the_translation_unit() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");

@@ -28,7 +28,7 @@ pub use super::kernels::KernelArgs;
 pub use context::{DEVICE_ENV, DeviceAttribute, DeviceInfo, HipContext, KERNEL_DIR_ENV};
 pub use host::{HostRegistration, PinnedBuffer};
 pub use memory::{DeviceBuffer, DeviceCopy, DevicePtr};
-pub use module::{Function, LaunchDims, Module};
+pub use module::{Function, LaunchDims, LaunchOrder, Module};
 pub use stream::{CaptureMode, Event, Graph, GraphExec, Stream};
 
 /// A failed HIP call: which entry point and the raw status it returned.

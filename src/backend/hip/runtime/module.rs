@@ -72,6 +72,18 @@ pub struct LaunchDims {
     pub shared_bytes: u32,
 }
 
+/// How a launch is ordered after the previous kernel of its stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LaunchOrder {
+    /// It starts once the previous kernel has completed (hipModuleLaunchKernel).
+    #[default]
+    Serial,
+    /// It may start while the previous kernel runs, and its kernel awaits that kernel's completion
+    /// itself before it reads that kernel's outputs (kernels/prelude.h `ds4_grid_sync`; CUDA's
+    /// programmatic stream serialization through hipDrvLaunchKernelEx). NVIDIA sm_90 and later only.
+    Overlapped,
+}
+
 impl LaunchDims {
     /// A 1-D launch of `blocks` blocks of `threads` threads.
     pub fn linear(blocks: u32, threads: u32) -> LaunchDims {
@@ -94,8 +106,68 @@ impl Function {
     /// `args` must match the kernel's parameter list exactly (count, order, sizes), and every device
     /// pointer among them must stay valid until the kernel has run.
     pub unsafe fn launch(&self, stream: &Stream, dims: LaunchDims, args: &mut KernelArgs) -> HipResult<()> {
+        unsafe { self.launch_ordered(stream, dims, args, LaunchOrder::Serial) }
+    }
+
+    /// `launch` in the given order: `Overlapped` where the runtime has hipDrvLaunchKernelEx, else
+    /// serial (the same results, since an overlapped kernel waits for its predecessor anyway).
+    ///
+    /// # Safety
+    /// As `launch`; with `Overlapped`, the kernel must call `ds4_grid_sync` as kernels/prelude.h says.
+    pub unsafe fn launch_ordered(
+        &self,
+        stream: &Stream,
+        dims: LaunchDims,
+        args: &mut KernelArgs,
+        order: LaunchOrder,
+    ) -> HipResult<()> {
         let mut ptrs = args.pointers();
-        unsafe { self.launch_raw(stream, dims, &mut ptrs) }
+        match (order, self.module.ctx.api().hipDrvLaunchKernelEx) {
+            (LaunchOrder::Overlapped, Some(launch_ex)) => unsafe {
+                self.launch_overlapped(launch_ex, stream, dims, &mut ptrs)
+            },
+            _ => unsafe { self.launch_raw(stream, dims, &mut ptrs) },
+        }
+    }
+
+    /// # Safety
+    /// As `launch_raw`.
+    unsafe fn launch_overlapped(
+        &self,
+        launch_ex: unsafe extern "C" fn(
+            *const ffi::LaunchConfig,
+            ffi::RawFunction,
+            *mut *mut c_void,
+            *mut *mut c_void,
+        ) -> ffi::HipStatus,
+        stream: &Stream,
+        dims: LaunchDims,
+        params: &mut [*mut c_void],
+    ) -> HipResult<()> {
+        let mut attr = ffi::LaunchAttribute {
+            id: ffi::LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: [0; 16],
+        };
+        attr.value[0] = 1;
+        let config = ffi::LaunchConfig {
+            grid: dims.grid,
+            block: dims.block,
+            shared_bytes: dims.shared_bytes,
+            stream: stream.raw,
+            attrs: &mut attr,
+            num_attrs: 1,
+        };
+        let params = if params.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            params.as_mut_ptr()
+        };
+        // SAFETY: a live function and stream; the configuration and its one attribute outlive the
+        // call; params as launch_raw's.
+        check("hipDrvLaunchKernelEx", unsafe {
+            launch_ex(&config, self.raw, params, std::ptr::null_mut())
+        })
     }
 
     /// Enqueue one launch with a ready `kernelParams` array (one pointer per argument).
