@@ -110,10 +110,48 @@ fn every_kernel_awaits_its_predecessor() {
             body.contains("ds4_grid_sync();") || SYNCING_HELPERS.iter().any(|h| body.contains(&format!("{h}<"))),
             "{name} neither calls ds4_grid_sync nor a helper that does"
         );
+        let waits_first = body[1..].trim_start().starts_with("ds4_grid_sync();");
+        assert!(
+            waits_first || PREFETCHING.contains(&name),
+            "{name} does work before ds4_grid_sync: review that it reads only weights and stores nothing \
+             global there, then list it in PREFETCHING"
+        );
+        assert!(
+            !(waits_first && PREFETCHING.contains(&name)),
+            "{name} waits first: take it off PREFETCHING"
+        );
         kernels += 1;
     }
     assert_eq!(kernels, ALL_KERNELS.len());
 }
+
+/// The kernels that do something before `ds4_grid_sync` (themselves or in a `SYNCING_HELPERS` call),
+/// each reviewed to read only weights and store nothing global there (kernels/README.md "Dependent
+/// launches"); every other kernel waits first.
+const PREFETCHING: &[&str] = &[
+    // hc_pre_fast: the mix row, the norm weights and the split constants.
+    "ds4_hc_pre_fused_fast",
+    "ds4_hc_post_pre_fast",
+    "ds4_hc_pre_token_fast",
+    "ds4_hc_post_pre_token_fast",
+    // q8_tiled_product (and the shared expert's twin of it): the first round's weight tiles.
+    "ds4_matvec_q8_0_fast",
+    "ds4_matvec_q8_0_q8_fast",
+    "ds4_matvec_q8_0_normed_fast",
+    "ds4_matvec_q8_0_pair_fast",
+    "ds4_matvec_q8_0_swiglu_fast",
+    // f16_row_first: the first step's F16 words.
+    "ds4_matvec_f16_fast",
+    "ds4_matvec_f16_pair_fast",
+    "ds4_matvec_f16_router_fast",
+    // moe_gate_up_fast_body: the IQ2_XXS grid into shared memory.
+    "ds4_moe_gate_up_iq2_xxs_fast",
+    "ds4_moe_gate_up_iq2_xxs_q8k_fast",
+    "ds4_moe_gate_up_q2_k_fast",
+    "ds4_moe_gate_up_q2_k_q8k_fast",
+    "ds4_moe_gate_up_q4_k_fast",
+    "ds4_moe_gate_up_q4_k_q8k_fast",
+];
 
 #[test]
 fn every_kernel_is_included_by_the_translation_unit() {
