@@ -483,17 +483,19 @@ SHIM_EXPORT hipError_t hipModuleUnload(CUmodule module) {
   return map_result(p_cuModuleUnload(module));
 }
 
+// AMD allows up to 64 KiB of dynamic LDS without opting in; CUDA needs an opt-in above 48 KiB.
+static hipError_t opt_in_shared_bytes(CUfunction f, unsigned int shared_bytes) {
+  if (shared_bytes <= 48u * 1024u) return hipSuccess;
+  return map_result(
+      p_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(shared_bytes)));
+}
+
 SHIM_EXPORT hipError_t hipModuleLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                              unsigned int bx, unsigned int by, unsigned int bz,
                                              unsigned int shared_bytes, CUstream stream, void** params,
                                              void** extra) {
   NEED_CTX();
-  // AMD allows up to 64 KiB of dynamic LDS without opting in; CUDA needs an opt-in above 48 KiB.
-  if (shared_bytes > 48u * 1024u) {
-    hipError_t e = map_result(
-        p_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(shared_bytes)));
-    if (e != hipSuccess) return e;
-  }
+  if (hipError_t e = opt_in_shared_bytes(f, shared_bytes); e != hipSuccess) return e;
   void* cu_extra[8];
   void** extra_arg = nullptr;
   if (extra) {
@@ -530,11 +532,7 @@ SHIM_EXPORT hipError_t hipDrvLaunchKernelEx(const HipLaunchConfig* config, CUfun
                                             void** extra) {
   if (!config || extra) return hipErrorInvalidValue;
   NEED_CTX();
-  if (config->shared_bytes > 48u * 1024u) {
-    hipError_t e = map_result(p_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                   static_cast<int>(config->shared_bytes)));
-    if (e != hipSuccess) return e;
-  }
+  if (hipError_t e = opt_in_shared_bytes(f, config->shared_bytes); e != hipSuccess) return e;
   CUlaunchConfig c{};
   c.gridDimX = config->grid[0];
   c.gridDimY = config->grid[1];

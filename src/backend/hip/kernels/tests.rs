@@ -3,8 +3,8 @@
 use super::*;
 use std::path::Path;
 
-/// (name, [(param name, kind)]) of every `extern "C" __global__` kernel in kernels/*.hip.
-fn parse_kernel_sources() -> Vec<(String, Vec<(String, ArgKind)>)> {
+/// The kernel source files (kernels/*.hip and mathf.h, which holds a test kernel), sorted.
+fn kernel_source_files() -> Vec<std::path::PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -12,8 +12,13 @@ fn parse_kernel_sources() -> Vec<(String, Vec<(String, ArgKind)>)> {
         .filter(|p| p.extension().is_some_and(|e| e == "hip") || p.ends_with("mathf.h"))
         .collect();
     files.sort();
+    files
+}
+
+/// (name, [(param name, kind)]) of every `extern "C" __global__` kernel in kernels/*.hip.
+fn parse_kernel_sources() -> Vec<(String, Vec<(String, ArgKind)>)> {
     let mut out = Vec::new();
-    for file in files {
+    for file in kernel_source_files() {
         let src = std::fs::read_to_string(&file).unwrap();
         let mut rest = src.as_str();
         while let Some(i) = rest.find("extern \"C\" __global__") {
@@ -79,14 +84,10 @@ fn every_kernel_awaits_its_predecessor() {
     // kernels/prelude.h ds4_grid_sync: an overlapped launch (kernel_module.rs launch_order) is only
     // correct when every kernel waits for the previous one, itself or in one of these helpers.
     const SYNCING_HELPERS: &[&str] = &["q8_tiled_product", "moe_gate_up_fast_body", "hc_pre_fast"];
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
-    let mut sources = String::new();
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|e| e == "hip") || p.ends_with("mathf.h") {
-            sources += &std::fs::read_to_string(&p).unwrap();
-        }
-    }
+    let sources: String = kernel_source_files()
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
     for helper in SYNCING_HELPERS {
         let def = format!(" {helper}(");
         let at = sources

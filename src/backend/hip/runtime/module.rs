@@ -122,11 +122,17 @@ impl Function {
         order: LaunchOrder,
     ) -> HipResult<()> {
         let mut ptrs = args.pointers();
+        // `kernelParams`: null for a kernel without arguments.
+        let params = if ptrs.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            ptrs.as_mut_ptr()
+        };
         match (order, self.module.ctx.api().hipDrvLaunchKernelEx) {
             (LaunchOrder::Overlapped, Some(launch_ex)) => unsafe {
-                self.launch_overlapped(launch_ex, stream, dims, &mut ptrs)
+                self.launch_overlapped(launch_ex, stream, dims, params)
             },
-            _ => unsafe { self.launch_raw(stream, dims, &mut ptrs) },
+            _ => unsafe { self.launch_raw(stream, dims, params) },
         }
     }
 
@@ -142,7 +148,7 @@ impl Function {
         ) -> ffi::HipStatus,
         stream: &Stream,
         dims: LaunchDims,
-        params: &mut [*mut c_void],
+        params: *mut *mut c_void,
     ) -> HipResult<()> {
         let mut attr = ffi::LaunchAttribute {
             id: ffi::LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
@@ -158,11 +164,6 @@ impl Function {
             attrs: &mut attr,
             num_attrs: 1,
         };
-        let params = if params.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            params.as_mut_ptr()
-        };
         // SAFETY: a live function and stream; the configuration and its one attribute outlive the
         // call; params as launch_raw's.
         check("hipDrvLaunchKernelEx", unsafe {
@@ -170,16 +171,11 @@ impl Function {
         })
     }
 
-    /// Enqueue one launch with a ready `kernelParams` array (one pointer per argument).
+    /// Enqueue one launch with a ready `kernelParams` array (one pointer per argument, or null).
     ///
     /// # Safety
     /// As `launch`; additionally each pointer must address the argument's bytes until this returns.
-    unsafe fn launch_raw(&self, stream: &Stream, dims: LaunchDims, params: &mut [*mut c_void]) -> HipResult<()> {
-        let params = if params.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            params.as_mut_ptr()
-        };
+    unsafe fn launch_raw(&self, stream: &Stream, dims: LaunchDims, params: *mut *mut c_void) -> HipResult<()> {
         check("hipModuleLaunchKernel", unsafe {
             (self.module.ctx.api().hipModuleLaunchKernel)(
                 self.raw,
