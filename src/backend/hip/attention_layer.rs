@@ -6,10 +6,10 @@
 //! Lanes (`lanes.rs`): after the HC pre, the attention compressor (it owns `ckv`, `csc` and the
 //! layer's compressed rows) and the indexer compressor with the indexer's head weights (`ickv`,
 //! `icsc`, the indexer's rows, `iw`) run on their own lanes. Once the query's down-projection is
-//! done, a third lane makes the indexer's query heads (`qi`; in fast arithmetic from its own norm of
-//! the down-projection, `qrn`), waits for the indexer compressor's lane and runs the indexer's scores and
-//! selection (`scores`, `sel`), while the main stream makes the query heads and the kv row. The
-//! attention joins all of them.
+//! done, where the indexer selects rows, a third lane makes the query heads and the kv row (`q`,
+//! the ring) while the main stream makes the indexer's query heads (`qi`; in fast arithmetic from
+//! its own norm of the down-projection, `qrn`), joins the indexer compressor's lane and runs the
+//! indexer's scores and selection (`scores`, `sel`). The attention joins all of them.
 
 use crate::backend::EngineError;
 use crate::model::weights::CompressorWeights;
@@ -26,8 +26,8 @@ use super::runtime::DeviceBuffer;
 /// The attention sublayer's side lanes (module comment).
 const LANE_COMPRESSOR: usize = 0;
 const LANE_INDEX_COMPRESSOR: usize = 1;
-const LANE_INDEX_QUERY: usize = 2;
-const _: () = assert!(LANE_INDEX_QUERY < SIDE_LANES);
+const LANE_QUERY: usize = 2;
+const _: () = assert!(LANE_QUERY < SIDE_LANES);
 
 impl Pass<'_> {
     /// The attention sublayer of layer `l` for the `n` tokens at pos0.. (docs/model.md#attention);
@@ -88,7 +88,7 @@ impl Pass<'_> {
         self.proj_q8_0_pair(&q_a, &kv_a, nt)?;
         // The query's down-projection normed (into qrn for the indexer, Q8_0 planes for the
         // up-projection), then up-projected. In fast arithmetic the up-projection norms its input
-        // itself (`kernels::matvec_q8_0_normed`) and the indexer's query lane norms qrn.
+        // itself (`kernels::matvec_q8_0_normed`) and the indexer's chain norms qrn.
         let q_a_norm = |o| kernels::norm_rows(o, p0(&a.qr), self.w(&lw.attn_q_a_norm), qr_w, nt, eps);
         let q_b = Q8Proj::plain(p0(&a.q), self.w(&lw.attn_q_b), q8(&a.qq, &a.qd), qr_w, h * d);
         let q_b_normed = self
@@ -106,43 +106,50 @@ impl Pass<'_> {
                 ..qrn
             }))?;
         }
+        // The query heads (the up-projection, then their norm and RoPE) and the kv row into the ring
+        // (steps 4-7, projected above): every token's row enters the ring before the attention of the
+        // batch. The row finishing is one launch in fast arithmetic.
+        let query_rows = || {
+            match &q_b_normed {
+                Some(fused) => self.launch(fused)?,
+                None => self.proj_q8_0(&q_b, nt)?,
+            }
+            let q_rows = kernels::rows_finish(p0(&a.q), NULL, NULL, pos, h, d, rf::NORM | rf::ROPE, 1, rope, eps, nt);
+            let kv_rows = kernels::rows_finish(
+                p0(&a.kv),
+                p0(&ls.ring),
+                self.w(&lw.attn_kv_a_norm),
+                pos,
+                1,
+                d,
+                rf::NORM | rf::ROPE | rf::E4M3 | rf::STORE_RING,
+                raw_cap,
+                rope,
+                eps,
+                nt,
+            );
+            self.launch_rows_pair(&q_rows, &kv_rows)
+        };
         let mut sel = NULL;
-        if let Some((iwt, st)) = select {
-            // The indexer's query heads (docs/model.md#indexer), then, once its compressor lane
-            // is done, its scores and selection (docs/model.md#indexer), all beside the query's
-            // up-projection and finishing on the main stream.
-            self.fork(LANE_INDEX_QUERY, || {
+        match select {
+            Some((iwt, st)) => {
+                // The query chain on its lane; on the main stream the indexer's query heads
+                // (docs/model.md#indexer), then, once the indexer compressor's lane is done, its
+                // scores and selection. The indexer's chain is the longer one: on the main stream
+                // each of its launches may start while the one before runs (kernels/README.md
+                // "Dependent launches"), where a lane's first launch waits for the fork's whole kernel.
+                self.fork(LANE_QUERY, query_rows)?;
                 if q_b_normed.is_some() {
                     self.launch(&q_a_norm(qrn))?;
                 }
                 self.proj_f16(p0(&a.qi), self.w(&iwt.q_b), p0(&a.qrn), qr_w, hi * di, qr_w, nt)?;
                 self.head_rows_in_place(p0(&a.qi), pos, hi, di, rf::ROPE | rf::HADAMARD_FP4, rope, nt)?;
-                self.wait_lane(LANE_INDEX_COMPRESSOR)?;
-                self.indexer_select(l, st, n_comp, nt)
-            })?;
-            sel = p0(&a.sel);
+                self.join(LANE_INDEX_COMPRESSOR)?;
+                self.indexer_select(l, st, n_comp, nt)?;
+                sel = p0(&a.sel);
+            }
+            None => query_rows()?,
         }
-        match &q_b_normed {
-            Some(fused) => self.launch(fused)?,
-            None => self.proj_q8_0(&q_b, nt)?,
-        }
-        // The query heads' norm and RoPE, and KV (steps 4-7, projected above): every token's row
-        // enters the ring before the attention of the batch. One launch in fast arithmetic.
-        let q_rows = kernels::rows_finish(p0(&a.q), NULL, NULL, pos, h, d, rf::NORM | rf::ROPE, 1, rope, eps, nt);
-        let kv_rows = kernels::rows_finish(
-            p0(&a.kv),
-            p0(&ls.ring),
-            self.w(&lw.attn_kv_a_norm),
-            pos,
-            1,
-            d,
-            rf::NORM | rf::ROPE | rf::E4M3 | rf::STORE_RING,
-            raw_cap,
-            rope,
-            eps,
-            nt,
-        );
-        self.launch_rows_pair(&q_rows, &kv_rows)?;
         // Every chain ends before the attention (the compressed rows; an unused indexer
         // compressor's too, so the sublayer ends with every lane joined).
         self.join_all()?;

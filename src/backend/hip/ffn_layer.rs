@@ -3,7 +3,7 @@
 //! step.
 //!
 //! Lanes (`lanes.rs`): the shared expert (it owns `smid`, `sq`, `sd` and `y`) runs on a side lane
-//! beside the router and the routed experts; the HC post joins it.
+//! beside the router and the routed experts; the routed experts' last launch joins it.
 
 use crate::backend::EngineError;
 
@@ -108,11 +108,19 @@ impl Pass<'_> {
             }
             None => &launches[..],
         };
-        for l in rest {
+        // The shared expert's lane joins before the last routed launch (the down projection), not
+        // before the HC post: it ends long before the routed experts do, and the HC post (with the
+        // next sublayer's HC pre) then follows the main stream's kernel alone, so it may start, and
+        // load its weights, while the down projection runs (kernels/README.md "Dependent launches").
+        let (last, before) = rest.split_last().map_or((None, rest), |(l, b)| (Some(l), b));
+        for l in before {
+            self.launch(l)?;
+        }
+        self.join_all()?;
+        if let Some(l) = last {
             self.launch(l)?;
         }
         // HC post of moe + shared (steps 7-8).
-        self.join_all()?;
         let (hc_out, hc_in) = self.advance_hc(nt);
         self.launch(&kernels::hc_post(
             hc_out,

@@ -1,8 +1,7 @@
 //! Launch lanes: side streams that run a sublayer's independent chains beside the main stream
 //! (kernels/README.md "Concurrent chains"). A chain is forked after the launches it depends on and
 //! joined before the first launch that reads its results, each by one event: the side stream waits
-//! for an event recorded on the main stream, and the main stream for one recorded on the side. A
-//! chain that also needs another side chain's results waits for that lane's own event (`relay`).
+//! for an event recorded on the main stream, and the main stream for one recorded on the side.
 //! While the main stream captures the decode graph, the same events make each chain a parallel
 //! branch of the graph (`Stream::wait_event`), so a replay runs the branches at once without a
 //! single extra node.
@@ -40,8 +39,6 @@ struct SideLane {
     fork: Event,
     /// Recorded on this lane, waited for by the main stream: the chain's end.
     join: Event,
-    /// Recorded on this lane, waited for by another side lane (`relay`).
-    relay: Event,
 }
 
 impl Lanes {
@@ -54,7 +51,6 @@ impl Lanes {
                         stream: hip.stream()?,
                         fork: hip.event(false)?,
                         join: hip.event(false)?,
-                        relay: hip.event(false)?,
                     })
                 })
                 .collect::<HipResult<Vec<_>>>()?
@@ -86,15 +82,5 @@ impl Lanes {
         let Some(l) = self.side.get(k) else { return Ok(()) };
         l.join.record(&l.stream)?;
         main.wait_event(&l.join)
-    }
-
-    /// Make side lane `to`'s later work wait for everything issued so far on side lane `from` (a
-    /// chain that needs two chains' results runs on one of them after the other's end).
-    pub(super) fn relay(&self, from: usize, to: usize) -> HipResult<()> {
-        let (Some(f), Some(t)) = (self.side.get(from), self.side.get(to)) else {
-            return Ok(());
-        };
-        f.relay.record(&f.stream)?;
-        t.stream.wait_event(&f.relay)
     }
 }

@@ -136,19 +136,6 @@ impl Pass<'_> {
         self.lanes.join(k, self.stream).map_err(dev)
     }
 
-    /// Inside side lane `k`'s chain: its later launches wait for side lane `from`'s chain as issued
-    /// so far (nothing when `from` is not forked; outside a chain, a `join`). With lanes off the
-    /// launches run in issue order anyway.
-    pub(super) fn wait_lane(&self, from: usize) -> Result<(), EngineError> {
-        let Some(k) = self.lane.get() else {
-            return self.join(from);
-        };
-        if self.forked.get() & (1 << from) == 0 || !self.lanes.on() {
-            return Ok(());
-        }
-        self.lanes.relay(from, k).map_err(dev)
-    }
-
     /// Join every side lane still forked: a sublayer ends with all its chains joined.
     pub(super) fn join_all(&self) -> Result<(), EngineError> {
         (0..SIDE_LANES).try_for_each(|k| self.join(k))
