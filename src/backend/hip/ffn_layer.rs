@@ -112,12 +112,12 @@ impl Pass<'_> {
         // before the HC post: it ends long before the routed experts do, and the HC post (with the
         // next sublayer's HC pre) then follows the main stream's kernel alone, so it may start, and
         // load its weights, while the down projection runs (kernels/README.md "Dependent launches").
-        let (last, before) = rest.split_last().map_or((None, rest), |(l, b)| (Some(l), b));
+        let (before, last) = rest.split_at(rest.len().saturating_sub(1));
         for l in before {
             self.launch(l)?;
         }
         self.join_all()?;
-        if let Some(l) = last {
+        for l in last {
             self.launch(l)?;
         }
         // HC post of moe + shared (steps 7-8).
