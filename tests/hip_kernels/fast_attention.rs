@@ -5,7 +5,9 @@
 //! rows), so most slices exit, and again with the grid a direct launch sizes to the batch's rows,
 //! which must give the same bits (a replayed decode graph equals direct launches). Float outputs
 //! within FAST_TOL x max|exact|: each output is a softmax-weighted mean of rows whose sums are
-//! reordered (a few ulps of the largest partial sums).
+//! reordered (a few ulps of the largest partial sums). The slices on matrix cores
+//! (`ds4_attention_decode_split_mma`, 32-lane warps only) take f16 operands: within the prefill
+//! kernel's bound, ATT_TOL x max|row| (fast_prefill_attention.rs), graph and direct grids again equal.
 //! The segmented indexer top-k (kernels/indexer_fast.hip) against `ds4_indexer_topk`: a selection
 //! without arithmetic, so the lists must be equal, ties (to the lower row) included.
 
@@ -14,6 +16,7 @@ use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
 
 use super::attention_case::{AttentionCase, attention_shape};
 use super::cache::IndexerInputs;
+use super::fast_prefill_attention::{ATT_TOL, att_tol_scaled};
 use super::support::*;
 
 /// One attention case: tokens, first position, ratio, compressed rows in the cache, top_k (0 = no
@@ -222,8 +225,9 @@ fn check_split(gpu: &Gpu, rng: &mut CheckRng, name: &str, c: Case) -> Checked {
     // Fast: the split over the slices a graph sized for max_rows launches, and over the grid a
     // direct launch sizes to the batch's own rows: the same slices, so the same bits.
     let io = case.inputs();
-    let split = |max_rows: u32, min_rows: u32| -> HipResult<(Vec<f32>, u32)> {
-        let plan = AttentionSplitPlan::new(&shape, nt, max_rows, usize::MAX / 8, min_rows).expect("a split plan");
+    let split = |max_rows: u32, min_rows: u32, matrix_cores: bool| -> HipResult<(Vec<f32>, u32)> {
+        let plan = AttentionSplitPlan::new(&shape, nt, max_rows, usize::MAX / 8, min_rows, matrix_cores)
+            .expect("a split plan");
         let scratch =
             gpu.poisoned::<f32>(plan.acc_floats(&shape, nt) + 2 * c.n_tok * n_head * plan.n_split as usize)?;
         let out = gpu.poisoned::<f32>(c.n_tok * n_head * head_dim)?;
@@ -233,11 +237,40 @@ fn check_split(gpu: &Gpu, rng: &mut CheckRng, name: &str, c: Case) -> Checked {
         Ok((out.to_vec::<f32>()?, plan.n_split))
     };
     let default_rows = kernels::ATTENTION_SPLIT_ROWS;
-    let ((got, n_split), (direct, n_direct)) = (split(c.max_rows, default_rows)?, split(rows, default_rows)?);
+    let ((got, n_split), (direct, n_direct)) = (
+        split(c.max_rows, default_rows, false)?,
+        split(rows, default_rows, false)?,
+    );
     // Slices of 32 rows or more (fewer, longer partials merged; `DS4_HIP_ATTENTION_ROWS=32`).
-    let (short, n_short) = split(c.max_rows, 32)?;
+    let (short, n_short) = split(c.max_rows, 32, false)?;
     let want = out_exact.to_vec::<f32>()?;
     let short_check = close_scaled(name, &short, &want, FAST_TOL, String::new());
+    // The slices on matrix cores (`DS4_HIP_ATTENTION_MMA`), at 16 and at 32 rows a slice (one and
+    // two tile steps), where the pass would use them (32-lane warps).
+    let mut mma_ok = true;
+    let mma_note = if wave_rerun() {
+        "matrix cores: not on 64-lane warps".to_string()
+    } else {
+        let (tol, row_max) = att_tol_scaled(&case, &want);
+        let mma_rows = kernels::ATTENTION_SPLIT_MMA_ROWS;
+        let ((m_got, m_split), (m_direct, _)) = (split(c.max_rows, mma_rows, true)?, split(rows, mma_rows, true)?);
+        let m_differ = m_got
+            .iter()
+            .zip(&m_direct)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        let m_check = close_scaled(name, &m_got, &want, tol, String::new());
+        let (m_long, _) = split(c.max_rows, 2 * mma_rows, true)?;
+        let long_check = close_scaled(name, &m_long, &want, tol, String::new());
+        mma_ok = m_differ == 0 && m_check.verdict == Verdict::Pass && long_check.verdict == Verdict::Pass;
+        format!(
+            "matrix cores ({m_split} blocks of 32 heads): max_abs {:.3e} (bound {ATT_TOL:e} x max|row| {row_max:.2}), \
+             {m_differ} outputs differ with the direct grid (must be 0); slices of {}+ rows: {:?}",
+            m_check.max_abs,
+            2 * mma_rows,
+            long_check.verdict
+        )
+    };
     let differ = got
         .iter()
         .zip(&direct)
@@ -256,10 +289,10 @@ fn check_split(gpu: &Gpu, rng: &mut CheckRng, name: &str, c: Case) -> Checked {
     );
     let fused = check_merge_q8(gpu, name, &shape, &io, (c.max_rows, c.n_tok), &got)?;
     result.note = format!(
-        "{}; merge + inverse RoPE + Q8_0 in one launch: {}",
+        "{}; merge + inverse RoPE + Q8_0 in one launch: {}; {mma_note}",
         result.note, fused.note
     );
-    if differ > 0 || short_check.verdict != Verdict::Pass || fused.verdict != Verdict::Pass {
+    if differ > 0 || short_check.verdict != Verdict::Pass || fused.verdict != Verdict::Pass || !mma_ok {
         result.verdict = Verdict::Fail;
     }
     Ok(result)
@@ -278,8 +311,15 @@ fn check_merge_q8(
 ) -> Checked {
     let (nt, n_head, head_dim) = (n_tok as u32, shape.n_head, shape.head_dim);
     let rope = kernels::RopeParams::yarn(64, 160000.0, 16.0, 65536, 32.0, 1.0);
-    let plan = AttentionSplitPlan::new(shape, nt, max_rows, usize::MAX / 8, kernels::ATTENTION_SPLIT_ROWS)
-        .expect("a split plan");
+    let plan = AttentionSplitPlan::new(
+        shape,
+        nt,
+        max_rows,
+        usize::MAX / 8,
+        kernels::ATTENTION_SPLIT_ROWS,
+        false,
+    )
+    .expect("a split plan");
     let rows = n_tok * n_head as usize;
     let scratch = gpu.poisoned::<f32>(plan.acc_floats(shape, nt) + 2 * rows * plan.n_split as usize)?;
     let planes = || -> HipResult<(DeviceBuffer, DeviceBuffer)> {

@@ -237,6 +237,7 @@ fn check_normed(gpu: &Gpu, rng: &mut CheckRng, name: &str, (n_in, n_out, n_tok):
 const FEW_BLOCKS: FastGrids = FastGrids {
     q8_0_max_blocks: 3,
     attention_rows: kernels::ATTENTION_SPLIT_ROWS,
+    attention_mma_rows: 0,
     moe_rows: kernels::MOE_FAST_ROWS,
     indexer_decode_tokens: kernels::INDEXER_DECODE_MAX_TOKENS,
 };

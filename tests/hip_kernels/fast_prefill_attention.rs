@@ -22,8 +22,20 @@ use super::attention_case::{AttentionCase, attention_shape};
 use super::cache::PoolBuffers;
 use super::support::*;
 
-/// |fast − exact| <= ATT_TOL · max|visible row| (see the file comment).
-const ATT_TOL: f64 = 2e-3;
+/// |fast − exact| <= ATT_TOL · max|visible row| (see the file comment); also the bound of the decode
+/// split's slices on matrix cores (fast_attention.rs), the same tiles.
+pub(super) const ATT_TOL: f64 = 2e-3;
+
+/// ATT_TOL · max|visible row| as `close_scaled`'s tolerance (relative to max|want|), and max|row|.
+pub(super) fn att_tol_scaled(case: &AttentionCase, want: &[f32]) -> (f64, f64) {
+    let row_max = case
+        .ring
+        .iter()
+        .chain(&case.comp)
+        .fold(0f64, |m, &v| m.max(v.abs() as f64));
+    let ref_max = want.iter().fold(0f64, |m, &v| m.max(v.abs() as f64));
+    (ATT_TOL * row_max / ref_max.max(f64::MIN_POSITIVE), row_max)
+}
 
 /// One case: label, tokens, first position, heads, head_dim, ratio, compressed rows in the cache,
 /// top_k (0 = no indexer selection).
@@ -130,17 +142,12 @@ fn check_case(gpu: &Gpu, rng: &mut CheckRng, name: &str, case: Case) -> Checked 
         n_tok as u32,
     ))?;
     let (got, want) = (fast.to_vec::<f32>()?, exact.to_vec::<f32>()?);
-    let row_max = case
-        .ring
-        .iter()
-        .chain(&case.comp)
-        .fold(0f64, |m, &v| m.max(v.abs() as f64));
-    let ref_max = want.iter().fold(0f64, |m, &v| m.max(v.abs() as f64));
+    let (tol, row_max) = att_tol_scaled(&case, &want);
     let r = close_scaled(
         name,
         &got,
         &want,
-        ATT_TOL * row_max / ref_max.max(f64::MIN_POSITIVE),
+        tol,
         format!(
             "{n_tok} tok at {pos0}, {n_head}x{head_dim}, up to {rows} rows; bound {ATT_TOL:e} x max|row| {row_max:.2}"
         ),

@@ -250,7 +250,7 @@ impl Pass<'_> {
     }
 
     /// Fast arithmetic, token-wise batches: the attention split over slices of rows
-    /// (kernels/attention_fast.hip), its partials in the score buffer, merged straight into the
+    /// (kernels/attention_fast.hip; the slices on matrix cores where they fit), its partials in the score buffer, merged straight into the
     /// heads' inverse RoPE and Q8_0 planes where the shapes allow. Returns None when it did not run
     /// (the exact launches run then), else whether the heads are already quantized.
     fn attention_decode_split(
@@ -265,13 +265,16 @@ impl Pass<'_> {
         if !self.fast_token_wise(nt) {
             return Ok(None);
         }
-        let Some(plan) = AttentionSplitPlan::new(
-            shape,
-            nt,
-            max_rows,
-            a.att_sc.len_bytes() / 4,
-            self.fast_grids.attention_rows,
-        ) else {
+        // Matrix cores where their tiles are laid out for the device's warps (32 lanes) and the
+        // shape (kernels/attention_prefill_fast.hip); CUDA-core lanes otherwise.
+        let mma_rows = self.fast_grids.attention_mma_rows;
+        let matrix_cores = mma_rows > 0 && self.warp_size == 32 && kernels::attention_prefill_fast_fits(shape);
+        let min_rows = match matrix_cores {
+            true => mma_rows,
+            false => self.fast_grids.attention_rows,
+        };
+        let Some(plan) = AttentionSplitPlan::new(shape, nt, max_rows, a.att_sc.len_bytes() / 4, min_rows, matrix_cores)
+        else {
             return Ok(None);
         };
         let heads = (p0(&a.aq), p0(&a.ad));

@@ -189,10 +189,14 @@ kernel_defs! {
     /// kernels/norm_quant_fast.hip
     RMS_NORM_QUANT_FAST = "ds4_rms_norm_quant_fast"(out: Ptr, q0_q: Ptr, q0_d: Ptr, qk_q: Ptr, qk_d: Ptr,
         qk_bs: Ptr, x: Ptr, w: Ptr, n: U32, x_stride: U32, flags: U32, eps: F32);
-    /// kernels/attention_prefill_fast.hip (fast mode: the batch's attention on matrix cores)
+    /// kernels/attention_prefill_fast.hip (fast mode: a batch's attention, or a decode split's slices,
+    /// on matrix cores)
     ATTENTION_PREFILL_FAST = "ds4_attention_prefill_fast"(out: Ptr, q: Ptr, ring: Ptr, comp: Ptr, comp_sel: Ptr,
         sinks: Ptr, pos: Ptr, n_head: U32, head_dim: U32, ring_cap: U32, window: U32, n_comp_avail: U32, ratio: U32,
         top_k: U32, scale: F32);
+    ATTENTION_DECODE_SPLIT_MMA = "ds4_attention_decode_split_mma"(part_acc: Ptr, part_ml: Ptr, q: Ptr, ring: Ptr,
+        comp: Ptr, comp_sel: Ptr, pos: Ptr, n_head: U32, head_dim: U32, ring_cap: U32, window: U32,
+        n_comp_avail: U32, ratio: U32, top_k: U32, n_split: U32, most_slices: U32, min_chunk: U32, scale: F32);
     /// kernels/compressor_fast.hip (fast mode: the batch's emitted rows in parallel)
     COMPRESSOR_POOL_FAST = "ds4_compressor_pool_fast"(comp_rows: Ptr, state_kv: Ptr, state_score: Ptr,
         kv_cur: Ptr, sc_cur: Ptr, ape: Ptr, pos: Ptr, head_dim: U32, ratio: U32, n_tok: U32, comp_cap: U32);

@@ -1,9 +1,14 @@
 //! Builders of kernels/attention_fast.hip: decode attention split over slices of rows (partial
 //! softmax states per slice, then a merge with the sinks), the fast arithmetic's replacement of the
-//! three exact attention launches for token-wise batches.
+//! three exact attention launches for token-wise batches. The slices' partials come from CUDA-core
+//! lanes (`ds4_attention_decode_split`, 8 heads a block) or from matrix cores
+//! (`ds4_attention_decode_split_mma` in kernels/attention_prefill_fast.hip, 32 heads a block).
 
-use super::abi::{ATTENTION_DECODE_MERGE, ATTENTION_DECODE_MERGE_Q8, ATTENTION_DECODE_SPLIT, Arg, DevPtr};
+use super::abi::{
+    ATTENTION_DECODE_MERGE, ATTENTION_DECODE_MERGE_Q8, ATTENTION_DECODE_SPLIT, ATTENTION_DECODE_SPLIT_MMA, Arg, DevPtr,
+};
 use super::attention::{ATTENTION_MAX_DIM, AttentionInputs, AttentionShape};
+use super::attention_prefill::{ATTENTION_FAST_HEADS, attention_prefill_fast_fits};
 use super::launch::{Launch, f, ptr, u};
 use super::rows::RopeParams;
 
@@ -16,6 +21,13 @@ pub const ATTENTION_SPLIT_HEADS: u32 = 8;
 /// tests/hip-on-cuda/results/h200-2026-12-02-s11-call1.log). The partials, n_head x head_dim floats
 /// a slice, stay in the cache. `DS4_HIP_ATTENTION_ROWS` overrides it for tuning (`FastGrids`).
 pub const ATTENTION_SPLIT_ROWS: u32 = 8;
+/// Rows per slice at least of the matrix-core split (`ds4_attention_decode_split_mma`) when it is
+/// asked for (`DS4_HIP_ATTENTION_MMA=16`; off by default, kernels/README.md "Session 26"): one 16-row
+/// tile step a slice, so a 2k context's 640 rows are 40 slices of two blocks (32 heads each), one
+/// wave. On an H100 it measured within the spread of the CUDA-core split (+2%, 2 runs) and slices of
+/// 32 rows slower; its f16 operands made one confident argmax flip on the emulator's mixed tiny
+/// model (tests/hip_emu_fast.rs), which the CUDA-core split does not.
+pub const ATTENTION_SPLIT_MMA_ROWS: u32 = 16;
 /// Dims of a head per block of the merges (DS4_AFM_DIMS).
 pub const ATTENTION_MERGE_DIMS: u32 = 128;
 /// Slice lengths are multiples of this (DS4_AFD_ROUND).
@@ -37,26 +49,32 @@ pub struct AttentionSplitPlan {
     pub most_slices: u32,
     /// Rows per slice at least (kernels' min_chunk): a multiple of [`ATTENTION_SLICE_ROUND`].
     pub min_rows: u32,
+    /// Whether matrix cores compute the slices (`ds4_attention_decode_split_mma`; head_dim a
+    /// multiple of 64, 32-lane warps) rather than CUDA-core lanes (`ds4_attention_decode_split`).
+    /// The same slices and partial layout either way, so the same merge.
+    pub matrix_cores: bool,
 }
 
 impl AttentionSplitPlan {
     /// The plan for a batch of `n_tok` tokens none of which sees more than `max_rows` rows, slices of
-    /// at least `min_rows` rows, and `scratch_floats` floats of scratch for the partials; `None` when
-    /// the shape or `min_rows` misses the kernels' preconditions or not even one slice fits (the
-    /// exact launches then run).
+    /// at least `min_rows` rows, and `scratch_floats` floats of scratch for the partials, computed on
+    /// `matrix_cores` or not; `None` when the shape or `min_rows` misses the kernels' preconditions or
+    /// not even one slice fits (the exact launches then run).
     pub fn new(
         shape: &AttentionShape,
         n_tok: u32,
         max_rows: u32,
         scratch_floats: usize,
         min_rows: u32,
+        matrix_cores: bool,
     ) -> Option<Self> {
         let shape_ok = min_rows.is_multiple_of(ATTENTION_SLICE_ROUND)
             && min_rows > 0
             && shape.n_head.is_multiple_of(ATTENTION_SPLIT_HEADS)
             && shape.head_dim.is_multiple_of(4)
             && shape.head_dim > 0
-            && shape.head_dim <= ATTENTION_MAX_DIM;
+            && shape.head_dim <= ATTENTION_MAX_DIM
+            && (!matrix_cores || attention_prefill_fast_fits(shape));
         if !shape_ok || n_tok == 0 {
             return None;
         }
@@ -67,6 +85,7 @@ impl AttentionSplitPlan {
             n_split,
             most_slices,
             min_rows,
+            matrix_cores,
         })
     }
 
@@ -147,9 +166,13 @@ fn split_and_merge_args(
 ) -> (Launch, Vec<Arg>) {
     let part_ml = scratch + 4 * plan.acc_floats(shape, n_tok) as u64;
     let scale = 1.0 / (shape.head_dim as f32).sqrt();
+    let (kernel, heads) = match plan.matrix_cores {
+        true => (&ATTENTION_DECODE_SPLIT_MMA, ATTENTION_FAST_HEADS),
+        false => (&ATTENTION_DECODE_SPLIT, ATTENTION_SPLIT_HEADS),
+    };
     let split = Launch::new(
-        &ATTENTION_DECODE_SPLIT,
-        [plan.n_split, shape.n_head / ATTENTION_SPLIT_HEADS, n_tok],
+        kernel,
+        [plan.n_split, shape.n_head.div_ceil(heads), n_tok],
         [
             &[ptr(scratch), ptr(part_ml), ptr(io.q)][..],
             &io.row_args(shape),
@@ -184,7 +207,7 @@ mod tests {
     fn split_plan_aims_at_the_slice_rows_within_the_scratch() {
         let s = AttentionShape::flash_ratio4();
         let big = usize::MAX / 2;
-        let plan = |rows, scratch| AttentionSplitPlan::new(&s, 1, rows, scratch, ATTENTION_SPLIT_ROWS);
+        let plan = |rows, scratch| AttentionSplitPlan::new(&s, 1, rows, scratch, ATTENTION_SPLIT_ROWS, false);
         assert_eq!(plan(640, big).unwrap().n_split, 80);
         assert_eq!(plan(17, big).unwrap().n_split, 3);
         assert_eq!(plan(8320, big).unwrap().n_split, 128);
@@ -196,16 +219,23 @@ mod tests {
         assert_eq!((early.n_split, early.most_slices, early.min_rows), (13, 128, 8));
         assert!(plan(640, 64 * 513).is_none());
         let odd = AttentionShape { n_head: 12, ..s };
-        assert!(AttentionSplitPlan::new(&odd, 1, 640, big, 32).is_none());
+        assert!(AttentionSplitPlan::new(&odd, 1, 640, big, 32, false).is_none());
         // Longer slices: fewer blocks.
-        assert_eq!(AttentionSplitPlan::new(&s, 1, 640, big, 16).unwrap().n_split, 40);
-        assert_eq!(AttentionSplitPlan::new(&s, 1, 640, big, 32).unwrap().n_split, 20);
-        assert!(AttentionSplitPlan::new(&s, 1, 640, big, 12).is_none());
-        assert!(AttentionSplitPlan::new(&s, 1, 640, big, 0).is_none());
+        assert_eq!(AttentionSplitPlan::new(&s, 1, 640, big, 16, false).unwrap().n_split, 40);
+        assert_eq!(AttentionSplitPlan::new(&s, 1, 640, big, 32, false).unwrap().n_split, 20);
+        assert!(AttentionSplitPlan::new(&s, 1, 640, big, 12, false).is_none());
+        assert!(AttentionSplitPlan::new(&s, 1, 640, big, 0, false).is_none());
+        // Matrix cores: the same slicing, head_dim a multiple of 64.
+        let mma = AttentionSplitPlan::new(&s, 1, 640, big, ATTENTION_SPLIT_MMA_ROWS, true).unwrap();
+        assert_eq!((mma.n_split, mma.min_rows, mma.matrix_cores), (40, 16, true));
+        let narrow = AttentionShape { head_dim: 96, ..s };
+        assert!(AttentionSplitPlan::new(&narrow, 1, 640, big, 16, true).is_none());
+        assert!(AttentionSplitPlan::new(&narrow, 1, 640, big, 16, false).is_some());
         let plan = AttentionSplitPlan {
             n_split: 20,
             most_slices: 64,
             min_rows: 32,
+            matrix_cores: false,
         };
         let io = AttentionInputs {
             q: 3,
@@ -219,5 +249,16 @@ mod tests {
         let [a, b] = attention_decode_split(&s, plan, 1, 0x1000, &io, 1);
         assert_eq!((a.grid, b.grid), ([20, 8, 1], [4, 64, 1]));
         assert_eq!(a.args[1], ptr(0x1000 + 4 * 64 * 20 * 512));
+        // On matrix cores: 32 heads a block, the same partials and merge.
+        let on_mma = AttentionSplitPlan {
+            matrix_cores: true,
+            ..plan
+        };
+        let [c, d] = attention_decode_split(&s, on_mma, 1, 0x1000, &io, 1);
+        assert_eq!(
+            (c.kernel.name, c.grid, d.grid),
+            ("ds4_attention_decode_split_mma", [20, 2, 1], [4, 64, 1])
+        );
+        assert_eq!((c.args.clone(), d.args.clone()), (a.args.clone(), b.args.clone()));
     }
 }

@@ -60,6 +60,10 @@ pub const Q8_0_FAST_BLOCKS_ENV: &str = "DS4_HIP_Q8_BLOCKS";
 /// Environment variable overriding [`ATTENTION_SPLIT_ROWS`].
 pub const ATTENTION_ROWS_ENV: &str = "DS4_HIP_ATTENTION_ROWS";
 
+/// Environment variable that puts the decode split's slices on matrix cores, at least this many rows
+/// a slice (a multiple of 16, e.g. `ATTENTION_SPLIT_MMA_ROWS`; 0 or unset: the CUDA-core split).
+pub const ATTENTION_MMA_ENV: &str = "DS4_HIP_ATTENTION_MMA";
+
 /// Environment variable overriding the routed gate/up's rows per block ([`MOE_FAST_ROWS`]).
 pub const MOE_ROWS_ENV: &str = "DS4_HIP_MOE_ROWS";
 
@@ -81,6 +85,11 @@ pub struct FastGrids {
     /// Rows per slice at least of the split decode attention ([`ATTENTION_SPLIT_ROWS`]): the slices'
     /// partial sums are merged in another order, so the bits may change, within the fast tolerances.
     pub attention_rows: u32,
+    /// Rows per slice at least of the split decode attention on matrix cores (0, the default: the
+    /// CUDA-core split with `attention_rows`; `ATTENTION_SPLIT_MMA_ROWS` when asked for). Used where
+    /// the device has 32-lane warps and head_dim is a multiple of 64; f16 tiles, so other bits than
+    /// the CUDA-core split's, within the kernel bounds of docs/arithmetic.md.
+    pub attention_mma_rows: u32,
     /// Output rows per block of the fast routed gate/up kernels ([`MOE_FAST_ROWS`]; a power of two
     /// from 8 to 256, never changes the bits).
     pub moe_rows: u32,
@@ -94,6 +103,7 @@ impl Default for FastGrids {
         FastGrids {
             q8_0_max_blocks: Q8_0_FAST_MAX_BLOCKS,
             attention_rows: ATTENTION_SPLIT_ROWS,
+            attention_mma_rows: 0,
             moe_rows: MOE_FAST_ROWS,
             indexer_decode_tokens: INDEXER_DECODE_MAX_TOKENS,
         }
@@ -102,7 +112,8 @@ impl Default for FastGrids {
 
 impl FastGrids {
     /// The defaults with `DS4_HIP_Q8_BLOCKS` (a positive block count), `DS4_HIP_ATTENTION_ROWS`
-    /// (a multiple of 8 from 8 to 256), `DS4_HIP_MOE_ROWS` (a power of two from 8 to 256) and
+    /// (a multiple of 8 from 8 to 256), `DS4_HIP_ATTENTION_MMA` (0, or a multiple of 16 from 16 to
+    /// 256), `DS4_HIP_MOE_ROWS` (a power of two from 8 to 256) and
     /// `DS4_HIP_INDEXER_DECODE_TOKENS` (a token count, 0: never) applied; malformed is a one-line error naming it.
     pub fn from_env() -> Result<FastGrids, String> {
         let q8 = env_number(Q8_0_FAST_BLOCKS_ENV, |&n: &u32| n > 0, "a positive block count")?;
@@ -111,11 +122,17 @@ impl FastGrids {
             |&n| attention_rows_valid(n),
             "a multiple of 8 from 8 to 256",
         )?;
+        let mma = env_number(
+            ATTENTION_MMA_ENV,
+            |&n: &u32| n == 0 || (n.is_multiple_of(16) && attention_rows_valid(n)),
+            "0 or a multiple of 16 from 16 to 256",
+        )?;
         let moe = env_number(MOE_ROWS_ENV, |&n| moe_rows_valid(n), "a power of two from 8 to 256")?;
         let idx = env_number(INDEXER_DECODE_TOKENS_ENV, |_: &u32| true, "a token count")?;
         Ok(FastGrids {
             q8_0_max_blocks: q8.unwrap_or(Q8_0_FAST_MAX_BLOCKS),
             attention_rows: rows.unwrap_or(ATTENTION_SPLIT_ROWS),
+            attention_mma_rows: mma.unwrap_or(0),
             moe_rows: moe.unwrap_or(MOE_FAST_ROWS),
             indexer_decode_tokens: idx.unwrap_or(INDEXER_DECODE_MAX_TOKENS),
         })

@@ -319,12 +319,19 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         n_split: 20,
         most_slices: 64,
         min_rows: ATTENTION_SPLIT_ROWS,
+        matrix_cores: false,
     };
     let io = AttentionInputs {
         n_comp_avail: 512,
         ..io
     };
     launches.extend(attention_decode_split(&shape, plan, 1, 2, &io, 1));
+    let on_mma = AttentionSplitPlan {
+        matrix_cores: true,
+        min_rows: ATTENTION_SPLIT_MMA_ROWS,
+        ..plan
+    };
+    launches.extend(attention_decode_split(&shape, on_mma, 1, 2, &io, 1));
     let rope = RopeParams::plain(64, 10000.0);
     launches.extend(attention_decode_split_q8(&shape, plan, rope, (1, 3), 2, &io, 1).expect("whole Q8_0 blocks"));
     let topk = IndexerTopk {
