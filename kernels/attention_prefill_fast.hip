@@ -70,29 +70,13 @@ DS4_DEV void attf_block(float* out, float* out_ml, const float* q, const float* 
     const u32 nks = head_dim / 64;  // 16-wide k steps (QK^T) / dim tiles (PV) per group
     const u32 d0 = quarter * (head_dim / 4);
 
-    // A step's rows pass through registers: thread tid holds float4 columns i / 16 of row i % 16 for
-    // i = tid + j DS4_BLOCK (lanes of a row pair read 32 bytes). Its row is the same at every j
-    // (DS4_BLOCK is a multiple of 16), so its address is found once a step. A slice loads its first
-    // step before staging q and each next step while it computes this one (its blocks are few and
-    // short: latency, not occupancy, bounds them); a whole token's walk loads each step as it stores
-    // it (its batch fills the device, two blocks a multiprocessor at 128 registers).
+    // A step's rows: thread tid loads float4 columns i / 16 of row i % 16 for i = tid + j DS4_BLOCK
+    // (lanes of a row pair read 32 bytes). Its row is the same at every j (DS4_BLOCK is a multiple of
+    // 16), so its address is found once a step. (A slice loading its first rows while q is staged and
+    // the next step's while it computes used scratch on gfx1151, tests/kernel_metadata.rs.)
     static_assert(DS4_BLOCK % DS4_ATTF_ROWS == 0, "a thread keeps one row of a step");
     constexpr u32 RL = DS4_ATTF_ROWS * DS4_ATT_MAX_DIM / 4 / DS4_BLOCK;  // float4 loads a thread, at most
     const u32 r = tid % DS4_ATTF_ROWS, n4 = DS4_ATTF_ROWS * head_dim / 4;
-    const auto row_of = [&](u32 r0) -> const float* {
-        return r0 + r < r_end ? att_row(a, r0 + r, p, t, ring, comp, comp_sel, ring_cap, top_k, head_dim) : nullptr;
-    };
-    const auto load_one = [&](const float* row, u32 j) {
-        const u32 i = tid + j * DS4_BLOCK;
-        return row && i < n4 ? *(const float4*)(row + 4 * (i / DS4_ATTF_ROWS)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    };
-    float4 xs[SLICE ? RL : 1];
-    const auto load_step = [&](u32 r0) {
-        const float* row = row_of(r0);
-#pragma unroll
-        for (u32 j = 0; j < (SLICE ? RL : 1); ++j) xs[j] = load_one(row, j);
-    };
-    if (SLICE) load_step(r_begin);
 
     // Stage q (32 heads, zero past n_head) as f16 and keep this group's fragments in registers.
     for (u32 i = tid; i < DS4_ATTF_HEADS * head_dim / 4; i += DS4_BLOCK) {
@@ -121,14 +105,14 @@ DS4_DEV void attf_block(float* out, float* out_ml, const float* q, const float* 
     float run_m = SLICE ? -INFINITY : h0 + sh < n_head ? sinks[h0 + sh] : 0.0f, run_l = SLICE ? 0.0f : 1.0f;
     for (u32 r0 = r_begin; r0 < r_end; r0 += DS4_ATTF_ROWS) {
         __syncthreads();  // the previous step's K, V^T and P are consumed (and the staged q)
-        // Rows r0 .. r0 + 15 as f16, as K and as V^T (a whole token's walk loads them here, one
-        // float4 at a time as before; a slice has them in xs).
-        const float* row = SLICE ? nullptr : row_of(r0);
-#pragma unroll(SLICE ? RL : 1)
+        // Rows r0 .. r0 + 15 as f16, as K and as V^T, one float4 at a time.
+        const float* row =
+            r0 + r < r_end ? att_row(a, r0 + r, p, t, ring, comp, comp_sel, ring_cap, top_k, head_dim) : nullptr;
+#pragma unroll 1
         for (u32 j = 0; j < RL; ++j) {
             const u32 i = tid + j * DS4_BLOCK, c = 4 * (i / DS4_ATTF_ROWS);
             if (i >= n4) break;
-            const float4 x = SLICE ? xs[SLICE ? j : 0] : load_one(row, j);
+            const float4 x = row ? *(const float4*)(row + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             const u16 hx = f32_to_f16_bits(x.x), hy = f32_to_f16_bits(x.y), hz = f32_to_f16_bits(x.z),
                       hw = f32_to_f16_bits(x.w);
             u16* kd = ks + r * DS4_ATTF_LDK + c;
@@ -141,7 +125,6 @@ DS4_DEV void attf_block(float* out, float* out_ml, const float* q, const float* 
             vt[(c + 2) * DS4_ATTF_ROWS + r] = hz;
             vt[(c + 3) * DS4_ATTF_ROWS + r] = hw;
         }
-        if (SLICE && r0 + DS4_ATTF_ROWS < r_end) load_step(r0 + DS4_ATTF_ROWS);
         __syncthreads();
         // Partial scores of this group: heads of tile mt over its quarter of the dims.
         {
