@@ -56,27 +56,25 @@ DS4_DEV void attf_block(float* out, float* out_ml, const float* q, const float* 
     const u32 tid = threadIdx.x, p = pos[0] + t;
     if (head_dim > DS4_ATT_MAX_DIM || head_dim % 64 != 0) return;
     const AttRows a = att_rows(p, window, n_comp_avail, ratio, top_k, comp_sel != nullptr);
-    // The rows walked, and where head h's output goes: row (t n_head + h) stride + slot of `out`.
-    u32 r_begin = 0, r_end = a.n_vis, stride = 1, slot = 0;
+    // The rows walked (head h's output goes to row (t n_head + h) n_split + split of `out`; a whole
+    // token's walk is called with n_split = 1, split = 0).
+    u32 r_begin = 0, r_end = a.n_vis;
     if constexpr (SLICE) {
         const AfdSlices sl = afd_slices(a.n_vis, most_slices, min_chunk);
         if (split >= min(sl.n_used, n_split)) return;  // block-uniform
         r_begin = split * sl.chunk;
         r_end = min(a.n_vis, r_begin + sl.chunk);
-        stride = n_split;
-        slot = split;
     }
     const u32 g = mma_group(), mt = g % 2, quarter = g / 2;
     const u32 nks = head_dim / 64;  // 16-wide k steps (QK^T) / dim tiles (PV) per group
     const u32 d0 = quarter * (head_dim / 4);
 
-    // A step's rows: thread tid loads float4 columns i / 16 of row i % 16 for i = tid + j DS4_BLOCK
-    // (lanes of a row pair read 32 bytes). Its row is the same at every j (DS4_BLOCK is a multiple of
-    // 16), so its address is found once a step. (A slice loading its first rows while q is staged and
-    // the next step's while it computes used scratch on gfx1151, tests/kernel_metadata.rs.)
+    // A step's rows: thread tid loads float4 columns i / 16 of row i % 16 for i = tid, tid + DS4_BLOCK,
+    // ... (lanes of a row pair read 32 bytes). Its row is the same at every i (DS4_BLOCK is a multiple
+    // of 16), so its address is found once a step. (A slice loading its first rows while q is staged
+    // and the next step's while it computes used scratch on gfx1151, tests/kernel_metadata.rs.)
     static_assert(DS4_BLOCK % DS4_ATTF_ROWS == 0, "a thread keeps one row of a step");
-    constexpr u32 RL = DS4_ATTF_ROWS * DS4_ATT_MAX_DIM / 4 / DS4_BLOCK;  // float4 loads a thread, at most
-    const u32 r = tid % DS4_ATTF_ROWS, n4 = DS4_ATTF_ROWS * head_dim / 4;
+    const u32 r = tid % DS4_ATTF_ROWS;
 
     // Stage q (32 heads, zero past n_head) as f16 and keep this group's fragments in registers.
     for (u32 i = tid; i < DS4_ATTF_HEADS * head_dim / 4; i += DS4_BLOCK) {
@@ -108,10 +106,8 @@ DS4_DEV void attf_block(float* out, float* out_ml, const float* q, const float* 
         // Rows r0 .. r0 + 15 as f16, as K and as V^T, one float4 at a time.
         const float* row =
             r0 + r < r_end ? att_row(a, r0 + r, p, t, ring, comp, comp_sel, ring_cap, top_k, head_dim) : nullptr;
-#pragma unroll 1
-        for (u32 j = 0; j < RL; ++j) {
-            const u32 i = tid + j * DS4_BLOCK, c = 4 * (i / DS4_ATTF_ROWS);
-            if (i >= n4) break;
+        for (u32 i = tid; i < DS4_ATTF_ROWS * head_dim / 4; i += DS4_BLOCK) {
+            const u32 c = 4 * (i / DS4_ATTF_ROWS);
             const float4 x = row ? *(const float4*)(row + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             const u16 hx = f32_to_f16_bits(x.x), hy = f32_to_f16_bits(x.y), hz = f32_to_f16_bits(x.z),
                       hw = f32_to_f16_bits(x.w);
@@ -196,7 +192,7 @@ DS4_DEV void attf_block(float* out, float* out_ml, const float* q, const float* 
     if (tid % 8 == 0) {
         salpha[sh] = SLICE ? 1.0f : 1.0f / run_l;
         if (SLICE && h0 + sh < n_head) {
-            const u64 ph = ((u64)t * n_head + h0 + sh) * stride + slot;
+            const u64 ph = ((u64)t * n_head + h0 + sh) * n_split + split;
             out_ml[2 * ph] = run_m;
             out_ml[2 * ph + 1] = run_l;
         }
@@ -209,7 +205,7 @@ DS4_DEV void attf_block(float* out, float* out_ml, const float* q, const float* 
             for (int e = 0; e < 8; ++e) {
                 const u32 hh = mt * 16 + mma_row(e), h = h0 + hh;
                 if (h < n_head)
-                    out[(((u64)t * n_head + h) * stride + slot) * head_dim + d0 + 16 * i + mma_col(e)] =
+                    out[(((u64)t * n_head + h) * n_split + split) * head_dim + d0 + 16 * i + mma_col(e)] =
                         acc[i].v[e] * salpha[hh];
             }
         }

@@ -250,8 +250,9 @@ impl Pass<'_> {
     }
 
     /// Fast arithmetic, token-wise batches: the attention split over slices of rows
-    /// (kernels/attention_fast.hip; the slices on matrix cores where they fit), its partials in the score buffer, merged straight into the
-    /// heads' inverse RoPE and Q8_0 planes where the shapes allow. Returns None when it did not run
+    /// (kernels/attention_fast.hip; on matrix cores where asked for and they fit), its partials in the
+    /// score buffer, merged straight into the heads' inverse RoPE and Q8_0 planes where the shapes
+    /// allow. Returns None when it did not run
     /// (the exact launches run then), else whether the heads are already quantized.
     fn attention_decode_split(
         &self,

@@ -25,8 +25,9 @@ pub const ATTENTION_SPLIT_ROWS: u32 = 8;
 /// asked for (`DS4_HIP_ATTENTION_MMA=16`; off by default, kernels/README.md "Session 26"): one 16-row
 /// tile step a slice, so a 2k context's 640 rows are 40 slices of two blocks (32 heads each), one
 /// wave. On an H100 it measured within the spread of the CUDA-core split (+0.5% / +0.3% at 2k / 8k,
-/// 3 runs, tests/hip-on-cuda/results/h100-2026-12-06-s26.log) and slices of 32 rows slower; its f16 operands made one confident argmax flip on the emulator's mixed tiny
-/// model (tests/hip_emu_fast.rs), which the CUDA-core split does not.
+/// 3 runs, tests/hip-on-cuda/results/h100-2026-12-06-s26.log) and slices of 32 rows slower; its f16
+/// operands made one confident argmax flip on the emulator's mixed tiny model (tests/hip_emu_fast.rs),
+/// which the CUDA-core split does not.
 pub const ATTENTION_SPLIT_MMA_ROWS: u32 = 16;
 /// Dims of a head per block of the merges (DS4_AFM_DIMS).
 pub const ATTENTION_MERGE_DIMS: u32 = 128;
