@@ -30,6 +30,7 @@
 //!   `--backend auto` falls back to the CPU with it.
 //! * `bandwidth` — peak device bandwidth (a timed device-to-device copy) for `bench`.
 //! * `profile` — `DS4_HIP_PROFILE=1`: device time per kernel of the forward pass.
+//! * `repeat` — `DS4_HIP_REPEAT=kernel,...`: those kernels twice per decode step (attribution runs).
 //! * `selftest` — `ds4-chat selftest --backend hip`: the runtime's smoke checks, the kernel module's
 //!   load and one launch, weight placement read back; `selftest_forward` — `selftest --forward N`:
 //!   `HipBackend` against the CPU engine on a model. Every kernel against the CPU reference is the
@@ -37,7 +38,7 @@
 //!
 //! Dependencies run one way, in this order (a file uses only those before it): env (the tuning
 //! variables' reader) → ffi → kernels (plain
-//! data, also built without the feature) → runtime → kernel_module, profile, bandwidth → acts →
+//! data, also built without the feature) → runtime → kernel_module, profile, repeat, bandwidth → acts →
 //! prefill → footprint → weights → cache → lanes → pass → attention_layer, ffn_layer → layers →
 //! decode → options → backend → open (the placement policy) → engine (opening, sessions).
 //!
@@ -66,6 +67,7 @@ pub mod options;
 mod pass;
 pub mod prefill;
 pub mod profile;
+mod repeat;
 pub mod runtime;
 pub mod selftest;
 pub mod selftest_forward;

@@ -89,6 +89,13 @@ impl Pass<'_> {
         };
         let launch = twin.as_ref().unwrap_or(launch);
         let stream = self.launch_stream();
+        // Attribution runs only (repeat.rs): the same launch once more, before the counted one.
+        if super::repeat::repeats(launch.kernel.name, self.overlap.get()) {
+            // SAFETY: as below; the kernel reads and writes the same buffers twice.
+            self.profile
+                .time(launch, stream, || unsafe { self.kernels.launch(stream, launch, true) })
+                .map_err(|e| EngineError::Device(format!("{}: {e}", launch.kernel.name)))?;
+        }
         // SAFETY: every buffer was sized in `new` for the model's shapes and `ctx` (positions are
         // checked against ctx in `eval`), and the weight pointers address tensors of the uploaded file.
         self.profile
