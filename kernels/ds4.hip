@@ -21,6 +21,7 @@
 #include "hc_fast.hip"
 #include "rows_fast.hip"
 #include "matvec_fast.hip"
+#include "matvec_heads_fast.hip"
 #include "moe_fast.hip"
 #include "sample_fast.hip"
 #include "attention_fast.hip"

@@ -202,10 +202,11 @@ DS4_DEV float q8_row_sum(float v, u32 nc) {
 }
 
 // The rounds [begin, end) of this block: contiguous runs of a multiple of `align` rounds, any grid.
-DS4_DEV void q8_block_rounds(u32 n_out, u32 rpr, u32& begin, u32& end, u32 align = 1) {
-    const u32 total = (n_out + rpr - 1) / rpr;
-    const u32 per = ((total + gridDim.x - 1) / gridDim.x + align - 1) / align * align;
-    begin = min(total, blockIdx.x * per);
+// The product's blocks are [block0, gridDim.x) (blocks before block0 do other work).
+DS4_DEV void q8_block_rounds(u32 n_out, u32 rpr, u32& begin, u32& end, u32 align = 1, u32 block0 = 0) {
+    const u32 total = (n_out + rpr - 1) / rpr, blocks = gridDim.x - block0;
+    const u32 per = ((total + blocks - 1) / blocks + align - 1) / align * align;
+    begin = min(total, (blockIdx.x - block0) * per);
     end = min(total, begin + per);
 }
 
@@ -264,9 +265,16 @@ DS4_DEV Q8RoundMatrix q8_round_matrix(u32 rd, u32 rpr, const u8* w0, float* y0, 
 // gathered in shared memory and quantized as each block of 32 completes.
 // act_of() gives the activations (Q8Act) once the block's first tile loads are in flight, so a
 // block that makes its own (ds4_matvec_q8_0_normed_fast) does so under their latency.
-template <bool QOUT, class ActOf>
+// done(r0, r1), when given, runs in every thread of a block once it has written its rows [r0, r1)
+// (of n0 + n1; kernels/matvec_heads_fast.hip finishes heads there); the product's blocks are
+// [block0, gridDim.x).
+struct Q8NoDone {
+    __device__ __forceinline__ void operator()(u32, u32) const {}
+};
+template <bool QOUT, class ActOf, class Done = Q8NoDone>
 DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, ActOf act_of, u32 n_in, u32 n0,
-                              u32 n1, u32 rows_per_group, u32 x_stride, i8* q_out, float* d_out) {
+                              u32 n1, u32 rows_per_group, u32 x_stride, i8* q_out, float* d_out, Done done = Done(),
+                              u32 block0 = 0) {
     __shared__ uint4 tiles[DS4_WARPS_PER_BLOCK * DS4_Q8T_WORDS];
     __shared__ float part[2][DS4_WARPS_PER_BLOCK];
     __shared__ float qrow[QOUT ? DS4_Q8T_QROWS : 1];
@@ -274,7 +282,7 @@ DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, 
     const Q8Tiles g = q8_tiles(n_in);
     const u32 q_span = g.rpr >= 32 ? g.rpr : 32;  // rows quantized together
     u32 begin, end;
-    q8_block_rounds(n0 + n1, g.rpr, begin, end, QOUT ? q_span / g.rpr : 1);
+    q8_block_rounds(n0 + n1, g.rpr, begin, end, QOUT ? q_span / g.rpr : 1, block0);
     if (begin >= end) {
         ds4_grid_sync();
         return;
@@ -339,6 +347,7 @@ DS4_DEV void q8_tiled_product(float* y0, float* y1, const u8* w0, const u8* w1, 
             }
         }
     }
+    done(begin * g.rpr, min(end * g.rpr, n0 + n1));
 }
 
 // ds4_matvec_q8_0's product and arguments (grouped rows included) in the fast order; n_in % 256 == 0.

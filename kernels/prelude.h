@@ -105,21 +105,24 @@ DS4_DEV void ds4_grid_sync() {
 DS4_DEV u32 lane_id() { return threadIdx.x % DS4_WARP; }
 DS4_DEV u32 warp_id() { return threadIdx.x / DS4_WARP; }
 
-// Whether this block is the last of the `n` blocks that count on `*counter` (u32, 0 before the
-// launch; the last block puts it back, so a replayed graph counts again). Every thread of the block
-// calls it after writing what the last block will read; the last block reads those writes with
-// volatile loads (another block's writes are not in this block's caches).
-DS4_DEV bool last_block_of(u32* counter, u32 n) {
+// Whether this block's `add` brings `*counter` (u32, 0 before the launch) to `total`: the blocks
+// that write a unit count what they wrote, and the one that completes it finishes it; that block
+// puts the counter back, so a replayed graph counts again. Every thread of the block calls it after
+// writing what the finishing block will read; that block reads those writes with volatile loads
+// (another block's writes are not in this block's caches).
+DS4_DEV bool last_arrival_of(u32* counter, u32 add, u32 total) {
     __shared__ bool last;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) + 1u == n;
+    if (threadIdx.x == 0) last = atomicAdd(counter, add) + add == total;
     __syncthreads();
     if (!last) return false;
     __threadfence();
     if (threadIdx.x == 0) *counter = 0;
     return true;
 }
+// Whether this block is the last of the `n` blocks that count on `*counter` (last_arrival_of).
+DS4_DEV bool last_block_of(u32* counter, u32 n) { return last_arrival_of(counter, 1u, n); }
 
 // The same dot computed by one thread (the reference's eight lanes as eight accumulators, so eight
 // independent add chains): a and b 16-byte aligned, n % 8 == 0.

@@ -11,7 +11,9 @@
 // Pairs per thread: head_dim <= 2 * 2 * DS4_BLOCK = 1024.
 #define DS4_ROWF_SLOTS 2
 
-// Row `h` of token blockIdx.y for ds4_rows_finish_fast (its arguments otherwise).
+// Row `h` of token blockIdx.y for ds4_rows_finish_fast (its arguments otherwise). VOLATILE: the row
+// was written by other blocks of this launch (prelude.h last_arrival_of).
+template <bool VOLATILE = false>
 DS4_DEV void rows_finish_fast_row(float* x, float* ring, const float* w, const u32* pos, u32 n_head, u32 h,
                                   u32 head_dim, u32 n_rot, u32 flags, u32 n_tok, u32 emit_ratio, u32 row_cap,
                                   u32 ring_cap, float theta_scale, float freq_scale, float ext_factor,
@@ -30,8 +32,13 @@ DS4_DEV void rows_finish_fast_row(float* x, float* ring, const float* w, const u
         v[k][0] = v[k][1] = 0.0f;
         wv[k][0] = wv[k][1] = 1.0f;
         if (2 * p < hd) {
-            const float2 a = ((const float2*)xr)[p];
-            v[k][0] = a.x, v[k][1] = a.y;
+            if (VOLATILE) {
+                v[k][0] = ((const volatile float*)xr)[2 * p];
+                v[k][1] = ((const volatile float*)xr)[2 * p + 1];
+            } else {
+                const float2 a = ((const float2*)xr)[p];
+                v[k][0] = a.x, v[k][1] = a.y;
+            }
             if ((flags & DS4_ROW_NORM) && w) {
                 const float2 b = ((const float2*)w)[p];
                 wv[k][0] = b.x, wv[k][1] = b.y;
@@ -136,6 +143,8 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish_pair_fast(
 // arguments; grid (ceil(n_head / DS4_ROWH_ROWS), its grid's y), block 256.
 #define DS4_ROWH_DIM 128
 #define DS4_ROWH_ROWS 8  // rows a block (fast.rs ROWS_HADAMARD_PER_BLOCK): one a warp on wave32
+// One warp's row h; VOLATILE as rows_finish_fast_row's.
+template <bool VOLATILE = false>
 DS4_DEV void rows_finish_hadamard_row(float* x, const float* w, const u32* pos, u32 n_head, u32 h, u32 n_rot,
                                       u32 flags, u32 n_tok, u32 emit_ratio, u32 row_cap, float theta_scale,
                                       float freq_scale, float ext_factor, float corr_low, float corr_high,
@@ -148,7 +157,7 @@ DS4_DEV void rows_finish_hadamard_row(float* x, const float* w, const u32* pos, 
     const u32 lane = lane_id(), e0 = E * lane;
     float v[E];
 #pragma unroll
-    for (u32 j = 0; j < E; ++j) v[j] = xr[e0 + j];
+    for (u32 j = 0; j < E; ++j) v[j] = VOLATILE ? ((const volatile float*)xr)[e0 + j] : xr[e0 + j];
     if (flags & DS4_ROW_NORM) {
         double sq[E];
 #pragma unroll

@@ -86,7 +86,7 @@ fn all_passed(name: &str, pass: bool, notes: Vec<String>) -> CheckResult {
 
 /// The result of a check of a launch with finishing blocks: it passes when every comparison did and
 /// the finishers' counters are back to 0 (so the next launch, as a replayed graph's, finishes again).
-fn finisher_result(name: &str, counter: &DeviceBuffer, pass: bool, mut notes: Vec<String>) -> Checked {
+pub fn finisher_result(name: &str, counter: &DeviceBuffer, pass: bool, mut notes: Vec<String>) -> Checked {
     let back = counter.to_vec::<u32>()?.iter().all(|&c| c == 0);
     notes.push(format!("counters {}", if back { "back to 0" } else { "NOT reset" }));
     Ok(all_passed(name, pass && back, notes))
@@ -244,7 +244,7 @@ const FEW_BLOCKS: FastGrids = FastGrids {
 
 /// [`FEW_BLOCKS`] and the default grid's blocks (`Q8_0_FAST_MAX_BLOCKS`): the fused Q8_0 products
 /// must give the same bits with either.
-const FEW_AND_DEFAULT_BLOCKS: [FastGrids; 2] = [
+pub const FEW_AND_DEFAULT_BLOCKS: [FastGrids; 2] = [
     FEW_BLOCKS,
     FastGrids {
         q8_0_max_blocks: kernels::Q8_0_FAST_MAX_BLOCKS,
@@ -253,7 +253,7 @@ const FEW_AND_DEFAULT_BLOCKS: [FastGrids; 2] = [
 ];
 
 /// Runs the fast twins of `launches` in turn.
-fn run_fast(gpu: &Gpu, launches: &[Launch]) -> HipResult<()> {
+pub fn run_fast(gpu: &Gpu, launches: &[Launch]) -> HipResult<()> {
     launches
         .iter()
         .try_for_each(|l| gpu.run(&kernels::fast_twin(l).expect("a fast twin")))

@@ -26,6 +26,7 @@ mod fast;
 mod fast_attention;
 mod fast_gemm_tiles;
 mod fast_hc;
+mod fast_heads;
 mod fast_matvec;
 mod fast_prefill_attention;
 mod gemm_fast;
@@ -80,6 +81,7 @@ const GROUPS: &[(&str, Group)] = groups!(
     fast_prefill_attention,
     fast_matvec,
     fast_attention,
+    fast_heads,
 );
 
 #[test]

@@ -50,9 +50,12 @@ pub(super) struct ActsOf<B> {
     /// HC mix values, [n][2 n_hc + n_hc²].
     pub(super) mix: B,
     /// Counters of the finishing blocks, u32: the HC pre's [n] (`p0`), the fused router's [n]
-    /// (`router_counter`) and the fused routed gate/up's [n][n_used][n_ff / 256] (`moe_counter`);
-    /// each finisher puts its word back to 0.
+    /// (`router_counter`), the fused routed gate/up's [n][n_used][n_ff / 256] (`moe_counter`), the
+    /// query heads' [n][n_head] (`query_head_counter`) and the indexer's query heads' [n][idx_n_head]
+    /// (`index_head_counter`; the two chains run at once); each finisher puts its word back to 0.
     pub(super) counter: B,
+    /// Byte offsets in `counter` of the query heads' and the indexer heads' counters.
+    head_counters_at: [u64; 2],
     pub(super) xn: B,
     pub(super) xq: B,
     pub(super) xd: B,
@@ -155,7 +158,11 @@ impl<B> ActsOf<B> {
             split_f: f32s(alloc, n * n_mix)?,
             mix: f32s(alloc, n * n_mix)?,
             // Zeroed by HipBackend::clear_state before the first launch.
-            counter: bytes(alloc, 4 * n * (2 + moe_units))?,
+            counter: bytes(alloc, 4 * n * (2 + moe_units + hp.n_head + hp.idx_n_head))?,
+            head_counters_at: [
+                (4 * n * (2 + moe_units)) as u64,
+                (4 * n * (2 + moe_units + hp.n_head)) as u64,
+            ],
             xn: f32s(alloc, n * ne)?,
             xq: bytes(alloc, n * ne)?,
             xd: f32s(alloc, n * ne / 32)?,
@@ -286,6 +293,18 @@ impl Acts {
     /// Device address of the fused routed gate/up's counters (`counter` from word 2n).
     pub(super) fn moe_counter(&self) -> DevPtr {
         self.counter.ptr().0 + 8 * self.n_max as u64
+    }
+
+    /// Device address of the query heads' counters of the fused up-projection and row finish
+    /// (`kernels::matvec_q8_0_normed_rows`).
+    pub(super) fn query_head_counter(&self) -> DevPtr {
+        self.counter.ptr().0 + self.head_counters_at[0]
+    }
+
+    /// Device address of the indexer's query heads' counters of its fused norm, product and
+    /// Hadamard rows (`kernels::matvec_f16_normed_hadamard`).
+    pub(super) fn index_head_counter(&self) -> DevPtr {
+        self.counter.ptr().0 + self.head_counters_at[1]
     }
 
     /// Device buffers (see [`ActsOf::build`]).

@@ -110,10 +110,6 @@ impl Pass<'_> {
         // (steps 4-7, projected above): every token's row enters the ring before the attention of the
         // batch. The row finishing is one launch in fast arithmetic.
         let query_rows = || {
-            match &q_b_normed {
-                Some(fused) => self.launch(fused)?,
-                None => self.proj_q8_0(&q_b, nt)?,
-            }
             let q_rows = kernels::rows_finish(p0(&a.q), NULL, NULL, pos, h, d, rf::NORM | rf::ROPE, 1, rope, eps, nt);
             let kv_rows = kernels::rows_finish(
                 p0(&a.kv),
@@ -128,6 +124,20 @@ impl Pass<'_> {
                 eps,
                 nt,
             );
+            // In fast arithmetic the up-projection finishes the heads (and the kv row) itself.
+            let finishing = self
+                .is_fast()
+                .then(|| kernels::fused_rows_finish_pair(&q_rows, &kv_rows))
+                .flatten()
+                .zip(q_b_normed.as_ref())
+                .and_then(|(pair, normed)| kernels::matvec_q8_0_normed_rows(normed, &pair, a.query_head_counter()));
+            if let Some(fused) = finishing {
+                return self.launch(&fused);
+            }
+            match &q_b_normed {
+                Some(fused) => self.launch(fused)?,
+                None => self.proj_q8_0(&q_b, nt)?,
+            }
             self.launch_rows_pair(&q_rows, &kv_rows)
         };
         let mut sel = NULL;
@@ -139,11 +149,27 @@ impl Pass<'_> {
                 // each of its launches may start while the one before runs (kernels/README.md
                 // "Dependent launches"), where a lane's first launch waits for the fork's whole kernel.
                 self.fork(LANE_QUERY, query_rows)?;
-                if q_b_normed.is_some() {
-                    self.launch(&q_a_norm(qrn))?;
+                // In fast arithmetic one launch norms the down-projection, makes the indexer's
+                // query heads and finishes them (qrn is not written then).
+                let qi_flags = rf::ROPE | rf::HADAMARD_FP4;
+                let product = self.f16_product(p0(&a.qi), self.w(&iwt.q_b), p0(&a.qrn), qr_w, hi * di, qr_w, nt);
+                let qi_rows = kernels::rows_finish(p0(&a.qi), NULL, NULL, pos, hi, di, qi_flags, 1, rope, eps, nt);
+                let fused = q_b_normed
+                    .is_some()
+                    .then(|| {
+                        kernels::matvec_f16_normed_hadamard(&q_a_norm(qrn), &product, &qi_rows, a.index_head_counter())
+                    })
+                    .flatten();
+                match fused {
+                    Some(fused) => self.launch(&fused)?,
+                    None => {
+                        if q_b_normed.is_some() {
+                            self.launch(&q_a_norm(qrn))?;
+                        }
+                        self.launch(&product)?;
+                        self.launch(&qi_rows)?;
+                    }
                 }
-                self.proj_f16(p0(&a.qi), self.w(&iwt.q_b), p0(&a.qrn), qr_w, hi * di, qr_w, nt)?;
-                self.head_rows_in_place(p0(&a.qi), pos, hi, di, rf::ROPE | rf::HADAMARD_FP4, rope, nt)?;
                 self.join(LANE_INDEX_COMPRESSOR)?;
                 self.indexer_select(l, st, n_comp, nt)?;
                 sel = p0(&a.sel);

@@ -243,6 +243,16 @@ kernel_defs! {
     MATVEC_F16_FAST = "ds4_matvec_f16_fast"(y: Ptr, w: Ptr, x: Ptr, n_in: U32, n_out: U32, x_stride: U32);
     MATVEC_F16_PAIR_FAST = "ds4_matvec_f16_pair_fast"(y0: Ptr, y1: Ptr, w0: Ptr, w1: Ptr, x: Ptr, n_in: U32,
         n_out: U32, x_stride: U32);
+    /// kernels/matvec_heads_fast.hip
+    MATVEC_Q8_0_NORMED_ROWS_FAST = "ds4_matvec_q8_0_normed_rows_fast"(y: Ptr, w: Ptr, x: Ptr, norm_w: Ptr,
+        n_in: U32, n_out: U32, x_stride: U32, eps: F32, counter: Ptr, ring: Ptr, row_w: Ptr, n_head: U32,
+        flags: U32, ring_cap: U32, x2: Ptr, ring2: Ptr, w2: Ptr, n_head2: U32, flags2: U32, ring_cap2: U32,
+        pos: Ptr, head_dim: U32, n_rot: U32, n_tok: U32, theta_scale: F32, freq_scale: F32, ext_factor: F32,
+        corr_low: F32, corr_high: F32, mscale: F32, row_eps: F32);
+    MATVEC_F16_NORMED_HADAMARD_FAST = "ds4_matvec_f16_normed_hadamard_fast"(y: Ptr, w: Ptr, x: Ptr,
+        norm_w: Ptr, n_in: U32, n_out: U32, x_stride: U32, norm_eps: F32, counter: Ptr, pos: Ptr, n_head: U32,
+        head_dim: U32, n_rot: U32, flags: U32, n_tok: U32, theta_scale: F32, freq_scale: F32, ext_factor: F32,
+        corr_low: F32, corr_high: F32, mscale: F32, eps: F32);
     /// kernels/moe_fast.hip
     ROUTER_FAST = "ds4_router_fast"(sel: Ptr, selw: Ptr, logits: Ptr, bias: Ptr, tid2eid: Ptr, tokens: Ptr,
         n_expert: U32, n_used: U32, weight_scale: F32, n_tok: U32);

@@ -20,7 +20,8 @@
 //! file of builders per kernel source (`norm_quant`, `matvec`, `moe`, `hc`, `rows`, `attention`,
 //! `attention_prefill`,
 //! `compressor`, `indexer`, `sample`, `gemm`, `moe_grouped`), `fast` (the fast-arithmetic
-//! twins of exact launches), `fast_fusions` (fast launches that replace two), `code_objects` (the
+//! twins of exact launches), `fast_fusions` (fast launches that replace two), `head_fusions` (fast products that finish their
+//! output heads), `code_objects` (the
 //! embedded images).
 //! Every public item is re-exported here: callers name them `kernels::X`.
 
@@ -36,6 +37,7 @@ mod fast;
 mod fast_fusions;
 mod gemm;
 mod hc;
+mod head_fusions;
 mod indexer;
 mod indexer_fast;
 mod launch;
@@ -56,6 +58,7 @@ pub use fast::*;
 pub use fast_fusions::*;
 pub use gemm::*;
 pub use hc::*;
+pub use head_fusions::*;
 pub use indexer::*;
 pub use indexer_fast::*;
 pub use launch::*;

@@ -141,8 +141,10 @@ const PREFETCHING: &[&str] = &[
     "ds4_matvec_q8_0_normed_fast",
     "ds4_matvec_q8_0_pair_fast",
     "ds4_matvec_q8_0_swiglu_fast",
+    "ds4_matvec_q8_0_normed_rows_fast",
     // f16_row_first: the first step's F16 words.
     "ds4_matvec_f16_fast",
+    "ds4_matvec_f16_normed_hadamard_fast",
     "ds4_matvec_f16_pair_fast",
     "ds4_matvec_f16_router_fast",
     // moe_gate_up_fast_body: the IQ2_XXS grid into shared memory.
@@ -418,6 +420,27 @@ fn builders_cover_every_kernel_with_matching_arguments() {
         1,
     );
     launches.extend(fused_rows_finish_pair(&q_rows, &kv_rows));
+    // ... products that finish their heads: the query's (its heads at the up-projection's output)
+    // and the indexer's (norm, F16 heads, Hadamard rows).
+    let q_heads = rows_finish(112, NULL, NULL, 80, 64, 512, row_flags::NORM, 1, rope, 1e-6, 1);
+    let pair = fused_rows_finish_pair(&q_heads, &kv_rows).expect("paired");
+    let normed = matvec_q8_0_normed(&q_b, 144, 160, 1e-6, 1, FastGrids::default()).expect("normed");
+    launches.extend(matvec_q8_0_normed_rows(&normed, &pair, 176));
+    let norm = norm_rows(
+        QuantOut {
+            out: 16,
+            ..Default::default()
+        },
+        32,
+        48,
+        1024,
+        1,
+        1e-6,
+    );
+    let qi = matvec_f16(64, 80, 16, 1024, 64 * 128, 1024, 1);
+    let qi_flags = row_flags::ROPE | row_flags::HADAMARD_FP4;
+    let qi_rows = rows_finish(64, NULL, NULL, 96, 64, 128, qi_flags, 1, rope, 1e-6, 1);
+    launches.extend(matvec_f16_normed_hadamard(&norm, &qi, &qi_rows, 112));
     // ... and the min-p draw's two launches (not twins: two launches for one).
     launches.extend(sample_min_p_fast(16, 32, 129_280, 0.8, 0.05, 0.5));
     // The fast-arithmetic twins take their exact launch's arguments (`fast_twin`).

@@ -1,0 +1,105 @@
+// Products that finish their output heads, fast arithmetic (docs/arithmetic.md): a decode step's
+// projection into rows of heads followed by the row finishing of those heads (norm, RoPE, E4M3 or
+// Hadamard/FP4), in one launch instead of two. Every block counts the rows it wrote into its heads'
+// counters (prelude.h last_arrival_of); the block that completes a head finishes it at once, with
+// rows_fast.hip's row functions on the rows the other blocks wrote. So the finish of most heads runs
+// while the product's other blocks still stream weights, and the launch (and its gap on the step's
+// chain) of the finish is gone. The rows have the bits of the two fast launches one after the other.
+// Deterministic: which block finishes a head varies, the arithmetic does not.
+#pragma once
+#include "matvec_fast.hip"
+#include "rows_fast.hip"
+
+// For each head of head_dim rows that the block's rows [r0, r1) fall in: counts them toward the
+// head's counter (u32 [n_head]) and runs fin(h) in the block that completes head h. Every thread of
+// the block (r0, r1 block-uniform).
+template <class Fin>
+DS4_DEV void finish_heads(u32* counter, u32 r0, u32 r1, u32 head_dim, Fin fin) {
+    for (u32 h = r0 / head_dim; h * head_dim < r1; ++h) {
+        const u32 a = max(r0, h * head_dim), b = min(r1, (h + 1) * head_dim);
+        if (last_arrival_of(&counter[h], b - a, head_dim)) fin(h);
+    }
+}
+
+// ds4_matvec_q8_0_normed_fast (y = the query heads, n_head rows of head_dim), then
+// ds4_rows_finish_pair_fast of those heads (ring, row_w, flags, ring_cap) and of the rows x2
+// (n_head2 rows: the layer's kv row, made by an earlier launch), in one launch
+// (kernels::matvec_q8_0_normed_rows). Blocks [0, n_head2) finish x2's rows, one a block, from the
+// start; the others run the product, each head finished by the block that completes it. counter: u32
+// [n_tok][n_head], zero before the launch (the finishers put it back). Preconditions (the builder
+// checks them): the normed product's, n_head * head_dim == n_out, the row finish's. Grid
+// (n_head2 + product blocks, n_tok), block 256.
+extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_normed_rows_fast(
+    float* y, const u8* w, const float* x, const float* norm_w, u32 n_in, u32 n_out, u32 x_stride, float eps,
+    u32* counter, float* ring, const float* row_w, u32 n_head, u32 flags, u32 ring_cap, float* x2, float* ring2,
+    const float* w2, u32 n_head2, u32 flags2, u32 ring_cap2, const u32* pos, u32 head_dim, u32 n_rot, u32 n_tok,
+    float theta_scale, float freq_scale, float ext_factor, float corr_low, float corr_high, float mscale,
+    float row_eps) {
+    __shared__ int4 sq[DS4_Q8N_MAX / 16];
+    __shared__ float4 sd[DS4_Q8N_MAX / 128];
+    if (!q8_tiled(n_in) || n_in > DS4_Q8N_MAX || n_head * head_dim != n_out || gridDim.x <= n_head2) {
+        ds4_grid_sync();
+        return;
+    }
+    if (blockIdx.x < n_head2) {
+        ds4_grid_sync();
+        rows_finish_fast_row(x2, ring2, w2, pos, n_head2, blockIdx.x, head_dim, n_rot, flags2, n_tok, 0, 0, ring_cap2,
+                             theta_scale, freq_scale, ext_factor, corr_low, corr_high, mscale, row_eps);
+        return;
+    }
+    auto act_of = [&]() -> Q8Act {
+        norm_quant_row_fast<1>(0, x + (u64)blockIdx.y * x_stride, nullptr, (i8*)sq, (float*)sd, nullptr, nullptr,
+                               nullptr, norm_w, n_in, DS4_NQ_NORM, eps);
+        __syncthreads();
+        return {(const i8*)sq, (const float*)sd, 0};
+    };
+    u32* cnt = counter + (u64)blockIdx.y * n_head;
+    auto done = [&](u32 r0, u32 r1) {
+        finish_heads(cnt, r0, r1, head_dim, [&](u32 h) {
+            rows_finish_fast_row<true>(y, ring, row_w, pos, n_head, h, head_dim, n_rot, flags, n_tok, 0, 0, ring_cap,
+                                       theta_scale, freq_scale, ext_factor, corr_low, corr_high, mscale, row_eps);
+        });
+    };
+    // ds4_grid_sync in q8_tiled_product
+    q8_tiled_product<false>(y, nullptr, w, nullptr, act_of, n_in, n_out, 0, n_out, n_in, nullptr, nullptr, done,
+                            n_head2);
+}
+
+// ds4_rms_norm_quant_fast's norm (weight norm_w, f32 out) of each token's row of x, then
+// ds4_matvec_f16_fast of the normed row (y = n_head heads of DS4_ROWH_DIM rows: the indexer's query
+// heads), then ds4_rows_finish_hadamard_fast of those heads (flags: RoPE and Hadamard/FP4), in one
+// launch (kernels::matvec_f16_normed_hadamard): every block norms the row into its shared memory
+// after its first weight words are in flight, and the block that completes a head finishes it on
+// its first warp. The normed row is not written. counter: u32 [n_tok][n_head], zero before the
+// launch (the finishers put it back). Preconditions (the builder checks them): n_in % 8 == 0, n_in
+// <= DS4_Q8N_MAX, head_dim == DS4_ROWH_DIM, n_head * head_dim == n_out, 16-byte aligned rows.
+// Grid (ceil(n_out / (256 / T)), n_tok), T = f16_fast_threads(n_in); block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_normed_hadamard_fast(
+    float* y, const u16* w, const float* x, const float* norm_w, u32 n_in, u32 n_out, u32 x_stride, float norm_eps,
+    u32* counter, const u32* pos, u32 n_head, u32 head_dim, u32 n_rot, u32 flags, u32 n_tok, float theta_scale,
+    float freq_scale, float ext_factor, float corr_low, float corr_high, float mscale, float eps) {
+    __shared__ float scratch[DS4_WARPS_PER_BLOCK];
+    __shared__ float4 xs[DS4_Q8N_MAX / 4];
+    const u32 t = blockIdx.y, tpr = f16_fast_threads(n_in), rpb = DS4_BLOCK / tpr;
+    const u32 r = blockIdx.x * rpb + threadIdx.x / tpr, sub = threadIdx.x % tpr;
+    if (n_in > DS4_Q8N_MAX || head_dim != DS4_ROWH_DIM || n_head * head_dim != n_out) {
+        ds4_grid_sync();
+        return;
+    }
+    const bool live = r < n_out;
+    const u16* wr = w + (u64)(live ? r : 0) * n_in;
+    const F16First first = f16_row_first(wr, n_in, sub, tpr, live);  // weights: before the wait
+    ds4_grid_sync();
+    norm_quant_row_fast<1>(0, x + (u64)t * x_stride, (float*)xs, nullptr, nullptr, nullptr, nullptr, nullptr, norm_w,
+                           n_in, DS4_NQ_NORM, norm_eps);
+    __syncthreads();
+    const float part = live ? f16_row_part(wr, (const float*)xs, n_in, sub, tpr, &first) : 0.0f;
+    const float acc = f16_row_sum(part, tpr, scratch);
+    if (live && sub == 0) y[(u64)t * n_out + r] = acc;
+    const u32 r0 = min(blockIdx.x * rpb, n_out), r1 = min(r0 + rpb, n_out);
+    finish_heads(counter + (u64)t * n_head, r0, r1, head_dim, [&](u32 h) {
+        if (warp_id() == 0)
+            rows_finish_hadamard_row<true>(y, nullptr, pos, n_head, h, n_rot, flags, n_tok, 0, 0, theta_scale,
+                                           freq_scale, ext_factor, corr_low, corr_high, mscale, eps);
+    });
+}
