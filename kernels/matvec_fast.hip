@@ -439,63 +439,73 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_pair_fast(float* y0, f
                             nullptr);
 }
 
+// The tiled form of ds4_matvec_q8_0_swiglu_fast (q8_tiled(n_in)) for token blockIdx.y; done(r0, r1)
+// as q8_tiled_product's, once the block has written its rows [r0, r1) of mid.
+template <class Done>
+DS4_DEV void q8_swiglu_tiled(float* mid, const u8* wg, const u8* wu, const i8* xq, const float* xd, u32 n_in,
+                             u32 n_ff, float limit, Done done) {
+    __shared__ uint4 tiles[DS4_WARPS_PER_BLOCK * DS4_Q8T_WORDS];
+    __shared__ float part[2][2][DS4_WARPS_PER_BLOCK];
+    const u32 t = blockIdx.y;
+    const Q8Tiles g = q8_tiles(n_in);
+    u32 begin, end;
+    q8_block_rounds(n_ff, g.rpr, begin, end);
+    if (begin >= end) {
+        ds4_grid_sync();
+        return;
+    }
+    uint4* tile = tiles + warp_id() * DS4_Q8T_WORDS;
+    uint4 vg[DS4_Q8T_LOADS], vu[DS4_Q8T_LOADS];
+    Q8Slice x = q8_slice_empty();
+    q8_tile_load(vg, wg, g, begin, n_ff);
+    q8_tile_load(vu, wu, g, begin, n_ff);
+    ds4_grid_sync();  // the first round's weights in flight before the wait (prelude.h)
+    for (u32 rd = begin; rd < end; ++rd) {
+        const bool more = rd + 1 < end;
+        u32 row, cir;
+        q8_lane_row(g, rd, row, cir);
+        if (row < n_ff) q8_slice_load(x, xq, xd, t, n_in, 0, cir, n_in, g.nc);
+        u32 wv[34];
+        q8_tile_swap(tile, vg, wv);
+        if (more) q8_tile_load(vg, wg, g, rd + 1, n_ff);
+        const float ga = q8_row_sum(q8_lane_dot(wv, x), g.nc);
+        q8_tile_swap(tile, vu, wv);
+        if (more) q8_tile_load(vu, wu, g, rd + 1, n_ff);
+        const float ua = q8_row_sum(q8_lane_dot(wv, x), g.nc);
+        if (g.k == 1) {
+            if (row < n_ff && cir == 0 && q8_lane_half() == 0)
+                mid[(u64)t * n_ff + row] = swiglu_clamped(ga, ua, limit);
+        } else {
+            float(*p)[DS4_WARPS_PER_BLOCK] = part[rd & 1];
+            if (lane_id() == 0) {
+                p[0][warp_id()] = ga;
+                p[1][warp_id()] = ua;
+            }
+            __syncthreads();
+            const u32 r = rd * g.rpr + threadIdx.x;
+            if (threadIdx.x < g.rpr && r < n_ff) {
+                float gs = 0.0f, us = 0.0f;
+                for (u32 s = 0; s < g.k; ++s) {
+                    gs += p[0][threadIdx.x * g.k + s];
+                    us += p[1][threadIdx.x * g.k + s];
+                }
+                mid[(u64)t * n_ff + r] = swiglu_clamped(gs, us, limit);
+            }
+        }
+    }
+    done(begin * g.rpr, min(end * g.rpr, n_ff));
+}
+
 // ds4_matvec_q8_0_swiglu in the fast order: mid[t][r] = swiglu(Wg[r]·x, Wu[r]·x); n_in % 256 == 0.
 // Tiled as ds4_matvec_q8_0_fast (gate and up tiles of a round loaded together, staged one after the
-// other): grid (any, n_tok); otherwise grid (ceil(n_ff / (256 / G)), n_tok). Block 256.
+// other; q8_swiglu_tiled): grid (any, n_tok); otherwise grid (ceil(n_ff / (256 / G)), n_tok). Block 256.
 extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu_fast(float* mid, const u8* wg,
                                                                               const u8* wu, const i8* xq,
                                                                               const float* xd, u32 n_in, u32 n_ff,
                                                                               float limit) {
-    __shared__ uint4 tiles[DS4_WARPS_PER_BLOCK * DS4_Q8T_WORDS];
-    __shared__ float part[2][2][DS4_WARPS_PER_BLOCK];
     const u32 t = blockIdx.y;
     if (q8_tiled(n_in)) {
-        const Q8Tiles g = q8_tiles(n_in);
-        u32 begin, end;
-        q8_block_rounds(n_ff, g.rpr, begin, end);
-        if (begin >= end) {
-            ds4_grid_sync();
-            return;
-        }
-        uint4* tile = tiles + warp_id() * DS4_Q8T_WORDS;
-        uint4 vg[DS4_Q8T_LOADS], vu[DS4_Q8T_LOADS];
-        Q8Slice x = q8_slice_empty();
-        q8_tile_load(vg, wg, g, begin, n_ff);
-        q8_tile_load(vu, wu, g, begin, n_ff);
-        ds4_grid_sync();  // the first round's weights in flight before the wait (prelude.h)
-        for (u32 rd = begin; rd < end; ++rd) {
-            const bool more = rd + 1 < end;
-            u32 row, cir;
-            q8_lane_row(g, rd, row, cir);
-            if (row < n_ff) q8_slice_load(x, xq, xd, t, n_in, 0, cir, n_in, g.nc);
-            u32 wv[34];
-            q8_tile_swap(tile, vg, wv);
-            if (more) q8_tile_load(vg, wg, g, rd + 1, n_ff);
-            const float ga = q8_row_sum(q8_lane_dot(wv, x), g.nc);
-            q8_tile_swap(tile, vu, wv);
-            if (more) q8_tile_load(vu, wu, g, rd + 1, n_ff);
-            const float ua = q8_row_sum(q8_lane_dot(wv, x), g.nc);
-            if (g.k == 1) {
-                if (row < n_ff && cir == 0 && q8_lane_half() == 0)
-                    mid[(u64)t * n_ff + row] = swiglu_clamped(ga, ua, limit);
-            } else {
-                float(*p)[DS4_WARPS_PER_BLOCK] = part[rd & 1];
-                if (lane_id() == 0) {
-                    p[0][warp_id()] = ga;
-                    p[1][warp_id()] = ua;
-                }
-                __syncthreads();
-                const u32 r = rd * g.rpr + threadIdx.x;
-                if (threadIdx.x < g.rpr && r < n_ff) {
-                    float gs = 0.0f, us = 0.0f;
-                    for (u32 s = 0; s < g.k; ++s) {
-                        gs += p[0][threadIdx.x * g.k + s];
-                        us += p[1][threadIdx.x * g.k + s];
-                    }
-                    mid[(u64)t * n_ff + r] = swiglu_clamped(gs, us, limit);
-                }
-            }
-        }
+        q8_swiglu_tiled(mid, wg, wu, xq, xd, n_in, n_ff, limit, Q8NoDone());
         return;
     }
     ds4_grid_sync();

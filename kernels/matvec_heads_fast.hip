@@ -1,23 +1,25 @@
-// Products that finish their output heads, fast arithmetic (docs/arithmetic.md): a decode step's
-// projection into rows of heads followed by the row finishing of those heads (norm, RoPE, E4M3 or
-// Hadamard/FP4), in one launch instead of two. Every block counts the rows it wrote into its heads'
-// counters (prelude.h last_arrival_of); the block that completes a head finishes it at once, with
-// rows_fast.hip's row functions on the rows the other blocks wrote. So the finish of most heads runs
-// while the product's other blocks still stream weights, and the launch (and its gap on the step's
-// chain) of the finish is gone. The rows have the bits of the two fast launches one after the other.
-// Deterministic: which block finishes a head varies, the arithmetic does not.
+// Products whose blocks finish their output units, fast arithmetic (docs/arithmetic.md): a decode
+// step's projection followed by the work that needs whole units of its output (the row finishing of
+// heads: norm, RoPE, E4M3 or Hadamard/FP4; the Q8_0 quantization of 256-row units), in one launch
+// instead of two. Every block counts the rows it wrote into its units' counters (prelude.h
+// last_arrival_of); the block that completes a unit finishes it at once, reading the rows the other
+// blocks wrote. So most units finish while the product's other blocks still stream weights, and the
+// second launch (and its gap on the step's chain) is gone. The outputs have the bits of the two fast
+// launches one after the other. Deterministic: which block finishes a unit varies, the arithmetic
+// does not.
 #pragma once
 #include "matvec_fast.hip"
 #include "rows_fast.hip"
+#include "norm_quant_fast.hip"
 
-// For each head of head_dim rows that the block's rows [r0, r1) fall in: counts them toward the
-// head's counter (u32 [n_head]) and runs fin(h) in the block that completes head h. Every thread of
-// the block (r0, r1 block-uniform).
+// For each unit of `unit` rows (a head, a quantization unit) that the block's rows [r0, r1) fall in: counts them toward
+// the unit's counter (u32 [units]) and runs fin(h) in the block that completes unit h. Every thread
+// of the block (r0, r1 block-uniform).
 template <class Fin>
-DS4_DEV void finish_heads(u32* counter, u32 r0, u32 r1, u32 head_dim, Fin fin) {
-    for (u32 h = r0 / head_dim; h * head_dim < r1; ++h) {
-        const u32 a = max(r0, h * head_dim), b = min(r1, (h + 1) * head_dim);
-        if (last_arrival_of(&counter[h], b - a, head_dim)) fin(h);
+DS4_DEV void finish_units(u32* counter, u32 r0, u32 r1, u32 unit, Fin fin) {
+    for (u32 h = r0 / unit; h * unit < r1; ++h) {
+        const u32 a = max(r0, h * unit), b = min(r1, (h + 1) * unit);
+        if (last_arrival_of(&counter[h], b - a, unit)) fin(h);
     }
 }
 
@@ -55,7 +57,7 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_normed_rows_fast(
     };
     u32* cnt = counter + (u64)blockIdx.y * n_head;
     auto done = [&](u32 r0, u32 r1) {
-        finish_heads(cnt, r0, r1, head_dim, [&](u32 h) {
+        finish_units(cnt, r0, r1, head_dim, [&](u32 h) {
             rows_finish_fast_row<true>(y, ring, row_w, pos, n_head, h, head_dim, n_rot, flags, n_tok, 0, 0, ring_cap,
                                        theta_scale, freq_scale, ext_factor, corr_low, corr_high, mscale, row_eps);
         });
@@ -97,9 +99,41 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_normed_hadamard_
     const float acc = f16_row_sum(part, tpr, scratch);
     if (live && sub == 0) y[(u64)t * n_out + r] = acc;
     const u32 r0 = min(blockIdx.x * rpb, n_out), r1 = min(r0 + rpb, n_out);
-    finish_heads(counter + (u64)t * n_head, r0, r1, head_dim, [&](u32 h) {
+    finish_units(counter + (u64)t * n_head, r0, r1, head_dim, [&](u32 h) {
         if (warp_id() == 0)
             rows_finish_hadamard_row<true>(y, nullptr, pos, n_head, h, n_rot, flags, n_tok, 0, 0, theta_scale,
                                            freq_scale, ext_factor, corr_low, corr_high, mscale, eps);
     });
+}
+
+// ds4_matvec_q8_0_swiglu_fast (tiled) followed by the Q8_0 quantization of its output rows as rows
+// of 256 (kernels::quantize_rows of mid: the shared expert's down-projection input), in one launch
+// (kernels::matvec_q8_0_swiglu_quantized): the block that completes a 256-row unit of mid
+// quantizes it (32 threads, one 8-element strip each, as ds4_rms_norm_quant_fast holds a row of
+// 256). mid is written as well. counter: u32 [n_tok][n_ff / 256], zero before the launch (the
+// finishers put it back). Preconditions (the builder checks them): the tiled shapes, n_ff % 256 ==
+// 0. Grid (any, n_tok), block 256.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_q8_0_swiglu_q8_fast(float* mid, i8* q_out, float* d_out,
+                                                                                 u32* counter, const u8* wg,
+                                                                                 const u8* wu, const i8* xq,
+                                                                                 const float* xd, u32 n_in, u32 n_ff,
+                                                                                 float limit) {
+    if (!q8_tiled(n_in) || n_ff % 256 != 0) {
+        ds4_grid_sync();
+        return;
+    }
+    const u32 units = n_ff / 256;
+    u32* cnt = counter + (u64)blockIdx.y * units;
+    auto done = [&](u32 r0, u32 r1) {
+        finish_units(cnt, r0, r1, 256, [&](u32 u) {
+            const u64 unit = (u64)blockIdx.y * units + u;
+            // One load each (volatile: other blocks of this launch wrote them).
+            float v[1][8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                v[0][j] = threadIdx.x < 32 ? ((const volatile float*)mid)[unit * 256 + 8 * threadIdx.x + j] : 0.0f;
+            nqf_store_row<1>(unit, v, 256, nullptr, q_out, d_out, nullptr, nullptr, nullptr);
+        });
+    };
+    q8_swiglu_tiled(mid, wg, wu, xq, xd, n_in, n_ff, limit, done);  // ds4_grid_sync in q8_swiglu_tiled
 }

@@ -188,6 +188,7 @@ const std::vector<Entry>& registry() {
         K(ds4_rms_norm_quant_fast), K(ds4_hc_post_pre_fast), K(ds4_hc_pre_token_fast),
         K(ds4_hc_post_pre_token_fast), K(ds4_hc_post_fast), K(ds4_hc_mix_fast), K(ds4_rows_finish_fast), K(ds4_rows_finish_hadamard_fast),
         K(ds4_rows_finish_pair_fast), K(ds4_matvec_q8_0_normed_rows_fast), K(ds4_matvec_f16_normed_hadamard_fast),
+        K(ds4_matvec_q8_0_swiglu_q8_fast),
         K(ds4_attention_prefill_fast), K(ds4_attention_decode_split_mma), K(ds4_compressor_pool_fast),
         K(ds4_moe_gate_up_iq2_xxs_fast), K(ds4_moe_gate_up_q2_k_fast), K(ds4_moe_gate_up_q4_k_fast),
         K(ds4_moe_gate_up_iq2_xxs_q8k_fast), K(ds4_moe_gate_up_q2_k_q8k_fast), K(ds4_moe_gate_up_q4_k_q8k_fast),

@@ -1,6 +1,7 @@
-//! The products that finish their output heads (kernels/matvec_heads_fast.hip,
+//! The products that finish their output units (kernels/matvec_heads_fast.hip,
 //! kernels::head_fusions) against the fast launches they replace, run one after the other on the
-//! same inputs: the same bits in every output (the heads, the kv row and its ring row), launched
+//! same inputs: the same bits in every output (the heads, the kv row and its ring row, the SwiGLU's
+//! output and its Q8_0 planes), launched
 //! twice (the finishers put their counters back, so a second launch, as a replayed graph's, finishes
 //! again), on grids where a block finishes several heads and where many blocks share a head.
 
@@ -18,6 +19,13 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     for n_tok in [1usize, 2] {
         let name = format!("fast_heads.q8_0_normed_rows[1024x(6x512),{n_tok} tok]");
         emit(guard(&name, || check_normed_rows(gpu, rng, &name, (6, n_tok))));
+    }
+    // The shared expert's SwiGLU (4096 columns, 16 chunks a row; 2048 rows are 8 units of 256).
+    for n_tok in [1usize, 2] {
+        let name = format!("fast_heads.q8_0_swiglu_q8[4096x2048,{n_tok} tok]");
+        emit(guard(&name, || {
+            check_swiglu_quantized(gpu, rng, &name, (4096, 2048, n_tok))
+        }));
     }
     // The indexer's query heads (the Flash head width, 128), fewer of them.
     for n_tok in [1usize, 2] {
@@ -156,6 +164,54 @@ fn check_normed_hadamard(gpu: &Gpu, rng: &mut CheckRng, name: &str, (n_head, n_t
         let got = same_bits(name, &case.ys[0].to_vec::<f32>()?, &want, format!("launch {launch}"));
         pass &= got.verdict == Verdict::Pass;
         notes.push(got.note);
+    }
+    finisher_result(name, &counter, pass, notes)
+}
+
+/// `ds4_matvec_q8_0_swiglu_q8_fast` against `ds4_matvec_q8_0_swiglu_fast` then the fast Q8_0 of its
+/// output as rows of 256 (the shared expert's mid row and its planes).
+fn check_swiglu_quantized(
+    gpu: &Gpu,
+    rng: &mut CheckRng,
+    name: &str,
+    (n_in, n_ff, n_tok): (usize, usize, usize),
+) -> Checked {
+    let nt = n_tok as u32;
+    let case = Q8SwigluCase::new(gpu, rng, (n_in, n_ff, n_tok), 7.0)?;
+    let counter = gpu.up(&vec![0u32; n_tok * n_ff / 256])?;
+    let run = |fused: bool| -> HipResult<Vec<u8>> {
+        let (mid, q, d) = (
+            gpu.poisoned::<f32>(n_tok * n_ff)?,
+            gpu.poisoned::<i8>(n_tok * n_ff)?,
+            gpu.poisoned::<f32>(n_tok * n_ff / 32)?,
+        );
+        let s = kernels::Q8Swiglu {
+            mid: mid.ptr().0,
+            ..case.sw
+        };
+        let swiglu = kernels::matvec_q8_0_swiglu(&s, nt);
+        let quant = kernels::quantize_rows(QuantOut::q8_0(q.ptr().0, d.ptr().0), mid.ptr().0, n_ff as u32, nt);
+        match fused {
+            true => gpu.run(
+                &kernels::matvec_q8_0_swiglu_quantized(&swiglu, &quant, counter.ptr().0)
+                    .expect("the fused launch takes this shape"),
+            )?,
+            false => run_fast(gpu, &[swiglu, quant])?,
+        }
+        let mut bytes = mid.to_vec::<u8>()?;
+        bytes.extend(q.to_vec::<u8>()?);
+        bytes.extend(d.to_vec::<u8>()?);
+        Ok(bytes)
+    };
+    let want = run(false)?;
+    let (mut notes, mut pass) = (Vec::new(), true);
+    for launch in 0..2 {
+        let same = run(true)? == want;
+        pass &= same;
+        notes.push(format!(
+            "launch {launch}: {}",
+            if same { "same bytes" } else { "BYTES DIFFER" }
+        ));
     }
     finisher_result(name, &counter, pass, notes)
 }

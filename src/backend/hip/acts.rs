@@ -52,10 +52,12 @@ pub(super) struct ActsOf<B> {
     /// Counters of the finishing blocks, u32: the HC pre's [n] (`p0`), the fused router's [n]
     /// (`router_counter`), the fused routed gate/up's [n][n_used][n_ff / 256] (`moe_counter`), the
     /// query heads' [n][n_head] (`query_head_counter`) and the indexer's query heads' [n][idx_n_head]
-    /// (`index_head_counter`; the two chains run at once); each finisher puts its word back to 0.
+    /// (`index_head_counter`; the two chains run at once) and the shared expert's 256-row units
+    /// [n][n_ff / 256] (`shared_unit_counter`); each finisher puts its word back to 0.
     pub(super) counter: B,
-    /// Byte offsets in `counter` of the query heads' and the indexer heads' counters.
-    head_counters_at: [u64; 2],
+    /// Byte offsets in `counter` of the query heads', the indexer heads' and the shared expert
+    /// units' counters.
+    unit_counters_at: [u64; 3],
     pub(super) xn: B,
     pub(super) xq: B,
     pub(super) xd: B,
@@ -138,6 +140,8 @@ impl<B> ActsOf<B> {
         let ke = hp.n_expert_used;
         // 256-element units of a token's routed-expert mid rows (the fused gate/up's counters).
         let moe_units = ke_f.div_ceil(256);
+        // 256-element units of a token's shared-expert mid row (the fused SwiGLU's counters).
+        let shared_units = hp.n_ff_exp.div_ceil(256);
         let max_tiles = kernels::moe_max_tiles(n as u32, ke as u32, hp.n_expert as u32) as usize;
         let att_sc = attention_score_floats(hp, n, ctx);
         // Indexer scores: one row of the layer's compressed-row capacity per token.
@@ -158,10 +162,14 @@ impl<B> ActsOf<B> {
             split_f: f32s(alloc, n * n_mix)?,
             mix: f32s(alloc, n * n_mix)?,
             // Zeroed by HipBackend::clear_state before the first launch.
-            counter: bytes(alloc, 4 * n * (2 + moe_units + hp.n_head + hp.idx_n_head))?,
-            head_counters_at: [
+            counter: bytes(
+                alloc,
+                4 * n * (2 + moe_units + hp.n_head + hp.idx_n_head + shared_units),
+            )?,
+            unit_counters_at: [
                 (4 * n * (2 + moe_units)) as u64,
                 (4 * n * (2 + moe_units + hp.n_head)) as u64,
+                (4 * n * (2 + moe_units + hp.n_head + hp.idx_n_head)) as u64,
             ],
             xn: f32s(alloc, n * ne)?,
             xq: bytes(alloc, n * ne)?,
@@ -298,13 +306,19 @@ impl Acts {
     /// Device address of the query heads' counters of the fused up-projection and row finish
     /// (`kernels::matvec_q8_0_normed_rows`).
     pub(super) fn query_head_counter(&self) -> DevPtr {
-        self.counter.ptr().0 + self.head_counters_at[0]
+        self.counter.ptr().0 + self.unit_counters_at[0]
     }
 
     /// Device address of the indexer's query heads' counters of its fused norm, product and
     /// Hadamard rows (`kernels::matvec_f16_normed_hadamard`).
     pub(super) fn index_head_counter(&self) -> DevPtr {
-        self.counter.ptr().0 + self.head_counters_at[1]
+        self.counter.ptr().0 + self.unit_counters_at[1]
+    }
+
+    /// Device address of the shared expert's unit counters of its fused SwiGLU and Q8_0
+    /// (`kernels::matvec_q8_0_swiglu_quantized`).
+    pub(super) fn shared_unit_counter(&self) -> DevPtr {
+        self.counter.ptr().0 + self.unit_counters_at[2]
     }
 
     /// Device buffers (see [`ActsOf::build`]).

@@ -7,7 +7,7 @@
 
 use crate::backend::EngineError;
 
-use super::kernels::{self, NULL, Q8K, Q8Proj, Q8Swiglu, RoutedExperts};
+use super::kernels::{self, NULL, Q8K, Q8Proj, Q8Swiglu, QuantOut, RoutedExperts};
 use super::pass::{Pass, expert_format, p0, q8};
 
 /// The FFN sublayer's side lane (module comment).
@@ -38,8 +38,20 @@ impl Pass<'_> {
             limit: clamp,
         };
         self.fork(LANE_SHARED_EXPERT, || {
-            self.swiglu_q8_0(&shared, nt)?;
-            self.quantize_q8_0(p0(&a.sq), p0(&a.sd), p0(&a.smid), ff, nt)?;
+            // In fast arithmetic a decode step's SwiGLU quantizes its own output (one launch fewer).
+            let quant = kernels::quantize_rows(QuantOut::q8_0(p0(&a.sq), p0(&a.sd)), p0(&a.smid), ff, nt);
+            let swiglu = kernels::matvec_q8_0_swiglu(&shared, nt);
+            let fused = self
+                .fast_token_wise(nt)
+                .then(|| kernels::matvec_q8_0_swiglu_quantized(&swiglu, &quant, a.shared_unit_counter()))
+                .flatten();
+            match fused {
+                Some(fused) => self.launch(&fused)?,
+                None => {
+                    self.swiglu_q8_0(&shared, nt)?;
+                    self.launch(&quant)?;
+                }
+            }
             let mid = q8(&a.sq, &a.sd);
             self.proj_q8_0(&Q8Proj::plain(p0(&a.y), self.w(&lw.ffn_down_shexp), mid, ff, ne), nt)
         })?;

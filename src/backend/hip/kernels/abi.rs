@@ -253,6 +253,8 @@ kernel_defs! {
         norm_w: Ptr, n_in: U32, n_out: U32, x_stride: U32, norm_eps: F32, counter: Ptr, pos: Ptr, n_head: U32,
         head_dim: U32, n_rot: U32, flags: U32, n_tok: U32, theta_scale: F32, freq_scale: F32, ext_factor: F32,
         corr_low: F32, corr_high: F32, mscale: F32, eps: F32);
+    MATVEC_Q8_0_SWIGLU_Q8_FAST = "ds4_matvec_q8_0_swiglu_q8_fast"(mid: Ptr, q_out: Ptr, d_out: Ptr, counter: Ptr,
+        wg: Ptr, wu: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_ff: U32, limit: F32);
     /// kernels/moe_fast.hip
     ROUTER_FAST = "ds4_router_fast"(sel: Ptr, selw: Ptr, logits: Ptr, bias: Ptr, tid2eid: Ptr, tokens: Ptr,
         n_expert: U32, n_used: U32, weight_scale: F32, n_tok: U32);

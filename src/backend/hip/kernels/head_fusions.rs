@@ -1,14 +1,16 @@
-//! Fast-arithmetic products that finish their output heads (kernels/matvec_heads_fast.hip), built
-//! by the attention sublayer from the launches they replace: the query's normed up-projection with
-//! the row finish of the query heads and the kv row (`ds4_matvec_q8_0_normed_rows_fast`), and the
-//! indexer's query norm, F16 query heads and their Hadamard rows
-//! (`ds4_matvec_f16_normed_hadamard_fast`). The block that completes a head finishes it, counting on
-//! a u32 [n_tok][n_head] counter that is zero before the launch (the finishers put it back). Each
-//! gives the bits of the fast launches it replaces, and is `None` where they miss its preconditions
-//! (then those run).
+//! Fast-arithmetic products whose blocks finish their output units (kernels/matvec_heads_fast.hip),
+//! built by the sublayers from the launches they replace: the query's normed up-projection with the
+//! row finish of the query heads and the kv row (`ds4_matvec_q8_0_normed_rows_fast`), the indexer's
+//! query norm, F16 query heads and their Hadamard rows (`ds4_matvec_f16_normed_hadamard_fast`), and
+//! the shared expert's SwiGLU with the Q8_0 of its output (`ds4_matvec_q8_0_swiglu_q8_fast`). The
+//! block that completes a unit (a head, 256 rows) finishes it, counting on a u32 [n_tok][units]
+//! counter that is zero before the launch (the finishers put it back). Each gives the bits of the
+//! fast launches it replaces, and is `None` where they miss its preconditions (then those run).
 
-use super::abi::{Arg, DevPtr, MATVEC_F16_NORMED_HADAMARD_FAST, MATVEC_Q8_0_NORMED_ROWS_FAST, NULL};
-use super::fast::{arg, arg_u32, fast_twin};
+use super::abi::{
+    Arg, DevPtr, MATVEC_F16_NORMED_HADAMARD_FAST, MATVEC_Q8_0_NORMED_ROWS_FAST, MATVEC_Q8_0_SWIGLU_Q8_FAST, NULL,
+};
+use super::fast::{arg, arg_u32, fast_twin, q8_0_tiled};
 use super::launch::{BLOCK, Launch, ptr, u};
 use super::norm_quant::NQ_NORM;
 
@@ -96,6 +98,41 @@ pub fn matvec_f16_normed_hadamard(norm: &Launch, product: &Launch, rows: &Launch
             })
             .collect();
         Launch::new(&MATVEC_F16_NORMED_HADAMARD_FAST, product.grid, args)
+    })
+}
+
+/// One launch for `swiglu` (an exact `ds4_matvec_q8_0_swiglu` launch) and `quant`
+/// (`kernels::quantize_rows` of its mid rows into Q8_0 planes only, as rows of 256): the block that
+/// completes a 256-row unit quantizes it; mid is written too. `None` unless the SwiGLU takes the
+/// tiled fast path, its rows are whole units and `quant` quantizes exactly those rows.
+pub fn matvec_q8_0_swiglu_quantized(swiglu: &Launch, quant: &Launch, counter: DevPtr) -> Option<Launch> {
+    let twin = fast_twin(swiglu).filter(|t| t.kernel.name == "ds4_matvec_q8_0_swiglu_fast")?;
+    let (n_ff, n_tok) = (arg_u32(swiglu, "n_ff"), twin.grid[1]);
+    let only_q8_0 = ["out", "qk_q", "qk_d", "qk_bs", "w"]
+        .iter()
+        .all(|&n| arg(quant, n) == ptr(NULL));
+    let fits = swiglu.kernel.name == "ds4_matvec_q8_0_swiglu"
+        && quant.kernel.name == "ds4_rms_norm_quant"
+        && only_q8_0
+        && q8_0_tiled(arg_u32(swiglu, "n_in"))
+        && arg(quant, "x") == arg(swiglu, "mid")
+        && arg(quant, "n") == u(256)
+        && arg(quant, "flags") == u(0)
+        && n_ff.is_multiple_of(256)
+        && quant.grid[0] == n_tok * (n_ff / 256)
+        && counter.is_multiple_of(4);
+    fits.then(|| {
+        let args = MATVEC_Q8_0_SWIGLU_Q8_FAST
+            .params
+            .iter()
+            .map(|p| match p.name {
+                "q_out" => arg(quant, "q0_q"),
+                "d_out" => arg(quant, "q0_d"),
+                "counter" => ptr(counter),
+                name => arg(swiglu, name),
+            })
+            .collect();
+        Launch::new(&MATVEC_Q8_0_SWIGLU_Q8_FAST, twin.grid, args)
     })
 }
 
@@ -190,5 +227,39 @@ mod tests {
         assert!(matvec_f16_normed_hadamard(&norm, &product, &plain, 0x80).is_none());
         let quantized = norm_rows(QuantOut::q8_0(0x5000, 0x6000), 0x2000, 0x3000, 1024, 1, 1e-6);
         assert!(matvec_f16_normed_hadamard(&quantized, &product, &rows, 0x80).is_none());
+    }
+
+    #[test]
+    fn the_shared_expert_quantizes_its_swiglu_output_in_one_launch() {
+        use super::super::{Q8Swiglu, matvec_q8_0_swiglu, quantize_rows};
+        let s = Q8Swiglu {
+            mid: 0x1000,
+            wg: 0x10000,
+            wu: 0x20000,
+            x: Q8Act { q: 0x100, d: 0x200 },
+            n_in: 4096,
+            n_ff: 2048,
+            limit: 7.0,
+        };
+        let swiglu = matvec_q8_0_swiglu(&s, 1);
+        let quant = quantize_rows(QuantOut::q8_0(0x3000, 0x4000), 0x1000, 2048, 1);
+        let l = matvec_q8_0_swiglu_quantized(&swiglu, &quant, 0x80).expect("fused");
+        assert_eq!(l.kernel.name, "ds4_matvec_q8_0_swiglu_q8_fast");
+        assert_eq!(l.grid, fast_twin(&swiglu).unwrap().grid);
+        assert_eq!((arg(&l, "q_out"), arg(&l, "d_out")), (ptr(0x3000), ptr(0x4000)));
+        assert_eq!(arg(&l, "mid"), ptr(0x1000));
+        // Another buffer's quantization, or an f32 copy as well: no fusion.
+        let other = quantize_rows(QuantOut::q8_0(0x3000, 0x4000), 0x5000, 2048, 1);
+        assert!(matvec_q8_0_swiglu_quantized(&swiglu, &other, 0x80).is_none());
+        let with_out = quantize_rows(
+            QuantOut {
+                out: 0x6000,
+                ..QuantOut::q8_0(0x3000, 0x4000)
+            },
+            0x1000,
+            2048,
+            1,
+        );
+        assert!(matvec_q8_0_swiglu_quantized(&swiglu, &with_out, 0x80).is_none());
     }
 }

@@ -142,6 +142,7 @@ const PREFETCHING: &[&str] = &[
     "ds4_matvec_q8_0_pair_fast",
     "ds4_matvec_q8_0_swiglu_fast",
     "ds4_matvec_q8_0_normed_rows_fast",
+    "ds4_matvec_q8_0_swiglu_q8_fast",
     // f16_row_first: the first step's F16 words.
     "ds4_matvec_f16_fast",
     "ds4_matvec_f16_normed_hadamard_fast",
@@ -441,6 +442,22 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     let qi_flags = row_flags::ROPE | row_flags::HADAMARD_FP4;
     let qi_rows = rows_finish(64, NULL, NULL, 96, 64, 128, qi_flags, 1, rope, 1e-6, 1);
     launches.extend(matvec_f16_normed_hadamard(&norm, &qi, &qi_rows, 112));
+    // ... and the shared expert's SwiGLU with the Q8_0 of its output.
+    let shared = Q8Swiglu {
+        mid: 16,
+        wg: 32,
+        wu: 48,
+        x: Q8Act { q: 64, d: 80 },
+        n_in: 4096,
+        n_ff: 2048,
+        limit: 7.0,
+    };
+    let planes = QuantOut::q8_0(96, 112);
+    launches.extend(matvec_q8_0_swiglu_quantized(
+        &matvec_q8_0_swiglu(&shared, 1),
+        &quantize_rows(planes, 16, 2048, 1),
+        128,
+    ));
     // ... and the min-p draw's two launches (not twins: two launches for one).
     launches.extend(sample_min_p_fast(16, 32, 129_280, 0.8, 0.05, 0.5));
     // The fast-arithmetic twins take their exact launch's arguments (`fast_twin`).
