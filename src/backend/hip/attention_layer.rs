@@ -8,8 +8,9 @@
 //! `icsc`, the indexer's rows, `iw`) run on their own lanes. Once the query's down-projection is
 //! done, where the indexer selects rows, a third lane makes the query heads and the kv row (`q`,
 //! the ring) while the main stream makes the indexer's query heads (`qi`; in fast arithmetic from
-//! its own norm of the down-projection, `qrn`), joins the indexer compressor's lane and runs the
-//! indexer's scores and selection (`scores`, `sel`). The attention joins all of them.
+//! its own norm of the down-projection, in the same launch as their Hadamard rows; `qrn` otherwise),
+//! joins the indexer compressor's lane and runs the indexer's scores and selection (`scores`,
+//! `sel`). The attention joins all of them.
 
 use crate::backend::EngineError;
 use crate::model::weights::CompressorWeights;
@@ -108,7 +109,8 @@ impl Pass<'_> {
         }
         // The query heads (the up-projection, then their norm and RoPE) and the kv row into the ring
         // (steps 4-7, projected above): every token's row enters the ring before the attention of the
-        // batch. The row finishing is one launch in fast arithmetic.
+        // batch. In fast arithmetic the up-projection's blocks finish the rows (else the row
+        // finishing is one launch after it).
         let query_rows = || {
             let q_rows = kernels::rows_finish(p0(&a.q), NULL, NULL, pos, h, d, rf::NORM | rf::ROPE, 1, rope, eps, nt);
             let kv_rows = kernels::rows_finish(
