@@ -404,6 +404,23 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_q8_fast(i8* q_out, flo
 // not written. Preconditions (kernels::matvec_q8_0_normed checks them): the tiled shapes, n_in <=
 // DS4_Q8N_MAX. Grid (any, n_tok), block 256.
 #define DS4_Q8N_MAX (8 * DS4_BLOCK)  // one 8-element strip a thread (norm_quant_row_fast<1>)
+// The activations of a block that makes its own (q8_tiled_product's act_of): token blockIdx.y's row
+// of x normed with weight norm_w and quantized to Q8_0 into the block's shared sq, sd (n_in <=
+// DS4_Q8N_MAX), with ds4_rms_norm_quant_fast's bits.
+struct Q8NormedAct {
+    const float* x;
+    const float* norm_w;
+    i8* sq;
+    float* sd;
+    u32 n_in, x_stride;
+    float eps;
+    __device__ __forceinline__ Q8Act operator()() const {
+        norm_quant_row_fast<1>(0, x + (u64)blockIdx.y * x_stride, nullptr, sq, sd, nullptr, nullptr, nullptr, norm_w,
+                               n_in, DS4_NQ_NORM, eps);
+        __syncthreads();
+        return {sq, sd, 0};
+    }
+};
 extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_normed_fast(float* y, const u8* w, const float* x,
                                                                       const float* norm_w, u32 n_in, u32 n_out,
                                                                       u32 x_stride, float eps) {
@@ -413,12 +430,7 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_normed_fast(float* y, 
         ds4_grid_sync();
         return;
     }  // otherwise ds4_grid_sync in q8_tiled_product
-    auto act_of = [&]() -> Q8Act {
-        norm_quant_row_fast<1>(0, x + (u64)blockIdx.y * x_stride, nullptr, (i8*)sq, (float*)sd, nullptr, nullptr,
-                               nullptr, norm_w, n_in, DS4_NQ_NORM, eps);
-        __syncthreads();
-        return {(const i8*)sq, (const float*)sd, 0};
-    };
+    const Q8NormedAct act_of{x, norm_w, (i8*)sq, (float*)sd, n_in, x_stride, eps};
     q8_tiled_product<false>(y, nullptr, w, nullptr, act_of, n_in, n_out, 0, n_out, n_in, nullptr, nullptr);
 }
 

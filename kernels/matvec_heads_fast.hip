@@ -49,12 +49,7 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_normed_rows_fast(
                              theta_scale, freq_scale, ext_factor, corr_low, corr_high, mscale, row_eps);
         return;
     }
-    auto act_of = [&]() -> Q8Act {
-        norm_quant_row_fast<1>(0, x + (u64)blockIdx.y * x_stride, nullptr, (i8*)sq, (float*)sd, nullptr, nullptr,
-                               nullptr, norm_w, n_in, DS4_NQ_NORM, eps);
-        __syncthreads();
-        return {(const i8*)sq, (const float*)sd, 0};
-    };
+    const Q8NormedAct act_of{x, norm_w, (i8*)sq, (float*)sd, n_in, x_stride, eps};
     u32* cnt = counter + (u64)blockIdx.y * n_head;
     auto done = [&](u32 r0, u32 r1) {
         finish_units(cnt, r0, r1, head_dim, [&](u32 h) {

@@ -40,10 +40,12 @@ impl Pass<'_> {
         self.fork(LANE_SHARED_EXPERT, || {
             // In fast arithmetic a decode step's SwiGLU quantizes its own output (one launch fewer).
             let quant = kernels::quantize_rows(QuantOut::q8_0(p0(&a.sq), p0(&a.sd)), p0(&a.smid), ff, nt);
-            let swiglu = kernels::matvec_q8_0_swiglu(&shared, nt);
             let fused = self
                 .fast_token_wise(nt)
-                .then(|| kernels::matvec_q8_0_swiglu_quantized(&swiglu, &quant, a.shared_unit_counter()))
+                .then(|| {
+                    let swiglu = kernels::matvec_q8_0_swiglu(&shared, nt);
+                    kernels::matvec_q8_0_swiglu_quantized(&swiglu, &quant, a.shared_unit_counter())
+                })
                 .flatten();
             match fused {
                 Some(fused) => self.launch(&fused)?,
