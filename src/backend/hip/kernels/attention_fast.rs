@@ -2,13 +2,14 @@
 //! softmax states per slice, then a merge with the sinks), the fast arithmetic's replacement of the
 //! three exact attention launches for token-wise batches. The slices' partials come from CUDA-core
 //! lanes (`ds4_attention_decode_split`, 8 heads a block) or from matrix cores
-//! (`ds4_attention_decode_split_mma` in kernels/attention_prefill_fast.hip, 32 heads a block).
+//! (`ds4_attention_decode_split_mma`, 32 heads a block). Also the fused attention of a prefill
+//! batch on matrix cores (`ds4_attention_prefill_fast`), over the same rows as [`super::attention`].
 
 use super::abi::{
-    ATTENTION_DECODE_MERGE, ATTENTION_DECODE_MERGE_Q8, ATTENTION_DECODE_SPLIT, ATTENTION_DECODE_SPLIT_MMA, Arg, DevPtr,
+    ATTENTION_DECODE_MERGE, ATTENTION_DECODE_MERGE_Q8, ATTENTION_DECODE_SPLIT, ATTENTION_DECODE_SPLIT_MMA,
+    ATTENTION_PREFILL_FAST, Arg, DevPtr,
 };
 use super::attention::{ATTENTION_MAX_DIM, AttentionInputs, AttentionShape};
-use super::attention_prefill::{ATTENTION_FAST_HEADS, attention_prefill_fast_fits};
 use super::launch::{Launch, f, ptr, u};
 use super::rows::RopeParams;
 
@@ -198,6 +199,42 @@ fn split_and_merge_args(
         u(plan.min_rows),
     ];
     (split, merge_args)
+}
+
+/// Heads per block of `ds4_attention_prefill_fast` (DS4_ATTF_HEADS).
+pub const ATTENTION_FAST_HEADS: u32 = 32;
+
+/// Whether `ds4_attention_prefill_fast` takes this shape (head_dim a multiple of 64, at most 512).
+pub fn attention_prefill_fast_fits(shape: &AttentionShape) -> bool {
+    shape.head_dim.is_multiple_of(64) && shape.head_dim <= ATTENTION_MAX_DIM && shape.n_head > 0
+}
+
+/// `ds4_attention_prefill_fast`: out [n_tok][n_head][head_dim] = the attention with sinks of the batch
+/// q at positions pos0.. over the ring and the compressed rows ([`AttentionInputs`]), in one launch
+/// with no score buffer. Grid (ceil(n_head / 32), n_tok).
+pub fn attention_prefill_fast(shape: &AttentionShape, out: DevPtr, io: &AttentionInputs, n_tok: u32) -> Launch {
+    assert!(
+        attention_prefill_fast_fits(shape),
+        "attention_prefill_fast: unsupported shape {shape:?}"
+    );
+    Launch::new(
+        &ATTENTION_PREFILL_FAST,
+        [shape.n_head.div_ceil(ATTENTION_FAST_HEADS), n_tok, 1],
+        [
+            &[
+                ptr(out),
+                ptr(io.q),
+                ptr(io.ring),
+                ptr(io.comp),
+                ptr(io.comp_sel),
+                ptr(io.sinks),
+                ptr(io.pos),
+            ][..],
+            &io.shape_args(shape),
+            &[f(1.0 / (shape.head_dim as f32).sqrt())],
+        ]
+        .concat(),
+    )
 }
 
 #[cfg(test)]

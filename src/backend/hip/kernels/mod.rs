@@ -16,13 +16,11 @@
 //! (`ds4_kernels.<gfx>.hsaco`, [`embedded_code_object`]); NVIDIA ones are files
 //! `$DS4_KERNEL_DIR/ds4_kernels.sm_<cc>.cubin` built by tools/build-kernels-nvcc.sh.
 //!
-//! Files: `abi` (parameter kinds, the kernel table, the argument packer), `launch` ([`Launch`]), one
-//! file of builders per kernel source (`norm_quant`, `matvec`, `moe`, `hc`, `rows`, `attention`,
-//! `attention_prefill`,
-//! `compressor`, `indexer`, `sample`, `gemm`, `moe_grouped`), `fast` (the fast-arithmetic
-//! twins of exact launches), `fast_fusions` (fast launches that replace two), `head_fusions` (fast products that finish their
-//! output heads), `code_objects` (the
-//! embedded images).
+//! Files, one per kernel source (kernels/INDEX.md lists every kernel with its source, builders and
+//! checks): `<op>` builds the exact kernels of kernels/<op>.hip and `<op>_fast` the fast launches of
+//! kernels/<op>_fast.hip that replace more than one launch; `fast_twins` picks, for an exact launch,
+//! its fast twin with the same arguments (docs/arithmetic.md). Besides: `abi` (parameter kinds, the
+//! kernel table, the argument packer), `launch` ([`Launch`]), `code_objects` (the embedded images).
 //! Every public item is re-exported here: callers name them `kernels::X`.
 
 #![allow(clippy::too_many_arguments)]
@@ -30,43 +28,41 @@
 mod abi;
 mod attention;
 mod attention_fast;
-mod attention_prefill;
 mod code_objects;
 mod compressor;
-mod fast;
-mod fast_fusions;
+mod fast_twins;
 mod gemm;
 mod hc;
-mod head_fusions;
 mod indexer;
 mod indexer_fast;
 mod launch;
 mod matvec;
+mod matvec_fast;
 mod moe;
-mod moe_grouped;
+mod moe_fast;
 mod norm_quant;
 mod rows;
+mod rows_fast;
 mod sample;
 
 pub use abi::*;
 pub use attention::*;
 pub use attention_fast::*;
-pub use attention_prefill::*;
 pub use code_objects::*;
 pub use compressor::*;
-pub use fast::*;
-pub use fast_fusions::*;
+pub use fast_twins::*;
 pub use gemm::*;
 pub use hc::*;
-pub use head_fusions::*;
 pub use indexer::*;
 pub use indexer_fast::*;
 pub use launch::*;
 pub use matvec::*;
+pub use matvec_fast::*;
 pub use moe::*;
-pub use moe_grouped::*;
+pub use moe_fast::*;
 pub use norm_quant::*;
 pub use rows::*;
+pub use rows_fast::*;
 pub use sample::*;
 
 #[cfg(test)]

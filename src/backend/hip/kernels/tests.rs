@@ -15,10 +15,12 @@ fn kernel_source_files() -> Vec<std::path::PathBuf> {
     files
 }
 
-/// (name, [(param name, kind)]) of every `extern "C" __global__` kernel in kernels/*.hip.
-fn parse_kernel_sources() -> Vec<(String, Vec<(String, ArgKind)>)> {
+/// (file name, kernel name, [(param name, kind)]) of every `extern "C" __global__` kernel in
+/// kernels/*.hip.
+fn parse_kernel_sources() -> Vec<(String, String, Vec<(String, ArgKind)>)> {
     let mut out = Vec::new();
     for file in kernel_source_files() {
+        let fname = file.file_name().unwrap().to_str().unwrap().to_string();
         let src = std::fs::read_to_string(&file).unwrap();
         let mut rest = src.as_str();
         while let Some(i) = rest.find("extern \"C\" __global__") {
@@ -43,7 +45,7 @@ fn parse_kernel_sources() -> Vec<(String, Vec<(String, ArgKind)>)> {
                     (pname, kind)
                 })
                 .collect();
-            out.push((name, params));
+            out.push((fname.clone(), name, params));
             rest = &rest[close..];
         }
     }
@@ -54,8 +56,9 @@ fn parse_kernel_sources() -> Vec<(String, Vec<(String, ArgKind)>)> {
 fn kernel_table_matches_sources() {
     let parsed = parse_kernel_sources();
     assert_eq!(parsed.len(), ALL_KERNELS.len(), "kernel count: sources vs ALL_KERNELS");
-    for (name, params) in &parsed {
+    for (file, name, params) in &parsed {
         let def = kernel_def(name).unwrap_or_else(|| panic!("{name} is in kernels/ but not in ALL_KERNELS"));
+        assert_eq!(def.source, file, "{name}: ALL_KERNELS names the wrong source file");
         let ours: Vec<(String, ArgKind)> = def.params.iter().map(|p| (p.name.to_string(), p.kind)).collect();
         assert_eq!(&ours, params, "{name}: parameter list differs from the source");
     }

@@ -1,17 +1,27 @@
-//! Fast-arithmetic products whose blocks finish their output units (kernels/matvec_heads_fast.hip),
-//! built by the sublayers from the launches they replace: the query's normed up-projection with the
-//! row finish of the query heads and the kv row (`ds4_matvec_q8_0_normed_rows_fast`), the indexer's
-//! query norm, F16 query heads and their Hadamard rows (`ds4_matvec_f16_normed_hadamard_fast`), and
-//! the shared expert's SwiGLU with the Q8_0 of its output (`ds4_matvec_q8_0_swiglu_q8_fast`). The
-//! block that completes a unit (a head, 256 rows) finishes it, counting on a u32 [n_tok][units]
-//! counter that is zero before the launch (the finishers put it back). Each gives the bits of the
-//! fast launches it replaces, and is `None` where they miss its preconditions (then those run).
+//! Builders of the fast-arithmetic products of kernels/matvec_fast.hip that replace two or more
+//! fast launches (docs/arithmetic.md#fast-arithmetic); the plain fast matvecs are the exact ones'
+//! twins (`fast_twins`). Built by the sublayers from the launches they replace:
+//! * two Q8_0 matvecs of the same activations (`ds4_matvec_q8_0_pair_fast`), a Q8_0 matvec and the
+//!   Q8_0 quantization of its output (`ds4_matvec_q8_0_q8_fast`), a row norm and the Q8_0
+//!   projection of its planes (`ds4_matvec_q8_0_normed_fast`);
+//! * products whose blocks finish their output units: the query's normed up-projection with the
+//!   row finish of the query heads and the kv row (`ds4_matvec_q8_0_normed_rows_fast`), the
+//!   indexer's query norm, F16 query heads and their Hadamard rows
+//!   (`ds4_matvec_f16_normed_hadamard_fast`), and the shared expert's SwiGLU with the Q8_0 of its
+//!   output (`ds4_matvec_q8_0_swiglu_q8_fast`). The block that completes a unit (a head, 256 rows)
+//!   finishes it, counting on a u32 [n_tok][units] counter that is zero before the launch (the
+//!   finishers put it back).
+//!
+//! Each gives the bits of the fast launches it replaces, and is `None` where they miss its
+//! preconditions (then those run).
 
 use super::abi::{
-    Arg, DevPtr, MATVEC_F16_NORMED_HADAMARD_FAST, MATVEC_Q8_0_NORMED_ROWS_FAST, MATVEC_Q8_0_SWIGLU_Q8_FAST, NULL,
+    Arg, DevPtr, MATVEC_F16_NORMED_HADAMARD_FAST, MATVEC_Q8_0_NORMED_FAST, MATVEC_Q8_0_NORMED_ROWS_FAST,
+    MATVEC_Q8_0_PAIR_FAST, MATVEC_Q8_0_Q8_FAST, MATVEC_Q8_0_SWIGLU_Q8_FAST, NULL,
 };
-use super::fast::{arg, arg_u32, fast_twin, q8_0_tiled};
-use super::launch::{BLOCK, Launch, ptr, u};
+use super::fast_twins::{FastGrids, arg, arg_u32, fast_twin, q8_0_fast_blocks, q8_0_tiled, q8_0_tiled_rows};
+use super::launch::{BLOCK, Launch, f, ptr, u};
+use super::matvec::Q8Proj;
 use super::norm_quant::NQ_NORM;
 
 /// The parameters of `ds4_matvec_q8_0_normed_rows_fast` that come from the normed product.
@@ -133,6 +143,90 @@ pub fn matvec_q8_0_swiglu_quantized(swiglu: &Launch, quant: &Launch, counter: De
             })
             .collect();
         Launch::new(&MATVEC_Q8_0_SWIGLU_Q8_FAST, twin.grid, args)
+    })
+}
+
+
+/// One launch for two plain Q8_0 projections of the same activations (`first` then `second`, each
+/// one group, x_stride = n_in) for `n_tok` tokens: the rounds of `first`'s rows, then `second`'s.
+/// `first`'s rows must fill whole rounds of the tiled product (q8_0_tiled_rows).
+pub fn paired_matvec_q8_0(first: &Q8Proj, second: &Q8Proj, n_tok: u32, grids: FastGrids) -> Option<Launch> {
+    let plain = |p: &Q8Proj| p.rows_per_group >= p.n_out && p.x_stride == p.n_in;
+    let same_x = first.x == second.x && first.n_in == second.n_in;
+    let aligned = [first.y, first.w, second.y, second.w].iter().all(|p| p % 16 == 0);
+    let n_in = first.n_in;
+    let fits = same_x
+        && plain(first)
+        && plain(second)
+        && aligned
+        && q8_0_tiled(n_in)
+        && first.n_out.is_multiple_of(q8_0_tiled_rows(n_in));
+    fits.then(|| {
+        let grid = q8_0_fast_blocks(n_in, first.n_out + second.n_out, grids.q8_0_max_blocks);
+        let args: Vec<Arg> = vec![
+            ptr(first.y),
+            ptr(second.y),
+            ptr(first.w),
+            ptr(second.w),
+            ptr(first.x.q),
+            ptr(first.x.d),
+            u(n_in),
+            u(first.n_out),
+            u(second.n_out),
+        ];
+        Launch::new(&MATVEC_Q8_0_PAIR_FAST, [grid, n_tok, 1], args)
+    })
+}
+
+/// One launch for a Q8_0 projection and the Q8_0 quantization of its output rows
+/// (`kernels::quantize_rows` of `p.y`'s rows into codes `q`, scales `d`) for `n_tok` tokens:
+/// `ds4_matvec_q8_0_q8_fast`, with the bits of the two fast launches; the f32 rows are not written.
+/// `None` unless the tiled shapes hold, the rows are whole Q8_0 blocks and a round's rows divide 32
+/// or are a multiple of it.
+pub fn matvec_q8_0_quantized(p: &Q8Proj, (q, d): (DevPtr, DevPtr), n_tok: u32, grids: FastGrids) -> Option<Launch> {
+    let n_in = p.n_in;
+    let fits = q8_0_tiled(n_in) && p.n_out.is_multiple_of(32) && {
+        let rows = q8_0_tiled_rows(n_in);
+        rows.is_multiple_of(32) || 32 % rows == 0
+    };
+    fits.then(|| {
+        let grid = q8_0_fast_blocks(n_in, p.n_out, grids.q8_0_max_blocks);
+        // The matvec's operands after its output, in their order (`Q8Proj::args`).
+        let args = [&[ptr(q), ptr(d)][..], &p.args()[1..]].concat();
+        Launch::new(&MATVEC_Q8_0_Q8_FAST, [grid, n_tok, 1], args)
+    })
+}
+
+/// One launch for `kernels::norm_rows` of the f32 rows `x` (n_in floats each, contiguous, weight
+/// `norm_w`, into `p`'s Q8_0 planes) followed by `p`, the plain Q8_0 projection of those planes, for
+/// `n_tok` tokens: `ds4_matvec_q8_0_normed_fast`, with the bits of the two fast launches; the
+/// planes are not written. `None` unless `p` is one group of the tiled shapes with n_in at most
+/// NORMED_MAX_IN, contiguous activation rows and 16-byte aligned pointers.
+pub fn matvec_q8_0_normed(
+    p: &Q8Proj,
+    x: DevPtr,
+    norm_w: DevPtr,
+    eps: f32,
+    n_tok: u32,
+    grids: FastGrids,
+) -> Option<Launch> {
+    let n_in = p.n_in;
+    let aligned = [p.y, p.w, x, norm_w].iter().all(|a| a % 16 == 0);
+    let fits =
+        p.rows_per_group >= p.n_out && p.x_stride == n_in && aligned && q8_0_tiled(n_in) && n_in <= NORMED_MAX_IN;
+    fits.then(|| {
+        let grid = q8_0_fast_blocks(n_in, p.n_out, grids.q8_0_max_blocks);
+        let args = vec![
+            ptr(p.y),
+            ptr(p.w),
+            ptr(x),
+            ptr(norm_w),
+            u(n_in),
+            u(p.n_out),
+            u(n_in),
+            f(eps),
+        ];
+        Launch::new(&MATVEC_Q8_0_NORMED_FAST, [grid, n_tok, 1], args)
     })
 }
 
@@ -261,5 +355,32 @@ mod tests {
             1,
         );
         assert!(matvec_q8_0_swiglu_quantized(&swiglu, &with_out, 0x80).is_none());
+    }
+
+    fn proj(y: DevPtr, w: DevPtr, n_in: u32, n_out: u32) -> Q8Proj {
+        Q8Proj::plain(y, w, Q8Act { q: 0x100, d: 0x200 }, n_in, n_out)
+    }
+
+    #[test]
+    fn two_projections_of_one_activation_pair_up_on_whole_rounds() {
+        let grids = FastGrids::default();
+        // q_a (1024 rows) and kv (512 rows) of a Flash layer: 4096 inputs, rounds of 8 rows.
+        let (qa, kv) = (proj(0x1000, 0x2000, 4096, 1024), proj(0x3000, 0x4000, 4096, 512));
+        let l = paired_matvec_q8_0(&qa, &kv, 1, grids).expect("paired");
+        assert_eq!(l.kernel.name, "ds4_matvec_q8_0_pair_fast");
+        assert_eq!(l.grid, [q8_0_fast_blocks(4096, 1536, grids.q8_0_max_blocks), 1, 1]);
+        assert_eq!(&l.args[6..], &[u(4096), u(1024), u(512)]);
+        // The first matrix must end on a round; the activations must be the same.
+        assert!(paired_matvec_q8_0(&proj(0x1000, 0x2000, 4096, 1020), &kv, 1, grids).is_none());
+        let other_x = Q8Proj {
+            x: Q8Act { q: 0x500, d: 0x200 },
+            ..kv
+        };
+        assert!(paired_matvec_q8_0(&qa, &other_x, 1, grids).is_none());
+        let grouped = Q8Proj {
+            rows_per_group: 256,
+            ..qa
+        };
+        assert!(paired_matvec_q8_0(&grouped, &kv, 1, grids).is_none());
     }
 }
