@@ -9,10 +9,14 @@
 //!   `DS4_KERNEL_DIR` naming the nvcc cubins) and run the compiled binary
 //!   (`cargo test --release --features hip --test hip_kernels --no-run`); no emulator is built.
 //!
-//! `DS4_KERNEL_SEED` changes the random inputs (default 1); `DS4_KERNEL_CHECKS=moe,hc` runs only those
-//! groups (the coverage check then does not apply, nor in the wave64 rerun, which skips the checks
-//! that cannot depend on the wave size). Each check prints one line; the test fails if
-//! any check fails or some kernel of the module was never launched.
+//! Groups: one module per kernel source, `<op>` for kernels/<op>.hip and `<op>_fast` for
+//! kernels/<op>_fast.hip, and `fast_twins` (the fast twins `kernels::fast_twin` picks, against their
+//! exact kernels). `DS4_KERNEL_SEED` changes the random inputs (default 1);
+//! `DS4_KERNEL_CHECKS=moe,hc` runs only those groups (the coverage check then does not apply, nor in
+//! the wave64 rerun, which skips the checks that cannot depend on the wave size). Each check prints
+//! one line; the test fails if any check fails, some kernel of the module was never launched, or
+//! (after a full run on the wave32 emulator) kernels/INDEX.md differs from the index generated from
+//! the kernel table and the groups' launches (`index`).
 #![cfg(feature = "hip")]
 
 #[path = "../hip_emu/mod.rs"]
@@ -20,23 +24,29 @@ mod hip_emu;
 
 mod attention;
 mod attention_case;
-mod cache;
+mod attention_fast;
+mod compressor;
+mod compressor_fast;
 mod emulator;
-mod fast;
-mod fast_attention;
-mod fast_gemm_tiles;
-mod fast_hc;
-mod fast_heads;
-mod fast_matvec;
-mod fast_prefill_attention;
+mod fast_twins;
+mod gemm;
 mod gemm_fast;
 mod hc;
+mod hc_fast;
+mod indexer;
+mod index;
+mod indexer_fast;
 mod matvec;
+mod matvec_fast;
 mod moe;
 mod moe_case;
+mod moe_fast;
+mod norm_quant;
+mod rows;
 mod sample;
 mod support;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
 use ds4_chat::backend::hip::kernels::ALL_KERNELS;
@@ -68,20 +78,24 @@ macro_rules! groups {
 }
 
 const GROUPS: &[(&str, Group)] = groups!(
+    norm_quant,
     matvec,
+    gemm,
     gemm_fast,
-    fast_gemm_tiles,
     moe,
     hc,
     attention,
-    cache,
+    rows,
+    compressor,
+    indexer,
     sample,
-    fast,
-    fast_hc,
-    fast_prefill_attention,
-    fast_matvec,
-    fast_attention,
-    fast_heads,
+    fast_twins,
+    hc_fast,
+    compressor_fast,
+    matvec_fast,
+    moe_fast,
+    attention_fast,
+    indexer_fast,
 );
 
 #[test]
@@ -107,21 +121,37 @@ fn every_kernel_matches_the_cpu_reference() {
         last = std::time::Instant::now();
         results.push(r);
     };
+    if let Some(o) = only.as_deref() {
+        let unknown: Vec<&str> = o.split(',').filter(|g| !GROUPS.iter().any(|(n, _)| n == g)).collect();
+        assert!(
+            unknown.is_empty(),
+            "DS4_KERNEL_CHECKS names no group {} (groups: {})",
+            unknown.join(", "),
+            GROUPS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+        );
+    }
+    // kernel -> the groups that launched it
+    let mut groups_of: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for &(name, group) in GROUPS {
         if only.as_deref().is_none_or(|o| o.split(',').any(|g| g == name)) {
             let t0 = std::time::Instant::now();
             group(&gpu, &mut rng, &mut emit);
             println!("group {name}: {:.1} s", t0.elapsed().as_secs_f64());
+            for kernel in std::mem::take(&mut *gpu.launched.borrow_mut()) {
+                groups_of.entry(kernel).or_default().insert(name);
+            }
         }
     }
     if only.is_none() && !support::wave_rerun() {
-        let launched = gpu.launched.borrow();
         let missing: Vec<&str> = ALL_KERNELS
             .iter()
             .map(|k| k.name)
-            .filter(|n| !launched.contains(n))
+            .filter(|n| !groups_of.contains_key(n))
             .collect();
         assert!(missing.is_empty(), "kernels no check launched: {}", missing.join(", "));
+        if !on_device() {
+            check_index(&groups_of);
+        }
     }
     let failed: Vec<&str> = results
         .iter()
@@ -134,6 +164,23 @@ fn every_kernel_matches_the_cpu_reference() {
         failed.len(),
         results.len(),
         failed.join(", ")
+    );
+}
+
+/// kernels/INDEX.md against the index generated from the kernel table and this run's launches (a
+/// full run on the wave32 emulator: the launches do not depend on the random inputs). The generated
+/// index is written to `index::generated_path()` first, for tools/kernel-index.sh.
+fn check_index(groups_of: &BTreeMap<&str, BTreeSet<&str>>) {
+    let generated = index::generate(groups_of);
+    let out = index::generated_path();
+    std::fs::create_dir_all(out.parent().expect("a parent directory")).expect("create the index's directory");
+    std::fs::write(&out, &generated).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+    let committed = std::fs::read_to_string(index::committed_path()).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "kernels/INDEX.md is stale (the kernel table, the builders or the checks changed): run \
+         tools/kernel-index.sh, or copy {} over it",
+        out.display()
     );
 }
 

@@ -1,5 +1,5 @@
 //! The routed-expert cases that the exact checks (group `moe`) and the fast twins' checks
-//! (`fast_matvec`) share: random expert weights in a format, Q8_K activations and a random selection
+//! (`moe_fast`) share: random expert weights in a format, Q8_K activations and a random selection
 //! on the device, with the CPU reference of each pair.
 
 use ds4_chat::backend::cpu::moe::swiglu;

@@ -40,7 +40,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         (256, 5, 256, false, true, all),
     ];
     for (n, rows, stride, norm, weighted, want) in norm_cases {
-        let name = format!("fast_hc.rms_norm_quant[{n}x{rows},stride {stride},norm {norm},w {weighted}]");
+        let name = format!("hc_fast.rms_norm_quant[{n}x{rows},stride {stride},norm {norm},w {weighted}]");
         emit(guard(&name, || {
             check_rms_norm_quant(gpu, rng, &name, (n, rows, stride), norm, weighted, want)
         }));
@@ -54,7 +54,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         (256, 1, 1, all),
     ];
     for (n_embd, n_hc, n_tok, want) in pre_cases {
-        let name = format!("fast_hc.hc_pre_fused[{n_embd}x{n_hc},{n_tok} tok]");
+        let name = format!("hc_fast.hc_pre_fused[{n_embd}x{n_hc},{n_tok} tok]");
         emit(guard(&name, || {
             check_hc_pre_fused(gpu, rng, &name, (n_embd, n_hc, n_tok), want)
         }));
@@ -65,7 +65,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         (1000, 3, 2, true, false),
         (70, 2, 1, false, true),
     ] {
-        let name = format!("fast_hc.hc_post[{n_embd}x{n_hc},{n_tok} tok,y2 {with_y2},in place {in_place}]");
+        let name = format!("hc_fast.hc_post[{n_embd}x{n_hc},{n_tok} tok,y2 {with_y2},in place {in_place}]");
         emit(guard(&name, || {
             check_hc_post(gpu, rng, &name, (n_embd, n_hc, n_tok), with_y2, in_place)
         }));
@@ -77,7 +77,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         (4096, 4, 1, false, Want::q8_0_only(), true),
         (1000, 3, 2, true, Want::out_only(), false),
     ] {
-        let name = format!("fast_hc.hc_post_pre[{n_embd}x{n_hc},{n_tok} tok,y2 {with_y2},in place {in_place}]");
+        let name = format!("hc_fast.hc_post_pre[{n_embd}x{n_hc},{n_tok} tok,y2 {with_y2},in place {in_place}]");
         emit(guard(&name, || {
             check_hc_post_pre(gpu, rng, &name, (n_embd, n_hc, n_tok), with_y2, want, in_place)
         }));
@@ -91,7 +91,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         (512, 2, 5, None, Want::q8_0_only(), true),
         (256, 1, 1, Some(true), all, true),
     ] {
-        let name = format!("fast_hc.hc_token_blocks[{n_embd}x{n_hc},{n_tok} tok,post {post:?},in place {in_place}]");
+        let name = format!("hc_fast.hc_token_blocks[{n_embd}x{n_hc},{n_tok} tok,post {post:?},in place {in_place}]");
         emit(guard(&name, || {
             check_hc_token_blocks(gpu, rng, &name, (n_embd, n_hc, n_tok), post, want, in_place)
         }));
@@ -153,7 +153,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         ),
     ];
     for (label, n_head, head_dim, n_tok, pos0, flags, yarn) in rows_cases {
-        let name = format!("fast_hc.rows_finish[{label}: {n_head}x{head_dim},{n_tok} tok,pos {pos0}]");
+        let name = format!("hc_fast.rows_finish[{label}: {n_head}x{head_dim},{n_tok} tok,pos {pos0}]");
         let shape = RowsShape {
             n_head,
             head_dim,
@@ -163,7 +163,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         emit(guard(&name, || check_rows_finish(gpu, rng, &name, shape, flags, yarn)));
     }
     for n_tok in [1usize, 3] {
-        let name = format!("fast_hc.rows_finish_pair[q heads + kv,{n_tok} tok]");
+        let name = format!("hc_fast.rows_finish_pair[q heads + kv,{n_tok} tok]");
         emit(guard(&name, || check_rows_finish_pair(gpu, rng, &name, n_tok)));
     }
 }

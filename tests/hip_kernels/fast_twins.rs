@@ -8,21 +8,21 @@ use ds4_chat::backend::hip::kernels::{self, QuantOut};
 use ds4_chat::backend::hip::runtime::DeviceBuffer;
 use ds4_chat::gguf::half::f32_to_f16;
 
-use super::fast_matvec::{check_q8_0, check_swiglu};
+use super::matvec_fast::{check_q8_0, check_swiglu};
 use super::support::*;
 
 /// Every check of this file.
 pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
-    // The Q8_0 matvec twins of the decode shapes (the checks of group `fast_matvec`).
+    // The Q8_0 matvec twins of the decode shapes (the checks of group `matvec_fast`).
     let q8_0_cases = [
         (4096usize, 1029usize, 1029usize, 2usize),
         (1024, 96, 24, 2),
         (7168, 77, 77, 1),
         (256, 40, 40, 3),
     ];
-    let q8_0_name = |(n_in, n_out, group, n_tok)| format!("fast.matvec_q8_0[{n_in}x{n_out},group {group},{n_tok} tok]");
+    let q8_0_name = |(n_in, n_out, group, n_tok)| format!("fast_twins.matvec_q8_0[{n_in}x{n_out},group {group},{n_tok} tok]");
     each(gpu, rng, emit, q8_0_cases, q8_0_name, check_q8_0);
-    let swiglu_name = |(n_in, n_ff, _)| format!("fast.matvec_q8_0_swiglu[{n_in}x{n_ff}]");
+    let swiglu_name = |(n_in, n_ff, _)| format!("fast_twins.matvec_q8_0_swiglu[{n_in}x{n_ff}]");
     let swiglu_cases = [(4096usize, 300usize, 1usize), (512, 33, 1)];
     each(gpu, rng, emit, swiglu_cases, swiglu_name, check_swiglu);
     let f16_cases = [
@@ -34,12 +34,12 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     ];
     let f16_name = |(n_in, n_out, n_tok, pair)| {
         let kind = if pair { "matvec_f16_pair" } else { "matvec_f16" };
-        format!("fast.{kind}[{n_in}x{n_out},{n_tok} tok]")
+        format!("fast_twins.{kind}[{n_in}x{n_out},{n_tok} tok]")
     };
     each(gpu, rng, emit, f16_cases, f16_name, check_matvec_f16);
-    let argmax_name = |n| format!("fast.argmax[{n}]");
+    let argmax_name = |n| format!("fast_twins.argmax[{n}]");
     each(gpu, rng, emit, [129280usize, 1001, 3], argmax_name, check_argmax);
-    let mix_name = |(n_in, n_mix, n_tok)| format!("fast.hc_mix[{n_in}x{n_mix},{n_tok} tok]");
+    let mix_name = |(n_in, n_mix, n_tok)| format!("fast_twins.hc_mix[{n_in}x{n_mix},{n_tok} tok]");
     each(
         gpu,
         rng,
@@ -48,7 +48,7 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         mix_name,
         check_hc_mix,
     );
-    let r = guard("fast.hc_pre_fused.xn", || check_hc_pre_fused(gpu, rng, &mut *emit));
+    let r = guard("fast_twins.hc_pre_fused.xn", || check_hc_pre_fused(gpu, rng, &mut *emit));
     emit(r);
 }
 
@@ -130,8 +130,8 @@ fn check_hc_mix(gpu: &Gpu, rng: &mut CheckRng, name: &str, (n_in, n_mix, n_tok):
 }
 
 /// The fused HC pre step: xn within FAST_TOL of the exact kernel's, the split within the HC split's
-/// bound (fast_hc::SPLIT_TOL: the Sinkhorn passes carry the mix dots' reordering into every entry,
-/// one policy with fast_hc's checks); the Q8_0 codes of xn at most one step apart (a fast xn
+/// bound (hc_fast::SPLIT_TOL: the Sinkhorn passes carry the mix dots' reordering into every entry,
+/// one policy with hc_fast's checks); the Q8_0 codes of xn at most one step apart (a fast xn
 /// within rounding of a code boundary), the differing count reported. Launched twice on both
 /// kernels (the counters reset), as the decode graph replays it.
 fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) -> Checked {
@@ -154,10 +154,10 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) -> Checked {
     let (a2, f2) = exact_and_fast(gpu, &l, &mut outs)?;
     let repeat_ok = a == a2 && f == f2;
     emit(close_scaled(
-        "fast.hc_pre_fused.split",
+        "fast_twins.hc_pre_fused.split",
         &f32s(&f[0]),
         &f32s(&a[0]),
-        super::fast_hc::SPLIT_TOL,
+        super::hc_fast::SPLIT_TOL,
         format!("{iters} Sinkhorn iterations; repeat launches identical: {repeat_ok}"),
     ));
     let (qa, qf) = (&a[2], &f[2]);
@@ -169,7 +169,7 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) -> Checked {
         .max()
         .unwrap_or(0);
     emit(CheckResult::measured(
-        "fast.hc_pre_fused.q8_0",
+        "fast_twins.hc_pre_fused.q8_0",
         max_step as f64,
         differ as f64 / qa.len() as f64,
         1.0,
@@ -180,7 +180,7 @@ fn check_hc_pre_fused(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) -> Checked {
         ),
     ));
     let mut r = close_scaled(
-        "fast.hc_pre_fused.xn",
+        "fast_twins.hc_pre_fused.xn",
         &f32s(&f[1]),
         &f32s(&a[1]),
         FAST_TOL,
