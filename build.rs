@@ -1,6 +1,6 @@
 //! Build script: GPU kernel code objects for the `hip` feature.
 //!
-//! Always writes `$OUT_DIR/ds4_code_objects.rs` (included by src/backend/hip/kernels.rs) with the
+//! Always writes `$OUT_DIR/ds4_code_objects.rs` (included by src/backend/hip/kernels/code_objects.rs) with the
 //! embedded AMD code objects. Without the `hip` feature the table is empty and nothing is compiled,
 //! so the default build stays fast.
 //!

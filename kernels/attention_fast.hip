@@ -207,9 +207,8 @@ extern "C" __global__ DS4_AFD_LAUNCH void ds4_attention_decode_split(
 // M = max(sink, m_s). A block merges DS4_AFM_DIMS dims of one head: its 8 groups of 32 threads take
 // the slices s = g, g + 8, ... in turn (a float4 of 4 dims per thread, each group's chain in slice
 // order), and thread d < DS4_AFM_DIMS adds the 8 groups' sums in group order. The order depends on
-// the slice count only, never on the wave size or the unrolling. One block per head was a chain
-// over all (80 at a 2k context) slices of 2 dims a thread: 9.5 us on the H200, 64 blocks
-// (tests/hip-on-cuda/results/h200-2026-12-03-s17-call2.log).
+// the slice count only, never on the wave size or the unrolling. (One block per head would be a
+// chain over all the slices, 80 at a 2k context, on only n_head blocks.)
 // Returns the merged value of dim r.d of the head (live: threadIdx.x < DS4_AFM_DIMS and d < head_dim).
 #define DS4_AFM_DIMS 128                    // dims of a head per merge block
 #define DS4_AFM_GROUPS (DS4_BLOCK / 32)     // slice phases of a merge block

@@ -42,11 +42,9 @@ DS4_DEV float hc_pre_weight(float m, float scale, float base, float eps_hc) {
 // <= 4) and gets row and column sums as pairwise trees of shuffles (xor 1, 2 within a row; xor 4, 8
 // within a column), the same values the one-thread trees (v0 + v1) + (v2 + v3) give, since adding a
 // zero pad or swapping two addends changes no bits. One thread doing it all is a chain of hundreds
-// of dependent operations (33 us on the H200 for the exact twin's, hc.hip hc_split_warp), and ncu
-// showed the fused HC launch at 34 us with one block running long after the other 23 had finished.
-// Nor is the 4 x 4 matrix in every lane's registers faster (the same trees, the same bits): it made
-// ds4_hc_post_pre_fast 25.8 us instead of 11.5 on the H200, and decode 104.5 t/s instead of 120.5
-// (tests/hip-on-cuda/results/h200-2026-12-03-s18.log, N3 against S).
+// of dependent operations (hc.hip hc_split_warp), which keeps one block running long after the
+// others have finished. The whole 4 x 4 matrix in every lane's registers would give the same trees
+// and bits but costs registers the fused launch needs.
 // mix: the token's n_mix logits (shared memory); split_out = [pre | post | M]. The lane's constants
 // (HcSplitConsts) are loaded before the mix exists. Call from every lane of the warp.
 struct HcSplitConsts {
@@ -175,8 +173,8 @@ DS4_DEV float hc_row_dot(const uint4 wv[S][H], const float xv[S][H][8]) {
 // With POST, the state hc is first advanced by the previous sublayer's HC post (y, y2, post_split:
 // ds4_hc_post's arguments) in every block, and stored to hc_out: in place (hc_out == hc) by the
 // finishing block once every block has read hc; out of place by every block, its share of the
-// strips, as soon as it has them (the finishing block's 64 KB store measured ~4.5 us of a 19.7 us
-// launch on the H200, tests/hip-on-cuda/results/h200-2026-12-02-s10-hc-finish.log).
+// strips, as soon as it has them (otherwise the finishing block's 64 KB store is a serial tail of
+// the launch).
 template <bool POST, bool PER_TOKEN>
 DS4_DEV void hc_pre_fast(float* split_out, float* xn, i8* q0_q, float* q0_d, i8* qk_q, float* qk_d, i16* qk_bs,
                          float* mix, u32* counter, const float* hc, float* hc_out, const float* y, const float* y2,

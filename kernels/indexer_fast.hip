@@ -150,10 +150,9 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_indexer_topk_merge(u32* sel
 //   ds4_indexer_scores_decode_fast: 32 rows a block for a few tokens, 4 times the blocks. Its 256
 //     threads are 4 quarters of 8 row groups x 8 head groups; quarter q's dots run over the dims
 //     (s 64 + q 16 .. + 15) of the two 64-dim steps s, and the four partial dots of a row and head
-//     are added in quarter order (through shared memory) before the max(0, .). At a 2.8k context the
-//     700 rows were 6 blocks of 128, 19 us on the H200; 21 blocks of 32 with one row a thread, 13.5
-//     us, bound by the shared-memory reads of 9 values per 8 products
-//     (tests/hip-on-cuda/results/h200-2026-12-03-s18.log); the quarters keep 4 x 8 tiles.
+//     are added in quarter order (through shared memory) before the max(0, .). At a 2.8k context
+//     the 700 rows would be only 6 blocks of 128; one row a thread in blocks of 32 would be bound by
+//     the shared-memory reads of 9 values per 8 products; the quarters keep 4 x 8 tiles.
 #define DS4_IDXF_ROWS 128
 #define DS4_IDXF_STEP 16
 #define DS4_IDXF_PER_THREAD (DS4_IDXF_ROWS * DS4_IDXF_STEP / DS4_BLOCK)  // staged floats per thread a step

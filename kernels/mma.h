@@ -2,7 +2,7 @@
 // ("MMA group": threads 32g .. 32g + 31 of a block), whatever the target does underneath:
 //   gfx11 (RDNA3, wave32)   v_wmma_*_16x16x16 (__builtin_amdgcn_wmma_*_w32)
 //   gfx12 (RDNA4, wave32)   v_wmma_*_16x16x16 (__builtin_amdgcn_wmma_*_w32_gfx12)
-//   sm_80+ (H200 test runs) mma.sync m16n8k32 (int8) / m16n8k16 (f16), two per tile
+//   sm_80+ (NVIDIA)         mma.sync m16n8k32 (int8) / m16n8k16 (f16), two per tile
 //   emulator, wave32        the gfx11 builtins, emulated in kernels/emu/hip/hip_runtime.h
 //   anything else           a scalar loop over shared memory (same results up to sum order)
 //

@@ -19,12 +19,10 @@
 
 // Where shared memory is plentiful (sm_90: 228 KB a multiprocessor) and on the emulator, which tests
 // this path, a block stages the token's activations once instead of every job reading them from
-// global memory (H200: 113.7 / 113.7 t/s against 110.8 / 112.1 at 2k / 8k,
-// tests/hip-on-cuda/results/h200-2026-12-03-s14-call1.log); each block stays under 48 KB of static
-// shared memory (CUDA's limit without an opt-in). AMD keeps global activations: a workgroup has 64
-// KB there, and occupancy hides the latency of a bandwidth-bound kernel better. (The IQ2_XXS grid
-// in 8 interleaved copies, conflict-free lookups, measured no faster: 114.5 / 116.0 t/s with one
-// copy against 114.5 / 114.8 with eight, …-s14-call2.log; one copy is kept.)
+// global memory; each block stays under 48 KB of static shared memory (CUDA's limit without an
+// opt-in). AMD keeps global activations: a workgroup has 64 KB there, and occupancy hides the
+// latency of a bandwidth-bound kernel better. The IQ2_XXS grid is staged in one copy: conflict-free
+// interleaved copies cost shared memory and bought no speed.
 #ifndef DS4_MOE_ACT_SMEM
 #if defined(DS4_NVIDIA) || defined(DS4_EMU)
 #define DS4_MOE_ACT_SMEM 1
@@ -144,9 +142,8 @@ DS4_DEV float moe_chunk_term(const u8* row, u32 c, const ActChunk& a, const u64*
 }
 
 // The IQ2_XXS grid in the block's shared memory, staged by every thread before a barrier. (Its signs
-// stay arithmetic, formats.h unpack_chunk: a staged sign table measured 44 us a gate/up launch on the
-// H200 against 38 us, its random reads adding to the grid's shared-memory bank conflicts;
-// tests/hip-on-cuda/results/h200-2026-12-02-s10-variants.log.)
+// stay arithmetic, formats.h unpack_chunk: a staged sign table's random reads would add to the
+// grid's shared-memory bank conflicts.)
 template <int T>
 struct MoeGridSmem {
     u64 g[T == DS4_T_IQ2_XXS ? 256 : 1];
@@ -224,9 +221,8 @@ DS4_DEV void moe_gate_up_fast_body(float* mid, i8* mq, float* md, i16* mbs, u32*
 }
 
 // Four IQ2_XXS and Q2_K gate/up blocks a multiprocessor on sm_90 (64 registers, no spills; ptxas
-// would take 70 and leave three: 114.5 / 114.8 t/s against 112.3 / 114.5,
-// tests/hip-on-cuda/results/h200-2026-12-03-s14-call2.log). Q4_K two (it spills at 64 registers,
-// and at 80, three blocks, too).
+// would take 70 and leave three). Q4_K two (it spills at 64 registers, and at 80, three blocks,
+// too).
 #if defined(DS4_NVIDIA)
 #define DS4_MOE_GATE_UP_LAUNCH __launch_bounds__(DS4_BLOCK, 4)
 #define DS4_MOE_GATE_UP_Q4_K_LAUNCH __launch_bounds__(DS4_BLOCK, 2)
@@ -350,9 +346,8 @@ extern "C" __global__ DS4_MOE_DOWN_LAUNCH void ds4_moe_down_q4_k_fast(float* out
 // as ds4_router does (from `lg`, the token's logits), then the first warp runs the n_used rounds as
 // warp argmaxes (shuffles, the same lowest-index rule on ties) instead of block argmaxes with two
 // barriers each, and the weights as ds4_router, so the ids and weights have its bits. (The
-// probabilities on one warp alone, 8 softplus each, measured 14.2 us a launch on the H200 against
-// the exact kernel's 7.3: tests/hip-on-cuda/results/h200-2026-12-02-s11-call2.log.) Every thread of
-// the block; n_expert <= 1024, n_used <= 16.
+// probabilities stay on the whole block: on one warp alone, 8 softplus each, they would be a longer
+// chain than the exact kernel's.) Every thread of the block; n_expert <= 1024, n_used <= 16.
 DS4_DEV void router_fast_token(u32* sel, float* selw, const float* lg, const float* bias, const i32* tid2eid,
                                const u32* tokens, u32 t, u32 n_expert, u32 n_used, float weight_scale) {
     __shared__ float prob[1024];

@@ -82,7 +82,7 @@ DS4_DEV void norm_quant_row(u64 row, const float* xr, float* out, i8* q0_q, floa
     // Chunks of 256 elements (one Q8_K block, eight Q8_0 blocks), one warp per chunk with no block
     // barrier inside: lane l holds elements base + DS4_WARP * j + l, so at a fixed j the aligned
     // groups of 32 (Q8_0) and 16 (Q8_K sums) are lanes of one warp. A 4096-wide row is 16 chunks
-    // over 8 warps (16 serial block-wide rounds instead would dominate the fused HC pre on the H200).
+    // over 8 warps (16 serial block-wide rounds instead would dominate the fused HC pre).
     const u32 lane = lane_id();
     for (u32 base = warp_id() * 256; base < n; base += DS4_WARPS_PER_BLOCK * 256) {
         float v[256 / DS4_WARP];

@@ -133,8 +133,8 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_rows_finish_pair_fast(
 // ds4_rows_finish of rows of DS4_ROWH_DIM elements with DS4_ROW_HADAMARD_FP4 (the indexer's query
 // heads and its compressed rows), one warp a row instead of one block: lane l holds elements
 // E l .. E l + E - 1 (E = DS4_ROWH_DIM / DS4_WARP) in registers, so the Hadamard butterflies across
-// lanes are shuffles and no step waits on a block barrier (the exact kernel's 7 barriered stages
-// of 64 active threads took 7 us a decode step on the H200). Every element sees the exact kernel's
+// lanes are shuffles and no step waits on a block barrier (the exact kernel runs 7 barriered stages
+// of 64 active threads). Every element sees the exact kernel's
 // operations on the same operands: each butterfly's a + b and a - b in stage order, RoPE's products,
 // the E2M1 block max (order-free), and the norm's f64 sum of squares as block_sum_f64's tree (the
 // butterfly within each group of 32 elements, xor 16 down to 1, then the groups added in order),

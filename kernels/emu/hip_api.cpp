@@ -16,7 +16,7 @@
 // graph's branches), and ending the capture fails with hipErrorStreamCaptureUnjoined unless the
 // capturing stream waited for all of a joined stream's work. The device reports DS4_EMU_MEM_MIB
 // (default 16384) MiB of memory and refuses allocations past it, so memory-limit paths can be tested. Blocks run one after
-// another, so inter-block ordering bugs do not show here (the H200 runs cover those).
+// another, so inter-block ordering bugs do not show here (runs on a GPU cover those).
 // Test infrastructure only: not part of the product.
 #include <time.h>
 

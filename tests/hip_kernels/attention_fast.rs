@@ -307,7 +307,6 @@ fn check_merge_q8(
     Ok(r)
 }
 
-
 fn check_prefill(gpu: &Gpu, rng: &mut CheckRng, name: &str, case: PrefillCase) -> Checked {
     let (_, n_tok, pos0, n_head, head_dim, ratio, n_comp, top_k) = case;
     let window = 128usize;

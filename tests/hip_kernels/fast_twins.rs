@@ -20,7 +20,8 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         (7168, 77, 77, 1),
         (256, 40, 40, 3),
     ];
-    let q8_0_name = |(n_in, n_out, group, n_tok)| format!("fast_twins.matvec_q8_0[{n_in}x{n_out},group {group},{n_tok} tok]");
+    let q8_0_name =
+        |(n_in, n_out, group, n_tok)| format!("fast_twins.matvec_q8_0[{n_in}x{n_out},group {group},{n_tok} tok]");
     each(gpu, rng, emit, q8_0_cases, q8_0_name, check_q8_0);
     let swiglu_name = |(n_in, n_ff, _)| format!("fast_twins.matvec_q8_0_swiglu[{n_in}x{n_ff}]");
     let swiglu_cases = [(4096usize, 300usize, 1usize), (512, 33, 1)];
@@ -48,7 +49,9 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         mix_name,
         check_hc_mix,
     );
-    let r = guard("fast_twins.hc_pre_fused.xn", || check_hc_pre_fused(gpu, rng, &mut *emit));
+    let r = guard("fast_twins.hc_pre_fused.xn", || {
+        check_hc_pre_fused(gpu, rng, &mut *emit)
+    });
     emit(r);
 }
 

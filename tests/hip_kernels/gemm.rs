@@ -15,7 +15,9 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     }
     let (n_in, n_out, n_tok) = (2056usize, 77usize, 70usize);
     let name = format!("kernel.gemm_f16[{n_in}x{n_out},{n_tok} tok]");
-    emit(guard(&name, || check_matvec_f16(gpu, rng, &name, (n_in, n_out, n_tok), true)));
+    emit(guard(&name, || {
+        check_matvec_f16(gpu, rng, &name, (n_in, n_out, n_tok), true)
+    }));
     let name = "kernel.gemm_q8_0_swiglu[67 tok]";
     emit(guard(name, || check_matvec_q8_0_swiglu(gpu, rng, name, 67, true)));
 }

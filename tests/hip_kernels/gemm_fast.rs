@@ -16,8 +16,8 @@
 
 use ds4_chat::backend::cpu::quant::dot_f16;
 use ds4_chat::backend::hip::kernels::{self, ExpertFormat, Launch};
-use ds4_chat::gguf::GgmlType;
 use ds4_chat::backend::hip::runtime::{DeviceBuffer, HipResult};
+use ds4_chat::gguf::GgmlType;
 
 use super::support::*;
 

@@ -69,7 +69,13 @@ pub fn generate(groups_of: &BTreeMap<&str, BTreeSet<&str>>) -> String {
         .expect("src/backend/hip/kernels/abi.rs");
     let modules = builder_modules();
     // op -> (sources, exact kernels, fast kernels, builders, groups)
-    type OpRow = (BTreeSet<String>, Vec<String>, Vec<String>, BTreeSet<String>, BTreeSet<String>);
+    type OpRow = (
+        BTreeSet<String>,
+        Vec<String>,
+        Vec<String>,
+        BTreeSet<String>,
+        BTreeSet<String>,
+    );
     let mut ops: BTreeMap<&str, OpRow> = BTreeMap::new();
     let mut kernel_rows = Vec::new();
     for def in ALL_KERNELS {

@@ -23,9 +23,8 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
         (17_500, 512, 4096, 40),
         (262_144, 512, 4096, 0),
     ];
-    let topk_name = |(n, top_k, seg, levels)| {
-        format!("indexer_fast.topk[{n} rows, top {top_k}, seg {seg}, levels {levels}]")
-    };
+    let topk_name =
+        |(n, top_k, seg, levels)| format!("indexer_fast.topk[{n} rows, top {top_k}, seg {seg}, levels {levels}]");
     each(gpu, rng, emit, topk_cases, topk_name, check_topk);
 }
 

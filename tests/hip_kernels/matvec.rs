@@ -15,7 +15,9 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     }
     let (n_in, n_out, n_tok) = (2056usize, 77usize, 3usize);
     let name = format!("kernel.matvec_f16[{n_in}x{n_out},{n_tok} tok]");
-    emit(guard(&name, || check_matvec_f16(gpu, rng, &name, (n_in, n_out, n_tok), false)));
+    emit(guard(&name, || {
+        check_matvec_f16(gpu, rng, &name, (n_in, n_out, n_tok), false)
+    }));
     let name = "kernel.matvec_q8_0_swiglu[2 tok]";
     emit(guard(name, || check_matvec_q8_0_swiglu(gpu, rng, name, 2, false)));
     emit(guard("kernel.matvec_f16_pair", || check_matvec_f16_pair(gpu, rng)));

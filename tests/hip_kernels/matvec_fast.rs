@@ -455,4 +455,3 @@ fn check_swiglu_quantized(
     }
     finisher_result(name, &counter, pass, notes)
 }
-

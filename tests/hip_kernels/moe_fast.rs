@@ -235,4 +235,3 @@ fn check_declines() -> CheckResult {
         format!("{declined}/{} declined", cases.len()),
     )
 }
-

@@ -295,7 +295,7 @@ impl Pass<'_> {
             return Ok(None);
         }
         // Matrix cores where their tiles are laid out for the device's warps (32 lanes) and the
-        // shape (kernels/attention_prefill_fast.hip); CUDA-core lanes otherwise.
+        // shape (kernels/attention_fast.hip); CUDA-core lanes otherwise.
         let mma_rows = self.fast_grids.attention_mma_rows;
         let matrix_cores = mma_rows > 0 && self.warp_size == 32 && kernels::attention_prefill_fast_fits(shape);
         let min_rows = match matrix_cores {

@@ -1,4 +1,4 @@
-//! The fused attention of a prefill batch in fast arithmetic (kernels/attention_prefill_fast.hip):
+//! The fused attention of a prefill batch in fast arithmetic (kernels/attention_fast.hip):
 //! one matrix-core launch in place of the exact scores → softmax → weighted values, over the same
 //! rows (window ring rows, compressed rows or the indexer's selection, sinks).
 //!

@@ -23,11 +23,10 @@ pub const MMA_TOKEN_TILE: u32 = 128;
 /// Tokens from which the fast HC pre steps run one block per token (`ds4_hc_pre_token_fast`,
 /// `ds4_hc_post_pre_token_fast`) instead of one block per mix row and token. A token's block reads
 /// its 4 x 4096-float state once instead of 24 times and needs no cross-block finish, but walks the
-/// 24 fn rows in turn; a few tokens finish sooner with a block per row (24 per token, one wave up
-/// to 5 tokens on the H200: 19.7 us a launch for one token, 12.4 us of it the finishing block,
-/// tests/hip-on-cuda/results/h200-2026-12-02-s10-final.log and -s10-hc-finish.log). At 16 tokens the
-/// row layout needs three waves, which the per-token walk (one wave) should beat: an estimate, the
-/// crossing itself not yet measured. Both layouts give the same bits.
+/// 24 fn rows in turn; a few tokens finish sooner with a block per row (24 per token: one wave of a
+/// large GPU up to about 5 tokens). At 16 tokens the row layout needs three waves, which the
+/// per-token walk (one wave) should beat: an estimate, not a measured crossing. Both layouts give
+/// the same bits.
 pub const HC_TOKEN_BLOCKS_MIN_TOKENS: u32 = 16;
 
 /// Dims per block of `ds4_compressor_pool_fast` (DS4_CPF_DIMS).
@@ -47,10 +46,9 @@ const Q8_0_FAST_ROUND: u32 = 128;
 
 /// Most blocks of a tiled fast Q8_0 matvec grid: more rounds than this share blocks, in runs (a
 /// block prefetches its next round while it computes this one, so a few rounds per block keep the
-/// loads in flight; one round per block leaves them idle while it computes). Measured on the H200
-/// (Flash-shaped q2 file, decode at 2k, tests/hip-on-cuda/results/h200-2026-12-02-s8-final.log):
-/// 2048 blocks 75.6 t/s (18.3 us a matvec), 528 79.6 t/s, 264 (two per multiprocessor there)
-/// 81.3 t/s (14.0 us). `DS4_HIP_Q8_BLOCKS` overrides it for tuning: the grid never changes the
+/// loads in flight; one round per block leaves them idle while it computes): 264 is two blocks per
+/// multiprocessor of a 132-multiprocessor GPU, which decoded faster than 528 or 2048 blocks.
+/// `DS4_HIP_Q8_BLOCKS` overrides it for tuning: the grid never changes the
 /// bits, every round is computed the same way by whichever block takes it.
 pub const Q8_0_FAST_MAX_BLOCKS: u32 = 264;
 
@@ -367,7 +365,7 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
             Some(twin(l, kernel, grid))
         }
         // The shared expert's and the grouped routed experts' GEMMs on matrix cores
-        // (kernels/gemm_quant_fast.hip): `<name>_mma`, the same arguments and grid.
+        // (kernels/gemm_fast.hip): `<name>_mma`, the same arguments and grid.
         "ds4_gemm_q8_0_swiglu"
         | "ds4_moe_gemm_gate_up_iq2_xxs"
         | "ds4_moe_gemm_gate_up_q2_k"

@@ -146,7 +146,6 @@ pub fn matvec_q8_0_swiglu_quantized(swiglu: &Launch, quant: &Launch, counter: De
     })
 }
 
-
 /// One launch for two plain Q8_0 projections of the same activations (`first` then `second`, each
 /// one group, x_stride = n_in) for `n_tok` tokens: the rounds of `first`'s rows, then `second`'s.
 /// `first`'s rows must fill whole rounds of the tiled product (q8_0_tiled_rows).
