@@ -15,9 +15,12 @@ fn kernel_source_files() -> Vec<std::path::PathBuf> {
     files
 }
 
-/// (file name, kernel name, [(param name, kind)]) of every `extern "C" __global__` kernel in
-/// kernels/*.hip.
-fn parse_kernel_sources() -> Vec<(String, String, Vec<(String, ArgKind)>)> {
+/// One `extern "C" __global__` kernel as its source declares it: (file name, kernel name,
+/// [(param name, kind)]).
+type SourceKernel = (String, String, Vec<(String, ArgKind)>);
+
+/// Every kernel of kernels/*.hip (and mathf.h).
+fn parse_kernel_sources() -> Vec<SourceKernel> {
     let mut out = Vec::new();
     for file in kernel_source_files() {
         let fname = file.file_name().unwrap().to_str().unwrap().to_string();
