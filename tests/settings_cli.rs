@@ -232,3 +232,189 @@ fn subcommands_refuse_a_context_longer_than_the_model_states() {
         .expect("spawn ds4-chat");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// docs/configuration.md against the code: the flags of every command (clap's tree), the config
+/// file's keys (the parser's own list), the environment variables (the registry, and every
+/// `"DS4_…"` string in src/ and build.rs) and the removed variables.
+mod configuration_docs {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use clap::CommandFactory;
+    use ds4_chat::backend::knobs::{KNOBS, REMOVED};
+
+    const DOC: &str = "docs/configuration.md";
+
+    /// The table rows under `## section` (and, when given, `### sub`), as trimmed cells.
+    fn rows(doc: &str, section: &str, sub: Option<&str>) -> Vec<Vec<String>> {
+        let (mut h2, mut h3) = (String::new(), String::new());
+        let mut out = Vec::new();
+        for line in doc.lines() {
+            if let Some(t) = line.strip_prefix("## ") {
+                (h2, h3) = (t.trim().to_string(), String::new());
+            } else if let Some(t) = line.strip_prefix("### ") {
+                h3 = t.trim().to_string();
+            } else if h2 == section
+                && sub.is_none_or(|s| s == h3)
+                && (sub.is_some() || h3 != "Removed")
+                && line.starts_with("| ")
+                && line.contains('`')
+            {
+                let cells = line.trim().trim_matches('|').split('|').map(|c| c.trim().to_string());
+                out.push(cells.collect());
+            }
+        }
+        out
+    }
+
+    /// The first `` `--flag` `` or `` `NAME` `` of a cell, without the backticks.
+    fn first_code(cell: &str) -> String {
+        cell.split('`').nth(1).unwrap_or("").to_string()
+    }
+
+    fn compare(what: &str, documented: &BTreeSet<String>, code: &BTreeSet<String>) {
+        assert!(!code.is_empty(), "{what}: the code's list is empty");
+        assert!(!documented.is_empty(), "{what}: {DOC} lists none");
+        let missing: Vec<_> = code.difference(documented).collect();
+        let extra: Vec<_> = documented.difference(code).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "{what}: missing from {DOC}: {missing:?}; in {DOC} but not in the code: {extra:?}"
+        );
+    }
+
+    fn doc() -> String {
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DOC)).unwrap()
+    }
+
+    #[test]
+    fn every_flag_of_every_command_is_documented() {
+        let root = ds4_chat::cli::Cli::command();
+        let mut code = BTreeSet::new();
+        let mut commands = vec![("app".to_string(), &root)];
+        commands.extend(root.get_subcommands().map(|c| (c.get_name().to_string(), c)));
+        for (name, cmd) in commands {
+            for a in cmd.get_arguments() {
+                if let Some(long) = a.get_long().filter(|l| !["help", "version"].contains(l)) {
+                    code.insert(format!("{name} --{long}"));
+                }
+            }
+        }
+        assert!(code.len() > 60, "{code:?}");
+        let mut documented = BTreeSet::new();
+        for row in rows(&doc(), "Flags", None) {
+            for command in row[0].split(',') {
+                assert!(documented.insert(format!("{} {}", command.trim(), first_code(&row[1]))), "{row:?} twice");
+            }
+        }
+        compare("flags", &documented, &code);
+    }
+
+    /// The keys the config parser knows, from its own "expected one of" list.
+    fn parser_keys(text: &str) -> Vec<String> {
+        let e = ds4_chat::tui::config::parse(text).unwrap_err();
+        let list = e.split("expected one of").nth(1).unwrap_or_else(|| panic!("{e}"));
+        list.split('`').skip(1).step_by(2).map(str::to_string).collect()
+    }
+
+    #[test]
+    fn every_config_key_is_documented() {
+        let mut code: BTreeSet<String> = parser_keys("no_such_key = 1\n").into_iter().collect();
+        assert!(code.remove("remote"), "{code:?}");
+        code.extend(parser_keys("[remote]\nno_such_key = 1\n").into_iter().map(|k| format!("remote.{k}")));
+        let documented = rows(&doc(), "Config file keys", None).iter().map(|r| first_code(&r[0])).collect();
+        compare("config keys", &documented, &code);
+    }
+
+    /// Every `"DS4_…` string literal in `text` outside its `#[cfg(test)]` module.
+    fn ds4_literals(text: &str, into: &mut BTreeSet<String>) {
+        let text = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        for (i, _) in text.match_indices("\"DS4_") {
+            let name: String = text[i + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            // A prefix test such as `starts_with("DS4_")` names no variable.
+            if name.len() > "DS4_".len() {
+                into.insert(name);
+            }
+        }
+    }
+
+    fn sources(dir: &Path, into: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, into);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                ds4_literals(&std::fs::read_to_string(&path).unwrap(), into);
+            }
+        }
+    }
+
+    #[test]
+    fn every_environment_variable_is_registered_and_documented() {
+        let doc = doc();
+        let runtime = rows(&doc, "Environment variables", None);
+        // The registry, row for row: name, the rule its error states, default and meaning.
+        for k in KNOBS {
+            let row = runtime
+                .iter()
+                .find(|r| first_code(&r[0]) == k.name)
+                .unwrap_or_else(|| panic!("{} is registered but not in {DOC}", k.name));
+            assert_eq!(
+                (row[1].as_str(), row[2].as_str(), row[3].as_str()),
+                (k.kind.expected().as_str(), k.default, k.meaning),
+                "{DOC}'s row of {} differs from the registry",
+                k.name
+            );
+        }
+        let registered: BTreeSet<String> = KNOBS.iter().map(|k| k.name.to_string()).collect();
+        let documented: BTreeSet<String> = runtime.iter().map(|r| first_code(&r[0])).collect();
+        compare("environment variables", &documented, &registered);
+        let removed: BTreeSet<String> = REMOVED.iter().map(|(n, _)| n.to_string()).collect();
+        let documented_removed = rows(&doc, "Environment variables", Some("Removed"))
+            .iter()
+            .map(|r| first_code(&r[0]))
+            .collect();
+        compare("removed variables", &documented_removed, &removed);
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut build = BTreeSet::new();
+        ds4_literals(&std::fs::read_to_string(root.join("build.rs")).unwrap(), &mut build);
+        let documented_build: BTreeSet<String> = rows(&doc, "Build-time variables", None)
+            .iter()
+            .map(|r| first_code(&r[0]))
+            .filter(|n| n.starts_with("DS4_"))
+            .collect();
+        compare("build-time variables", &documented_build, &build);
+        // Nothing in src/ names a variable the tables do not know.
+        let mut named = BTreeSet::new();
+        sources(&root.join("src"), &mut named);
+        assert!(named.len() >= registered.len() / 2, "{named:?}");
+        let known: BTreeSet<String> = registered.iter().chain(&removed).chain(&documented_build).cloned().collect();
+        let unknown: Vec<_> = named.difference(&known).collect();
+        assert!(
+            unknown.is_empty(),
+            "src/ names variables that are neither registered in backend::knobs nor build-time: {unknown:?}"
+        );
+    }
+
+    #[test]
+    fn a_malformed_or_removed_variable_is_a_one_line_error() {
+        for (var, value, want) in [
+            ("DS4_HIP_Q8_BLOCKS", "many", "DS4_HIP_Q8_BLOCKS=many: expected a whole number from 1 to 1048576"),
+            ("DS4_HIP_GRAPH", "off", "DS4_HIP_GRAPH=off: expected 0 or 1"),
+            ("DS4_HIP_EXACT", "1", "DS4_HIP_EXACT is no longer read: use --exact"),
+        ] {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_ds4-chat"))
+                .args(["inspect", "no-such-file.gguf"])
+                .env(var, value)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(stderr.starts_with(&format!("ds4-chat: {want}")), "{var}={value}: {stderr}");
+        }
+    }
+}
