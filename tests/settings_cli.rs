@@ -133,6 +133,29 @@ fn bench_refuses_each_setting_out_of_range() {
     assert_subcommand_refuses("bench", &unopened_model(), &[], &cases);
 }
 
+/// `run`, `serve` and `bench` read the same config file as the app: a bad key there is their
+/// one-line refusal, naming the file and the key.
+#[test]
+fn run_serve_and_bench_read_the_config_file() {
+    let file = std::env::temp_dir().join(format!("ds4-chat-settings-test-{}.toml", std::process::id()));
+    std::fs::write(&file, "backend = \"cuda\"\n").unwrap();
+    let (model, config) = (unopened_model(), file.to_str().unwrap().to_string());
+    let want = format!(
+        "ds4-chat: config {config}: {}",
+        not_one_of("key `backend`", "cuda", BACKENDS)
+    );
+    for args in [
+        vec!["run", "-m", model.to_str().unwrap(), "-p", "hi"],
+        vec!["serve", "--demo"],
+        vec!["bench", "-m", model.to_str().unwrap()],
+    ] {
+        let mut args = args.clone();
+        args.extend(["--config", &config]);
+        assert_eq!(refused(&args), want, "{args:?}");
+    }
+    std::fs::remove_file(&file).unwrap();
+}
+
 /// The chat app checks its flags and config file before it needs a terminal; with stdout not a
 /// terminal (as here) the first bad setting is the one line printed.
 #[test]
@@ -304,7 +327,10 @@ mod configuration_docs {
         let mut documented = BTreeSet::new();
         for row in rows(&doc(), "Flags", None) {
             for command in row[0].split(',') {
-                assert!(documented.insert(format!("{} {}", command.trim(), first_code(&row[1]))), "{row:?} twice");
+                assert!(
+                    documented.insert(format!("{} {}", command.trim(), first_code(&row[1]))),
+                    "{row:?} twice"
+                );
             }
         }
         compare("flags", &documented, &code);
@@ -321,8 +347,15 @@ mod configuration_docs {
     fn every_config_key_is_documented() {
         let mut code: BTreeSet<String> = parser_keys("no_such_key = 1\n").into_iter().collect();
         assert!(code.remove("remote"), "{code:?}");
-        code.extend(parser_keys("[remote]\nno_such_key = 1\n").into_iter().map(|k| format!("remote.{k}")));
-        let documented = rows(&doc(), "Config file keys", None).iter().map(|r| first_code(&r[0])).collect();
+        code.extend(
+            parser_keys("[remote]\nno_such_key = 1\n")
+                .into_iter()
+                .map(|k| format!("remote.{k}")),
+        );
+        let documented = rows(&doc(), "Config file keys", None)
+            .iter()
+            .map(|r| first_code(&r[0]))
+            .collect();
         compare("config keys", &documented, &code);
     }
 
@@ -391,7 +424,12 @@ mod configuration_docs {
         let mut named = BTreeSet::new();
         sources(&root.join("src"), &mut named);
         assert!(named.len() >= registered.len() / 2, "{named:?}");
-        let known: BTreeSet<String> = registered.iter().chain(&removed).chain(&documented_build).cloned().collect();
+        let known: BTreeSet<String> = registered
+            .iter()
+            .chain(&removed)
+            .chain(&documented_build)
+            .cloned()
+            .collect();
         let unknown: Vec<_> = named.difference(&known).collect();
         assert!(
             unknown.is_empty(),
@@ -402,7 +440,11 @@ mod configuration_docs {
     #[test]
     fn a_malformed_or_removed_variable_is_a_one_line_error() {
         for (var, value, want) in [
-            ("DS4_HIP_Q8_BLOCKS", "many", "DS4_HIP_Q8_BLOCKS=many: expected a whole number from 1 to 1048576"),
+            (
+                "DS4_HIP_Q8_BLOCKS",
+                "many",
+                "DS4_HIP_Q8_BLOCKS=many: expected a whole number from 1 to 1048576",
+            ),
             ("DS4_HIP_GRAPH", "off", "DS4_HIP_GRAPH=off: expected 0 or 1"),
             ("DS4_HIP_EXACT", "1", "DS4_HIP_EXACT is no longer read: use --exact"),
         ] {
@@ -414,7 +456,10 @@ mod configuration_docs {
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(1), "{stderr}");
             assert_eq!(stderr.lines().count(), 1, "{stderr}");
-            assert!(stderr.starts_with(&format!("ds4-chat: {want}")), "{var}={value}: {stderr}");
+            assert!(
+                stderr.starts_with(&format!("ds4-chat: {want}")),
+                "{var}={value}: {stderr}"
+            );
         }
     }
 }
