@@ -10,7 +10,7 @@ use super::abi::{
     KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST,
     ROUTER_FAST, ROWS_FINISH_FAST, ROWS_FINISH_HADAMARD_FAST, kernel_def,
 };
-use super::attention_fast::{ATTENTION_SLICE_ROUND, ATTENTION_SPLIT_ROWS};
+use super::attention_fast::ATTENTION_SPLIT_ROWS;
 use super::launch::{BLOCK, Launch, blocks};
 use super::moe::ExpertFormat;
 use super::sample::SAMPLE_FAST_BLOCKS;
@@ -149,6 +149,7 @@ pub fn q8_0_tiled_rows(n_in: u32) -> u32 {
 /// variable's range in `backend::knobs` must say the same (checked by the tests below).
 #[cfg(test)]
 fn attention_rows_valid(n: u32) -> bool {
+    use super::attention_fast::ATTENTION_SLICE_ROUND;
     n.is_multiple_of(ATTENTION_SLICE_ROUND) && (ATTENTION_SLICE_ROUND..=256).contains(&n)
 }
 

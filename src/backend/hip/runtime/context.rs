@@ -303,7 +303,7 @@ impl HipContext {
             return Ok(None);
         };
         let (major, minor) = self.inner.info.compute_capability;
-        let path = PathBuf::from(dir).join(format!("{stem}.sm_{major}{minor}.cubin"));
+        let path = dir.join(format!("{stem}.sm_{major}{minor}.cubin"));
         match std::fs::read(&path) {
             Ok(bytes) => Ok(Some((path, bytes))),
             Err(e) => Err(format!(
