@@ -81,6 +81,20 @@ mod tests {
     use crate::backend::hip::acts::activation_bytes;
     use crate::model::hparams::HParams;
 
+    /// The registry documents these defaults (docs/configuration.md is checked against it).
+    #[test]
+    fn the_registry_states_the_defaults() {
+        use crate::backend::knobs::knob_named;
+        assert_eq!(
+            knob_named(PREFILL_CHUNK_ENV).unwrap().default,
+            format!("{PREFILL_CHUNK} ({PREFILL_CHUNK_UNIFIED} unified memory)")
+        );
+        assert_eq!(
+            knob_named(MATVEC_TOKENS_ENV).unwrap().default,
+            MATVEC_MAX_TOKENS.to_string()
+        );
+    }
+
     /// The activation memory of a chunk, for the report (kernels/README.md): Flash with
     /// PREFILL_CHUNK-token chunks. Grows with ctx only through the indexer scores and the attention scores.
     #[test]

@@ -1,12 +1,13 @@
-//! What `doctor` reads from the machine: sysfs and procfs under `DS4_SYSFS_ROOT` and
-//! `DS4_PROCFS_ROOT`, device nodes under `DS4_DEV_ROOT` (each `/` by default), the ROCm library
-//! (`DS4_HIP_LIBRARY` or the usual directories) and the model file. Owns the reading only; every
-//! verdict is in `checks.rs`, so fake trees exercise the same code as a real machine.
+//! What `doctor` reads from the machine: sysfs and procfs under the test hooks
+//! `DS4_TEST_SYSFS_ROOT` and `DS4_TEST_PROCFS_ROOT`, device nodes under `DS4_TEST_DEV_ROOT` (each `/`
+//! by default), the ROCm library (`DS4_HIP_LIBRARY` or the usual directories) and the model file.
+//! Owns the reading only; every verdict is in `checks.rs`, so fake trees exercise the same code as
+//! a real machine.
 
-use crate::backend::knobs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::backend::knobs;
 use crate::engine::memguard::meminfo_field;
 
 /// The roots the probe reads under.

@@ -556,6 +556,21 @@ mod tests {
             let mma = n == 0 || (n.is_multiple_of(16) && attention_rows_valid(n));
             assert_eq!(accepts(ATTENTION_MMA_ENV, n), mma, "{n}");
         }
+        // ... and document these defaults (docs/configuration.md is checked against the registry).
+        let g = FastGrids::default();
+        for (name, value) in [
+            (Q8_0_FAST_BLOCKS_ENV, g.q8_0_max_blocks),
+            (ATTENTION_ROWS_ENV, g.attention_rows),
+            (ATTENTION_MMA_ENV, g.attention_mma_rows),
+            (MOE_ROWS_ENV, g.moe_rows),
+            (INDEXER_DECODE_TOKENS_ENV, g.indexer_decode_tokens),
+        ] {
+            assert_eq!(
+                crate::backend::knobs::knob_named(name).unwrap().default,
+                value.to_string(),
+                "{name}"
+            );
+        }
     }
 
     #[test]
