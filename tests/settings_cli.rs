@@ -210,11 +210,11 @@ fn backend_names_are_the_same_for_flags_and_config() {
 struct ShortModel(PathBuf);
 
 impl ShortModel {
-    fn write() -> ShortModel {
+    fn write(tag: &str) -> ShortModel {
         use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
         let mut spec = GenSpec::new(Preset::Micro, 3, ExpertMix::Q2);
         spec.hp.context_length = 64;
-        let path = std::env::temp_dir().join(format!("ds4-chat-settings-ctx64-{}.gguf", std::process::id()));
+        let path = std::env::temp_dir().join(format!("ds4-chat-settings-{tag}-{}.gguf", std::process::id()));
         SyntheticModel::new(&spec)
             .unwrap()
             .write_file(&path, 1, |_| {})
@@ -233,7 +233,7 @@ impl Drop for ShortModel {
 /// `score` and `bench` alike.
 #[test]
 fn subcommands_refuse_a_context_longer_than_the_model_states() {
-    let model = ShortModel::write();
+    let model = ShortModel::write("ctx64");
     let m = model.0.to_str().unwrap();
     let over = &out_of_range("--ctx", "65", "2 ..= 64, the model's context length");
     let cpu = ["--backend", "cpu"];
@@ -254,6 +254,40 @@ fn subcommands_refuse_a_context_longer_than_the_model_states() {
         .output()
         .expect("spawn ds4-chat");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `bench` names every tuning variable it ran with on stderr, and says so when none was set.
+#[test]
+fn bench_prints_the_knobs_it_ran_with() {
+    let model = ShortModel::write("knobs");
+    let bench = |vars: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ds4-chat"));
+        cmd.args(["bench", "-m", model.0.to_str().unwrap(), "--backend", "cpu", "-t", "1"])
+            .args([
+                "--ctx-start",
+                "4",
+                "--ctx-max",
+                "8",
+                "--step-incr",
+                "4",
+                "--gen-tokens",
+                "2",
+            ])
+            .args(["--peak-gbps", "1", "--config", "/nonexistent/ds4-chat.toml"]);
+        for k in ds4_chat::backend::knobs::KNOBS {
+            cmd.env_remove(k.name);
+        }
+        let out = cmd.envs(vars.iter().copied()).output().expect("spawn ds4-chat");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        let line = stderr.lines().find(|l| l.starts_with("knobs: ")).map(str::to_string);
+        line.unwrap_or_else(|| panic!("no knobs line: {stderr}"))
+    };
+    assert_eq!(bench(&[]), "knobs: none (all defaults)");
+    assert_eq!(
+        bench(&[("DS4_LOAD_THREADS", "3"), ("DS4_HIP_Q8_BLOCKS", "132")]),
+        "knobs: DS4_HIP_Q8_BLOCKS=132 DS4_LOAD_THREADS=3"
+    );
 }
 
 /// docs/configuration.md against the code: the flags of every command (clap's tree), the config
