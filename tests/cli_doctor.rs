@@ -1,5 +1,5 @@
 //! `ds4-chat doctor` on fake machines: sysfs, procfs and /dev trees written under a temporary root
-//! (read through `DS4_SYSFS_ROOT`, `DS4_PROCFS_ROOT`, `DS4_DEV_ROOT`) and a fake ROCm library. A
+//! (read through `DS4_TEST_SYSFS_ROOT`, `DS4_TEST_PROCFS_ROOT`, `DS4_TEST_DEV_ROOT`) and a fake ROCm library. A
 //! ready Strix Halo first, then one broken setup per test: each asserts the exact failing lines
 //! and the exit status, through the library and through the binary.
 
@@ -152,9 +152,9 @@ fn run_binary(name: &str, m: &Machine) -> (i32, String) {
     let root = roots.sys.parent().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_ds4-chat"))
         .arg("doctor")
-        .env("DS4_SYSFS_ROOT", root)
-        .env("DS4_PROCFS_ROOT", root)
-        .env("DS4_DEV_ROOT", root)
+        .env("DS4_TEST_SYSFS_ROOT", root)
+        .env("DS4_TEST_PROCFS_ROOT", root)
+        .env("DS4_TEST_DEV_ROOT", root)
         .env("DS4_HIP_LIBRARY", roots.hip_library.unwrap())
         .env("HOME", root)
         .env("XDG_CONFIG_HOME", root.join("config"))

@@ -1,11 +1,11 @@
 //! The HIP backend as a product feature, end to end on the HIP runtime emulator (kernels/emu,
 //! tools/build-hip-emu.sh: every hip* call and kernel runs on the CPU): weight placement (copy
 //! through pinned staging, zero-copy map, auto), the device memory guard, save/load of the device
-//! session, the worker's upload events, `bench --backend hip` and the forward-pass gate.
+//! session, the worker's upload events, `bench --backend hip` (and the `knobs:` line it prints).
 //!
 //! One test function: the emulator is selected through process environment variables (tests/hip_emu
-//! sets DS4_HIP_LIBRARY and DS4_HIP_FORWARD before the HIP runtime is first loaded; this test then
-//! changes DS4_EMU_MEM_MIB and DS4_HIP_FORWARD); with a single test in this binary no other thread
+//! sets DS4_HIP_LIBRARY before the HIP runtime is first loaded; this test then changes
+//! DS4_EMU_MEM_MIB); with a single test in this binary no other thread
 //! reads the environment meanwhile. Skipped with a message when no C++ compiler is present. Run with
 //! `--features hip`.
 #![cfg(feature = "hip")]
@@ -93,7 +93,7 @@ fn hip_backend_product_features_on_the_emulator() {
     timed("save/load", &|| save_and_load(&model));
     timed("sessions", &|| sessions_share_the_engine(&model));
     timed("memory guard", &|| memory_guard(&model));
-    timed("gate", &|| gate_and_fallback(&model));
+    timed("auto open", &|| auto_opens_the_device(&model));
     timed("worker", &worker_reports_the_upload);
     timed("bench", &|| bench_on_the_gpu(&path, &lib));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -328,21 +328,8 @@ fn open_exact(model: &Arc<Model>, backend: BackendChoice) -> Result<backend_open
     backend_open::open_engine(model.clone(), &placement, 16)
 }
 
-/// The escape hatch: with `DS4_HIP_FORWARD=0`, `--backend hip` fails with one line and auto falls
-/// back to the CPU with it.
-fn gate_and_fallback(model: &Arc<Model>) {
-    set_env("DS4_HIP_FORWARD", "0");
-    let e = open_exact(model, BackendChoice::Hip)
-        .err()
-        .expect("forward pass turned off");
-    assert!(
-        e.starts_with("--backend hip: DS4_HIP_FORWARD=0 turns the HIP forward pass off") && !e.contains('\n'),
-        "{e}"
-    );
-    let o = open_exact(model, BackendChoice::Auto).unwrap();
-    assert_eq!(o.backend.name(), "cpu");
-    assert!(o.fallback_reason.unwrap().contains("DS4_HIP_FORWARD=0"));
-    set_env("DS4_HIP_FORWARD", "1");
+/// `--backend auto` opens the device when one is usable, with no fallback reason.
+fn auto_opens_the_device(model: &Arc<Model>) {
     let o = open_exact(model, BackendChoice::Auto).unwrap();
     assert_eq!((o.backend.name(), o.fallback_reason), ("hip", None));
     // Progress through the engine entry point ends at the bytes placed: the data section, from the
@@ -448,7 +435,6 @@ fn bench_on_the_gpu(path: &Path, lib: &Path) {
             "1",
         ])
         .env("DS4_HIP_LIBRARY", lib)
-        .env("DS4_HIP_FORWARD", "1")
         .env("DS4_EMU_MEM_MIB", "512")
         .output()
         .unwrap();
@@ -463,6 +449,12 @@ fn bench_on_the_gpu(path: &Path, lib: &Path) {
         "{stderr}"
     );
     assert!(stderr.contains("measured device copy of"), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("knobs: ") && l.contains("DS4_HIP_LIBRARY=")),
+        "bench names the variables it ran with: {stderr}"
+    );
     let rows: Vec<&str> = stdout.lines().collect();
     assert_eq!(rows.len(), 3, "{stdout}");
     assert!(rows[1].starts_with("2,2,") && rows[2].starts_with("3,1,"), "{stdout}");

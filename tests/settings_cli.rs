@@ -133,6 +133,29 @@ fn bench_refuses_each_setting_out_of_range() {
     assert_subcommand_refuses("bench", &unopened_model(), &[], &cases);
 }
 
+/// `run`, `serve` and `bench` read the same config file as the app: a bad key there is their
+/// one-line refusal, naming the file and the key.
+#[test]
+fn run_serve_and_bench_read_the_config_file() {
+    let file = std::env::temp_dir().join(format!("ds4-chat-settings-test-{}.toml", std::process::id()));
+    std::fs::write(&file, "backend = \"cuda\"\n").unwrap();
+    let (model, config) = (unopened_model(), file.to_str().unwrap().to_string());
+    let want = format!(
+        "ds4-chat: config {config}: {}",
+        not_one_of("key `backend`", "cuda", BACKENDS)
+    );
+    for args in [
+        vec!["run", "-m", model.to_str().unwrap(), "-p", "hi"],
+        vec!["serve", "--demo"],
+        vec!["bench", "-m", model.to_str().unwrap()],
+    ] {
+        let mut args = args.clone();
+        args.extend(["--config", &config]);
+        assert_eq!(refused(&args), want, "{args:?}");
+    }
+    std::fs::remove_file(&file).unwrap();
+}
+
 /// The chat app checks its flags and config file before it needs a terminal; with stdout not a
 /// terminal (as here) the first bad setting is the one line printed.
 #[test]
@@ -187,11 +210,11 @@ fn backend_names_are_the_same_for_flags_and_config() {
 struct ShortModel(PathBuf);
 
 impl ShortModel {
-    fn write() -> ShortModel {
+    fn write(tag: &str) -> ShortModel {
         use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
         let mut spec = GenSpec::new(Preset::Micro, 3, ExpertMix::Q2);
         spec.hp.context_length = 64;
-        let path = std::env::temp_dir().join(format!("ds4-chat-settings-ctx64-{}.gguf", std::process::id()));
+        let path = std::env::temp_dir().join(format!("ds4-chat-settings-{tag}-{}.gguf", std::process::id()));
         SyntheticModel::new(&spec)
             .unwrap()
             .write_file(&path, 1, |_| {})
@@ -210,7 +233,7 @@ impl Drop for ShortModel {
 /// `score` and `bench` alike.
 #[test]
 fn subcommands_refuse_a_context_longer_than_the_model_states() {
-    let model = ShortModel::write();
+    let model = ShortModel::write("ctx64");
     let m = model.0.to_str().unwrap();
     let over = &out_of_range("--ctx", "65", "2 ..= 64, the model's context length");
     let cpu = ["--backend", "cpu"];
@@ -231,4 +254,246 @@ fn subcommands_refuse_a_context_longer_than_the_model_states() {
         .output()
         .expect("spawn ds4-chat");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `bench` names every tuning variable it ran with on stderr, and says so when none was set.
+#[test]
+fn bench_prints_the_knobs_it_ran_with() {
+    let model = ShortModel::write("knobs");
+    let bench = |vars: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ds4-chat"));
+        cmd.args(["bench", "-m", model.0.to_str().unwrap(), "--backend", "cpu", "-t", "1"])
+            .args([
+                "--ctx-start",
+                "4",
+                "--ctx-max",
+                "8",
+                "--step-incr",
+                "4",
+                "--gen-tokens",
+                "2",
+            ])
+            .args(["--peak-gbps", "1", "--config", "/nonexistent/ds4-chat.toml"]);
+        for k in ds4_chat::backend::knobs::KNOBS {
+            cmd.env_remove(k.name);
+        }
+        let out = cmd.envs(vars.iter().copied()).output().expect("spawn ds4-chat");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        let line = stderr.lines().find(|l| l.starts_with("knobs: ")).map(str::to_string);
+        line.unwrap_or_else(|| panic!("no knobs line: {stderr}"))
+    };
+    assert_eq!(bench(&[]), "knobs: none (all defaults)");
+    assert_eq!(
+        bench(&[("DS4_LOAD_THREADS", "3"), ("DS4_HIP_Q8_BLOCKS", "132")]),
+        "knobs: DS4_HIP_Q8_BLOCKS=132 DS4_LOAD_THREADS=3"
+    );
+}
+
+/// docs/configuration.md against the code: the flags of every command (clap's tree), the config
+/// file's keys (the parser's own list), the environment variables (the registry, and every
+/// `"DS4_…"` string in src/ and build.rs) and the removed variables.
+mod configuration_docs {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use clap::CommandFactory;
+    use ds4_chat::backend::knobs::{KNOBS, REMOVED};
+
+    const DOC: &str = "docs/configuration.md";
+
+    /// The table rows under `## section` (and, when given, `### sub`), as trimmed cells.
+    fn rows(doc: &str, section: &str, sub: Option<&str>) -> Vec<Vec<String>> {
+        let (mut h2, mut h3) = (String::new(), String::new());
+        let mut out = Vec::new();
+        for line in doc.lines() {
+            if let Some(t) = line.strip_prefix("## ") {
+                (h2, h3) = (t.trim().to_string(), String::new());
+            } else if let Some(t) = line.strip_prefix("### ") {
+                h3 = t.trim().to_string();
+            } else if h2 == section
+                && sub.is_none_or(|s| s == h3)
+                && (sub.is_some() || h3 != "Removed")
+                && line.starts_with("| ")
+                && line.contains('`')
+            {
+                let cells = line.trim().trim_matches('|').split('|').map(|c| c.trim().to_string());
+                out.push(cells.collect());
+            }
+        }
+        out
+    }
+
+    /// The first `` `--flag` `` or `` `NAME` `` of a cell, without the backticks.
+    fn first_code(cell: &str) -> String {
+        cell.split('`').nth(1).unwrap_or("").to_string()
+    }
+
+    fn compare(what: &str, documented: &BTreeSet<String>, code: &BTreeSet<String>) {
+        assert!(!code.is_empty(), "{what}: the code's list is empty");
+        assert!(!documented.is_empty(), "{what}: {DOC} lists none");
+        let missing: Vec<_> = code.difference(documented).collect();
+        let extra: Vec<_> = documented.difference(code).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "{what}: missing from {DOC}: {missing:?}; in {DOC} but not in the code: {extra:?}"
+        );
+    }
+
+    fn doc() -> String {
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DOC)).unwrap()
+    }
+
+    #[test]
+    fn every_flag_of_every_command_is_documented() {
+        let root = ds4_chat::cli::Cli::command();
+        let mut code = BTreeSet::new();
+        let mut commands = vec![("app".to_string(), &root)];
+        commands.extend(root.get_subcommands().map(|c| (c.get_name().to_string(), c)));
+        for (name, cmd) in commands {
+            for a in cmd.get_arguments() {
+                if let Some(long) = a.get_long().filter(|l| !["help", "version"].contains(l)) {
+                    code.insert(format!("{name} --{long}"));
+                }
+            }
+        }
+        assert!(code.len() > 60, "{code:?}");
+        let mut documented = BTreeSet::new();
+        for row in rows(&doc(), "Flags", None) {
+            for command in row[0].split(',') {
+                assert!(
+                    documented.insert(format!("{} {}", command.trim(), first_code(&row[1]))),
+                    "{row:?} twice"
+                );
+            }
+        }
+        compare("flags", &documented, &code);
+    }
+
+    /// The keys the config parser knows, from its own "expected one of" list.
+    fn parser_keys(text: &str) -> Vec<String> {
+        let e = ds4_chat::tui::config::parse(text).unwrap_err();
+        let list = e.split("expected one of").nth(1).unwrap_or_else(|| panic!("{e}"));
+        list.split('`').skip(1).step_by(2).map(str::to_string).collect()
+    }
+
+    #[test]
+    fn every_config_key_is_documented() {
+        let mut code: BTreeSet<String> = parser_keys("no_such_key = 1\n").into_iter().collect();
+        assert!(code.remove("remote"), "{code:?}");
+        code.extend(
+            parser_keys("[remote]\nno_such_key = 1\n")
+                .into_iter()
+                .map(|k| format!("remote.{k}")),
+        );
+        let documented = rows(&doc(), "Config file keys", None)
+            .iter()
+            .map(|r| first_code(&r[0]))
+            .collect();
+        compare("config keys", &documented, &code);
+    }
+
+    /// Every `"DS4_…` string literal in `text` outside its `#[cfg(test)]` module.
+    fn ds4_literals(text: &str, into: &mut BTreeSet<String>) {
+        let text = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        for (i, _) in text.match_indices("\"DS4_") {
+            let name: String = text[i + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            // A prefix test such as `starts_with("DS4_")` names no variable.
+            if name.len() > "DS4_".len() {
+                into.insert(name);
+            }
+        }
+    }
+
+    fn sources(dir: &Path, into: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, into);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                ds4_literals(&std::fs::read_to_string(&path).unwrap(), into);
+            }
+        }
+    }
+
+    #[test]
+    fn every_environment_variable_is_registered_and_documented() {
+        let doc = doc();
+        let runtime = rows(&doc, "Environment variables", None);
+        // The registry, row for row: name, the rule its error states, default and meaning.
+        for k in KNOBS {
+            let row = runtime
+                .iter()
+                .find(|r| first_code(&r[0]) == k.name)
+                .unwrap_or_else(|| panic!("{} is registered but not in {DOC}", k.name));
+            assert_eq!(
+                (row[1].as_str(), row[2].as_str(), row[3].as_str()),
+                (k.kind.expected().as_str(), k.default, k.meaning),
+                "{DOC}'s row of {} differs from the registry",
+                k.name
+            );
+        }
+        let registered: BTreeSet<String> = KNOBS.iter().map(|k| k.name.to_string()).collect();
+        let documented: BTreeSet<String> = runtime.iter().map(|r| first_code(&r[0])).collect();
+        compare("environment variables", &documented, &registered);
+        let removed: BTreeSet<String> = REMOVED.iter().map(|(n, _)| n.to_string()).collect();
+        let documented_removed = rows(&doc, "Environment variables", Some("Removed"))
+            .iter()
+            .map(|r| first_code(&r[0]))
+            .collect();
+        compare("removed variables", &documented_removed, &removed);
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut build = BTreeSet::new();
+        ds4_literals(&std::fs::read_to_string(root.join("build.rs")).unwrap(), &mut build);
+        let documented_build: BTreeSet<String> = rows(&doc, "Build-time variables", None)
+            .iter()
+            .map(|r| first_code(&r[0]))
+            .filter(|n| n.starts_with("DS4_"))
+            .collect();
+        compare("build-time variables", &documented_build, &build);
+        // Nothing in src/ names a variable the tables do not know.
+        let mut named = BTreeSet::new();
+        sources(&root.join("src"), &mut named);
+        assert!(named.len() >= registered.len() / 2, "{named:?}");
+        let known: BTreeSet<String> = registered
+            .iter()
+            .chain(&removed)
+            .chain(&documented_build)
+            .cloned()
+            .collect();
+        let unknown: Vec<_> = named.difference(&known).collect();
+        assert!(
+            unknown.is_empty(),
+            "src/ names variables that are neither registered in backend::knobs nor build-time: {unknown:?}"
+        );
+    }
+
+    #[test]
+    fn a_malformed_or_removed_variable_is_a_one_line_error() {
+        for (var, value, want) in [
+            (
+                "DS4_HIP_Q8_BLOCKS",
+                "many",
+                "DS4_HIP_Q8_BLOCKS=many: expected a whole number from 1 to 1048576",
+            ),
+            ("DS4_HIP_GRAPH", "off", "DS4_HIP_GRAPH=off: expected 0 or 1"),
+            ("DS4_HIP_EXACT", "1", "DS4_HIP_EXACT is no longer read: use --exact"),
+        ] {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_ds4-chat"))
+                .args(["inspect", "no-such-file.gguf"])
+                .env(var, value)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(
+                stderr.starts_with(&format!("ds4-chat: {want}")),
+                "{var}={value}: {stderr}"
+            );
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! The config file: documented defaults, one-line errors naming the key, flags over the file.
 
 use ds4_chat::cli::chat::{Args, apply_flags};
+use ds4_chat::cli::{GenerationArgs, PlacementArgs};
 use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
 use ds4_chat::model::chat::ThinkMode;
 use ds4_chat::tui::config::{self, Config, Theme};
@@ -128,8 +129,14 @@ fn flags_override_the_file() {
             think_max: true,
             ..Default::default()
         },
-        temp: Some(0.8),
-        backend: Some("cpu".into()),
+        generation: GenerationArgs {
+            temp: Some(0.8),
+            ..Default::default()
+        },
+        placement: PlacementArgs {
+            backend: Some("cpu".into()),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let c = apply_flags(file.clone(), &args).unwrap();
@@ -138,12 +145,18 @@ fn flags_override_the_file() {
     assert_eq!(c.sampling.temperature, 0.8);
     assert_eq!(c.backend, BackendChoice::Cpu);
     let bad = Args {
-        top_p: Some(1.5),
+        generation: GenerationArgs {
+            top_p: Some(1.5),
+            ..Default::default()
+        },
         ..Default::default()
     };
     assert!(apply_flags(file.clone(), &bad).unwrap_err().starts_with("--top-p"));
     let bad = Args {
-        weights: Some("mmap".into()),
+        placement: PlacementArgs {
+            weights: Some("mmap".into()),
+            ..Default::default()
+        },
         ..Default::default()
     };
     assert!(apply_flags(file, &bad).unwrap_err().starts_with("--weights"));

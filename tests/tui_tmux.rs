@@ -82,13 +82,13 @@ fn sigterm_and_sighup_restore_the_terminal() {
 
 #[test]
 fn panic_restores_the_terminal() {
-    let Some(t) = start("panic", "DS4_CHAT_TEST_PANIC=1", "") else {
+    let Some(t) = start("panic", "DS4_TEST_PANIC=1", "") else {
         return;
     };
     let s = t.wait("the app to exit", 120, |s| exit_line(s).is_some());
     assert_eq!(t.alternate_on(), "0", "{s}");
     assert!(
-        s.contains("DS4_CHAT_TEST_PANIC"),
+        s.contains("DS4_TEST_PANIC"),
         "the panic message must show on the normal screen:\n{s}"
     );
     assert_ne!(exit_line(&s).as_deref(), Some("EXIT=0"), "{s}");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the HIP runtime on the CPU (kernels/emu/hip_api.cpp) as OUTDIR/libamdhip64.so.5. With
-#   DS4_HIP_LIBRARY=OUTDIR/libamdhip64.so.5 DS4_HIP_FORWARD=1
+#   DS4_HIP_LIBRARY=OUTDIR/libamdhip64.so.5
 # a `--features hip` build runs its HIP backend end to end with the kernels executed by the CPU
 # emulator (slowly: a few seconds per token on the tiny preset). Test infrastructure only.
 # WARP=64 emulates a wave64 device.

@@ -16,9 +16,6 @@ pub enum Arithmetic {
     Exact,
 }
 
-/// The environment variable that forces exact mode (`DS4_HIP_EXACT=1`).
-pub const EXACT_ENV: &str = "DS4_HIP_EXACT";
-
 impl Arithmetic {
     /// The config/CLI spelling.
     pub fn as_str(self) -> &'static str {
@@ -34,14 +31,6 @@ impl Arithmetic {
             "fast" => Ok(Arithmetic::Fast),
             "exact" => Ok(Arithmetic::Exact),
             other => Err(format!("arithmetic: expected \"fast\" or \"exact\", got {other:?}")),
-        }
-    }
-
-    /// `Exact` when `DS4_HIP_EXACT` is set to anything but `0` or empty, else `self`.
-    pub fn with_env(self) -> Arithmetic {
-        match std::env::var(EXACT_ENV) {
-            Ok(v) if !v.trim().is_empty() && v.trim() != "0" => Arithmetic::Exact,
-            _ => self,
         }
     }
 }

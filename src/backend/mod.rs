@@ -12,16 +12,13 @@ pub mod cache_rows;
 pub mod cpu;
 #[cfg(feature = "hip")]
 pub mod hip;
+pub mod knobs;
 pub mod payload;
 // The kernel table is plain data: its tests run in builds without the `hip` feature too.
 #[cfg(all(test, not(feature = "hip")))]
 #[path = "hip/kernels/mod.rs"]
 #[allow(dead_code, unused_imports)]
 mod hip_kernels;
-// ... and the tuning variables' reader it uses, at the same place relative to it.
-#[cfg(all(test, not(feature = "hip")))]
-#[path = "hip/env.rs"]
-mod env;
 
 use std::fmt;
 use std::sync::Arc;

@@ -48,6 +48,8 @@ pub struct Args {
     pub csv: Option<PathBuf>,
     #[command(flatten)]
     pub placement: super::PlacementArgs,
+    #[command(flatten)]
+    pub config: super::ConfigArg,
 }
 
 /// One CSV row.
@@ -190,7 +192,7 @@ pub fn run(args: Args) -> CliResult {
         .map(|c| c as usize)
     };
     check_ctx_alloc(None)?;
-    let placement = args.placement.checked()?;
+    let placement = args.placement.checked(args.config.load(super::Config::default())?)?;
     if let Some(p) = args.peak_gbps
         && !(p.is_finite() && p > 0.0)
     {
@@ -258,6 +260,16 @@ pub fn run(args: Args) -> CliResult {
         per_token as f64 / (1u64 << 30) as f64,
         peak,
         peak_src
+    );
+    // Every tuning and diagnostic variable set, so a CSV can be reproduced (docs/configuration.md).
+    let knobs = crate::backend::knobs::non_default();
+    eprintln!(
+        "knobs: {}",
+        if knobs.is_empty() {
+            "none (all defaults)".to_string()
+        } else {
+            knobs.join(" ")
+        }
     );
     let eos = tok.as_ref().map_or(u32::MAX, |t| t.specials().eos);
     let mut out: Box<dyn Write> = match &args.csv {

@@ -4,12 +4,10 @@
 //! (the engine's, or the remote one on an OpenAI-compatible server).
 //! The UI itself is `tui::`.
 
-use std::path::PathBuf;
-
 use super::CliResult;
 use crate::engine::events::{Command, LoadRequest, ModelSource};
 use crate::engine::loader::EngineLoader;
-use crate::engine::settings::{self, named};
+use crate::engine::settings::named;
 use crate::engine::worker::Worker;
 use crate::remote::RemoteTarget;
 use crate::sessions::store::Store;
@@ -31,37 +29,12 @@ pub struct Args {
     /// Context size in tokens.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub ctx: Option<i64>,
-    /// Compute backend: auto, hip or cpu.
-    #[arg(long, value_name = "auto|hip|cpu")]
-    pub backend: Option<String>,
-    /// GPU weight placement: auto, copy or map.
-    #[arg(long, value_name = "auto|copy|map")]
-    pub weights: Option<String>,
-    /// CPU threads (0 = all cores).
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub threads: Option<i64>,
     #[command(flatten)]
-    pub arithmetic: super::ArithmeticArgs,
+    pub placement: super::PlacementArgs,
     #[command(flatten)]
     pub think: super::ThinkArgs,
-    /// System prompt ("" for none).
-    #[arg(long, value_name = "TEXT")]
-    pub system: Option<String>,
-    /// Sampling temperature (0 = greedy).
-    #[arg(long, value_name = "X", allow_negative_numbers = true)]
-    pub temp: Option<f64>,
-    #[arg(long, value_name = "X", allow_negative_numbers = true)]
-    pub top_p: Option<f64>,
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub top_k: Option<i64>,
-    #[arg(long, value_name = "X", allow_negative_numbers = true)]
-    pub min_p: Option<f64>,
-    /// Sampling seed (default: time-seeded).
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub seed: Option<i64>,
-    /// Most tokens per answer.
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub max_tokens: Option<i64>,
+    #[command(flatten)]
+    pub generation: super::GenerationArgs,
     /// Chat with an OpenAI-compatible server (vLLM, SGLang, llama-server, ds4-server, `ds4-chat
     /// serve`) instead of a local model, e.g. http://gpu-box:8000/v1.
     #[arg(long, value_name = "URL")]
@@ -72,9 +45,8 @@ pub struct Args {
     /// With --remote: the environment variable holding the API key (sent as a Bearer token).
     #[arg(long, value_name = "VAR")]
     pub api_key_env: Option<String>,
-    /// Config file (default: the path printed by --print-config).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub config: super::ConfigArg,
     /// Print the config file path and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -99,42 +71,9 @@ pub fn apply_flags(mut c: Config, a: &Args) -> Result<Config, String> {
     if let Some(v) = a.ctx {
         c.ctx = named("--ctx", config::parse_ctx(v))?;
     }
-    if let Some(v) = &a.backend {
-        c.backend = named("--backend", settings::parse_backend(v))?;
-    }
-    if let Some(v) = &a.weights {
-        c.weights = named("--weights", settings::parse_weights(v))?;
-    }
-    if let Some(v) = a.threads {
-        c.threads = named("--threads", settings::check_threads(v))?;
-    }
-    if let Some(mode) = a.arithmetic.requested() {
-        c.arithmetic = mode;
-    }
-    if let Some(mode) = a.think.requested() {
-        c.think = mode;
-    }
-    if let Some(v) = &a.system {
-        c.system = v.clone();
-    }
-    if let Some(v) = a.temp {
-        c.sampling.temperature = named("--temp", settings::check_temp(v))?;
-    }
-    if let Some(v) = a.top_p {
-        c.sampling.top_p = named("--top-p", settings::check_top_p(v))?;
-    }
-    if let Some(v) = a.top_k {
-        c.sampling.top_k = named("--top-k", settings::check_top_k(v))?;
-    }
-    if let Some(v) = a.min_p {
-        c.sampling.min_p = named("--min-p", settings::check_min_p(v))?;
-    }
-    if let Some(v) = a.seed {
-        c.sampling.seed = Some(named("--seed", settings::check_seed(v))?);
-    }
-    if let Some(v) = a.max_tokens {
-        c.max_tokens = named("--max-tokens", settings::check_max_tokens(v))?;
-    }
+    a.placement.apply(&mut c)?;
+    a.think.apply(&mut c);
+    a.generation.apply(&mut c)?;
     if let Some(v) = &a.remote {
         c.remote.url = Some(v.clone());
     }
@@ -145,10 +84,6 @@ pub fn apply_flags(mut c: Config, a: &Args) -> Result<Config, String> {
         c.remote.api_key_env = Some(v.clone());
     }
     Ok(c)
-}
-
-fn config_path(a: &Args) -> Option<PathBuf> {
-    a.config.clone().or_else(config::config_path)
 }
 
 /// Starts the engine worker with the application loader; it loads the model on `Command::Load`.
@@ -224,7 +159,7 @@ fn open_remote(config: Result<Config, String>, url: String) -> Opened {
 
 pub fn run(args: Args) -> CliResult {
     if args.print_config {
-        match config_path(&args) {
+        match args.config.path() {
             Some(p) => println!("{}", p.display()),
             None => return Err("no home directory: cannot place the config file (use --config FILE)".into()),
         }
@@ -238,11 +173,7 @@ pub fn run(args: Args) -> CliResult {
         return Err("--model and --api-key-env name what to ask a --remote server for".into());
     }
     // A bad config file or flag opens the UI with the error (and the same error on exit).
-    let loaded = match config_path(&args) {
-        Some(p) => config::load(&p),
-        None => Ok(Config::default()),
-    };
-    let config = loaded.and_then(|c| apply_flags(c, &args));
+    let config = args.config.load(Config::default()).and_then(|c| apply_flags(c, &args));
     let remote_url = match &config {
         Ok(c) if !local => c.remote.url.clone(),
         _ => args.remote.clone().filter(|_| !local),

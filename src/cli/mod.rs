@@ -17,6 +17,62 @@ pub mod tokenize;
 /// Error type of every subcommand: a one-line message.
 pub type CliResult = Result<(), String>;
 
+/// The command line of the `ds4-chat` binary (here rather than in main.rs so that tests can walk
+/// every flag through `clap::CommandFactory`, e.g. docs/configuration.md's check).
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "ds4-chat",
+    version,
+    about = "Chat with DeepSeek V4 Flash (ds4 GGUF) in the terminal"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Option<Cmd>,
+    #[command(flatten)]
+    pub chat: chat::Args,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Cmd {
+    /// Print a model file's architecture, hyperparameters and byte accounting.
+    Inspect(inspect::Args),
+    /// Check that this machine is ready to run the model on its GPU (one line per check, exit 0 when ready).
+    Doctor(doctor::Args),
+    /// Write a synthetic ds4-layout GGUF with deterministic random weights.
+    GenModel(gen_model::Args),
+    /// Tokenize text with the model's tokenizer.
+    Tokenize(tokenize::Args),
+    /// Generate an answer headlessly (stdout), optionally dumping logprobs.
+    Run(run::Args),
+    /// Teacher-forced scoring of a token sequence (JSON).
+    Score(score::Args),
+    /// Measure prefill and decode speed (CSV).
+    Bench(bench::Args),
+    /// Check the GPU kernels and the engine against the CPU reference.
+    Selftest(selftest::Args),
+    /// Serve the model over an OpenAI-compatible HTTP API (chat completions, streaming).
+    Serve(serve::Args),
+}
+
+/// Runs the parsed command line: the environment variables are checked first (a malformed one is
+/// the one-line error, before anything loads), then the subcommand, or the chat app without one.
+pub fn dispatch(args: Cli) -> CliResult {
+    crate::backend::knobs::validate()?;
+    match args.cmd {
+        Some(Cmd::Inspect(a)) => inspect::run(a),
+        Some(Cmd::Doctor(a)) => doctor::run(a),
+        Some(Cmd::GenModel(a)) => gen_model::run(a),
+        Some(Cmd::Tokenize(a)) => tokenize::run(a),
+        Some(Cmd::Run(a)) => run::run(a),
+        Some(Cmd::Score(a)) => score::run(a),
+        Some(Cmd::Bench(a)) => bench::run(a),
+        Some(Cmd::Selftest(a)) => selftest::run(a),
+        Some(Cmd::Serve(a)) => serve::run(a),
+        None => chat::run(args.chat),
+    }
+}
+
 /// The `--exact` flag of the app, `run`, `score`, `bench` and `selftest`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ArithmeticArgs {
@@ -37,19 +93,48 @@ impl ArithmeticArgs {
     }
 }
 
-/// Where the engine runs: `--threads`, `--backend`, `--weights` and `--exact` of `run`, `serve`
-/// and `bench`.
-#[derive(clap::Args, Debug, Clone)]
+/// The config file flag of the app, `run`, `serve` and `bench`: the user settings are loaded once
+/// from it (docs/configuration.md), then each subcommand's flags are applied on top.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ConfigArg {
+    /// Config file (default: the path printed by `ds4-chat --print-config`; a missing file is the
+    /// defaults).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+}
+
+impl ConfigArg {
+    /// The file to read: `--config`, else the platform's config path (`None` without a home).
+    pub fn path(&self) -> Option<std::path::PathBuf> {
+        self.config.clone().or_else(crate::tui::config::config_path)
+    }
+
+    /// The settings of the file over `base` (a subcommand's defaults); the error names the file.
+    pub fn load(&self, base: Config) -> Result<Config, String> {
+        match self.path() {
+            Some(p) => crate::tui::config::load_over(&p, base),
+            None => Ok(base),
+        }
+    }
+}
+
+/// The one settings value of a run: the config file's keys over the defaults, the flags over both.
+pub use crate::tui::config::Config;
+
+/// Where the engine runs: `--threads`, `--backend`, `--weights` and `--exact` of the app, `run`,
+/// `serve` and `bench` (config keys `threads`, `backend`, `weights`, `arithmetic`).
+#[derive(clap::Args, Debug, Clone, Default)]
 pub struct PlacementArgs {
-    /// CPU threads (0 = all cores).
-    #[arg(short = 't', long, default_value_t = 0, allow_negative_numbers = true)]
-    pub threads: i64,
-    /// auto (GPU when usable, else CPU), hip or cpu.
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
-    /// GPU weight placement: auto (copy when device memory holds the weights, else map), copy or map.
-    #[arg(long, default_value = "auto")]
-    pub weights: String,
+    /// CPU threads, 0 = all cores [default: 0].
+    #[arg(short = 't', long, value_name = "N", allow_negative_numbers = true)]
+    pub threads: Option<i64>,
+    /// auto (GPU when usable, else CPU), hip or cpu [default: auto].
+    #[arg(long, value_name = "auto|hip|cpu")]
+    pub backend: Option<String>,
+    /// GPU weight placement: auto (copy when device memory holds the weights, else map), copy or map
+    /// [default: auto].
+    #[arg(long, value_name = "auto|copy|map")]
+    pub weights: Option<String>,
     #[command(flatten)]
     pub arithmetic: ArithmeticArgs,
 }
@@ -58,16 +143,105 @@ pub struct PlacementArgs {
 pub use crate::engine::backend_open::Placement;
 
 impl PlacementArgs {
-    /// Every flag checked; the error is one line naming the flag.
-    pub fn checked(&self) -> Result<Placement, String> {
+    /// The flags given, applied over `c`; the error is one line naming the flag.
+    pub fn apply(&self, c: &mut Config) -> Result<(), String> {
         use crate::engine::settings::{self, named};
-        Ok(Placement {
-            threads: named("--threads", settings::check_threads(self.threads))?,
-            backend: named("--backend", settings::parse_backend(&self.backend))?,
-            weights: named("--weights", settings::parse_weights(&self.weights))?,
-            arithmetic: self.arithmetic.arithmetic(),
-        })
+        if let Some(v) = self.threads {
+            c.threads = named("--threads", settings::check_threads(v))?;
+        }
+        if let Some(v) = &self.backend {
+            c.backend = named("--backend", settings::parse_backend(v))?;
+        }
+        if let Some(v) = &self.weights {
+            c.weights = named("--weights", settings::parse_weights(v))?;
+        }
+        if let Some(mode) = self.arithmetic.requested() {
+            c.arithmetic = mode;
+        }
+        Ok(())
     }
+
+    /// The placement of `base` with the flags applied (the subcommands that keep no other setting).
+    pub fn checked(&self, mut base: Config) -> Result<Placement, String> {
+        self.apply(&mut base)?;
+        Ok(placement_of(&base))
+    }
+}
+
+/// Where `c` runs the engine.
+pub fn placement_of(c: &Config) -> Placement {
+    Placement {
+        threads: c.threads,
+        backend: c.backend,
+        weights: c.weights,
+        arithmetic: c.arithmetic,
+    }
+}
+
+/// What to generate: the system prompt, the sampler and the answer's length, for the app and `run`
+/// (config keys `system`, `temp`, `top_p`, `top_k`, `min_p`, `seed`, `max_tokens`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct GenerationArgs {
+    /// System prompt ("" for none) [default: ds4's, "You are a helpful assistant"].
+    #[arg(long = "system", visible_alias = "sys", value_name = "TEXT")]
+    pub system: Option<String>,
+    /// Temperature (0 ..= 10); 0 is greedy [default: 1].
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub temp: Option<f64>,
+    /// Nucleus mass (0 < top_p <= 1) [default: 1].
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub top_p: Option<f64>,
+    /// Candidates kept (0 ..= 1024); 0 disables top-k [default: 0].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub top_k: Option<i64>,
+    /// Minimum probability relative to the top token (0 ..= 1) [default: 0.05].
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub min_p: Option<f64>,
+    /// Sampler seed [default: from the clock and pid].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub seed: Option<i64>,
+    /// Most tokens per answer [default: 16384 in the app, 50000 for `run`].
+    #[arg(short = 'n', long, value_name = "N", allow_negative_numbers = true)]
+    pub max_tokens: Option<i64>,
+}
+
+impl GenerationArgs {
+    /// The flags given, applied over `c`; the error is one line naming the flag.
+    pub fn apply(&self, c: &mut Config) -> Result<(), String> {
+        use crate::engine::settings::{self, named};
+        if let Some(v) = &self.system {
+            c.system = v.clone();
+        }
+        if let Some(v) = self.temp {
+            c.sampling.temperature = named("--temp", settings::check_temp(v))?;
+        }
+        if let Some(v) = self.top_p {
+            c.sampling.top_p = named("--top-p", settings::check_top_p(v))?;
+        }
+        if let Some(v) = self.top_k {
+            c.sampling.top_k = named("--top-k", settings::check_top_k(v))?;
+        }
+        if let Some(v) = self.min_p {
+            c.sampling.min_p = named("--min-p", settings::check_min_p(v))?;
+        }
+        if let Some(v) = self.seed {
+            c.sampling.seed = Some(named("--seed", settings::check_seed(v))?);
+        }
+        if let Some(v) = self.max_tokens {
+            c.max_tokens = named("--max-tokens", settings::check_max_tokens(v))?;
+        }
+        Ok(())
+    }
+}
+
+/// `--ctx` of the headless subcommands over `c.ctx`: `MIN_CLI_CTX ..= MAX_CTX` (the app's own
+/// `--ctx` keeps the app's minimum).
+pub fn apply_cli_ctx(ctx: Option<i64>, c: &mut Config) -> Result<(), String> {
+    use crate::engine::settings::{self, named};
+    if let Some(v) = ctx {
+        c.ctx = named("--ctx", settings::check_ctx(v, settings::MIN_CLI_CTX, None))?;
+    }
+    Ok(())
 }
 
 /// The reasoning-mode flags shared by the chat app and `run` (docs/prompt.md#think-modes).
@@ -85,6 +259,13 @@ pub struct ThinkArgs {
 }
 
 impl ThinkArgs {
+    /// The flag given, applied over `c` (config key `think`).
+    pub fn apply(&self, c: &mut Config) {
+        if let Some(mode) = self.requested() {
+            c.think = mode;
+        }
+    }
+
     /// The mode the flags ask for, `None` when no flag was given.
     pub fn requested(&self) -> Option<crate::model::chat::ThinkMode> {
         use crate::model::chat::ThinkMode;

@@ -54,41 +54,13 @@ pub struct Args {
     /// Feed these comma-separated token ids instead of a rendered prompt.
     #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with = "prompt")]
     pub tokens: Option<Vec<u32>>,
-    /// System prompt ("" for none).
-    #[arg(
-        long = "system",
-        visible_alias = "sys",
-        default_value = crate::model::chat::DEFAULT_SYSTEM_PROMPT
-    )]
-    pub system: String,
     #[command(flatten)]
     pub think: super::ThinkArgs,
-    /// Most tokens to generate.
-    #[arg(
-        short = 'n',
-        long = "max-tokens",
-        default_value_t = 50000,
-        allow_negative_numbers = true
-    )]
-    pub max_tokens: i64,
-    /// Temperature (0 ..= 10); 0 is greedy.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub temp: f64,
-    /// Nucleus mass (0 < top_p <= 1).
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub top_p: f64,
-    /// Candidates kept (0 ..= 1024); 0 disables top-k.
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub top_k: i64,
-    /// Minimum probability relative to the top token (0 ..= 1).
-    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
-    pub min_p: f64,
-    /// Sampler seed (default: from the clock and pid).
-    #[arg(long, allow_negative_numbers = true)]
-    pub seed: Option<i64>,
-    /// Context size in tokens.
-    #[arg(short = 'c', long, default_value_t = 32768, allow_negative_numbers = true)]
-    pub ctx: i64,
+    #[command(flatten)]
+    pub generation: super::GenerationArgs,
+    /// Context size in tokens (2 ..= 1048576) [default: 32768].
+    #[arg(short = 'c', long, value_name = "N", allow_negative_numbers = true)]
+    pub ctx: Option<i64>,
     /// Write ds4's greedy logprob dump (JSON) here instead of sampling.
     #[arg(long)]
     pub dump_logprobs: Option<PathBuf>,
@@ -97,7 +69,12 @@ pub struct Args {
     pub logprobs_top_k: i64,
     #[command(flatten)]
     pub placement: super::PlacementArgs,
+    #[command(flatten)]
+    pub config: super::ConfigArg,
 }
+
+/// `run`'s answers are longer than the app's by default: ds4's CLI default.
+pub const RUN_MAX_TOKENS: u32 = 50000;
 
 /// `run`'s settings after the range checks.
 struct RunSettings {
@@ -106,27 +83,31 @@ struct RunSettings {
     params: SamplingParams,
     logprobs_top_k: usize,
     placement: super::Placement,
+    think: ThinkMode,
+    system: String,
 }
 
 impl RunSettings {
-    /// Every flag checked against its range; the error is one line naming the flag.
+    /// The config file over `run`'s defaults, then every flag checked against its range; the error is
+    /// one line naming the flag or key.
     fn from_args(a: &Args) -> Result<RunSettings, String> {
-        let seed = match a.seed {
-            Some(v) => Some(named("--seed", settings::check_seed(v))?),
-            None => None,
+        let base = super::Config {
+            max_tokens: RUN_MAX_TOKENS,
+            ..Default::default()
         };
+        let mut c = a.config.load(base)?;
+        super::apply_cli_ctx(a.ctx, &mut c)?;
+        a.placement.apply(&mut c)?;
+        a.think.apply(&mut c);
+        a.generation.apply(&mut c)?;
         Ok(RunSettings {
-            ctx: named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX, None))? as usize,
-            max_tokens: named("--max-tokens", settings::check_max_tokens(a.max_tokens))? as usize,
-            params: SamplingParams {
-                temperature: named("--temp", settings::check_temp(a.temp))?,
-                top_p: named("--top-p", settings::check_top_p(a.top_p))?,
-                top_k: named("--top-k", settings::check_top_k(a.top_k))?,
-                min_p: named("--min-p", settings::check_min_p(a.min_p))?,
-                seed,
-            },
+            ctx: c.ctx as usize,
+            max_tokens: c.max_tokens as usize,
+            params: c.sampling.clone(),
             logprobs_top_k: named("--logprobs-top-k", settings::check_logprobs_top_k(a.logprobs_top_k))?,
-            placement: a.placement.checked()?,
+            placement: super::placement_of(&c),
+            think: c.think,
+            system: c.system,
         })
     }
 }
@@ -202,8 +183,8 @@ pub fn run(args: Args) -> CliResult {
     let ctx = settings::check_session_ctx(set.ctx, &model.hp)?;
     let tok = Tokenizer::from_gguf(&model.file).map_err(|e| e.to_string())?;
     let specials = *tok.specials();
-    // ds4's CLI thinks by default.
-    let requested = args.think.requested().unwrap_or(ThinkMode::High);
+    // ds4's CLI thinks by default (the config's default too).
+    let requested = set.think;
 
     let prompt_text = match (&args.prompt, &args.prompt_file) {
         (Some(p), None) => Some(p.clone()),
@@ -215,7 +196,7 @@ pub fn run(args: Args) -> CliResult {
     };
     let prompt: Vec<u32> = match (&args.tokens, prompt_text) {
         (Some(ids), None) => ids.clone(),
-        (None, Some(text)) => one_shot_prompt(&tok, &args.system, &text, requested, ctx as u32).ids,
+        (None, Some(text)) => one_shot_prompt(&tok, &set.system, &text, requested, ctx as u32).ids,
         (Some(_), Some(_)) => return Err("give either a prompt or --tokens, not both".into()),
         (None, None) => return Err("no prompt: give -p TEXT, --prompt-file FILE or --tokens IDS".into()),
     };

@@ -5,9 +5,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
 use super::CliResult;
-use crate::engine::events::{LoadRequest, ModelSource, SamplingParams};
-use crate::engine::settings::{self, named};
-use crate::model::chat::ThinkMode;
+use crate::engine::events::{LoadRequest, ModelSource};
 use crate::serve::auth::ApiKey;
 use crate::serve::{ServeOptions, TurnDefaults};
 
@@ -37,9 +35,9 @@ pub struct Args {
     /// The model's name in the API (default: the file name without .gguf).
     #[arg(long)]
     pub model_name: Option<String>,
-    /// Context size in tokens.
-    #[arg(short = 'c', long, default_value_t = 32768, allow_negative_numbers = true)]
-    pub ctx: i64,
+    /// Context size in tokens (2 ..= 1048576) [default: 32768].
+    #[arg(short = 'c', long, value_name = "N", allow_negative_numbers = true)]
+    pub ctx: Option<i64>,
     /// Requests that may wait while one generates; more get 429.
     #[arg(long, default_value_t = 16)]
     pub queue: usize,
@@ -51,6 +49,8 @@ pub struct Args {
     pub think: super::ThinkArgs,
     #[command(flatten)]
     pub placement: super::PlacementArgs,
+    #[command(flatten)]
+    pub config: super::ConfigArg,
 }
 
 /// `--host` and `--port` as one address (a name such as `localhost` is resolved).
@@ -79,13 +79,21 @@ fn options(a: &Args) -> Result<ServeOptions, String> {
     };
     let model_id = a.model_name.clone().or(file_id).unwrap_or_else(|| "ds4".to_string());
     let addr = resolve(&a.host, a.port)?;
-    let ctx = named("--ctx", settings::check_ctx(a.ctx, settings::MIN_CLI_CTX, None))?;
-    let placement = a.placement.checked()?;
+    // The config file's settings, with no answer limit unless it sets `max_tokens`; the flags win.
+    let base = super::Config {
+        max_tokens: u32::MAX,
+        ..Default::default()
+    };
+    let mut c = a.config.load(base)?;
+    super::apply_cli_ctx(a.ctx, &mut c)?;
+    a.placement.apply(&mut c)?;
+    a.think.apply(&mut c);
+    let placement = super::placement_of(&c);
     Ok(ServeOptions {
         addr,
         load: LoadRequest {
             source,
-            ctx,
+            ctx: c.ctx,
             backend: placement.backend,
             weights: placement.weights,
             arithmetic: placement.arithmetic,
@@ -96,10 +104,10 @@ fn options(a: &Args) -> Result<ServeOptions, String> {
         queue: a.queue,
         max_body: a.max_body_bytes,
         defaults: TurnDefaults {
-            sampling: SamplingParams::default(),
-            // ds4's CLI and server think by default.
-            think: a.think.requested().unwrap_or(ThinkMode::High),
-            max_tokens: u32::MAX,
+            // Requests that set none of these get the config's (ds4's defaults; thinking on).
+            sampling: c.sampling.clone(),
+            think: c.think,
+            max_tokens: c.max_tokens,
         },
     })
 }

@@ -13,7 +13,7 @@ use crate::model::Model;
 use super::events::{BackendChoice, WeightPlacement};
 
 /// Where an engine runs: the backend asked for, its GPU weight placement and arithmetic, and the
-/// CPU threads (0 = all cores). `cli::PlacementArgs::checked` builds it from flags, the worker from
+/// CPU threads (0 = all cores). `cli::placement_of` builds it from the settings, the worker from
 /// a `LoadRequest`; the default is the flags' default.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Placement {

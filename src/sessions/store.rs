@@ -131,9 +131,9 @@ pub struct SessionSummary {
 
 /// The data directory: `$DS4_DATA_DIR`, else the platform's.
 pub fn data_dir() -> Option<PathBuf> {
-    match std::env::var_os(DATA_DIR_ENV) {
-        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
-        _ => directories::ProjectDirs::from("", "", "ds4-chat").map(|d| d.data_dir().to_path_buf()),
+    match crate::backend::knobs::path(DATA_DIR_ENV) {
+        Some(d) => Some(d),
+        None => directories::ProjectDirs::from("", "", "ds4-chat").map(|d| d.data_dir().to_path_buf()),
     }
 }
 

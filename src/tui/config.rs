@@ -161,15 +161,26 @@ pub fn config_path() -> Option<PathBuf> {
 
 /// Reads the config file at `path`; a missing file gives the defaults.
 pub fn load(path: &Path) -> Result<Config, String> {
+    load_over(path, Config::default())
+}
+
+/// The config file at `path` over `base` (a subcommand's own defaults, such as `run`'s longer
+/// answers); a missing file gives `base`.
+pub fn load_over(path: &Path, base: Config) -> Result<Config, String> {
     match std::fs::read_to_string(path) {
-        Ok(text) => parse(&text).map_err(|e| format!("config {}: {e}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+        Ok(text) => parse_over(&text, base).map_err(|e| format!("config {}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(base),
         Err(e) => Err(format!("config {}: cannot read: {e}", path.display())),
     }
 }
 
 /// Parses and validates config text. Errors are one line and name the key.
 pub fn parse(text: &str) -> Result<Config, String> {
+    parse_over(text, Config::default())
+}
+
+/// The keys of `text` over `base`.
+pub fn parse_over(text: &str, base: Config) -> Result<Config, String> {
     let file: FileConfig = toml::from_str(text).map_err(|e| {
         let line = e
             .span()
@@ -180,7 +191,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
             None => msg.trim().to_string(),
         }
     })?;
-    let mut c = Config::default();
+    let mut c = base;
     if let Some(v) = file.ctx {
         c.ctx = named("key `ctx`", parse_ctx(v))?;
     }

@@ -103,14 +103,15 @@ fn event_loop(
     let mut dirty = false;
     let mut last_draw = Instant::now() - FRAME;
     // Lets the end-to-end test check that a panic restores the terminal (read once, not per frame).
-    let panic_after_first_frame = std::env::var_os("DS4_CHAT_TEST_PANIC").is_some();
+    let panic_after_first_frame =
+        crate::backend::knobs::switch(crate::backend::knobs::TEST_PANIC, false).unwrap_or(false);
     loop {
         if dirty && last_draw.elapsed() >= FRAME {
             terminal.draw(|f| ui::draw(f, app)).map_err(io)?;
             last_draw = Instant::now();
             dirty = false;
             if panic_after_first_frame {
-                panic!("test panic requested by DS4_CHAT_TEST_PANIC");
+                panic!("test panic requested by DS4_TEST_PANIC");
             }
         }
         if app.should_quit {

@@ -11,7 +11,7 @@ step() { echo; echo "== $* ($(date -u +%T))"; }
 build_and_make_flash_model() {
   step "build shim + project kernels, ds4"
   bash "$tree/tests/hip-on-cuda/build-peers.sh" "$tree" "$tar" "$work" || exit 1
-  export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_HIP_FORWARD=1
+  export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5"
   yes "The quick brown fox jumps over the lazy dog." | head -c 40000 > /tmp/load-prompt.txt
   step "Flash-shaped q2 file in /dev/shm"
   if [ -s "$model" ]; then echo "reusing $model ($(stat -c %s "$model") bytes)"; else

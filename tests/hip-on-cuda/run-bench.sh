@@ -13,7 +13,7 @@ model=/dev/shm/flash.gguf
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.memory --format=csv
   step "build shim + project kernels, ds4"
   bash "$tree/tests/hip-on-cuda/build-peers.sh" "$tree" "$tar" "$work" || exit 1
-  export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_HIP_FORWARD=1
+  export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5"
   step "Flash-shaped q2 file in /dev/shm"
   /usr/bin/time -f "gen-model: %e s wall, max RSS %M KiB" "$bin" gen-model --preset flash --seed 1 --out "$model" 2>&1 | tail -2
   step "ds4-bench (CUDA, weights copied to the device)"

@@ -32,7 +32,7 @@ theirs() { # FILE LABEL
     step "disk-bound: $disk ($(stat -f -c %T "$disk"))"
     cp "$model" "$disk/flash.gguf" && sync
     drop_pages "$disk/flash.gguf"; ours "$disk/flash.gguf" "disk, O_DIRECT"
-    drop_pages "$disk/flash.gguf"; DS4_LOAD_DIRECT=0 ours "$disk/flash.gguf" "disk, plain reads"
+    drop_pages "$disk/flash.gguf"; DS4_LOAD_MODE=buffered ours "$disk/flash.gguf" "disk, plain reads"
     drop_pages "$disk/flash.gguf"; theirs "$disk/flash.gguf" "disk"
     rm -f "$disk/flash.gguf"
   else

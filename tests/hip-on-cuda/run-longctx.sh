@@ -20,7 +20,7 @@ model=/dev/shm/flash.gguf
 long=/dev/shm/longctx-prompt.txt
 ctx_max="${CTX_MAX:-133120}"; step_incr="${STEP:-16384}"; gen="${GEN:-64}"
 flags=(--ctx-start 2048 --ctx-max "$ctx_max" --step-incr "$step_incr" --gen-tokens "$gen")
-export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_HIP_FORWARD=1
+export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5"
 {
   if [[ $part == setup || $part == all ]]; then
     step device

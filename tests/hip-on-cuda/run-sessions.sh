@@ -16,7 +16,7 @@ model=/dev/shm/flash.gguf
   step "build shim + project kernels"
   bash "$tree/tests/hip-on-cuda/build.sh" "$work" sm_90 >/dev/null || { echo "SHIM BUILD FAILED"; exit 1; }
   bash "$tree/tools/build-kernels-nvcc.sh" "$work/kernels" sm_90 || exit 1
-  export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_HIP_FORWARD=1
+  export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5"
   step "Flash-shaped q2 file in /dev/shm"
   [ -f "$model" ] || "$bin" gen-model --preset flash --seed 1 --out "$model" 2>&1 | tail -2
   step "8k-token conversation: time to ready from the KV snapshot vs prefilled again (HIP, weights copied)"

@@ -24,7 +24,7 @@ source "$tree/tests/hip-on-cuda/common.sh"
   step "build shim + project kernels"
   bash "$tree/tests/hip-on-cuda/build.sh" "$work" sm_90 >/dev/null || { echo "SHIM BUILD FAILED"; exit 1; }
   bash "$tree/tools/build-kernels-nvcc.sh" "$work/kernels" sm_90 || { echo "PROJECT KERNEL BUILD FAILED"; exit 1; }
-  export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5" DS4_HIP_FORWARD=1
+  export DS4_KERNEL_DIR="$work/kernels" DS4_HIP_LIBRARY="$work/lib/libamdhip64.so.5"
   step "selftest: runtime checks, kernel module"
   timeout 120 "$bin" selftest --backend hip; echo "selftest rc=$?"
   step "every kernel against the CPU reference, bitwise (tests/hip_kernels)"

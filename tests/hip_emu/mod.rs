@@ -62,7 +62,6 @@ pub fn use_emulated_hip() -> Option<PathBuf> {
                 // reads HIP's environment (every HIP test calls this function first).
                 unsafe {
                     std::env::set_var("DS4_HIP_LIBRARY", &lib);
-                    std::env::set_var("DS4_HIP_FORWARD", "1");
                     std::env::remove_var("DS4_KERNEL_DIR");
                 }
                 Some(lib)

@@ -10,17 +10,17 @@
 use crate::backend::{DevicePick, DeviceSample, EngineError};
 
 use super::acts::{Acts, STEP_TOKENS};
-use super::env::env_switch_on;
 use super::kernels::{self, Launch};
 use super::pass::{Pass, dev};
 use super::runtime::{CaptureMode, GraphExec, PinnedBuffer, Stream};
+use crate::backend::knobs;
 
 /// Environment variable that turns the captured decode graph off (`0`: direct launches).
 pub const GRAPH_ENV: &str = "DS4_HIP_GRAPH";
 
 /// Whether `DS4_HIP_GRAPH` leaves the decode graph on (anything but `0`).
 pub(super) fn graph_enabled() -> bool {
-    env_switch_on(GRAPH_ENV)
+    knobs::switch_on(GRAPH_ENV)
 }
 
 /// The decode step captured as a graph, and the kernel launches one replay runs.

@@ -3,8 +3,7 @@
 //! activations, logits) are opened. Every session shares the three; opening one allocates only its
 //! own buffers, after the memory guard has checked that they fit next to the weights.
 //!
-//! Owns opening (`open_engine_with_progress`, `open_backend*`: runtime, kernels, the
-//! `DS4_HIP_FORWARD=0` escape hatch, then the weights placed by `open.rs`'s policy), the sharing and
+//! Owns opening (`open_engine_with_progress`, `open_backend*`: runtime, kernels, then the weights placed by `open.rs`'s policy), the sharing and
 //! the per-session memory check. The forward pass is `backend.rs`'s.
 
 use std::sync::Arc;
@@ -17,9 +16,7 @@ use crate::model::Model;
 use super::backend::{HipBackend, placement_of};
 use super::footprint::{ctx_hint, session_bytes};
 use super::kernel_module::KernelModule;
-use super::open::{
-    DEVICE_RESERVE, FORWARD_ENV, copy_budget_of, forward_enabled, place_weights, plan_placement, unified_memory,
-};
+use super::open::{DEVICE_RESERVE, copy_budget_of, place_weights, plan_placement, unified_memory};
 use super::options::HipOptions;
 use super::runtime::HipContext;
 use super::weights::{DeviceWeights, data_section_bytes};
@@ -49,7 +46,7 @@ pub fn open_backend_with_progress(
 
 /// Place `model`'s weights on the device for sessions of about `ctx` tokens (the placement plan
 /// counts one such session), reporting a copy as `progress(done, total)` bytes after every chunk.
-/// Its sessions run `arithmetic` (`DS4_HIP_EXACT=1` forces exact).
+/// Its sessions run `arithmetic`.
 pub fn open_engine_with_progress(
     model: Arc<Model>,
     weights: WeightPlacement,
@@ -59,13 +56,6 @@ pub fn open_engine_with_progress(
 ) -> Result<HipEngine, String> {
     let hip = HipContext::new().map_err(|e| e.to_string())?;
     let kernels = KernelModule::load(&hip)?;
-    if !forward_enabled() {
-        return Err(format!(
-            "{FORWARD_ENV}=0 turns the HIP forward pass off ({} is usable and its kernels for {} load; selftest --backend hip checks them)",
-            hip.name(),
-            kernels.target
-        ));
-    }
     HipBackend::check_model(&model)?;
     let chunk = HipOptions::from_env(unified_memory(&hip, &kernels.target))?.prefill_chunk;
     let session = session_bytes(&model.hp, ctx, chunk);
@@ -124,7 +114,7 @@ impl HipEngine {
         }
     }
 
-    /// The engine whose sessions run `arithmetic` (`DS4_HIP_EXACT=1` still forces exact).
+    /// The engine whose sessions run `arithmetic` (`--exact`, config key `arithmetic`).
     pub fn with_arithmetic(mut self, arithmetic: Arithmetic) -> HipEngine {
         self.arithmetic = arithmetic;
         self
@@ -140,7 +130,7 @@ impl HipEngine {
     pub fn session(&self, ctx: usize) -> Result<HipBackend, String> {
         let (free, total) = self.hip.mem_info().map_err(|e| e.to_string())?;
         let options = HipOptions {
-            arithmetic: self.arithmetic.with_env(),
+            arithmetic: self.arithmetic,
             ..HipOptions::from_env(unified_memory(&self.hip, &self.kernels.target))?
         };
         // With the weights in place, nothing but the session is left to fit: the placement plan

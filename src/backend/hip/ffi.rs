@@ -278,9 +278,9 @@ pub fn load_from(names: &[&str]) -> Result<HipApi, LoadError> {
 /// `LIBRARY_CANDIDATES` that opens.
 pub fn api() -> Result<&'static HipApi, LoadError> {
     static API: OnceLock<Result<HipApi, LoadError>> = OnceLock::new();
-    API.get_or_init(|| match std::env::var(LIBRARY_ENV) {
-        Ok(path) if !path.is_empty() => load_from(&[path.as_str()]),
-        _ => load_from(LIBRARY_CANDIDATES),
+    API.get_or_init(|| match crate::backend::knobs::value(LIBRARY_ENV).ok().flatten() {
+        Some(path) => load_from(&[path.as_str()]),
+        None => load_from(LIBRARY_CANDIDATES),
     })
     .as_ref()
     .map_err(Clone::clone)

@@ -15,9 +15,9 @@
 
 use std::collections::HashMap;
 
-use super::env::env_switch_on;
 use super::kernels::{self, ALL_KERNELS, KERNEL_IMAGE_STEM, KernelDef, Launch};
 use super::runtime::{Function, HipContext, HipResult, LaunchDims, LaunchOrder, Module, Stream};
+use crate::backend::knobs;
 
 /// Environment variable naming one embedded AMD target to use (e.g. gfx1151).
 pub const TARGET_ENV: &str = "DS4_HIP_TARGET";
@@ -57,7 +57,7 @@ impl KernelModule {
                 .map_err(|e| format!("kernel image {}: {e}", path.display()))?;
             return Self::resolve(module, format!("sm_{major}{minor}"), path.display().to_string());
         }
-        let wanted = std::env::var(TARGET_ENV).ok().filter(|t| !t.is_empty());
+        let wanted = knobs::value(TARGET_ENV)?;
         let targets: Vec<&str> = kernels::embedded_targets()
             .into_iter()
             .filter(|t| wanted.as_deref().is_none_or(|w| w == *t))
@@ -95,7 +95,7 @@ impl KernelModule {
         Ok(KernelModule {
             _module: module,
             functions,
-            order: launch_order(&target, env_switch_on(OVERLAP_ENV)),
+            order: launch_order(&target, knobs::switch_on(OVERLAP_ENV)),
             target,
             source,
         })

@@ -13,8 +13,8 @@
 //!
 //! Owns the side streams and their events; `Pass::fork` / `Pass::join` use them.
 
-use super::env::env_switch_on;
 use super::runtime::{Event, HipContext, HipResult, Stream};
+use crate::backend::knobs;
 
 /// Environment variable that turns the side lanes off (`0`: every launch on the main stream).
 pub const LANES_ENV: &str = "DS4_HIP_LANES";
@@ -25,7 +25,7 @@ pub(super) const SIDE_LANES: usize = 3;
 
 /// Whether `DS4_HIP_LANES` leaves the side lanes on (anything but `0`).
 pub(super) fn lanes_enabled() -> bool {
-    env_switch_on(LANES_ENV)
+    knobs::switch_on(LANES_ENV)
 }
 
 /// The side streams of a session and the events that fork and join them: none when lanes are off.

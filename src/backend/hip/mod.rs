@@ -25,8 +25,7 @@
 //!   (from the environment by default).
 //! * `backend` — `HipBackend`, the `Backend` of the device: session buffers and `eval`;
 //!   `backend/state.rs` is its checkpoint payload (save_state / load_state).
-//! * `open` — `open_backend`, called by `engine::backend_open`: the `DS4_HIP_FORWARD=0` escape
-//!   hatch, the device memory guard and the weight placement policy; a failure is one line and
+//! * `open` — `open_backend`, called by `engine::backend_open`: the device memory guard and the weight placement policy; a failure is one line and
 //!   `--backend auto` falls back to the CPU with it.
 //! * `bandwidth` — peak device bandwidth (a timed device-to-device copy) for `bench`.
 //! * `profile` — `DS4_HIP_PROFILE=1`: device time per kernel of the forward pass.
@@ -36,8 +35,8 @@
 //!   `HipBackend` against the CPU engine on a model. Every kernel against the CPU reference is the
 //!   test suite tests/hip_kernels (on the emulator in CI, on a GPU by carrying its binary).
 //!
-//! Dependencies run one way, in this order (a file uses only those before it): env (the tuning
-//! variables' reader) → ffi → kernels (plain
+//! Dependencies run one way, in this order (a file uses only those before it; the
+//! environment variables are read through `backend::knobs`): ffi → kernels (plain
 //! data, also built without the feature) → runtime → kernel_module, profile, repeat, bandwidth → acts →
 //! prefill → footprint → weights → cache → lanes → pass → attention_layer, ffn_layer → layers →
 //! decode → options → backend → open (the placement policy) → engine (opening, sessions).
@@ -54,7 +53,6 @@ pub mod bandwidth;
 pub mod cache;
 mod decode;
 pub mod engine;
-mod env;
 pub mod ffi;
 mod ffn_layer;
 pub mod footprint;

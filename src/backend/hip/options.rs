@@ -2,8 +2,8 @@
 //! without changing what it computes: every choice gives the same bits, except the fast
 //! attention's slice length (`DS4_HIP_ATTENTION_ROWS`), which moves its sums within the fast
 //! tolerances. The engine fills them from the environment (`from_env`: `DS4_HIP_PREFILL_CHUNK`,
-//! `DS4_HIP_MATVEC_TOKENS`, `DS4_HIP_GRAPH`, `DS4_HIP_LANES`, `DS4_HIP_EXACT`, `DS4_HIP_Q8_BLOCKS`,
-//! `DS4_HIP_ATTENTION_ROWS`, README "GPU backend"); a program that opens a backend itself passes its
+//! `DS4_HIP_MATVEC_TOKENS`, `DS4_HIP_GRAPH`, `DS4_HIP_LANES`, `DS4_HIP_Q8_BLOCKS`,
+//! `DS4_HIP_ATTENTION_ROWS`, …; docs/configuration.md#environment-variables); a program that opens a backend itself passes its
 //! own.
 
 use super::decode;
@@ -56,7 +56,7 @@ impl HipOptions {
             matvec_tokens: prefill::matvec_max_tokens()?,
             decode_graph: decode::graph_enabled(),
             lanes: lanes::lanes_enabled(),
-            arithmetic: Arithmetic::default().with_env(),
+            arithmetic: Arithmetic::default(),
             fast_grids: FastGrids::from_env()?,
         })
     }

@@ -7,8 +7,8 @@
 //! same for every batch size (`layers.rs`), and `backend.rs` splits an `eval` into chunks.
 
 use super::acts::Acts;
-use super::env::env_number;
 use super::kernels::{self, ExpertGrouping, ExpertTiles};
+use crate::backend::knobs;
 
 /// Tokens per prefill chunk on a discrete GPU. Every non-expert weight is read once per chunk
 /// instead of once per token (64-token GEMM tiles), and the routed experts see chunk·K_e
@@ -33,7 +33,7 @@ pub const PREFILL_CHUNK_ENV: &str = "DS4_HIP_PREFILL_CHUNK";
 /// [`PREFILL_CHUNK`] (a session allocates for at most its ctx tokens).
 pub fn prefill_chunk(unified: bool) -> Result<usize, String> {
     let default = if unified { PREFILL_CHUNK_UNIFIED } else { PREFILL_CHUNK };
-    Ok(env_number(PREFILL_CHUNK_ENV, |&n: &usize| n > 0, "a positive token count")?.unwrap_or(default))
+    Ok(knobs::number(PREFILL_CHUNK_ENV)?.unwrap_or(default))
 }
 
 /// Batches of at most this many tokens run the decode kernels with one grid row per token (matvecs,
@@ -50,7 +50,7 @@ pub const MATVEC_TOKENS_ENV: &str = "DS4_HIP_MATVEC_TOKENS";
 /// [`MATVEC_MAX_TOKENS`], or `DS4_HIP_MATVEC_TOKENS` when set to a count (never below 1: a single
 /// token always takes the decode kernels).
 pub fn matvec_max_tokens() -> Result<usize, String> {
-    let n = env_number(MATVEC_TOKENS_ENV, |_: &usize| true, "a token count")?;
+    let n: Option<usize> = knobs::number(MATVEC_TOKENS_ENV)?;
     Ok(n.map_or(MATVEC_MAX_TOKENS, |n| n.max(1)))
 }
 
@@ -80,6 +80,20 @@ mod tests {
     use super::*;
     use crate::backend::hip::acts::activation_bytes;
     use crate::model::hparams::HParams;
+
+    /// The registry documents these defaults (docs/configuration.md is checked against it).
+    #[test]
+    fn the_registry_states_the_defaults() {
+        use crate::backend::knobs::knob_named;
+        assert_eq!(
+            knob_named(PREFILL_CHUNK_ENV).unwrap().default,
+            format!("{PREFILL_CHUNK} ({PREFILL_CHUNK_UNIFIED} unified memory)")
+        );
+        assert_eq!(
+            knob_named(MATVEC_TOKENS_ENV).unwrap().default,
+            MATVEC_MAX_TOKENS.to_string()
+        );
+    }
 
     /// The activation memory of a chunk, for the report (kernels/README.md): Flash with
     /// PREFILL_CHUNK-token chunks. Grows with ctx only through the indexer scores and the attention scores.

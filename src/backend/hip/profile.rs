@@ -41,7 +41,10 @@ impl LaunchProfile {
     }
 
     pub fn from_env(ctx: &HipContext) -> LaunchProfile {
-        let mode = std::env::var(PROFILE_ENV).unwrap_or_default();
+        let mode = crate::backend::knobs::value(PROFILE_ENV)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
         let by_shape = mode == "shapes";
         LaunchProfile {
             ctx: (mode == "1" || by_shape).then(|| ctx.clone()),

@@ -14,7 +14,12 @@ pub const REPEAT_ENV: &str = "DS4_HIP_REPEAT";
 fn repeated() -> &'static [String] {
     static NAMES: OnceLock<Vec<String>> = OnceLock::new();
     NAMES.get_or_init(|| {
-        let names = kernel_names(&std::env::var(REPEAT_ENV).unwrap_or_default());
+        let names = kernel_names(
+            &crate::backend::knobs::value(REPEAT_ENV)
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        );
         if !names.is_empty() {
             eprintln!(
                 "{REPEAT_ENV}={}: these kernels run twice per decode step; outputs are wrong (timing attribution only)",

@@ -83,7 +83,7 @@ pub fn run_forward_check(
         model.clone(),
         ctx,
         HipOptions {
-            arithmetic: arithmetic.with_env(),
+            arithmetic,
             ..HipOptions::from_env(unified)?
         },
     )?;
@@ -92,7 +92,7 @@ pub fn run_forward_check(
         t0.elapsed().as_secs_f64(),
         gpu.memory().device_weight_bytes as f64 / (1 << 20) as f64,
         gpu.memory().kv_bytes as f64 / (1 << 20) as f64,
-        arithmetic.with_env(),
+        arithmetic,
     ));
     let mut cpu = CpuBackend::new(model.clone(), ctx, 0).map_err(|e| e.to_string())?;
 

@@ -26,8 +26,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
 
-use super::env::env_number;
 use super::runtime::{DeviceBuffer, HipContext, HostRegistration, PinnedBuffer};
+use crate::backend::knobs;
 
 /// Default chunk (and pinned staging buffer) size.
 pub const STAGING_BYTES: usize = 64 << 20;
@@ -53,24 +53,12 @@ pub enum ReadMode {
 }
 
 impl ReadMode {
-    /// `DS4_LOAD_MODE` (auto | direct | buffered | register); the older `DS4_LOAD_DIRECT` (0 or 1)
-    /// still selects buffered or direct.
+    /// `DS4_LOAD_MODE` (auto | direct | buffered | register; the registry checks the word).
     fn from_env() -> Result<ReadMode, String> {
-        match std::env::var("DS4_LOAD_MODE").ok().as_deref() {
-            Some("auto") => return Ok(ReadMode::Auto),
-            Some("direct") => return Ok(ReadMode::Direct),
-            Some("buffered") => return Ok(ReadMode::Buffered),
-            Some("register") => return Ok(ReadMode::Register),
-            Some(other) => {
-                return Err(format!(
-                    "DS4_LOAD_MODE={other}: expected auto, direct, buffered or register"
-                ));
-            }
-            None => {}
-        }
-        Ok(match std::env::var("DS4_LOAD_DIRECT").ok().as_deref() {
-            Some("0") => ReadMode::Buffered,
-            Some("1") => ReadMode::Direct,
+        Ok(match knobs::value(knobs::LOAD_MODE)?.as_deref() {
+            Some("direct") => ReadMode::Direct,
+            Some("buffered") => ReadMode::Buffered,
+            Some("register") => ReadMode::Register,
             _ => ReadMode::Auto,
         })
     }
@@ -116,21 +104,14 @@ impl Staging {
     /// applied.
     fn from_env(integrated: bool) -> Result<Staging, String> {
         let mut s = Staging::defaults(integrated);
-        let num = |k: &str, max: usize| {
-            env_number(
-                k,
-                |n: &usize| (1..=max).contains(n),
-                &format!("a whole number from 1 to {max}"),
-            )
-        };
-        if let Some(t) = num("DS4_LOAD_THREADS", 256)? {
+        if let Some(t) = knobs::number::<usize>(knobs::LOAD_THREADS)? {
             s.threads = t;
             s.buffers = 2 * t;
         }
-        if let Some(mib) = num("DS4_LOAD_CHUNK_MIB", 4096)? {
+        if let Some(mib) = knobs::number::<usize>(knobs::LOAD_CHUNK_MIB)? {
             s.chunk_bytes = mib << 20;
         }
-        if let Some(b) = num("DS4_LOAD_BUFFERS", 1024)? {
+        if let Some(b) = knobs::number::<usize>(knobs::LOAD_BUFFERS)? {
             s.buffers = b;
         }
         Ok(s)
@@ -163,11 +144,7 @@ impl LoadOptions {
         let integrated = ctx.info().integrated;
         Ok(LoadOptions {
             mode: ReadMode::from_env()?,
-            drop_behind: match std::env::var("DS4_LOAD_DROP_CACHE").ok().as_deref() {
-                Some("0") => false,
-                Some("1") => true,
-                _ => integrated,
-            },
+            drop_behind: knobs::switch(knobs::LOAD_DROP_CACHE, integrated)?,
             staging: Staging::from_env(integrated)?,
         })
     }

@@ -1,11 +1,13 @@
-//! What `doctor` reads from the machine: sysfs and procfs under `DS4_SYSFS_ROOT` and
-//! `DS4_PROCFS_ROOT`, device nodes under `DS4_DEV_ROOT` (each `/` by default), the ROCm library
-//! (`DS4_HIP_LIBRARY` or the usual directories) and the model file. Owns the reading only; every
-//! verdict is in `checks.rs`, so fake trees exercise the same code as a real machine.
+//! What `doctor` reads from the machine: sysfs and procfs under the test hooks
+//! `DS4_TEST_SYSFS_ROOT` and `DS4_TEST_PROCFS_ROOT`, device nodes under `DS4_TEST_DEV_ROOT` (each `/`
+//! by default), the ROCm library (`DS4_HIP_LIBRARY` or the usual directories) and the model file.
+//! Owns the reading only; every verdict is in `checks.rs`, so fake trees exercise the same code as
+//! a real machine.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::backend::knobs;
 use crate::engine::memguard::meminfo_field;
 
 /// The roots the probe reads under.
@@ -19,14 +21,15 @@ pub struct Roots {
 }
 
 impl Roots {
-    /// From `DS4_SYSFS_ROOT`, `DS4_PROCFS_ROOT` and `DS4_DEV_ROOT` (default `/`).
+    /// From the test hooks `DS4_TEST_SYSFS_ROOT`, `DS4_TEST_PROCFS_ROOT` and `DS4_TEST_DEV_ROOT`
+    /// (default `/`), and `DS4_HIP_LIBRARY`.
     pub fn from_env() -> Roots {
-        let root = |var: &str| PathBuf::from(std::env::var(var).ok().filter(|v| !v.is_empty()).unwrap_or("/".into()));
+        let root = |var: &str| knobs::path(var).unwrap_or_else(|| PathBuf::from("/"));
         Roots {
-            sys: root("DS4_SYSFS_ROOT").join("sys"),
-            proc: root("DS4_PROCFS_ROOT").join("proc"),
-            dev: root("DS4_DEV_ROOT").join("dev"),
-            hip_library: std::env::var_os("DS4_HIP_LIBRARY").map(PathBuf::from),
+            sys: root(knobs::TEST_SYSFS_ROOT).join("sys"),
+            proc: root(knobs::TEST_PROCFS_ROOT).join("proc"),
+            dev: root(knobs::TEST_DEV_ROOT).join("dev"),
+            hip_library: knobs::path(knobs::HIP_LIBRARY),
         }
     }
 }
@@ -193,8 +196,8 @@ fn probe_rocm(hip_library: Option<&Path>) -> Rocm {
         };
     }
     let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Ok(r) = std::env::var("ROCM_PATH") {
-        dirs.push(Path::new(&r).join("lib"));
+    if let Some(r) = knobs::path(knobs::ROCM_PATH) {
+        dirs.push(r.join("lib"));
     }
     dirs.extend(
         ["/opt/rocm/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]

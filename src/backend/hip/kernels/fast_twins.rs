@@ -4,17 +4,17 @@
 //! the fast tolerances). The twins take the exact kernels' parameter lists, so the launch sequence
 //! is built once and the arithmetic is chosen where it runs (`Pass::run`).
 
-use super::super::env::env_number;
 use super::abi::{
     ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_MIX_FAST, HC_POST_FAST, HC_POST_PRE_FAST,
     HC_POST_PRE_TOKEN_FAST, HC_PRE_FUSED_FAST, HC_PRE_TOKEN_FAST, INDEXER_SCORES_DECODE_FAST, INDEXER_SCORES_FAST,
     KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST,
     ROUTER_FAST, ROWS_FINISH_FAST, ROWS_FINISH_HADAMARD_FAST, kernel_def,
 };
-use super::attention_fast::{ATTENTION_SLICE_ROUND, ATTENTION_SPLIT_ROWS};
+use super::attention_fast::ATTENTION_SPLIT_ROWS;
 use super::launch::{BLOCK, Launch, blocks};
 use super::moe::ExpertFormat;
 use super::sample::SAMPLE_FAST_BLOCKS;
+use crate::backend::knobs;
 
 /// Tokens per block of the dense matrix-core GEMMs (kernels/gemm_fast.hip DS4_MM_TOKS); their row
 /// tiles are the exact GEMMs' 64.
@@ -114,19 +114,12 @@ impl FastGrids {
     /// 256), `DS4_HIP_MOE_ROWS` (a power of two from 8 to 256) and
     /// `DS4_HIP_INDEXER_DECODE_TOKENS` (a token count, 0: never) applied; malformed is a one-line error naming it.
     pub fn from_env() -> Result<FastGrids, String> {
-        let q8 = env_number(Q8_0_FAST_BLOCKS_ENV, |&n: &u32| n > 0, "a positive block count")?;
-        let rows = env_number(
-            ATTENTION_ROWS_ENV,
-            |&n| attention_rows_valid(n),
-            "a multiple of 8 from 8 to 256",
-        )?;
-        let mma = env_number(
-            ATTENTION_MMA_ENV,
-            |&n: &u32| n == 0 || (n.is_multiple_of(16) && attention_rows_valid(n)),
-            "0 or a multiple of 16 from 16 to 256",
-        )?;
-        let moe = env_number(MOE_ROWS_ENV, |&n| moe_rows_valid(n), "a power of two from 8 to 256")?;
-        let idx = env_number(INDEXER_DECODE_TOKENS_ENV, |_: &u32| true, "a token count")?;
+        // The ranges are the registry's (backend::knobs), the same rules as the validators below.
+        let q8 = knobs::number::<u32>(Q8_0_FAST_BLOCKS_ENV)?;
+        let rows = knobs::number::<u32>(ATTENTION_ROWS_ENV)?;
+        let mma = knobs::number::<u32>(ATTENTION_MMA_ENV)?;
+        let moe = knobs::number::<u32>(MOE_ROWS_ENV)?;
+        let idx = knobs::number::<u32>(INDEXER_DECODE_TOKENS_ENV)?;
         Ok(FastGrids {
             q8_0_max_blocks: q8.unwrap_or(Q8_0_FAST_MAX_BLOCKS),
             attention_rows: rows.unwrap_or(ATTENTION_SPLIT_ROWS),
@@ -150,13 +143,17 @@ pub fn q8_0_tiled_rows(n_in: u32) -> u32 {
 }
 
 /// Whether `n` may be the split decode attention's shortest slice (`DS4_HIP_ATTENTION_ROWS`): whole
-/// rounds of the kernels' slice length, at most the rows whose addresses a block stages.
+/// rounds of the kernels' slice length, at most the rows whose addresses a block stages. The
+/// variable's range in `backend::knobs` must say the same (checked by the tests below).
+#[cfg(test)]
 fn attention_rows_valid(n: u32) -> bool {
+    use super::attention_fast::ATTENTION_SLICE_ROUND;
     n.is_multiple_of(ATTENTION_SLICE_ROUND) && (ATTENTION_SLICE_ROUND..=256).contains(&n)
 }
 
 /// Whether `n` may be the fast routed gate/up's rows per block (`DS4_HIP_MOE_ROWS`): a power of two
 /// dividing the 256-element units the quantizing twin finishes, at least a row per warp.
+#[cfg(test)]
 fn moe_rows_valid(n: u32) -> bool {
     n.is_power_of_two() && (8..=256).contains(&n)
 }
@@ -547,6 +544,31 @@ mod tests {
         assert!([8, 16, 64, 256].into_iter().all(moe_rows_valid));
         assert!(![0, 4, 24, 512].into_iter().any(moe_rows_valid));
         assert!(moe_rows_valid(FastGrids::default().moe_rows));
+        // The environment variables accept exactly these values (backend::knobs is the parser).
+        let accepts = |name: &str, n: u32| {
+            crate::backend::knobs::check(crate::backend::knobs::knob_named(name).unwrap(), &n.to_string()).is_ok()
+        };
+        for n in 0..600 {
+            assert_eq!(accepts(ATTENTION_ROWS_ENV, n), attention_rows_valid(n), "{n}");
+            assert_eq!(accepts(MOE_ROWS_ENV, n), moe_rows_valid(n), "{n}");
+            let mma = n == 0 || (n.is_multiple_of(16) && attention_rows_valid(n));
+            assert_eq!(accepts(ATTENTION_MMA_ENV, n), mma, "{n}");
+        }
+        // ... and document these defaults (docs/configuration.md is checked against the registry).
+        let g = FastGrids::default();
+        for (name, value) in [
+            (Q8_0_FAST_BLOCKS_ENV, g.q8_0_max_blocks),
+            (ATTENTION_ROWS_ENV, g.attention_rows),
+            (ATTENTION_MMA_ENV, g.attention_mma_rows),
+            (MOE_ROWS_ENV, g.moe_rows),
+            (INDEXER_DECODE_TOKENS_ENV, g.indexer_decode_tokens),
+        ] {
+            assert_eq!(
+                crate::backend::knobs::knob_named(name).unwrap().default,
+                value.to_string(),
+                "{name}"
+            );
+        }
     }
 
     #[test]

@@ -88,9 +88,10 @@ pub const DEVICE_ENV: &str = "DS4_HIP_DEVICE";
 impl HipContext {
     /// Load the runtime, initialise it and open device `$DS4_HIP_DEVICE` (default 0).
     pub fn new() -> Result<HipContext, HipUnavailable> {
-        let ordinal = std::env::var(DEVICE_ENV)
+        // A malformed value was refused at start (backend::knobs::validate).
+        let ordinal = crate::backend::knobs::number::<i32>(DEVICE_ENV)
             .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
+            .flatten()
             .unwrap_or(0);
         HipContext::with_device(ordinal)
     }
@@ -298,11 +299,11 @@ impl HipContext {
     /// `$DS4_KERNEL_DIR/<stem>.sm_<major><minor>.cubin` (e.g. `ds4_kernels.sm_90.cubin`), an error if
     /// that file is missing, and `None` when the variable is unset.
     pub fn kernel_image_override(&self, stem: &str) -> Result<Option<(PathBuf, Vec<u8>)>, String> {
-        let Some(dir) = std::env::var_os(KERNEL_DIR_ENV).filter(|d| !d.is_empty()) else {
+        let Some(dir) = crate::backend::knobs::path(KERNEL_DIR_ENV) else {
             return Ok(None);
         };
         let (major, minor) = self.inner.info.compute_capability;
-        let path = PathBuf::from(dir).join(format!("{stem}.sm_{major}{minor}.cubin"));
+        let path = dir.join(format!("{stem}.sm_{major}{minor}.cubin"));
         match std::fs::read(&path) {
             Ok(bytes) => Ok(Some((path, bytes))),
             Err(e) => Err(format!(
