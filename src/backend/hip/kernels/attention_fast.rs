@@ -17,15 +17,15 @@ pub const ATTENTION_SPLIT_HEADS: u32 = 8;
 /// Rows per slice at least, by default (the kernels' min_chunk, [`AttentionSplitPlan::min_rows`]).
 /// A block's rows are a chain of dependent loads, so short slices on many blocks finish sooner: at a
 /// 2k context (640 rows; 40 slices of 16 under the 64-slice cap then) fast decode measured 90.3 t/s
-/// with 8, 90.0 with 16 and 88.3 with 32 on the H200 (Flash-shaped q2 file, one call,
-/// tests/hip-on-cuda/results/h200-2026-12-02-s11-call1.log). The partials, n_head x head_dim floats
+/// with 8, 90.0 with 16 and 88.3 with 32 on an H200 (Flash-shaped q2 file, interleaved runs,
+/// 2026-12-02, tests/hip-on-cuda/run-bench.sh). The partials, n_head x head_dim floats
 /// a slice, stay in the cache. `DS4_HIP_ATTENTION_ROWS` overrides it for tuning (`FastGrids`).
 pub const ATTENTION_SPLIT_ROWS: u32 = 8;
 /// Rows per slice at least of the matrix-core split (`ds4_attention_decode_split_mma`) when it is
-/// asked for (`DS4_HIP_ATTENTION_MMA=16`; off by default, kernels/README.md "Session 26"): one 16-row
+/// asked for (`DS4_HIP_ATTENTION_MMA=16`; off by default, kernels/README.md): one 16-row
 /// tile step a slice, so a 2k context's 640 rows are 40 slices of two blocks (32 heads each), one
 /// wave. On an H100 it measured within the spread of the CUDA-core split (+0.5% / +0.3% at 2k / 8k,
-/// 3 runs, tests/hip-on-cuda/results/h100-2026-12-06-s26.log) and slices of 32 rows slower; its f16
+/// 3 runs, 2026-12-06) and slices of 32 rows slower; its f16
 /// operands made one confident argmax flip on the emulator's mixed tiny model (tests/hip_emu_fast.rs),
 /// which the CUDA-core split does not.
 pub const ATTENTION_SPLIT_MMA_ROWS: u32 = 16;

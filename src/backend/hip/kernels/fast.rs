@@ -24,8 +24,8 @@ pub const MMA_TOKEN_TILE: u32 = 128;
 /// `ds4_hc_post_pre_token_fast`) instead of one block per mix row and token. A token's block reads
 /// its 4 x 4096-float state once instead of 24 times and needs no cross-block finish, but walks the
 /// 24 fn rows in turn; a few tokens finish sooner with a block per row (24 per token, one wave up
-/// to 5 tokens on the H200: 19.7 us a launch for one token, 12.4 us of it the finishing block,
-/// tests/hip-on-cuda/results/h200-2026-12-02-s10-final.log and -s10-hc-finish.log). At 16 tokens the
+/// to 5 tokens on an H200: 19.7 us a launch for one token, 12.4 us of it the finishing block,
+/// measured 2026-12-02). At 16 tokens the
 /// row layout needs three waves, which the per-token walk (one wave) should beat: an estimate, the
 /// crossing itself not yet measured. Both layouts give the same bits.
 pub const HC_TOKEN_BLOCKS_MIN_TOKENS: u32 = 16;
@@ -47,8 +47,8 @@ const Q8_0_FAST_ROUND: u32 = 128;
 
 /// Most blocks of a tiled fast Q8_0 matvec grid: more rounds than this share blocks, in runs (a
 /// block prefetches its next round while it computes this one, so a few rounds per block keep the
-/// loads in flight; one round per block leaves them idle while it computes). Measured on the H200
-/// (Flash-shaped q2 file, decode at 2k, tests/hip-on-cuda/results/h200-2026-12-02-s8-final.log):
+/// loads in flight; one round per block leaves them idle while it computes). Measured on an H200
+/// (Flash-shaped q2 file, decode at 2k, 2026-12-02, tests/hip-on-cuda/run-bench.sh):
 /// 2048 blocks 75.6 t/s (18.3 us a matvec), 528 79.6 t/s, 264 (two per multiprocessor there)
 /// 81.3 t/s (14.0 us). `DS4_HIP_Q8_BLOCKS` overrides it for tuning: the grid never changes the
 /// bits, every round is computed the same way by whichever block takes it.
