@@ -1,8 +1,8 @@
 //! Build script: GPU kernel code objects for the `hip` feature.
 //!
-//! Always writes `$OUT_DIR/ds4_code_objects.rs` (included by src/backend/hip/kernels.rs) with the
-//! embedded AMD code objects. Without the `hip` feature the table is empty and nothing is compiled,
-//! so the default build stays fast.
+//! Always writes `$OUT_DIR/ds4_code_objects.rs` (included by
+//! src/backend/hip/kernels/code_objects.rs) with the embedded AMD code objects. Without the `hip`
+//! feature the table is empty and nothing is compiled, so the default build stays fast.
 //!
 //! With `hip`, kernels/ds4.hip is compiled by tools/build-kernels-amd.sh (one bare code object per
 //! target; clang and device-library discovery are documented there) for the targets in
