@@ -1,4 +1,4 @@
-//! Q4_K and mixed-type routed experts run end to end on the CPU engine (issue 4: ds4's CPU path cannot
+//! Q4_K and mixed-type routed experts run end to end on the CPU engine (ds4's CPU path cannot
 //! run Q4_K experts, ours must). Uses synthetic tiny models (genmodel, real architecture) built in
 //! memory: the logits are finite, batched prefill equals token-by-token decode bit for bit (both run
 //! the same per-token quantization, so no tolerance is needed), and the expert type really changes

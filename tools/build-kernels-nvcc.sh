@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compiles kernels/ds4.hip for NVIDIA (the NVIDIA path of the HIP backend, tests/hip-on-cuda):
+# Compiles kernels/ds4.hip for NVIDIA (the test path of the HIP backend, tests/hip-on-cuda):
 #   OUTDIR/ds4_kernels.sm_90.cubin   (SASS for sm_90; loads on any driver of the same CUDA major)
 #   OUTDIR/ds4_kernels.sm_90.ptx     (PTX, for a driver-side JIT when the cubin is refused)
 # The runtime loads OUTDIR/ds4_kernels.<target>.cubin when DS4_KERNEL_DIR=OUTDIR is set.

@@ -223,14 +223,14 @@ DS4_HIP_PROFILE: device time per kernel (3.0 ms in all)
         self.assertAlmostEqual(total["launches"], 259 + 43 + 43 + 216)
         self.assertAlmostEqual(total["tps"], 1e3 / sum(c["proj_ms"] for c in out))
 
-    def test_committed_h200_log(self):
-        log = os.path.join(ROOT, "tests/hip-on-cuda/results/h200-2026-12-02-s6-final-check-bench.log")
+    def test_committed_h200_profile(self):
+        log = os.path.join(ROOT, "docs/benchmarks/2026-12-03-h200-decode-profile.txt")
         with open(log) as f:
             steps, rows = proj.parse_profile(f.read())
         self.assertEqual(steps, 64)
-        self.assertEqual(len(rows), 20)
-        self.assertEqual(rows[0], ("ds4_matvec_q8_0_fast", 16576, 275.64))
-        self.assertAlmostEqual(sum(ms for _, _, ms in rows), 1105.6, delta=0.1)
+        self.assertEqual(len(rows), 26)
+        self.assertEqual(rows[0], ("ds4_moe_gate_up_iq2_xxs_q8k_fast", 2752, 91.48))
+        self.assertAlmostEqual(sum(ms for _, _, ms in rows), 670.76, delta=0.1)
 
 
 if __name__ == "__main__":

@@ -163,8 +163,8 @@ impl Agreement {
         }
     }
 
-    /// The fast arithmetic's verdict on a model's forward pass (`selftest --forward`), issue 14's
-    /// criterion for the tiny random models: from position `from` on (a greedy continuation, each
+    /// The fast arithmetic's verdict on a model's forward pass (`selftest --forward`), the fast
+    /// mode's criterion for the tiny random models: from position `from` on (a greedy continuation, each
     /// position's token the reference's argmax at the one before) both pick the same argmax up to
     /// the reference's first position whose margin is below [`CONFIDENT_MARGIN`]. Ok holds the
     /// positions that agreed before it. The positions before `from` (teacher-forced) are reported,

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the speed calls' prompt file: 64 KB of plain English sentences (over 12k tokens, so both
+"""Writes the speed scripts' prompt file: 64 KB of plain English sentences (over 12k tokens, so both
 benches reach their 8192-token frontier), the same bytes on every machine (a fixed seed, no data
-files). Usage: bench-prompt.py OUT. Earlier sessions' prompt files were not kept; ratios to ds4-bench
-hold within a call, whatever the text."""
+files). Usage: bench-prompt.py OUT. Ratios to ds4-bench hold within a run, whatever
+the text."""
 import random
 import sys
 

@@ -1,8 +1,7 @@
 // L2 prefetch micro-benchmark (plain CUDA, sm_90): does cp.async.bulk.prefetch.L2 ahead of a
 // streaming read make the read an L2 read, and up to which size does a prefetched matrix stay in
-// L2? Run on the H200: nvcc -arch=sm_90 -O3 l2-prefetch-bench.cu -o /tmp/l2bench && /tmp/l2bench.
-// Results and what came of them: results/h200-2026-12-03-s15-l2bench.txt, kernels/README.md
-// "Concurrent chains".
+// L2? Run on an H100 or H200: nvcc -arch=sm_90 -O3 l2-prefetch-bench.cu -o /tmp/l2bench && /tmp/l2bench.
+// What came of it: kernels/README.md "Concurrent chains".
 #include <cstdio>
 #include <cstdint>
 #include <vector>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speed table of issue #7 item 8 in one device call: antirez/ds4's CUDA build and ds4-chat's HIP
+# The 2k/8k speed table (docs/benchmarks.md) in one run: antirez/ds4's CUDA build and ds4-chat's HIP
 # backend (on the HIP-on-CUDA shim) on the same Flash-shaped file in /dev/shm, same prompt text.
 #   run-bench.sh BIN TREE DS4_SOURCE_TAR PROMPT_FILE
 # Writes $OUT/{ds4-bench.csv,ours-bench.csv,bench-log.txt}. Needs ~82 GiB of RAM for the file.
@@ -37,7 +37,7 @@ model=/dev/shm/flash.gguf
   head -c 9000 "$prompt" > /tmp/prompt-2k.txt
   DS4_HIP_PROFILE=1 timeout 120 "$bin" run --model "$model" --backend hip --weights copy --ctx 4096 \
     --prompt-file /tmp/prompt-2k.txt -n 32 --temp 0 --nothink 2>&1 >/dev/null | sed -n '/^ds4-chat: prompt/p; /^DS4_HIP_PROFILE/,$p'
-  step "ds4-chat run --backend hip --weights map (zero copy: the H200 reads the host mapping over PCIe)"
+  step "ds4-chat run --backend hip --weights map (zero copy: the GPU reads the host mapping over PCIe)"
   /usr/bin/time -f "run (map): %e s wall" timeout 200 "$bin" run --model "$model" --backend hip --weights map --ctx 4096 \
     -p "Hello, who are you?" -n 8 --temp 0 --nothink 2>&1 >/dev/null | tail -4
   rm -f "$model"

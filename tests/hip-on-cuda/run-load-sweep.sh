@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15's load-speed sweep in one device call (< 6 minutes): ds4's CUDA load of the Flash-shaped
+# The weight-load sweep (docs/benchmarks.md) in one run (< 6 minutes): ds4's CUDA load of the Flash-shaped
 # q2 file from the page cache once, ours for several pipeline settings (DS4_LOAD_* knobs, see
 # src/backend/hip/weight_load.rs), and a partial disk-bound figure.
 #   run-load-sweep.sh BIN TREE DS4_SOURCE_TAR [DISK_DIR (default /tmp)] [DISK_GIB (default 16)]

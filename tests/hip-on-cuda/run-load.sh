@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Weight load times of issue 15 in one device call: ds4-chat's copy placement (pinned staging,
+# Weight load times (docs/benchmarks.md) in one run: ds4-chat's copy placement (pinned staging,
 # O_DIRECT or plain reads) and antirez/ds4's CUDA load of the same Flash-shaped q2 file.
 #   run-load.sh BIN TREE DS4_SOURCE_TAR [DISK_DIR]
 # From the page cache: the file in /dev/shm (tmpfs: O_DIRECT is refused there, so ours reads plainly,

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Long-context table of issue #17 on the H200: antirez/ds4's CUDA build (ds4-bench) and ds4-chat's
-# HIP backend (on the HIP-on-CUDA shim), same Flash-shaped file, same prompt tokens, frontiers
+# The long-context table (docs/benchmarks.md) on an NVIDIA GPU: antirez/ds4's CUDA build (ds4-bench)
+# and ds4-chat's HIP backend (on the HIP-on-CUDA shim), same Flash-shaped file, same prompt tokens, frontiers
 # 2,048 + k * 16,384 up to CTX_MAX (default 133,120, the first frontier past 128k), 64 tokens
-# decoded at each. A device command runs at most 10 minutes, so the parts run as separate calls
-# on one warm machine (the file in /dev/shm and the builds in /tmp stay between them):
+# decoded at each. The whole sweep takes longer than 10 minutes, so it can run as separate
+# parts on one machine (the file in /dev/shm and the builds in /tmp stay between them):
 #   run-longctx.sh BIN TREE DS4_SOURCE_TAR PROMPT_FILE setup   # build peers, the file, the prompt
 #   run-longctx.sh BIN TREE DS4_SOURCE_TAR PROMPT_FILE ds4     # ds4-bench  -> $OUT/ds4-longctx.csv
 #   run-longctx.sh BIN TREE DS4_SOURCE_TAR PROMPT_FILE ours    # ds4-chat   -> $OUT/ours-longctx.csv
 #   run-longctx.sh BIN TREE DS4_SOURCE_TAR PROMPT_FILE all     # all three (when time allows)
 # CTX_MAX, STEP (16384) and GEN (64) override the frontiers; DS4_HIP_PREFILL_CHUNK is passed through
-# (our prefill chunk: default 1024 tokens; 16384 for one kernel batch per frontier step).
+# (our prefill chunk; 16384 for one kernel batch per frontier step). Needs ~82 GiB of RAM for the file.
 # The prompt text is repeated until it has comfortably more tokens than CTX_MAX (both benches refuse
 # a shorter prompt), so both engines read the same token stream.
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on an NVIDIA machine: build the shim, the smoke-test and the project kernels with the
+# One run on an NVIDIA machine: build the shim, the smoke-test and the project kernels with the
 # local nvcc, then run `ds4-chat selftest --backend hip` through the shim (and once more under
 # compute-sanitizer memcheck, over the kernel suite's test binary when given). Logs go to $OUT (or ./out).
 # Usage: run-selftest.sh DS4_CHAT_BINARY TREE [KERNELS_TEST_BIN]   (TREE holds tests/hip-on-cuda,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Resume times of issue 18 in one device call: an 8k-token conversation on the Flash-shaped q2 file,
+# Resume times (docs/sessions.md#resume-times) in one run: an 8k-token conversation on the Flash-shaped q2 file,
 # HIP backend through the shim, ready from its KV snapshot against prefilled again.
 #   run-sessions.sh BIN TEST_BIN TREE
 # BIN: the --features hip ds4-chat binary (gen-model); TEST_BIN: the sessions_resume test binary of

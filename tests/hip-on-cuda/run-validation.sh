@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 validation of the HIP backend in one device call: shim + kernels built there, the
+# The validation of the HIP backend on an NVIDIA GPU in one run: shim + kernels built there, the
 # selftest's runtime checks, every kernel against the CPU reference bit for bit (the kernel suite's
 # test binary), the device forward pass against the CPU engine on the tiny q2/q4/mixed models, the
 # reference vectors (case A) on the HIP backend, and `run --backend hip` against

@@ -12,10 +12,10 @@ use crate::backend::knobs;
 
 /// Tokens per prefill chunk on a discrete GPU. Every non-expert weight is read once per chunk
 /// instead of once per token (64-token GEMM tiles), and the routed experts see chunk·K_e
-/// token/expert pairs, so larger chunks share more of each expert's weight reads. Measured on the
-/// H200 (Flash-shaped q2 file, fast arithmetic, tests/hip-on-cuda/results/h200-2026-12-02-s8-*):
+/// token/expert pairs, so larger chunks share more of each expert's weight reads. Measured on an
+/// H200 (Flash-shaped q2 file, fast arithmetic, 2026-12-02, tests/hip-on-cuda/run-longctx.sh):
 /// a 2048-token prompt 2206 t/s in 1024-token chunks, 2663 t/s in one 2048-token chunk; from 34,816
-/// to 51,200 tokens 1414 → 1573 t/s (ds4-bench 1037 in the same call). The chunk is also the cancel
+/// to 51,200 tokens 1414 → 1573 t/s (ds4-bench 1037 in the same run). The chunk is also the cancel
 /// and progress granularity: under a second on the H200.
 pub const PREFILL_CHUNK: usize = 2048;
 

@@ -78,8 +78,8 @@ pub struct Staging {
 impl Staging {
     /// Integrated GPUs: 4 threads, 64 MiB chunks, 8 buffers (512 MiB pinned, RAM the model
     /// shares; ds4's ROCm loader's layout). Discrete GPUs: 16 threads, 16 MiB chunks, 64 buffers
-    /// (1 GiB pinned): the fastest of the H200 sweep from the page cache (80.76 GiB in 3.72 s,
-    /// against 4.90 s at 8 threads × 64 MiB; tests/hip-on-cuda/results/h200-2026-12-02-s6-*).
+    /// (1 GiB pinned): the fastest of an H200 sweep from the page cache (80.76 GiB in 3.72 s,
+    /// against 4.90 s at 8 threads × 64 MiB; 2026-12-02, tests/hip-on-cuda/run-load-sweep.sh).
     /// Threads are capped at the CPUs available.
     pub fn defaults(integrated: bool) -> Staging {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
