@@ -140,7 +140,7 @@ pub struct PlacementArgs {
 }
 
 /// [`PlacementArgs`] after the range checks.
-pub use crate::engine::backend_open::Placement;
+pub use crate::engine::backend_open::PlacementRequest;
 
 impl PlacementArgs {
     /// The flags given, applied over `c`; the error is one line naming the flag.
@@ -162,15 +162,15 @@ impl PlacementArgs {
     }
 
     /// The placement of `base` with the flags applied (the subcommands that keep no other setting).
-    pub fn checked(&self, mut base: Config) -> Result<Placement, String> {
+    pub fn checked(&self, mut base: Config) -> Result<PlacementRequest, String> {
         self.apply(&mut base)?;
         Ok(placement_of(&base))
     }
 }
 
 /// Where `c` runs the engine.
-pub fn placement_of(c: &Config) -> Placement {
-    Placement {
+pub fn placement_of(c: &Config) -> PlacementRequest {
+    PlacementRequest {
         threads: c.threads,
         backend: c.backend,
         weights: c.weights,
