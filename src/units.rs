@@ -1,7 +1,7 @@
 //! Byte quantities for people: the one formatter every layer uses (binary units, KiB = 1024 B).
 //!
-//! Owns the unit constants and the text forms. Depends on nothing in the crate, so `backend`,
-//! `engine`, `tui` and `cli` can all use it.
+//! Owns the unit constants and the text forms. The bottom layer (src/lib.rs): imports nothing from
+//! the crate, so every other module can use it.
 
 pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;

@@ -25,7 +25,10 @@ fn layer_ranks(lib: &str) -> BTreeMap<String, usize> {
                 !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
                 "src/lib.rs: `{name}` in the layers line is not a module name"
             );
-            assert!(ranks.insert(name.to_string(), rank).is_none(), "src/lib.rs: `{name}` is twice in the layers line");
+            assert!(
+                ranks.insert(name.to_string(), rank).is_none(),
+                "src/lib.rs: `{name}` is twice in the layers line"
+            );
         }
     }
     ranks
@@ -96,7 +99,9 @@ fn code_only(text: &str) -> Vec<char> {
                 continue;
             }
             let mut j = i + 2 + hashes;
-            while j < s.len() && !(s[j] == '"' && s[j + 1..].iter().take(hashes).filter(|&&c| c == '#').count() == hashes) {
+            while j < s.len()
+                && !(s[j] == '"' && s[j + 1..].iter().take(hashes).filter(|&&c| c == '#').count() == hashes)
+            {
                 j += 1;
             }
             let end = j + 1 + hashes;
@@ -112,7 +117,10 @@ fn code_only(text: &str) -> Vec<char> {
         } else if s[i] == '\'' {
             // A char literal ('x', '\n', '\u{..}'), or a lifetime ('a), which stays.
             if next == Some('\\') {
-                let end = s[i + 2..].iter().position(|&c| c == '\'').map_or(s.len(), |p| i + 2 + p + 1);
+                let end = s[i + 2..]
+                    .iter()
+                    .position(|&c| c == '\'')
+                    .map_or(s.len(), |p| i + 2 + p + 1);
                 blank(&mut out, i, end);
                 i = end;
             } else if s.get(i + 2) == Some(&'\'') {
@@ -191,15 +199,12 @@ fn imports(code: &[char], file_path: &[String]) -> Vec<Import> {
     for (i, &c) in bytes.iter().enumerate() {
         if c == '{' {
             let before: String = bytes[i.saturating_sub(80)..i].iter().collect();
-            let is_mod = before
-                .trim_end()
-                .rsplit_once("mod ")
-                .is_some_and(|(pre, name)| {
-                    let name = name.trim();
-                    !name.is_empty()
-                        && name.chars().all(|c| c.is_alphanumeric() || c == '_')
-                        && pre.chars().last().is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
-                });
+            let is_mod = before.trim_end().rsplit_once("mod ").is_some_and(|(pre, name)| {
+                let name = name.trim();
+                !name.is_empty()
+                    && name.chars().all(|c| c.is_alphanumeric() || c == '_')
+                    && pre.chars().last().is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
+            });
             stack.push(is_mod.then_some(i));
         } else if c == '}'
             && let Some(Some(open)) = stack.pop()
@@ -217,7 +222,9 @@ fn imports(code: &[char], file_path: &[String]) -> Vec<Import> {
         let at = search + off;
         search = at + 2;
         // The path's first segment: the identifier before this `::`, when it starts the path.
-        let start = text[..at].rfind(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(0, |p| p + 1);
+        let start = text[..at]
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .map_or(0, |p| p + 1);
         let head = &text[start..at];
         if start >= 2 && &text[start - 2..start] == "::" {
             continue;
@@ -248,8 +255,8 @@ fn imports(code: &[char], file_path: &[String]) -> Vec<Import> {
         }
         let after = &text[rest..];
         let line = line_of(char_pos(start));
-        let end = after.find(|c: char| c == ';' || c == '\n').unwrap_or(after.len()).min(100);
-        let shown = format!("{}{}", &text[start..rest], &after[..end]).trim().to_string();
+        let tail: String = after.chars().take_while(|&c| c != ';' && c != '\n').take(100).collect();
+        let shown = format!("{}{tail}", &text[start..rest]).trim().to_string();
         let targets = if after.starts_with('{') {
             group_heads(code, char_pos(rest) + 1)
         } else {
@@ -275,9 +282,15 @@ fn imports_follow_the_layer_order_of_lib_rs() {
     let ranks = layer_ranks(&lib);
     let declared = declared_modules(&lib);
     let unranked: Vec<_> = declared.iter().filter(|m| !ranks.contains_key(*m)).collect();
-    assert!(unranked.is_empty(), "src/lib.rs declares {unranked:?} but its layers line does not place them");
+    assert!(
+        unranked.is_empty(),
+        "src/lib.rs declares {unranked:?} but its layers line does not place them"
+    );
     let undeclared: Vec<_> = ranks.keys().filter(|m| !declared.contains(*m)).collect();
-    assert!(undeclared.is_empty(), "src/lib.rs's layers line names {undeclared:?}, which it does not declare");
+    assert!(
+        undeclared.is_empty(),
+        "src/lib.rs's layers line names {undeclared:?}, which it does not declare"
+    );
 
     let mut files = Vec::new();
     rust_files(Path::new(SRC), &mut files);
@@ -294,7 +307,10 @@ fn imports_follow_the_layer_order_of_lib_rs() {
         }
         let top = &module[0];
         let Some(&own) = ranks.get(top) else {
-            panic!("src/{}: the top-level module `{top}` is not in src/lib.rs's layers line", rel.display());
+            panic!(
+                "src/{}: the top-level module `{top}` is not in src/lib.rs's layers line",
+                rel.display()
+            );
         };
         scanned += 1;
         let code = code_only(&fs::read_to_string(path).unwrap());
@@ -328,7 +344,11 @@ fn imports_follow_the_layer_order_of_lib_rs() {
     // The scan must have seen the tree: far more files and imports than these floors.
     assert!(scanned > 100, "scanned only {scanned} files under {SRC}");
     assert!(checked > 100, "found only {checked} imports under {SRC}");
-    assert!(violations.is_empty(), "imports against the layer order:\n{}", violations.join("\n"));
+    assert!(
+        violations.is_empty(),
+        "imports against the layer order:\n{}",
+        violations.join("\n")
+    );
     if let Some(cycle) = find_cycle(&edges) {
         panic!("import cycle between top-level modules: {}", cycle.join(" → "));
     }
@@ -383,20 +403,29 @@ fn the_scanner_sees_imports_and_skips_comments_and_strings() {
         .collect();
     // `super::super` from engine::worker::tests reaches `engine` (not the crate root): no import.
     assert_eq!(found, want);
-    let root = imports(&code_only("mod tests { use super::super::super::remote::X; }"), &["a".into(), "b".into()]);
+    let root = imports(
+        &code_only("mod tests { use super::super::super::remote::X; }"),
+        &["a".into(), "b".into()],
+    );
     assert_eq!(root.iter().map(|i| i.target.as_str()).collect::<Vec<_>>(), ["remote"]);
 
     let ranks = layer_ranks("//! layers: a → b → {c, d} → e\n");
-    assert_eq!(ranks.into_iter().collect::<Vec<_>>(), [
-        ("a".to_string(), 0),
-        ("b".to_string(), 1),
-        ("c".to_string(), 2),
-        ("d".to_string(), 2),
-        ("e".to_string(), 3)
-    ]);
+    assert_eq!(
+        ranks.into_iter().collect::<Vec<_>>(),
+        [
+            ("a".to_string(), 0),
+            ("b".to_string(), 1),
+            ("c".to_string(), 2),
+            ("d".to_string(), 2),
+            ("e".to_string(), 3)
+        ]
+    );
     let cyclic: BTreeMap<String, BTreeSet<String>> = [("a", "b"), ("b", "c"), ("c", "a")]
         .into_iter()
         .map(|(x, y)| (x.to_string(), BTreeSet::from([y.to_string()])))
         .collect();
-    assert_eq!(find_cycle(&cyclic), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+    assert_eq!(
+        find_cycle(&cyclic),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
 }

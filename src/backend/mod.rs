@@ -1,10 +1,17 @@
 //! Compute backends: the CPU reference (always built) and HIP (feature `hip`).
 //!
 //! Owns the execution of the forward pass on a device behind two narrow traits, shaped like ds4.h's
-//! engine/session boundary: an `DeviceModel` is the model loaded once onto a device (the file mapping, and
-//! on a GPU the device context, the kernels and the weights' device copy); a `DeviceSession` is one session
-//! opened from it (a cache of `ctx` tokens and the logits). Must not know about chat, text or the UI;
-//! token ids in, logits out.
+//! engine/session boundary: a `DeviceModel` is the model loaded once onto a device (the file
+//! mapping, and on a GPU the device context, the kernels and the weights' device copy); a
+//! `DeviceSession` is one cache of `ctx` tokens and its logits opened from it. Also the host facts
+//! that decide whether and where a model fits: the memory guard (`memguard`), the budget of a GPU
+//! weight copy (`copy_budget`), the page-cache residency of the model file (`residency`).
+//!
+//! Weight placement, one type per role: the request (`WeightsMode`, from `--weights`), the decision
+//! (`hip::open::PlacementPlan`), the report (`PlacementReport`).
+//!
+//! Layer: imports only `units`, `gguf`, `model` and `genmodel` (src/lib.rs). Must not know about
+//! chat, text, sampling or the UI; token ids in, logits out.
 
 pub mod agreement;
 pub mod arithmetic;
@@ -80,7 +87,8 @@ pub struct MemoryReport {
     pub device_total: Option<u64>,
 }
 
-/// How GPU weights are placed (GPU backends only).
+/// The weight placement asked for (`--weights`; GPU backends only): the request that
+/// `hip::open::plan_placement` turns into a `PlacementPlan`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum WeightsMode {
     /// Copy to device memory when it fits, else map.
@@ -220,7 +228,7 @@ pub trait DeviceModel: Send {
     fn open_session(&self, ctx: usize) -> Result<Box<dyn DeviceSession>, BackendError>;
 }
 
-/// One session on an engine: the model executing on one device with one live cache.
+/// One session on a `DeviceModel`: the model executing on one device with one live cache.
 pub trait DeviceSession: Send {
     /// "cpu" or "hip".
     fn name(&self) -> &'static str;

@@ -1,7 +1,8 @@
 //! Subcommand implementations: one file per subcommand, each with its clap `Args` and `run`.
 //!
-//! Owns argument parsing and printing. Must not hold engine logic: it calls `engine::`, `model::`
-//! and `gguf::`.
+//! Owns argument parsing and printing, and the diagnostics that need every layer (`selftest
+//! --forward`). The top layer (src/lib.rs): nothing imports it. Must not hold engine logic: it calls
+//! `engine::`, `backend::`, `model::` and `gguf::`.
 
 pub mod bench;
 pub mod chat;

@@ -1,4 +1,5 @@
-//! Choosing and opening the engine for a model: one place that decides HIP vs CPU and why.
+//! Opening a model on a device: one place that decides HIP vs CPU and why, and opens the
+//! `DeviceModel` and its first `DeviceSession` there.
 //!
 //! Owns the fallback policy (`--backend auto` takes the GPU when one is usable, else the CPU with the
 //! reason stated). Used by the worker, `run`, `score` and `bench`. Must not run the model.
@@ -12,8 +13,8 @@ use crate::model::Model;
 
 use super::events::{BackendChoice, WeightsMode};
 
-/// Where an engine runs: the backend asked for, its GPU weight placement and arithmetic, and the
-/// CPU threads (0 = all cores). `cli::placement_of` builds it from the settings, the worker from
+/// The request: where a model runs, i.e. the backend asked for, its GPU weight placement and
+/// arithmetic, and the CPU threads (0 = all cores). `cli::placement_of` builds it from the settings, the worker from
 /// a `LoadRequest`; the default is the flags' default.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PlacementRequest {
@@ -23,7 +24,8 @@ pub struct PlacementRequest {
     pub arithmetic: Arithmetic,
 }
 
-/// An engine and its first session, and why it is not the one asked for (if so).
+/// A model opened on its device and its first session, and why the device is not the one asked for
+/// (if so).
 pub struct OpenedModel {
     /// The model on its device; further sessions (another context) are opened from it.
     pub model: Box<dyn DeviceModel>,

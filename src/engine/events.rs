@@ -6,11 +6,14 @@
 
 use std::time::Duration;
 
+use crate::model::chat::{Conversation, Message, ThinkMode};
+use crate::sessions::store::TranscriptIds;
+
+// Types the messages carry that lower layers define (src/lib.rs): the weight placement asked for,
+// the residency report and the kind of a text delta. Re-exported so a client needs only this module.
 pub use crate::backend::WeightsMode;
 pub use crate::backend::residency::Residency;
-use crate::model::chat::{Conversation, Message, ThinkMode};
 pub use crate::model::detok::TextKind;
-use crate::sessions::store::TranscriptIds;
 
 /// Sampling settings of one turn (defaults: docs/sampler.md#defaults).
 #[derive(Clone, Debug, PartialEq)]

@@ -1,7 +1,10 @@
-//! The inference engine above the backends: sessions, sampling, the worker thread and its metrics.
+//! The inference engine above the backends: opening a model on the chosen device (`backend_open`),
+//! the prompt cache over a device session (`prompt_cache`), sampling, the worker thread, its
+//! command/event boundary (`events`) and its metrics.
 //!
-//! Owns the session lifecycle and the message boundary to clients. Must not draw anything (`tui::`)
-//! and must not contain kernels (`backend::`).
+//! Owns the turn lifecycle and the message boundary to clients. Layer: above `backend` and
+//! `sessions`, below `remote`, `tui`, `serve` and `cli` (src/lib.rs). Must not draw anything
+//! (`tui::`) and must not contain kernels or device memory policy (`backend::`).
 
 pub mod backend_open;
 pub mod chat_text;

@@ -1,5 +1,5 @@
-//! A chat session over one backend (docs/model.md#checkpoints): the live token list that mirrors the
-//! backend's cache, prefix reuse when a new prompt extends what is cached, and checkpoints at turn
+//! The prompt cache over one device session (docs/model.md#checkpoints): the live token list that
+//! mirrors the session's cache, prefix reuse when a new prompt extends what is cached, and checkpoints at turn
 //! boundaries so an edited or retried conversation restores the longest saved prefix instead of
 //! prefilling again.
 //!
@@ -26,6 +26,8 @@ pub struct SyncReport {
     pub restored: bool,
 }
 
+/// The tokens a `DeviceSession`'s cache holds and the turn-boundary checkpoints of it (the worker's
+/// "live session"; not a saved chat, which is `crate::sessions`).
 pub struct PromptCache {
     backend: Box<dyn DeviceSession>,
     tokens: Vec<u32>,

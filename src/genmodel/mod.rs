@@ -2,6 +2,8 @@
 //! that ds4 and `model::Model` bind (docs/gguf.md#metadata, #tensors, docs/model.md#tiny-model), for tests,
 //! `--demo` and `gen-model`.
 //!
+//! Layer: imports only `gguf`, `model` and `units` (src/lib.rs), so the backends' own tests can use it.
+//!
 //! Owns the choice of metadata values and weight distributions. Shapes come only from
 //! `model::layout::tensor_plan` (single source); bytes on disk only from `gguf::writer`. Weight scales
 //! follow ../shared/vectors/gen_tiny_gguf.py so activations stay of order 1 through every layer:

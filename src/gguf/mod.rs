@@ -1,7 +1,8 @@
 //! The GGUF file format: container reading and writing, element types, reference dequantization.
 //!
 //! Owns bytes-on-disk concerns only. It must not know tensor names or DeepSeek shapes (`model::`
-//! does) and must not compute with weights beyond reference dequantization (backends do).
+//! does) and must not compute with weights beyond reference dequantization (backends do). Layer: above
+//! `units` only (src/lib.rs).
 
 pub mod dequant;
 pub mod error;

@@ -6,7 +6,8 @@
 //! (`target`), the HTTP calls and their one-line errors (`client`), the request body (`request`),
 //! the stream's framing (`sse`), its JSON chunks (`chunk`), reasoning written inline as
 //! `<think>…</think>` (`think`), the reading thread (`stream`) and the command loop (`worker`).
-//! Must not know terminal types; the engine itself is never loaded here.
+//! Layer: above `engine`, below `tui` (src/lib.rs). Must not know terminal types; the engine itself
+//! is never loaded here.
 
 pub mod chunk;
 pub mod client;

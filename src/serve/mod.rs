@@ -5,7 +5,8 @@
 //! validation), `completions` (one completion request), `turn` (one engine turn and its figures),
 //! `sse` (event stream writer), `responses` (OpenAI JSON shapes), `queue` (one generation at a
 //! time), `disconnect` (hang-up watcher), `auth` (bind policy and API key), `replies` (reasoning of
-//! recent answers for cache reuse), `error` (API errors). Must not draw anything (`tui::`).
+//! recent answers for cache reuse), `error` (API errors). Layer: above `engine`, beside `tui`
+//! (src/lib.rs). Must not draw anything (`tui::`) nor reach the backends except through the worker.
 
 pub mod auth;
 pub mod completions;

@@ -3,8 +3,9 @@
 //! snapshot of the session's cache that resuming loads instead of prefilling the conversation again,
 //! and a disk budget that drops the least recently used snapshots (never the conversations).
 //!
-//! Owns the file formats, the directory and the budget. Must not know about the engine worker or
-//! the terminal: the worker writes and reads snapshots through `snapshot`, the app reads and writes
+//! Owns the file formats, the directory and the budget. Layer: below `engine` (src/lib.rs); the
+//! snapshot holds a backend's cache rows (`backend::cache_rows`). Must not know about the engine
+//! worker or the terminal: the worker writes and reads snapshots through `snapshot`, the app reads and writes
 //! session files through `store`.
 
 pub mod atomic;

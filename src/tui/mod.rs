@@ -2,8 +2,9 @@
 //! a pure render function and one file per widget (the ratatui template's app / event / tui / ui
 //! split). The run loop here is the only place effects are performed.
 //!
-//! Owns everything drawn on the terminal. Talks to the engine only through
-//! `engine::events::{Command, Event}`; never blocks on it (the worker runs on its own thread).
+//! Owns everything drawn on the terminal. Layer: above `engine` and `remote`, beside `serve`
+//! (src/lib.rs). Talks to the engine only through `engine::events::{Command, Event}`; never blocks on
+//! it (the worker runs on its own thread).
 
 pub mod app;
 pub mod config;

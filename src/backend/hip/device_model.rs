@@ -3,8 +3,9 @@
 //! activations, logits) are opened. Every session shares the three; opening one allocates only its
 //! own buffers, after the memory guard has checked that they fit next to the weights.
 //!
-//! Owns opening (`open_model_with_progress`, `open_backend*`: runtime, kernels, then the weights placed by `open.rs`'s policy), the sharing and
-//! the per-session memory check. The forward pass is `backend.rs`'s.
+//! Owns opening (`open_model_with_progress`, `open_backend*`: runtime, kernels, then the weights
+//! placed by `open.rs`'s policy), the sharing and the per-session memory check. The forward pass is
+//! `session.rs`'s.
 
 use std::sync::Arc;
 

@@ -10,8 +10,9 @@
 //! * `kernel_module` — loads the kernel image that fits the device and runs `kernels::Launch` values.
 //! * `weights` — the model's tensor data on the device: copied (pread through pinned staging buffers)
 //!   or mapped zero-copy (the registered file mapping).
-//! * `device_model` — `HipModel`: the device context, kernels and placed weights, loaded once; sessions
-//!   (`HipSession`) are opened from it and share them.
+//! * `device_model` — `HipModel`, the `DeviceModel` of the device: the device context, kernels and
+//!   placed weights, loaded once; sessions (`HipSession`) are opened from it and share them.
+//!   `open_model_with_progress` is what `engine::backend_open` calls.
 //! * `acts` — the activation buffers, sized for the largest prefill chunk, and the step parameters.
 //! * `prefill` — chunked prefill: the chunk size, when a batch takes the GEMMs and grouped experts.
 //! * `footprint` — a session's device bytes (KV + scratch) from the shapes, for the memory guard.
@@ -25,21 +26,22 @@
 //!   (from the environment by default).
 //! * `session` — `HipSession`, the `DeviceSession` of the device: session buffers and `eval`;
 //!   `session/state.rs` is its checkpoint payload (save_state / load_state).
-//! * `open` — `open_backend`, called by `engine::backend_open`: the device memory guard and the weight placement policy; a failure is one line and
-//!   `--backend auto` falls back to the CPU with it.
+//! * `open` — the policy `device_model` runs when a `HipModel` opens: the device memory guard and the
+//!   weight placement plan (`PlacementPlan`); a failure is one line and `--backend auto` falls back
+//!   to the CPU with it.
 //! * `bandwidth` — peak device bandwidth (a timed device-to-device copy) for `bench`.
 //! * `profile` — `DS4_HIP_PROFILE=1`: device time per kernel of the forward pass.
 //! * `repeat` — `DS4_HIP_REPEAT=kernel,...`: those kernels twice per decode step (attribution runs).
 //! * `selftest` — `ds4-chat selftest --backend hip`: the runtime's smoke checks, the kernel module's
-//!   load and one launch, weight placement read back; `selftest_forward` — `selftest --forward N`:
-//!   `HipSession` against the CPU engine on a model. Every kernel against the CPU reference is the
-//!   test suite tests/hip_kernels (on the emulator in CI, on a GPU by carrying its binary).
+//!   load and one launch, weight placement read back. `selftest --forward N` (`HipSession` against
+//!   the CPU engine on a model) needs the sampler and so is `cli::selftest::forward`. Every kernel
+//!   against the CPU reference is the test suite tests/hip_kernels (on the emulator in CI, on a GPU by carrying its binary).
 //!
 //! Dependencies run one way, in this order (a file uses only those before it; the
 //! environment variables are read through `backend::knobs`): ffi → kernels (plain
 //! data, also built without the feature) → runtime → kernel_module, profile, repeat, bandwidth → acts →
 //! prefill → footprint → weights → cache → lanes → pass → attention_layer, ffn_layer → layers →
-//! decode → options → backend → open (the placement policy) → engine (opening, sessions).
+//! decode → options → session → open (the placement policy) → device_model (opening, sessions).
 //!
 //! Kernel images: AMD code objects are embedded by build.rs; on the NVIDIA test shim
 //! (tests/hip-on-cuda) they come from `$DS4_KERNEL_DIR/<stem>.sm_<cc>.cubin`

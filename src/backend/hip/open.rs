@@ -1,4 +1,4 @@
-//! The policy applied when the HIP engine opens (`engine.rs` runs it, in this order):
+//! The policy applied when a `HipModel` opens (`device_model.rs` runs it, in this order):
 //! * runtime and device present, kernels that load on it, every expert type supported;
 //! * the memory guard: device memory (`hipMemGetInfo`) must hold the KV cache and scratch, plus the
 //!   weights when they are copied, before anything is allocated ("too little device memory: need X,

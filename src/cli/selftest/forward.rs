@@ -2,8 +2,8 @@
 //! the CPU engine (`backend::cpu::CpuSession`) on the same model. In exact arithmetic the kernels
 //! compute the CPU's float operations in its order, so every comparison is bitwise
 //! (`backend::agreement`); in fast arithmetic the greedy continuation must pick the CPU's argmax up
-//! to the CPU's first step whose top-2 margin is below 1 (`Agreement::greedy_prefix_verdict`, issue
-//! 14's criterion for the tiny models; the teacher-forced positions' flips and |Δlogprob| figures are
+//! to the CPU's first step whose top-2 margin is below 1 (`Agreement::greedy_prefix_verdict`, the
+//! criterion for the tiny models; the teacher-forced positions' flips and |Δlogprob| figures are
 //! reported), while the device's own repeats (checkpoint, reset, graph) stay bitwise.
 //!
 //! Both backends evaluate the same N pseudo-random tokens one by one, then continue greedily for G
@@ -12,6 +12,9 @@
 //! device's own logits exactly. Both then prefill the N tokens in one eval (the GPU's chunked
 //! prefill) and decode up to 8 of the greedy tokens after it, compared the same way. Last, the
 //! decode graph's replay against direct launches, and device sampling against the host sampler.
+//!
+//! It lives in the CLI, not in `backend::hip`, because it needs the engine's sampler (the top layer
+//! may import every other, src/lib.rs).
 
 use std::sync::Arc;
 use std::time::Instant;
