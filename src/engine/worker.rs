@@ -86,10 +86,10 @@ pub trait TextStream: Send {
 
 /// Everything a load produces.
 pub struct LoadedModel {
-    /// The model on its device, kept for later sessions (`/ctx`); `None` when the loader has none
-    /// (then every load loads again).
+    /// The model on its device, kept for later device sessions (`/ctx`); `None` when the loader has
+    /// none (then every load loads again).
     pub device_model: Option<Box<dyn DeviceModel>>,
-    /// The first session.
+    /// The first device session opened from it.
     pub session: Box<dyn DeviceSession>,
     pub text: Box<dyn ChatText>,
     pub info: ModelInfo,
@@ -104,15 +104,16 @@ pub trait ModelLoader: Send {
     fn load(&mut self, req: &LoadRequest, notice: &mut dyn FnMut(Event)) -> Result<LoadedModel, String>;
 }
 
-/// Turn-boundary checkpoints the session keeps for retried or edited conversations. Each holds the
+/// Turn-boundary checkpoints the prompt cache keeps for retried or edited conversations. Each holds the
 /// live cache rows (docs/model.md#checkpoints), up to the KV size at a full context, so keep few.
 pub const PROMPT_CACHE_CHECKPOINTS: usize = 2;
 
 struct Loaded {
+    /// The prompt cache over the device session.
     session: PromptCache,
     text: Box<dyn ChatText>,
     device_model: Option<Box<dyn DeviceModel>>,
-    /// What was loaded and what `Loaded` said about it, for a new session on the same engine.
+    /// What was loaded and what `Loaded` said about it, for a new device session on the same model.
     request: LoadRequest,
     info: ModelInfo,
 }
