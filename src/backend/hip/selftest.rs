@@ -2,7 +2,7 @@
 //! checks (copies, memset, pinned and mapped host memory, events, module launch, graph capture and
 //! replay, a capture forked to a second stream and joined), the project's kernel module loaded and one kernel launched, and a model's weights placed
 //! on the device and read back. The kernels' arithmetic against the CPU reference is the test suite
-//! tests/hip_kernels; `selftest_forward` compares the whole forward pass on a model.
+//! tests/hip_kernels; `cli::selftest::forward` compares the whole forward pass on a model.
 //!
 //! Owns the check logic and its report values. Must not print or parse arguments (`cli/selftest.rs`
 //! does).
