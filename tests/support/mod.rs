@@ -76,6 +76,10 @@ pub fn vectors_dir() -> PathBuf {
 /// `CARGO_TARGET_TMPDIR/serve-tiny.gguf`, for the tests that run `ds4-chat serve` on it.
 pub fn serve_tiny_model() -> PathBuf {
     let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-tiny.gguf");
+    // One writer per process: the tests of a binary run on threads of one process, which share the
+    // partial file's name below.
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if !path.is_file() {
         // A name of its own per process: two test binaries may write it at once.
         let tmp = path.with_extension(format!("partial-{}", std::process::id()));
