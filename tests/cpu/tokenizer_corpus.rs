@@ -3,7 +3,7 @@
 //! official tokenizer.json (tools/make_tokenizer_corpus.py); ours come from a `Tokenizer` built from
 //! GGUF metadata. Exact equality is required: one differing id changes the model's input.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::time::Instant;

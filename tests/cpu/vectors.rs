@@ -9,8 +9,8 @@
 //! sha256 always fails. `DS4_VECTORS_PROMPTS=a,b` restricts the prompts (for local runs).
 
 #[cfg(feature = "hip")]
-mod hip_emu;
-mod support;
+use crate::hip_emu;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -12,7 +12,7 @@
 //! when there is no C++ compiler to build the emulator.
 #![cfg(feature = "hip")]
 
-mod hip_emu;
+use crate::hip_emu;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;

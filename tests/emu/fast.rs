@@ -10,7 +10,7 @@
 //! teacher-forced runs (136 tokens) a confident flip can follow an internal near tie.
 #![cfg(feature = "hip")]
 
-mod hip_emu;
+use crate::hip_emu;
 
 use ds4_chat::backend::Backend;
 use ds4_chat::backend::agreement::{Agreement, compare_logits, top_k};

@@ -11,8 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ds4-chat");
 const CTX: &str = "4096";

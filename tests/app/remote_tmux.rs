@@ -8,9 +8,8 @@
 //! Skipped with a message when tmux or python3 is missing, except under CI (CI=true), where they
 //! must run.
 
-#[path = "support/mod.rs"]
-mod support;
-mod tmux_common;
+use crate::support;
+use crate::tmux_common;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

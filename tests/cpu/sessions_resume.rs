@@ -4,7 +4,7 @@
 //! by reading the conversation again) and its next answer is the uninterrupted one. The ignored
 //! `time_to_ready_*` test measures resuming an 8k-token conversation against prefilling it again.
 
-mod sessions_common;
+use crate::sessions_common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

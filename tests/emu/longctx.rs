@@ -8,7 +8,7 @@
 //! when there is no C++ compiler to build the emulator.
 #![cfg(feature = "hip")]
 
-mod hip_emu;
+use crate::hip_emu;
 
 use std::sync::{Arc, OnceLock};
 

@@ -10,8 +10,8 @@
 //! (tests/tmux_common).
 //! The mid-stream screen is written to target/tui-demo-screen.txt.
 
-mod tmux_common;
-mod tui_common;
+use crate::tmux_common;
+use crate::tui_common;
 
 use std::path::PathBuf;
 
