@@ -5,7 +5,7 @@
 //! tiny_a.gguf is rebuilt by tools/gen_tiny_gguf.py (python3 + numpy + gguf, the vendored
 //! tokenizer), checked against its pinned sha256 and cached in target/ds4-vectors/. Without python3,
 //! numpy or gguf the checks that need the model print "SKIPPED: <test>: <why>" (on the terminal, even
-//! without --nocapture) and pass; under CI (`CI=true`) they fail instead. A rebuild with another
+//! without --nocapture) and pass; under CI (`CI` set) they fail instead. A rebuild with another
 //! sha256 always fails. `DS4_VECTORS_PROMPTS=a,b` restricts the prompts (for local runs).
 
 #[cfg(feature = "hip")]

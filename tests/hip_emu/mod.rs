@@ -4,8 +4,8 @@
 //! runtime layer, kernel module and forward pass run with every kernel executed by the emulator.
 //! `DS4_EMU_WARP=64` builds a wave64 emulator (default wave32).
 //!
-//! Without a C++ compiler the tests print "SKIPPED" and pass, except under CI (`CI=true`), where that
-//! is a failure.
+//! Without a C++ compiler the tests print "SKIPPED" and pass, except under CI (tests/support/skip.rs),
+//! where that is a failure.
 #![allow(dead_code)]
 
 use std::ffi::CString;
@@ -70,11 +70,7 @@ pub fn use_emulated_hip() -> Option<PathBuf> {
             Ok(o) => {
                 let err = String::from_utf8_lossy(&o.stderr);
                 if err.contains("no C++ compiler") {
-                    let msg = format!("HIP emulator tests: SKIPPED ({})", err.trim());
-                    assert!(!under_ci(), "{msg}; CI=true, so this is a failure");
-                    // Straight to stderr: the test harness captures eprintln! of passing tests.
-                    use std::io::Write;
-                    let _ = writeln!(std::io::stderr(), "\n*** {msg} ***\n");
+                    skip::skip_or_fail(&format!("the HIP emulator does not build here ({})", err.trim()));
                     None
                 } else {
                     panic!("the HIP emulator does not build:\n{err}");
@@ -86,10 +82,8 @@ pub fn use_emulated_hip() -> Option<PathBuf> {
     .clone()
 }
 
-/// True when running under CI (`CI=true`), where a missing C++ compiler is a failure, not a skip.
-pub fn under_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
+#[path = "../support/skip.rs"]
+pub mod skip;
 
 /// The tiny preset (the full V4 layer structure: ratios [0,0,4,128,4,128], window 16, indexer top-k 4)
 /// with a 512-token vocabulary, so the emulated output head stays cheap.

@@ -5,7 +5,6 @@
 
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -106,22 +105,8 @@ pub fn run_ok(cmd: &mut Command, what: &str) -> std::process::Output {
     out
 }
 
-/// True when running under CI (`CI=true`), where a skipped check is a failure.
-pub fn in_ci() -> bool {
-    std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
-}
-
-/// A check that cannot run here: under CI a failure; elsewhere a "SKIPPED" line naming the test
-/// and the reason. It is written to the stderr handle itself, which the test harness does not
-/// capture (it captures only the print macros), so a plain `cargo test` shows it too.
-pub fn skip_or_fail(why: &str) {
-    let test = std::thread::current().name().unwrap_or("vectors").to_string();
-    if in_ci() {
-        panic!("{why}; CI=true, so this is a failure, not a skip");
-    }
-    // One write, so the line is not split by the harness's own output.
-    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test}: {why}\n").as_bytes());
-}
+pub mod skip;
+pub use skip::skip_or_fail;
 
 /// The vectors directory. The vendored copy is always there; a `$DS4_VECTORS` that does not hold
 /// case A is a mistake and fails the test.
