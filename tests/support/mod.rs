@@ -514,7 +514,9 @@ pub fn compare_full_vector(reference: &[f32], ours: &[f32]) -> FullVectorReport 
 
 /// Greedy agreement: tokens must match up to and including the first step whose ds4 margin12 is at
 /// most `margin`; a mismatch at such a near-tie step is allowed, and nothing after it is compared.
-/// Returns (ok, steps agreeing before the comparison stopped).
+/// Returns (ok, steps agreeing before the comparison stopped). How many steps had to agree is
+/// [`must_match_prefix`]; a caller sums it over its prompts and requires a stated minimum, so that a
+/// run which compared nothing fails.
 pub fn greedy_agreement(ours: &[u32], reference: &[u32], margins: &[f64], margin: f64) -> (bool, usize) {
     let near_tie = |i: usize| margins.get(i).copied().unwrap_or(0.0) <= margin;
     for (i, &b) in reference.iter().enumerate() {
