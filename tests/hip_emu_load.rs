@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use ds4_chat::backend::hip::HipContext;
 use ds4_chat::backend::hip::weights::{DIRECT_ALIGN, DeviceWeights, LoadOptions, ReadMode, Staging, upload_with};
-use ds4_chat::engine::residency::file_cached_bytes;
+use ds4_chat::backend::residency::file_cached_bytes;
 use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
 use ds4_chat::model::Model;
 

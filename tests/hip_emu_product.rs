@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::backend::hip::footprint::session_bytes;
-use ds4_chat::backend::hip::open_engine_with_progress;
+use ds4_chat::backend::hip::open_model_with_progress;
 use ds4_chat::backend::hip::prefill::PREFILL_CHUNK;
 use ds4_chat::backend::hip::weights::{DeviceWeights, data_section_bytes};
 use ds4_chat::backend::hip::{HipContext, bandwidth};
@@ -27,10 +27,10 @@ use ds4_chat::backend::hip::{open_backend, open_backend_with_progress};
 
 /// Every check here compares bits with the CPU engine: the exact contract.
 const EXACT: Arithmetic = Arithmetic::Exact;
-use ds4_chat::backend::{Backend, Engine, EngineError};
-use ds4_chat::engine::backend_open::{self, Placement};
+use ds4_chat::backend::{BackendError, DeviceModel, DeviceSession};
+use ds4_chat::engine::backend_open::{self, PlacementRequest};
 use ds4_chat::engine::events::{BackendChoice, Command as WorkerCommand, Event, LoadRequest, ModelSource};
-use ds4_chat::engine::events::{WarmupPhase, WeightPlacement};
+use ds4_chat::engine::events::{WarmupPhase, WeightsMode};
 use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
 use ds4_chat::model::Model;
 
@@ -60,7 +60,7 @@ fn set_env(key: &str, value: &str) {
     unsafe { std::env::set_var(key, value) };
 }
 
-fn eval(b: &mut dyn Backend, tokens: &[u32]) -> Vec<Vec<f32>> {
+fn eval(b: &mut dyn DeviceSession, tokens: &[u32]) -> Vec<Vec<f32>> {
     tokens
         .iter()
         .map(|&t| {
@@ -132,7 +132,7 @@ fn placement_copy_and_map(model: &Arc<Model>) {
 
     let tokens = [77u32, 300];
     let mut logits = Vec::new();
-    for asked in [WeightPlacement::Auto, WeightPlacement::Map] {
+    for asked in [WeightsMode::Auto, WeightsMode::Map] {
         let (free_before, _) = ctx.mem_info().unwrap();
         let mut b = open_backend(model.clone(), asked, 16, EXACT).unwrap();
         let p = b.weights_placement().unwrap();
@@ -148,7 +148,7 @@ fn placement_copy_and_map(model: &Arc<Model>) {
             used >= counted && used <= counted + 512 * 256,
             "used {used}, counted {counted}"
         );
-        if asked == WeightPlacement::Auto {
+        if asked == WeightsMode::Auto {
             assert!(p.copied && p.reason.starts_with("auto: the weights fit"), "{p:?}");
             assert_eq!((p.bytes, mem.device_weight_bytes), (placed, placed));
         } else {
@@ -169,7 +169,7 @@ fn placement_copy_and_map(model: &Arc<Model>) {
 fn save_and_load(model: &Arc<Model>) {
     let prefix = [3u32, 9, 200, 41, 17];
     let more = [8u32, 450, 2];
-    let mut a = open_backend(model.clone(), WeightPlacement::Copy, 12, EXACT).unwrap();
+    let mut a = open_backend(model.clone(), WeightsMode::Copy, 12, EXACT).unwrap();
     eval(a.as_mut(), &prefix);
     let saved_logits = a.logits().to_vec();
     let state = a.save_state();
@@ -182,7 +182,7 @@ fn save_and_load(model: &Arc<Model>) {
         assert_eq!(bits(x), bits(y), "logits after load_state differ");
     }
     // The reference for the whole sequence evaluated token by token from scratch in a new session.
-    let mut fresh = open_backend(model.clone(), WeightPlacement::Copy, 32, EXACT).unwrap();
+    let mut fresh = open_backend(model.clone(), WeightsMode::Copy, 32, EXACT).unwrap();
     fresh.load_state(&state).unwrap();
     let restored = eval(fresh.as_mut(), &more);
     for (x, y) in first.iter().zip(&restored) {
@@ -193,7 +193,7 @@ fn save_and_load(model: &Arc<Model>) {
     let truncated = &state[..state.len() - 1];
     let mut trailing = state.clone();
     trailing.push(0);
-    let mut cpu = ds4_chat::backend::cpu::CpuBackend::new(model.clone(), 12, 1).unwrap();
+    let mut cpu = ds4_chat::backend::cpu::CpuSession::new(model.clone(), 12, 1).unwrap();
     cpu.eval(&prefix, &mut |_, _| true).unwrap();
     let cpu_state = cpu.save_state();
     for (bytes, want) in [
@@ -203,14 +203,14 @@ fn save_and_load(model: &Arc<Model>) {
         (&[][..], "truncated at byte 0"),
     ] {
         match a.load_state(bytes) {
-            Err(EngineError::BadCheckpoint(m)) => assert!(m.contains(want), "{m}"),
+            Err(BackendError::BadCheckpoint(m)) => assert!(m.contains(want), "{m}"),
             r => panic!("{r:?}"),
         }
         assert_eq!(a.n_past(), n_before);
     }
-    let mut small = open_backend(model.clone(), WeightPlacement::Copy, 4, EXACT).unwrap();
+    let mut small = open_backend(model.clone(), WeightsMode::Copy, 4, EXACT).unwrap();
     match small.load_state(&state) {
-        Err(EngineError::BadCheckpoint(m)) => assert!(m.contains("do not fit this session's context 4"), "{m}"),
+        Err(BackendError::BadCheckpoint(m)) => assert!(m.contains("do not fit this session's context 4"), "{m}"),
         r => panic!("{r:?}"),
     }
     // The session state survives the refusals: both sessions hold the same 8 tokens.
@@ -226,8 +226,7 @@ fn save_and_load(model: &Arc<Model>) {
 fn sessions_share_the_engine(model: &Arc<Model>) {
     let hip = HipContext::new().unwrap();
     let mut copied = 0;
-    let engine =
-        open_engine_with_progress(model.clone(), WeightPlacement::Copy, 16, EXACT, &mut |d, _| copied = d).unwrap();
+    let engine = open_model_with_progress(model.clone(), WeightsMode::Copy, 16, EXACT, &mut |d, _| copied = d).unwrap();
     // Progress ends at the bytes placed (the data section from its aligned block on, see above).
     assert_eq!(
         copied,
@@ -254,7 +253,7 @@ fn sessions_share_the_engine(model: &Arc<Model>) {
     assert_eq!(engine.weights().tensor(probe), weights_at);
     assert_eq!(second.weights_placement(), engine.weights_placement());
     let got = eval(second.as_mut(), &tokens);
-    let mut fresh = open_backend(model.clone(), WeightPlacement::Copy, 32, EXACT).unwrap();
+    let mut fresh = open_backend(model.clone(), WeightsMode::Copy, 32, EXACT).unwrap();
     let want = eval(fresh.as_mut(), &tokens);
     for ((g, w), f) in got.iter().zip(&want).zip(&first_logits) {
         assert_eq!(bits(g), bits(w), "a second session differs from a fresh backend");
@@ -289,7 +288,7 @@ fn memory_guard(model: &Arc<Model>) {
     // Room for the session and the reserve but not for the weights as well.
     let tight = mib(s.kv + s.scratch + (64 << 20)) + mib(weights) / 2;
     set_env("DS4_EMU_MEM_MIB", &tight.to_string());
-    let e = open_backend(model.clone(), WeightPlacement::Copy, 16, EXACT)
+    let e = open_backend(model.clone(), WeightsMode::Copy, 16, EXACT)
         .err()
         .expect("copy must be refused");
     assert!(e.starts_with("too little device memory: need "), "{e}");
@@ -297,7 +296,7 @@ fn memory_guard(model: &Arc<Model>) {
         e.contains(&format!("of {}.0 MiB on", tight)) && !e.contains('\n'),
         "{e}"
     );
-    let b = open_backend(model.clone(), WeightPlacement::Auto, 16, EXACT).unwrap();
+    let b = open_backend(model.clone(), WeightsMode::Auto, 16, EXACT).unwrap();
     let p = b.weights_placement().unwrap();
     assert!(
         !p.copied
@@ -307,7 +306,7 @@ fn memory_guard(model: &Arc<Model>) {
     );
     drop(b);
     set_env("DS4_EMU_MEM_MIB", "8");
-    for asked in [WeightPlacement::Auto, WeightPlacement::Map, WeightPlacement::Copy] {
+    for asked in [WeightsMode::Auto, WeightsMode::Map, WeightsMode::Copy] {
         let e = open_backend(model.clone(), asked, 16, EXACT).err().expect("refused");
         assert!(
             e.starts_with("too little device memory: need ") && e.contains("have "),
@@ -318,14 +317,14 @@ fn memory_guard(model: &Arc<Model>) {
 }
 
 /// The engine on `backend` (exact arithmetic, one CPU thread, a 16-token cache) as the worker opens it.
-fn open_exact(model: &Arc<Model>, backend: BackendChoice) -> Result<backend_open::OpenedEngine, String> {
-    let placement = Placement {
+fn open_exact(model: &Arc<Model>, backend: BackendChoice) -> Result<backend_open::OpenedModel, String> {
+    let placement = PlacementRequest {
         backend,
         arithmetic: EXACT,
         threads: 1,
         ..Default::default()
     };
-    backend_open::open_engine(model.clone(), &placement, 16)
+    backend_open::open_device_model(model.clone(), &placement, 16)
 }
 
 /// The escape hatch: with `DS4_HIP_FORWARD=0`, `--backend hip` fails with one line and auto falls
@@ -340,18 +339,15 @@ fn gate_and_fallback(model: &Arc<Model>) {
         "{e}"
     );
     let o = open_exact(model, BackendChoice::Auto).unwrap();
-    assert_eq!(o.backend.name(), "cpu");
+    assert_eq!(o.session.name(), "cpu");
     assert!(o.fallback_reason.unwrap().contains("DS4_HIP_FORWARD=0"));
     set_env("DS4_HIP_FORWARD", "1");
     let o = open_exact(model, BackendChoice::Auto).unwrap();
-    assert_eq!((o.backend.name(), o.fallback_reason), ("hip", None));
+    assert_eq!((o.session.name(), o.fallback_reason), ("hip", None));
     // Progress through the engine entry point ends at the bytes placed: the data section, from the
     // start of the 4 KiB block holding its first byte.
     let mut last = (0, 0);
-    let b = open_backend_with_progress(model.clone(), WeightPlacement::Copy, 16, EXACT, &mut |d, t| {
-        last = (d, t)
-    })
-    .unwrap();
+    let b = open_backend_with_progress(model.clone(), WeightsMode::Copy, 16, EXACT, &mut |d, t| last = (d, t)).unwrap();
     let placed = b.weights_placement().unwrap().bytes;
     assert_eq!(last, (placed, placed));
     assert!(placed >= data_section_bytes(&model.file) && placed < data_section_bytes(&model.file) + 4096);
@@ -368,7 +364,7 @@ fn worker_reports_the_upload() {
         source: ModelSource::Demo { seed: 2 },
         ctx,
         backend: BackendChoice::Hip,
-        weights: WeightPlacement::Copy,
+        weights: WeightsMode::Copy,
         arithmetic: EXACT,
         threads: 1,
     };

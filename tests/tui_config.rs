@@ -1,7 +1,7 @@
 //! The config file: documented defaults, one-line errors naming the key, flags over the file.
 
 use ds4_chat::cli::chat::{Args, apply_flags};
-use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
+use ds4_chat::engine::events::{BackendChoice, WeightsMode};
 use ds4_chat::model::chat::ThinkMode;
 use ds4_chat::tui::config::{self, Config, Theme};
 
@@ -34,7 +34,7 @@ fn values_are_read() {
     .unwrap();
     assert_eq!(c.ctx, 8192);
     assert_eq!(c.backend, BackendChoice::Cpu);
-    assert_eq!(c.weights, WeightPlacement::Map);
+    assert_eq!(c.weights, WeightsMode::Map);
     assert_eq!(c.think, ThinkMode::Off);
     assert_eq!(c.system, "");
     assert_eq!(c.sampling.temperature, 0.0);

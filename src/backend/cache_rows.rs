@@ -4,14 +4,14 @@
 //! After `n_past` tokens a layer holds: the newest min(n_past, window) raw rows, oldest first; where it
 //! compresses, the n_past / ratio compressed rows and its compressor's kv and score state; where it has
 //! an indexer, the same for the indexer. Every value is the f32 the backends keep (rows already
-//! rounded through f16). The backends' own checkpoint payloads (`Backend::save_state`) differ in
+//! rounded through f16). The backends' own checkpoint payloads (`DeviceSession::save_state`) differ in
 //! layout (the CPU keeps the window in order, the GPU a ring indexed by position), which is why this
 //! neutral form exists.
 //!
 //! Owns the type, its byte encoding and the shape checks against a model; filling and reading it is
-//! each backend's (`Backend::export_cache` / `import_cache`).
+//! each backend's (`DeviceSession::export_cache` / `import_cache`).
 
-use super::EngineError;
+use super::BackendError;
 use super::payload::{PayloadReader, put_f32s, put_u32};
 use crate::model::hparams::HParams;
 
@@ -76,9 +76,9 @@ impl CacheRows {
     }
 
     /// Reads rows encoded for a model of `hp`.
-    pub fn decode(r: &mut PayloadReader<'_>, hp: &HParams) -> Result<CacheRows, EngineError> {
+    pub fn decode(r: &mut PayloadReader<'_>, hp: &HParams) -> Result<CacheRows, BackendError> {
         let n_past = r.u32("token count")? as usize;
-        let floats = |r: &mut PayloadReader<'_>, n: usize, what: &str| -> Result<Vec<f32>, EngineError> {
+        let floats = |r: &mut PayloadReader<'_>, n: usize, what: &str| -> Result<Vec<f32>, BackendError> {
             let mut v = vec![0f32; n];
             r.f32s(&mut v, what)?;
             Ok(v)
@@ -88,7 +88,7 @@ impl CacheRows {
         for l in 0..hp.n_layer {
             let raw = floats(r, raw_rows(hp, n_past) * hp.head_dim, &format!("layer {l} raw rows"))?;
             let ratio = hp.ratio(l) as usize;
-            let mut part = |width: usize, name: &str| -> Result<CompressorRows, EngineError> {
+            let mut part = |width: usize, name: &str| -> Result<CompressorRows, BackendError> {
                 Ok(CompressorRows {
                     rows: floats(
                         r,
@@ -111,8 +111,8 @@ impl CacheRows {
 
     /// Checks every size against a model of `hp` (what `decode` produces always passes; a backend
     /// calls this before writing anything).
-    pub fn check(&self, hp: &HParams) -> Result<(), EngineError> {
-        let bad = |m: String| Err(EngineError::BadCheckpoint(m));
+    pub fn check(&self, hp: &HParams) -> Result<(), BackendError> {
+        let bad = |m: String| Err(BackendError::BadCheckpoint(m));
         if self.logits.len() != hp.n_vocab {
             return bad(format!(
                 "{} logits for a vocabulary of {}",

@@ -1,18 +1,21 @@
 //! Compute backends: the CPU reference (always built) and HIP (feature `hip`).
 //!
 //! Owns the execution of the forward pass on a device behind two narrow traits, shaped like ds4.h's
-//! engine/session boundary: an `Engine` is the model loaded once onto a device (the file mapping, and
-//! on a GPU the device context, the kernels and the weights' device copy); a `Backend` is one session
+//! engine/session boundary: an `DeviceModel` is the model loaded once onto a device (the file mapping, and
+//! on a GPU the device context, the kernels and the weights' device copy); a `DeviceSession` is one session
 //! opened from it (a cache of `ctx` tokens and the logits). Must not know about chat, text or the UI;
 //! token ids in, logits out.
 
 pub mod agreement;
 pub mod arithmetic;
 pub mod cache_rows;
+pub mod copy_budget;
 pub mod cpu;
 #[cfg(feature = "hip")]
 pub mod hip;
+pub mod memguard;
 pub mod payload;
+pub mod residency;
 // The kernel table is plain data: its tests run in builds without the `hip` feature too.
 #[cfg(all(test, not(feature = "hip")))]
 #[path = "hip/kernels/mod.rs"]
@@ -30,7 +33,7 @@ use crate::model::Model;
 
 /// Failure of a backend operation, as a value.
 #[derive(Debug, Clone, PartialEq)]
-pub enum EngineError {
+pub enum BackendError {
     /// The prompt or generation does not fit the context (docs/prompt.md#stop-conditions).
     ContextFull {
         needed: usize,
@@ -47,24 +50,24 @@ pub enum EngineError {
     Other(String),
 }
 
-impl fmt::Display for EngineError {
+impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            EngineError::ContextFull { needed, ctx } => {
+            BackendError::ContextFull { needed, ctx } => {
                 write!(
                     f,
                     "context full: {needed} tokens needed, context is {ctx} (raise --ctx)"
                 )
             }
-            EngineError::Cancelled { done } => write!(f, "cancelled after {done} tokens"),
-            EngineError::BadCheckpoint(m) => write!(f, "bad checkpoint: {m}"),
-            EngineError::Device(m) => write!(f, "device error: {m}"),
-            EngineError::Other(m) => f.write_str(m),
+            BackendError::Cancelled { done } => write!(f, "cancelled after {done} tokens"),
+            BackendError::BadCheckpoint(m) => write!(f, "bad checkpoint: {m}"),
+            BackendError::Device(m) => write!(f, "device error: {m}"),
+            BackendError::Other(m) => f.write_str(m),
         }
     }
 }
 
-impl std::error::Error for EngineError {}
+impl std::error::Error for BackendError {}
 
 /// Memory a backend holds for a session.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -80,9 +83,19 @@ pub struct MemoryReport {
     pub device_total: Option<u64>,
 }
 
+/// How GPU weights are placed (GPU backends only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WeightsMode {
+    /// Copy to device memory when it fits, else map.
+    #[default]
+    Auto,
+    Copy,
+    Map,
+}
+
 /// Where a GPU backend placed the model's weights (`--weights`), for the side panel, logs and `bench`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct WeightsPlacement {
+pub struct PlacementReport {
     /// Copied into device memory (true) or read in place through the registered file mapping.
     pub copied: bool,
     /// Bytes copied or mapped.
@@ -94,7 +107,7 @@ pub struct WeightsPlacement {
     pub reason: String,
 }
 
-impl WeightsPlacement {
+impl PlacementReport {
     /// "copy" or "map".
     pub fn mode(&self) -> &'static str {
         if self.copied { "copy" } else { "map" }
@@ -150,18 +163,18 @@ pub struct DevicePick {
 }
 
 /// Progress callback for long evaluations: `(done, total)` tokens; return `false` to stop at the next
-/// chunk/token boundary (the backend then returns `EngineError::Cancelled`).
+/// chunk/token boundary (the backend then returns `BackendError::Cancelled`).
 pub type Progress<'a> = &'a mut dyn FnMut(usize, usize) -> bool;
 
 /// What every backend's `eval` refuses before evaluating anything: a token that would sit at a
 /// position ≥ ctx (`ContextFull`) and a token id outside the vocabulary.
-pub fn check_eval_tokens(tokens: &[u32], n_past: usize, ctx: usize, n_vocab: usize) -> Result<(), EngineError> {
+pub fn check_eval_tokens(tokens: &[u32], n_past: usize, ctx: usize, n_vocab: usize) -> Result<(), BackendError> {
     let needed = n_past + tokens.len();
     if needed > ctx {
-        return Err(EngineError::ContextFull { needed, ctx });
+        return Err(BackendError::ContextFull { needed, ctx });
     }
     match tokens.iter().find(|&&t| t as usize >= n_vocab) {
-        Some(bad) => Err(EngineError::Other(format!(
+        Some(bad) => Err(BackendError::Other(format!(
             "token id {bad} is outside the vocabulary ({n_vocab})"
         ))),
         None => Ok(()),
@@ -176,14 +189,14 @@ pub fn eval_in_chunks(
     chunk: usize,
     progress: Progress<'_>,
     mut run: impl FnMut(&[u32]),
-) -> Result<(), EngineError> {
+) -> Result<(), BackendError> {
     let total = tokens.len();
     let mut done = 0;
     for part in tokens.chunks(chunk.max(1)) {
         run(part);
         done += part.len();
         if done < total && !progress(done, total) {
-            return Err(EngineError::Cancelled { done });
+            return Err(BackendError::Cancelled { done });
         }
     }
     progress(total, total);
@@ -193,7 +206,7 @@ pub fn eval_in_chunks(
 /// A model loaded once onto one device. Sessions opened from it share the model and everything the
 /// device holds for it (kernels, weights); opening one reads nothing from the model file and moves no
 /// weights, it only allocates the session's cache and scratch.
-pub trait Engine: Send {
+pub trait DeviceModel: Send {
     /// "cpu" or "hip".
     fn name(&self) -> &'static str;
     /// Human-readable device name.
@@ -202,16 +215,16 @@ pub trait Engine: Send {
     fn model(&self) -> &Arc<Model>;
     /// Where the weights live on a GPU engine; `None` when they are read from the file mapping on the
     /// host (the CPU).
-    fn weights_placement(&self) -> Option<WeightsPlacement> {
+    fn weights_placement(&self) -> Option<PlacementReport> {
         None
     }
     /// A session with an empty cache of `ctx` tokens. A GPU engine checks first that the session's
     /// cache and scratch fit the free device memory.
-    fn open_session(&self, ctx: usize) -> Result<Box<dyn Backend>, EngineError>;
+    fn open_session(&self, ctx: usize) -> Result<Box<dyn DeviceSession>, BackendError>;
 }
 
 /// One session on an engine: the model executing on one device with one live cache.
-pub trait Backend: Send {
+pub trait DeviceSession: Send {
     /// "cpu" or "hip".
     fn name(&self) -> &'static str;
     /// Human-readable device name.
@@ -227,13 +240,13 @@ pub trait Backend: Send {
     /// Evaluate `tokens` at positions `n_past()..`, batched (prefill) when more than one; afterwards
     /// `logits()` holds the next-token logits after the last token. Cancel is honoured between
     /// chunks/tokens and leaves the cache consistent at the returned `done`.
-    fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), EngineError>;
+    fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), BackendError>;
     /// Next-token logits after the last evaluated token (length n_vocab). A GPU backend copies them
     /// from the device on the first call after an eval.
     fn logits(&self) -> &[f32];
     /// Pick the next token on the device from the last eval's logits; `None` when this backend has
     /// no device sampling (the caller then samples `logits()` on the host).
-    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, EngineError>> {
+    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, BackendError>> {
         let _ = how;
         None
     }
@@ -242,19 +255,19 @@ pub trait Backend: Send {
     /// Serialize the cache and logits (docs/model.md#checkpoints).
     fn save_state(&self) -> Vec<u8>;
     /// Restore a state made by `save_state` of the same model and context.
-    fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError>;
+    fn load_state(&mut self, bytes: &[u8]) -> Result<(), BackendError>;
     /// The cache and logits as backend-neutral rows (what a session's KV snapshot holds).
-    fn export_cache(&self) -> Result<cache_rows::CacheRows, EngineError> {
-        Err(EngineError::Other(format!(
+    fn export_cache(&self) -> Result<cache_rows::CacheRows, BackendError> {
+        Err(BackendError::Other(format!(
             "the {} backend cannot export its cache",
             self.name()
         )))
     }
     /// Restore rows exported by any backend of the same model, holding `tokens`; a rejected one
     /// leaves the cache as it was.
-    fn import_cache(&mut self, rows: &cache_rows::CacheRows, tokens: &[u32]) -> Result<(), EngineError> {
+    fn import_cache(&mut self, rows: &cache_rows::CacheRows, tokens: &[u32]) -> Result<(), BackendError> {
         let _ = (rows, tokens);
-        Err(EngineError::Other(format!(
+        Err(BackendError::Other(format!(
             "the {} backend cannot import a cache",
             self.name()
         )))
@@ -262,18 +275,18 @@ pub trait Backend: Send {
     fn memory(&self) -> MemoryReport;
     /// Where the weights live on a GPU backend; `None` for backends that read the file mapping on
     /// the host (the CPU).
-    fn weights_placement(&self) -> Option<WeightsPlacement> {
+    fn weights_placement(&self) -> Option<PlacementReport> {
         None
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::WeightsPlacement;
+    use super::PlacementReport;
 
     #[test]
     fn placement_summary_is_one_line_with_size_time_and_reason() {
-        let p = WeightsPlacement {
+        let p = PlacementReport {
             copied: true,
             bytes: 3 << 30,
             seconds: 1.5,
@@ -284,7 +297,7 @@ mod tests {
             p.summary(),
             "copy: 3.00 GiB to device memory in 1.50 s (2.15 GB/s); auto: fits"
         );
-        let m = WeightsPlacement {
+        let m = PlacementReport {
             copied: false,
             bytes: 10 << 20,
             seconds: 0.004,

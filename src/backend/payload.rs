@@ -1,11 +1,11 @@
-//! Little-endian byte payloads of session checkpoints (`Backend::save_state` / `load_state`): the
+//! Little-endian byte payloads of session checkpoints (`DeviceSession::save_state` / `load_state`): the
 //! writers and the bounds-checked reader both backends' formats are built from (cpu/state.rs for the
-//! checkpoint payload of docs/model.md#checkpoints, hip/backend/state.rs for the device session). Owns
+//! checkpoint payload of docs/model.md#checkpoints, hip/session/state.rs for the device session). Owns
 //! the byte encoding only; the layouts and their validation belong to the backends.
 
 use std::borrow::Cow;
 
-use super::EngineError;
+use super::BackendError;
 use crate::gguf::half::{f16_to_f32, f32_to_f16};
 
 /// Element width word of [`put_rows`]: the rows follow as f16.
@@ -61,10 +61,10 @@ impl<'a> PayloadReader<'a> {
         PayloadReader { bytes, at: 0 }
     }
 
-    pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], EngineError> {
+    pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], BackendError> {
         let left = self.bytes.len() - self.at;
         if left < n {
-            return Err(EngineError::BadCheckpoint(format!(
+            return Err(BackendError::BadCheckpoint(format!(
                 "truncated at byte {} reading {what} ({n} bytes needed, {left} left)",
                 self.at
             )));
@@ -74,12 +74,12 @@ impl<'a> PayloadReader<'a> {
         Ok(s)
     }
 
-    pub fn u32(&mut self, what: &str) -> Result<u32, EngineError> {
+    pub fn u32(&mut self, what: &str) -> Result<u32, BackendError> {
         let s = self.take(4, what)?;
         Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
     }
 
-    pub fn f32s(&mut self, dst: &mut [f32], what: &str) -> Result<(), EngineError> {
+    pub fn f32s(&mut self, dst: &mut [f32], what: &str) -> Result<(), BackendError> {
         let s = self.take(dst.len() * 4, what)?;
         for (d, c) in dst.iter_mut().zip(s.chunks_exact(4)) {
             *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -88,7 +88,7 @@ impl<'a> PayloadReader<'a> {
     }
 
     /// `n` values written by [`put_rows`], as little-endian f32 bytes.
-    pub fn rows(&mut self, n: usize, what: &str) -> Result<Cow<'a, [u8]>, EngineError> {
+    pub fn rows(&mut self, n: usize, what: &str) -> Result<Cow<'a, [u8]>, BackendError> {
         match self.u32(&format!("{what} element width"))? {
             ROWS_F32 => Ok(Cow::Borrowed(self.take(4 * n, what)?)),
             ROWS_F16 => {
@@ -99,7 +99,7 @@ impl<'a> PayloadReader<'a> {
                 }
                 Ok(Cow::Owned(v))
             }
-            w => Err(EngineError::BadCheckpoint(format!(
+            w => Err(BackendError::BadCheckpoint(format!(
                 "{what}: element width {w}, expected {ROWS_F16} or {ROWS_F32}"
             ))),
         }
@@ -129,7 +129,7 @@ mod tests {
         let e = r.u32("the count").unwrap_err();
         assert_eq!(
             e,
-            EngineError::BadCheckpoint("truncated at byte 12 reading the count (4 bytes needed, 0 left)".into())
+            BackendError::BadCheckpoint("truncated at byte 12 reading the count (4 bytes needed, 0 left)".into())
         );
     }
 
@@ -157,7 +157,7 @@ mod tests {
         let mut bad = Vec::new();
         put_u32(&mut bad, 3);
         assert!(
-            matches!(PayloadReader::new(&bad).rows(0, "c"), Err(EngineError::BadCheckpoint(m)) if m.contains("element width 3"))
+            matches!(PayloadReader::new(&bad).rows(0, "c"), Err(BackendError::BadCheckpoint(m)) if m.contains("element width 3"))
         );
     }
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::CliResult;
-use crate::backend::{Backend, EngineError};
-use crate::engine::backend_open::open_engine;
+use crate::backend::{BackendError, DeviceSession};
+use crate::engine::backend_open::open_device_model;
 use crate::engine::generate::{Hooks, Limits, generate};
 use crate::engine::settings::{self, named};
 use crate::model::Model;
@@ -129,8 +129,8 @@ struct GreedyPastEos {
     eos: u32,
 }
 
-impl<'b> Hooks<dyn Backend + 'b> for GreedyPastEos {
-    fn pick(&mut self, state: &mut (dyn Backend + 'b)) -> Result<u32, EngineError> {
+impl<'b> Hooks<dyn DeviceSession + 'b> for GreedyPastEos {
+    fn pick(&mut self, state: &mut (dyn DeviceSession + 'b)) -> Result<u32, BackendError> {
         Ok(argmax_excluding(state.logits(), self.eos))
     }
     fn token(&mut self, _token: u32) -> Result<(), String> {
@@ -221,12 +221,12 @@ pub fn run(args: Args) -> CliResult {
         None => synthetic_tokens(tok.as_ref().ok(), model.hp.n_vocab, args.ctx_max),
     };
     let t_open = Instant::now();
-    let opened = open_engine(model.clone(), &placement, ctx_alloc)?;
+    let opened = open_device_model(model.clone(), &placement, ctx_alloc)?;
     let open_secs = t_open.elapsed().as_secs_f64();
     if let Some(why) = &opened.fallback_reason {
         eprintln!("ds4-chat bench: using the CPU backend: {why}");
     }
-    let mut backend: Box<dyn Backend> = opened.backend;
+    let mut backend: Box<dyn DeviceSession> = opened.session;
     match backend.weights_placement() {
         Some(p) => eprintln!(
             "ds4-chat bench: weights {}; backend ready in {open_secs:.2} s",

@@ -55,13 +55,13 @@ pub struct PlacementArgs {
 }
 
 /// [`PlacementArgs`] after the range checks.
-pub use crate::engine::backend_open::Placement;
+pub use crate::engine::backend_open::PlacementRequest;
 
 impl PlacementArgs {
     /// Every flag checked; the error is one line naming the flag.
-    pub fn checked(&self) -> Result<Placement, String> {
+    pub fn checked(&self) -> Result<PlacementRequest, String> {
         use crate::engine::settings::{self, named};
-        Ok(Placement {
+        Ok(PlacementRequest {
             threads: named("--threads", settings::check_threads(self.threads))?,
             backend: named("--backend", settings::parse_backend(&self.backend))?,
             weights: named("--weights", settings::parse_weights(&self.weights))?,

@@ -12,16 +12,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::CliResult;
-use crate::backend::{Backend, EngineError};
-use crate::engine::backend_open::{Placement, open_engine};
+use crate::backend::{BackendError, DeviceSession};
+use crate::engine::backend_open::{PlacementRequest, open_device_model};
 use crate::engine::events::SamplingParams;
-use crate::engine::events::TextKind;
 use crate::engine::generate::{Hooks, Limits, Stop, generate, sample_next};
 use crate::engine::logprobs::{self, LogprobDump};
 use crate::engine::sampler::{Sampler, argmax};
 use crate::engine::settings::{self, named};
 use crate::model::chat::{ThinkMode, one_shot_prompt};
 use crate::model::detok::StreamDecoder;
+use crate::model::detok::TextKind;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::weights::Model;
 
@@ -32,12 +32,16 @@ pub fn open_model(path: &Path) -> Result<Arc<Model>, String> {
 
 /// A backend session for `model` (engine::backend_open's policy); a CPU fallback's reason goes to
 /// stderr.
-pub fn open_session_backend(model: Arc<Model>, at: &Placement, ctx: usize) -> Result<Box<dyn Backend>, String> {
-    let opened = open_engine(model, at, ctx)?;
+pub fn open_device_session(
+    model: Arc<Model>,
+    at: &PlacementRequest,
+    ctx: usize,
+) -> Result<Box<dyn DeviceSession>, String> {
+    let opened = open_device_model(model, at, ctx)?;
     if let Some(reason) = &opened.fallback_reason {
         eprintln!("ds4-chat: using the CPU backend: {reason}");
     }
-    Ok(opened.backend)
+    Ok(opened.session)
 }
 
 #[derive(clap::Args, Debug)]
@@ -105,7 +109,7 @@ struct RunSettings {
     max_tokens: usize,
     params: SamplingParams,
     logprobs_top_k: usize,
-    placement: super::Placement,
+    placement: super::PlacementRequest,
 }
 
 impl RunSettings {
@@ -140,7 +144,7 @@ pub fn generation_budget(max_tokens: usize, ctx: usize, n_past: usize) -> usize 
 /// Sample up to `budget` tokens after the prefilled state in `backend`, handing each to `emit`; EOS
 /// ends the loop and is not emitted. Returns the number of tokens emitted and why it stopped.
 pub fn sample_loop(
-    backend: &mut dyn Backend,
+    backend: &mut dyn DeviceSession,
     sampler: &mut Sampler,
     params: &SamplingParams,
     budget: usize,
@@ -152,8 +156,8 @@ pub fn sample_loop(
         params: &'a SamplingParams,
         emit: &'a mut dyn FnMut(u32) -> Result<(), String>,
     }
-    impl<'b> Hooks<dyn Backend + 'b> for Sampling<'_> {
-        fn pick(&mut self, state: &mut (dyn Backend + 'b)) -> Result<u32, EngineError> {
+    impl<'b> Hooks<dyn DeviceSession + 'b> for Sampling<'_> {
+        fn pick(&mut self, state: &mut (dyn DeviceSession + 'b)) -> Result<u32, BackendError> {
             sample_next(state, self.sampler, self.params)
         }
         fn token(&mut self, token: u32) -> Result<(), String> {
@@ -173,7 +177,7 @@ pub fn sample_loop(
 /// continuation of up to `budget` steps, each recording the selected token and the top-`k` logprobs;
 /// the step that selects EOS is written and ends the dump.
 pub fn greedy_logprob_dump(
-    backend: &mut dyn Backend,
+    backend: &mut dyn DeviceSession,
     prompt_tokens: usize,
     k: usize,
     budget: usize,
@@ -234,7 +238,7 @@ pub fn run(args: Args) -> CliResult {
         ));
     }
 
-    let mut backend = open_session_backend(model, &set.placement, ctx)?;
+    let mut backend = open_device_session(model, &set.placement, ctx)?;
     let t_prefill = Instant::now();
     // Long prefills on a big model take a while: show progress when stderr is a terminal.
     let show_progress = std::io::stderr().is_terminal();
@@ -329,7 +333,7 @@ mod tests {
 
     /// A backend whose next-token logits are a fixed function of the position: at position p the
     /// logit of token `script[p]` is 5 and every other token's is 0 (vocabulary of 8).
-    struct ScriptedBackend {
+    struct ScriptedSession {
         script: Vec<u32>,
         n_past: usize,
         evals: Vec<Vec<u32>>,
@@ -337,9 +341,9 @@ mod tests {
         ctx: usize,
     }
 
-    impl ScriptedBackend {
+    impl ScriptedSession {
         fn new(script: &[u32], ctx: usize) -> Self {
-            ScriptedBackend {
+            ScriptedSession {
                 script: script.to_vec(),
                 n_past: 0,
                 evals: vec![],
@@ -355,7 +359,7 @@ mod tests {
         }
     }
 
-    impl Backend for ScriptedBackend {
+    impl DeviceSession for ScriptedSession {
         fn name(&self) -> &'static str {
             "scripted"
         }
@@ -368,9 +372,9 @@ mod tests {
         fn n_past(&self) -> usize {
             self.n_past
         }
-        fn eval(&mut self, tokens: &[u32], _progress: Progress<'_>) -> Result<(), EngineError> {
+        fn eval(&mut self, tokens: &[u32], _progress: Progress<'_>) -> Result<(), BackendError> {
             if self.n_past + tokens.len() > self.ctx {
-                return Err(EngineError::ContextFull {
+                return Err(BackendError::ContextFull {
                     needed: self.n_past + tokens.len(),
                     ctx: self.ctx,
                 });
@@ -390,7 +394,7 @@ mod tests {
         fn save_state(&self) -> Vec<u8> {
             Vec::new()
         }
-        fn load_state(&mut self, _bytes: &[u8]) -> Result<(), EngineError> {
+        fn load_state(&mut self, _bytes: &[u8]) -> Result<(), BackendError> {
             Ok(())
         }
         fn memory(&self) -> MemoryReport {
@@ -415,8 +419,8 @@ mod tests {
 
     /// `sample_loop` (greedy, EOS id 7, `budget` tokens) on a backend scripted with `script` after
     /// evaluating `prompt`: the count and stop reason it returns, the tokens it emitted, the backend.
-    fn greedy_sample_loop(script: &[u32], prompt: &[u32], budget: usize) -> (usize, Stop, Vec<u32>, ScriptedBackend) {
-        let mut b = ScriptedBackend::new(script, 64);
+    fn greedy_sample_loop(script: &[u32], prompt: &[u32], budget: usize) -> (usize, Stop, Vec<u32>, ScriptedSession) {
+        let mut b = ScriptedSession::new(script, 64);
         b.eval(prompt, &mut |_, _| true).unwrap();
         let mut out = vec![];
         let mut s = Sampler::new(Some(1));
@@ -445,7 +449,7 @@ mod tests {
 
     #[test]
     fn dump_records_greedy_steps_through_eos() {
-        let mut b = ScriptedBackend::new(&[0, 3, 7, 5], 64);
+        let mut b = ScriptedSession::new(&[0, 3, 7, 5], 64);
         b.eval(&[1], &mut |_, _| true).unwrap();
         let text = greedy_logprob_dump(&mut b, 1, 2, 10, 7, &|id| vec![b'a' + id as u8]).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -8,8 +8,8 @@
 use std::path::PathBuf;
 
 use super::CliResult;
-use crate::backend::{Backend, EngineError};
-use crate::engine::events::WeightPlacement;
+use crate::backend::WeightsMode;
+use crate::backend::{BackendError, DeviceSession};
 use crate::engine::logprobs::{self, ScoredPosition};
 use crate::engine::settings::{self, named};
 
@@ -53,14 +53,14 @@ pub type PositionVisitor<'a> = &'a mut dyn FnMut(usize, &[f32]) -> Result<(), St
 /// Evaluate `tokens` teacher-forced along `path` and hand `visit(i, logits)` the next-token logits
 /// after tokens[0..=i], in order. Stops at the first error `visit` or the backend returns.
 pub fn teacher_forced(
-    backend: &mut dyn Backend,
+    backend: &mut dyn DeviceSession,
     tokens: &[u32],
     path: ScorePath,
     visit: PositionVisitor<'_>,
 ) -> Result<(), String> {
     let mut no_progress = |_: usize, _: usize| true;
-    let eval = |b: &mut dyn Backend, t: &[u32], p: &mut dyn FnMut(usize, usize) -> bool| {
-        b.eval(t, p).map_err(|e: EngineError| e.to_string())
+    let eval = |b: &mut dyn DeviceSession, t: &[u32], p: &mut dyn FnMut(usize, usize) -> bool| {
+        b.eval(t, p).map_err(|e: BackendError| e.to_string())
     };
     match path {
         ScorePath::Decode => {
@@ -101,13 +101,13 @@ pub fn run(args: Args) -> CliResult {
             "--tokens: id {bad} is outside the vocabulary (n_vocab {n_vocab})"
         ));
     }
-    let at = super::Placement {
+    let at = super::PlacementRequest {
         threads,
         backend,
-        weights: WeightPlacement::Auto,
+        weights: WeightsMode::Auto,
         arithmetic: args.arithmetic.arithmetic(),
     };
-    let mut backend = super::run::open_session_backend(model, &at, ctx)?;
+    let mut backend = super::run::open_device_session(model, &at, ctx)?;
     let k = args.top_k.min(n_vocab);
     let mut positions = Vec::with_capacity(args.tokens.len());
     teacher_forced(backend.as_mut(), &args.tokens, args.path, &mut |i, logits| {

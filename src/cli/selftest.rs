@@ -4,7 +4,10 @@
 //! if any check fails. Every kernel against the CPU reference is the test suite tests/hip_kernels.
 //!
 //! Owns argument parsing and printing only; the checks are `backend::hip::selftest` and
-//! `backend::hip::selftest_forward`.
+//! `cli::selftest::forward`.
+
+#[cfg(feature = "hip")]
+mod forward;
 
 use super::CliResult;
 
@@ -59,7 +62,7 @@ fn run_hip(args: &Args) -> CliResult {
     if let Some(n) = args.forward {
         let model = model.ok_or("selftest --forward needs --model FILE")?;
         drop(ctx);
-        let ok = crate::backend::hip::selftest_forward::run_forward_check(
+        let ok = forward::run_forward_check(
             model,
             n.max(1),
             args.greedy,

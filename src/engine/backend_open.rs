@@ -6,29 +6,29 @@
 use std::sync::Arc;
 
 use crate::backend::arithmetic::Arithmetic;
-use crate::backend::cpu::CpuEngine;
-use crate::backend::{Backend, Engine};
+use crate::backend::cpu::CpuModel;
+use crate::backend::{DeviceModel, DeviceSession};
 use crate::model::Model;
 
-use super::events::{BackendChoice, WeightPlacement};
+use super::events::{BackendChoice, WeightsMode};
 
 /// Where an engine runs: the backend asked for, its GPU weight placement and arithmetic, and the
 /// CPU threads (0 = all cores). `cli::PlacementArgs::checked` builds it from flags, the worker from
 /// a `LoadRequest`; the default is the flags' default.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Placement {
+pub struct PlacementRequest {
     pub threads: usize,
     pub backend: BackendChoice,
-    pub weights: WeightPlacement,
+    pub weights: WeightsMode,
     pub arithmetic: Arithmetic,
 }
 
 /// An engine and its first session, and why it is not the one asked for (if so).
-pub struct OpenedEngine {
+pub struct OpenedModel {
     /// The model on its device; further sessions (another context) are opened from it.
-    pub engine: Box<dyn Engine>,
+    pub model: Box<dyn DeviceModel>,
     /// The first session, with a cache of the `ctx` tokens asked for.
-    pub backend: Box<dyn Backend>,
+    pub session: Box<dyn DeviceSession>,
     /// Set when `Auto` fell back to the CPU: the reason, shown to the user.
     pub fallback_reason: Option<String>,
 }
@@ -36,17 +36,17 @@ pub struct OpenedEngine {
 /// Open `at.backend` for `model` and a first session with a cache of `ctx` tokens. `Hip` fails with
 /// the reason when no GPU engine can run; `Auto` then falls back to the CPU. A GPU engine runs
 /// `at.arithmetic`; the CPU engine is the reference and ignores it.
-pub fn open_engine(model: Arc<Model>, at: &Placement, ctx: usize) -> Result<OpenedEngine, String> {
-    open_engine_with_progress(model, at, ctx, &mut |_, _| {})
+pub fn open_device_model(model: Arc<Model>, at: &PlacementRequest, ctx: usize) -> Result<OpenedModel, String> {
+    open_device_model_with_progress(model, at, ctx, &mut |_, _| {})
 }
 
-/// `open_engine` reporting a GPU weight copy: `upload(done, total)` bytes after every chunk.
-pub fn open_engine_with_progress(
+/// `open_device_model` reporting a GPU weight copy: `upload(done, total)` bytes after every chunk.
+pub fn open_device_model_with_progress(
     model: Arc<Model>,
-    at: &Placement,
+    at: &PlacementRequest,
     ctx: usize,
     upload: &mut dyn FnMut(u64, u64),
-) -> Result<OpenedEngine, String> {
+) -> Result<OpenedModel, String> {
     super::settings::check_session_ctx(ctx, &model.hp)?;
     let gpu_unavailable = match at.backend {
         BackendChoice::Cpu => None,
@@ -63,11 +63,11 @@ pub fn open_engine_with_progress(
         ctx as u64,
         crate::backend::cpu::PREFILL_CHUNK as u64,
     )?;
-    let cpu = CpuEngine::new(model, at.threads).map_err(|e| e.to_string())?;
+    let cpu = CpuModel::new(model, at.threads).map_err(|e| e.to_string())?;
     let backend = cpu.open_session(ctx).map_err(|e| e.to_string())?;
-    Ok(OpenedEngine {
-        engine: Box::new(cpu),
-        backend,
+    Ok(OpenedModel {
+        model: Box::new(cpu),
+        session: backend,
         fallback_reason: gpu_unavailable,
     })
 }
@@ -76,18 +76,18 @@ pub fn open_engine_with_progress(
 /// unusable, so `Auto` falls back to the CPU then too.
 fn open_gpu(
     model: &Arc<Model>,
-    weights: WeightPlacement,
+    weights: WeightsMode,
     arithmetic: Arithmetic,
     ctx: usize,
     upload: &mut dyn FnMut(u64, u64),
-) -> Result<OpenedEngine, String> {
+) -> Result<OpenedModel, String> {
     #[cfg(feature = "hip")]
     {
-        let engine = crate::backend::hip::open_engine_with_progress(model.clone(), weights, ctx, arithmetic, upload)?;
+        let engine = crate::backend::hip::open_model_with_progress(model.clone(), weights, ctx, arithmetic, upload)?;
         let backend = Box::new(engine.session(ctx)?);
-        Ok(OpenedEngine {
-            engine: Box::new(engine),
-            backend,
+        Ok(OpenedModel {
+            model: Box::new(engine),
+            session: backend,
             fallback_reason: None,
         })
     }

@@ -6,7 +6,10 @@
 
 use std::time::Duration;
 
+pub use crate::backend::WeightsMode;
+pub use crate::backend::residency::Residency;
 use crate::model::chat::{Conversation, Message, ThinkMode};
+pub use crate::model::detok::TextKind;
 use crate::sessions::store::TranscriptIds;
 
 /// Sampling settings of one turn (defaults: docs/sampler.md#defaults).
@@ -43,16 +46,6 @@ pub enum BackendChoice {
     Cpu,
 }
 
-/// How GPU weights are placed (GPU backends only).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum WeightPlacement {
-    /// Copy to device memory when it fits, else map.
-    #[default]
-    Auto,
-    Copy,
-    Map,
-}
-
 /// Where the model comes from.
 #[derive(Clone, Debug)]
 pub enum ModelSource {
@@ -68,7 +61,7 @@ pub struct LoadRequest {
     pub source: ModelSource,
     pub ctx: u32,
     pub backend: BackendChoice,
-    pub weights: WeightPlacement,
+    pub weights: WeightsMode,
     /// The GPU kernels' arithmetic (ignored by the CPU engine).
     pub arithmetic: crate::backend::arithmetic::Arithmetic,
     /// Threads for CPU work (0 = all cores).
@@ -115,7 +108,7 @@ pub enum Command {
     /// Keep only the first `keep_tokens` tokens of the live session (/retry and /edit send it before the
     /// conversation is resubmitted). The cache cannot drop rows, so the session rebuilds the shorter
     /// state from its longest checkpoint that is a prefix of it and evaluates the rest
-    /// (`Session::rewind`, docs/model.md#checkpoints).
+    /// (`PromptCache::rewind`, docs/model.md#checkpoints).
     Rewind {
         keep_tokens: u32,
     },
@@ -166,27 +159,6 @@ pub enum FinishReason {
     Cancelled,
 }
 
-/// Which stream a text delta belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TextKind {
-    Reasoning,
-    Answer,
-}
-
-/// Resident bytes of the model mapping, split by weight group (mincore sample).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Residency {
-    pub total_bytes: u64,
-    pub resident_bytes: u64,
-    pub routed_experts: (u64, u64),
-    pub dense: (u64, u64),
-    pub embed_head: (u64, u64),
-    /// Bytes of weights held in device memory (GPU copy mode).
-    pub device_bytes: u64,
-    /// How long the probe took.
-    pub probe_time: Duration,
-}
-
 /// Static facts about the loaded model and backend.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ModelInfo {
@@ -211,7 +183,7 @@ pub struct ModelInfo {
     /// The think mode actually used when the request asked for one the context cannot hold.
     pub think_max_available: bool,
     /// Where a GPU backend placed the weights (copy or map, bytes, time, why); None on the CPU.
-    pub weights: Option<crate::backend::WeightsPlacement>,
+    pub weights: Option<crate::backend::PlacementReport>,
     /// The OpenAI-compatible endpoint generating the answers (`--remote`); None for the in-process
     /// engine. Then the local figures (residency, warm-up, KV cache, device) do not apply.
     pub endpoint: Option<String>,
@@ -245,7 +217,7 @@ pub struct LiveStats {
     /// Tokens in the session / context size.
     pub context_used: u32,
     pub context_size: u32,
-    /// From `Backend::memory()`.
+    /// From `DeviceSession::memory()`.
     pub kv_bytes: u64,
     pub scratch_bytes: u64,
     pub device_weight_bytes: u64,

@@ -6,43 +6,43 @@
 //! Owns the step order and the device/host sampling choice. Must not know about text, events or
 //! terminals.
 
-use crate::backend::{Backend, DevicePick, DeviceSample, EngineError};
+use crate::backend::{BackendError, DevicePick, DeviceSample, DeviceSession};
 
 use super::events::SamplingParams;
+use super::prompt_cache::PromptCache;
 use super::sampler::Sampler;
-use super::session::Session;
 
 /// What tokens are generated on: a backend (`run`, `bench`) or a chat session (the worker).
 pub trait DecodeState {
     /// Next-token logits after the last evaluated token.
     fn logits(&self) -> &[f32];
-    /// The backend's device sampling (`Backend::sample_on_device`).
-    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, EngineError>>;
+    /// The backend's device sampling (`DeviceSession::sample_on_device`).
+    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, BackendError>>;
     /// Evaluate one generated token.
-    fn decode(&mut self, token: u32) -> Result<(), EngineError>;
+    fn decode(&mut self, token: u32) -> Result<(), BackendError>;
 }
 
-impl<'b> DecodeState for dyn Backend + 'b {
+impl<'b> DecodeState for dyn DeviceSession + 'b {
     fn logits(&self) -> &[f32] {
-        Backend::logits(self)
+        DeviceSession::logits(self)
     }
-    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, EngineError>> {
-        Backend::sample_on_device(self, how)
+    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, BackendError>> {
+        DeviceSession::sample_on_device(self, how)
     }
-    fn decode(&mut self, token: u32) -> Result<(), EngineError> {
+    fn decode(&mut self, token: u32) -> Result<(), BackendError> {
         self.eval(&[token], &mut |_, _| true)
     }
 }
 
-impl DecodeState for Session {
+impl DecodeState for PromptCache {
     fn logits(&self) -> &[f32] {
-        Session::logits(self)
+        PromptCache::logits(self)
     }
-    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, EngineError>> {
-        Session::sample_on_device(self, how)
+    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, BackendError>> {
+        PromptCache::sample_on_device(self, how)
     }
-    fn decode(&mut self, token: u32) -> Result<(), EngineError> {
-        Session::decode(self, token)
+    fn decode(&mut self, token: u32) -> Result<(), BackendError> {
+        PromptCache::decode(self, token)
     }
 }
 
@@ -52,7 +52,7 @@ pub fn sample_next<S: DecodeState + ?Sized>(
     state: &mut S,
     sampler: &mut Sampler,
     params: &SamplingParams,
-) -> Result<u32, EngineError> {
+) -> Result<u32, BackendError> {
     if let Some(req) = sampler.device_request(params)
         && let Some(pick) = state.sample_on_device(req.how)
     {
@@ -87,8 +87,8 @@ pub enum Stop {
 /// A step that failed: sampling, evaluation, or the caller's hook (e.g. writing output).
 #[derive(Debug)]
 pub enum GenerateError {
-    Sample(EngineError),
-    Decode(EngineError),
+    Sample(BackendError),
+    Decode(BackendError),
     Hook(String),
 }
 
@@ -105,7 +105,7 @@ impl std::fmt::Display for GenerateError {
 /// What a caller does at each step.
 pub trait Hooks<S: ?Sized> {
     /// Pick the next token (usually `sample_next`); called for every step, the stop token included.
-    fn pick(&mut self, state: &mut S) -> Result<u32, EngineError>;
+    fn pick(&mut self, state: &mut S) -> Result<u32, BackendError>;
     /// A generated token, before it is evaluated (stream it out here).
     fn token(&mut self, token: u32) -> Result<(), String>;
     /// The step that handed out the `generated`-th token is done; false stops generation.

@@ -9,16 +9,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Backend, Engine, MemoryReport};
+use crate::backend::{DeviceModel, DeviceSession, MemoryReport};
 use crate::model::Model;
 use crate::model::accounting::{table_from_model, weight_bytes_per_token};
 
-use super::backend_open::{Placement, open_engine_with_progress};
-use super::events::{Event, LoadRequest, ModelInfo, ModelSource, WarmupPhase, WeightPlacement};
-use super::memguard::{MemoryNeed, MemoryVerdict, WeightResidence, check_memory, read_host_memory};
-use super::residency::{MappedRegion, ResidencyProbe, mostly_cached};
+use super::backend_open::{PlacementRequest, open_device_model_with_progress};
+use super::events::{Event, LoadRequest, ModelInfo, ModelSource, WarmupPhase, WeightsMode};
 use super::settings::check_session_ctx;
-use super::worker::{ChatText, LoadedModel, ModelLoader, SESSION_CHECKPOINTS};
+use super::worker::{ChatText, LoadedModel, ModelLoader, PROMPT_CACHE_CHECKPOINTS};
+use crate::backend::memguard::{MemoryNeed, MemoryVerdict, WeightResidence, check_memory, read_host_memory};
+use crate::backend::residency::{MappedRegion, ResidencyProbe, mostly_cached};
 
 /// Least time between two weight-copy progress events (5 Hz, as the page-in warm-up).
 const UPLOAD_TICK: Duration = Duration::from_millis(200);
@@ -60,7 +60,7 @@ pub fn cpu_memory_need(model: &Model, mem: &MemoryReport) -> MemoryNeed {
         kv_bytes: mem.kv_bytes,
         scratch_bytes: mem.scratch_bytes,
         kv_on_device: false,
-        checkpoint_bytes: SESSION_CHECKPOINTS as u64 * mem.kv_bytes,
+        checkpoint_bytes: PROMPT_CACHE_CHECKPOINTS as u64 * mem.kv_bytes,
     }
 }
 
@@ -69,7 +69,7 @@ pub fn cpu_memory_need(model: &Model, mem: &MemoryReport) -> MemoryNeed {
 /// in host RAM. A warning becomes a notice, a refusal the error.
 fn guard_host_memory(
     model: &Model,
-    backend: &dyn Backend,
+    backend: &dyn DeviceSession,
     ctx: usize,
     notice: &mut dyn FnMut(Event),
 ) -> Result<(), String> {
@@ -94,10 +94,10 @@ fn guard_host_memory(
 /// one: the context range, then the memory its cache needs. Reads nothing from the model file and
 /// moves no weights.
 pub fn open_session(
-    engine: &dyn Engine,
+    engine: &dyn DeviceModel,
     ctx: usize,
     notice: &mut dyn FnMut(Event),
-) -> Result<Box<dyn Backend>, String> {
+) -> Result<Box<dyn DeviceSession>, String> {
     check_session_ctx(ctx, &engine.model().hp)?;
     let backend = engine.open_session(ctx).map_err(|e| e.to_string())?;
     guard_host_memory(engine.model(), backend.as_ref(), ctx, notice)?;
@@ -141,14 +141,14 @@ impl ModelLoader for EngineLoader {
                 elapsed: upload_start.elapsed(),
             });
         };
-        let at = Placement {
+        let at = PlacementRequest {
             threads: req.threads,
             backend: req.backend,
             weights: req.weights,
             arithmetic: req.arithmetic,
         };
-        let opened = open_engine_with_progress(model.clone(), &at, ctx as usize, &mut upload)?;
-        let backend = opened.backend;
+        let opened = open_device_model_with_progress(model.clone(), &at, ctx as usize, &mut upload)?;
+        let backend = opened.session;
         let placement = backend.weights_placement();
         if let Some(p) = &placement {
             if p.copied {
@@ -159,7 +159,7 @@ impl ModelLoader for EngineLoader {
             }
             // Say so when the placement is not the plain answer to the request.
             // (A copy that could not use O_DIRECT says so too.)
-            let plain = (p.reason.is_empty() || (p.copied && req.weights == WeightPlacement::Auto))
+            let plain = (p.reason.is_empty() || (p.copied && req.weights == WeightsMode::Auto))
                 && !p.reason.contains("O_DIRECT refused");
             if !plain {
                 notice(Event::Notice {
@@ -196,8 +196,8 @@ impl ModelLoader for EngineLoader {
             probe
         });
         Ok(LoadedModel {
-            engine: Some(opened.engine),
-            backend,
+            device_model: Some(opened.model),
+            session: backend,
             text,
             info,
             warmup: region,
@@ -211,8 +211,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::backend::memguard::cpu_kv_bytes;
     use crate::engine::events::{BackendChoice, Command, TextKind, TurnRequest};
-    use crate::engine::memguard::cpu_kv_bytes;
     use crate::engine::worker::Worker;
     use crate::engine::worker::tests::{collect_until_within, is_finished};
     use crate::model::chat::{Message, ThinkMode};

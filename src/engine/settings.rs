@@ -9,13 +9,13 @@
 use crate::model::HParams;
 use crate::model::chat::ThinkMode;
 
-use super::events::{BackendChoice, WeightPlacement};
+use super::events::{BackendChoice, WeightsMode};
 pub use super::logprobs::MAX_DUMP_TOP_K;
-use super::memguard::{
+pub use super::sampler::MAX_TOP_K;
+use crate::backend::memguard::{
     HostMemory, MemoryNeed, MemoryVerdict, WeightResidence, check_memory, cpu_kv_bytes, cpu_scratch_estimate,
     read_host_memory,
 };
-pub use super::sampler::MAX_TOP_K;
 
 /// Smallest context the chat app accepts (a chat turn with a system prompt needs a few hundred).
 pub const MIN_APP_CTX: u32 = 256;
@@ -122,11 +122,11 @@ pub fn parse_backend(s: &str) -> Result<BackendChoice, String> {
 }
 
 /// GPU weight placement: auto, copy or map.
-pub fn parse_weights(s: &str) -> Result<WeightPlacement, String> {
+pub fn parse_weights(s: &str) -> Result<WeightsMode, String> {
     match s {
-        "auto" => Ok(WeightPlacement::Auto),
-        "copy" => Ok(WeightPlacement::Copy),
-        "map" => Ok(WeightPlacement::Map),
+        "auto" => Ok(WeightsMode::Auto),
+        "copy" => Ok(WeightsMode::Copy),
+        "map" => Ok(WeightsMode::Map),
         _ => Err(format!("\"{s}\" is not one of auto, copy, map")),
     }
 }
@@ -279,9 +279,9 @@ mod tests {
         }
         assert_eq!(parse_backend("gpu"), Ok(BackendChoice::Hip));
         for (name, w) in [
-            ("auto", WeightPlacement::Auto),
-            ("copy", WeightPlacement::Copy),
-            ("map", WeightPlacement::Map),
+            ("auto", WeightsMode::Auto),
+            ("copy", WeightsMode::Copy),
+            ("map", WeightsMode::Map),
         ] {
             assert_eq!(parse_weights(name), Ok(w));
         }

@@ -19,7 +19,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::residency::{MappedRegion, page_size};
+use crate::backend::residency::{MappedRegion, page_size};
 
 /// Bytes per unit of work: large enough for efficient readahead, small enough that pause/stop
 /// take effect within tens of milliseconds even on a slow disk.
@@ -228,8 +228,8 @@ fn advise_willneed(chunk: &[u8], page: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::residency::ResidencyProbe;
-    use crate::engine::residency::tests::sparse_file;
+    use crate::backend::residency::ResidencyProbe;
+    use crate::backend::residency::tests::sparse_file;
 
     #[test]
     fn warms_an_uncached_file_with_monotone_progress() {

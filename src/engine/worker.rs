@@ -29,13 +29,13 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::backend::{Backend, Engine, EngineError};
+use crate::backend::{BackendError, DeviceModel, DeviceSession};
 use crate::model::chat::{Conversation, THINK_MAX_MIN_CTX, ThinkMode};
 
 use super::events::{Command, Event, FinishReason, LoadRequest, ModelInfo, SamplingParams, TextKind, WarmupPhase};
-use super::residency::{MappedRegion, ResidencyProbe};
-use super::session::Session;
+use super::prompt_cache::PromptCache;
 use super::warmup::{WarmupJob, WarmupStatus, default_warmup_threads};
+use crate::backend::residency::{MappedRegion, ResidencyProbe};
 use crate::sessions::store::TranscriptIds;
 use residency_thread::ResidencyThread;
 
@@ -88,9 +88,9 @@ pub trait TextStream: Send {
 pub struct LoadedModel {
     /// The model on its device, kept for later sessions (`/ctx`); `None` when the loader has none
     /// (then every load loads again).
-    pub engine: Option<Box<dyn Engine>>,
+    pub device_model: Option<Box<dyn DeviceModel>>,
     /// The first session.
-    pub backend: Box<dyn Backend>,
+    pub session: Box<dyn DeviceSession>,
     pub text: Box<dyn ChatText>,
     pub info: ModelInfo,
     /// The file mapping to warm up (None for in-memory models).
@@ -106,12 +106,12 @@ pub trait ModelLoader: Send {
 
 /// Turn-boundary checkpoints the session keeps for retried or edited conversations. Each holds the
 /// live cache rows (docs/model.md#checkpoints), up to the KV size at a full context, so keep few.
-pub const SESSION_CHECKPOINTS: usize = 2;
+pub const PROMPT_CACHE_CHECKPOINTS: usize = 2;
 
 struct Loaded {
-    session: Session,
+    session: PromptCache,
     text: Box<dyn ChatText>,
-    engine: Option<Box<dyn Engine>>,
+    device_model: Option<Box<dyn DeviceModel>>,
     /// What was loaded and what `Loaded` said about it, for a new session on the same engine.
     request: LoadRequest,
     info: ModelInfo,
@@ -415,7 +415,7 @@ impl WorkerState {
             .session
             .rewind(keep, &mut |_, _| inbox.poll_during_turn() == Interrupt::None);
         match r {
-            Ok(()) | Err(EngineError::Cancelled { .. }) => {}
+            Ok(()) | Err(BackendError::Cancelled { .. }) => {}
             Err(e) => {
                 l.session.reset();
                 let _ = tx.send(Event::Error {
@@ -429,9 +429,9 @@ impl WorkerState {
     fn load(&mut self, req: LoadRequest) {
         let reusable = self
             .loaded
-            .take_if(|l| l.engine.is_some() && same_engine(&l.request, &req));
+            .take_if(|l| l.device_model.is_some() && same_engine(&l.request, &req));
         if let Some(mut l) = reusable
-            && let Some(engine) = l.engine.take()
+            && let Some(engine) = l.device_model.take()
         {
             return self.reopen(l, engine, req);
         }
@@ -446,7 +446,7 @@ impl WorkerState {
         match result {
             Err(message) => self.emit(Event::Error { message, fatal: true }),
             Ok(m) => {
-                self.start_session(m.backend, m.text, m.engine, req, m.info);
+                self.start_session(m.session, m.text, m.device_model, req, m.info);
                 if let Some(region) = m.warmup {
                     self.warmup = Some(WarmupJob::start(region, default_warmup_threads()));
                 }
@@ -460,9 +460,9 @@ impl WorkerState {
     /// Report a loaded session (its context and memory in `info`) and make it the live one.
     fn start_session(
         &mut self,
-        backend: Box<dyn Backend>,
+        backend: Box<dyn DeviceSession>,
         text: Box<dyn ChatText>,
-        engine: Option<Box<dyn Engine>>,
+        engine: Option<Box<dyn DeviceModel>>,
         request: LoadRequest,
         mut info: ModelInfo,
     ) {
@@ -476,9 +476,9 @@ impl WorkerState {
             self.emit(Event::DeviceMemory(dm));
         }
         self.loaded = Some(Loaded {
-            session: Session::new(backend, SESSION_CHECKPOINTS),
+            session: PromptCache::new(backend, PROMPT_CACHE_CHECKPOINTS),
             text,
-            engine,
+            device_model: engine,
             request,
             info,
         });
@@ -488,7 +488,7 @@ impl WorkerState {
     /// the mapping carry on. The old session is dropped first, so the memory guard counts its memory
     /// as free. When the new one is refused, a session of the old context is opened again and the
     /// refusal is reported as a (non-fatal) error; only when that fails too is the model unloaded.
-    fn reopen(&mut self, old: Loaded, engine: Box<dyn Engine>, req: LoadRequest) {
+    fn reopen(&mut self, old: Loaded, engine: Box<dyn DeviceModel>, req: LoadRequest) {
         let Loaded {
             session,
             text,

@@ -14,7 +14,13 @@
 
 use super::chat::ThinkMode;
 use super::tokenizer::{THINK_END_STR, THINK_START_STR, Tokenizer};
-use crate::engine::events::TextKind;
+
+/// Which stream a text delta belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextKind {
+    Reasoning,
+    Answer,
+}
 
 /// A piece of display text of one kind (never empty, always whole UTF-8).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 //! such a server streams `reasoning…</think>answer` with no opening tag: the splitter then starts
 //! in reasoning. A leading `<think>` is accepted (and dropped) either way.
 
-use crate::engine::events::TextKind;
+use crate::model::detok::TextKind;
 
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";

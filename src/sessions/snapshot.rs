@@ -91,8 +91,8 @@ pub fn decode(bytes: &[u8], id: ModelIdentity, hp: &HParams) -> Result<Snapshot,
     if &bytes[..8] != MAGIC {
         return Err("not a ds4-chat KV snapshot (bad magic)".into());
     }
-    let e = |e: crate::backend::EngineError| match e {
-        crate::backend::EngineError::BadCheckpoint(m) => m,
+    let e = |e: crate::backend::BackendError| match e {
+        crate::backend::BackendError::BadCheckpoint(m) => m,
         other => other.to_string(),
     };
     let mut r = PayloadReader::new(&bytes[8..]);

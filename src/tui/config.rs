@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::backend::arithmetic::Arithmetic;
-use crate::engine::events::{BackendChoice, SamplingParams, WeightPlacement};
+use crate::engine::events::{BackendChoice, SamplingParams, WeightsMode};
 use crate::model::chat::ThinkMode;
 
 use crate::engine::settings::{
@@ -107,7 +107,7 @@ struct FileConfig {
 pub struct Config {
     pub ctx: u32,
     pub backend: BackendChoice,
-    pub weights: WeightPlacement,
+    pub weights: WeightsMode,
     /// The GPU kernels' arithmetic (fast, or exact = bit for bit the CPU engine).
     pub arithmetic: Arithmetic,
     pub threads: usize,
@@ -139,7 +139,7 @@ impl Default for Config {
         Config {
             ctx: 32768,
             backend: BackendChoice::Auto,
-            weights: WeightPlacement::Auto,
+            weights: WeightsMode::Auto,
             arithmetic: Arithmetic::Fast,
             threads: 0,
             think: ThinkMode::High,

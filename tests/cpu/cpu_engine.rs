@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use ds4_chat::backend::cpu::cache::Rows;
 use ds4_chat::backend::cpu::ops::{E2M1_VALUES, e4m3_value};
-use ds4_chat::backend::cpu::{CpuBackend, CpuEngine};
-use ds4_chat::backend::{Backend, Engine, EngineError};
+use ds4_chat::backend::cpu::{CpuModel, CpuSession};
+use ds4_chat::backend::{BackendError, DeviceModel, DeviceSession};
 use ds4_chat::gguf::half::round_f16;
 
 /// Deterministic token ids (LCG), all inside the vocabulary.
@@ -23,7 +23,7 @@ fn ids(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-fn decode_all(b: &mut CpuBackend, toks: &[u32]) {
+fn decode_all(b: &mut CpuSession, toks: &[u32]) {
     for &t in toks {
         b.eval(&[t], &mut |_, _| true).unwrap();
     }
@@ -72,7 +72,7 @@ fn prefill_equals_decode_checkpoints_resume_and_cache_formats() {
     let ctx = 512;
     let toks = ids(140, 42, hp.n_vocab);
 
-    let mut pre = CpuBackend::new(model.clone(), ctx, 0).unwrap();
+    let mut pre = CpuSession::new(model.clone(), ctx, 0).unwrap();
     let mut calls = Vec::new();
     pre.eval(&toks, &mut |d, t| {
         calls.push((d, t));
@@ -83,10 +83,10 @@ fn prefill_equals_decode_checkpoints_resume_and_cache_formats() {
     assert_eq!(pre.n_past(), 140);
 
     // Token-by-token decode, checkpoint at 131 (not a multiple of 4 or 128).
-    let mut dec = CpuBackend::new(model.clone(), ctx, 1).unwrap();
+    let mut dec = CpuSession::new(model.clone(), ctx, 1).unwrap();
     decode_all(&mut dec, &toks[..131]);
     let state = dec.save_state();
-    let mut resumed = CpuBackend::new(model.clone(), ctx, 2).unwrap();
+    let mut resumed = CpuSession::new(model.clone(), ctx, 2).unwrap();
     resumed.load_state(&state).unwrap();
     assert_eq!(resumed.n_past(), 131);
     assert_eq!(resumed.logits(), dec.logits());
@@ -112,9 +112,9 @@ fn prefill_equals_decode_checkpoints_resume_and_cache_formats() {
     );
 
     // Cancel after the first chunk: the cache is consistent at `done` and continues exactly.
-    let mut can = CpuBackend::new(model.clone(), ctx, 0).unwrap();
+    let mut can = CpuSession::new(model.clone(), ctx, 0).unwrap();
     let err = can.eval(&toks, &mut |_, _| false).unwrap_err();
-    assert_eq!(err, EngineError::Cancelled { done: 128 });
+    assert_eq!(err, BackendError::Cancelled { done: 128 });
     assert_eq!(can.n_past(), 128);
     can.eval(&toks[128..], &mut |_, _| true).unwrap();
     assert_eq!(can.logits(), pre.logits());
@@ -162,37 +162,37 @@ fn prefill_equals_decode_checkpoints_resume_and_cache_formats() {
 #[test]
 fn context_limit_and_bad_checkpoints_are_errors() {
     let Some(model) = common::model() else { return };
-    let mut b = CpuBackend::new(model.clone(), 16, 1).unwrap();
+    let mut b = CpuSession::new(model.clone(), 16, 1).unwrap();
     // No token may sit at a position ≥ ctx.
     let toks = ids(17, 7, model.hp.n_vocab);
     assert_eq!(
         b.eval(&toks, &mut |_, _| true),
-        Err(EngineError::ContextFull { needed: 17, ctx: 16 })
+        Err(BackendError::ContextFull { needed: 17, ctx: 16 })
     );
     assert_eq!(b.n_past(), 0);
     assert!(matches!(
         b.eval(&[model.hp.n_vocab as u32], &mut |_, _| true),
-        Err(EngineError::Other(_))
+        Err(BackendError::Other(_))
     ));
     b.eval(&toks[..15], &mut |_, _| true).unwrap();
     assert!(matches!(
         b.eval(&toks[..2], &mut |_, _| true),
-        Err(EngineError::ContextFull { .. })
+        Err(BackendError::ContextFull { .. })
     ));
 
     let state = b.save_state();
-    let mut small = CpuBackend::new(model.clone(), 8, 1).unwrap();
-    assert!(matches!(small.load_state(&state), Err(EngineError::BadCheckpoint(_))));
-    let mut other = CpuBackend::new(model.clone(), 16, 1).unwrap();
+    let mut small = CpuSession::new(model.clone(), 8, 1).unwrap();
+    assert!(matches!(small.load_state(&state), Err(BackendError::BadCheckpoint(_))));
+    let mut other = CpuSession::new(model.clone(), 16, 1).unwrap();
     assert!(matches!(
         other.load_state(&state[..state.len() - 4]),
-        Err(EngineError::BadCheckpoint(_))
+        Err(BackendError::BadCheckpoint(_))
     ));
     let mut bad_magic = state.clone();
     bad_magic[0] ^= 1;
     assert!(matches!(
         other.load_state(&bad_magic),
-        Err(EngineError::BadCheckpoint(_))
+        Err(BackendError::BadCheckpoint(_))
     ));
     assert_eq!(other.n_past(), 0, "a rejected payload leaves the state alone");
     other.load_state(&state).unwrap();
@@ -204,20 +204,20 @@ fn context_limit_and_bad_checkpoints_are_errors() {
     assert_eq!(other.n_past(), 0);
 }
 
-/// Session: prefix reuse, checkpoint restore after an edit, rewind; every state compared bit-for-bit
+/// PromptCache: prefix reuse, checkpoint restore after an edit, rewind; every state compared bit-for-bit
 /// with a fresh backend that evaluated the same tokens (the engine is deterministic).
 #[test]
 fn session_reuses_prefixes_and_restores_checkpoints() {
-    use ds4_chat::engine::session::{Session, SyncReport};
+    use ds4_chat::engine::prompt_cache::{PromptCache, SyncReport};
     let Some(model) = common::model() else { return };
     let ctx = 256;
     let v = model.hp.n_vocab;
     let fresh = |toks: &[u32]| -> Vec<f32> {
-        let mut b = CpuBackend::new(model.clone(), ctx, 0).unwrap();
+        let mut b = CpuSession::new(model.clone(), ctx, 0).unwrap();
         b.eval(toks, &mut |_, _| true).unwrap();
         b.logits().to_vec()
     };
-    let mut s = Session::new(Box::new(CpuBackend::new(model.clone(), ctx, 0).unwrap()), 3);
+    let mut s = PromptCache::new(Box::new(CpuSession::new(model.clone(), ctx, 0).unwrap()), 3);
     let p1 = ids(40, 1, v);
     let r = s.sync(&p1, &mut |_, _| true).unwrap();
     assert_eq!(
@@ -273,11 +273,11 @@ fn session_reuses_prefixes_and_restores_checkpoints() {
     // Cancelled sync: tokens() says what the cache holds.
     let long = ids(200, 5, v);
     let err = s.sync(&long, &mut |_, _| false).unwrap_err();
-    assert_eq!(err, EngineError::Cancelled { done: 128 });
+    assert_eq!(err, BackendError::Cancelled { done: 128 });
     assert_eq!(s.tokens(), &long[..128]);
     assert!(matches!(
         s.sync(&ids(ctx, 6, v), &mut |_, _| true),
-        Err(EngineError::ContextFull { .. })
+        Err(BackendError::ContextFull { .. })
     ));
 }
 
@@ -290,19 +290,19 @@ fn other_dimensions_run_and_prefill_equals_decode() {
     let Some(path) = common::tiny_b_path() else { return };
     let model = std::sync::Arc::new(ds4_chat::model::weights::Model::open(std::path::Path::new(&path)).unwrap());
     let toks = ids(140, 9, model.hp.n_vocab);
-    let mut pre = CpuBackend::new(model.clone(), 300, 0).unwrap();
+    let mut pre = CpuSession::new(model.clone(), 300, 0).unwrap();
     pre.eval(&toks, &mut |_, _| true).unwrap();
     assert!(pre.logits().iter().all(|v| v.is_finite()));
-    let mut dec = CpuBackend::new(model.clone(), 300, 0).unwrap();
+    let mut dec = CpuSession::new(model.clone(), 300, 0).unwrap();
     decode_all(&mut dec, &toks);
     assert_eq!(pre.logits(), dec.logits());
     let state = dec.save_state();
-    let mut r = CpuBackend::new(model, 300, 0).unwrap();
+    let mut r = CpuSession::new(model, 300, 0).unwrap();
     r.load_state(&state).unwrap();
     assert_eq!(r.save_state(), state);
 }
 
-/// Sessions of one `CpuEngine` share its model and start empty: a second session with another
+/// Sessions of one `CpuModel` share its model and start empty: a second session with another
 /// context, opened while the first holds tokens, gives bitwise the logits of a backend made from
 /// scratch, and so does the first.
 #[test]
@@ -310,7 +310,7 @@ fn engine_sessions_share_the_model_and_keep_their_own_caches() {
     use ds4_chat::genmodel::{ExpertMix, tiny_model};
     use ds4_chat::model::Model;
     let model = Arc::new(Model::bind(tiny_model(7, ExpertMix::Q2).unwrap()).unwrap());
-    let engine = CpuEngine::new(model.clone(), 1).unwrap();
+    let engine = CpuModel::new(model.clone(), 1).unwrap();
     let toks = ids(6, 3, model.hp.n_vocab);
     let mut first = engine.session(16).unwrap();
     decode_all(&mut first, &toks);
@@ -318,10 +318,10 @@ fn engine_sessions_share_the_model_and_keep_their_own_caches() {
     assert_eq!((second.ctx(), second.n_past()), (32, 0));
     assert!(Arc::ptr_eq(engine.model(), &model) && Arc::ptr_eq(first.model(), &model));
     second.eval(&toks, &mut |_, _| true).unwrap();
-    let mut fresh = CpuBackend::new(model.clone(), 32, 1).unwrap();
+    let mut fresh = CpuSession::new(model.clone(), 32, 1).unwrap();
     decode_all(&mut fresh, &toks);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(second.logits()), bits(fresh.logits()));
     assert_eq!(bits(first.logits()), bits(fresh.logits()));
-    assert!(matches!(engine.session(1), Err(EngineError::Other(m)) if m.contains("too small")));
+    assert!(matches!(engine.session(1), Err(BackendError::Other(m)) if m.contains("too small")));
 }

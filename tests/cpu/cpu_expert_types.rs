@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use ds4_chat::backend::Backend;
-use ds4_chat::backend::cpu::CpuBackend;
+use ds4_chat::backend::DeviceSession;
+use ds4_chat::backend::cpu::CpuSession;
 use ds4_chat::genmodel::{ExpertMix, tiny_model};
 use ds4_chat::gguf::GgmlType;
 use ds4_chat::model::Model;
@@ -18,9 +18,9 @@ fn ids(n: usize) -> Vec<u32> {
 }
 
 fn logits_prefill_and_decode(model: &Arc<Model>, toks: &[u32]) -> (Vec<f32>, Vec<f32>) {
-    let mut a = CpuBackend::new(model.clone(), 64, 0).unwrap();
+    let mut a = CpuSession::new(model.clone(), 64, 0).unwrap();
     a.eval(toks, &mut |_, _| true).unwrap();
-    let mut b = CpuBackend::new(model.clone(), 64, 0).unwrap();
+    let mut b = CpuSession::new(model.clone(), 64, 0).unwrap();
     for &t in toks {
         b.eval(&[t], &mut |_, _| true).unwrap();
     }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ds4_chat::backend::{Backend, Engine, EngineError};
+use ds4_chat::backend::{BackendError, DeviceModel, DeviceSession};
 use ds4_chat::engine::events::{BackendChoice, Command, Event, LoadRequest, ModelSource, WarmupPhase};
 use ds4_chat::engine::loader::EngineLoader;
 use ds4_chat::engine::worker::{LoadedModel, ModelLoader, Worker};
@@ -42,9 +42,9 @@ impl ModelLoader for CountingLoader {
     fn load(&mut self, req: &LoadRequest, notice: &mut dyn FnMut(Event)) -> Result<LoadedModel, String> {
         self.loads.fetch_add(1, Ordering::SeqCst);
         let mut m = self.inner.load(req, notice)?;
-        let engine = m.engine.take().expect("the application's loader keeps an engine");
+        let engine = m.device_model.take().expect("the application's loader keeps an engine");
         self.record.lock().unwrap().models.push(engine.model().clone());
-        m.engine = Some(Box::new(RecordingEngine {
+        m.device_model = Some(Box::new(RecordingModel {
             inner: engine,
             record: self.record.clone(),
         }));
@@ -52,12 +52,12 @@ impl ModelLoader for CountingLoader {
     }
 }
 
-struct RecordingEngine {
-    inner: Box<dyn Engine>,
+struct RecordingModel {
+    inner: Box<dyn DeviceModel>,
     record: Arc<Mutex<Record>>,
 }
 
-impl Engine for RecordingEngine {
+impl DeviceModel for RecordingModel {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -67,7 +67,7 @@ impl Engine for RecordingEngine {
     fn model(&self) -> &Arc<Model> {
         self.inner.model()
     }
-    fn open_session(&self, ctx: usize) -> Result<Box<dyn Backend>, EngineError> {
+    fn open_session(&self, ctx: usize) -> Result<Box<dyn DeviceSession>, BackendError> {
         let model = self.inner.model().clone();
         self.record.lock().unwrap().sessions.push((ctx, model));
         self.inner.open_session(ctx)

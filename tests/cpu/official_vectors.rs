@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 
 use ds4_chat::backend::arithmetic::Arithmetic;
-use ds4_chat::cli::Placement;
-use ds4_chat::cli::run::{open_model, open_session_backend};
+use ds4_chat::cli::PlacementRequest;
+use ds4_chat::cli::run::{open_device_session, open_model};
 use ds4_chat::engine::events::BackendChoice;
 use ds4_chat::engine::logprobs::top_logprobs;
 use ds4_chat::engine::sampler::argmax;
@@ -191,9 +191,9 @@ fn official_vectors_on_the_real_model() {
         let t0 = std::time::Instant::now();
         let text = std::fs::read_to_string(&c.prompt_file).unwrap();
         let prompt = one_shot_prompt(&tok, "", &text, ThinkMode::Off, c.ctx as u32).ids;
-        let mut backend = open_session_backend(
+        let mut backend = open_device_session(
             model.clone(),
-            &Placement {
+            &PlacementRequest {
                 backend: backend_arg,
                 arithmetic: Arithmetic::Exact,
                 ..Default::default()

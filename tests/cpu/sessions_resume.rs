@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::engine::events::{
-    BackendChoice, Command, Event, LoadRequest, ModelSource, ResumeRequest, TurnRequest, WeightPlacement,
+    BackendChoice, Command, Event, LoadRequest, ModelSource, ResumeRequest, TurnRequest, WeightsMode,
 };
 use ds4_chat::engine::loader::EngineLoader;
 use ds4_chat::engine::worker::Worker;
@@ -160,7 +160,7 @@ fn load(ctx: u32) -> Chat {
         source: ModelSource::Demo { seed: 1 },
         ctx,
         backend: BackendChoice::Cpu,
-        weights: WeightPlacement::Auto,
+        weights: WeightsMode::Auto,
         arithmetic: Arithmetic::Exact,
         threads: 0,
     }));
@@ -318,7 +318,7 @@ fn time_to_ready_of_an_8k_conversation_from_its_snapshot_and_read_again() {
         source,
         ctx: 9216,
         backend,
-        weights: WeightPlacement::Auto,
+        weights: WeightsMode::Auto,
         arithmetic: Arithmetic::Exact,
         threads: 0,
     }));

@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use ds4_chat::backend::Backend;
+use ds4_chat::backend::DeviceSession;
 use ds4_chat::backend::arithmetic::Arithmetic;
-use ds4_chat::cli::Placement;
-use ds4_chat::cli::run::{open_model, open_session_backend};
+use ds4_chat::cli::PlacementRequest;
+use ds4_chat::cli::run::{open_device_session, open_model};
 use ds4_chat::cli::score::{ScorePath, teacher_forced};
 use ds4_chat::engine::events::BackendChoice;
 use ds4_chat::engine::sampler::argmax;
@@ -102,7 +102,12 @@ fn load_prompt(vectors: &Path, name: &str) -> Prompt {
 
 /// One prompt against the oracle: batched prefill (full last vector vs the .npy, then the greedy
 /// continuation) and teacher-forced decode over SEQ (every position vs `decode.positions`).
-fn check_prompt(backend: &mut dyn Backend, vectors: &Path, p: &Prompt, tol: &Tolerances) -> Result<String, String> {
+fn check_prompt(
+    backend: &mut dyn DeviceSession,
+    vectors: &Path,
+    p: &Prompt,
+    tol: &Tolerances,
+) -> Result<String, String> {
     let t0 = Instant::now();
     let mut fails = Vec::new();
     let mut none = |_: usize, _: usize| true;
@@ -224,7 +229,12 @@ fn check_prompt(backend: &mut dyn Backend, vectors: &Path, p: &Prompt, tol: &Tol
 }
 
 /// Every prompt of `names` (at least one) against the oracle within `tol`, a line each on stderr.
-fn check_prompts(backend: &mut dyn Backend, vectors: &Path, names: Vec<String>, tol: &Tolerances) -> PromptsChecked {
+fn check_prompts(
+    backend: &mut dyn DeviceSession,
+    vectors: &Path,
+    names: Vec<String>,
+    tol: &Tolerances,
+) -> PromptsChecked {
     assert!(!names.is_empty(), "no prompts to check");
     let mut failures = Vec::new();
     let mut greedy_steps_required = 0;
@@ -267,9 +277,9 @@ fn case_a_engine_matches_ds4() {
         Ok("cpu") | Ok("") | Err(_) => BackendChoice::Cpu,
         Ok(other) => panic!("DS4_VECTORS_BACKEND={other}: expected cpu or hip"),
     };
-    let mut backend = open_session_backend(
+    let mut backend = open_device_session(
         model,
-        &Placement {
+        &PlacementRequest {
             backend: choice,
             arithmetic: Arithmetic::Exact,
             ..Default::default()
@@ -313,11 +323,11 @@ fn case_a_hip_fast_on_the_emulator_matches_ds4() {
     let Some((vectors, model)) = case_a_model() else {
         return;
     };
-    let mut backend = open_session_backend(
+    let mut backend = open_device_session(
         model,
-        &Placement {
+        &PlacementRequest {
             backend: BackendChoice::Hip,
-            weights: ds4_chat::engine::events::WeightPlacement::Copy,
+            weights: ds4_chat::engine::events::WeightsMode::Copy,
             arithmetic: Arithmetic::Fast,
             ..Default::default()
         },

@@ -12,14 +12,14 @@
 
 use crate::hip_emu;
 
-use ds4_chat::backend::Backend;
+use ds4_chat::backend::DeviceSession;
 use ds4_chat::backend::agreement::{Agreement, compare_logits, top_k};
 use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::engine::events::BackendChoice;
 use ds4_chat::genmodel::ExpertMix;
 
-fn open(model: &std::sync::Arc<ds4_chat::model::Model>, choice: BackendChoice, ctx: usize) -> Box<dyn Backend> {
-    hip_emu::open_copied(model, choice, Arithmetic::Fast, ctx).backend
+fn open(model: &std::sync::Arc<ds4_chat::model::Model>, choice: BackendChoice, ctx: usize) -> Box<dyn DeviceSession> {
+    hip_emu::open_copied(model, choice, Arithmetic::Fast, ctx).session
 }
 
 /// Mean over the compared positions of the top-20 |Δlogprob|: measured 0.09 to 0.64 on these

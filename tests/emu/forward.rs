@@ -1,4 +1,4 @@
-//! The HIP backend end to end without a GPU: `HipBackend` (runtime layer, kernel module, the decode
+//! The HIP backend end to end without a GPU: `HipSession` (runtime layer, kernel module, the decode
 //! step's launch order, every kernel executed by the CPU emulator, tests/hip_emu) against the CPU
 //! engine on small-vocabulary tiny models with q2, q4 and mixed experts.
 //!
@@ -19,7 +19,7 @@ use sessions_common::{carry, continue_both, cpu_session, tokens};
 fn check(experts: ExpertMix, seed: u64, n: usize) {
     let model = hip_emu::small_vocab_tiny(seed, experts);
     let ctx = n + 8;
-    let mut gpu = hip_emu::open_copied(&model, BackendChoice::Hip, Arithmetic::Exact, ctx).backend;
+    let mut gpu = hip_emu::open_copied(&model, BackendChoice::Hip, Arithmetic::Exact, ctx).session;
     assert_eq!(gpu.name(), "hip");
     let mut cpu = cpu_session(&model, ctx);
     // A fixed pseudo-random sequence over the 512-token vocabulary.
@@ -88,7 +88,7 @@ fn a_session_saved_on_one_backend_resumes_bitwise_on_the_other() {
     let all = tokens(20, 4, model.hp.n_vocab);
     let (held, then) = all.split_at(18);
     let ctx = 32;
-    let engine = |choice| hip_emu::open_copied(&model, choice, Arithmetic::Exact, ctx).engine;
+    let engine = |choice| hip_emu::open_copied(&model, choice, Arithmetic::Exact, ctx).model;
     let (cpu, hip) = (engine(BackendChoice::Cpu), engine(BackendChoice::Hip));
     assert_eq!((cpu.name(), hip.name()), ("cpu", "hip"));
     for (from, to) in [(&cpu, &hip), (&hip, &cpu), (&hip, &hip)] {

@@ -22,8 +22,8 @@ use crate::hip_emu;
 use std::cell::Cell;
 
 use ds4_chat::backend::arithmetic::Arithmetic;
-use ds4_chat::backend::hip::{HipBackend, HipOptions};
-use ds4_chat::backend::{Backend, DevicePick, DeviceSample};
+use ds4_chat::backend::hip::{HipOptions, HipSession};
+use ds4_chat::backend::{DevicePick, DeviceSample, DeviceSession};
 use ds4_chat::engine::events::SamplingParams;
 use ds4_chat::engine::sampler::{Sampler, argmax};
 use ds4_chat::genmodel::ExpertMix;
@@ -33,7 +33,7 @@ use hip_emu::{kernels_run_by, thread_counts};
 const CTX: usize = 40;
 
 /// A session replaying the decode graph (`graph`) or launching directly, prefilling in chunks of 5.
-fn backend(graph: bool) -> HipBackend {
+fn backend(graph: bool) -> HipSession {
     let model = hip_emu::small_vocab_tiny(11, ExpertMix::Mixed);
     let options = HipOptions {
         prefill_chunk: 5,
@@ -57,7 +57,7 @@ fn bit_diffs(a: &[f32], b: &[f32]) -> usize {
 }
 
 /// One decode step; returns the kernels the emulator ran for it.
-fn step(b: &mut HipBackend, t: u32) -> u64 {
+fn step(b: &mut HipSession, t: u32) -> u64 {
     kernels_run_by(|| b.eval(&[t], &mut |_, _| true).expect("decode step")).1
 }
 
@@ -75,7 +75,7 @@ fn decode_graph_replay_is_bit_identical_to_direct_launches() {
     // first step captures and then replays) and for all direct steps.
     let per_replay = Cell::new(None);
     let direct = Cell::new(0);
-    let mut check = |g: &mut HipBackend, d: &mut HipBackend, t: u32, what: &str| {
+    let mut check = |g: &mut HipSession, d: &mut HipSession, t: u32, what: &str| {
         let p = g.n_past();
         let replayed = step(g, t);
         let want = per_replay.get().unwrap_or(replayed);
@@ -162,7 +162,7 @@ fn device_sampling_matches_the_host_sampler_on_the_backend() {
     device_sampling_matches_the_host_sampler(hip_emu::emulated_backend(model, CTX, options));
 }
 
-fn device_sampling_matches_the_host_sampler(mut b: HipBackend) {
+fn device_sampling_matches_the_host_sampler(mut b: HipSession) {
     let params = SamplingParams {
         temperature: 0.9,
         top_p: 1.0,

@@ -12,9 +12,9 @@ use crate::hip_emu;
 
 use std::sync::{Arc, OnceLock};
 
-use ds4_chat::backend::Backend;
-use ds4_chat::backend::cpu::CpuBackend;
-use ds4_chat::backend::hip::{HipBackend, HipOptions};
+use ds4_chat::backend::DeviceSession;
+use ds4_chat::backend::cpu::CpuSession;
+use ds4_chat::backend::hip::{HipOptions, HipSession};
 use ds4_chat::genmodel::ExpertMix;
 use ds4_chat::model::Model;
 
@@ -28,7 +28,7 @@ fn model() -> Arc<Model> {
     M.get_or_init(|| hip_emu::small_vocab_tiny(17, ExpertMix::Q2)).clone()
 }
 
-fn gpu(prefill_chunk: usize) -> HipBackend {
+fn gpu(prefill_chunk: usize) -> HipSession {
     let options = HipOptions {
         prefill_chunk,
         ..HipOptions::default()
@@ -42,7 +42,7 @@ fn ids(n: usize, seed: u64) -> Vec<u32> {
 }
 
 /// The logits after the prompt (evaluated by `feed`) and after each tail token, as bits.
-fn run(b: &mut dyn Backend, prompt: &[u32], tail: &[u32], feed: usize) -> Vec<Vec<u32>> {
+fn run(b: &mut dyn DeviceSession, prompt: &[u32], tail: &[u32], feed: usize) -> Vec<Vec<u32>> {
     for part in prompt.chunks(feed) {
         b.eval(part, &mut |_, _| true).expect("prompt");
     }
@@ -85,7 +85,7 @@ fn long_context_prefill_decode_and_checkpoint_agree_bitwise() {
         &run(&mut steps, prompt, tail, 1),
         &want,
     );
-    let mut cpu = CpuBackend::new(model(), CTX, 1).unwrap();
+    let mut cpu = CpuSession::new(model(), CTX, 1).unwrap();
     assert_same("CPU engine vs chunked prefill", &run(&mut cpu, prompt, tail, 64), &want);
 
     // Checkpoint after the prompt, restored into a session with 8-token chunks (a 23-row ring

@@ -18,9 +18,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use ds4_chat::backend::agreement::{Agreement, LogitDiff, compare_logits};
-use ds4_chat::backend::cpu::CpuBackend;
-use ds4_chat::backend::hip::{HipBackend, HipOptions};
-use ds4_chat::backend::{Backend, EngineError};
+use ds4_chat::backend::cpu::CpuSession;
+use ds4_chat::backend::hip::{HipOptions, HipSession};
+use ds4_chat::backend::{BackendError, DeviceSession};
 use ds4_chat::genmodel::ExpertMix;
 use ds4_chat::model::Model;
 use hip_emu::{LayerCacheView, hip_cache, kernels_run_by};
@@ -31,9 +31,9 @@ fn model() -> Arc<Model> {
     M.get_or_init(|| hip_emu::small_vocab_tiny(7, ExpertMix::Q2)).clone()
 }
 
-/// A HipBackend on the emulator with `prefill_chunk` tokens per chunk and batches of up to
+/// A HipSession on the emulator with `prefill_chunk` tokens per chunk and batches of up to
 /// `matvec_tokens` on the token-wise kernels (made directly: the tests choose both).
-fn gpu(ctx: usize, prefill_chunk: usize, matvec_tokens: usize) -> HipBackend {
+fn gpu(ctx: usize, prefill_chunk: usize, matvec_tokens: usize) -> HipSession {
     // Bitwise checks: the exact kernels (the fast GEMMs have their own tolerance checks).
     let options = HipOptions {
         prefill_chunk,
@@ -57,7 +57,7 @@ fn emulated_prompt(prompt_len: usize, seed: u64) -> Option<(Vec<u32>, Vec<u32>)>
     Some((prompt, tail))
 }
 
-fn eval(b: &mut dyn Backend, toks: &[u32]) {
+fn eval(b: &mut dyn DeviceSession, toks: &[u32]) {
     b.eval(toks, &mut |_, _| true).expect("eval");
 }
 
@@ -116,7 +116,7 @@ fn cache_diff(a: &[LayerCacheView], b: &[LayerCacheView], with_state: bool) -> [
 }
 
 /// The CPU engine's cache in the same layout.
-fn cpu_cache(c: &CpuBackend) -> Vec<LayerCacheView> {
+fn cpu_cache(c: &CpuSession) -> Vec<LayerCacheView> {
     c.caches()
         .iter()
         .map(|lc| LayerCacheView {
@@ -189,7 +189,7 @@ fn device_prefill_matches_device_decode() {
     }
     let t_dec = t0.elapsed().as_secs_f64();
     let dec_cache = hip_cache(&dec, &model().hp);
-    let mut cpu = CpuBackend::new(model(), 64, 0).unwrap();
+    let mut cpu = CpuSession::new(model(), 64, 0).unwrap();
     let mut cpu_logits = Vec::new();
     let mut from = 0;
     for &e in &ends {
@@ -206,7 +206,7 @@ fn device_prefill_matches_device_decode() {
     eval(&mut pre, &prompt[..3]);
     pre_logits.push(pre.logits().to_vec());
     match pre.eval(&prompt[3..], &mut |done, _| done == 0) {
-        Err(EngineError::Cancelled { done: 8 }) => {}
+        Err(BackendError::Cancelled { done: 8 }) => {}
         other => panic!("expected Cancelled {{ done: 8 }}, got {other:?}"),
     }
     assert_eq!(pre.n_past(), 11, "a cancelled prefill keeps the chunks it finished");
@@ -270,7 +270,7 @@ fn device_prefill_matches_the_cpu_engine() {
     };
     // Chunks of 24 take the GEMMs; the last one (16 tokens) the token-wise kernels.
     let mut g = gpu(160, 24, 16);
-    let mut c = CpuBackend::new(model(), 160, 0).unwrap();
+    let mut c = CpuSession::new(model(), 160, 0).unwrap();
     let mut agreement = Agreement::default();
     let t0 = Instant::now();
     let mut from = 0;

@@ -15,26 +15,26 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::OnceLock;
 
-use ds4_chat::backend::Backend;
+use ds4_chat::backend::DeviceSession;
 use ds4_chat::backend::arithmetic::Arithmetic;
 use ds4_chat::backend::hip::kernel_module::KernelModule;
-use ds4_chat::backend::hip::{HipBackend, HipContext, HipOptions};
-use ds4_chat::engine::backend_open::{OpenedEngine, Placement, open_engine};
-use ds4_chat::engine::events::{BackendChoice, WeightPlacement};
+use ds4_chat::backend::hip::{HipContext, HipOptions, HipSession};
+use ds4_chat::engine::backend_open::{OpenedModel, PlacementRequest, open_device_model};
+use ds4_chat::engine::events::{BackendChoice, WeightsMode};
 use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
 use ds4_chat::gguf::GgufFile;
 use ds4_chat::model::Model;
 use ds4_chat::model::hparams::HParams;
 
-/// A HipBackend of `model` on the emulator, made directly so that a test chooses its `options`.
-pub fn emulated_backend(model: Arc<Model>, ctx: usize, options: HipOptions) -> HipBackend {
+/// A HipSession of `model` on the emulator, made directly so that a test chooses its `options`.
+pub fn emulated_backend(model: Arc<Model>, ctx: usize, options: HipOptions) -> HipSession {
     let hip = HipContext::new().expect("emulated HIP runtime");
     let kernels = KernelModule::load(&hip).expect("kernel module");
-    HipBackend::new(hip, kernels, model, ctx, options).expect("HipBackend on the emulator")
+    HipSession::new(hip, kernels, model, ctx, options).expect("HipSession on the emulator")
 }
 
 /// [`emulated_backend`] with the exact kernels whatever `options` says: these tests compare bits.
-pub fn exact_backend(model: Arc<Model>, ctx: usize, options: HipOptions) -> HipBackend {
+pub fn exact_backend(model: Arc<Model>, ctx: usize, options: HipOptions) -> HipSession {
     let options = HipOptions {
         arithmetic: Arithmetic::Exact,
         ..options
@@ -198,8 +198,8 @@ pub struct LayerCacheView {
 }
 
 /// Every layer's cache of a HIP session, as the backend-neutral rows it exports for session
-/// snapshots (`Backend::export_cache`, src/backend/cache_rows.rs): the ring read in position order.
-pub fn hip_cache(b: &dyn Backend, hp: &HParams) -> Vec<LayerCacheView> {
+/// snapshots (`DeviceSession::export_cache`, src/backend/cache_rows.rs): the ring read in position order.
+pub fn hip_cache(b: &dyn DeviceSession, hp: &HParams) -> Vec<LayerCacheView> {
     let rows = b.export_cache().expect("the HIP session exports its cache");
     assert_eq!(rows.layers.len(), hp.n_layer, "one entry per layer");
     rows.layers
@@ -237,12 +237,12 @@ pub fn lcg_ids(n: usize, seed: u64, vocab: u64) -> Vec<u32> {
 
 /// `backend` opened on `model` with its weights copied, one CPU thread and the kernels'
 /// `arithmetic`, and a first session of `ctx` tokens; a failure panics with its one line.
-pub fn open_copied(model: &Arc<Model>, backend: BackendChoice, arithmetic: Arithmetic, ctx: usize) -> OpenedEngine {
-    let at = Placement {
+pub fn open_copied(model: &Arc<Model>, backend: BackendChoice, arithmetic: Arithmetic, ctx: usize) -> OpenedModel {
+    let at = PlacementRequest {
         backend,
-        weights: WeightPlacement::Copy,
+        weights: WeightsMode::Copy,
         arithmetic,
         threads: 1,
     };
-    open_engine(model.clone(), &at, ctx).unwrap_or_else(|e| panic!("{e}"))
+    open_device_model(model.clone(), &at, ctx).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -4,23 +4,23 @@
 
 use std::sync::Arc;
 
-use ds4_chat::backend::Backend;
+use ds4_chat::backend::DeviceSession;
 use ds4_chat::backend::arithmetic::Arithmetic;
-use ds4_chat::engine::backend_open::{Placement, open_engine};
+use ds4_chat::engine::backend_open::{PlacementRequest, open_device_model};
 use ds4_chat::engine::events::BackendChoice;
 use ds4_chat::model::Model;
 use ds4_chat::sessions::{ModelIdentity, snapshot};
 
 /// A session of the CPU engine (the exact reference) on `model`, with a cache of `ctx` tokens.
-pub fn cpu_session(model: &Arc<Model>, ctx: usize) -> Box<dyn Backend> {
-    let at = Placement {
+pub fn cpu_session(model: &Arc<Model>, ctx: usize) -> Box<dyn DeviceSession> {
+    let at = PlacementRequest {
         backend: BackendChoice::Cpu,
         arithmetic: Arithmetic::Exact,
         ..Default::default()
     };
-    open_engine(model.clone(), &at, ctx)
+    open_device_model(model.clone(), &at, ctx)
         .unwrap_or_else(|e| panic!("{e}"))
-        .backend
+        .session
 }
 
 /// A fixed pseudo-random token sequence below `vocab`.
@@ -32,7 +32,7 @@ pub fn tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
 
 /// `from`'s cache (holding `held`) written as a snapshot file's bytes, read back and imported into
 /// `to`.
-pub fn carry(model: &Model, from: &dyn Backend, held: &[u32], to: &mut dyn Backend) {
+pub fn carry(model: &Model, from: &dyn DeviceSession, held: &[u32], to: &mut dyn DeviceSession) {
     let id = ModelIdentity::of(&model.file);
     let rows = from.export_cache().expect("export");
     let bytes = snapshot::encode(id, &model.hp, held, &rows);
@@ -58,7 +58,7 @@ pub fn same_bits(a: &[f32], b: &[f32]) -> bool {
 
 /// Evaluates `then` on the resumed and on the uninterrupted backend, one token at a time, and
 /// asserts their logits are equal to the bit after every token.
-pub fn continue_both(resumed: &mut dyn Backend, uninterrupted: &mut dyn Backend, then: &[u32], what: &str) {
+pub fn continue_both(resumed: &mut dyn DeviceSession, uninterrupted: &mut dyn DeviceSession, then: &[u32], what: &str) {
     for (i, &t) in then.iter().enumerate() {
         resumed.eval(&[t], &mut |_, _| true).unwrap();
         uninterrupted.eval(&[t], &mut |_, _| true).unwrap();

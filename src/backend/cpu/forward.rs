@@ -122,7 +122,7 @@ impl Scratch {
 }
 
 /// Fixed context of one evaluation: the model bytes, the resolved weights, the pool.
-pub struct Engine<'a> {
+pub struct ForwardPass<'a> {
     pub hp: &'a HParams,
     pub file: &'a [u8],
     pub w: &'a Resolved,
@@ -130,7 +130,7 @@ pub struct Engine<'a> {
     pub ropes: &'a [Rope],
 }
 
-impl Engine<'_> {
+impl ForwardPass<'_> {
     /// Run `tokens` (at positions `p0..`) through every layer, updating `caches`. When `logits` is
     /// given, the next-token logits after the last token are written to it.
     pub fn forward_chunk(

@@ -4,8 +4,8 @@
 //! Module map: `quant` (activation quantization, dot products), `matvec` (row-parallel drivers),
 //! `ops` (norms, RoPE, FP8/FP4 simulations), `hc` (hyper-connections), `attention`, `compressor`,
 //! `indexer`, `moe`, `cache` (per-layer KV state), `resolved` (weight views), `forward` (the pass),
-//! `state` (checkpoint payload). This file owns `CpuEngine` (the model, its weight views and the
-//! thread pool, made once) and `CpuBackend`, the session opened from it (cache, scratch, logits).
+//! `state` (checkpoint payload). This file owns `CpuModel` (the model, its weight views and the
+//! thread pool, made once) and `CpuSession`, the session opened from it (cache, scratch, logits).
 
 pub mod attention;
 pub mod cache;
@@ -26,9 +26,9 @@ use std::sync::Arc;
 
 use crate::model::weights::Model;
 
-use super::{Backend, EngineError, MemoryReport, Progress, check_eval_tokens, eval_in_chunks};
+use super::{BackendError, DeviceSession, MemoryReport, Progress, check_eval_tokens, eval_in_chunks};
 use cache::LayerCache;
-use forward::{Engine, Scratch};
+use forward::{ForwardPass, Scratch};
 use ops::Rope;
 use resolved::Resolved;
 
@@ -37,24 +37,24 @@ pub const PREFILL_CHUNK: usize = 128;
 
 /// The model on the CPU: the file mapping, the weight views (`Resolved`, which copies the small
 /// vectors out of the file) and the thread pool, shared by every session opened from it.
-pub struct CpuEngine {
+pub struct CpuModel {
     model: Arc<Model>,
     pool: Arc<rayon::ThreadPool>,
     w: Arc<Resolved>,
 }
 
-impl CpuEngine {
+impl CpuModel {
     /// The engine for `model`, or why the CPU engine cannot run it; `threads` 0 = all cores.
-    pub fn new(model: Arc<Model>, threads: usize) -> Result<CpuEngine, EngineError> {
+    pub fn new(model: Arc<Model>, threads: usize) -> Result<CpuModel, BackendError> {
         let hp = &model.hp;
         if hp.n_head_kv != 1 {
-            return Err(EngineError::Other(format!(
+            return Err(BackendError::Other(format!(
                 "model has {} KV heads; the DS4 engine supports exactly 1",
                 hp.n_head_kv
             )));
         }
         if !hp.idx_head_dim.is_power_of_two() || hp.head_dim < hp.n_rot || hp.idx_head_dim < hp.n_rot {
-            return Err(EngineError::Other(format!(
+            return Err(BackendError::Other(format!(
                 "unsupported head dims: head {} / indexer {} / rope {} (indexer width must be a power of two)",
                 hp.head_dim, hp.idx_head_dim, hp.n_rot
             )));
@@ -63,9 +63,9 @@ impl CpuEngine {
             .num_threads(threads)
             .thread_name(|i| format!("ds4-cpu-{i}"))
             .build()
-            .map_err(|e| EngineError::Other(format!("cannot start the CPU thread pool: {e}")))?;
+            .map_err(|e| BackendError::Other(format!("cannot start the CPU thread pool: {e}")))?;
         let w = Arc::new(Resolved::new(&model));
-        Ok(CpuEngine {
+        Ok(CpuModel {
             model,
             pool: Arc::new(pool),
             w,
@@ -73,14 +73,14 @@ impl CpuEngine {
     }
 
     /// A session with an empty cache for `ctx` tokens.
-    pub fn session(&self, ctx: usize) -> Result<CpuBackend, EngineError> {
+    pub fn session(&self, ctx: usize) -> Result<CpuSession, BackendError> {
         if ctx < 2 {
-            return Err(EngineError::Other(format!(
+            return Err(BackendError::Other(format!(
                 "context {ctx} is too small (need at least 2)"
             )));
         }
         let hp = &self.model.hp;
-        Ok(CpuBackend {
+        Ok(CpuSession {
             tokens: Vec::with_capacity(ctx),
             model: self.model.clone(),
             pool: self.pool.clone(),
@@ -94,7 +94,7 @@ impl CpuEngine {
     }
 }
 
-impl super::Engine for CpuEngine {
+impl super::DeviceModel for CpuModel {
     fn name(&self) -> &'static str {
         "cpu"
     }
@@ -107,7 +107,7 @@ impl super::Engine for CpuEngine {
         &self.model
     }
 
-    fn open_session(&self, ctx: usize) -> Result<Box<dyn Backend>, EngineError> {
+    fn open_session(&self, ctx: usize) -> Result<Box<dyn DeviceSession>, BackendError> {
         Ok(Box::new(self.session(ctx)?))
     }
 }
@@ -117,7 +117,7 @@ fn cpu_device_name(pool: &rayon::ThreadPool) -> String {
 }
 
 /// A session on the CPU engine: the per-layer caches, scratch and logits of `ctx` tokens.
-pub struct CpuBackend {
+pub struct CpuSession {
     model: Arc<Model>,
     pool: Arc<rayon::ThreadPool>,
     ctx: usize,
@@ -129,11 +129,11 @@ pub struct CpuBackend {
     logits: Vec<f32>,
 }
 
-impl CpuBackend {
+impl CpuSession {
     /// A backend with an empty cache for `ctx` tokens on an engine of its own; `threads` 0 = all
-    /// cores. (Sessions that share the model's weight views and threads come from `CpuEngine`.)
-    pub fn new(model: Arc<Model>, ctx: usize, threads: usize) -> Result<CpuBackend, EngineError> {
-        CpuEngine::new(model, threads)?.session(ctx)
+    /// cores. (Sessions that share the model's weight views and threads come from `CpuModel`.)
+    pub fn new(model: Arc<Model>, ctx: usize, threads: usize) -> Result<CpuSession, BackendError> {
+        CpuModel::new(model, threads)?.session(ctx)
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -155,7 +155,7 @@ impl CpuBackend {
     }
 
     fn run_chunk(&mut self, chunk: &[u32], want_logits: bool) {
-        let engine = Engine {
+        let engine = ForwardPass {
             hp: &self.model.hp,
             file: self.model.file.bytes(),
             w: &self.w,
@@ -185,7 +185,7 @@ impl CpuBackend {
     }
 }
 
-impl Backend for CpuBackend {
+impl DeviceSession for CpuSession {
     fn name(&self) -> &'static str {
         "cpu"
     }
@@ -204,8 +204,8 @@ impl Backend for CpuBackend {
 
     /// Every position must be below ctx: a token that would sit at position ≥ ctx is refused with
     /// `ContextFull` before anything is evaluated. (That a *prompt* must be strictly shorter than
-    /// ctx, docs/prompt.md#stop-conditions, is the session's rule: `Session::sync`.)
-    fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), EngineError> {
+    /// ctx, docs/prompt.md#stop-conditions, is the session's rule: `PromptCache::sync`.)
+    fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), BackendError> {
         if tokens.is_empty() {
             return Ok(());
         }
@@ -236,11 +236,11 @@ impl Backend for CpuBackend {
         state::save(self)
     }
 
-    fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
+    fn load_state(&mut self, bytes: &[u8]) -> Result<(), BackendError> {
         state::load(self, bytes)
     }
 
-    fn export_cache(&self) -> Result<crate::backend::cache_rows::CacheRows, EngineError> {
+    fn export_cache(&self) -> Result<crate::backend::cache_rows::CacheRows, BackendError> {
         Ok(state::export(self))
     }
 
@@ -248,7 +248,7 @@ impl Backend for CpuBackend {
         &mut self,
         rows: &crate::backend::cache_rows::CacheRows,
         tokens: &[u32],
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), BackendError> {
         state::import(self, rows, tokens)
     }
 

@@ -7,7 +7,7 @@
 
 use super::cache::{self, Rows};
 use super::compressor::CompressorState;
-use super::{CpuBackend, EngineError};
+use super::{BackendError, CpuSession};
 use crate::backend::cache_rows::{CacheRows, CompressorRows, LayerRows};
 use crate::backend::payload::{PayloadReader, put_f32s, put_u32};
 
@@ -16,7 +16,7 @@ const VERSION: u32 = 1;
 const HEADER_WORDS: usize = 13;
 
 /// Compressed-row capacity reported in the header: that of the smallest nonzero ratio.
-fn header(b: &CpuBackend) -> [u32; HEADER_WORDS] {
+fn header(b: &CpuSession) -> [u32; HEADER_WORDS] {
     let hp = &b.model.hp;
     let n = b.tokens.len();
     let raw_cap = cache::raw_cap(hp, b.ctx);
@@ -37,7 +37,7 @@ fn header(b: &CpuBackend) -> [u32; HEADER_WORDS] {
     ]
 }
 
-pub fn save(b: &CpuBackend) -> Vec<u8> {
+pub fn save(b: &CpuSession) -> Vec<u8> {
     let mut out = Vec::new();
     for w in header(b) {
         put_u32(&mut out, w);
@@ -63,9 +63,9 @@ pub fn save(b: &CpuBackend) -> Vec<u8> {
     out
 }
 
-fn fill_rows(r: &mut PayloadReader<'_>, rows: &mut Rows, n: usize, what: &str) -> Result<(), EngineError> {
+fn fill_rows(r: &mut PayloadReader<'_>, rows: &mut Rows, n: usize, what: &str) -> Result<(), BackendError> {
     if n > rows.cap {
-        return Err(EngineError::BadCheckpoint(format!(
+        return Err(BackendError::BadCheckpoint(format!(
             "{what}: {n} rows exceed the capacity {}",
             rows.cap
         )));
@@ -76,8 +76,8 @@ fn fill_rows(r: &mut PayloadReader<'_>, rows: &mut Rows, n: usize, what: &str) -
     Ok(())
 }
 
-pub fn load(b: &mut CpuBackend, bytes: &[u8]) -> Result<(), EngineError> {
-    let bad = |m: String| Err(EngineError::BadCheckpoint(m));
+pub fn load(b: &mut CpuSession, bytes: &[u8]) -> Result<(), BackendError> {
+    let bad = |m: String| Err(BackendError::BadCheckpoint(m));
     let mut r = PayloadReader::new(bytes);
     let mut h = [0u32; HEADER_WORDS];
     for (i, w) in h.iter_mut().enumerate() {
@@ -175,7 +175,7 @@ pub fn load(b: &mut CpuBackend, bytes: &[u8]) -> Result<(), EngineError> {
 }
 
 /// The cache as backend-neutral rows (`cache_rows`).
-pub fn export(b: &CpuBackend) -> CacheRows {
+pub fn export(b: &CpuSession) -> CacheRows {
     let part = |(rows, st): &(Rows, CompressorState)| CompressorRows {
         rows: rows.live().to_vec(),
         kv: st.kv.clone(),
@@ -198,8 +198,8 @@ pub fn export(b: &CpuBackend) -> CacheRows {
 
 /// Restores neutral rows holding `tokens`; checked completely first, so a rejected one leaves the
 /// backend untouched.
-pub fn import(b: &mut CpuBackend, rows: &CacheRows, tokens: &[u32]) -> Result<(), EngineError> {
-    let bad = |m: String| Err(EngineError::BadCheckpoint(m));
+pub fn import(b: &mut CpuSession, rows: &CacheRows, tokens: &[u32]) -> Result<(), BackendError> {
+    let bad = |m: String| Err(BackendError::BadCheckpoint(m));
     rows.check(&b.model.hp)?;
     if rows.n_past != tokens.len() {
         return bad(format!("{} cached tokens, {} token ids", rows.n_past, tokens.len()));
@@ -213,10 +213,10 @@ pub fn import(b: &mut CpuBackend, rows: &CacheRows, tokens: &[u32]) -> Result<()
     let mut caches = b.caches.clone();
     for (c, l) in caches.iter_mut().zip(&rows.layers) {
         c.reset();
-        let fill = |dst: &mut Rows, src: &[f32]| -> Result<(), EngineError> {
+        let fill = |dst: &mut Rows, src: &[f32]| -> Result<(), BackendError> {
             let n = src.len() / dst.width;
             if n > dst.cap {
-                return Err(EngineError::BadCheckpoint(format!(
+                return Err(BackendError::BadCheckpoint(format!(
                     "{n} rows exceed the capacity {}",
                     dst.cap
                 )));

@@ -161,7 +161,7 @@ impl<B> ActsOf<B> {
             split_a: f32s(alloc, n * n_mix)?,
             split_f: f32s(alloc, n * n_mix)?,
             mix: f32s(alloc, n * n_mix)?,
-            // Zeroed by HipBackend::clear_state before the first launch.
+            // Zeroed by HipSession::clear_state before the first launch.
             counter: bytes(
                 alloc,
                 4 * n * (2 + moe_units + hp.n_head + hp.idx_n_head + shared_units),

@@ -12,7 +12,7 @@
 //! joins the indexer compressor's lane and runs the indexer's scores and selection (`scores`,
 //! `sel`). The attention joins all of them.
 
-use crate::backend::EngineError;
+use crate::backend::BackendError;
 use crate::model::weights::CompressorWeights;
 
 use super::acts::{max_visible_rows, ring_rows};
@@ -33,7 +33,7 @@ const _: () = assert!(LANE_QUERY < SIDE_LANES);
 impl Pass<'_> {
     /// The attention sublayer of layer `l` for the `n` tokens at pos0.. (docs/model.md#attention);
     /// `host_pos`: pos0 when the host knows it (see `forward_tokens`).
-    pub(super) fn attention_sublayer(&self, l: usize, n: usize, host_pos: Option<u32>) -> Result<(), EngineError> {
+    pub(super) fn attention_sublayer(&self, l: usize, n: usize, host_pos: Option<u32>) -> Result<(), BackendError> {
         let hp = &self.model.hp;
         let a = &self.acts;
         let lw = &self.model.w.layers[l];
@@ -197,7 +197,7 @@ impl Pass<'_> {
             _ => max_visible_rows(hp, l, ls.comp_cap) as u32,
         };
         if shape.score_floats(nt, max_rows) * 4 > a.att_sc.len_bytes() {
-            return Err(EngineError::Device(format!(
+            return Err(BackendError::Device(format!(
                 "attention scores of {n} tokens over {max_rows} rows exceed the preallocated buffer (layer {l}, position {host_pos:?})"
             )));
         }
@@ -231,7 +231,7 @@ impl Pass<'_> {
         st: &[DeviceBuffer; 3],
         n_comp: Option<u32>,
         nt: u32,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), BackendError> {
         let hp = &self.model.hp;
         let a = &self.acts;
         let (di, hi) = (hp.idx_head_dim as u32, hp.idx_n_head as u32);
@@ -289,7 +289,7 @@ impl Pass<'_> {
         max_rows: u32,
         rope: RopeParams,
         nt: u32,
-    ) -> Result<Option<bool>, EngineError> {
+    ) -> Result<Option<bool>, BackendError> {
         let a = &self.acts;
         if !self.fast_token_wise(nt) {
             return Ok(None);
@@ -324,7 +324,7 @@ impl Pass<'_> {
     /// After the attention of layer `l`: the inverse RoPE of the heads and their Q8_0 planes (unless
     /// `heads_quantized`: the fused merge wrote them), the grouped output projection and the HC post
     /// step.
-    fn attention_output(&self, l: usize, nt: u32, heads_quantized: bool) -> Result<(), EngineError> {
+    fn attention_output(&self, l: usize, nt: u32, heads_quantized: bool) -> Result<(), BackendError> {
         let hp = &self.model.hp;
         let a = &self.acts;
         let lw = &self.model.w.layers[l];
@@ -377,7 +377,7 @@ impl Pass<'_> {
         flags: u32,
         rope: RopeParams,
         host_pos: Option<u32>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), BackendError> {
         let a = &self.acts;
         let ne = self.model.hp.n_embd as u32;
         if self.token_wise(n) {

@@ -6,7 +6,7 @@
 //! kernel takes. Decode steps (one token) keep the exact kernels' sequence (their fast twins, where
 //! they have them), and exact mode is untouched.
 
-use crate::backend::EngineError;
+use crate::backend::BackendError;
 use crate::backend::arithmetic::Arithmetic;
 
 use super::kernels::{self, AttentionInputs, AttentionShape};
@@ -20,7 +20,7 @@ impl Pass<'_> {
         shape: &AttentionShape,
         io: &AttentionInputs,
         n: u32,
-    ) -> Result<bool, EngineError> {
+    ) -> Result<bool, BackendError> {
         // The kernel's matrix tiles are laid out for 32-lane warps (gfx11/gfx12 wave32, NVIDIA);
         // a 64-lane device keeps the exact sequence.
         let wave32 = self.warp_size == 32;

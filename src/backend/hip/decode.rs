@@ -7,7 +7,7 @@
 //! A captured step bakes in every device pointer of the session; they live as long as the backend,
 //! so the graph is never re-captured.
 
-use crate::backend::{DevicePick, DeviceSample, EngineError};
+use crate::backend::{BackendError, DevicePick, DeviceSample};
 
 use super::acts::{Acts, STEP_TOKENS};
 use super::env::env_switch_on;
@@ -32,12 +32,12 @@ pub(super) struct DecodeGraph {
 impl DecodeGraph {
     /// Capture the one-token sequence of `pass` (step parameters read from the device at replay).
     /// The launches issued while capturing are not counted; each replay counts them.
-    pub(super) fn capture(pass: &Pass) -> Result<DecodeGraph, EngineError> {
+    pub(super) fn capture(pass: &Pass) -> Result<DecodeGraph, BackendError> {
         let before = pass.acts.launches.get();
         pass.stream.begin_capture(CaptureMode::ThreadLocal).map_err(dev)?;
         let issued = pass.forward_tokens(1, true, None);
         let captured = pass.stream.end_capture();
-        let hint = |e: String| EngineError::Device(format!("capturing the decode graph: {e} (set {GRAPH_ENV}=0)"));
+        let hint = |e: String| BackendError::Device(format!("capturing the decode graph: {e} (set {GRAPH_ENV}=0)"));
         issued.map_err(|e| hint(e.to_string()))?;
         let exec = captured
             .and_then(|g| g.instantiate())
@@ -48,7 +48,7 @@ impl DecodeGraph {
     }
 
     /// One decode step (step parameters already written) on `stream`.
-    pub(super) fn replay(&self, acts: &Acts, stream: &Stream) -> Result<(), EngineError> {
+    pub(super) fn replay(&self, acts: &Acts, stream: &Stream) -> Result<(), BackendError> {
         self.exec.launch(stream).map_err(dev)?;
         acts.launches.set(acts.launches.get() + self.launches);
         Ok(())
@@ -65,7 +65,7 @@ pub(super) fn write_step(
     stream: &Stream,
     pos0: usize,
     tokens: &[u32],
-) -> Result<(), EngineError> {
+) -> Result<(), BackendError> {
     let host = staging.as_mut_slice();
     host[..4].copy_from_slice(&(pos0 as u32).to_le_bytes());
     let ids = &mut host[4 * STEP_TOKENS..];
@@ -99,7 +99,7 @@ pub(super) fn sample_launches(acts: &Acts, n_vocab: usize, how: DeviceSample, fa
 }
 
 /// The token [`sample_launches`] picked, through the pinned `staging` buffer (synchronizes).
-pub(super) fn read_pick(acts: &Acts, staging: &mut PinnedBuffer, stream: &Stream) -> Result<DevicePick, EngineError> {
+pub(super) fn read_pick(acts: &Acts, staging: &mut PinnedBuffer, stream: &Stream) -> Result<DevicePick, BackendError> {
     let bytes = 4 * kernels::SAMPLE_OUT_WORDS;
     acts.sampled
         .copy_to_pinned_async(0, staging, bytes, stream)

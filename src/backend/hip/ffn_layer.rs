@@ -5,7 +5,7 @@
 //! Lanes (`lanes.rs`): the shared expert (it owns `smid`, `sq`, `sd` and `y`) runs on a side lane
 //! beside the router and the routed experts; the routed experts' last launch joins it.
 
-use crate::backend::EngineError;
+use crate::backend::BackendError;
 
 use super::kernels::{self, NULL, Q8K, Q8Proj, Q8Swiglu, QuantOut, RoutedExperts};
 use super::pass::{Pass, expert_format, p0, q8};
@@ -16,7 +16,7 @@ use super::prefill;
 
 impl Pass<'_> {
     /// The FFN sublayer of layer `l` for `n` tokens (docs/model.md#moe).
-    pub(super) fn ffn_sublayer(&self, l: usize, n: usize) -> Result<(), EngineError> {
+    pub(super) fn ffn_sublayer(&self, l: usize, n: usize) -> Result<(), BackendError> {
         let hp = &self.model.hp;
         let a = &self.acts;
         let lw = &self.model.w.layers[l];

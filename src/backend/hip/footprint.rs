@@ -1,4 +1,4 @@
-//! Device memory footprint of one `HipBackend` session besides the weights, computed from the
+//! Device memory footprint of one `HipSession` session besides the weights, computed from the
 //! shapes alone so the memory guard (`open::open_backend`) can check it before anything is
 //! allocated: the KV ring, compressed rows and compressor/indexer state, and the activations.
 //!
@@ -15,7 +15,7 @@ use super::acts;
 /// Device memory of one session besides the weights: the KV ring, compressed rows and
 /// compressor/indexer state (`kv`), and the per-token activations (`scratch`). Computed from the
 /// shapes alone, so the memory guard can check it before anything is allocated; it is exactly what
-/// `backend::HipBackend::with_weights` allocates (a test compares the two).
+/// `backend::HipSession::with_weights` allocates (a test compares the two).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SessionBytes {
     pub kv: u64,

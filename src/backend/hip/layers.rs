@@ -25,7 +25,7 @@
 //! Owns the order of the launches over the layers and the head, and each layer's RoPE parameters;
 //! the sublayers are `attention_layer.rs` and `ffn_layer.rs`, the buffers `acts.rs` and `cache.rs`.
 
-use crate::backend::EngineError;
+use crate::backend::BackendError;
 use crate::backend::cpu::ops::Rope;
 use crate::model::hparams::HParams;
 
@@ -51,7 +51,7 @@ impl Pass<'_> {
         n: usize,
         want_logits: bool,
         host_pos: Option<usize>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), BackendError> {
         let hp = &self.model.hp;
         let a = &self.acts;
         assert!(
@@ -86,7 +86,7 @@ impl Pass<'_> {
     }
 
     /// Output head (docs/model.md#output-head) on the HC state of batch token `t`: writes `acts.logits`.
-    pub(super) fn head(&self, t: usize) -> Result<(), EngineError> {
+    pub(super) fn head(&self, t: usize) -> Result<(), BackendError> {
         let hp = &self.model.hp;
         let a = &self.acts;
         let mw = &self.model.w;

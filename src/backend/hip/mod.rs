@@ -10,8 +10,8 @@
 //! * `kernel_module` — loads the kernel image that fits the device and runs `kernels::Launch` values.
 //! * `weights` — the model's tensor data on the device: copied (pread through pinned staging buffers)
 //!   or mapped zero-copy (the registered file mapping).
-//! * `engine` — `HipEngine`: the device context, kernels and placed weights, loaded once; sessions
-//!   (`HipBackend`) are opened from it and share them.
+//! * `device_model` — `HipModel`: the device context, kernels and placed weights, loaded once; sessions
+//!   (`HipSession`) are opened from it and share them.
 //! * `acts` — the activation buffers, sized for the largest prefill chunk, and the step parameters.
 //! * `prefill` — chunked prefill: the chunk size, when a batch takes the GEMMs and grouped experts.
 //! * `footprint` — a session's device bytes (KV + scratch) from the shapes, for the memory guard.
@@ -23,8 +23,8 @@
 //! * `decode` — the decode step: step parameters, the captured graph, device sampling.
 //! * `options` — `HipOptions`: prefill chunk, token-wise batch limit and decode graph of a session
 //!   (from the environment by default).
-//! * `backend` — `HipBackend`, the `Backend` of the device: session buffers and `eval`;
-//!   `backend/state.rs` is its checkpoint payload (save_state / load_state).
+//! * `session` — `HipSession`, the `DeviceSession` of the device: session buffers and `eval`;
+//!   `session/state.rs` is its checkpoint payload (save_state / load_state).
 //! * `open` — `open_backend`, called by `engine::backend_open`: the `DS4_HIP_FORWARD=0` escape
 //!   hatch, the device memory guard and the weight placement policy; a failure is one line and
 //!   `--backend auto` falls back to the CPU with it.
@@ -33,7 +33,7 @@
 //! * `repeat` — `DS4_HIP_REPEAT=kernel,...`: those kernels twice per decode step (attribution runs).
 //! * `selftest` — `ds4-chat selftest --backend hip`: the runtime's smoke checks, the kernel module's
 //!   load and one launch, weight placement read back; `selftest_forward` — `selftest --forward N`:
-//!   `HipBackend` against the CPU engine on a model. Every kernel against the CPU reference is the
+//!   `HipSession` against the CPU engine on a model. Every kernel against the CPU reference is the
 //!   test suite tests/hip_kernels (on the emulator in CI, on a GPU by carrying its binary).
 //!
 //! Dependencies run one way, in this order (a file uses only those before it): env (the tuning
@@ -49,11 +49,10 @@
 mod acts;
 mod attention_layer;
 mod attention_prefill;
-pub mod backend;
 pub mod bandwidth;
 pub mod cache;
 mod decode;
-pub mod engine;
+pub mod device_model;
 mod env;
 pub mod ffi;
 mod ffn_layer;
@@ -70,13 +69,12 @@ pub mod profile;
 mod repeat;
 pub mod runtime;
 pub mod selftest;
-pub mod selftest_forward;
+pub mod session;
 pub mod weight_load;
 pub mod weights;
 
-pub use backend::HipBackend;
 pub use decode::GRAPH_ENV;
-pub use engine::{open_backend, open_backend_with_progress, open_engine_with_progress};
+pub use device_model::{open_backend, open_backend_with_progress, open_model_with_progress};
 pub use lanes::LANES_ENV;
 pub use options::HipOptions;
 pub use runtime::{
@@ -84,3 +82,4 @@ pub use runtime::{
     HipContext, HipError, HipResult, HipUnavailable, HostRegistration, KernelArgs, LaunchDims, Module, PinnedBuffer,
     Stream,
 };
+pub use session::HipSession;

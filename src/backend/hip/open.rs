@@ -7,15 +7,15 @@
 //! * the memory guard: device memory (`hipMemGetInfo`) must hold the KV cache and scratch, plus the
 //!   weights when they are copied, before anything is allocated ("too little device memory: need X,
 //!   have Y"); on unified memory (integrated GPUs, gfx115x) a copy is pinned system RAM, so its
-//!   budget is the GTT limit and the usable RAM instead (`engine::placement`);
+//!   budget is the GTT limit and the usable RAM instead (`backend::copy_budget`);
 //! * `--weights auto|copy|map`: auto copies when the weights fit next to the session, else maps the
 //!   file (zero copy); a refused registration falls back to a copy when that fits, else fails.
 //!
 //! Every failure is one line; `--backend auto` then falls back to the CPU with it as the reason.
 
-use crate::engine::events::WeightPlacement;
-use crate::engine::memguard;
-use crate::engine::placement::{self, CopyBudget, DeviceFacts};
+use crate::backend::WeightsMode;
+use crate::backend::copy_budget::{self, CopyBudget, DeviceFacts};
+use crate::backend::memguard;
 use crate::model::Model;
 use crate::units::fmt_mib_or_gib;
 
@@ -41,7 +41,7 @@ fn forward_enabled_by(env: Option<&str>) -> bool {
 
 /// The placement chosen before anything is allocated.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Plan {
+pub enum PlacementPlan {
     /// Copy; the string says why (empty when asked for).
     Copy(String),
     /// Map the file; when `copy_fallback` the copy fits too (used if registration is refused).
@@ -52,14 +52,14 @@ pub enum Plan {
 /// copy, the `session` (KV + scratch) that lives in device memory either way. `host_refuses_copy`
 /// gives the reason pinned host RAM cannot hold a copy (integrated GPUs), if so.
 pub fn plan_placement(
-    asked: WeightPlacement,
+    asked: WeightsMode,
     weight_bytes: u64,
     session: SessionBytes,
     free: u64,
     total: u64,
     device: &str,
     host_refuses_copy: &dyn Fn(u64) -> Option<String>,
-) -> Result<Plan, String> {
+) -> Result<PlacementPlan, String> {
     let session_need = session.kv + session.scratch + DEVICE_RESERVE;
     let copy_need = weight_bytes + session_need;
     let breakdown = |with_weights: bool| {
@@ -78,13 +78,13 @@ pub fn plan_placement(
     };
     if session_need > free {
         return Err(too_little_memory(
-            if asked == WeightPlacement::Map {
+            if asked == WeightsMode::Map {
                 session_need
             } else {
                 copy_need
             },
             free,
-            &format!("{}; use a smaller --ctx", breakdown(asked != WeightPlacement::Map)),
+            &format!("{}; use a smaller --ctx", breakdown(asked != WeightsMode::Map)),
         ));
     }
     let copy_refusal = if copy_need > free {
@@ -93,32 +93,32 @@ pub fn plan_placement(
         host_refuses_copy(weight_bytes)
     };
     match (asked, copy_refusal) {
-        (WeightPlacement::Copy, None) => Ok(Plan::Copy(String::new())),
-        (WeightPlacement::Copy, Some(why)) => Err(format!("{why}; use --weights map or a smaller --ctx")),
-        (WeightPlacement::Map, refusal) => Ok(Plan::Map {
+        (WeightsMode::Copy, None) => Ok(PlacementPlan::Copy(String::new())),
+        (WeightsMode::Copy, Some(why)) => Err(format!("{why}; use --weights map or a smaller --ctx")),
+        (WeightsMode::Map, refusal) => Ok(PlacementPlan::Map {
             reason: String::new(),
             copy_fallback: refusal.is_none(),
         }),
-        (WeightPlacement::Auto, None) => Ok(Plan::Copy(format!(
+        (WeightsMode::Auto, None) => Ok(PlacementPlan::Copy(format!(
             "auto: the weights fit device memory ({} of {} free)",
             fmt_mib_or_gib(copy_need),
             fmt_mib_or_gib(free)
         ))),
-        (WeightPlacement::Auto, Some(why)) => Ok(Plan::Map {
+        (WeightsMode::Auto, Some(why)) => Ok(PlacementPlan::Map {
             reason: format!("auto: no room for a copy ({why})"),
             copy_fallback: false,
         }),
     }
 }
 
-/// Whether `hip`'s device (kernels for `gfx`) shares system RAM (`engine::placement::is_unified`):
+/// Whether `hip`'s device (kernels for `gfx`) shares system RAM (`backend::copy_budget::is_unified`):
 /// its prefill chunk default and its copy budget depend on it.
-pub(super) fn unified_memory(hip: &HipContext, gfx: &str) -> bool {
-    placement::is_unified(hip.info().integrated, gfx)
+pub fn unified_memory(hip: &HipContext, gfx: &str) -> bool {
+    copy_budget::is_unified(hip.info().integrated, gfx)
 }
 
 /// The memory a copy must fit: device memory on a discrete GPU; on unified memory the GTT limit
-/// and the usable RAM (`engine::placement`), read from amdgpu sysfs and /proc/meminfo.
+/// and the usable RAM (`backend::copy_budget`), read from amdgpu sysfs and /proc/meminfo.
 pub(super) fn copy_budget_of(hip: &HipContext, gfx: &str) -> Result<CopyBudget, String> {
     let (free, total) = hip.mem_info().map_err(|e| e.to_string())?;
     let dev = DeviceFacts {
@@ -130,15 +130,15 @@ pub(super) fn copy_budget_of(hip: &HipContext, gfx: &str) -> Result<CopyBudget, 
     };
     let host = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|t| placement::unified_facts(&t, memguard::find_amdgpu_memory().as_ref()));
-    Ok(placement::copy_budget(&dev, host.as_ref()))
+        .and_then(|t| copy_budget::unified_facts(&t, memguard::find_amdgpu_memory().as_ref()));
+    Ok(copy_budget::copy_budget(&dev, host.as_ref()))
 }
 
 /// Place the weights as planned; returns them with the reason for the side panel.
 pub(super) fn place_weights(
     hip: &HipContext,
     model: &Model,
-    plan: Plan,
+    plan: PlacementPlan,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(DeviceWeights, String), String> {
     // A copy's reason ends with how the file was read (O_DIRECT, or plain reads and why).
@@ -150,12 +150,12 @@ pub(super) fn place_weights(
         }
     };
     match plan {
-        Plan::Copy(reason) => {
+        PlacementPlan::Copy(reason) => {
             let w = DeviceWeights::upload(hip, model, progress)?;
             let reason = with_method(reason, &w);
             Ok((w, reason))
         }
-        Plan::Map { reason, copy_fallback } => match DeviceWeights::map(hip, model) {
+        PlacementPlan::Map { reason, copy_fallback } => match DeviceWeights::map(hip, model) {
             Ok(w) => Ok((w, reason)),
             Err(e) if copy_fallback => {
                 let w = DeviceWeights::upload(hip, model, progress)?;
@@ -180,7 +180,7 @@ mod tests {
         // and the gate closed the reason is the gate. Either way the engine falls back.
         let bytes = model_bytes(&GenSpec::new(Preset::Micro, 1, ExpertMix::Q2)).unwrap();
         let model = Arc::new(Model::bind(Arc::new(GgufFile::from_bytes(bytes).unwrap())).unwrap());
-        for placement in [WeightPlacement::Auto, WeightPlacement::Map, WeightPlacement::Copy] {
+        for placement in [WeightsMode::Auto, WeightsMode::Map, WeightsMode::Copy] {
             match super::super::open_backend(model.clone(), placement, 64, Default::default()) {
                 Ok(_) if forward_enabled() => {}
                 Ok(_) => panic!("the HIP backend must not open with {FORWARD_ENV}=0"),
@@ -223,9 +223,9 @@ mod tests {
     fn auto_copies_when_weights_fit_and_maps_otherwise() {
         // Device session state 100 + 36 + 64 reserve = 200 MiB; weights 800 MiB; a copy needs 1000 MiB.
         let plan = |asked, free| plan_placement(asked, 800 * MIB, session(), free, 4096 * MIB, "dev", &no_host_limit);
-        assert!(matches!(plan(WeightPlacement::Auto, 1000 * MIB), Ok(Plan::Copy(r)) if r.starts_with("auto: ")));
-        match plan(WeightPlacement::Auto, 999 * MIB) {
-            Ok(Plan::Map {
+        assert!(matches!(plan(WeightsMode::Auto, 1000 * MIB), Ok(PlacementPlan::Copy(r)) if r.starts_with("auto: ")));
+        match plan(WeightsMode::Auto, 999 * MIB) {
+            Ok(PlacementPlan::Map {
                 reason,
                 copy_fallback: false,
             }) => {
@@ -235,26 +235,26 @@ mod tests {
         }
         // Map asked: a copy that fits is kept as the fallback for a refused registration.
         assert_eq!(
-            plan(WeightPlacement::Map, 1000 * MIB),
-            Ok(Plan::Map {
+            plan(WeightsMode::Map, 1000 * MIB),
+            Ok(PlacementPlan::Map {
                 reason: String::new(),
                 copy_fallback: true
             })
         );
         // Copy asked but too big: one line with both numbers and the fixes.
-        let e = plan(WeightPlacement::Copy, 999 * MIB).unwrap_err();
+        let e = plan(WeightsMode::Copy, 999 * MIB).unwrap_err();
         assert!(
             e.starts_with("too little device memory: need 1000.0 MiB, have 999.0 MiB free of 4.00 GiB on dev"),
             "{e}"
         );
         assert!(e.contains("weights 800.0 MiB + KV 100.0 MiB + scratch 36.0 MiB") && e.ends_with("--ctx"));
         // Not even the session fits: refused whatever the placement.
-        for asked in [WeightPlacement::Auto, WeightPlacement::Map, WeightPlacement::Copy] {
+        for asked in [WeightsMode::Auto, WeightsMode::Map, WeightsMode::Copy] {
             let e = plan(asked, 199 * MIB).unwrap_err();
             assert!(e.starts_with("too little device memory: need "), "{e}");
             assert!(e.contains("have 199.0 MiB") && !e.contains('\n'), "{e}");
         }
-        let e = plan(WeightPlacement::Map, 199 * MIB).unwrap_err();
+        let e = plan(WeightsMode::Map, 199 * MIB).unwrap_err();
         assert!(e.starts_with("too little device memory: need 200.0 MiB"), "{e}");
     }
 
@@ -263,9 +263,9 @@ mod tests {
     /// desktop holding 6 GiB (1024-token chunks); the default half-RAM GTT limit maps instead.
     #[test]
     fn a_million_token_session_of_the_q2_file_is_placed_on_an_h200_and_a_strix_halo() {
+        use crate::backend::copy_budget::{DeviceFacts, UnifiedFacts, copy_budget};
         use crate::backend::hip::footprint::session_bytes;
         use crate::backend::hip::prefill::{PREFILL_CHUNK, PREFILL_CHUNK_UNIFIED};
-        use crate::engine::placement::{DeviceFacts, UnifiedFacts, copy_budget};
         use crate::model::hparams::HParams;
         const GIB: u64 = 1 << 30;
         const FLASH_Q2: u64 = 86_720_111_488;
@@ -281,7 +281,7 @@ mod tests {
             let b = copy_budget(dev, host);
             let s = session_bytes(&hp, 1 << 20, chunk);
             plan_placement(
-                WeightPlacement::Copy,
+                WeightsMode::Copy,
                 FLASH_Q2,
                 s,
                 b.free,
@@ -291,7 +291,7 @@ mod tests {
             )
         };
         let h200 = device("H200", "", false, 139 * GIB, 140 * GIB);
-        assert!(matches!(place(&h200, None, PREFILL_CHUNK), Ok(Plan::Copy(_))));
+        assert!(matches!(place(&h200, None, PREFILL_CHUNK), Ok(PlacementPlan::Copy(_))));
         let strix = device("Radeon 8060S", "gfx1151", true, GIB / 2, GIB / 2);
         let raised = UnifiedFacts {
             gtt_total: 120 * GIB,
@@ -301,7 +301,7 @@ mod tests {
         };
         assert!(matches!(
             place(&strix, Some(&raised), PREFILL_CHUNK_UNIFIED),
-            Ok(Plan::Copy(_))
+            Ok(PlacementPlan::Copy(_))
         ));
         let default_gtt = UnifiedFacts {
             gtt_total: 62 * GIB,
@@ -316,8 +316,8 @@ mod tests {
         let refuse = |_: u64| Some("not enough memory: pinned RAM".to_string());
         let plan = |asked| plan_placement(asked, 800 * MIB, session(), 4096 * MIB, 4096 * MIB, "apu", &refuse);
         assert!(
-            matches!(plan(WeightPlacement::Auto), Ok(Plan::Map { copy_fallback: false, reason }) if reason.contains("pinned RAM"))
+            matches!(plan(WeightsMode::Auto), Ok(PlacementPlan::Map { copy_fallback: false, reason }) if reason.contains("pinned RAM"))
         );
-        assert!(plan(WeightPlacement::Copy).unwrap_err().contains("pinned RAM"));
+        assert!(plan(WeightsMode::Copy).unwrap_err().contains("pinned RAM"));
     }
 }

@@ -12,7 +12,7 @@ use super::lanes;
 use super::prefill;
 use crate::backend::arithmetic::Arithmetic;
 
-/// How a `HipBackend` session runs; fixed when it is made.
+/// How a `HipSession` session runs; fixed when it is made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HipOptions {
     /// Tokens per prefill chunk (1 = every token a decode step); the session allocates its

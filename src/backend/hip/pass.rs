@@ -2,14 +2,14 @@
 //! buffers, layer caches and kernel launcher, with the launch helpers every sublayer shares (counted
 //! launches, the fused HC pre step, quantizations, projections that pick a matvec or a GEMM).
 //!
-//! `HipBackend` makes one per eval, decode step or sample (`HipBackend::pass`); the sublayers
+//! `HipSession` makes one per eval, decode step or sample (`HipSession::pass`); the sublayers
 //! (`attention_layer.rs`, `ffn_layer.rs`) and the sequence over the layers (`layers.rs`) are
 //! methods of it. A sublayer's independent chains go to side lanes with `fork` / `join`
 //! (`lanes.rs`).
 
 use std::cell::Cell;
 
-use crate::backend::EngineError;
+use crate::backend::BackendError;
 use crate::backend::arithmetic::Arithmetic;
 use crate::model::Model;
 use crate::model::weights::{ExpertTensor, TensorRef};
@@ -26,7 +26,7 @@ use super::profile::LaunchProfile;
 use super::runtime::{DeviceBuffer, Stream};
 use super::weights::DeviceWeights;
 
-/// The session state one launch sequence reads and writes, borrowed from `HipBackend`.
+/// The session state one launch sequence reads and writes, borrowed from `HipSession`.
 pub(super) struct Pass<'a> {
     pub(super) model: &'a Model,
     pub(super) weights: &'a DeviceWeights,
@@ -64,8 +64,8 @@ pub(super) struct Pass<'a> {
 }
 
 /// A runtime error as the engine's device error.
-pub(super) fn dev(e: impl std::fmt::Display) -> EngineError {
-    EngineError::Device(e.to_string())
+pub(super) fn dev(e: impl std::fmt::Display) -> BackendError {
+    BackendError::Device(e.to_string())
 }
 
 pub(super) fn p0(b: &DeviceBuffer) -> DevPtr {
@@ -78,11 +78,11 @@ pub(super) fn q8(q: &DeviceBuffer, d: &DeviceBuffer) -> Q8Act {
 }
 
 pub(super) fn expert_format(t: &ExpertTensor) -> ExpertFormat {
-    ExpertFormat::from_ggml_type(t.ty()).expect("expert types are checked in HipBackend::new")
+    ExpertFormat::from_ggml_type(t.ty()).expect("expert types are checked in HipSession::new")
 }
 
 impl Pass<'_> {
-    pub(super) fn run(&self, launch: &kernels::Launch) -> Result<(), EngineError> {
+    pub(super) fn run(&self, launch: &kernels::Launch) -> Result<(), BackendError> {
         let twin = match self.arithmetic {
             Arithmetic::Fast => kernels::fast_twin_tuned(launch, self.fast_grids),
             Arithmetic::Exact => None,
@@ -94,7 +94,7 @@ impl Pass<'_> {
             // SAFETY: as below; the kernel reads and writes the same buffers twice.
             self.profile
                 .time(launch, stream, || unsafe { self.kernels.launch(stream, launch, true) })
-                .map_err(|e| EngineError::Device(format!("{}: {e}", launch.kernel.name)))?;
+                .map_err(|e| BackendError::Device(format!("{}: {e}", launch.kernel.name)))?;
         }
         // SAFETY: every buffer was sized in `new` for the model's shapes and `ctx` (positions are
         // checked against ctx in `eval`), and the weight pointers address tensors of the uploaded file.
@@ -102,7 +102,7 @@ impl Pass<'_> {
             .time(launch, stream, || unsafe {
                 self.kernels.launch(stream, launch, self.overlap.get())
             })
-            .map_err(|e| EngineError::Device(format!("{}: {e}", launch.kernel.name)))
+            .map_err(|e| BackendError::Device(format!("{}: {e}", launch.kernel.name)))
     }
 
     /// The stream launches go to now: the forked lane's inside `fork`, else the main stream.
@@ -117,7 +117,7 @@ impl Pass<'_> {
     /// so far and run beside the main stream's later launches until `join(k)`. The caller
     /// guarantees that nothing the main stream issues before the join reads or writes a buffer the
     /// chain writes, or writes one it reads. With lanes off, the chain runs on the main stream.
-    pub(super) fn fork<R>(&self, k: usize, chain: impl FnOnce() -> Result<R, EngineError>) -> Result<R, EngineError> {
+    pub(super) fn fork<R>(&self, k: usize, chain: impl FnOnce() -> Result<R, BackendError>) -> Result<R, BackendError> {
         assert!(k < SIDE_LANES, "fork: lane {k} of {SIDE_LANES}");
         assert!(self.lane.get().is_none(), "fork: lane {k} inside a chain");
         // An HC post held back for the next HC pre is the main stream's: issue it first.
@@ -135,7 +135,7 @@ impl Pass<'_> {
 
     /// Make the main stream's later launches wait for side lane `k`'s chain (nothing when it was
     /// not forked since its last join).
-    pub(super) fn join(&self, k: usize) -> Result<(), EngineError> {
+    pub(super) fn join(&self, k: usize) -> Result<(), BackendError> {
         if self.forked.get() & (1 << k) == 0 {
             return Ok(());
         }
@@ -144,7 +144,7 @@ impl Pass<'_> {
     }
 
     /// Join every side lane still forked: a sublayer ends with all its chains joined.
-    pub(super) fn join_all(&self) -> Result<(), EngineError> {
+    pub(super) fn join_all(&self) -> Result<(), BackendError> {
         (0..SIDE_LANES).try_for_each(|k| self.join(k))
     }
 
@@ -171,7 +171,7 @@ impl Pass<'_> {
     /// Every launch of the sequence goes through here (counted for `launch_count`). In fast mode an
     /// HC post waits for the next launch: the next sublayer's HC pre takes it into one launch
     /// (`kernels::fused_hc_post_pre`), any other launch, or `flush_launches`, issues it first.
-    pub(super) fn launch(&self, l: &kernels::Launch) -> Result<(), EngineError> {
+    pub(super) fn launch(&self, l: &kernels::Launch) -> Result<(), BackendError> {
         if let Some(post) = self.pending_post.take() {
             if let Some(fused) = kernels::fused_hc_post_pre(&post, l) {
                 return self.launch_now(&fused);
@@ -186,21 +186,21 @@ impl Pass<'_> {
     }
 
     /// Issues the launch `launch` still holds back: call at the end of a launch sequence.
-    pub(super) fn flush_launches(&self) -> Result<(), EngineError> {
+    pub(super) fn flush_launches(&self) -> Result<(), BackendError> {
         match self.pending_post.take() {
             Some(post) => self.launch_now(&post),
             None => Ok(()),
         }
     }
 
-    fn launch_now(&self, l: &kernels::Launch) -> Result<(), EngineError> {
+    fn launch_now(&self, l: &kernels::Launch) -> Result<(), BackendError> {
         self.acts.launches.set(self.acts.launches.get() + 1);
         self.run(l)
     }
 
     /// Q8_0 planes (codes `q`, scales `d`) of `rows` rows of `n` floats at `x`: the activation
     /// quantization before a Q8_0 projection (docs/arithmetic.md#dot-products).
-    pub(super) fn quantize_q8_0(&self, q: DevPtr, d: DevPtr, x: DevPtr, n: u32, rows: u32) -> Result<(), EngineError> {
+    pub(super) fn quantize_q8_0(&self, q: DevPtr, d: DevPtr, x: DevPtr, n: u32, rows: u32) -> Result<(), BackendError> {
         self.launch(&kernels::quantize_rows(QuantOut::q8_0(q, d), x, n, rows))
     }
 
@@ -210,7 +210,7 @@ impl Pass<'_> {
         &self,
         first: &kernels::Launch,
         second: &kernels::Launch,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), BackendError> {
         if self.is_fast()
             && let Some(paired) = kernels::fused_rows_finish_pair(first, second)
         {
@@ -232,7 +232,7 @@ impl Pass<'_> {
         flags: u32,
         rope: RopeParams,
         nt: u32,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), BackendError> {
         let eps = self.model.hp.rms_eps;
         self.launch(&kernels::rows_finish(
             x, NULL, NULL, pos, n_head, head_dim, flags, 1, rope, eps, nt,
@@ -243,7 +243,7 @@ impl Pass<'_> {
     /// fused: the split goes to `split`, the normed input to `xn` and its Q8_0 planes (plus Q8_K for
     /// the FFN's routed experts when `q8_k`). `w` = [hc fn, hc scale, hc base, norm weight] of the
     /// sublayer.
-    pub(super) fn hc_pre(&self, split: DevPtr, q8_k: bool, w: [&TensorRef; 4], nt: u32) -> Result<(), EngineError> {
+    pub(super) fn hc_pre(&self, split: DevPtr, q8_k: bool, w: [&TensorRef; 4], nt: u32) -> Result<(), BackendError> {
         let hp = &self.model.hp;
         let a = &self.acts;
         let p0 = |b: &DeviceBuffer| b.ptr().0;
@@ -305,7 +305,7 @@ impl Pass<'_> {
 
     /// y[t] = W · x_t for Q8_0 weights and Q8_0 activations: a matvec for one token, the tiled GEMM
     /// for a chunk (when the group size fits its 64-row tiles; on matrix cores in fast mode).
-    pub(super) fn proj_q8_0(&self, p: &Q8Proj, n: u32) -> Result<(), EngineError> {
+    pub(super) fn proj_q8_0(&self, p: &Q8Proj, n: u32) -> Result<(), BackendError> {
         let product = if self.token_wise(n) || !p.rows_per_group.is_multiple_of(GEMM_TILE) {
             kernels::matvec_q8_0
         } else {
@@ -316,7 +316,7 @@ impl Pass<'_> {
 
     /// `proj_q8_0(first)` and `proj_q8_0(second)`, two projections of the same activations: in fast
     /// arithmetic one launch for token-wise batches (`kernels::paired_matvec_q8_0`, the same bits).
-    pub(super) fn proj_q8_0_pair(&self, first: &Q8Proj, second: &Q8Proj, n: u32) -> Result<(), EngineError> {
+    pub(super) fn proj_q8_0_pair(&self, first: &Q8Proj, second: &Q8Proj, n: u32) -> Result<(), BackendError> {
         if self.fast_token_wise(n)
             && let Some(paired) = kernels::paired_matvec_q8_0(first, second, n, self.fast_grids)
         {
@@ -329,7 +329,7 @@ impl Pass<'_> {
     /// `proj_q8_0` of `p` followed by the Q8_0 quantization of its output rows into `planes` (codes,
     /// scales): one launch in fast arithmetic for token-wise batches where
     /// `kernels::matvec_q8_0_quantized` takes the shape (the f32 output is then not written).
-    pub(super) fn proj_q8_0_quantized(&self, p: &Q8Proj, planes: (DevPtr, DevPtr), n: u32) -> Result<(), EngineError> {
+    pub(super) fn proj_q8_0_quantized(&self, p: &Q8Proj, planes: (DevPtr, DevPtr), n: u32) -> Result<(), BackendError> {
         if self.fast_token_wise(n)
             && let Some(fused) = kernels::matvec_q8_0_quantized(p, planes, n, self.fast_grids)
         {
@@ -341,7 +341,7 @@ impl Pass<'_> {
 
     /// The shared expert's gate/up + SwiGLU of `n` tokens: the matvec for one token, the GEMM for a
     /// chunk.
-    pub(super) fn swiglu_q8_0(&self, s: &Q8Swiglu, n: u32) -> Result<(), EngineError> {
+    pub(super) fn swiglu_q8_0(&self, s: &Q8Swiglu, n: u32) -> Result<(), BackendError> {
         let product = if self.token_wise(n) {
             kernels::matvec_q8_0_swiglu
         } else {
@@ -362,7 +362,7 @@ impl Pass<'_> {
         n_out: u32,
         x_stride: u32,
         n: u32,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), BackendError> {
         self.launch(&self.f16_product(y, w, x, n_in, n_out, x_stride, n))
     }
 

@@ -199,11 +199,11 @@ impl<'p> FileReader<'p> {
         drop_behind: bool,
     ) -> Result<Self, String> {
         let plain = std::fs::File::open(path).map_err(|e| format!("{}: cannot open: {e}", path.display()))?;
-        let cached = crate::engine::residency::file_cached_bytes(&plain).unwrap_or(0);
+        let cached = crate::backend::residency::file_cached_bytes(&plain).unwrap_or(0);
         let share = cached as f64 / size.max(1) as f64;
         let (direct, plain_because) = match mode {
             ReadMode::Buffered | ReadMode::Register => (None, "O_DIRECT off".to_string()),
-            ReadMode::Auto if share >= crate::engine::residency::MOSTLY_CACHED => {
+            ReadMode::Auto if share >= crate::backend::residency::MOSTLY_CACHED => {
                 (None, format!("{:.0}% of the file in the page cache", 100.0 * share))
             }
             _ => match std::fs::OpenOptions::new()

@@ -7,7 +7,7 @@
 //! +20 % prefill. Owns the thresholds and the fix texts.
 
 use super::probe::{Access, Facts, ModelFile, Rocm};
-use crate::engine::placement::{is_unified, usable_ram};
+use crate::backend::copy_budget::{is_unified, usable_ram};
 
 const GIB: u64 = 1 << 30;
 

@@ -6,7 +6,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::engine::memguard::meminfo_field;
+use crate::backend::memguard::meminfo_field;
 
 /// The roots the probe reads under.
 #[derive(Clone, Debug)]
@@ -94,8 +94,8 @@ pub fn session_need(hp: &crate::model::HParams, ctx: u32, unified: bool) -> (u64
     {
         let _ = unified;
         (
-            crate::engine::memguard::cpu_kv_bytes(hp, ctx as u64),
-            crate::engine::memguard::cpu_scratch_estimate(hp, 64),
+            crate::backend::memguard::cpu_kv_bytes(hp, ctx as u64),
+            crate::backend::memguard::cpu_scratch_estimate(hp, 64),
         )
     }
 }
@@ -314,7 +314,7 @@ fn probe_model(proc: &Path, path: &Path, ctx: u32, unified: bool) -> ModelFile {
     let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let cached_bytes = std::fs::File::open(path)
         .ok()
-        .and_then(|f| crate::engine::residency::file_cached_bytes(&f).ok());
+        .and_then(|f| crate::backend::residency::file_cached_bytes(&f).ok());
     let opened = crate::model::Model::open(path).map_err(|e| e.to_string());
     let (kv_bytes, scratch_bytes) = opened.as_ref().map_or((0, 0), |m| session_need(&m.hp, ctx, unified));
     ModelFile {
@@ -351,7 +351,7 @@ pub fn probe(roots: &Roots, model: Option<&Path>, ctx: u32) -> Facts {
     // The session figures are for the GPU found, or for a Strix Halo (unified memory) without one.
     let unified = gpu
         .as_ref()
-        .is_none_or(|g| crate::engine::placement::is_unified(false, &g.gfx));
+        .is_none_or(|g| crate::backend::copy_budget::is_unified(false, &g.gfx));
     Facts {
         rocm: probe_rocm(roots.hip_library.as_deref()),
         embedded: embedded_targets(),

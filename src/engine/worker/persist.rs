@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::turn::PrefillProgress;
 use super::{Interrupt, Loaded, WorkerState};
-use crate::backend::EngineError;
+use crate::backend::BackendError;
 use crate::engine::events::{Event, ResumeRequest};
 use crate::model::hparams::HParams;
 use crate::sessions::{ModelIdentity, snapshot};
@@ -15,7 +15,10 @@ use crate::sessions::{ModelIdentity, snapshot};
 /// The identity and shape a snapshot of this session is bound to.
 fn model_of(l: &Loaded) -> Result<(ModelIdentity, HParams), String> {
     let id = ModelIdentity::parse(&l.info.identity).ok_or("the model has no identity")?;
-    let engine = l.engine.as_ref().ok_or("this loader keeps no model to snapshot")?;
+    let engine = l
+        .device_model
+        .as_ref()
+        .ok_or("this loader keeps no model to snapshot")?;
     Ok((id, engine.model().hp.clone()))
 }
 
@@ -38,7 +41,7 @@ fn restore_snapshot(l: &mut Loaded, path: &Path, target: &[u32]) -> Result<(), S
         ));
     }
     l.session.restore(&snap.tokens, &snap.rows).map_err(|e| match e {
-        EngineError::BadCheckpoint(m) => m,
+        BackendError::BadCheckpoint(m) => m,
         e => e.to_string(),
     })
 }
@@ -127,7 +130,7 @@ impl WorkerState {
             inbox.poll_during_turn() == Interrupt::None
         });
         match r {
-            Ok(_) | Err(EngineError::Cancelled { .. }) => {}
+            Ok(_) | Err(BackendError::Cancelled { .. }) => {}
             Err(e) => {
                 l.session.reset();
                 note = Some(format!("cannot read the conversation again: {e}"));

@@ -7,8 +7,8 @@ use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::super::events::Event;
-use super::super::residency::ResidencyProbe;
+use crate::backend::residency::ResidencyProbe;
+use crate::engine::events::Event;
 
 pub(super) struct ResidencyThread {
     stop: Arc<AtomicBool>,

@@ -62,13 +62,13 @@ fn next_token(tokens: &[u32], cfg: &FakeConfig) -> u32 {
     }
 }
 
-struct FakeBackend {
+struct FakeSession {
     cfg: FakeConfig,
     tokens: Vec<u32>,
     logits: Vec<f32>,
 }
 
-impl FakeBackend {
+impl FakeSession {
     fn push(&mut self, t: u32) {
         if self.cfg.panic_at == Some(self.tokens.len() + 1) {
             panic!("toy backend exploded at position {}", self.tokens.len());
@@ -81,7 +81,7 @@ impl FakeBackend {
     }
 }
 
-impl Backend for FakeBackend {
+impl DeviceSession for FakeSession {
     fn name(&self) -> &'static str {
         "toy"
     }
@@ -94,10 +94,10 @@ impl Backend for FakeBackend {
     fn n_past(&self) -> usize {
         self.tokens.len()
     }
-    fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), EngineError> {
+    fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), BackendError> {
         let needed = self.tokens.len() + tokens.len();
         if needed >= self.cfg.ctx {
-            return Err(EngineError::ContextFull {
+            return Err(BackendError::ContextFull {
                 needed,
                 ctx: self.cfg.ctx,
             });
@@ -120,7 +120,7 @@ impl Backend for FakeBackend {
     fn save_state(&self) -> Vec<u8> {
         self.tokens.iter().flat_map(|t| t.to_le_bytes()).collect()
     }
-    fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
+    fn load_state(&mut self, bytes: &[u8]) -> Result<(), BackendError> {
         self.tokens = bytes
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
@@ -215,8 +215,8 @@ impl ModelLoader for FakeLoader {
             return Err(format!("{}: no such toy model", p.display()));
         }
         Ok(LoadedModel {
-            engine: None,
-            backend: Box::new(FakeBackend {
+            device_model: None,
+            session: Box::new(FakeSession {
                 cfg: self.cfg.clone(),
                 tokens: Vec::new(),
                 logits: vec![0.0; N_VOCAB],
@@ -633,10 +633,10 @@ impl ModelLoader for TinyLoader {
         let file = crate::genmodel::tiny_model(7, crate::genmodel::ExpertMix::Q2).map_err(|e| e.to_string())?;
         let model = Arc::new(crate::model::Model::bind(file).map_err(|e| e.to_string())?);
         let backend =
-            crate::backend::cpu::CpuBackend::new(model, req.ctx as usize, req.threads).map_err(|e| e.to_string())?;
+            crate::backend::cpu::CpuSession::new(model, req.ctx as usize, req.threads).map_err(|e| e.to_string())?;
         Ok(LoadedModel {
-            engine: None,
-            backend: Box::new(backend),
+            device_model: None,
+            session: Box::new(backend),
             text: Box::new(FakeText),
             info: ModelInfo::default(),
             warmup: None,
@@ -661,8 +661,8 @@ fn real_tiny_model_cancel_latency_and_prefix_reuse() {
     // The memory guard's formula (memguard.rs, from docs/model.md#kv-cache) against what the CPU
     // backend allocated, and its scratch estimate is an upper bound of the real scratch.
     let hp = crate::model::HParams::tiny();
-    assert_eq!(info.kv_bytes, crate::engine::memguard::cpu_kv_bytes(&hp, 1024));
-    let estimate = crate::engine::memguard::cpu_scratch_estimate(&hp, crate::backend::cpu::PREFILL_CHUNK as u64);
+    assert_eq!(info.kv_bytes, crate::backend::memguard::cpu_kv_bytes(&hp, 1024));
+    let estimate = crate::backend::memguard::cpu_scratch_estimate(&hp, crate::backend::cpu::PREFILL_CHUNK as u64);
     assert!(info.scratch_bytes <= estimate, "{} > {estimate}", info.scratch_bytes);
     // Decode: the toy text never emits EOS for the real model, so the turn runs until cancelled.
     let first = turn(vec![user("Tell me a story about a cat.")], ThinkMode::Off);
@@ -721,7 +721,7 @@ fn retry_restores_a_checkpoint_and_rewind_keeps_a_prefix() {
 
 #[test]
 fn only_a_different_context_keeps_the_engine() {
-    use crate::engine::events::{BackendChoice, ModelSource, WeightPlacement};
+    use crate::engine::events::{BackendChoice, ModelSource, WeightsMode};
     let file = |p: &str| LoadRequest {
         source: ModelSource::File(p.into()),
         ..load_request()
@@ -754,7 +754,7 @@ fn only_a_different_context_keeps_the_engine() {
             ..base.clone()
         },
         LoadRequest {
-            weights: WeightPlacement::Map,
+            weights: WeightsMode::Map,
             ..base.clone()
         },
         LoadRequest {

@@ -5,12 +5,12 @@ use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use super::{Inbox, Interrupt, TextStream, WorkerState};
-use crate::backend::EngineError;
+use crate::backend::BackendError;
 use crate::engine::events::{Event, FinishReason, SamplingParams, TextKind, TurnRequest};
 use crate::engine::generate::{GenerateError, Hooks, Limits, Stop, generate, sample_next};
 use crate::engine::metrics::TurnTimeline;
+use crate::engine::prompt_cache::PromptCache;
 use crate::engine::sampler::Sampler;
-use crate::engine::session::Session;
 use crate::model::chat::THINK_MAX_MIN_CTX;
 
 /// Least time between two prefill progress events, and between two live stats while decoding.
@@ -105,12 +105,12 @@ impl WorkerState {
         });
         let evaluated = match sync {
             Ok(report) => report.evaluated,
-            Err(EngineError::Cancelled { .. }) => {
+            Err(BackendError::Cancelled { .. }) => {
                 // The cache keeps what was evaluated; the next turn's prompt reuses it.
                 l.text.turn_done(&req.conversation, &[], FinishReason::Cancelled);
                 return (0, FinishReason::Cancelled);
             }
-            Err(EngineError::ContextFull { needed, ctx }) => {
+            Err(BackendError::ContextFull { needed, ctx }) => {
                 emit(Event::Error {
                     message: format!("context full: {needed} tokens needed, context is {ctx} (raise --ctx)"),
                     fatal: false,
@@ -220,7 +220,7 @@ impl PrefillProgress {
 }
 
 /// A snapshot of the turn's figures for the UI.
-fn live_stats(tl: &TurnTimeline, session: &Session) -> Event {
+fn live_stats(tl: &TurnTimeline, session: &PromptCache) -> Event {
     Event::Stats(tl.stats(
         session.tokens().len() as u32,
         session.ctx() as u32,
@@ -243,8 +243,8 @@ struct TurnHooks<'a> {
     inbox: &'a mut Inbox,
 }
 
-impl Hooks<Session> for TurnHooks<'_> {
-    fn pick(&mut self, session: &mut Session) -> Result<u32, EngineError> {
+impl Hooks<PromptCache> for TurnHooks<'_> {
+    fn pick(&mut self, session: &mut PromptCache) -> Result<u32, BackendError> {
         self.step_start = Instant::now();
         if let Some(p) = self.inbox.sampling_override.take() {
             self.params = p;
@@ -266,7 +266,7 @@ impl Hooks<Session> for TurnHooks<'_> {
         Ok(())
     }
 
-    fn decoded(&mut self, session: &Session, generated: usize) -> bool {
+    fn decoded(&mut self, session: &PromptCache, generated: usize) -> bool {
         self.tl.decode_step_finished(self.submitted.elapsed());
         let _ = self.tx.send(Event::TokenTiming {
             step: generated as u32,

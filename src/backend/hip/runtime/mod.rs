@@ -52,9 +52,9 @@ impl fmt::Display for HipError {
 
 impl std::error::Error for HipError {}
 
-impl From<HipError> for crate::backend::EngineError {
+impl From<HipError> for crate::backend::BackendError {
     fn from(e: HipError) -> Self {
-        crate::backend::EngineError::Device(e.to_string())
+        crate::backend::BackendError::Device(e.to_string())
     }
 }
 
@@ -105,9 +105,9 @@ impl fmt::Display for HipUnavailable {
 
 impl std::error::Error for HipUnavailable {}
 
-impl From<HipUnavailable> for crate::backend::EngineError {
+impl From<HipUnavailable> for crate::backend::BackendError {
     fn from(e: HipUnavailable) -> Self {
-        crate::backend::EngineError::Device(e.to_string())
+        crate::backend::BackendError::Device(e.to_string())
     }
 }
 #[cfg(test)]
@@ -145,7 +145,7 @@ mod tests {
             "no AMD GPU: HIP runtime library not found (tried libamdhip64.so, libamdhip64.so.5): \
              libamdhip64.so.5: cannot open shared object file"
         );
-        let engine: crate::backend::EngineError = init.into();
+        let engine: crate::backend::BackendError = init.into();
         assert_eq!(
             engine.to_string(),
             "device error: no AMD GPU: hipInit returned hipErrorInvalidDevice (101)"

@@ -4,10 +4,10 @@
 //! prefilling again.
 //!
 //! Owns the token bookkeeping and the checkpoint list; the math and the cache format belong to the
-//! backend (`Backend::save_state` / `load_state`). Must not know about text, chat templates or sampling.
+//! backend (`DeviceSession::save_state` / `load_state`). Must not know about text, chat templates or sampling.
 
 use crate::backend::cache_rows::CacheRows;
-use crate::backend::{Backend, DevicePick, DeviceSample, EngineError, Progress};
+use crate::backend::{BackendError, DevicePick, DeviceSample, DeviceSession, Progress};
 
 /// A saved backend state and the exact token prefix it holds.
 struct Checkpoint {
@@ -26,19 +26,19 @@ pub struct SyncReport {
     pub restored: bool,
 }
 
-pub struct Session {
-    backend: Box<dyn Backend>,
+pub struct PromptCache {
+    backend: Box<dyn DeviceSession>,
     tokens: Vec<u32>,
     checkpoints: Vec<Checkpoint>,
     max_checkpoints: usize,
 }
 
-impl Session {
+impl PromptCache {
     /// `max_checkpoints`: how many turn-boundary states to keep (oldest dropped first; 0 = none).
     /// A Flash checkpoint holds every compressed row, so it can be hundreds of MB at long contexts.
-    pub fn new(mut backend: Box<dyn Backend>, max_checkpoints: usize) -> Session {
+    pub fn new(mut backend: Box<dyn DeviceSession>, max_checkpoints: usize) -> PromptCache {
         backend.reset();
-        Session {
+        PromptCache {
             backend,
             tokens: Vec::new(),
             checkpoints: Vec::new(),
@@ -46,7 +46,7 @@ impl Session {
         }
     }
 
-    pub fn backend(&self) -> &dyn Backend {
+    pub fn backend(&self) -> &dyn DeviceSession {
         self.backend.as_ref()
     }
 
@@ -64,9 +64,9 @@ impl Session {
         self.backend.logits()
     }
 
-    /// The backend's device sampling from the last step's logits (`Backend::sample_on_device`;
+    /// The backend's device sampling from the last step's logits (`DeviceSession::sample_on_device`;
     /// the cache is unchanged).
-    pub fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, EngineError>> {
+    pub fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, BackendError>> {
         self.backend.sample_on_device(how)
     }
 
@@ -79,9 +79,9 @@ impl Session {
     /// checkpoint that is a prefix of `prompt`) lack; otherwise start over. Afterwards the state is
     /// saved as a turn-boundary checkpoint. On `Cancelled { done }` the cache holds the prefix that
     /// was evaluated (`tokens()` says which).
-    pub fn sync(&mut self, prompt: &[u32], progress: Progress<'_>) -> Result<SyncReport, EngineError> {
+    pub fn sync(&mut self, prompt: &[u32], progress: Progress<'_>) -> Result<SyncReport, BackendError> {
         if prompt.len() >= self.backend.ctx() {
-            return Err(EngineError::ContextFull {
+            return Err(BackendError::ContextFull {
                 needed: prompt.len(),
                 ctx: self.backend.ctx(),
             });
@@ -101,14 +101,14 @@ impl Session {
     }
 
     /// Evaluate one more token (generation).
-    pub fn decode(&mut self, token: u32) -> Result<(), EngineError> {
+    pub fn decode(&mut self, token: u32) -> Result<(), BackendError> {
         self.eval_tracked(&[token], &mut |_, _| true)
     }
 
     /// Keep only the first `keep_tokens` tokens. The backend cannot drop cache rows, so the shorter
     /// state is rebuilt: from the longest checkpoint that is a prefix of it, else from scratch, then
     /// the remaining kept tokens are evaluated.
-    pub fn rewind(&mut self, keep_tokens: usize, progress: Progress<'_>) -> Result<(), EngineError> {
+    pub fn rewind(&mut self, keep_tokens: usize, progress: Progress<'_>) -> Result<(), BackendError> {
         if keep_tokens >= self.tokens.len() {
             return Ok(());
         }
@@ -120,13 +120,13 @@ impl Session {
     }
 
     /// The cache as backend-neutral rows (for a KV snapshot; the tokens are `tokens()`).
-    pub fn export(&self) -> Result<CacheRows, EngineError> {
+    pub fn export(&self) -> Result<CacheRows, BackendError> {
         self.backend.export_cache()
     }
 
     /// Start over from `rows` holding `tokens` (a KV snapshot, maybe from another backend). On
     /// failure the session is empty.
-    pub fn restore(&mut self, tokens: &[u32], rows: &CacheRows) -> Result<(), EngineError> {
+    pub fn restore(&mut self, tokens: &[u32], rows: &CacheRows) -> Result<(), BackendError> {
         self.reset();
         if let Err(e) = self.backend.import_cache(rows, tokens) {
             self.backend.reset();
@@ -159,7 +159,7 @@ impl Session {
     }
 
     /// Load the longest checkpoint that is a prefix of `want`, or leave the session empty.
-    fn restore_best(&mut self, want: &[u32], report: &mut SyncReport) -> Result<(), EngineError> {
+    fn restore_best(&mut self, want: &[u32], report: &mut SyncReport) -> Result<(), BackendError> {
         let best = self
             .checkpoints
             .iter()
@@ -179,7 +179,7 @@ impl Session {
                     // A checkpoint that no longer loads is useless: drop it and start over.
                     self.checkpoints.remove(i);
                     self.backend.reset();
-                    if !matches!(e, EngineError::BadCheckpoint(_)) {
+                    if !matches!(e, BackendError::BadCheckpoint(_)) {
                         return Err(e);
                     }
                 }
@@ -191,7 +191,7 @@ impl Session {
     }
 
     /// Evaluate and keep `tokens` equal to the backend's cache, also when cancelled or failing.
-    fn eval_tracked(&mut self, toks: &[u32], progress: Progress<'_>) -> Result<(), EngineError> {
+    fn eval_tracked(&mut self, toks: &[u32], progress: Progress<'_>) -> Result<(), BackendError> {
         if toks.is_empty() {
             return Ok(());
         }

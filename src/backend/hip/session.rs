@@ -1,4 +1,4 @@
-//! `HipBackend`: the forward pass on one HIP device, a `backend::Backend` whose weights,
+//! `HipSession`: the forward pass on one HIP device, a `backend::DeviceSession` whose weights,
 //! activations, KV ring, compressed rows and compressor/indexer state live on the device.
 //!
 //! `eval` runs a single token as one decode step (`decode.rs`: replay of the captured graph, or
@@ -9,13 +9,13 @@
 //! two bit for bit.
 //!
 //! Owns the device buffers of one session and the order of an eval (chunks, progress, cancel); must
-//! not know about chat or sampling (the checkpoint payload is `backend/state.rs`'s).
+//! not know about chat or sampling (the checkpoint payload is `session/state.rs`'s).
 
 use std::cell::{Cell, OnceCell};
 use std::sync::Arc;
 
 use crate::backend::arithmetic::Arithmetic;
-use crate::backend::{Backend, DevicePick, DeviceSample, EngineError, MemoryReport, Progress, WeightsPlacement};
+use crate::backend::{BackendError, DevicePick, DeviceSample, DeviceSession, MemoryReport, PlacementReport, Progress};
 use crate::model::Model;
 
 use super::acts::Acts;
@@ -35,7 +35,7 @@ use super::weights::DeviceWeights;
 mod state;
 
 /// The forward pass on one HIP device for one model and one session cache.
-pub struct HipBackend {
+pub struct HipSession {
     model: Arc<Model>,
     ctx: usize,
     n_past: usize,
@@ -64,9 +64,9 @@ pub struct HipBackend {
     ropes: Vec<RopeParams>,
     /// DS4_HIP_PROFILE=1: device time per kernel, printed when the backend is dropped.
     profile: LaunchProfile,
-    /// Shared with the engine and its other sessions (`engine::HipEngine`).
+    /// Shared with the engine and its other sessions (`engine::HipModel`).
     weights: Arc<DeviceWeights>,
-    placement: WeightsPlacement,
+    placement: PlacementReport,
     stream: Stream,
     /// Side streams for a sublayer's independent chains (`lanes.rs`).
     lanes: Lanes,
@@ -75,8 +75,8 @@ pub struct HipBackend {
 }
 
 /// The placement the backend reports, from the placed weights.
-pub(super) fn placement_of(w: &DeviceWeights, reason: String) -> WeightsPlacement {
-    WeightsPlacement {
+pub(super) fn placement_of(w: &DeviceWeights, reason: String) -> PlacementReport {
+    PlacementReport {
         copied: !w.is_mapped(),
         bytes: w.len_bytes() as u64,
         seconds: w.upload_seconds,
@@ -84,7 +84,7 @@ pub(super) fn placement_of(w: &DeviceWeights, reason: String) -> WeightsPlacemen
     }
 }
 
-impl HipBackend {
+impl HipSession {
     /// Fail with a one-line reason when the model has tensors the GPU kernels cannot run.
     pub fn check_model(model: &Model) -> Result<(), String> {
         if model.hp.n_expert_used > kernels::MOE_MAX_USED {
@@ -115,7 +115,7 @@ impl HipBackend {
         model: Arc<Model>,
         ctx: usize,
         options: HipOptions,
-    ) -> Result<HipBackend, String> {
+    ) -> Result<HipSession, String> {
         Self::check_model(&model)?;
         let weights = DeviceWeights::upload(&hip, &model, &mut |_, _| {})?;
         Self::with_weights(
@@ -139,7 +139,7 @@ impl HipBackend {
         weights: Arc<DeviceWeights>,
         reason: String,
         options: HipOptions,
-    ) -> Result<HipBackend, String> {
+    ) -> Result<HipSession, String> {
         Self::check_model(&model)?;
         let placement = placement_of(&weights, reason);
         let hp = &model.hp;
@@ -154,7 +154,7 @@ impl HipBackend {
         let pinned = |bytes: usize| PinnedBuffer::new(&hip, bytes).map_err(|e| e.to_string());
         let step_host = pinned(acts.step.len_bytes())?;
         let sample_host = pinned(4 * kernels::SAMPLE_OUT_WORDS)?;
-        let mut backend = HipBackend {
+        let mut backend = HipSession {
             host_logits: OnceCell::from(vec![0.0; hp.n_vocab]),
             logits_spare: Cell::new(Vec::new()),
             step_host,
@@ -210,7 +210,7 @@ impl HipBackend {
 
     /// Replay the captured decode graph for decode steps or launch the same kernels directly
     /// (`selftest --forward` compares the two on one session).
-    pub(super) fn set_decode_graph(&mut self, on: bool) {
+    pub fn set_decode_graph(&mut self, on: bool) {
         self.use_graph = on;
     }
 
@@ -222,13 +222,13 @@ impl HipBackend {
 
     /// Kernel launches of the launch sequence since the backend was made (directly or by replays of
     /// the decode graph; device sampling and cache fills not counted), for `selftest --forward`.
-    pub(super) fn launch_count(&self) -> u64 {
+    pub fn launch_count(&self) -> u64 {
         self.acts.launches.get()
     }
 
     /// One decode step (step parameters already written) by replaying the captured graph; the
     /// first call captures it.
-    fn decode_step_graph(&mut self) -> Result<(), EngineError> {
+    fn decode_step_graph(&mut self) -> Result<(), BackendError> {
         if self.decode_graph.is_none() {
             let graph = DecodeGraph::capture(&self.pass())?;
             self.decode_graph = Some(graph);
@@ -238,7 +238,7 @@ impl HipBackend {
     }
 
     /// The next token from the last eval's logits, picked on the device; 8 bytes come back.
-    fn sample_device(&mut self, how: DeviceSample) -> Result<DevicePick, EngineError> {
+    fn sample_device(&mut self, how: DeviceSample) -> Result<DevicePick, BackendError> {
         self.hip.bind_thread().map_err(dev)?;
         let pass = self.pass();
         for launch in decode::sample_launches(&self.acts, self.model.hp.n_vocab, how, pass.is_fast()) {
@@ -255,7 +255,7 @@ impl HipBackend {
     }
 
     /// Set the logits of the last token on the device and on the host (checkpoint restore).
-    fn restore_logits(&mut self, logits: Vec<f32>) -> Result<(), EngineError> {
+    fn restore_logits(&mut self, logits: Vec<f32>) -> Result<(), BackendError> {
         self.acts.logits.copy_from_host(0, &logits).map_err(dev)?;
         self.invalidate_logits();
         let _ = self.host_logits.set(logits);
@@ -264,7 +264,7 @@ impl HipBackend {
 
     /// Empty cache: rings and rows zeroed, compressor kv 0 and scores -1e30, the kernels' counters 0
     /// (`counter`, the fast greedy pick's in `sampled`).
-    fn clear_state(&mut self) -> Result<(), EngineError> {
+    fn clear_state(&mut self) -> Result<(), BackendError> {
         let stream = &self.stream;
         let mut fills = Vec::new();
         for ls in self.layers.iter_mut() {
@@ -296,7 +296,7 @@ impl HipBackend {
     }
 }
 
-impl Backend for HipBackend {
+impl DeviceSession for HipSession {
     fn name(&self) -> &'static str {
         "hip"
     }
@@ -317,7 +317,7 @@ impl Backend for HipBackend {
         self.n_past
     }
 
-    fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), EngineError> {
+    fn eval(&mut self, tokens: &[u32], progress: Progress<'_>) -> Result<(), BackendError> {
         crate::backend::check_eval_tokens(tokens, self.n_past, self.ctx, self.model.hp.n_vocab)?;
         self.hip.bind_thread().map_err(dev)?;
         if !tokens.is_empty() {
@@ -335,7 +335,7 @@ impl Backend for HipBackend {
                     self.pass().head(prev - 1)?;
                     self.stream.synchronize().map_err(dev)?;
                 }
-                return Err(EngineError::Cancelled { done });
+                return Err(BackendError::Cancelled { done });
             }
             let n = self.acts.n_max.min(total - done);
             let last = done + n == total;
@@ -378,7 +378,7 @@ impl Backend for HipBackend {
         })
     }
 
-    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, EngineError>> {
+    fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, BackendError>> {
         Some(self.sample_device(how))
     }
 
@@ -395,12 +395,12 @@ impl Backend for HipBackend {
         state::save(self).unwrap_or_default()
     }
 
-    fn load_state(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
+    fn load_state(&mut self, bytes: &[u8]) -> Result<(), BackendError> {
         self.hip.bind_thread().map_err(dev)?;
         state::load(self, bytes)
     }
 
-    fn export_cache(&self) -> Result<crate::backend::cache_rows::CacheRows, EngineError> {
+    fn export_cache(&self) -> Result<crate::backend::cache_rows::CacheRows, BackendError> {
         self.hip.bind_thread().map_err(dev)?;
         state::export(self)
     }
@@ -409,7 +409,7 @@ impl Backend for HipBackend {
         &mut self,
         rows: &crate::backend::cache_rows::CacheRows,
         tokens: &[u32],
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), BackendError> {
         self.hip.bind_thread().map_err(dev)?;
         state::import(self, rows, tokens.len())
     }
@@ -433,7 +433,7 @@ impl Backend for HipBackend {
         }
     }
 
-    fn weights_placement(&self) -> Option<WeightsPlacement> {
+    fn weights_placement(&self) -> Option<PlacementReport> {
         Some(self.placement.clone())
     }
 }

@@ -49,7 +49,7 @@ pub fn cpu_kv_bytes(hp: &HParams, ctx: u64) -> u64 {
 
 /// A generous estimate of the CPU backend's scratch: the logits plus, per token of a prefill chunk
 /// of `chunk` tokens, the HC state, the query, the expert intermediates of every selected expert
-/// and one vocabulary-wide row, all f32. The measured figure comes later from `Backend::memory()`;
+/// and one vocabulary-wide row, all f32. The measured figure comes later from `DeviceSession::memory()`;
 /// this only has to be an upper bound well inside the headroom.
 pub fn cpu_scratch_estimate(hp: &HParams, chunk: u64) -> u64 {
     let per_token = 4 * hp.hc_dim() + hp.q_dim() + 2 * hp.n_ff_exp * (hp.n_expert_used + 1) + hp.n_embd * 8;

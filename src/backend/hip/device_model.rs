@@ -1,20 +1,19 @@
-//! `HipEngine`: a model placed once on one HIP device (the device context, the kernel module and the
-//! weights, copied or mapped) from which sessions (`HipBackend`: KV ring, compressed rows,
+//! `HipModel`: a model placed once on one HIP device (the device context, the kernel module and the
+//! weights, copied or mapped) from which sessions (`HipSession`: KV ring, compressed rows,
 //! activations, logits) are opened. Every session shares the three; opening one allocates only its
 //! own buffers, after the memory guard has checked that they fit next to the weights.
 //!
-//! Owns opening (`open_engine_with_progress`, `open_backend*`: runtime, kernels, the
+//! Owns opening (`open_model_with_progress`, `open_backend*`: runtime, kernels, the
 //! `DS4_HIP_FORWARD=0` escape hatch, then the weights placed by `open.rs`'s policy), the sharing and
 //! the per-session memory check. The forward pass is `backend.rs`'s.
 
 use std::sync::Arc;
 
+use crate::backend::WeightsMode;
 use crate::backend::arithmetic::Arithmetic;
-use crate::backend::{Backend, Engine, EngineError, WeightsPlacement};
-use crate::engine::events::WeightPlacement;
+use crate::backend::{BackendError, DeviceModel, DeviceSession, PlacementReport};
 use crate::model::Model;
 
-use super::backend::{HipBackend, placement_of};
 use super::footprint::{ctx_hint, session_bytes};
 use super::kernel_module::KernelModule;
 use super::open::{
@@ -22,41 +21,42 @@ use super::open::{
 };
 use super::options::HipOptions;
 use super::runtime::HipContext;
+use super::session::{HipSession, placement_of};
 use super::weights::{DeviceWeights, data_section_bytes};
 
 /// Open the HIP backend for `model` with a cache of `ctx` tokens, or give the one-line reason it
 /// cannot run here.
 pub fn open_backend(
     model: Arc<Model>,
-    weights: WeightPlacement,
+    weights: WeightsMode,
     ctx: usize,
     arithmetic: Arithmetic,
-) -> Result<Box<dyn Backend>, String> {
+) -> Result<Box<dyn DeviceSession>, String> {
     open_backend_with_progress(model, weights, ctx, arithmetic, &mut |_, _| {})
 }
 
 /// `open_backend` reporting the weight copy: `progress(done, total)` bytes after every chunk.
 pub fn open_backend_with_progress(
     model: Arc<Model>,
-    weights: WeightPlacement,
+    weights: WeightsMode,
     ctx: usize,
     arithmetic: Arithmetic,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<Box<dyn Backend>, String> {
-    let engine = open_engine_with_progress(model, weights, ctx, arithmetic, progress)?;
+) -> Result<Box<dyn DeviceSession>, String> {
+    let engine = open_model_with_progress(model, weights, ctx, arithmetic, progress)?;
     Ok(Box::new(engine.session(ctx)?))
 }
 
 /// Place `model`'s weights on the device for sessions of about `ctx` tokens (the placement plan
 /// counts one such session), reporting a copy as `progress(done, total)` bytes after every chunk.
 /// Its sessions run `arithmetic` (`DS4_HIP_EXACT=1` forces exact).
-pub fn open_engine_with_progress(
+pub fn open_model_with_progress(
     model: Arc<Model>,
-    weights: WeightPlacement,
+    weights: WeightsMode,
     ctx: usize,
     arithmetic: Arithmetic,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<HipEngine, String> {
+) -> Result<HipModel, String> {
     let hip = HipContext::new().map_err(|e| e.to_string())?;
     let kernels = KernelModule::load(&hip)?;
     if !forward_enabled() {
@@ -66,7 +66,7 @@ pub fn open_engine_with_progress(
             kernels.target
         ));
     }
-    HipBackend::check_model(&model)?;
+    HipSession::check_model(&model)?;
     let chunk = HipOptions::from_env(unified_memory(&hip, &kernels.target))?.prefill_chunk;
     let session = session_bytes(&model.hp, ctx, chunk);
     let budget = copy_budget_of(&hip, &kernels.target)?;
@@ -81,20 +81,16 @@ pub fn open_engine_with_progress(
         &|_| None,
     )
     .map_err(|e| {
-        let on_device = if weights == WeightPlacement::Map {
-            0
-        } else {
-            weight_bytes
-        };
+        let on_device = if weights == WeightsMode::Map { 0 } else { weight_bytes };
         let room = budget.free.saturating_sub(on_device + DEVICE_RESERVE);
         format!("{e}; {}", ctx_hint(&model.hp, ctx, room, chunk))
     })?;
     let (placed, reason) = place_weights(&hip, &model, plan, progress)?;
-    Ok(HipEngine::new(hip, kernels, model, placed, reason).with_arithmetic(arithmetic))
+    Ok(HipModel::new(hip, kernels, model, placed, reason).with_arithmetic(arithmetic))
 }
 
 /// The model on one HIP device, ready to open sessions.
-pub struct HipEngine {
+pub struct HipModel {
     hip: HipContext,
     kernels: Arc<KernelModule>,
     model: Arc<Model>,
@@ -105,7 +101,7 @@ pub struct HipEngine {
     arithmetic: Arithmetic,
 }
 
-impl HipEngine {
+impl HipModel {
     /// An engine over weights already placed on `hip`'s device; `reason` says why that placement.
     pub fn new(
         hip: HipContext,
@@ -113,8 +109,8 @@ impl HipEngine {
         model: Arc<Model>,
         weights: DeviceWeights,
         reason: String,
-    ) -> HipEngine {
-        HipEngine {
+    ) -> HipModel {
+        HipModel {
             hip,
             kernels: Arc::new(kernels),
             model,
@@ -125,7 +121,7 @@ impl HipEngine {
     }
 
     /// The engine whose sessions run `arithmetic` (`DS4_HIP_EXACT=1` still forces exact).
-    pub fn with_arithmetic(mut self, arithmetic: Arithmetic) -> HipEngine {
+    pub fn with_arithmetic(mut self, arithmetic: Arithmetic) -> HipModel {
         self.arithmetic = arithmetic;
         self
     }
@@ -137,7 +133,7 @@ impl HipEngine {
 
     /// A session of `ctx` tokens, or the memory guard's one line when its cache and scratch do not
     /// fit the free device memory.
-    pub fn session(&self, ctx: usize) -> Result<HipBackend, String> {
+    pub fn session(&self, ctx: usize) -> Result<HipSession, String> {
         let (free, total) = self.hip.mem_info().map_err(|e| e.to_string())?;
         let options = HipOptions {
             arithmetic: self.arithmetic.with_env(),
@@ -146,14 +142,11 @@ impl HipEngine {
         // With the weights in place, nothing but the session is left to fit: the placement plan
         // for zero further weight bytes is exactly that check, with the same message.
         let session = session_bytes(&self.model.hp, ctx, options.prefill_chunk);
-        plan_placement(WeightPlacement::Map, 0, session, free, total, self.hip.name(), &|_| {
-            None
-        })
-        .map_err(|e| {
+        plan_placement(WeightsMode::Map, 0, session, free, total, self.hip.name(), &|_| None).map_err(|e| {
             let room = free.saturating_sub(DEVICE_RESERVE);
             format!("{e}; {}", ctx_hint(&self.model.hp, ctx, room, options.prefill_chunk))
         })?;
-        HipBackend::with_weights(
+        HipSession::with_weights(
             self.hip.clone(),
             self.kernels.clone(),
             self.model.clone(),
@@ -165,7 +158,7 @@ impl HipEngine {
     }
 }
 
-impl Engine for HipEngine {
+impl DeviceModel for HipModel {
     fn name(&self) -> &'static str {
         "hip"
     }
@@ -178,13 +171,13 @@ impl Engine for HipEngine {
         &self.model
     }
 
-    fn weights_placement(&self) -> Option<WeightsPlacement> {
+    fn weights_placement(&self) -> Option<PlacementReport> {
         Some(placement_of(&self.weights, self.reason.clone()))
     }
 
-    fn open_session(&self, ctx: usize) -> Result<Box<dyn Backend>, EngineError> {
+    fn open_session(&self, ctx: usize) -> Result<Box<dyn DeviceSession>, BackendError> {
         self.session(ctx)
-            .map(|b| Box::new(b) as Box<dyn Backend>)
-            .map_err(EngineError::Other)
+            .map(|b| Box::new(b) as Box<dyn DeviceSession>)
+            .map_err(BackendError::Other)
     }
 }

@@ -1,5 +1,5 @@
-//! `selftest --backend hip --model FILE --forward N`: the device forward pass (`HipBackend`) against
-//! the CPU engine (`backend::cpu::CpuBackend`) on the same model. In exact arithmetic the kernels
+//! `selftest --backend hip --model FILE --forward N`: the device forward pass (`HipSession`) against
+//! the CPU engine (`backend::cpu::CpuSession`) on the same model. In exact arithmetic the kernels
 //! compute the CPU's float operations in its order, so every comparison is bitwise
 //! (`backend::agreement`); in fast arithmetic the greedy continuation must pick the CPU's argmax up
 //! to the CPU's first step whose top-2 margin is below 1 (`Agreement::greedy_prefix_verdict`, issue
@@ -18,17 +18,17 @@ use std::time::Instant;
 
 use crate::backend::agreement::{Agreement, compare_logits, top_k};
 use crate::backend::arithmetic::Arithmetic;
-use crate::backend::cpu::CpuBackend;
-use crate::backend::{Backend, DeviceSample};
+use crate::backend::cpu::CpuSession;
+use crate::backend::{DeviceSample, DeviceSession};
 use crate::engine::events::SamplingParams;
 use crate::engine::sampler::{Sampler, Xorshift64Star};
 use crate::model::Model;
 
-use super::backend::HipBackend;
-use super::kernel_module::KernelModule;
-use super::options::HipOptions;
-use super::runtime::HipContext;
-use super::selftest::CheckRng;
+use crate::backend::hip::kernel_module::KernelModule;
+use crate::backend::hip::options::HipOptions;
+use crate::backend::hip::runtime::HipContext;
+use crate::backend::hip::selftest::CheckRng;
+use crate::backend::hip::session::HipSession;
 
 fn argmax(x: &[f32]) -> u32 {
     top_k(x, 1)[0] as u32
@@ -77,9 +77,9 @@ pub fn run_forward_check(
         .collect();
     let hip = HipContext::new().map_err(|e| e.to_string())?;
     let kernels = KernelModule::load(&hip)?;
-    let unified = super::open::unified_memory(&hip, &kernels.target);
+    let unified = crate::backend::hip::open::unified_memory(&hip, &kernels.target);
     let t0 = Instant::now();
-    let mut gpu = HipBackend::new(
+    let mut gpu = HipSession::new(
         hip,
         kernels,
         model.clone(),
@@ -96,7 +96,7 @@ pub fn run_forward_check(
         gpu.memory().kv_bytes as f64 / (1 << 20) as f64,
         arithmetic.with_env(),
     ));
-    let mut cpu = CpuBackend::new(model.clone(), ctx, 0).map_err(|e| e.to_string())?;
+    let mut cpu = CpuSession::new(model.clone(), ctx, 0).map_err(|e| e.to_string())?;
 
     // The prompt as decode steps, then a greedy continuation on the CPU's argmax (the same as the
     // GPU's while the logits are equal).
@@ -221,7 +221,7 @@ pub fn run_forward_check(
 /// pick is possible only when the draw falls within float rounding of a cumulative boundary (the
 /// emulator test excuses those exactly; here they are counted and reported, not failed).
 fn check_decode_graph(
-    gpu: &mut HipBackend,
+    gpu: &mut HipSession,
     tokens: &[u32],
     greedy: &[u32],
     line: &mut dyn FnMut(String),
@@ -258,7 +258,7 @@ fn check_decode_graph(
             }
             let seed = 7 + p as u64;
             let u01 = Xorshift64Star::new(seed).next_unit_f32();
-            let dev = |gpu: &mut HipBackend, how| match gpu.sample_on_device(how) {
+            let dev = |gpu: &mut HipSession, how| match gpu.sample_on_device(how) {
                 Some(r) => r.map_err(|e| format!("device sampling at {p}: {e}")),
                 None => Err("the HIP backend has no device sampling".to_string()),
             };

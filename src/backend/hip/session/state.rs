@@ -1,4 +1,4 @@
-//! The checkpoint payload of `HipBackend` (`Backend::save_state` / `load_state`): what the session's
+//! The checkpoint payload of `HipSession` (`DeviceSession::save_state` / `load_state`): what the session's
 //! turn checkpoints (retry, edit, rewind) and `bench` save and restore on the GPU, playing the role
 //! of the CPU's checkpoint payload (docs/model.md#checkpoints) for the device state. Little endian:
 //!
@@ -20,8 +20,8 @@
 //! validation, and the conversion to and from the backend-neutral rows (`backend::cache_rows`: the
 //! ring read in position order, the HC counters left at zero, as they are between launches).
 
-use super::{HipBackend, dev};
-use crate::backend::EngineError;
+use super::{HipSession, dev};
+use crate::backend::BackendError;
 use crate::backend::cache_rows::{self, CacheRows, CompressorRows, LayerRows};
 use crate::backend::hip::kernels;
 use crate::backend::payload::{PayloadReader, put_f32s, put_rows, put_u32};
@@ -33,7 +33,7 @@ const VERSION: u32 = 2;
 const HEADER_WORDS: usize = 11;
 
 /// The header of this session, word 9 being `ring` rows.
-fn header(b: &HipBackend, ring: usize) -> [u32; HEADER_WORDS] {
+fn header(b: &HipSession, ring: usize) -> [u32; HEADER_WORDS] {
     let hp = &b.model.hp;
     [
         MAGIC,
@@ -51,12 +51,12 @@ fn header(b: &HipBackend, ring: usize) -> [u32; HEADER_WORDS] {
 }
 
 /// Ring rows a payload saves: the sliding window (never more than the device ring).
-fn saved_ring_rows(b: &HipBackend) -> usize {
+fn saved_ring_rows(b: &HipSession) -> usize {
     b.model.hp.sliding_window.max(1).min(ring_rows(b))
 }
 
 /// Rows of the raw KV rings of this session (all layers alike; the row of position p is p % rows).
-fn ring_rows(b: &HipBackend) -> usize {
+fn ring_rows(b: &HipSession) -> usize {
     b.layers
         .first()
         .map_or(0, |l| l.ring.len_bytes() / (4 * b.model.hp.head_dim))
@@ -81,15 +81,15 @@ fn live_rows(ratio: u32, n_past: usize) -> usize {
     kernels::compressor_emitted(ratio, 0, n_past as u32).1 as usize
 }
 
-pub fn save(b: &HipBackend) -> Result<Vec<u8>, EngineError> {
+pub fn save(b: &HipSession) -> Result<Vec<u8>, BackendError> {
     b.stream.synchronize().map_err(dev)?;
     let mut out = Vec::new();
     let (rows_here, saved) = (ring_rows(b), saved_ring_rows(b));
     for w in header(b, saved) {
         put_u32(&mut out, w);
     }
-    put_f32s(&mut out, crate::backend::Backend::logits(b));
-    let read = |buf: &crate::backend::hip::runtime::DeviceBuffer, n: usize| -> Result<Vec<u8>, EngineError> {
+    put_f32s(&mut out, crate::backend::DeviceSession::logits(b));
+    let read = |buf: &crate::backend::hip::runtime::DeviceBuffer, n: usize| -> Result<Vec<u8>, BackendError> {
         let mut host = vec![0u8; n];
         buf.copy_to_host(0, &mut host).map_err(dev)?;
         Ok(host)
@@ -122,8 +122,8 @@ struct Write<'a> {
     bytes: Cow<'a, [u8]>,
 }
 
-pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
-    let bad = |m: String| Err(EngineError::BadCheckpoint(m));
+pub fn load(b: &mut HipSession, payload: &[u8]) -> Result<(), BackendError> {
+    let bad = |m: String| Err(BackendError::BadCheckpoint(m));
     let mut r = PayloadReader::new(payload);
     let mut h = [0u32; HEADER_WORDS];
     for (i, w) in h.iter_mut().enumerate() {
@@ -206,7 +206,7 @@ pub fn load(b: &mut HipBackend, payload: &[u8]) -> Result<(), EngineError> {
 }
 
 /// `n` floats of cache rows: through `payload::put_rows` from version 2 on, bare f32 before.
-fn read_rows<'a>(r: &mut PayloadReader<'a>, version: u32, n: usize, what: &str) -> Result<Cow<'a, [u8]>, EngineError> {
+fn read_rows<'a>(r: &mut PayloadReader<'a>, version: u32, n: usize, what: &str) -> Result<Cow<'a, [u8]>, BackendError> {
     if version >= 2 {
         r.rows(n, what)
     } else {
@@ -218,13 +218,13 @@ fn read_rows<'a>(r: &mut PayloadReader<'a>, version: u32, n: usize, what: &str) 
 /// its ring in the payload).
 fn layer_states<'a>(
     r: &mut PayloadReader<'a>,
-    b: &HipBackend,
+    b: &HipSession,
     l: usize,
     n_past: usize,
     version: u32,
     writes: &mut Vec<Write<'a>>,
-) -> Result<(), EngineError> {
-    let bad = |m: String| Err(EngineError::BadCheckpoint(m));
+) -> Result<(), BackendError> {
+    let bad = |m: String| Err(BackendError::BadCheckpoint(m));
     let hp = &b.model.hp;
     let ls = &b.layers[l];
     let ratio = hp.ratio(l);
@@ -260,7 +260,7 @@ fn layer_states<'a>(
     Ok(())
 }
 
-fn write_all(b: &mut HipBackend, writes: &[Write<'_>], counter: &[u8]) -> Result<(), EngineError> {
+fn write_all(b: &mut HipSession, writes: &[Write<'_>], counter: &[u8]) -> Result<(), BackendError> {
     b.stream.synchronize().map_err(dev)?;
     // Sessions with other prefill chunks have more or fewer per-token counters; the rest start at 0.
     let n = counter.len().min(b.acts.counter.len_bytes());
@@ -298,11 +298,11 @@ fn bytes_f32(b: &[u8]) -> Vec<f32> {
 }
 
 /// The cache as backend-neutral rows: the newest window positions of each ring in order.
-pub fn export(b: &HipBackend) -> Result<CacheRows, EngineError> {
+pub fn export(b: &HipSession) -> Result<CacheRows, BackendError> {
     b.stream.synchronize().map_err(dev)?;
     let hp = &b.model.hp;
     let (n, ring) = (b.n_past, ring_rows(b));
-    let read = |buf: &crate::backend::hip::runtime::DeviceBuffer, len: usize| -> Result<Vec<f32>, EngineError> {
+    let read = |buf: &crate::backend::hip::runtime::DeviceBuffer, len: usize| -> Result<Vec<f32>, BackendError> {
         let mut bytes = vec![0u8; len];
         buf.copy_to_host(0, &mut bytes).map_err(dev)?;
         Ok(bytes_f32(&bytes))
@@ -318,7 +318,7 @@ pub fn export(b: &HipBackend) -> Result<CacheRows, EngineError> {
         let ratio = hp.ratio(l);
         let part = |st: &Option<[crate::backend::hip::runtime::DeviceBuffer; 3]>, width: usize| {
             st.as_ref()
-                .map(|st| -> Result<CompressorRows, EngineError> {
+                .map(|st| -> Result<CompressorRows, BackendError> {
                     Ok(CompressorRows {
                         rows: read(&st[0], live_rows(ratio, n) * width * 4)?,
                         kv: read(&st[1], st[1].len_bytes())?,
@@ -335,14 +335,14 @@ pub fn export(b: &HipBackend) -> Result<CacheRows, EngineError> {
     }
     Ok(CacheRows {
         n_past: n,
-        logits: crate::backend::Backend::logits(b).to_vec(),
+        logits: crate::backend::DeviceSession::logits(b).to_vec(),
         layers,
     })
 }
 
 /// Restores neutral rows of `n_past` tokens: each raw row to its ring slot, the rest zero.
-pub fn import(b: &mut HipBackend, rows: &CacheRows, n_past: usize) -> Result<(), EngineError> {
-    let bad = |m: String| Err(EngineError::BadCheckpoint(m));
+pub fn import(b: &mut HipSession, rows: &CacheRows, n_past: usize) -> Result<(), BackendError> {
+    let bad = |m: String| Err(BackendError::BadCheckpoint(m));
     let hp = b.model.hp.clone();
     rows.check(&hp)?;
     if rows.n_past != n_past || n_past >= b.ctx {

@@ -27,7 +27,19 @@ use crate::gguf::GgufFile;
 use crate::model::Model;
 use crate::model::layout::WeightGroup;
 
-use super::events::Residency;
+/// Resident bytes of the model mapping, split by weight group (mincore sample).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Residency {
+    pub total_bytes: u64,
+    pub resident_bytes: u64,
+    pub routed_experts: (u64, u64),
+    pub dense: (u64, u64),
+    pub embed_head: (u64, u64),
+    /// Bytes of weights held in device memory (GPU copy mode).
+    pub device_bytes: u64,
+    /// How long the probe took.
+    pub probe_time: Duration,
+}
 
 /// Something that owns a mapped (or allocated) byte region and keeps it alive while shared.
 pub trait MappedRegion: Send + Sync {
