@@ -164,7 +164,7 @@ fn single_copy_load_on_the_emulator() {
         let (_m, _w) = load(&ctx, &path, ReadMode::Buffered, false);
         assert!(cached(&path) >= size / 2, "{} of {size}", cached(&path));
     } else {
-        eprintln!("this filesystem ignores POSIX_FADV_DONTNEED: page-drop check skipped");
+        hip_emu::skip::skip_part("this filesystem ignores POSIX_FADV_DONTNEED: the page-drop check");
     }
 
     // The fallback where O_DIRECT is refused: tmpfs.
@@ -184,7 +184,7 @@ fn single_copy_load_on_the_emulator() {
         drop((model, w));
         std::fs::remove_file(&p).unwrap();
     } else {
-        eprintln!("/dev/shm is not tmpfs here: O_DIRECT fallback check skipped");
+        hip_emu::skip::skip_part("/dev/shm is not tmpfs here: the O_DIRECT fallback check");
     }
 
     // The pipeline on its own: many full chunks and a tail padded to the alignment, filled by

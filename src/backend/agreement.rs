@@ -146,8 +146,11 @@ impl Agreement {
     }
 
     /// Ok when every position's logits are the reference's bit for bit; else the positions that
-    /// differ (see the module doc).
+    /// differ (see the module doc). A run of no positions compared nothing and fails.
     pub fn verdict(&self) -> Result<(), String> {
+        if self.positions.is_empty() {
+            return Err("no positions compared".to_string());
+        }
         let differ: Vec<usize> = (0..self.positions.len())
             .filter(|&p| !self.positions[p].identical)
             .collect();
@@ -171,9 +174,22 @@ impl Agreement {
     /// not bounded: a random tiny model turns a near tie inside the network (an expert choice)
     /// into another state for every later position, so a long teacher-forced run can flip a
     /// confident argmax far from any visible near tie (mean top-20 |Δlogprob| 0.1 to 0.6, max above
-    /// 1, on the H200 and the emulator, tests/hip_emu_fast.rs), as ds4's own CUDA path parts from its
-    /// CPU path. The case A vectors' bounds are tests/vectors.rs's, on the model they were written for.
-    pub fn greedy_prefix_verdict(&self, from: usize) -> Result<usize, String> {
+    /// 1, on the H200 and the emulator, tests/emu/fast.rs), as ds4's own CUDA path parts from its
+    /// CPU path. The case A vectors' bounds are tests/cpu/vectors.rs's, on the model they were written for.
+    ///
+    /// Fewer than `min_steps` greedy positions before the first near tie is a failure too: the
+    /// check compared too little to say anything.
+    pub fn greedy_prefix_verdict(&self, from: usize, min_steps: usize) -> Result<usize, String> {
+        let agreed = self.greedy_prefix(from)?;
+        if agreed < min_steps {
+            return Err(format!(
+                "only {agreed} greedy positions before the reference's first margin < {CONFIDENT_MARGIN}, fewer than the {min_steps} this check needs"
+            ));
+        }
+        Ok(agreed)
+    }
+
+    fn greedy_prefix(&self, from: usize) -> Result<usize, String> {
         let mut agreed = 0;
         for (p, d) in self.positions.iter().enumerate().skip(from) {
             if d.ref_margin < CONFIDENT_MARGIN {
@@ -263,17 +279,25 @@ mod tests {
         a.push(compare_logits(&confident, &confident));
         a.push(compare_logits(&tie, &tie));
         a.push(compare_logits(&flipped, &confident));
-        assert_eq!(a.greedy_prefix_verdict(1), Ok(2), "{}", a.summary());
+        assert_eq!(a.greedy_prefix_verdict(1, 2), Ok(2), "{}", a.summary());
+        // Asking for more equal steps than came before the near tie fails.
+        let e = a.greedy_prefix_verdict(1, 3).unwrap_err();
+        assert!(
+            e.contains("only 2 greedy positions") && e.contains("the 3 this check needs"),
+            "{e}"
+        );
         // From 0 the teacher-forced flip is in the greedy part: it fails and names the position.
-        let e = a.greedy_prefix_verdict(0).unwrap_err();
+        let e = a.greedy_prefix_verdict(0, 1).unwrap_err();
         assert!(e.contains("position 0") && e.contains("after 0 equal"), "{e}");
         // A confident flip before any near tie fails.
         let mut b = Agreement::default();
         b.push(compare_logits(&small, &confident));
         b.push(compare_logits(&flipped, &confident));
-        let e = b.greedy_prefix_verdict(0).unwrap_err();
+        let e = b.greedy_prefix_verdict(0, 1).unwrap_err();
         assert!(e.contains("position 1") && e.contains("after 1 equal"), "{e}");
-        // Nothing to compare from past the end: vacuously equal.
-        assert_eq!(b.greedy_prefix_verdict(5), Ok(0));
+        // Nothing to compare from past the end: a failure, not a vacuous pass.
+        assert!(b.greedy_prefix_verdict(5, 1).is_err());
+        // Nor does an empty run pass the bitwise verdict.
+        assert_eq!(Agreement::default().verdict(), Err("no positions compared".to_string()));
     }
 }

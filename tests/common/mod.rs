@@ -53,8 +53,7 @@ pub fn tokenizer_gguf_file(name: &str, arch: &str) -> std::path::PathBuf {
     path
 }
 
-#[path = "../support/mod.rs"]
-mod support;
+use crate::support;
 
 /// The case-A model of the reference vectors: `DS4_TINY_A`, else rebuilt (and cached) by
 /// tools/gen_tiny_gguf.py through the harness in tests/support. `None` after a "SKIPPED" line

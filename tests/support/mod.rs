@@ -5,7 +5,6 @@
 
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -76,6 +75,10 @@ pub fn vectors_dir() -> PathBuf {
 /// `CARGO_TARGET_TMPDIR/serve-tiny.gguf`, for the tests that run `ds4-chat serve` on it.
 pub fn serve_tiny_model() -> PathBuf {
     let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-tiny.gguf");
+    // One writer per process: the tests of a binary run on threads of one process, which share the
+    // partial file's name below.
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if !path.is_file() {
         // A name of its own per process: two test binaries may write it at once.
         let tmp = path.with_extension(format!("partial-{}", std::process::id()));
@@ -102,22 +105,8 @@ pub fn run_ok(cmd: &mut Command, what: &str) -> std::process::Output {
     out
 }
 
-/// True when running under CI (`CI=true`), where a skipped check is a failure.
-pub fn in_ci() -> bool {
-    std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
-}
-
-/// A check that cannot run here: under CI a failure; elsewhere a "SKIPPED" line naming the test
-/// and the reason. It is written to the stderr handle itself, which the test harness does not
-/// capture (it captures only the print macros), so a plain `cargo test` shows it too.
-pub fn skip_or_fail(why: &str) {
-    let test = std::thread::current().name().unwrap_or("vectors").to_string();
-    if in_ci() {
-        panic!("{why}; CI=true, so this is a failure, not a skip");
-    }
-    // One write, so the line is not split by the harness's own output.
-    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test}: {why}\n").as_bytes());
-}
+pub mod skip;
+pub use skip::skip_or_fail;
 
 /// The vectors directory. The vendored copy is always there; a `$DS4_VECTORS` that does not hold
 /// case A is a mistake and fails the test.
@@ -525,7 +514,9 @@ pub fn compare_full_vector(reference: &[f32], ours: &[f32]) -> FullVectorReport 
 
 /// Greedy agreement: tokens must match up to and including the first step whose ds4 margin12 is at
 /// most `margin`; a mismatch at such a near-tie step is allowed, and nothing after it is compared.
-/// Returns (ok, steps agreeing before the comparison stopped).
+/// Returns (ok, steps agreeing before the comparison stopped). How many steps had to agree is
+/// [`must_match_prefix`]; a caller sums it over its prompts and requires a stated minimum, so that a
+/// run which compared nothing fails.
 pub fn greedy_agreement(ours: &[u32], reference: &[u32], margins: &[f64], margin: f64) -> (bool, usize) {
     let near_tie = |i: usize| margins.get(i).copied().unwrap_or(0.0) <= margin;
     for (i, &b) in reference.iter().enumerate() {

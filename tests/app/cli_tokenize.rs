@@ -1,6 +1,6 @@
 //! `ds4-chat tokenize` through the binary on a metadata-only GGUF (tokenizer keys, no tensors).
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! maximum" for high, "Beyond maximum" for max), recognised from `quantize.imatrix.file`. The
 //! expected bytes are spelled out here, independently of the crate's constants.
 
-mod common;
+use crate::common;
 
 use ds4_chat::gguf::writer::GgufLayout;
 use ds4_chat::gguf::{GgufFile, MetaValue};

@@ -2,7 +2,7 @@
 //! the worker for a KV snapshot and then writes the session file; `/sessions`, Enter, `/load`,
 //! `/new`, `/rename`, `/delete`; `/save` exports the turn in progress with lowercase roles.
 
-mod tui_common;
+use crate::tui_common;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! `App`, checks the figures it must show (computed here from the event values) and compares the
 //! whole screen with a committed plain-text snapshot (tests/snapshots/; UPDATE_SNAPSHOTS=1 rewrites).
 
-mod tui_common;
+use crate::tui_common;
 
 use std::time::Duration;
 

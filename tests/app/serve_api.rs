@@ -3,7 +3,7 @@
 //! same seed and settings (streaming and not), usage with cached tokens, timings, the queue (one
 //! waits, one is refused), clients that hang up, malformed requests, and the API key on a
 //! non-loopback bind. Skips with a "SKIPPED" line where python3 or `openai` is missing (a failure
-//! under CI=true).
+//! under CI).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -11,8 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ds4-chat");
 const CTX: &str = "4096";

@@ -4,11 +4,11 @@
 //! arithmetic, bit for bit; and a checkpoint taken there restored into a session with another
 //! prefill chunk (so another ring length) continues with the same bits, from a payload about half
 //! the size of the f32 cache it restores. About 3 minutes of one core.
-//! Runs with `cargo test --release --features hip --test hip_emu_longctx`; skipped (with a message)
+//! Runs with `cargo test --release --features hip --test emu longctx::`; skipped (with a message)
 //! when there is no C++ compiler to build the emulator.
 #![cfg(feature = "hip")]
 
-mod hip_emu;
+use crate::hip_emu;
 
 use std::sync::{Arc, OnceLock};
 

@@ -3,7 +3,7 @@
 //! tokenizer (tools/make_tokenizer_corpus.py); the one-shot prompts are the ids ds4 itself produced for
 //! the shared test vectors (case A).
 
-mod common;
+use crate::common;
 
 use ds4_chat::model::chat::{Conversation, Message, THINK_MAX_PREFIX, ThinkMode, Transcript, one_shot_prompt};
 use ds4_chat::model::tokenizer::Tokenizer;

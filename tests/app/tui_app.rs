@@ -2,7 +2,7 @@
 //! clipboard and saving. Pure (no terminal): `App::on_key` / `App::on_engine_event` and the effects
 //! they return, performed as the run loop does (`tui_common::settle`).
 
-mod tui_common;
+use crate::tui_common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! official tokenizer.json (tools/make_tokenizer_corpus.py); ours come from a `Tokenizer` built from
 //! GGUF metadata. Exact equality is required: one differing id changes the model's input.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::time::Instant;
@@ -128,35 +128,16 @@ fn adversarial_long_inputs_encode() {
     }
 }
 
-/// CPU time of the calling thread (wall time is unreliable on a loaded CI machine).
-fn thread_cpu_seconds() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
-
+/// The tokenizer built from GGUF metadata has the official vocabulary, and bad metadata is refused.
+/// (How long the build takes is a benchmark's business, not a test's.)
 #[test]
-fn build_from_gguf_is_fast_and_rejects_bad_metadata() {
+fn build_from_gguf_reads_the_vocabulary_and_rejects_bad_metadata() {
     let tables = common::vendored_tables();
     let bytes = common::tokenizer_gguf_bytes("deepseek4", tables);
-    let t0 = Instant::now();
     let g = GgufFile::from_bytes(bytes).unwrap();
-    let t1 = Instant::now();
-    let cpu1 = thread_cpu_seconds();
     let tok = Tokenizer::from_gguf(&g).unwrap();
-    let cpu2 = thread_cpu_seconds();
-    let t2 = Instant::now();
-    eprintln!(
-        "GGUF metadata parse {:.3} s, Tokenizer::from_gguf {:.3} s wall, {:.3} s CPU of this thread",
-        (t1 - t0).as_secs_f64(),
-        (t2 - t1).as_secs_f64(),
-        cpu2 - cpu1
-    );
     assert_eq!(tok.n_vocab(), 129280);
     assert_eq!(tok.n_added(), 1283);
-    // Generous bound (the target is < 1 s in release on one core; CI machines are shared).
-    assert!((t2 - t1).as_secs_f64() < 10.0);
 
     // A vocabulary without a role token names the missing string.
     let mut t = tables.clone();

@@ -109,6 +109,15 @@ fn check_files(dir: &Path, hp: &HParams) -> (u32, u32) {
     (g_rec, g_snap)
 }
 
+/// The child test's full name for `--exact`: the test binary's name for it is its module path
+/// without the crate (the binary), so it stays right in whichever test binary this file is a module of.
+fn child_test_name() -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::child_rewrites_the_files_until_killed"),
+        None => "child_rewrites_the_files_until_killed".to_string(),
+    }
+}
+
 #[test]
 #[ignore = "the child process of kill_9_during_a_save_leaves_the_previous_files_valid"]
 fn child_rewrites_the_files_until_killed() {
@@ -140,12 +149,7 @@ fn kill_9_during_a_save_leaves_the_previous_files_valid() {
         let before = check_files(&dir, &hp);
         let first_gen = (round as u32 + 1) * ROUND_GENS;
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child_rewrites_the_files_until_killed",
-                "--ignored",
-                "--nocapture",
-            ])
+            .args(["--exact", &child_test_name(), "--ignored", "--nocapture"])
             .env(DIR_ENV, &dir)
             .env(FIRST_GEN_ENV, first_gen.to_string())
             .spawn()

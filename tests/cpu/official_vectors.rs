@@ -168,7 +168,7 @@ fn fixture_matches_the_official_json() {
 }
 
 #[test]
-#[ignore = "needs the real model: DS4_MODEL=flash.gguf cargo test --release --test official_vectors -- --ignored"]
+#[ignore = "needs the real model: DS4_MODEL=flash.gguf cargo test --release --test cpu official_vectors -- --ignored"]
 fn official_vectors_on_the_real_model() {
     let model_path = std::env::var_os("DS4_MODEL")
         .filter(|p| !p.is_empty())

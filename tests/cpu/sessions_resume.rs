@@ -4,7 +4,7 @@
 //! by reading the conversation again) and its next answer is the uninterrupted one. The ignored
 //! `time_to_ready_*` test measures resuming an 8k-token conversation against prefilling it again.
 
-mod sessions_common;
+use crate::sessions_common;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -302,7 +302,7 @@ fn a_resumed_conversation_answers_like_the_uninterrupted_one() {
 /// again. `DS4_MODEL=FILE` measures a real model (default: the demo model on the CPU);
 /// `DS4_BACKEND=hip|cpu|auto` picks the backend.
 #[test]
-#[ignore = "a measurement: cargo test --release --test sessions_resume -- --ignored --nocapture"]
+#[ignore = "a measurement: cargo test --release --test cpu time_to_ready -- --ignored --nocapture"]
 fn time_to_ready_of_an_8k_conversation_from_its_snapshot_and_read_again() {
     let source = match std::env::var_os("DS4_MODEL") {
         Some(p) => ModelSource::File(PathBuf::from(p)),

@@ -10,7 +10,7 @@
 //! teacher-forced runs (136 tokens) a confident flip can follow an internal near tie.
 #![cfg(feature = "hip")]
 
-mod hip_emu;
+use crate::hip_emu;
 
 use ds4_chat::backend::DeviceSession;
 use ds4_chat::backend::agreement::{Agreement, compare_logits, top_k};
@@ -22,9 +22,17 @@ fn open(model: &std::sync::Arc<ds4_chat::model::Model>, choice: BackendChoice, c
     hip_emu::open_copied(model, choice, Arithmetic::Fast, ctx).session
 }
 
+/// Mean over the compared positions of the top-20 |Δlogprob|: measured 0.09 to 0.64 on these
+/// seeds (q4's single worst position reaches 5); a structural mistake (RoPE, routing, a cache
+/// offset) moves most positions by far more (src/backend/agreement.rs).
+const MEAN_TOP20_LOGPROB_BOUND: f64 = 1.0;
+
 /// The prompt is evaluated `batch` tokens at a time, and the last position of each eval compared:
-/// batches of `kernels::HC_TOKEN_BLOCKS_MIN_TOKENS` or more run the per-token HC kernels.
-fn check(experts: ExpertMix, seed: u64, n_prompt: usize, n_greedy: usize, batch: usize) {
+/// batches of `kernels::HC_TOKEN_BLOCKS_MIN_TOKENS` or more run the per-token HC kernels. At least
+/// `min_confident` argmax comparisons where the CPU is confident (teacher-forced positions with a
+/// margin above 1, then greedy steps before its first margin below 1) must have been made: the
+/// seeds are fixed, so this is what they give, and a change that compares fewer fails.
+fn check(experts: ExpertMix, seed: u64, n_prompt: usize, n_greedy: usize, batch: usize, min_confident: usize) {
     let model = hip_emu::small_vocab_tiny(seed, experts);
     let ctx = n_prompt + n_greedy + 8;
     let mut gpu = open(&model, BackendChoice::Hip, ctx);
@@ -47,6 +55,13 @@ fn check(experts: ExpertMix, seed: u64, n_prompt: usize, n_greedy: usize, batch:
     assert!(
         agreement.confident_flips() == 0,
         "{} experts: {}",
+        experts.name(),
+        agreement.summary()
+    );
+    assert_eq!(agreement.positions.len(), n_prompt.div_ceil(batch));
+    assert!(
+        agreement.mean_logprob() <= MEAN_TOP20_LOGPROB_BOUND,
+        "{} experts: mean top-20 |dlogprob| above {MEAN_TOP20_LOGPROB_BOUND}: {}",
         experts.name(),
         agreement.summary()
     );
@@ -73,6 +88,12 @@ fn check(experts: ExpertMix, seed: u64, n_prompt: usize, n_greedy: usize, batch:
         cpu.eval(&[t], &mut |_, _| true).unwrap();
     }
     eprintln!("  greedy: {agreed} steps equal before the CPU's first margin < 1 (of {n_greedy})");
+    let confident = agreement.confident() + agreed;
+    assert!(
+        confident >= min_confident,
+        "{} experts: {confident} confident argmax comparisons, fewer than {min_confident}",
+        experts.name()
+    );
 }
 
 #[test]
@@ -80,8 +101,9 @@ fn fast_decode_stays_within_the_fast_tolerances_on_the_emulator() {
     if hip_emu::use_emulated_hip().is_none() {
         return;
     }
+    // 6 or 7 confident comparisons each (6 of the 24 prompt positions, q4 one greedy step more).
     for (experts, seed) in [(ExpertMix::Q2, 7), (ExpertMix::Q4, 3), (ExpertMix::Mixed, 5)] {
-        check(experts, seed, 24, 12, 1);
+        check(experts, seed, 24, 12, 1, 6);
     }
 }
 
@@ -91,5 +113,6 @@ fn fast_prefill_batch_stays_within_the_fast_tolerances_on_the_emulator() {
         return;
     }
     let batch = ds4_chat::backend::hip::kernels::HC_TOKEN_BLOCKS_MIN_TOKENS as usize;
-    check(ExpertMix::Q2, 7, 6 * batch, 12, batch);
+    // Six batches, one of whose last positions is confident; the logprob bound covers all six.
+    check(ExpertMix::Q2, 7, 6 * batch, 12, batch, 1);
 }

@@ -2,7 +2,7 @@
 //! vectors cannot see") and the session-level contracts: prefill = decode, checkpoint round trip,
 //! cancellation, context limit. Runs on the case-A model (see tests/common).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -13,11 +13,11 @@
 //!     random vectors is in tests/hip_kernels/sample.rs).
 //! (c) The capture rule the side lanes rely on: a fork to a second stream must be joined before
 //!     the capture ends (the sessions above capture with their lanes on, the default).
-//! Runs with `cargo test --release --features hip --test hip_emu_graph`; skipped (with a message)
+//! Runs with `cargo test --release --features hip --test emu graph::`; skipped (with a message)
 //! when there is no C++ compiler to build the emulator.
 #![cfg(feature = "hip")]
 
-mod hip_emu;
+use crate::hip_emu;
 
 use std::cell::Cell;
 

@@ -7,8 +7,8 @@
 //! (docs/sessions.md#kv-snapshots).
 #![cfg(feature = "hip")]
 
-mod hip_emu;
-mod sessions_common;
+use crate::hip_emu;
+use crate::sessions_common;
 
 use ds4_chat::backend::agreement::{Agreement, compare_logits};
 use ds4_chat::backend::arithmetic::Arithmetic;

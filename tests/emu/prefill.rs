@@ -8,11 +8,11 @@
 //! (c) chunk boundaries: several chunks, a prefill starting at n_past > 0, positions across the
 //!     16-row window, the ratio-4 rows, the indexer selection (more than 4 rows from p = 19) and the
 //!     first ratio-128 row (p = 127).
-//! Runs with `cargo test --release --features hip --test hip_emu_prefill`; skipped (with a message)
+//! Runs with `cargo test --release --features hip --test emu prefill::`; skipped (with a message)
 //! when there is no C++ compiler to build the emulator.
 #![cfg(feature = "hip")]
 
-mod hip_emu;
+use crate::hip_emu;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;

@@ -2,7 +2,7 @@
 //! the streamed deltas equal a one-shot decode of the same bytes (`String::from_utf8_lossy`, then the text
 //! split at the think tags), whatever the token boundaries, and stop at EOS.
 
-mod common;
+use crate::common;
 
 use ds4_chat::engine::events::TextKind;
 use ds4_chat::model::chat::ThinkMode;

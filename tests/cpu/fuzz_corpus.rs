@@ -1,7 +1,7 @@
 //! Replays the committed, minimized fuzz corpus (fuzz/corpus/gguf_reader/) through the loading path the
 //! fuzz target drives (fuzz/load_untrusted.rs): no input may panic.
 
-include!("../fuzz/load_untrusted.rs");
+include!("../../fuzz/load_untrusted.rs");
 
 #[test]
 fn every_corpus_file_loads_or_fails_cleanly() {

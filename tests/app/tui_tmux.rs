@@ -6,12 +6,12 @@
 //! screen, restored from its KV snapshot, and that the next answer follows it. Every run keeps its
 //! sessions in its own directory under the target dir (`DS4_DATA_DIR`), never in the home directory.
 //!
-//! Skipped with a message when tmux is missing, except under CI (CI=true), where it must run
+//! Skipped with a message when tmux is missing, except under CI (`CI` set, tests/support/skip.rs), where it must run
 //! (tests/tmux_common).
 //! The mid-stream screen is written to target/tui-demo-screen.txt.
 
-mod tmux_common;
-mod tui_common;
+use crate::tmux_common;
+use crate::tui_common;
 
 use std::path::PathBuf;
 

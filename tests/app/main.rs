@@ -1,0 +1,23 @@
+//! The front ends, end to end: the terminal app (rendered and driven through tmux), `doctor`,
+//! `tokenize`, `serve` against the OpenAI client, `--remote`, and sessions surviving a kill.
+//!
+//! One test binary of modules, so the crate is linked once for all of them (tests/README.md).
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../support/mod.rs"]
+mod support;
+#[path = "../tmux_common/mod.rs"]
+mod tmux_common;
+#[path = "../tui_common/mod.rs"]
+mod tui_common;
+
+mod cli_doctor;
+mod cli_tokenize;
+mod remote_tmux;
+mod serve_api;
+mod sessions_kill;
+mod tui_app;
+mod tui_render;
+mod tui_sessions;
+mod tui_tmux;

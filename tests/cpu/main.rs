@@ -1,0 +1,30 @@
+//! The model stack on the CPU: GGUF reading and dequantization, the tokenizer and chat template,
+//! the CPU engine against antirez/ds4's reference vectors, synthetic models, and sessions carried
+//! through snapshots.
+//!
+//! One test binary of modules, so the crate is linked once for all of them (tests/README.md).
+//! With `--features hip`, `vectors::case_a_hip` runs the same vectors on the kernel emulator.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[cfg(feature = "hip")]
+#[path = "../hip_emu/mod.rs"]
+mod hip_emu;
+#[path = "../sessions_common/mod.rs"]
+mod sessions_common;
+#[path = "../support/mod.rs"]
+mod support;
+
+mod chat_render;
+mod chat_render_0731;
+mod cpu_engine;
+mod cpu_expert_types;
+mod ctx_session;
+mod dequant_fixtures;
+mod detok_stream;
+mod fuzz_corpus;
+mod genmodel_tiny;
+mod official_vectors;
+mod sessions_resume;
+mod tokenizer_corpus;
+mod vectors;
