@@ -1,5 +1,5 @@
 //! The front ends, end to end: the terminal app (rendered and driven through tmux), `doctor`,
-//! `tokenize`, `serve` against the OpenAI client, `--remote`, and sessions surviving a kill.
+//! `tokenize`, the flags and configuration file (and docs/configuration.md against the code), `serve` against the OpenAI client, `--remote`, and sessions surviving a kill.
 //!
 //! One test binary of modules, so the crate is linked once for all of them (tests/README.md).
 
@@ -17,7 +17,9 @@ mod cli_tokenize;
 mod remote_tmux;
 mod serve_api;
 mod sessions_kill;
+mod settings_cli;
 mod tui_app;
+mod tui_config;
 mod tui_render;
 mod tui_sessions;
 mod tui_tmux;

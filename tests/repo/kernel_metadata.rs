@@ -9,8 +9,7 @@
 //!
 //! Without clang-19/ROCm or python3 a check prints a "SKIPPED" line; under CI=true it fails.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;
