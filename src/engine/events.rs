@@ -6,10 +6,7 @@
 
 use std::time::Duration;
 
-pub use crate::backend::WeightsMode;
-pub use crate::backend::residency::Residency;
 use crate::model::chat::{Conversation, Message, ThinkMode};
-pub use crate::model::detok::TextKind;
 use crate::sessions::store::TranscriptIds;
 
 // Types the messages carry that lower layers define (src/lib.rs): the weight placement asked for,
