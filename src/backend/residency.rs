@@ -481,7 +481,7 @@ pub(crate) mod tests {
     /// compared, so a busy machine does not fail it. Ignored by default (one to a few seconds of
     /// CPU); run with `cargo test --release --lib residency -- --ignored --nocapture`.
     #[test]
-    #[ignore]
+    #[ignore = "a few seconds of CPU for an 81 GiB sparse mapping: run by hand with --ignored"]
     fn probe_81gib_sparse_timing() {
         const LEN: u64 = 81 << 30;
         let (path, f) = sparse_file("sparse-81g", LEN);

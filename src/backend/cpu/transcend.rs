@@ -660,7 +660,7 @@ mod tests {
     /// minute per function on one core in a release build).
     /// `cargo test --release --lib transcend -- --ignored`.
     #[test]
-    #[ignore]
+    #[ignore = "every 2^32 input of each function, about a minute a function: run by hand with --ignored"]
     fn exhaustive_match_glibc() {
         if !libm_is_glibc_fma() {
             return;
