@@ -2,8 +2,8 @@
 # Resume times (docs/sessions.md#resume-times) in one run: an 8k-token conversation on the Flash-shaped q2 file,
 # HIP backend through the shim, ready from its KV snapshot against prefilled again.
 #   run-sessions.sh BIN TEST_BIN TREE
-# BIN: the --features hip ds4-chat binary (gen-model); TEST_BIN: the sessions_resume test binary of
-# the same build (`cargo test --release --features hip --test sessions_resume --no-run` prints its
+# BIN: the --features hip ds4-chat binary (gen-model); TEST_BIN: the `cpu` test binary (it holds sessions_resume) of
+# the same build (`cargo test --release --features hip --test cpu --no-run` prints its
 # path). Writes $OUT/sessions-log.txt. Needs ~82 GiB of RAM for the file.
 set -uo pipefail
 bin="$(readlink -f "${1:?usage: run-sessions.sh BIN TEST_BIN TREE}")"
@@ -21,7 +21,7 @@ model=/dev/shm/flash.gguf
   [ -f "$model" ] || "$bin" gen-model --preset flash --seed 1 --out "$model" 2>&1 | tail -2
   step "8k-token conversation: time to ready from the KV snapshot vs prefilled again (HIP, weights copied)"
   DS4_MODEL="$model" DS4_BACKEND=hip timeout 500 "$test_bin" --exact \
-    time_to_ready_of_an_8k_conversation_from_its_snapshot_and_read_again --ignored --nocapture 2>&1 | tail -6
+    sessions_resume::time_to_ready_of_an_8k_conversation_from_its_snapshot_and_read_again --ignored --nocapture 2>&1 | tail -6
   echo "sessions rc=${PIPESTATUS[0]}"
   rm -f "$model"
   step done

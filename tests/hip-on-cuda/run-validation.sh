@@ -7,8 +7,8 @@
 #   run-validation.sh BIN TREE KERNELS_TEST_BIN [VECTORS_TEST_BIN [VECTORS_DIR]]
 # BIN: a `--features hip` release ds4-chat; TREE: this repository; KERNELS_TEST_BIN: the kernel
 # suite's test binary (`cargo test --release --features hip --test hip_kernels --no-run` prints its
-# path); VECTORS_TEST_BIN: the vectors integration test binary (`cargo test --release --features hip
-# --test vectors --no-run`); VECTORS_DIR: the vectors (default: TREE/tests/fixtures/vectors). The test
+# path); VECTORS_TEST_BIN: the `cpu` integration test binary (it holds the vectors tests) (`cargo test --release --features hip
+# --test cpu --no-run`); VECTORS_DIR: the vectors (default: TREE/tests/fixtures/vectors). The test
 # binary runs in TREE and rebuilds tiny_a.gguf with TREE/tools/gen_tiny_gguf.py, which needs python3
 # with numpy and gguf (carry the gguf wheel: PYTHONPATH).
 set -uo pipefail
