@@ -186,6 +186,11 @@ pub fn check_eval_tokens(tokens: &[u32], n_past: usize, ctx: usize, n_vocab: usi
     }
 }
 
+/// The error of a backend without a block verify (`DeviceSession::verify`).
+pub fn no_block_verify(backend: &str) -> BackendError {
+    BackendError::Other(format!("the {backend} backend has no block verify"))
+}
+
 /// Evaluates `tokens` as chunks of at most `chunk` through `run`, asking `progress` after every
 /// chunk but the last whether to go on: a stop returns `Cancelled` with the tokens done. The end is
 /// reported as `(total, total)`.
@@ -249,6 +254,26 @@ pub trait DeviceSession: Send {
     /// Next-token logits after the last evaluated token (length n_vocab). A GPU backend copies them
     /// from the device on the first call after an eval.
     fn logits(&self) -> &[f32];
+    /// Evaluate a block of draft tokens at positions `n_past()..` in one pass and keep what it
+    /// overwrites, so `commit` can take any suffix of it back (docs/model.md#block-verify-and-commit).
+    /// Afterwards the cache holds the whole block, `logits()` is the logits after its last token and
+    /// `block_logits()` those after every token. Any other evaluation, reset or restore commits the
+    /// whole block.
+    fn verify(&mut self, tokens: &[u32]) -> Result<(), BackendError> {
+        let _ = tokens;
+        Err(no_block_verify(self.name()))
+    }
+    /// The logits after every token of the last verified block (block length × n_vocab, token-major).
+    fn block_logits(&self) -> &[f32] {
+        &[]
+    }
+    /// Keep the first `keep` tokens (0..=block length) of the last verified block and leave every
+    /// cache exactly as if the rest had never been evaluated, re-evaluating nothing; `logits()` is then
+    /// the logits after the last kept token.
+    fn commit(&mut self, keep: usize) -> Result<(), BackendError> {
+        let _ = keep;
+        Err(no_block_verify(self.name()))
+    }
     /// Pick the next token on the device from the last eval's logits; `None` when this backend has
     /// no device sampling (the caller then samples `logits()` on the host).
     fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, BackendError>> {

@@ -15,6 +15,7 @@ mod sessions_common;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod block_verify;
 mod chat_render;
 mod chat_render_0731;
 mod cpu_engine;

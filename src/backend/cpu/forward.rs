@@ -21,6 +21,17 @@ use super::moe::{self, MoeScratch};
 use super::ops::{self, Rope};
 use super::quant::{Q8_0Act, dot_f16};
 use super::resolved::{HcW, Resolved};
+use super::undo::{Part, UndoLog};
+
+/// Which next-token logits a chunk computes.
+pub enum HeadOut<'a> {
+    /// None (a prefill chunk that is not the last).
+    None,
+    /// After the chunk's last token (n_vocab).
+    Last(&'a mut [f32]),
+    /// After every token of the chunk (n × n_vocab, token-major): a block verify.
+    Every(&'a mut [f32]),
+}
 
 /// Everything a chunk of up to `n_max` tokens needs, allocated once.
 pub struct Scratch {
@@ -131,15 +142,16 @@ pub struct ForwardPass<'a> {
 }
 
 impl ForwardPass<'_> {
-    /// Run `tokens` (at positions `p0..`) through every layer, updating `caches`. When `logits` is
-    /// given, the next-token logits after the last token are written to it.
+    /// Run `tokens` (at positions `p0..`) through every layer, updating `caches`, and write the
+    /// logits `out` asks for. With `undo`, every cache write is recorded first (`undo.rs`).
     pub fn forward_chunk(
         &self,
         tokens: &[u32],
         p0: usize,
         caches: &mut [LayerCache],
         s: &mut Scratch,
-        logits: Option<&mut [f32]>,
+        out: HeadOut<'_>,
+        mut undo: Option<&mut UndoLog>,
     ) {
         let hp = self.hp;
         let n = tokens.len();
@@ -160,11 +172,17 @@ impl ForwardPass<'_> {
             }
         }
         for (l, cache) in caches.iter_mut().enumerate() {
-            self.attention_layer(l, n, p0, cache, s);
+            self.attention_layer(l, n, p0, cache, s, undo.as_deref_mut());
             self.ffn_layer(l, tokens, s);
         }
-        if let Some(out) = logits {
-            self.head(n - 1, s, out);
+        match out {
+            HeadOut::None => {}
+            HeadOut::Last(logits) => self.head(n - 1, s, logits),
+            HeadOut::Every(logits) => {
+                for (t, row) in logits.chunks_exact_mut(hp.n_vocab).take(n).enumerate() {
+                    self.head(t, s, row);
+                }
+            }
         }
     }
 
@@ -216,7 +234,15 @@ impl ForwardPass<'_> {
         std::mem::swap(&mut s.hc, &mut s.hc_next);
     }
 
-    fn attention_layer(&self, l: usize, n: usize, p0: usize, cache: &mut LayerCache, s: &mut Scratch) {
+    fn attention_layer(
+        &self,
+        l: usize,
+        n: usize,
+        p0: usize,
+        cache: &mut LayerCache,
+        s: &mut Scratch,
+        mut undo: Option<&mut UndoLog>,
+    ) {
         let hp = self.hp;
         let lw = &self.w.layers[l];
         let (e, d, qr_w, qd) = (hp.n_embd, hp.head_dim, hp.q_lora_rank, hp.q_dim());
@@ -254,9 +280,15 @@ impl ForwardPass<'_> {
             let kv = &mut s.kv[t * d..(t + 1) * d];
             rope.apply(kv, d, pos, false);
             ops::fp8_kv_round_trip(kv, n_nope);
+            if let Some(u) = undo.as_deref_mut() {
+                u.raw_push(t, l, &cache.raw);
+            }
             cache.raw.push(kv);
             if let (Some(cw), Some((rows, st))) = (&lw.comp, cache.comp.as_mut()) {
                 let w = st.width();
+                if let Some(u) = undo.as_deref_mut() {
+                    u.state_push(t, l, Part::Comp, st, pos);
+                }
                 if st.push(
                     &s.ckv[t * w..(t + 1) * w],
                     &s.csc[t * w..(t + 1) * w],
@@ -278,11 +310,17 @@ impl ForwardPass<'_> {
                         ok,
                         "compressed row capacity exceeded (ctx too small for position {pos})"
                     );
+                    if let Some(u) = undo.as_deref_mut() {
+                        u.row_push(t, l, Part::Comp);
+                    }
                 }
             }
             let mut selected = false;
             if let (Some(iw), Some((rows, st))) = (&lw.indexer, cache.index.as_mut()) {
                 let w = st.width();
+                if let Some(u) = undo.as_deref_mut() {
+                    u.state_push(t, l, Part::Index, st, pos);
+                }
                 if st.push(
                     &s.ikv[t * w..(t + 1) * w],
                     &s.isc[t * w..(t + 1) * w],
@@ -301,6 +339,9 @@ impl ForwardPass<'_> {
                     );
                     let ok = rows.push(&s.idx_row);
                     assert!(ok, "indexer row capacity exceeded (ctx too small for position {pos})");
+                    if let Some(u) = undo.as_deref_mut() {
+                        u.row_push(t, l, Part::Index);
+                    }
                 }
                 selected = indexer::select(
                     self.pool,

@@ -21,6 +21,7 @@ pub mod reduce;
 pub mod resolved;
 pub mod state;
 pub mod transcend;
+pub mod undo;
 
 use std::sync::Arc;
 
@@ -28,9 +29,10 @@ use crate::model::weights::Model;
 
 use super::{BackendError, DeviceSession, MemoryReport, Progress, check_eval_tokens, eval_in_chunks};
 use cache::LayerCache;
-use forward::{ForwardPass, Scratch};
+use forward::{ForwardPass, HeadOut, Scratch};
 use ops::Rope;
 use resolved::Resolved;
+use undo::UndoLog;
 
 /// Tokens per prefill chunk: progress and cancellation are honoured between chunks.
 pub const PREFILL_CHUNK: usize = 128;
@@ -90,6 +92,7 @@ impl CpuModel {
             caches: (0..hp.n_layer).map(|l| LayerCache::new(hp, l, ctx)).collect(),
             scratch: Scratch::new(hp, ctx, PREFILL_CHUNK.min(ctx)),
             logits: vec![0.0; hp.n_vocab],
+            block: Block::default(),
         })
     }
 }
@@ -127,6 +130,27 @@ pub struct CpuSession {
     scratch: Scratch,
     tokens: Vec<u32>,
     logits: Vec<f32>,
+    block: Block,
+}
+
+/// The last verified block (docs/model.md#block-verify-and-commit).
+#[derive(Default)]
+struct Block {
+    /// Its length while it waits for `commit`; `None` once committed.
+    pending: Option<usize>,
+    /// The logits after each of its tokens (token-major).
+    logits: Vec<f32>,
+    /// The logits before it: those after the last kept token when none is kept.
+    logits_before: Vec<f32>,
+    /// What its tokens overwrote in the caches.
+    undo: UndoLog,
+}
+
+/// Which logits a chunk computes (`HeadOut` without the buffers).
+#[derive(Clone, Copy, PartialEq)]
+enum Head {
+    Last,
+    EveryWithUndo,
 }
 
 impl CpuSession {
@@ -154,7 +178,7 @@ impl CpuSession {
         self.pool.current_num_threads()
     }
 
-    fn run_chunk(&mut self, chunk: &[u32], want_logits: bool) {
+    fn run_chunk(&mut self, chunk: &[u32], head: Head) {
         let engine = ForwardPass {
             hp: &self.model.hp,
             file: self.model.file.bytes(),
@@ -163,14 +187,18 @@ impl CpuSession {
             ropes: &self.ropes,
         };
         let p0 = self.tokens.len();
-        engine.forward_chunk(
-            chunk,
-            p0,
-            &mut self.caches,
-            &mut self.scratch,
-            want_logits.then_some(&mut self.logits[..]),
-        );
+        let (out, undo) = match head {
+            Head::Last => (HeadOut::Last(&mut self.logits[..]), None),
+            Head::EveryWithUndo => (HeadOut::Every(&mut self.block.logits[..]), Some(&mut self.block.undo)),
+        };
+        engine.forward_chunk(chunk, p0, &mut self.caches, &mut self.scratch, out, undo);
         self.tokens.extend_from_slice(chunk);
+    }
+
+    /// The pending block, if any, stays as evaluated: its undo record is dropped.
+    fn commit_whole_block(&mut self) {
+        self.block.pending = None;
+        self.block.undo.clear();
     }
 
     /// Reset compressor rows that belong to no live window (docs/model.md#compressor), as ds4 does after a
@@ -210,10 +238,11 @@ impl DeviceSession for CpuSession {
             return Ok(());
         }
         check_eval_tokens(tokens, self.tokens.len(), self.ctx, self.model.hp.n_vocab)?;
+        self.commit_whole_block();
         // Logits after each chunk's last token (one head evaluation per chunk), so that a cancel
         // leaves `logits()` consistent with the cache at `done`.
         let chunk = self.scratch.n_max;
-        let r = eval_in_chunks(tokens, chunk, progress, |part| self.run_chunk(part, true));
+        let r = eval_in_chunks(tokens, chunk, progress, |part| self.run_chunk(part, Head::Last));
         if r.is_err() || tokens.len() > 1 {
             self.clear_stale_compressor_rows();
         }
@@ -224,7 +253,65 @@ impl DeviceSession for CpuSession {
         &self.logits
     }
 
+    /// One chunk of the forward pass with the head after every token and every cache write recorded
+    /// (`undo.rs`): the same arithmetic as decode, so row i is bitwise the logits a decode of
+    /// `tokens[..=i]` gives. The stale compressor rows are not reset (as after a decode step).
+    fn verify(&mut self, tokens: &[u32]) -> Result<(), BackendError> {
+        if tokens.is_empty() {
+            return Err(BackendError::Other("block verify of an empty block".into()));
+        }
+        let max = self.scratch.n_max;
+        if tokens.len() > max {
+            return Err(BackendError::Other(format!(
+                "a block of {} tokens is longer than the {max} one verify pass takes",
+                tokens.len()
+            )));
+        }
+        check_eval_tokens(tokens, self.tokens.len(), self.ctx, self.model.hp.n_vocab)?;
+        self.commit_whole_block();
+        let n_vocab = self.model.hp.n_vocab;
+        self.block.logits.resize(tokens.len() * n_vocab, 0.0);
+        self.block.logits_before.clone_from(&self.logits);
+        self.run_chunk(tokens, Head::EveryWithUndo);
+        self.logits
+            .copy_from_slice(&self.block.logits[(tokens.len() - 1) * n_vocab..]);
+        self.block.pending = Some(tokens.len());
+        Ok(())
+    }
+
+    fn block_logits(&self) -> &[f32] {
+        &self.block.logits
+    }
+
+    fn commit(&mut self, keep: usize) -> Result<(), BackendError> {
+        let Some(n) = self.block.pending else {
+            return Err(BackendError::Other(
+                "commit without a verified block (verify first)".into(),
+            ));
+        };
+        if keep > n {
+            return Err(BackendError::Other(format!(
+                "cannot keep {keep} tokens of a verified block of {n}"
+            )));
+        }
+        self.block.pending = None;
+        if keep < n {
+            self.block.undo.undo_from(keep, &mut self.caches);
+            self.tokens.truncate(self.tokens.len() - (n - keep));
+            let n_vocab = self.model.hp.n_vocab;
+            match keep {
+                0 => self.logits.copy_from_slice(&self.block.logits_before),
+                k => self
+                    .logits
+                    .copy_from_slice(&self.block.logits[(k - 1) * n_vocab..k * n_vocab]),
+            }
+        }
+        self.block.undo.clear();
+        Ok(())
+    }
+
     fn reset(&mut self) {
+        self.commit_whole_block();
         self.tokens.clear();
         for c in &mut self.caches {
             c.reset();
@@ -237,6 +324,7 @@ impl DeviceSession for CpuSession {
     }
 
     fn load_state(&mut self, bytes: &[u8]) -> Result<(), BackendError> {
+        self.commit_whole_block();
         state::load(self, bytes)
     }
 
@@ -249,6 +337,7 @@ impl DeviceSession for CpuSession {
         rows: &crate::backend::cache_rows::CacheRows,
         tokens: &[u32],
     ) -> Result<(), BackendError> {
+        self.commit_whole_block();
         state::import(self, rows, tokens)
     }
 
