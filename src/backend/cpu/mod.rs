@@ -4,7 +4,7 @@
 //! Module map: `quant` (activation quantization, dot products), `matvec` (row-parallel drivers),
 //! `ops` (norms, RoPE, FP8/FP4 simulations), `hc` (hyper-connections), `attention`, `compressor`,
 //! `indexer`, `moe`, `cache` (per-layer KV state), `resolved` (weight views), `forward` (the pass),
-//! `state` (checkpoint payload). This file owns `CpuModel` (the model, its weight views and the
+//! `state` (checkpoint payload), `undo` (what a verified block overwrote, for its commit). This file owns `CpuModel` (the model, its weight views and the
 //! thread pool, made once) and `CpuSession`, the session opened from it (cache, scratch, logits).
 
 pub mod attention;

@@ -151,3 +151,98 @@ fn unpush_raw(rows: &mut Rows, dropped: Option<&[f32]>) {
         rows.n += 1;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::hparams::HParams;
+
+    /// Deterministic values in [-1, 1).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+            })
+            .collect()
+    }
+
+    /// Token `pos`'s writes into `cache` in the order of the forward pass, recorded in `log` when
+    /// given: the raw push, then per compressor the state push and, at an emission, a row (the
+    /// pooled row stands in for the finished one; only the order of writes matters here).
+    fn feed(cache: &mut LayerCache, layer: usize, t: usize, pos: usize, mut log: Option<&mut UndoLog>) {
+        let seed = pos as u64 * 7 + 1;
+        let raw_row = values(cache.raw.rows.width, seed);
+        if let Some(l) = log.as_deref_mut() {
+            l.raw_push(t, layer, &cache.raw);
+        }
+        cache.raw.push(&raw_row);
+        for (part, slot) in [(Part::Comp, &mut cache.comp), (Part::Index, &mut cache.index)] {
+            let Some((rows, st)) = slot.as_mut() else { continue };
+            let w = st.width();
+            let (kv, sc, ape) = (values(w, seed + 2), values(w, seed + 3), vec![0.25; w * st.ratio]);
+            let mut out = vec![0.0; st.hd];
+            if let Some(l) = log.as_deref_mut() {
+                l.state_push(t, layer, part, st, pos);
+            }
+            if st.push(&kv, &sc, &ape, pos, &mut out) {
+                assert!(rows.push(&out));
+                if let Some(l) = log.as_deref_mut() {
+                    l.row_push(t, layer, part);
+                }
+            }
+        }
+    }
+
+    fn snapshot(c: &LayerCache) -> Vec<u32> {
+        let mut v: Vec<f32> = c.raw.rows.live().to_vec();
+        for (rows, st) in c.comp.iter().chain(c.index.iter()) {
+            v.extend_from_slice(rows.live());
+            v.extend_from_slice(&st.kv);
+            v.extend_from_slice(&st.score);
+            v.push(rows.n as f32);
+        }
+        v.push(c.raw.rows.n as f32);
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// A block longer than the raw window (so its own rows drop out too), across ratio-4 and
+    /// ratio-128 emissions, taken back to every prefix: each layer equals the cache that only saw
+    /// the kept tokens, bitwise.
+    #[test]
+    fn undo_from_every_offset_equals_feeding_only_the_kept_tokens() {
+        let mut hp = HParams::tiny();
+        hp.sliding_window = 4;
+        let ctx = 160;
+        // Layers 2 (ratio 4, with the indexer) and 3 (ratio 128) of the tiny schedule.
+        let layers = [2usize, 3];
+        assert_eq!((hp.ratio(2), hp.ratio(3)), (4, 128));
+        let (p0, block) = (122, 9);
+        let mut cases = 0;
+        for keep in 0..=block {
+            // `layer` of the log entries is the index into `caches`.
+            let mut caches: Vec<LayerCache> = layers.iter().map(|&l| LayerCache::new(&hp, l, ctx)).collect();
+            let mut want = caches.clone();
+            let mut log = UndoLog::default();
+            for i in 0..layers.len() {
+                for pos in 0..p0 {
+                    feed(&mut caches[i], i, 0, pos, None);
+                }
+                for t in 0..block {
+                    feed(&mut caches[i], i, t, p0 + t, Some(&mut log));
+                }
+                for pos in 0..p0 + keep {
+                    feed(&mut want[i], i, 0, pos, None);
+                }
+            }
+            log.undo_from(keep, &mut caches);
+            for (got, want) in caches.iter().zip(&want) {
+                assert_eq!(snapshot(got), snapshot(want), "keep {keep}");
+            }
+            assert!(log.entries.is_empty() && log.saved.is_empty());
+            cases += 1;
+        }
+        assert_eq!(cases, block + 1);
+    }
+}
