@@ -4,8 +4,9 @@
 //! Module map: `quant` (activation quantization, dot products), `matvec` (row-parallel drivers),
 //! `ops` (norms, RoPE, FP8/FP4 simulations), `hc` (hyper-connections), `attention`, `compressor`,
 //! `indexer`, `moe`, `cache` (per-layer KV state), `resolved` (weight views), `forward` (the pass),
-//! `state` (checkpoint payload), `undo` (what a verified block overwrote, for its commit). This file owns `CpuModel` (the model, its weight views and the
-//! thread pool, made once) and `CpuSession`, the session opened from it (cache, scratch, logits).
+//! `state` (checkpoint payload), `undo` (what a verified block overwrote, for its commit). This file
+//! owns `CpuModel` (the model, its weight views and the thread pool, made once) and `CpuSession`, the
+//! session opened from it (cache, scratch, logits, the pending verified block).
 
 pub mod attention;
 pub mod cache;
