@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use ds4_chat::backend::cpu::CpuModel;
+use ds4_chat::backend::cpu::{CpuModel, CpuSession};
 use ds4_chat::backend::{BackendError, DeviceModel, DeviceSession};
 use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
 use ds4_chat::gguf::GgufFile;
@@ -146,6 +146,14 @@ fn commit_rolls_back_every_rejected_suffix_across_cache_boundaries() {
         ("indexer selection start", first_selection + 1 - BLOCK / 2),
         ("ratio-128 emission", ratio_128_emission + 1 - BLOCK / 2),
     ];
+    // The premise of the indexer placement: up to `first_selection` the ratio-4 layer (1) holds
+    // top-k indexer rows, after it one more, so its selection starts inside that block.
+    let mut probe = s.engine.session(s.ctx).unwrap();
+    let index_rows = |probe: &CpuSession| probe.caches()[1].index.as_ref().map(|(rows, _)| rows.n);
+    probe.load_state(&s.reference.states[first_selection]).unwrap();
+    assert_eq!(index_rows(&probe), Some(hp.idx_top_k));
+    probe.load_state(&s.reference.states[first_selection + 1]).unwrap();
+    assert_eq!(index_rows(&probe), Some(hp.idx_top_k + 1));
     let mut session = s.engine.open_session(s.ctx).unwrap();
     let mut fresh = s.engine.open_session(s.ctx).unwrap();
     let mut cases = 0;
