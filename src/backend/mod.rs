@@ -259,6 +259,11 @@ pub trait DeviceSession: Send {
     /// Afterwards the cache holds the whole block, `logits()` is the logits after its last token and
     /// `block_logits()` those after every token. Any other evaluation, reset or restore commits the
     /// whole block.
+    /// Whether `verify`, `block_logits` and `commit` are implemented (speculative decoding falls
+    /// back to plain decode where they are not).
+    fn has_block_verify(&self) -> bool {
+        false
+    }
     fn verify(&mut self, tokens: &[u32]) -> Result<(), BackendError> {
         let _ = tokens;
         Err(no_block_verify(self.name()))

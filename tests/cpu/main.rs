@@ -27,5 +27,6 @@ mod fuzz_corpus;
 mod genmodel_tiny;
 mod official_vectors;
 mod sessions_resume;
+mod speculative_decode;
 mod tokenizer_corpus;
 mod vectors;

@@ -254,6 +254,10 @@ impl DeviceSession for CpuSession {
         &self.logits
     }
 
+    fn has_block_verify(&self) -> bool {
+        true
+    }
+
     /// One chunk of the forward pass with the head after every token and every cache write recorded
     /// (`undo.rs`): the same arithmetic as decode, so row i is bitwise the logits a decode of
     /// `tokens[..=i]` gives. The stale compressor rows are not reset (as after a decode step).
