@@ -122,8 +122,9 @@ impl ConfigArg {
 /// The one settings value of a run: the config file's keys over the defaults, the flags over both.
 pub use crate::tui::config::Config;
 
-/// Where the engine runs: `--threads`, `--backend`, `--weights` and `--exact` of the app, `run`,
-/// `serve` and `bench` (config keys `threads`, `backend`, `weights`, `arithmetic`).
+/// Where and how the engine runs: `--threads`, `--backend`, `--weights`, `--speculate` and `--exact`
+/// of the app, `run`, `serve` and `bench` (config keys `threads`, `backend`, `weights`, `speculate`,
+/// `arithmetic`).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct PlacementArgs {
     /// CPU threads, 0 = all cores [default: 0].
@@ -136,6 +137,10 @@ pub struct PlacementArgs {
     /// [default: auto].
     #[arg(long, value_name = "auto|copy|map")]
     pub weights: Option<String>,
+    /// Speculative decoding: off (plain decode) or ngram (prompt lookup drafts, checked in one block
+    /// verify; plain decode where the backend has none) [default: off].
+    #[arg(long, value_name = "off|ngram")]
+    pub speculate: Option<String>,
     #[command(flatten)]
     pub arithmetic: ArithmeticArgs,
 }
@@ -155,6 +160,9 @@ impl PlacementArgs {
         }
         if let Some(v) = &self.weights {
             c.weights = named("--weights", settings::parse_weights(v))?;
+        }
+        if let Some(v) = &self.speculate {
+            c.speculate = named("--speculate", crate::engine::speculate::Speculate::parse(v))?;
         }
         if let Some(mode) = self.arithmetic.requested() {
             c.arithmetic = mode;

@@ -15,10 +15,13 @@ use super::CliResult;
 use crate::backend::{BackendError, DeviceSession};
 use crate::engine::backend_open::{PlacementRequest, open_device_model};
 use crate::engine::events::SamplingParams;
-use crate::engine::generate::{Hooks, Limits, Stop, generate, sample_next};
+use crate::engine::generate::{Hooks, Limits, Speculation, Stop, generate, generate_speculative, sample_next};
 use crate::engine::logprobs::{self, LogprobDump};
 use crate::engine::sampler::{Sampler, argmax};
 use crate::engine::settings::{self, named};
+use crate::engine::speculate::Speculate;
+use crate::engine::speculate::accept::{BlockLogits, Outcome, SamplingRule, accept};
+use crate::engine::speculate::drafter::Draft;
 use crate::model::chat::{ThinkMode, one_shot_prompt};
 use crate::model::detok::StreamDecoder;
 use crate::model::detok::TextKind;
@@ -89,6 +92,7 @@ struct RunSettings {
     placement: super::PlacementRequest,
     think: ThinkMode,
     system: String,
+    speculate: Speculate,
 }
 
 impl RunSettings {
@@ -112,6 +116,7 @@ impl RunSettings {
             placement: super::placement_of(&c),
             think: c.think,
             system: c.system,
+            speculate: c.speculate,
         })
     }
 }
@@ -123,13 +128,15 @@ pub fn generation_budget(max_tokens: usize, ctx: usize, n_past: usize) -> usize 
 }
 
 /// Sample up to `budget` tokens after the prefilled state in `backend`, handing each to `emit`; EOS
-/// ends the loop and is not emitted. Returns the number of tokens emitted and why it stopped.
+/// ends the loop and is not emitted. With `spec`, speculatively (exact speculative sampling, so the
+/// output is plain sampling's). Returns the number of tokens emitted and why it stopped.
 pub fn sample_loop(
     backend: &mut dyn DeviceSession,
     sampler: &mut Sampler,
     params: &SamplingParams,
     budget: usize,
     eos: u32,
+    spec: Option<&mut Speculation>,
     emit: &mut dyn FnMut(u32) -> Result<(), String>,
 ) -> Result<(usize, Stop), String> {
     struct Sampling<'a> {
@@ -144,6 +151,9 @@ pub fn sample_loop(
         fn token(&mut self, token: u32) -> Result<(), String> {
             (self.emit)(token)
         }
+        fn judge(&mut self, draft: &Draft, logits: &BlockLogits<'_>) -> Option<Result<Outcome, String>> {
+            Some(accept(SamplingRule::Exact, draft, logits, self.sampler, self.params))
+        }
     }
     let limits = Limits {
         max_new: budget,
@@ -151,7 +161,11 @@ pub fn sample_loop(
         decode_last: false,
     };
     let mut hooks = Sampling { sampler, params, emit };
-    generate(backend, limits, &mut hooks).map_err(|e| e.to_string())
+    match spec {
+        Some(spec) => generate_speculative(backend, limits, &mut hooks, spec),
+        None => generate(backend, limits, &mut hooks),
+    }
+    .map_err(|e| e.to_string())
 }
 
 /// ds4's `--dump-logprobs` (docs/sampler.md#log-probability-dumps): from the prefilled state, a greedy
@@ -281,6 +295,14 @@ pub fn run(args: Args) -> CliResult {
         }
         Ok(())
     };
+    let mut spec = set.speculate.drafter().map(|d| Speculation::new(d, &prompt));
+    if spec.is_some() && !backend.has_block_verify() {
+        eprintln!(
+            "ds4-chat: the {} backend has no block verify; --speculate {} decodes plainly",
+            backend.name(),
+            set.speculate.name()
+        );
+    }
     let t_decode = Instant::now();
     let (generated, _why) = sample_loop(
         backend.as_mut(),
@@ -288,6 +310,7 @@ pub fn run(args: Args) -> CliResult {
         &params,
         budget,
         specials.eos,
+        spec.as_mut(),
         &mut |t| write_deltas(decoder.push(&tok, t)),
     )?;
     write_deltas(decoder.finish())?;
@@ -304,6 +327,16 @@ pub fn run(args: Args) -> CliResult {
         prompt.len() as f64 / prefill_s.max(1e-9),
         generated as f64 / decode_s.max(1e-9),
     );
+    if let Some(f) = spec.map(|s| s.figures) {
+        eprintln!(
+            "ds4-chat: speculate {}: {} cycles, {} drafted, {} accepted, {:.2} tokens per cycle",
+            set.speculate.name(),
+            f.cycles,
+            f.drafted,
+            f.accepted,
+            f.tokens_per_cycle()
+        );
+    }
     Ok(())
 }
 
@@ -405,7 +438,7 @@ mod tests {
         b.eval(prompt, &mut |_, _| true).unwrap();
         let mut out = vec![];
         let mut s = Sampler::new(Some(1));
-        let (n, why) = sample_loop(&mut b, &mut s, &greedy(), budget, 7, &mut |t| {
+        let (n, why) = sample_loop(&mut b, &mut s, &greedy(), budget, 7, None, &mut |t| {
             out.push(t);
             Ok(())
         })

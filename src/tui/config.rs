@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::backend::arithmetic::Arithmetic;
 use crate::engine::events::{BackendChoice, SamplingParams, WeightsMode};
+use crate::engine::speculate::Speculate;
 use crate::model::chat::ThinkMode;
 
 use crate::engine::settings::{
@@ -100,6 +101,7 @@ struct FileConfig {
     theme: Option<Theme>,
     remote: Option<FileRemote>,
     sessions_budget_gib: Option<f64>,
+    speculate: Option<String>,
 }
 
 /// The resolved settings of one app run (file defaults, then file values, then CLI flags).
@@ -121,6 +123,8 @@ pub struct Config {
     pub remote: RemoteConfig,
     /// Disk budget of the sessions' KV snapshots, bytes (docs/sessions.md#disk-budget).
     pub sessions_budget: u64,
+    /// Speculative decoding's drafter (docs/speculative.md); off: plain decode.
+    pub speculate: Speculate,
 }
 
 /// Default disk budget of the KV snapshots: 4 GiB.
@@ -150,6 +154,7 @@ impl Default for Config {
             theme: Theme::Dark,
             remote: RemoteConfig::default(),
             sessions_budget: DEFAULT_SESSIONS_BUDGET,
+            speculate: Speculate::Off,
         }
     }
 }
@@ -247,6 +252,9 @@ pub fn parse_over(text: &str, base: Config) -> Result<Config, String> {
     }
     if let Some(v) = file.sessions_budget_gib {
         c.sessions_budget = named("key `sessions_budget_gib`", parse_budget_gib(v))?;
+    }
+    if let Some(v) = file.speculate {
+        c.speculate = named("key `speculate`", Speculate::parse(&v))?;
     }
     Ok(c)
 }
