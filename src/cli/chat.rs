@@ -127,6 +127,7 @@ fn open_local(config: Result<Config, String>, args: &Args) -> Result<Opened, Str
             let link = spawn_engine();
             let _ = link.commands.send(Command::Load(load.clone()));
             let _ = link.commands.send(Command::SetSampling(cfg.sampling.clone()));
+            let _ = link.commands.send(Command::SetSpeculate(cfg.speculate));
             let budget = cfg.sessions_budget;
             let mut app = App::new(cfg, label, Some(load));
             app.sessions = SessionsState::new(Store::default_location(), budget);

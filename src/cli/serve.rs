@@ -109,6 +109,7 @@ fn options(a: &Args) -> Result<ServeOptions, String> {
             think: c.think,
             max_tokens: c.max_tokens,
         },
+        speculate: c.speculate,
     })
 }
 

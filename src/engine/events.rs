@@ -118,6 +118,8 @@ pub enum Command {
     /// Change the sampling of the turn in flight from its next token (each `Submit` brings its
     /// own settings, which replace this).
     SetSampling(SamplingParams),
+    /// Speculative decoding for the turns that follow (docs/speculative.md); `Off` by default.
+    SetSpeculate(crate::engine::speculate::Speculate),
     /// Write the session's cache and the tokens it holds to a KV snapshot file
     /// (docs/sessions.md#kv-snapshots); answered by `SnapshotSaved`.
     SaveSnapshot {
@@ -295,6 +297,9 @@ pub enum Event {
     Stats(LiveStats),
     /// The server's own figures of the turn (remote worker only), before its `TurnFinished`.
     Server(ServerReport),
+    /// Speculative decoding's figures of the turn (docs/speculative.md), before its
+    /// `TurnFinished`; only for a turn that decoded with a drafter.
+    Speculation(crate::engine::generate::SpeculationFigures),
     TurnFinished {
         reason: FinishReason,
         generated: u32,

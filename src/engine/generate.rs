@@ -92,6 +92,18 @@ impl DecodeState for PromptCache {
     fn room(&self) -> usize {
         self.ctx().saturating_sub(self.tokens().len())
     }
+    fn has_block_verify(&self) -> bool {
+        PromptCache::has_block_verify(self)
+    }
+    fn verify(&mut self, tokens: &[u32]) -> Result<(), BackendError> {
+        PromptCache::verify(self, tokens)
+    }
+    fn block_logits(&self) -> &[f32] {
+        PromptCache::block_logits(self)
+    }
+    fn commit(&mut self, keep: usize) -> Result<(), BackendError> {
+        PromptCache::commit(self, keep)
+    }
 }
 
 /// The next token under `params`: on the device when the backend can pick there (only the id comes

@@ -33,6 +33,8 @@ pub struct PromptCache {
     tokens: Vec<u32>,
     checkpoints: Vec<Checkpoint>,
     max_checkpoints: usize,
+    /// The block of the last `verify`, until `commit` says how much of it the cache keeps.
+    block: Vec<u32>,
 }
 
 impl PromptCache {
@@ -45,6 +47,7 @@ impl PromptCache {
             tokens: Vec::new(),
             checkpoints: Vec::new(),
             max_checkpoints,
+            block: Vec::new(),
         }
     }
 
@@ -105,6 +108,34 @@ impl PromptCache {
     /// Evaluate one more token (generation).
     pub fn decode(&mut self, token: u32) -> Result<(), BackendError> {
         self.eval_tracked(&[token], &mut |_, _| true)
+    }
+
+    /// Whether the backend has a block verify (`DeviceSession::has_block_verify`).
+    pub fn has_block_verify(&self) -> bool {
+        self.backend.has_block_verify()
+    }
+
+    /// Evaluate a block of tokens in one verify pass (`DeviceSession::verify`); `commit` then says
+    /// how many of them the cache keeps.
+    pub fn verify(&mut self, block: &[u32]) -> Result<(), BackendError> {
+        self.block.clear();
+        self.backend.verify(block)?;
+        self.block.extend_from_slice(block);
+        Ok(())
+    }
+
+    /// The logits after every token of the verified block.
+    pub fn block_logits(&self) -> &[f32] {
+        self.backend.block_logits()
+    }
+
+    /// Keep the first `keep` tokens of the verified block (`DeviceSession::commit`).
+    pub fn commit(&mut self, keep: usize) -> Result<(), BackendError> {
+        self.backend.commit(keep)?;
+        let kept = keep.min(self.block.len());
+        self.tokens.extend_from_slice(&self.block[..kept]);
+        self.block.clear();
+        Ok(())
     }
 
     /// Keep only the first `keep_tokens` tokens. The backend cannot drop cache rows, so the shorter

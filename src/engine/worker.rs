@@ -34,6 +34,7 @@ use crate::model::chat::{Conversation, THINK_MAX_MIN_CTX, ThinkMode};
 
 use super::events::{Command, Event, FinishReason, LoadRequest, ModelInfo, SamplingParams, TextKind, WarmupPhase};
 use super::prompt_cache::PromptCache;
+use super::speculate::Speculate;
 use super::warmup::{WarmupJob, WarmupStatus, default_warmup_threads};
 use crate::backend::residency::{MappedRegion, ResidencyProbe};
 use crate::sessions::store::TranscriptIds;
@@ -229,6 +230,10 @@ struct WorkerState {
     residency: Option<ResidencyThread>,
     /// A turn is being handled (so a panic must still end it with `TurnFinished`).
     turn_in_flight: bool,
+    /// The drafter of speculative decoding (`SetSpeculate`).
+    speculate: Speculate,
+    /// The notice that this backend decodes plainly despite `speculate` was given.
+    speculate_notice_given: bool,
 }
 
 /// The worker's side of the command channel, with what a turn in flight sets aside.
@@ -296,6 +301,8 @@ impl WorkerState {
             warmup: None,
             residency: None,
             turn_in_flight: false,
+            speculate: Speculate::Off,
+            speculate_notice_given: false,
         }
     }
 
@@ -400,6 +407,7 @@ impl WorkerState {
             }
             Command::Rewind { keep_tokens } => self.rewind(keep_tokens as usize),
             Command::SetSampling(p) => self.inbox.sampling_override = Some(p),
+            Command::SetSpeculate(s) => self.speculate = s,
             Command::SaveSnapshot { path } => self.save_snapshot(path),
             Command::Resume(req) => self.resume(req),
         }

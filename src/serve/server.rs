@@ -44,6 +44,8 @@ pub struct ServeOptions {
     pub queue: usize,
     pub max_body: usize,
     pub defaults: TurnDefaults,
+    /// Speculative decoding of every turn (docs/speculative.md).
+    pub speculate: crate::engine::speculate::Speculate,
 }
 
 /// How the last turn ended, for `/health`.
@@ -139,6 +141,7 @@ pub fn run(opts: ServeOptions) -> Result<(), String> {
     let listener = TcpListener::bind(opts.addr).map_err(|e| format!("cannot listen on {}: {e}", opts.addr))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     let worker = Worker::spawn(Box::new(EngineLoader::new()));
+    worker.send(Command::SetSpeculate(opts.speculate));
     let ctx = load(&worker, opts.load)?;
     let server = Arc::new(Server {
         model_id: opts.model_id,

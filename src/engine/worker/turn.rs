@@ -7,10 +7,14 @@ use std::time::{Duration, Instant};
 use super::{Inbox, Interrupt, TextStream, WorkerState};
 use crate::backend::BackendError;
 use crate::engine::events::{Event, FinishReason, SamplingParams, TextKind, TurnRequest};
-use crate::engine::generate::{GenerateError, Hooks, Limits, Stop, generate, sample_next};
+use crate::engine::generate::{
+    GenerateError, Hooks, Limits, Speculation, Stop, generate, generate_speculative, sample_next,
+};
 use crate::engine::metrics::TurnTimeline;
 use crate::engine::prompt_cache::PromptCache;
 use crate::engine::sampler::Sampler;
+use crate::engine::speculate::accept::{BlockLogits, Outcome, SamplingRule, accept};
+use crate::engine::speculate::drafter::Draft;
 use crate::model::chat::THINK_MAX_MIN_CTX;
 
 /// Least time between two prefill progress events, and between two live stats while decoding.
@@ -54,7 +58,14 @@ impl WorkerState {
 
     /// The chat flow of one turn; returns (generated tokens, why it ended).
     fn run_turn(&mut self, req: &TurnRequest, submitted: Instant) -> (u32, FinishReason) {
-        let WorkerState { inbox, tx, loaded, .. } = self;
+        let WorkerState {
+            inbox,
+            tx,
+            loaded,
+            speculate,
+            speculate_notice_given,
+            ..
+        } = self;
         let l = loaded.as_mut().expect("checked by the caller");
         let emit = |e: Event| {
             let _ = tx.send(e);
@@ -162,7 +173,21 @@ impl WorkerState {
             tx,
             inbox,
         };
-        let result = generate(&mut l.session, limits, &mut hooks);
+        let mut spec = speculate.drafter().map(|d| Speculation::new(d, l.session.tokens()));
+        if spec.is_some() && !l.session.has_block_verify() && !*speculate_notice_given {
+            *speculate_notice_given = true;
+            emit(Event::Notice {
+                message: format!(
+                    "the {} backend has no block verify: speculate {} decodes plainly",
+                    l.session.backend().name(),
+                    speculate.name()
+                ),
+            });
+        }
+        let result = match spec.as_mut() {
+            Some(spec) => generate_speculative(&mut l.session, limits, &mut hooks, spec),
+            None => generate(&mut l.session, limits, &mut hooks),
+        };
         let TurnHooks {
             mut stream,
             generated,
@@ -188,6 +213,9 @@ impl WorkerState {
             emit(Event::Text { kind, text });
         }
         emit(live_stats(&tl, &l.session));
+        if let Some(spec) = spec {
+            emit(Event::Speculation(spec.figures));
+        }
         l.text.turn_done(&req.conversation, &generated, reason);
         (generated.len() as u32, reason)
     }
@@ -272,10 +300,22 @@ impl Hooks<PromptCache> for TurnHooks<'_> {
             step: generated as u32,
             elapsed: self.step_start.elapsed(),
         });
+        // Tokens of a speculative block arrive without a `pick` between them.
+        self.step_start = Instant::now();
         if self.last_stats.elapsed() >= STATS_PERIOD {
             self.last_stats = Instant::now();
             let _ = self.tx.send(live_stats(self.tl, session));
         }
         self.inbox.poll_during_turn() == Interrupt::None
+    }
+
+    fn judge(&mut self, draft: &Draft, logits: &BlockLogits<'_>) -> Option<Result<Outcome, String>> {
+        Some(accept(
+            SamplingRule::Exact,
+            draft,
+            logits,
+            &mut self.sampler,
+            &self.params,
+        ))
     }
 }
