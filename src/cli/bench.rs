@@ -13,8 +13,10 @@ use std::time::Instant;
 use super::CliResult;
 use crate::backend::{BackendError, DeviceSession};
 use crate::engine::backend_open::open_device_model;
-use crate::engine::generate::{Hooks, Limits, generate};
+use crate::engine::generate::{Hooks, Limits, Speculation, generate, generate_speculative};
 use crate::engine::settings::{self, named};
+use crate::engine::speculate::accept::{BlockLogits, Outcome};
+use crate::engine::speculate::drafter::Draft;
 use crate::model::Model;
 use crate::model::accounting::{table_from_model, weight_bytes_per_token};
 use crate::model::tokenizer::Tokenizer;
@@ -138,6 +140,20 @@ impl<'b> Hooks<dyn DeviceSession + 'b> for GreedyPastEos {
     fn token(&mut self, _token: u32) -> Result<(), String> {
         Ok(())
     }
+    /// The greedy rule (`speculate::accept::greedy`) with this pick: drafts kept while they equal
+    /// the argmax without EOS, then that argmax.
+    fn judge(&mut self, draft: &Draft, logits: &BlockLogits<'_>) -> Option<Result<Outcome, String>> {
+        if logits.rows() != draft.len() + 1 {
+            return Some(Err(format!("{} drafts with {} logit rows", draft.len(), logits.rows())));
+        }
+        let accepted = (0..draft.len())
+            .take_while(|&i| argmax_excluding(logits.row(i), self.eos) == draft.tokens[i])
+            .count();
+        Some(Ok(Outcome {
+            accepted,
+            next: argmax_excluding(logits.row(accepted), self.eos),
+        }))
+    }
 }
 
 /// Streaming read bandwidth of this machine's memory in GB/s (sum over a 1 GiB buffer, all cores).
@@ -192,7 +208,10 @@ pub fn run(args: Args) -> CliResult {
         .map(|c| c as usize)
     };
     check_ctx_alloc(None)?;
-    let placement = args.placement.checked(args.config.load(super::Config::default())?)?;
+    let mut config = args.config.load(super::Config::default())?;
+    args.placement.apply(&mut config)?;
+    let placement = super::placement_of(&config);
+    let speculate = config.speculate;
     if let Some(p) = args.peak_gbps
         && !(p.is_finite() && p > 0.0)
     {
@@ -291,8 +310,25 @@ pub fn run(args: Args) -> CliResult {
             stop_token: None,
             decode_last: true,
         };
-        generate(backend.as_mut(), limits, &mut GreedyPastEos { eos }).map_err(|e| e.to_string())?;
+        let history = &prompt[..frontier];
+        let mut spec = speculate.drafter().map(|d| Speculation::new(d, history));
+        let mut hooks = GreedyPastEos { eos };
+        match spec.as_mut() {
+            Some(spec) => generate_speculative(backend.as_mut(), limits, &mut hooks, spec),
+            None => generate(backend.as_mut(), limits, &mut hooks),
+        }
+        .map_err(|e| e.to_string())?;
         let gen_secs = t.elapsed().as_secs_f64();
+        if let Some(f) = spec.map(|s| s.figures) {
+            eprintln!(
+                "ds4-chat bench: ctx {frontier}: speculate {}: {} cycles, {} drafted, {} accepted, {:.2} tokens per cycle",
+                speculate.name(),
+                f.cycles,
+                f.drafted,
+                f.accepted,
+                f.tokens_per_cycle()
+            );
+        }
         backend.load_state(&snapshot).map_err(|e| e.to_string())?;
         let row = BenchRow {
             ctx_tokens: frontier,

@@ -1,7 +1,8 @@
 //! The OpenAI JSON shapes the server answers with: the model list, a whole `chat.completion`, the
 //! `chat.completion.chunk`s of a stream, `usage` (with `prompt_tokens_details.cached_tokens`) and the
 //! `timings` object (llama-server's field names: `prompt_n`, `prompt_ms`, `prompt_per_second`,
-//! `predicted_n`, `predicted_ms`, `predicted_per_second`, plus `cache_n`).
+//! `predicted_n`, `predicted_ms`, `predicted_per_second`, `draft_n` and `draft_n_accepted` when the
+//! turn decoded speculatively, plus `cache_n`).
 //!
 //! Owns field names and values only. Must not do I/O.
 
@@ -59,7 +60,7 @@ pub fn usage(u: &Usage) -> Value {
 
 pub fn timings(t: &Timings, u: &Usage) -> Value {
     let per_token = |n: u32, ms: f64| if n == 0 { 0.0 } else { ms / n as f64 };
-    json!({
+    let mut v = json!({
         "cache_n": u.cached_tokens,
         "prompt_n": t.prompt_n,
         "prompt_ms": t.prompt_ms,
@@ -69,7 +70,12 @@ pub fn timings(t: &Timings, u: &Usage) -> Value {
         "predicted_ms": t.predicted_ms,
         "predicted_per_token_ms": per_token(t.predicted_n, t.predicted_ms),
         "predicted_per_second": t.predicted_per_second(),
-    })
+    });
+    if let Some((drafted, accepted)) = t.draft {
+        v["draft_n"] = json!(drafted);
+        v["draft_n_accepted"] = json!(accepted);
+    }
+    v
 }
 
 /// `GET /v1/models`.
@@ -180,6 +186,7 @@ mod tests {
             prompt_ms: 12.0,
             predicted_n: 3,
             predicted_ms: 30.0,
+            draft: Some((5, 2)),
         };
         let c = completion(&id, "hi", Some("why"), FinishReason::Length, &u, &t);
         assert_eq!(c["choices"][0]["message"]["content"], "hi");
@@ -190,6 +197,12 @@ mod tests {
         assert_eq!(c["timings"]["prompt_per_second"], 500.0);
         assert_eq!(c["timings"]["predicted_per_second"], 100.0);
         assert_eq!(c["timings"]["cache_n"], 4);
+        assert_eq!(
+            (&c["timings"]["draft_n"], &c["timings"]["draft_n_accepted"]),
+            (&json!(5), &json!(2))
+        );
+        let plain = Timings { draft: None, ..t };
+        assert!(timings(&plain, &u).get("draft_n").is_none());
         let r = text_chunk(&id, TextKind::Reasoning, "x");
         assert_eq!(r["choices"][0]["delta"]["reasoning_content"], "x");
         assert!(r["choices"][0]["delta"].get("content").is_none());

@@ -43,6 +43,9 @@ pub struct Timings {
     /// Tokens generated and the summed time of their decode steps.
     pub predicted_n: u32,
     pub predicted_ms: f64,
+    /// Tokens drafted and drafts accepted (llama-server's `draft_n`, `draft_n_accepted`); `None`
+    /// when the turn did not decode speculatively.
+    pub draft: Option<(u32, u32)>,
 }
 
 impl Timings {
@@ -122,6 +125,7 @@ pub fn run_turn(
                 cancelled |= !delivered && worker.send(Command::Cancel);
             }
             Event::TokenTiming { elapsed, .. } => timings.predicted_ms += elapsed.as_secs_f64() * 1000.0,
+            Event::Speculation(f) => timings.draft = Some((f.drafted as u32, f.accepted as u32)),
             Event::Error { message, .. } => error = Some(message),
             Event::TurnFinished { reason, generated, .. } => {
                 usage.completion_tokens = generated;
@@ -160,6 +164,7 @@ mod tests {
             prompt_ms: 100.0,
             predicted_n: 0,
             predicted_ms: 0.0,
+            draft: None,
         };
         assert_eq!(t.prompt_per_second(), 500.0);
         assert_eq!(t.predicted_per_second(), 0.0);
