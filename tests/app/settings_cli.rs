@@ -88,7 +88,10 @@ fn shared_cases(ctx_range: &str) -> Vec<Case> {
         range_case("--threads", "-4", THREADS),
         choice_case("--backend", "cuda", BACKENDS),
         choice_case("--speculate", "eagle", "off, ngram"),
-        case(&["--speculate", "dspark"], "--speculate: \"dspark\" is not available yet (off, ngram)"),
+        case(
+            &["--speculate", "dspark"],
+            "--speculate: \"dspark\" is not available yet (off, ngram)",
+        ),
     ]
 }
 
@@ -177,7 +180,10 @@ fn chat_app_refuses_bad_flags_and_config_keys() {
         ("threads = 4097", out_of_range("key `threads`", "4097", THREADS)),
         ("backend = \"cuda\"", not_one_of("key `backend`", "cuda", BACKENDS)),
         ("weights = \"mmap\"", not_one_of("key `weights`", "mmap", WEIGHTS)),
-        ("speculate = \"eagle\"", not_one_of("key `speculate`", "eagle", "off, ngram")),
+        (
+            "speculate = \"eagle\"",
+            not_one_of("key `speculate`", "eagle", "off, ngram"),
+        ),
         (
             "think = \"maybe\"",
             not_one_of("key `think`", "maybe", "off, high, max"),
