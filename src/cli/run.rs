@@ -6,6 +6,7 @@
 //! writes ds4's greedy logprob dump (docs/sampler.md#log-probability-dumps). Owns argument handling and
 //! printing only.
 
+use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,12 +16,15 @@ use super::CliResult;
 use crate::backend::{BackendError, DeviceSession};
 use crate::engine::backend_open::{PlacementRequest, open_device_model};
 use crate::engine::events::SamplingParams;
-use crate::engine::generate::{Hooks, Limits, Speculation, Stop, generate, generate_speculative, sample_next};
+use crate::engine::generate::{
+    GenerateError, Hooks, Limits, Speculation, Stop, generate, generate_speculative, sample_next,
+};
+use crate::engine::logprobs::TokenScore;
 use crate::engine::logprobs::{self, LogprobDump};
 use crate::engine::sampler::{Sampler, argmax};
 use crate::engine::settings::{self, named};
 use crate::engine::speculate::Speculate;
-use crate::engine::speculate::accept::{BlockLogits, Outcome, SamplingRule, accept};
+use crate::engine::speculate::accept::{BlockLogits, Outcome, SamplingRule, accept, greedy};
 use crate::engine::speculate::drafter::Draft;
 use crate::model::chat::{ThinkMode, one_shot_prompt};
 use crate::model::detok::StreamDecoder;
@@ -170,7 +174,9 @@ pub fn sample_loop(
 
 /// ds4's `--dump-logprobs` (docs/sampler.md#log-probability-dumps): from the prefilled state, a greedy
 /// continuation of up to `budget` steps, each recording the selected token and the top-`k` logprobs;
-/// the step that selects EOS is written and ends the dump.
+/// the step that selects EOS is written and ends the dump. With `spec`, speculatively: the steps of
+/// accepted drafts read their rows of the verified block's logits, which are the decode's bit for
+/// bit on an exact verify, so the dump is plain decoding's byte for byte.
 pub fn greedy_logprob_dump(
     backend: &mut dyn DeviceSession,
     prompt_tokens: usize,
@@ -178,21 +184,85 @@ pub fn greedy_logprob_dump(
     budget: usize,
     eos: u32,
     token_bytes: &dyn Fn(u32) -> Vec<u8>,
+    spec: Option<&mut Speculation>,
 ) -> Result<String, String> {
-    let mut dump = LogprobDump::new(prompt_tokens, backend.ctx(), k);
-    let mut none = |_: usize, _: usize| true;
-    for _ in 0..budget {
-        let top = logprobs::top_logprobs(backend.logits(), k);
-        let token = argmax(backend.logits());
-        dump.push_step(token, &top, token_bytes);
-        if token == eos {
-            break;
-        }
-        backend
-            .eval(&[token], &mut none)
-            .map_err(|e| format!("decode failed while dumping logprobs: {e}"))?;
+    /// Each chosen token with its top logprobs, queued until it is handed out (a verified block
+    /// chooses several at once).
+    struct Dump<'a> {
+        k: usize,
+        chosen: VecDeque<(u32, Vec<TokenScore>)>,
+        dump: LogprobDump,
+        token_bytes: &'a dyn Fn(u32) -> Vec<u8>,
     }
-    Ok(dump.finish())
+    impl Dump<'_> {
+        fn write_next(&mut self) {
+            if let Some((token, top)) = self.chosen.pop_front() {
+                self.dump.push_step(token, &top, self.token_bytes);
+            }
+        }
+    }
+    impl<'b> Hooks<dyn DeviceSession + 'b> for Dump<'_> {
+        fn pick(&mut self, state: &mut (dyn DeviceSession + 'b)) -> Result<u32, BackendError> {
+            let token = argmax(state.logits());
+            self.chosen
+                .push_back((token, logprobs::top_logprobs(state.logits(), self.k)));
+            Ok(token)
+        }
+        fn token(&mut self, _token: u32) -> Result<(), String> {
+            self.write_next();
+            Ok(())
+        }
+        fn judge(&mut self, draft: &Draft, logits: &BlockLogits<'_>) -> Option<Result<Outcome, String>> {
+            let outcome = match greedy(&draft.tokens, logits) {
+                Ok(o) => o,
+                Err(e) => return Some(Err(e)),
+            };
+            let chosen = draft.tokens[..outcome.accepted].iter().chain([&outcome.next]);
+            for (i, &token) in chosen.enumerate() {
+                self.chosen
+                    .push_back((token, logprobs::top_logprobs(logits.row(i), self.k)));
+            }
+            Some(Ok(outcome))
+        }
+    }
+    let mut hooks = Dump {
+        k,
+        chosen: VecDeque::new(),
+        dump: LogprobDump::new(prompt_tokens, backend.ctx(), k),
+        token_bytes,
+    };
+    let limits = Limits {
+        max_new: budget,
+        stop_token: Some(eos),
+        decode_last: false,
+    };
+    let result = match spec {
+        Some(spec) => generate_speculative(backend, limits, &mut hooks, spec),
+        None => generate(backend, limits, &mut hooks),
+    };
+    let stop = result.map_err(|e| match e {
+        GenerateError::Decode(e) => format!("decode failed while dumping logprobs: {e}"),
+        e => e.to_string(),
+    })?;
+    if stop.1 == Stop::Eos {
+        // The EOS step is written too.
+        hooks.write_next();
+    }
+    Ok(hooks.dump.finish())
+}
+
+/// Speculation's figures on stderr, beside the timings.
+fn print_speculation(speculate: Speculate, spec: Option<&Speculation>) {
+    if let Some(f) = spec.map(|s| s.figures) {
+        eprintln!(
+            "ds4-chat: speculate {}: {} cycles, {} drafted, {} accepted, {:.2} tokens per cycle",
+            speculate.name(),
+            f.cycles,
+            f.drafted,
+            f.accepted,
+            f.tokens_per_cycle()
+        );
+    }
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -251,6 +321,14 @@ pub fn run(args: Args) -> CliResult {
     let prefill_s = t_prefill.elapsed().as_secs_f64();
     let budget = generation_budget(set.max_tokens, ctx, backend.n_past());
 
+    let mut spec = set.speculate.drafter().map(|d| Speculation::new(d, &prompt));
+    if spec.is_some() && !backend.has_block_verify() {
+        eprintln!(
+            "ds4-chat: the {} backend has no block verify; --speculate {} decodes plainly",
+            backend.name(),
+            set.speculate.name()
+        );
+    }
     if let Some(path) = &args.dump_logprobs {
         // Greedy regardless of --temp, as ds4 does.
         let text = greedy_logprob_dump(
@@ -260,7 +338,9 @@ pub fn run(args: Args) -> CliResult {
             budget,
             specials.eos,
             &|id| tok.token_bytes(id),
+            spec.as_mut(),
         )?;
+        print_speculation(set.speculate, spec.as_ref());
         std::fs::write(path, text).map_err(|e| format!("cannot write --dump-logprobs {}: {e}", path.display()))?;
         return Ok(());
     }
@@ -295,14 +375,6 @@ pub fn run(args: Args) -> CliResult {
         }
         Ok(())
     };
-    let mut spec = set.speculate.drafter().map(|d| Speculation::new(d, &prompt));
-    if spec.is_some() && !backend.has_block_verify() {
-        eprintln!(
-            "ds4-chat: the {} backend has no block verify; --speculate {} decodes plainly",
-            backend.name(),
-            set.speculate.name()
-        );
-    }
     let t_decode = Instant::now();
     let (generated, _why) = sample_loop(
         backend.as_mut(),
@@ -327,16 +399,7 @@ pub fn run(args: Args) -> CliResult {
         prompt.len() as f64 / prefill_s.max(1e-9),
         generated as f64 / decode_s.max(1e-9),
     );
-    if let Some(f) = spec.map(|s| s.figures) {
-        eprintln!(
-            "ds4-chat: speculate {}: {} cycles, {} drafted, {} accepted, {:.2} tokens per cycle",
-            set.speculate.name(),
-            f.cycles,
-            f.drafted,
-            f.accepted,
-            f.tokens_per_cycle()
-        );
-    }
+    print_speculation(set.speculate, spec.as_ref());
     Ok(())
 }
 
@@ -465,7 +528,7 @@ mod tests {
     fn dump_records_greedy_steps_through_eos() {
         let mut b = ScriptedSession::new(&[0, 3, 7, 5], 64);
         b.eval(&[1], &mut |_, _| true).unwrap();
-        let text = greedy_logprob_dump(&mut b, 1, 2, 10, 7, &|id| vec![b'a' + id as u8]).unwrap();
+        let text = greedy_logprob_dump(&mut b, 1, 2, 10, 7, &|id| vec![b'a' + id as u8], None).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let steps = v["steps"].as_array().unwrap();
         assert_eq!(steps.len(), 2, "the EOS step is written, then the dump ends");

@@ -227,3 +227,41 @@ fn stops_inside_a_block_commit_only_what_was_handed_out() {
         assert_eq!(n_past, prompt.len() + max_new - 1, "budget {max_new}");
     }
 }
+
+/// `run --dump-logprobs` (`greedy_logprob_dump`) with speculation writes plain decoding's dump byte
+/// for byte: the steps of accepted drafts come from the verified block's rows, which are the decode's
+/// logits bit for bit.
+#[test]
+fn logprob_dump_with_speculation_is_byte_identical() {
+    use ds4_chat::cli::run::greedy_logprob_dump;
+    let engine = engine();
+    let token_bytes = |id: u32| format!("<{id}>").into_bytes();
+    let mut total = SpeculationFigures::default();
+    for (i, prompt) in prompts().iter().enumerate() {
+        // An EOS the greedy continuation meets for one prompt (the dump ends with its step), never for
+        // the others (the dump runs to the budget).
+        let (eos, steps) = if i == 0 {
+            let out = plain(&engine, prompt, &params(0.0, 1), budget(GEN)).0;
+            (out[100], out.iter().position(|&t| t == out[100]).unwrap() + 1)
+        } else {
+            (u32::MAX, GEN)
+        };
+        let dump = |spec: Option<&mut Speculation>| {
+            let mut s = engine.open_session(CTX).unwrap();
+            s.eval(prompt, &mut |_, _| true).unwrap();
+            greedy_logprob_dump(s.as_mut(), prompt.len(), 20, GEN, eos, &token_bytes, spec).unwrap()
+        };
+        let want = dump(None);
+        let mut spec = Speculation::new(Box::new(PromptLookup::new(1, 4).unwrap()), prompt).with_fixed_len(4);
+        let got = dump(Some(&mut spec));
+        assert_eq!(got, want, "prompt {i}");
+        assert_eq!(want.matches("{\"step\":").count(), steps, "prompt {i}");
+        total.drafted += spec.figures.drafted;
+        total.accepted += spec.figures.accepted;
+    }
+    eprintln!("logprob dumps: {} drafted, {} accepted", total.drafted, total.accepted);
+    assert!(
+        total.drafted > 0 && total.accepted > 0,
+        "the drafter was idle: {total:?}"
+    );
+}
