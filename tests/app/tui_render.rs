@@ -223,6 +223,23 @@ fn panel_names_the_gpu_arithmetic() {
 }
 
 #[test]
+fn panel_shows_the_last_turns_speculation() {
+    use ds4_chat::engine::generate::SpeculationFigures;
+    let mut app = ready_app();
+    let idle = screen(&app, W, H);
+    assert!(!idle.contains("tok/cycle"), "{idle}");
+    // 10 cycles committed 25 tokens (10 pending + 15 kept drafts): 2.50 tokens per cycle.
+    app.on_engine_event(Event::Speculation(SpeculationFigures {
+        cycles: 10,
+        drafted: 30,
+        accepted: 15,
+        committed: 25,
+    }));
+    let s = screen(&app, W, H);
+    assert_shows(&s, &["Drafts   2.50 tok/cycle", "15 of 30 kept"]);
+}
+
+#[test]
 fn resize_mid_stream_keeps_rendering() {
     let mut app = streaming_app();
     for (w, h) in [(200, 60), (60, 15), (59, 30), (100, 15), (120, 40)] {

@@ -152,8 +152,7 @@ impl App {
             }
             Event::Notice { message } => self.note(message, false),
             Event::Server(r) => self.metrics.server = Some(r),
-            // The side panel does not show speculation's figures yet (`run`, `bench` and `serve` do).
-            Event::Speculation(_) => {}
+            Event::Speculation(f) => self.metrics.speculation = Some(f),
             Event::Stats(s) => {
                 self.metrics.context_used = s.context_used;
                 self.metrics.live = Some(s);

@@ -177,6 +177,8 @@ pub struct Metrics {
     pub live: Option<LiveStats>,
     /// What a remote server reported about its last turn (usage, timings).
     pub server: Option<ServerReport>,
+    /// Speculative decoding's figures of the last turn that used it (docs/speculative.md#figures).
+    pub speculation: Option<crate::engine::generate::SpeculationFigures>,
 }
 
 impl Metrics {

@@ -81,6 +81,10 @@ fn body_lines(app: &App, w: usize, p: &Palette) -> Vec<Line<'static>> {
     if let Some(b) = kv_bytes.or(m.model.as_ref().map(|i| i.kv_bytes)) {
         out.push(kv("KV cache", fmt_bytes(b), p));
     }
+    if let Some(f) = m.speculation.filter(|f| f.cycles > 0) {
+        out.push(kv("Drafts", format!("{:.2} tok/cycle", f.tokens_per_cycle()), p));
+        out.push(kv("", format!("{} of {} kept", f.accepted, f.drafted), p));
+    }
 
     out.push(section("Model", w, p));
     if let Some(wu) = &m.warmup {
