@@ -22,8 +22,9 @@ use ds4_chat::engine::generate::{
 };
 use ds4_chat::engine::sampler::Sampler;
 use ds4_chat::engine::speculate::accept::{BlockLogits, Outcome, SamplingRule, accept};
-use ds4_chat::engine::speculate::drafter::Draft;
+use ds4_chat::engine::speculate::drafter::{Draft, Drafter};
 use ds4_chat::engine::speculate::prompt_lookup::PromptLookup;
+use ds4_chat::engine::speculate::replay::ReplayDrafter;
 use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
 use ds4_chat::gguf::GgufFile;
 use ds4_chat::model::Model;
@@ -107,14 +108,28 @@ fn plain(engine: &CpuModel, prompt: &[u32], p: &SamplingParams, limits: Limits) 
     (h.out, stop)
 }
 
-/// Speculative generation from `prompt`, drafting `fixed` tokens a cycle (the scheduler when
-/// `None`): the tokens, why it stopped, the figures, and the session's tokens afterwards.
+/// Speculative generation from `prompt` with prompt lookup, drafting `fixed` tokens a cycle (the
+/// scheduler when `None`): the tokens, why it stopped, the figures, and the session's tokens
+/// afterwards.
 fn speculative(
     engine: &CpuModel,
     prompt: &[u32],
     p: &SamplingParams,
     limits: Limits,
     fixed: Option<usize>,
+) -> (Vec<u32>, Stop, SpeculationFigures, usize) {
+    let lookup = Box::new(PromptLookup::new(1, 4).unwrap());
+    speculative_with(engine, prompt, p, limits, fixed, lookup)
+}
+
+/// `speculative` with `drafter`.
+fn speculative_with(
+    engine: &CpuModel,
+    prompt: &[u32],
+    p: &SamplingParams,
+    limits: Limits,
+    fixed: Option<usize>,
+    drafter: Box<dyn Drafter>,
 ) -> (Vec<u32>, Stop, SpeculationFigures, usize) {
     let mut s = engine.open_session(CTX).unwrap();
     s.eval(prompt, &mut |_, _| true).unwrap();
@@ -123,7 +138,7 @@ fn speculative(
         params: p.clone(),
         out: Vec::new(),
     };
-    let mut spec = Speculation::new(Box::new(PromptLookup::new(1, 4).unwrap()), prompt);
+    let mut spec = Speculation::new(drafter, prompt);
     if let Some(k) = fixed {
         spec = spec.with_fixed_len(k);
     }
@@ -200,32 +215,64 @@ fn stops_inside_a_block_commit_only_what_was_handed_out() {
     let p = params(0.0, 1);
     let prompt = &prompts()[0];
     let (long, _) = plain(&engine, prompt, &p, budget(64));
+    // The replay drafter proposing plain decoding's own continuation with acceptance 1: every draft
+    // is kept, so every stop below falls inside a block of kept drafts.
+    let replay = || Box::new(ReplayDrafter::new(prompt.len(), long.clone(), 1.0, 512, 3).unwrap());
     // A stop token that plain decoding meets after some tokens: the same tokens, the same stop, and
     // the cache holds exactly the tokens before it.
-    let eos_at = 10;
-    let eos = long[eos_at];
+    let eos = long[10];
     let limits = Limits {
         max_new: 64,
         stop_token: Some(eos),
         decode_last: false,
     };
     let (want, want_stop) = plain(&engine, prompt, &p, limits);
-    let (got, stop, _, n_past) = speculative(&engine, prompt, &p, limits, Some(4));
-    assert_eq!((got.clone(), stop), (want.clone(), want_stop));
-    assert_eq!(stop, Stop::Eos);
-    assert_eq!(n_past, prompt.len() + got.len());
-    // Budgets that end at every offset of a block, without evaluating the last token.
-    for max_new in 1..12 {
-        let limits = Limits {
-            max_new,
-            stop_token: None,
-            decode_last: false,
-        };
-        let (want, _) = plain(&engine, prompt, &p, limits);
-        let (got, stop, _, n_past) = speculative(&engine, prompt, &p, limits, Some(4));
-        assert_eq!((got, stop), (want, Stop::Budget), "budget {max_new}");
-        assert_eq!(n_past, prompt.len() + max_new - 1, "budget {max_new}");
+    for fixed in [2, 3, 4, 5] {
+        let (got, stop, f, n_past) = speculative_with(&engine, prompt, &p, limits, Some(fixed), replay());
+        assert_eq!((got.clone(), stop), (want.clone(), want_stop), "draft length {fixed}");
+        assert_eq!(stop, Stop::Eos);
+        assert_eq!(n_past, prompt.len() + got.len(), "draft length {fixed}");
+        assert!(f.accepted > 0 && f.accepted == f.drafted, "{f:?}");
     }
+    // Budgets that end at every offset of a block: without evaluating the last token, and with.
+    for decode_last in [false, true] {
+        for max_new in 1..14 {
+            let limits = Limits {
+                max_new,
+                stop_token: None,
+                decode_last,
+            };
+            let (want, _) = plain(&engine, prompt, &p, limits);
+            let (got, stop, _, n_past) = speculative_with(&engine, prompt, &p, limits, Some(4), replay());
+            assert_eq!((got, stop), (want, Stop::Budget), "budget {max_new}");
+            let evaluated = if decode_last { max_new } else { max_new - 1 };
+            assert_eq!(
+                n_past,
+                prompt.len() + evaluated,
+                "budget {max_new}, decode_last {decode_last}"
+            );
+        }
+    }
+}
+
+/// Greedy output with the replay drafter at per-token acceptance 0.6 (rejections at random offsets)
+/// is plain greedy output.
+#[test]
+fn greedy_with_the_replay_drafter_equals_plain_decode() {
+    let engine = engine();
+    let p = params(0.0, 1);
+    let mut total = SpeculationFigures::default();
+    for (i, prompt) in prompts().iter().enumerate() {
+        let (want, _) = plain(&engine, prompt, &p, budget(GEN));
+        let replay = Box::new(ReplayDrafter::new(prompt.len(), want.clone(), 0.6, 512, i as u64).unwrap());
+        let (got, _, f, n_past) = speculative_with(&engine, prompt, &p, budget(GEN), Some(5), replay);
+        assert_eq!(got, want, "prompt {i}");
+        assert_eq!(n_past, prompt.len() + GEN);
+        total.drafted += f.drafted;
+        total.accepted += f.accepted;
+    }
+    eprintln!("replay 0.6: {} drafted, {} accepted", total.drafted, total.accepted);
+    assert!(total.accepted > 0 && total.accepted < total.drafted, "{total:?}");
 }
 
 /// `run --dump-logprobs` (`greedy_logprob_dump`) with speculation writes plain decoding's dump byte
