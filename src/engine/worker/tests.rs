@@ -625,13 +625,23 @@ fn warmup_yields_to_a_turn_and_completes() {
 
 /// Loads the in-memory tiny model (docs/model.md#tiny-model) on the real CPU backend; the chat text
 /// stays the toy byte-level one (its ids are valid ids of the real vocabulary), so this measures the
-/// real engine.
-struct TinyLoader;
+/// real engine. `vocab` cuts the vocabulary (and drops the tokenizer), so that greedy output repeats
+/// itself within a few hundred tokens and prompt lookup finds matches.
+struct TinyLoader {
+    vocab: Option<usize>,
+}
 
 impl ModelLoader for TinyLoader {
     fn load(&mut self, req: &LoadRequest, _notice: &mut dyn FnMut(Event)) -> Result<LoadedModel, String> {
-        let file = crate::genmodel::tiny_model(7, crate::genmodel::ExpertMix::Q2).map_err(|e| e.to_string())?;
-        let model = Arc::new(crate::model::Model::bind(file).map_err(|e| e.to_string())?);
+        use crate::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
+        let mut spec = GenSpec::new(Preset::Tiny, 7, ExpertMix::Q2);
+        if let Some(v) = self.vocab {
+            spec.hp.n_vocab = v;
+            spec.tokenizer = false;
+        }
+        let file = crate::gguf::GgufFile::from_bytes(model_bytes(&spec).map_err(|e| e.to_string())?);
+        let model =
+            Arc::new(crate::model::Model::bind(Arc::new(file.map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?);
         let backend =
             crate::backend::cpu::CpuSession::new(model, req.ctx as usize, req.threads).map_err(|e| e.to_string())?;
         Ok(LoadedModel {
@@ -648,7 +658,7 @@ impl ModelLoader for TinyLoader {
 #[test]
 fn real_tiny_model_cancel_latency_and_prefix_reuse() {
     let t = Instant::now();
-    let w = Worker::spawn(Box::new(TinyLoader));
+    let w = Worker::spawn(Box::new(TinyLoader { vocab: None }));
     let mut load = load_request();
     load.ctx = 1024;
     load.threads = 2;
@@ -695,35 +705,9 @@ fn real_tiny_model_cancel_latency_and_prefix_reuse() {
     );
 }
 
-/// The real tiny architecture cut to a 512-token vocabulary on the CPU engine, so that its greedy
-/// output repeats itself within a few hundred tokens and prompt lookup finds matches.
-struct SmallVocabLoader;
-
-impl ModelLoader for SmallVocabLoader {
-    fn load(&mut self, req: &LoadRequest, _notice: &mut dyn FnMut(Event)) -> Result<LoadedModel, String> {
-        use crate::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
-        let mut spec = GenSpec::new(Preset::Tiny, 5, ExpertMix::Q2);
-        spec.hp.n_vocab = 512;
-        spec.tokenizer = false;
-        let file = crate::gguf::GgufFile::from_bytes(model_bytes(&spec).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-        let model = Arc::new(crate::model::Model::bind(Arc::new(file)).map_err(|e| e.to_string())?);
-        let backend =
-            crate::backend::cpu::CpuSession::new(model, req.ctx as usize, req.threads).map_err(|e| e.to_string())?;
-        Ok(LoadedModel {
-            device_model: None,
-            session: Box::new(backend),
-            text: Box::new(FakeText),
-            info: ModelInfo::default(),
-            warmup: None,
-            residency: None,
-        })
-    }
-}
-
 /// A greedy turn of a tiny model (CPU) with `speculate`: its events.
 fn tiny_turn(speculate: crate::engine::speculate::Speculate, max_tokens: u32) -> Vec<Event> {
-    let w = Worker::spawn(Box::new(SmallVocabLoader));
+    let w = Worker::spawn(Box::new(TinyLoader { vocab: Some(512) }));
     let mut load = load_request();
     load.ctx = 1024;
     load.threads = 2;
