@@ -1,7 +1,7 @@
-//! The performance side panel (decode rate + sparkline, prefill, context, KV, warm-up, residency,
-//! device memory, backend, think and sampling settings) and its one-line strip form for narrow
-//! terminals. Everything shown comes from worker events (`App::metrics`). With a remote server the
-//! body below the sparkline is `remote_panel`'s.
+//! The performance side panel (decode rate + sparkline, prefill, context, KV, speculation, warm-up,
+//! residency, device memory, backend, think and sampling settings) and its one-line strip form for
+//! narrow terminals. Everything shown comes from worker events (`App::metrics`). With a remote server
+//! the body below the sparkline is `remote_panel`'s.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
