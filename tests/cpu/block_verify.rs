@@ -12,34 +12,15 @@ use std::sync::Arc;
 
 use ds4_chat::backend::cpu::{CpuModel, CpuSession};
 use ds4_chat::backend::{BackendError, DeviceModel, DeviceSession};
-use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
-use ds4_chat::gguf::GgufFile;
 use ds4_chat::model::Model;
+
+use super::small_model::{ids, three_layer_model};
 
 /// Block length of the rollback cases (the 2–8 drafts).
 const BLOCK: usize = 8;
 
 fn model() -> Arc<Model> {
-    let mut spec = GenSpec::new(Preset::Tiny, 5, ExpertMix::Q2);
-    spec.hp.n_vocab = 512;
-    spec.hp.n_layer = 3;
-    spec.hp.n_hash_layer = 1;
-    spec.hp.compress_ratios = vec![0, 4, 128];
-    spec.hp.swiglu_clamp = vec![10.0; 3];
-    spec.tokenizer = false;
-    let file = GgufFile::from_bytes(model_bytes(&spec).unwrap()).unwrap();
-    Arc::new(Model::bind(Arc::new(file)).unwrap())
-}
-
-/// Deterministic token ids (LCG), all inside the vocabulary.
-fn ids(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 33) % vocab as u64) as u32
-        })
-        .collect()
+    three_layer_model()
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {

@@ -2,6 +2,7 @@
 //! vectors cannot see") and the session-level contracts: prefill = decode, checkpoint round trip,
 //! cancellation, context limit. Runs on the case-A model (see tests/common).
 
+use super::small_model::ids;
 use crate::common;
 
 use std::sync::Arc;
@@ -11,17 +12,6 @@ use ds4_chat::backend::cpu::ops::{E2M1_VALUES, e4m3_value};
 use ds4_chat::backend::cpu::{CpuModel, CpuSession};
 use ds4_chat::backend::{BackendError, DeviceModel, DeviceSession};
 use ds4_chat::gguf::half::round_f16;
-
-/// Deterministic token ids (LCG), all inside the vocabulary.
-fn ids(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 33) % vocab as u64) as u32
-        })
-        .collect()
-}
 
 fn decode_all(b: &mut CpuSession, toks: &[u32]) {
     for &t in toks {

@@ -27,6 +27,7 @@ mod fuzz_corpus;
 mod genmodel_tiny;
 mod official_vectors;
 mod sessions_resume;
+mod small_model;
 mod speculative_decode;
 mod tokenizer_corpus;
 mod vectors;

@@ -12,8 +12,6 @@
 //! 4 with the indexer, ratio 128), generated in memory. Prompts repeat a phrase so prompt lookup has
 //! matches from the first step.
 
-use std::sync::Arc;
-
 use ds4_chat::backend::cpu::CpuModel;
 use ds4_chat::backend::{BackendError, DeviceModel, DeviceSession};
 use ds4_chat::engine::events::SamplingParams;
@@ -25,24 +23,15 @@ use ds4_chat::engine::speculate::accept::{BlockLogits, Outcome, SamplingRule, ac
 use ds4_chat::engine::speculate::drafter::{Draft, Drafter};
 use ds4_chat::engine::speculate::prompt_lookup::PromptLookup;
 use ds4_chat::engine::speculate::replay::ReplayDrafter;
-use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
-use ds4_chat::gguf::GgufFile;
-use ds4_chat::model::Model;
+
+use super::small_model::three_layer_model;
 
 /// Tokens generated per prompt.
 const GEN: usize = 256;
 const CTX: usize = 512;
 
 fn engine() -> CpuModel {
-    let mut spec = GenSpec::new(Preset::Tiny, 5, ExpertMix::Q2);
-    spec.hp.n_vocab = 512;
-    spec.hp.n_layer = 3;
-    spec.hp.n_hash_layer = 1;
-    spec.hp.compress_ratios = vec![0, 4, 128];
-    spec.hp.swiglu_clamp = vec![10.0; 3];
-    spec.tokenizer = false;
-    let file = GgufFile::from_bytes(model_bytes(&spec).unwrap()).unwrap();
-    CpuModel::new(Arc::new(Model::bind(Arc::new(file)).unwrap()), 2).unwrap()
+    CpuModel::new(three_layer_model(), 2).unwrap()
 }
 
 /// Four prompts, each a phrase repeated (with a different phrase length and tail).
