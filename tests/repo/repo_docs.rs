@@ -501,7 +501,7 @@ fn the_diary_patterns_match_what_they_describe() {
         "sessions/ID.json",
         "s1 = x2.mul_add(p.s[2], p.s[1]);",
         "one session opened from it",
-        "upstream issue 12",
+        "upstream issue 695",
     ] {
         assert_eq!(diary_kind(line), None, "{line}");
     }
