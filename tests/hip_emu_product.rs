@@ -31,7 +31,7 @@ use ds4_chat::backend::{BackendError, DeviceModel, DeviceSession};
 use ds4_chat::engine::backend_open::{self, PlacementRequest};
 use ds4_chat::engine::events::{BackendChoice, Command as WorkerCommand, Event, LoadRequest, ModelSource};
 use ds4_chat::engine::events::{WarmupPhase, WeightsMode};
-use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
+use ds4_chat::genmodel::{ExpertMix, GenSpec, SyntheticModel};
 use ds4_chat::model::Model;
 
 fn scratch_dir() -> PathBuf {
@@ -44,13 +44,7 @@ fn scratch_dir() -> PathBuf {
 /// layers — uncompressed, ratio 4 with the indexer, ratio 128 — so every kind of device state
 /// (raw ring, compressed rows, compressor and indexer state) is present. No tokenizer.
 fn write_model(path: &Path, seed: u64) {
-    let mut spec = GenSpec::new(Preset::Tiny, seed, ExpertMix::Q2);
-    spec.hp.n_vocab = 512;
-    spec.hp.n_layer = 3;
-    spec.hp.n_hash_layer = 1;
-    spec.hp.compress_ratios = vec![0, 4, 128];
-    spec.hp.swiglu_clamp = vec![10.0; 3];
-    spec.tokenizer = false;
+    let spec = GenSpec::tiny_each_cache_kind(seed, ExpertMix::Q2);
     SyntheticModel::new(&spec).unwrap().write_file(path, 1, |_| {}).unwrap();
 }
 

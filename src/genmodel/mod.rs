@@ -121,6 +121,21 @@ impl GenSpec {
         }
     }
 
+    /// The tiny preset cut to one layer of each compression kind (uncompressed, ratio 4 with the
+    /// indexer, ratio 128), a 512-token vocabulary and no tokenizer: the smallest model that holds
+    /// every kind of cache state (raw ring, compressed rows, compressor and indexer state), for tests
+    /// of the decode paths.
+    pub fn tiny_each_cache_kind(seed: u64, experts: ExpertMix) -> GenSpec {
+        let mut spec = GenSpec::new(Preset::Tiny, seed, experts);
+        spec.hp.n_vocab = 512;
+        spec.hp.n_layer = 3;
+        spec.hp.n_hash_layer = 1;
+        spec.hp.compress_ratios = vec![0, 4, 128];
+        spec.hp.swiglu_clamp = vec![10.0; 3];
+        spec.tokenizer = false;
+        spec
+    }
+
     /// The spec with only the first `n` layers (same per-layer shapes, schedules cut to `n`): a
     /// smaller file whose every layer runs as in the full one, e.g. the Flash shapes on a GPU with
     /// less memory than the 43-layer file needs. `n` must be between 1 and the preset's layers.

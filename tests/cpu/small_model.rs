@@ -5,19 +5,13 @@
 
 use std::sync::Arc;
 
-use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, model_bytes};
+use ds4_chat::genmodel::{ExpertMix, GenSpec, model_bytes};
 use ds4_chat::gguf::GgufFile;
 use ds4_chat::model::Model;
 
 /// The 3-layer, 512-token tiny model (seed 5, Q2 experts), without a tokenizer.
 pub fn three_layer_model() -> Arc<Model> {
-    let mut spec = GenSpec::new(Preset::Tiny, 5, ExpertMix::Q2);
-    spec.hp.n_vocab = 512;
-    spec.hp.n_layer = 3;
-    spec.hp.n_hash_layer = 1;
-    spec.hp.compress_ratios = vec![0, 4, 128];
-    spec.hp.swiglu_clamp = vec![10.0; 3];
-    spec.tokenizer = false;
+    let spec = GenSpec::tiny_each_cache_kind(5, ExpertMix::Q2);
     let file = GgufFile::from_bytes(model_bytes(&spec).unwrap()).unwrap();
     Arc::new(Model::bind(Arc::new(file)).unwrap())
 }
