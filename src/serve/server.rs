@@ -104,10 +104,13 @@ impl Server {
     }
 
     /// Note a finished turn: for `/health`, and its reasoning for the next request (replies.rs).
-    pub fn record(&self, outcome: &TurnOutcome, answer: &str, reasoning: &str, thinking: bool) {
+    pub fn record(&self, outcome: &TurnOutcome, reply: &super::calls::ReplyShaper, thinking: bool) {
         *lock(&self.last_turn) = Some(LastTurn::of(outcome));
         if thinking && !outcome.client_gone {
-            self.replies().remember(answer, reasoning);
+            self.replies().remember(&reply.content, &reply.calls, &reply.reasoning);
+        }
+        for w in &reply.warnings {
+            eprintln!("ds4-chat serve: warning: {w}");
         }
     }
 }
