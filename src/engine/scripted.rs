@@ -5,8 +5,9 @@
 //! prompt cache behave as in production); only the logits are replaced, by a one-hot vector on the
 //! scripted token (EOS once a turn's list is used up, and for turns beyond the script).
 //!
-//! A turn starts at the first evaluation that is not the expected next scripted token (the prompt);
-//! restores and resets do not count. Owns only this replacement. Must not be used unless the test
+//! A turn starts at the first evaluation that is not the expected next scripted token (the prompt),
+//! or at a restore or reset (a prompt the prompt cache holds whole needs no evaluation); more of
+//! them before the first scripted token belong to the same turn. Owns only this replacement. Must not be used unless the test
 //! hook is set (cli/serve.rs).
 
 use crate::backend::{BackendError, DeviceSession, MemoryReport, Progress, cache_rows::CacheRows};
@@ -77,20 +78,35 @@ impl ScriptedSession {
             Step::Prompt(t) => (t, 0),
             Step::Decoding(t, pos) => (t, pos),
         };
-        Some(self.script.get(t).and_then(|ids| ids.get(pos)).copied().unwrap_or(self.eos))
+        Some(
+            self.script
+                .get(t)
+                .and_then(|ids| ids.get(pos))
+                .copied()
+                .unwrap_or(self.eos),
+        )
     }
 
     fn after_eval(&mut self, tokens: &[u32]) {
         let scripted = self.expected().is_some_and(|e| tokens == [e] && e != self.eos);
-        self.step = match (self.step, scripted) {
-            (Step::Prompt(t), true) => Step::Decoding(t, 1),
-            (Step::Decoding(t, pos), true) => Step::Decoding(t, pos + 1),
-            (Step::Prompt(t), false) => Step::Prompt(t),
-            (_, false) | (Step::Idle, true) => {
-                self.next_turn += 1;
-                Step::Prompt(self.next_turn - 1)
-            }
-        };
+        match (self.step, scripted) {
+            (Step::Prompt(t), true) => self.step = Step::Decoding(t, 1),
+            (Step::Decoding(t, pos), true) => self.step = Step::Decoding(t, pos + 1),
+            _ => return self.begin_prompt(),
+        }
+        self.set_logits();
+    }
+
+    /// A prompt is being set up: a new turn, unless one is already.
+    fn begin_prompt(&mut self) {
+        if !matches!(self.step, Step::Prompt(_)) {
+            self.step = Step::Prompt(self.next_turn);
+            self.next_turn += 1;
+        }
+        self.set_logits();
+    }
+
+    fn set_logits(&mut self) {
         let next = self.expected().unwrap_or(self.eos) as usize;
         self.logits.fill(f32::NEG_INFINITY);
         if let Some(l) = self.logits.get_mut(next) {
@@ -122,18 +138,23 @@ impl DeviceSession for ScriptedSession {
     }
     fn reset(&mut self) {
         self.inner.reset();
+        self.begin_prompt();
     }
     fn save_state(&self) -> Vec<u8> {
         self.inner.save_state()
     }
     fn load_state(&mut self, bytes: &[u8]) -> Result<(), BackendError> {
-        self.inner.load_state(bytes)
+        self.inner.load_state(bytes)?;
+        self.begin_prompt();
+        Ok(())
     }
     fn export_cache(&self) -> Result<CacheRows, BackendError> {
         self.inner.export_cache()
     }
     fn import_cache(&mut self, rows: &CacheRows, tokens: &[u32]) -> Result<(), BackendError> {
-        self.inner.import_cache(rows, tokens)
+        self.inner.import_cache(rows, tokens)?;
+        self.begin_prompt();
+        Ok(())
     }
     fn memory(&self) -> MemoryReport {
         self.inner.memory()
@@ -227,7 +248,14 @@ mod tests {
         s.eval(&[0], &mut go).unwrap();
         assert_eq!(argmax(&s), 2, "more prompt keeps the turn");
         s.eval(&[2], &mut go).unwrap();
-        s.eval(&[3, 0], &mut go).unwrap();
-        assert_eq!(argmax(&s), 3, "beyond the script: EOS");
+        s.load_state(&[]).unwrap();
+        assert_eq!(
+            argmax(&s),
+            3,
+            "a restored prompt starts the third turn: beyond the script, EOS"
+        );
+        s.eval(&[0], &mut go).unwrap();
+        assert_eq!(argmax(&s), 3, "and its suffix belongs to it");
+        assert_eq!(s.next_turn, 3);
     }
 }

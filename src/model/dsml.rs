@@ -4,7 +4,8 @@
 //! character, through [`CallParser::push_bytes`]), and gives back plain text, each call as soon as
 //! its `</｜DSML｜invoke>` has arrived, and warnings. The text before a call block loses its trailing
 //! blank lines (the format puts a blank line before the block). A block that breaks the format is
-//! given back as plain text with a warning, never an error: a model's slip must not fail a request.
+//! given back as plain text (with the whitespace before it) and a warning, never an error: a
+//! model's slip must not fail a request.
 //!
 //! Owns the parsing. Must not know the API shapes that carry calls (that is `serve`).
 
@@ -128,11 +129,11 @@ impl CallParser {
     fn run_text(&mut self, out: &mut Vec<Piece>) -> bool {
         if let Some(p) = self.pending.find(CALLS_START) {
             let before = self.pending[..p].trim_end().to_string();
+            // The blank line before a block is dropped, unless the block turns out malformed.
+            let raw = format!("{}{CALLS_START}", &self.pending[before.len()..p]);
             text(out, before);
             self.pending.drain(..p + CALLS_START.len());
-            self.state = State::Block {
-                raw: CALLS_START.to_string(),
-            };
+            self.state = State::Block { raw };
             return true;
         }
         let held = partial_suffix(&self.pending, CALLS_START);

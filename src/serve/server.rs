@@ -143,7 +143,9 @@ pub fn run(opts: ServeOptions) -> Result<(), String> {
     super::auth::check_bind(&opts.addr, &opts.key)?;
     let listener = TcpListener::bind(opts.addr).map_err(|e| format!("cannot listen on {}: {e}", opts.addr))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
-    let worker = Worker::spawn(crate::engine::scripted::with_test_script(Box::new(EngineLoader::new()))?);
+    let worker = Worker::spawn(crate::engine::scripted::with_test_script(
+        Box::new(EngineLoader::new()),
+    )?);
     worker.send(Command::SetSpeculate(opts.speculate));
     let ctx = load(&worker, opts.load)?;
     let server = Arc::new(Server {

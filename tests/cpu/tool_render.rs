@@ -136,7 +136,11 @@ fn every_rendered_call_block_reads_back_split_at_every_byte() {
         for cut in 0..=bytes.len() {
             let (text, got, warnings) = parse_split(bytes, cut);
             assert!(warnings.is_empty(), "cut {cut} of {answer:?}: {warnings:?}");
-            assert_eq!(text, answer[..answer.find("\n\n<｜DSML｜").unwrap()].trim_end(), "cut {cut}");
+            assert_eq!(
+                text,
+                answer[..answer.find("\n\n<｜DSML｜").unwrap()].trim_end(),
+                "cut {cut}"
+            );
             assert_eq!(got.len(), calls.len(), "cut {cut} of {answer:?}");
             for (g, c) in got.iter().zip(&calls) {
                 // Arguments that were not a JSON object come back as the one "arguments" string.
@@ -165,7 +169,8 @@ fn malformed_blocks_become_text_with_a_warning() {
         // The answer ends inside the block.
         "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" string=\"true\">x",
     ];
-    for bad in cases {
+    for bad in cases.iter().flat_map(|c| [c.to_string(), format!("Here: {c}")]) {
+        let bad = bad.as_str();
         let bytes = bad.as_bytes();
         for cut in 0..=bytes.len() {
             let (text, calls, warnings) = parse_split(bytes, cut);
@@ -175,14 +180,18 @@ fn malformed_blocks_become_text_with_a_warning() {
         }
     }
     // A well-formed call before a malformed one is still a call; the rest is text.
-    let mixed = format!("<｜DSML｜tool_calls>\n{good}\n<｜DSML｜invoke name=\"g\">\n<｜DSML｜parameter oops</｜DSML｜invoke>\n</｜DSML｜tool_calls>");
+    let mixed = format!(
+        "<｜DSML｜tool_calls>\n{good}\n<｜DSML｜invoke name=\"g\">\n<｜DSML｜parameter oops</｜DSML｜invoke>\n</｜DSML｜tool_calls>"
+    );
     let (text, calls, warnings) = parse_split(mixed.as_bytes(), 0);
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].arguments, r#"{"a": "x"}"#);
     assert_eq!(warnings.len(), 1);
     assert!(text.trim_start().starts_with("<｜DSML｜invoke name=\"g\">"), "{text:?}");
     // Text after a block and a second block.
-    let (content, calls) = split_answer(&format!("A\n\n<｜DSML｜tool_calls>\n{good}\n</｜DSML｜tool_calls> B <｜DSML｜tool_calls>\n{good}\n</｜DSML｜tool_calls>"));
+    let (content, calls) = split_answer(&format!(
+        "A\n\n<｜DSML｜tool_calls>\n{good}\n</｜DSML｜tool_calls> B <｜DSML｜tool_calls>\n{good}\n</｜DSML｜tool_calls>"
+    ));
     assert_eq!((content.as_str(), calls.len()), ("A B", 2));
 }
 
@@ -198,7 +207,10 @@ fn calls_after_reasoning_decode_token_by_token() {
     }];
     let answer = format!("Checking.{}", calls_block(&calls));
     let ids = tok.encode(&format!("{reasoning}</think>{answer}"));
-    assert!(ids.contains(&tok.specials().dsml), "the markers are the DSML added token");
+    assert!(
+        ids.contains(&tok.specials().dsml),
+        "the markers are the DSML added token"
+    );
     let mut dec = StreamDecoder::new(tok, ThinkMode::High);
     let mut parser = CallParser::new();
     let (mut thought, mut text, mut got) = (String::new(), String::new(), Vec::new());
