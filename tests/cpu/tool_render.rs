@@ -7,11 +7,17 @@
 
 use crate::common;
 
+use std::sync::Arc;
+
+use ds4_chat::engine::chat_text::ChatAdapter;
 use ds4_chat::engine::events::TextKind;
+use ds4_chat::engine::worker::ChatText;
+use ds4_chat::gguf::GgufFile;
 use ds4_chat::model::chat::{Conversation, Message, Role, ThinkMode};
 use ds4_chat::model::checkpoint::Generation;
 use ds4_chat::model::detok::StreamDecoder;
 use ds4_chat::model::dsml::{CallParser, Piece, split_answer};
+use ds4_chat::model::tokenizer::Tokenizer;
 use ds4_chat::model::tools::{Json, ToolCall, calls_block};
 
 fn fixture() -> Json {
@@ -95,6 +101,33 @@ fn renderings_equal_the_official_encoding_and_tokenizer() {
         assert_eq!(text, s(case, "text"), "{name}: text");
         assert_eq!(tok.encode(&text), ids(case), "{name}: ids");
     }
+}
+
+/// The engine's live transcript (what `serve` prefills) of a first turn with tools is the golden
+/// rendering too: the system part with its tool block, then the user turn.
+#[test]
+fn first_turns_of_the_live_transcript_equal_the_official_encoding() {
+    let gguf = GgufFile::from_bytes(common::tokenizer_gguf_bytes("deepseek4", common::vendored_tables())).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&gguf).unwrap());
+    let cases = fixture();
+    let mut checked = 0;
+    for case in array(&cases, "cases") {
+        let conv = conversation(case);
+        let first_turn = conv.messages.iter().filter(|m| m.role != Role::System).count() == 1;
+        if !first_turn || s(case, "generation") != "preview" || conv.tools.is_empty() {
+            continue;
+        }
+        let think = match s(case, "think") {
+            "off" => ThinkMode::Off,
+            "high" => ThinkMode::High,
+            _ => ThinkMode::Max,
+        };
+        let mut live = ChatAdapter::new(tok.clone(), 1 << 20);
+        let ids_live = live.prompt(&conv, think, &[]).expect("a prompt");
+        assert_eq!(ids_live, ids(case), "{}", s(case, "name"));
+        checked += 1;
+    }
+    assert!(checked >= 4, "only {checked} first turns with tools compared");
 }
 
 /// Every call block of the fixtures, and its calls.
