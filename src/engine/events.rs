@@ -86,7 +86,10 @@ impl TurnRequest {
     /// A greedy request (temperature 0, the other sampling settings default) over `messages`.
     pub fn greedy(messages: Vec<Message>, think: ThinkMode, max_tokens: u32) -> TurnRequest {
         TurnRequest {
-            conversation: Conversation { messages },
+            conversation: Conversation {
+                messages,
+                ..Conversation::default()
+            },
             think,
             sampling: SamplingParams {
                 temperature: 0.0,

@@ -2,7 +2,7 @@
 //! the prompt cache over a device session (`prompt_cache`), sampling, the worker thread, its
 //! command/event boundary (`events`) and its metrics, and speculative decoding's drafters,
 //! acceptance rules and scheduler (`speculate`; the worker wires them in once the backends have a
-//! block verifier).
+//! block verifier), and a scripted engine for end-to-end tests of the server (`scripted`).
 //!
 //! Owns the turn lifecycle and the message boundary to clients. Layer: above `backend` and
 //! `sessions`, below `remote`, `tui`, `serve` and `cli` (src/lib.rs). Must not draw anything
@@ -17,6 +17,7 @@ pub mod logprobs;
 pub mod metrics;
 pub mod prompt_cache;
 pub mod sampler;
+pub mod scripted;
 pub mod settings;
 pub mod speculate;
 pub mod warmup;

@@ -21,8 +21,12 @@ const HANGUP_POLL: Duration = Duration::from_millis(10);
 pub trait TurnSink {
     /// The prompt is accepted; false when the client is gone.
     fn started(&mut self) -> bool;
-    /// A piece of text; false when the client is gone.
+    /// A piece of text; false when the client is gone (or the sink wants the turn to stop).
     fn text(&mut self, kind: TextKind, text: &str) -> bool;
+    /// The prompt is evaluated: its token counts (the completion count is still 0).
+    fn prefilled(&mut self, usage: &Usage) {
+        let _ = usage;
+    }
 }
 
 /// Token counts of a finished turn (OpenAI `usage`).
@@ -118,6 +122,7 @@ pub fn run_turn(
                 usage.cached_tokens = usage.prompt_tokens.saturating_sub(tokens);
                 timings.prompt_n = tokens;
                 timings.prompt_ms = elapsed.as_secs_f64() * 1000.0;
+                sink.prefilled(&usage);
             }
             Event::Text { kind, text } => {
                 // Once cancelled, the rest of the text has nowhere to go.

@@ -17,7 +17,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_ds4-chat");
 const CTX: &str = "4096";
 const MAX_BODY: &str = "65536";
 /// The servers of the two tests would compete for the CPU; the hang-up timing wants it calm.
-static ONE_SERVER: Mutex<()> = Mutex::new(());
+pub(crate) static ONE_SERVER: Mutex<()> = Mutex::new(());
 
 fn client_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/serve_api_client.py")
@@ -38,9 +38,9 @@ fn have_openai() -> bool {
 }
 
 /// A running server, killed on drop.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Drop for Server {
@@ -52,7 +52,7 @@ impl Drop for Server {
 
 /// Start `serve` on port 0 with `extra` flags and `env`; Ok(server) once it listens, Err(stderr)
 /// when it exits first.
-fn start(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
+pub(crate) fn start(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
     let mut cmd = Command::new(BIN);
     cmd.arg("serve")
         .arg(model)

@@ -34,4 +34,5 @@ mod sessions_resume;
 mod small_model;
 mod speculative_decode;
 mod tokenizer_corpus;
+mod tool_render;
 mod vectors;
