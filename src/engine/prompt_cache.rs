@@ -156,7 +156,10 @@ impl PromptCache {
         if let Some(m) = mark {
             let (start, total) = (self.tokens.len(), report.evaluated);
             self.eval_tracked(&prompt[start..m], &mut |done, _| progress(done, total))?;
-            self.staged.push((prompt[..m].to_vec(), self.backend.export_cache()?));
+            // A state that does not export is only not stored.
+            if let Ok(rows) = self.backend.export_cache() {
+                self.staged.push((prompt[..m].to_vec(), rows));
+            }
             let before = m - start;
             let suffix = &prompt[m..];
             self.eval_tracked(suffix, &mut |done, _| progress(before + done, total))?;
@@ -170,8 +173,8 @@ impl PromptCache {
         Ok(report)
     }
 
-    /// Start from the store's state of `prompt[..n]`; false (the session unchanged) when it does
-    /// not load.
+    /// Start from the store's state of `prompt[..n]`; false when the file does not read (the
+    /// session unchanged) or its rows do not import (the session empty), with a notice.
     fn restore_stored(&mut self, prompt: &[u32], n: usize, report: &mut SyncReport) -> bool {
         let Some(store) = self.store.as_mut() else { return false };
         let Some(rows) = store.load(prompt, n) else {

@@ -122,6 +122,7 @@ impl PromptStore {
         names.sort();
         for name in names {
             if atomic::is_temporary(&name) {
+                store.remove_stale_temporary(&name);
                 continue;
             }
             let Some((kind, key)) = store.parse_name(&name) else {
@@ -139,6 +140,27 @@ impl PromptStore {
             }
         }
         Ok(store)
+    }
+
+    /// Deletes `name` when it is the temporary file of one of this store's writes whose writer no
+    /// longer runs (a server killed mid-write), so crashes do not fill the disk. Only where `/proc`
+    /// says which processes run; a live writer's file is left alone.
+    fn remove_stale_temporary(&mut self, name: &str) {
+        let Some((file, pid)) = name
+            .strip_prefix('.')
+            .and_then(|n| n.strip_suffix(".tmp"))
+            .and_then(|n| n.rsplit_once('.'))
+        else {
+            return;
+        };
+        let proc = Path::new("/proc");
+        if self.parse_name(file).is_some()
+            && pid.parse::<u32>().is_ok()
+            && proc.join("self").exists()
+            && !proc.join(pid).exists()
+        {
+            let _ = std::fs::remove_file(self.settings.dir.join(name));
+        }
     }
 
     /// The kind and key a file name of this store gives; None for other files.

@@ -165,9 +165,10 @@ fn short_prompts_leave_no_file() {
 }
 
 /// Files of this store's names that do not read (garbage, truncated, another model's header, a
-/// flipped byte in the rows) are skipped with one line each and never used; files of another
-/// arithmetic or model are not ours and are left alone. The prompt is then evaluated in full and
-/// its logits are the reference ones.
+/// flipped byte in the rows) are skipped with one line each and never used; a dead writer's
+/// temporary file is deleted, a running one's kept; files of another arithmetic or model are not
+/// ours and are left alone. The prompt is then evaluated in full and its logits are the reference
+/// ones.
 #[test]
 fn damaged_and_foreign_files_are_skipped_with_one_line_each() {
     let model = demo_model(1);
@@ -220,6 +221,11 @@ fn damaged_and_foreign_files_are_skipped_with_one_line_each() {
     damaged[at] ^= 0x40;
     std::fs::write(dir.0.join(&prefix), &damaged).unwrap();
     std::fs::remove_file(dir.0.join(&turn)).unwrap();
+    // A write a killed server left (no process has PID 0 in /proc), and one of a running writer.
+    let stale = format!(".{turn}.0.tmp");
+    let live = format!(".{turn}.{}.tmp", std::process::id());
+    std::fs::write(dir.0.join(&stale), b"part").unwrap();
+    std::fs::write(dir.0.join(&live), b"part").unwrap();
 
     let mut store = open(&model, &dir.0, 1 << 30, "exact");
     let notices = store.take_notices();
@@ -235,6 +241,13 @@ fn damaged_and_foreign_files_are_skipped_with_one_line_each() {
     );
     assert!(notices.iter().any(|n| n.contains("another model file")), "{notices:#?}");
     assert_eq!(store.len(), 1, "only the damaged-in-its-rows prefix reads by its head");
+    if Path::new("/proc/self").exists() {
+        assert!(!dir.0.join(&stale).exists(), "a dead writer's temporary file stays");
+    }
+    assert!(
+        dir.0.join(&live).exists(),
+        "a running writer's temporary file was deleted"
+    );
     let mut c = cache_with(&model, store);
     let r = sync(&mut c, &prompt, None);
     assert_eq!((r.reused, r.evaluated), (0, prompt.len()), "a damaged file is not used");
