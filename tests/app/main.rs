@@ -20,6 +20,7 @@ mod remote_tmux;
 mod serve_api;
 mod serve_process;
 mod serve_prompt_cache;
+mod serve_soak;
 mod sessions_kill;
 mod settings_cli;
 mod tui_app;
