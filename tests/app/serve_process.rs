@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,29 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A fresh directory for a server's data (`DS4_DATA_DIR`), removed on drop, a failed test's too.
+pub struct DataDir(pub PathBuf);
+
+impl DataDir {
+    /// `ds4-chat-NAME-PID` under the system's temporary directory, empty.
+    pub fn new(name: &str) -> DataDir {
+        let dir = std::env::temp_dir().join(format!("ds4-chat-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        DataDir(dir)
+    }
+
+    /// The directory as a `DS4_DATA_DIR` value.
+    pub fn env(&self) -> String {
+        self.0.to_str().expect("a UTF-8 temporary directory").to_string()
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -7,12 +7,11 @@
 //! printed).
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::serve_process::{Server, connect, parse_reply, post_head, start};
+use super::serve_process::{DataDir, Server, connect, parse_reply, post_head, start};
 use crate::support;
 
 const CTX: &str = "8192";
@@ -92,9 +91,8 @@ fn has_text(raw: &[u8]) -> bool {
 #[test]
 fn a_shared_system_prompt_is_reused_across_conversations_and_restarts() {
     let model = support::serve_tiny_model();
-    let data: PathBuf = std::env::temp_dir().join(format!("ds4-chat-serve-prompt-cache-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
-    let data_env = data.to_str().unwrap().to_string();
+    let data = DataDir::new("serve-prompt-cache");
+    let data_env = data.env();
     let env = [("DS4_DATA_DIR", data_env.as_str())];
 
     let server = start(&model, CTX, &["--model-name", "serve-tiny"], &env).expect("serve starts");
@@ -123,15 +121,17 @@ fn a_shared_system_prompt_is_reused_across_conversations_and_restarts() {
     assert_eq!(third.evaluated, third.prompt_tokens - third.cached_tokens);
     assert!(third.evaluated < 16, "evaluated {}", third.evaluated);
     server.stop();
-    let _ = std::fs::remove_dir_all(&data);
 
     let ratio = |d: Duration| first.ttft.as_secs_f64() / d.as_secs_f64();
     println!(
-        "prompt cache: {} prompt tokens; time to first token uncached {:.3} s, cached {:.3} s ({:.0}x), after a restart {:.3} s ({:.0}x)",
+        "prompt cache: {} prompt tokens; time to first token uncached {:.3} s; another conversation {} cached, \
+         {:.3} s ({:.0}x); after a restart {} cached, {:.3} s ({:.0}x)",
         first.prompt_tokens,
         first.ttft.as_secs_f64(),
+        second.cached_tokens,
         second.ttft.as_secs_f64(),
         ratio(second.ttft),
+        third.cached_tokens,
         third.ttft.as_secs_f64(),
         ratio(third.ttft),
     );

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::serve_process::{Server, connect, get, open_fds, parse_reply, post, post_head, rss_kib, start};
+use super::serve_process::{DataDir, Server, connect, get, open_fds, parse_reply, post, post_head, rss_kib, start};
 use crate::support;
 
 const CTX: &str = "2048";
@@ -290,9 +290,8 @@ fn serve_stays_up_and_bounded_under_load_and_faults() {
     let full = std::env::var("DS4_SOAK").is_ok_and(|v| v == "full");
     let (requests, clients) = if full { (2000, 32) } else { (200, 8) };
     let model = support::serve_tiny_model();
-    let data = std::env::temp_dir().join(format!("ds4-chat-serve-soak-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data);
-    let data_env = data.to_str().unwrap().to_string();
+    let data = DataDir::new("serve-soak");
+    let data_env = data.env();
     // A prompt cache of 2 MiB: a few of the shared prefixes' files, so eviction runs all along.
     let max_body = MAX_BODY.to_string();
     // Half as many may wait as there are clients, so the queue fills and refuses (429) now and then.
@@ -376,9 +375,8 @@ fn serve_stays_up_and_bounded_under_load_and_faults() {
     let (peak, rss_after) = rss_kib(pid);
     let [first_half, second_half] = *halves.lock().unwrap();
     let alive = matches!(server.child.try_wait(), Ok(None));
-    let cache_files = std::fs::read_dir(data.join("prompt-cache")).map_or(0, |d| d.count());
+    let cache_files = std::fs::read_dir(data.0.join("prompt-cache")).map_or(0, |d| d.count());
     drop(server);
-    let _ = std::fs::remove_dir_all(&data);
 
     let outcomes = std::mem::take(&mut *outcomes.lock().unwrap());
     let mut by_status = std::collections::BTreeMap::new();
