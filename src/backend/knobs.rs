@@ -117,7 +117,7 @@ pub const KNOBS: &[Knob] = &[
         Kind::Text,
         Setting,
         "~/.local/share/ds4-chat",
-        "Data directory of the kept sessions (`sessions/` under it).",
+        "Data directory of the kept sessions (`sessions/` under it) and of `serve`'s prompt cache (`prompt-cache/`).",
     ),
     knob(
         HIP_LIBRARY,

@@ -46,6 +46,11 @@ pub struct ChatAdapter {
     /// The turn in flight: the messages of its prompt and its transcript (turn open).
     open: Option<(Vec<Message>, Transcript)>,
     streamed: Arc<Mutex<Streamed>>,
+    /// The start (system part) of the last prompt, its messages and mode: `shared_prefix`'s
+    /// length, kept so an unchanged system prompt is not tokenized again every turn.
+    shared: Option<(Vec<Message>, ThinkMode, Transcript)>,
+    /// Whether the last prompt began with `shared`.
+    shared_matches: bool,
 }
 
 /// The factory the loader uses: the model's tokenizer, for a session of `ctx` tokens.
@@ -95,6 +100,8 @@ impl ChatAdapter {
             snapshots: Vec::new(),
             open: None,
             streamed: Arc::default(),
+            shared: None,
+            shared_matches: false,
         }
     }
 
@@ -148,24 +155,28 @@ impl ChatAdapter {
             .max_by_key(|(m, _)| m.len());
         let (mut t, done) = match best {
             Some((m, t)) => (t.clone(), m.len()),
-            None => {
-                let system: Vec<&str> = history
-                    .iter()
-                    .take_while(|m| m.role == Role::System)
-                    .map(|m| m.content.as_str())
-                    .collect();
-                let n = system.len();
-                let text = system.join("\n\n");
-                let t = if conv.tools.is_empty() {
-                    Transcript::new(&self.tok, &text, think, self.ctx)
-                } else {
-                    Transcript::new_encoded(&self.tok, &text, think, self.ctx)
-                };
-                (t, n)
-            }
+            None => self.start_of(history, think, !conv.tools.is_empty()),
         };
         self.replay(&mut t, history, done, think, conv.tool_context());
         t
+    }
+
+    /// The transcript of `history`'s leading system messages (BOS, effort text, system text, and
+    /// the tool block when `with_tools`: tokenized with added-token recognition) and how many
+    /// messages that took.
+    fn start_of(&self, history: &[Message], think: ThinkMode, with_tools: bool) -> (Transcript, usize) {
+        let system: Vec<&str> = history
+            .iter()
+            .take_while(|m| m.role == Role::System)
+            .map(|m| m.content.as_str())
+            .collect();
+        let n = system.len();
+        let text = system.join("\n\n");
+        let t = match with_tools {
+            true => Transcript::new_encoded(&self.tok, &text, think, self.ctx),
+            false => Transcript::new(&self.tok, &text, think, self.ctx),
+        };
+        (t, n)
     }
 }
 
@@ -191,6 +202,21 @@ impl ChatText for ChatAdapter {
         let mut t = self.transcript_for(&messages[..*first], think, conv);
         t.begin_turn(&self.tok, text, think, self.ctx);
         let ids = t.ids().to_vec();
+        let history = &messages[..*first];
+        let system = history.iter().take_while(|m| m.role == Role::System).count();
+        let with_tools = !conv.tools.is_empty();
+        let unchanged = self
+            .shared
+            .as_ref()
+            .is_some_and(|(m, mode, _)| *mode == think && starts_with(history, m) && m.len() == system);
+        if !unchanged {
+            let (start, _) = self.start_of(history, think, with_tools);
+            self.shared = Some((history[..system].to_vec(), think, start));
+        }
+        self.shared_matches = self
+            .shared
+            .as_ref()
+            .is_some_and(|(_, _, start)| ids.starts_with(start.ids()));
         self.open = Some((messages, t));
         *self.streamed.lock().unwrap_or_else(|e| e.into_inner()) = Streamed::default();
         Ok(ids)
@@ -228,6 +254,11 @@ impl ChatText for ChatAdapter {
     fn forget(&mut self) {
         self.snapshots.clear();
         self.open = None;
+    }
+
+    fn shared_prefix(&self) -> Option<usize> {
+        let (_, _, start) = self.shared.as_ref()?;
+        self.shared_matches.then(|| start.len())
     }
 
     fn transcript(&self) -> Option<crate::sessions::store::TranscriptIds> {

@@ -130,6 +130,9 @@ pub enum Command {
     },
     /// Open a saved conversation (answered by `Resumed`).
     Resume(ResumeRequest),
+    /// Keep prompt prefixes on disk for the sessions that follow (serve's prompt cache,
+    /// `engine::prompt_store`; None, the default: no store). Notices report files it skipped.
+    SetPromptStore(Option<crate::engine::prompt_store::PromptStoreSettings>),
     Shutdown,
 }
 

@@ -46,6 +46,8 @@ pub struct ServeOptions {
     pub defaults: TurnDefaults,
     /// Speculative decoding of every turn (docs/speculative.md).
     pub speculate: crate::engine::speculate::Speculate,
+    /// The prompt cache on disk (docs/serve.md#prompt-cache); None: off.
+    pub prompt_cache: Option<crate::engine::prompt_store::PromptStoreSettings>,
 }
 
 /// How the last turn ended, for `/health`.
@@ -147,6 +149,7 @@ pub fn run(opts: ServeOptions) -> Result<(), String> {
         Box::new(EngineLoader::new()),
     )?);
     worker.send(Command::SetSpeculate(opts.speculate));
+    worker.send(Command::SetPromptStore(opts.prompt_cache));
     let ctx = load(&worker, opts.load)?;
     let server = Arc::new(Server {
         model_id: opts.model_id,

@@ -89,8 +89,10 @@ pub fn run_turn(
     sink: &mut dyn TurnSink,
     client_gone: &dyn Fn() -> bool,
 ) -> Result<TurnOutcome, ApiError> {
-    // Events of earlier turns or of the residency sampler that nobody read.
-    while worker.try_recv().is_some() {}
+    // Events of earlier turns or of the residency sampler that nobody read (notices are logged).
+    while let Some(e) = worker.try_recv() {
+        log_notice(&e);
+    }
     if !worker.send(Command::Submit(req)) {
         return Err(ApiError::status(503, "the engine worker has stopped"));
     }
@@ -132,6 +134,7 @@ pub fn run_turn(
             Event::TokenTiming { elapsed, .. } => timings.predicted_ms += elapsed.as_secs_f64() * 1000.0,
             Event::Speculation(f) => timings.draft = Some((f.drafted as u32, f.accepted as u32)),
             Event::Error { message, .. } => error = Some(message),
+            Event::Notice { .. } => log_notice(&event),
             Event::TurnFinished { reason, generated, .. } => {
                 usage.completion_tokens = generated;
                 timings.predicted_n = generated;
@@ -156,6 +159,13 @@ pub fn run_turn(
         error,
         client_gone: cancelled,
     })
+}
+
+/// The worker's notices (the prompt cache's skipped files, …) go to the server's log.
+fn log_notice(event: &Event) {
+    if let Event::Notice { message } = event {
+        eprintln!("ds4-chat serve: {message}");
+    }
 }
 
 #[cfg(test)]
