@@ -4,14 +4,19 @@
 //! report the shared prefix as cached (`usage.prompt_tokens_details.cached_tokens`, and
 //! `timings.prompt_n` evaluated tokens: the hard checks); their time to first token is a fraction of
 //! the first one's (a loose check, 3×, against a measured ratio far above it; the figures are
-//! printed).
+//! printed). An agent's turns share more than the system prompt: two conversations with the same
+//! system prompt and tools (over 4k tokens together) and different questions, on the OpenAI route
+//! (`cached_tokens`) and on the Anthropic one (`cache_read_input_tokens`), reuse the whole start.
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::serve_process::{DataDir, Server, connect, parse_reply, post_head, start};
+use ds4_chat::gguf::GgufFile;
+use ds4_chat::model::tokenizer::Tokenizer;
+
+use super::serve_process::{DataDir, Server, connect, parse_reply, post, post_head, start};
 use crate::support;
 
 const CTX: &str = "8192";
@@ -139,5 +144,131 @@ fn a_shared_system_prompt_is_reused_across_conversations_and_restarts() {
     assert!(
         ratio(second.ttft) > 3.0 && ratio(third.ttft) > 3.0,
         "the cached requests were not faster"
+    );
+}
+
+/// An agent's tools: 8 functions with long descriptions, about 2.2k tokens in the tool block.
+fn agent_tools() -> Vec<(String, String, Value)> {
+    (0..8)
+        .map(|i| {
+            let description = (0..12)
+                .map(|j| format!("step {j}: read the file, check the result and report it."))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let schema = json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "the file to work on"},
+                    "limit": {"type": "integer", "description": "the most lines to read"},
+                },
+                "required": ["path"],
+            });
+            (format!("tool_{i}"), format!("Tool {i}. {description}"), schema)
+        })
+        .collect()
+}
+
+/// An agent's system prompt: 220 numbered rules, 2,420 tokens; with `agent_tools` over 4.6k.
+fn agent_system(route: &str) -> String {
+    (0..220)
+        .map(|i| format!("{route} rule {i}: be concise and careful."))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Prompt tokens, cached tokens (`prompt_tokens_details.cached_tokens`) and evaluated tokens
+/// (`timings.prompt_n`) of a non-streamed chat completion with the agent's system prompt and tools.
+fn openai_agent_turn(server: &Server, question: &str) -> (u64, u64, u64) {
+    let tools: Vec<Value> = agent_tools()
+        .into_iter()
+        .map(|(name, description, parameters)| {
+            json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
+        })
+        .collect();
+    let body = json!({
+        "model": "serve-tiny", "reasoning_effort": "none", "seed": 1, "temperature": 0, "max_tokens": 4,
+        "tools": tools, "tool_choice": "auto",
+        "messages": [
+            {"role": "system", "content": agent_system("openai")},
+            {"role": "user", "content": question},
+        ],
+    })
+    .to_string();
+    let reply = post(server.addr(), "/v1/chat/completions", &body, Duration::from_secs(300)).expect("a reply");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let v = reply.json();
+    let n = |x: &Value| x.as_u64().unwrap_or_else(|| panic!("no count in {v}"));
+    (
+        n(&v["usage"]["prompt_tokens"]),
+        n(&v["usage"]["prompt_tokens_details"]["cached_tokens"]),
+        n(&v["timings"]["prompt_n"]),
+    )
+}
+
+/// Evaluated (`input_tokens`) and cached (`cache_read_input_tokens`) tokens of a non-streamed
+/// Messages API request with the agent's system prompt and tools.
+fn anthropic_agent_turn(server: &Server, question: &str) -> (u64, u64) {
+    let tools: Vec<Value> = agent_tools()
+        .into_iter()
+        .map(|(name, description, schema)| json!({"name": name, "description": description, "input_schema": schema}))
+        .collect();
+    let body = json!({
+        "model": "claude-agent", "max_tokens": 4, "temperature": 0,
+        "thinking": {"type": "disabled"},
+        "system": agent_system("anthropic"), "tools": tools,
+        "messages": [{"role": "user", "content": question}],
+    })
+    .to_string();
+    let reply = post(server.addr(), "/v1/messages", &body, Duration::from_secs(300)).expect("a reply");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let v = reply.json();
+    let n = |x: &Value| x.as_u64().unwrap_or_else(|| panic!("no count in {v}"));
+    (
+        n(&v["usage"]["input_tokens"]),
+        n(&v["usage"]["cache_read_input_tokens"]),
+    )
+}
+
+/// An agent's turns from two conversations that share the system prompt and the tools (over 4k
+/// tokens together, the tool block about half) but not the question: the second reuses the whole
+/// shared start on both routes. Each route has its own system prompt, so its first request starts
+/// cold.
+#[test]
+fn an_agents_system_prompt_and_tools_are_reused_across_conversations() {
+    let model = support::serve_tiny_model();
+    let data = DataDir::new("serve-prompt-cache-tools");
+    let data_env = data.env();
+    let server = start(
+        &model,
+        CTX,
+        &["--model-name", "serve-tiny"],
+        &[("DS4_DATA_DIR", data_env.as_str())],
+    )
+    .expect("serve starts");
+    // The system text alone is under 4k tokens: a 4k cached start holds the tool block too.
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&model).expect("open the tiny model")).expect("tokenizer");
+    for route in ["openai", "anthropic"] {
+        let n = tok.encode_plain(&agent_system(route)).len();
+        assert!((1500..4096).contains(&n), "the {route} system text is {n} tokens");
+    }
+
+    let (prompt, cached, evaluated) = openai_agent_turn(&server, "Which tool reads a file?");
+    assert!(prompt >= 4096, "system prompt and tools are {prompt} tokens");
+    assert_eq!((cached, evaluated), (0, prompt));
+    let (prompt2, cached2, evaluated2) = openai_agent_turn(&server, "List the tools you have.");
+    assert!(cached2 >= 4096, "OpenAI route: cached {cached2} of {prompt2}");
+    assert_eq!(evaluated2, prompt2 - cached2);
+    assert!(evaluated2 < 16, "OpenAI route: evaluated {evaluated2}");
+
+    let (input, read) = anthropic_agent_turn(&server, "Which tool reads a file?");
+    assert!(input >= 4096, "system prompt and tools are {input} tokens");
+    assert_eq!(read, 0, "the first request of this system prompt");
+    let (input2, read2) = anthropic_agent_turn(&server, "List the tools you have.");
+    assert!(read2 >= 4096, "Anthropic route: cache_read_input_tokens {read2}");
+    assert!(input2 < 16, "Anthropic route: input_tokens {input2}");
+    println!(
+        "prompt cache with tools: OpenAI {prompt} prompt tokens, another conversation {cached2} cached \
+         ({evaluated2} evaluated); Anthropic {input} input tokens, another conversation {read2} cache read \
+         ({input2} input)"
     );
 }
