@@ -108,6 +108,7 @@ pub const TEST_PANIC: &str = "DS4_TEST_PANIC";
 pub const TEST_SYSFS_ROOT: &str = "DS4_TEST_SYSFS_ROOT";
 pub const TEST_PROCFS_ROOT: &str = "DS4_TEST_PROCFS_ROOT";
 pub const TEST_DEV_ROOT: &str = "DS4_TEST_DEV_ROOT";
+pub const TEST_SERVE_SCRIPT: &str = "DS4_TEST_SERVE_SCRIPT";
 
 /// The registry, in the order of docs/configuration.md's table.
 pub const KNOBS: &[Knob] = &[
@@ -116,7 +117,7 @@ pub const KNOBS: &[Knob] = &[
         Kind::Text,
         Setting,
         "~/.local/share/ds4-chat",
-        "Data directory of the kept sessions (`sessions/` under it).",
+        "Data directory of the kept sessions (`sessions/` under it) and of `serve`'s prompt cache (`prompt-cache/`).",
     ),
     knob(
         HIP_LIBRARY,
@@ -293,6 +294,13 @@ pub const KNOBS: &[Knob] = &[
         Test,
         "/",
         "Test hook: `doctor` reads `<root>/dev` instead of /dev.",
+    ),
+    knob(
+        TEST_SERVE_SCRIPT,
+        Kind::Text,
+        Test,
+        "unset",
+        "Test hook: `serve` replies with the token ids of this JSON file, one list per turn.",
     ),
 ];
 

@@ -6,11 +6,15 @@ use std::path::PathBuf;
 
 use super::CliResult;
 use crate::engine::events::{LoadRequest, ModelSource};
+use crate::engine::prompt_store::PromptStoreSettings;
 use crate::serve::auth::ApiKey;
 use crate::serve::{ServeOptions, TurnDefaults};
 
 /// Seed of the `--demo` model (the chat app's default).
 const DEMO_SEED: u64 = 1;
+
+/// The prompt cache's directory under the data directory (docs/serve.md#prompt-cache).
+const PROMPT_CACHE_DIR: &str = "prompt-cache";
 
 /// Default request body limit (a 1M-token prompt is about 4 MB of text).
 const DEFAULT_MAX_BODY: usize = 8 << 20;
@@ -44,6 +48,10 @@ pub struct Args {
     /// Largest request body in bytes; larger get 413.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY)]
     pub max_body_bytes: usize,
+    /// Disk budget of the prompt cache in GiB (KV snapshots of prompt prefixes in the data
+    /// directory, kept across requests and restarts); 0 turns it off [default: 8].
+    #[arg(long, value_name = "GIB")]
+    pub prompt_cache_gib: Option<f64>,
     /// Think mode of requests that do not choose one (reasoning_effort, thinking).
     #[command(flatten)]
     pub think: super::ThinkArgs,
@@ -88,6 +96,10 @@ fn options(a: &Args) -> Result<ServeOptions, String> {
     super::apply_cli_ctx(a.ctx, &mut c)?;
     a.placement.apply(&mut c)?;
     a.think.apply(&mut c);
+    if let Some(v) = a.prompt_cache_gib {
+        c.prompt_cache_budget =
+            crate::tui::config::parse_budget_gib(v).map_err(|e| format!("--prompt-cache-gib: {e}"))?;
+    }
     let placement = super::placement_of(&c);
     Ok(ServeOptions {
         addr,
@@ -110,6 +122,23 @@ fn options(a: &Args) -> Result<ServeOptions, String> {
             max_tokens: c.max_tokens,
         },
         speculate: c.speculate,
+        prompt_cache: prompt_cache(c.prompt_cache_budget),
+    })
+}
+
+/// The prompt cache's place, `prompt-cache` in the data directory; None when the budget is 0 or
+/// there is no data directory (no home).
+fn prompt_cache(budget: u64) -> Option<PromptStoreSettings> {
+    if budget == 0 {
+        return None;
+    }
+    let Some(data) = crate::sessions::store::data_dir() else {
+        eprintln!("ds4-chat serve: no data directory (no home directory and no DS4_DATA_DIR): prompt cache off");
+        return None;
+    };
+    Some(PromptStoreSettings {
+        dir: data.join(PROMPT_CACHE_DIR),
+        budget,
     })
 }
 

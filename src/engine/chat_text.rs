@@ -17,9 +17,10 @@
 use std::sync::{Arc, Mutex};
 
 use crate::model::Model;
-use crate::model::chat::{Conversation, Message, Role, ThinkMode, Transcript};
+use crate::model::chat::{Conversation, Message, Role, ThinkMode, Transcript, Turn, turns};
 use crate::model::detok::{StreamDecoder, TextDelta};
 use crate::model::tokenizer::Tokenizer;
+use crate::model::{dsml, tools};
 
 use super::events::{FinishReason, TextKind};
 use super::worker::{ChatText, TextStream};
@@ -45,6 +46,11 @@ pub struct ChatAdapter {
     /// The turn in flight: the messages of its prompt and its transcript (turn open).
     open: Option<(Vec<Message>, Transcript)>,
     streamed: Arc<Mutex<Streamed>>,
+    /// The start (system part) of the last prompt, its messages and mode: `shared_prefix`'s
+    /// length, kept so an unchanged system prompt is not tokenized again every turn.
+    shared: Option<(Vec<Message>, ThinkMode, Transcript)>,
+    /// Whether the last prompt began with `shared`.
+    shared_matches: bool,
 }
 
 /// The factory the loader uses: the model's tokenizer, for a session of `ctx` tokens.
@@ -53,11 +59,32 @@ pub fn for_model(model: &Model, ctx: u32) -> Result<Box<dyn ChatText>, String> {
     Ok(Box::new(ChatAdapter::new(Arc::new(tok), ctx)))
 }
 
-/// Whether two messages are the same turn for the transcript: same role and text, ignoring
-/// surrounding whitespace (a client may trim) and an empty reasoning versus none.
+/// Whether two messages are the same turn for the transcript: same role, text and calls, ignoring
+/// surrounding whitespace (a client may trim), an empty reasoning versus none, and call ids.
 fn same_message(a: &Message, b: &Message) -> bool {
     let r = |m: &Message| m.reasoning.as_deref().unwrap_or("").trim().to_string();
-    a.role == b.role && a.content.trim() == b.content.trim() && r(a) == r(b)
+    a.role == b.role
+        && a.content.trim() == b.content.trim()
+        && r(a) == r(b)
+        && a.is_tool_result() == b.is_tool_result()
+        && a.tool_calls.len() == b.tool_calls.len()
+        && a.tool_calls.iter().zip(&b.tool_calls).all(|(x, y)| x.same_call(y))
+}
+
+/// The messages a transcript stands for. With tools in play, the system messages become one
+/// holding the whole system part (the tool block included), so a change of tools is a change of
+/// the first message.
+fn key_messages(conv: &Conversation) -> Vec<Message> {
+    if !conv.tool_context() {
+        return conv.messages.clone();
+    }
+    let system = conv.system_text();
+    let rest = conv.messages.iter().filter(|m| m.role != Role::System).cloned();
+    (!system.is_empty())
+        .then(|| Message::system(system))
+        .into_iter()
+        .chain(rest)
+        .collect()
 }
 
 fn starts_with(history: &[Message], prefix: &[Message]) -> bool {
@@ -73,42 +100,44 @@ impl ChatAdapter {
             snapshots: Vec::new(),
             open: None,
             streamed: Arc::default(),
+            shared: None,
+            shared_matches: false,
         }
     }
 
-    /// Append `messages` (no open turn) to `t` in the live form: user turns opened with the mode
-    /// their reply used, assistant replies re-tokenized from their text.
-    fn replay(&self, t: &mut Transcript, messages: &[Message], think: ThinkMode) {
+    /// Append the turns of `history` from message `done` on (no open turn) to `t` in the live
+    /// form: user turns opened with the mode their reply used, assistant replies re-tokenized from
+    /// their text (their calls in DSML, with added-token recognition for the markers).
+    fn replay(&self, t: &mut Transcript, history: &[Message], done: usize, think: ThinkMode, tool_context: bool) {
         let tok = &*self.tok;
-        for (i, m) in messages.iter().enumerate() {
-            match m.role {
-                // System text is only taken at the start (Transcript::new).
-                Role::System => {}
-                Role::User => {
-                    let thought = messages
-                        .get(i + 1)
-                        .is_some_and(|n| n.role == Role::Assistant && n.reasoning.is_some());
+        let all = turns(history, tool_context);
+        for (k, (first, turn)) in all.iter().enumerate() {
+            if *first < done {
+                continue;
+            }
+            match turn {
+                Turn::User(text) => {
+                    let thought = all
+                        .get(k + 1)
+                        .is_some_and(|(_, n)| matches!(n, Turn::Assistant(a) if a.reasoning.is_some()));
                     let mode = match (thought, think) {
                         (false, _) => ThinkMode::Off,
                         (true, ThinkMode::Max) => ThinkMode::Max,
                         (true, _) => ThinkMode::High,
                     };
-                    t.begin_turn(tok, &m.content, mode, self.ctx);
+                    t.begin_turn(tok, text, mode, self.ctx);
                 }
-                Role::Assistant if t.turn_open() => {
+                Turn::Assistant(m) if t.turn_open() => {
                     if let Some(r) = &m.reasoning {
-                        for id in tok.encode_plain(r) {
-                            t.push_sampled(id);
-                        }
+                        t.push_all(&tok.encode_plain(r));
                         t.push_sampled(tok.specials().think_end);
                     }
-                    for id in tok.encode_plain(&m.content) {
-                        t.push_sampled(id);
-                    }
+                    t.push_all(&tok.encode_plain(&m.content));
+                    t.push_all(&tok.encode(&tools::calls_block(&m.tool_calls)));
                     t.end_turn(tok, false);
                 }
                 // An assistant message with no user turn before it cannot be represented live.
-                Role::Assistant => {}
+                Turn::Assistant(_) => {}
             }
         }
         if t.turn_open() {
@@ -116,8 +145,9 @@ impl ChatAdapter {
         }
     }
 
-    /// The transcript of `history`: from the longest matching snapshot, else from scratch.
-    fn transcript_for(&self, history: &[Message], think: ThinkMode) -> Transcript {
+    /// The transcript of `history`: from the longest matching snapshot, else from scratch (the
+    /// system part tokenized with added-token recognition when it holds the tool block).
+    fn transcript_for(&self, history: &[Message], think: ThinkMode, conv: &Conversation) -> Transcript {
         let best = self
             .snapshots
             .iter()
@@ -125,18 +155,28 @@ impl ChatAdapter {
             .max_by_key(|(m, _)| m.len());
         let (mut t, done) = match best {
             Some((m, t)) => (t.clone(), m.len()),
-            None => {
-                let system: Vec<&str> = history
-                    .iter()
-                    .take_while(|m| m.role == Role::System)
-                    .map(|m| m.content.as_str())
-                    .collect();
-                let n = system.len();
-                (Transcript::new(&self.tok, &system.join("\n\n"), think, self.ctx), n)
-            }
+            None => self.start_of(history, think, !conv.tools.is_empty()),
         };
-        self.replay(&mut t, &history[done..], think);
+        self.replay(&mut t, history, done, think, conv.tool_context());
         t
+    }
+
+    /// The transcript of `history`'s leading system messages (BOS, effort text, system text, and
+    /// the tool block when `with_tools`: tokenized with added-token recognition) and how many
+    /// messages that took.
+    fn start_of(&self, history: &[Message], think: ThinkMode, with_tools: bool) -> (Transcript, usize) {
+        let system: Vec<&str> = history
+            .iter()
+            .take_while(|m| m.role == Role::System)
+            .map(|m| m.content.as_str())
+            .collect();
+        let n = system.len();
+        let text = system.join("\n\n");
+        let t = match with_tools {
+            true => Transcript::new_encoded(&self.tok, &text, think, self.ctx),
+            false => Transcript::new(&self.tok, &text, think, self.ctx),
+        };
+        (t, n)
     }
 }
 
@@ -146,16 +186,38 @@ impl ChatText for ChatAdapter {
     }
 
     fn prompt(&mut self, conv: &Conversation, think: ThinkMode, _live: &[u32]) -> Result<Vec<u32>, String> {
-        let Some((last, history)) = conv.messages.split_last() else {
-            return Err("the conversation is empty".into());
-        };
-        if last.role != Role::User {
-            return Err("the conversation must end with a user message".into());
+        let messages = key_messages(conv);
+        match messages.last() {
+            None => return Err("the conversation is empty".into()),
+            Some(m) if m.role != Role::User => {
+                return Err("the conversation must end with a user message".into());
+            }
+            Some(_) => {}
         }
-        let mut t = self.transcript_for(history, think);
-        t.begin_turn(&self.tok, &last.content, think, self.ctx);
+        let tool_context = conv.tool_context();
+        let all = turns(&messages, tool_context);
+        let Some((first, Turn::User(text))) = all.last() else {
+            return Err("the conversation must end with a user message".into());
+        };
+        let mut t = self.transcript_for(&messages[..*first], think, conv);
+        t.begin_turn(&self.tok, text, think, self.ctx);
         let ids = t.ids().to_vec();
-        self.open = Some((conv.messages.clone(), t));
+        let history = &messages[..*first];
+        let system = history.iter().take_while(|m| m.role == Role::System).count();
+        let with_tools = !conv.tools.is_empty();
+        let unchanged = self
+            .shared
+            .as_ref()
+            .is_some_and(|(m, mode, _)| *mode == think && starts_with(history, m) && m.len() == system);
+        if !unchanged {
+            let (start, _) = self.start_of(history, think, with_tools);
+            self.shared = Some((history[..system].to_vec(), think, start));
+        }
+        self.shared_matches = self
+            .shared
+            .as_ref()
+            .is_some_and(|(_, _, start)| ids.starts_with(start.ids()));
+        self.open = Some((messages, t));
         *self.streamed.lock().unwrap_or_else(|e| e.into_inner()) = Streamed::default();
         Ok(ids)
     }
@@ -175,11 +237,13 @@ impl ChatText for ChatAdapter {
         }
         let s = self.streamed.lock().unwrap_or_else(|e| e.into_inner());
         let thinking = generated.contains(&self.tok.specials().think_end) || !s.reasoning.is_empty();
-        messages.push(Message {
-            role: Role::Assistant,
-            content: s.answer.clone(),
-            reasoning: thinking.then(|| s.reasoning.clone()),
-        });
+        // The reply as a client sends it back: the text without its call block, and the calls.
+        let (content, calls) = dsml::split_answer(&s.answer);
+        messages.push(Message::assistant_calls(
+            content,
+            thinking.then(|| s.reasoning.clone()),
+            calls,
+        ));
         drop(s);
         if self.snapshots.len() == MAX_SNAPSHOTS {
             self.snapshots.remove(0);
@@ -190,6 +254,11 @@ impl ChatText for ChatAdapter {
     fn forget(&mut self) {
         self.snapshots.clear();
         self.open = None;
+    }
+
+    fn shared_prefix(&self) -> Option<usize> {
+        let (_, _, start) = self.shared.as_ref()?;
+        self.shared_matches.then(|| start.len())
     }
 
     fn transcript(&self) -> Option<crate::sessions::store::TranscriptIds> {

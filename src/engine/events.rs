@@ -86,7 +86,10 @@ impl TurnRequest {
     /// A greedy request (temperature 0, the other sampling settings default) over `messages`.
     pub fn greedy(messages: Vec<Message>, think: ThinkMode, max_tokens: u32) -> TurnRequest {
         TurnRequest {
-            conversation: Conversation { messages },
+            conversation: Conversation {
+                messages,
+                ..Conversation::default()
+            },
             think,
             sampling: SamplingParams {
                 temperature: 0.0,
@@ -127,6 +130,9 @@ pub enum Command {
     },
     /// Open a saved conversation (answered by `Resumed`).
     Resume(ResumeRequest),
+    /// Keep prompt prefixes on disk for the sessions that follow (serve's prompt cache,
+    /// `engine::prompt_store`; None, the default: no store). Notices report files it skipped.
+    SetPromptStore(Option<crate::engine::prompt_store::PromptStoreSettings>),
     Shutdown,
 }
 

@@ -3,11 +3,18 @@
 //! boundaries so an edited or retried conversation restores the longest saved prefix instead of
 //! prefilling again.
 //!
+//! With a prompt store (`prompt_store`, serve's prompt cache on disk) a prompt also starts from the
+//! longest prefix stored there when that is longer than what the session and its checkpoints hold;
+//! `sync_marked` stages the state at a marked length (the end of the prompt's shared part) and
+//! `persist` writes it and the turn's end state to the store.
+//!
 //! Owns the token bookkeeping and the checkpoint list; the math and the cache format belong to the
 //! backend (`DeviceSession::save_state` / `load_state`). Must not know about text, chat templates or sampling.
 
 use crate::backend::cache_rows::CacheRows;
 use crate::backend::{BackendError, DevicePick, DeviceSample, DeviceSession, Progress};
+
+use super::prompt_store::{MIN_STORED_TOKENS, PromptStore, StoredKind};
 
 /// A saved backend state and the exact token prefix it holds.
 struct Checkpoint {
@@ -22,7 +29,7 @@ pub struct SyncReport {
     pub reused: usize,
     /// Tokens evaluated by this call.
     pub evaluated: usize,
-    /// The cache came from a checkpoint.
+    /// The cache came from a checkpoint (in memory or the prompt store's on disk).
     pub restored: bool,
 }
 
@@ -35,6 +42,10 @@ pub struct PromptCache {
     max_checkpoints: usize,
     /// The block of the last `verify`, until `commit` says how much of it the cache keeps.
     block: Vec<u32>,
+    /// The prompt store on disk, when the client keeps one (serve).
+    store: Option<PromptStore>,
+    /// States `sync_marked` set aside for the store; `persist` writes them.
+    staged: Vec<(Vec<u32>, CacheRows)>,
 }
 
 impl PromptCache {
@@ -48,7 +59,24 @@ impl PromptCache {
             checkpoints: Vec::new(),
             max_checkpoints,
             block: Vec::new(),
+            store: None,
+            staged: Vec::new(),
         }
+    }
+
+    /// Use `store` for the prompts that follow (None: none).
+    pub fn set_store(&mut self, store: Option<PromptStore>) {
+        self.store = store;
+        self.staged.clear();
+    }
+
+    pub fn store(&self) -> Option<&PromptStore> {
+        self.store.as_ref()
+    }
+
+    /// The store's notices since the last call (files skipped, writes that failed).
+    pub fn take_store_notices(&mut self) -> Vec<String> {
+        self.store.as_mut().map(|s| s.take_notices()).unwrap_or_default()
     }
 
     pub fn backend(&self) -> &dyn DeviceSession {
@@ -85,6 +113,18 @@ impl PromptCache {
     /// saved as a turn-boundary checkpoint. On `Cancelled { done }` the cache holds the prefix that
     /// was evaluated (`tokens()` says which).
     pub fn sync(&mut self, prompt: &[u32], progress: Progress<'_>) -> Result<SyncReport, BackendError> {
+        self.sync_marked(prompt, None, progress)
+    }
+
+    /// `sync`, also starting from the prompt store's longest prefix of `prompt` when that is longer
+    /// than the live tokens and the checkpoints give; and when a store is kept and `mark` (a
+    /// length) falls in what is evaluated, the state after `mark` tokens is staged for `persist`.
+    pub fn sync_marked(
+        &mut self,
+        prompt: &[u32],
+        mark: Option<usize>,
+        progress: Progress<'_>,
+    ) -> Result<SyncReport, BackendError> {
         if prompt.len() >= self.backend.ctx() {
             return Err(BackendError::ContextFull {
                 needed: prompt.len(),
@@ -92,17 +132,81 @@ impl PromptCache {
             });
         }
         let mut report = SyncReport::default();
-        if !prompt.starts_with(&self.tokens) {
+        let live = if prompt.starts_with(&self.tokens) {
+            self.tokens.len()
+        } else {
+            0
+        };
+        let checkpoint = self.best_checkpoint(prompt).map_or(0, |(_, n)| n);
+        let stored = self.store.as_ref().map_or(0, |s| s.longest_prefix(prompt));
+        let from_store = stored > live.max(checkpoint) && self.restore_stored(prompt, stored, &mut report);
+        // (A store file that failed to import left the session empty: a checkpoint beats nothing.)
+        if !from_store && (!prompt.starts_with(&self.tokens) || (self.tokens.is_empty() && checkpoint > 0)) {
             self.restore_best(prompt, &mut report)?;
         }
         report.reused = self.tokens.len();
-        let suffix = &prompt[self.tokens.len()..];
-        report.evaluated = suffix.len();
-        self.eval_tracked(suffix, progress)?;
+        report.evaluated = prompt.len() - self.tokens.len();
+        self.staged.clear();
+        let mark = mark.filter(|&m| {
+            m > self.tokens.len()
+                && m < prompt.len()
+                && m >= MIN_STORED_TOKENS
+                && self.store.as_ref().is_some_and(|s| !s.contains(&prompt[..m]))
+        });
+        if let Some(m) = mark {
+            let (start, total) = (self.tokens.len(), report.evaluated);
+            self.eval_tracked(&prompt[start..m], &mut |done, _| progress(done, total))?;
+            // A state that does not export is only not stored.
+            if let Ok(rows) = self.backend.export_cache() {
+                self.staged.push((prompt[..m].to_vec(), rows));
+            }
+            let before = m - start;
+            let suffix = &prompt[m..];
+            self.eval_tracked(suffix, &mut |done, _| progress(before + done, total))?;
+        } else {
+            let suffix = &prompt[self.tokens.len()..];
+            self.eval_tracked(suffix, progress)?;
+        }
         if report.evaluated > 0 {
             self.checkpoint();
         }
         Ok(report)
+    }
+
+    /// Start from the store's state of `prompt[..n]`; false when the file does not read (the
+    /// session unchanged) or its rows do not import (the session empty), with a notice.
+    fn restore_stored(&mut self, prompt: &[u32], n: usize, report: &mut SyncReport) -> bool {
+        let Some(store) = self.store.as_mut() else { return false };
+        let Some(rows) = store.load(prompt, n) else {
+            return false;
+        };
+        let tokens = &prompt[..n];
+        if let Err(e) = self.backend.import_cache(&rows, tokens) {
+            // The session is unknown now: start it over.
+            self.backend.reset();
+            self.tokens.clear();
+            store.push_notice(format!("prompt cache: a stored prefix of {n} tokens did not load: {e}"));
+            return false;
+        }
+        self.tokens = tokens.to_vec();
+        report.restored = true;
+        true
+    }
+
+    /// Write the staged states (prefix boundaries) and the current one (the turn's end) to the
+    /// store, if one is kept. Call after a turn: the writes are off the turn's path.
+    pub fn persist(&mut self) {
+        let Some(store) = self.store.as_mut() else { return };
+        for (tokens, rows) in self.staged.drain(..) {
+            store.save(&tokens, &rows, StoredKind::Prefix);
+        }
+        if self.tokens.len() < MIN_STORED_TOKENS || store.contains(&self.tokens) {
+            return;
+        }
+        match self.backend.export_cache() {
+            Ok(rows) => store.save(&self.tokens, &rows, StoredKind::Turn),
+            Err(e) => store.push_notice(format!("prompt cache: cannot export the session: {e}")),
+        }
     }
 
     /// Evaluate one more token (generation).
@@ -191,15 +295,19 @@ impl PromptCache {
         });
     }
 
-    /// Load the longest checkpoint that is a prefix of `want`, or leave the session empty.
-    fn restore_best(&mut self, want: &[u32], report: &mut SyncReport) -> Result<(), BackendError> {
-        let best = self
-            .checkpoints
+    /// The longest checkpoint that is a prefix of `want`: its index and length.
+    fn best_checkpoint(&self, want: &[u32]) -> Option<(usize, usize)> {
+        self.checkpoints
             .iter()
             .enumerate()
             .filter(|(_, c)| want.starts_with(&c.tokens))
-            .max_by_key(|(_, c)| c.tokens.len())
-            .map(|(i, _)| i);
+            .map(|(i, c)| (i, c.tokens.len()))
+            .max_by_key(|&(_, n)| n)
+    }
+
+    /// Load the longest checkpoint that is a prefix of `want`, or leave the session empty.
+    fn restore_best(&mut self, want: &[u32], report: &mut SyncReport) -> Result<(), BackendError> {
+        let best = self.best_checkpoint(want).map(|(i, _)| i);
         self.tokens.clear();
         if let Some(i) = best {
             let c = &self.checkpoints[i];

@@ -34,6 +34,7 @@ use crate::model::chat::{Conversation, THINK_MAX_MIN_CTX, ThinkMode};
 
 use super::events::{Command, Event, FinishReason, LoadRequest, ModelInfo, SamplingParams, TextKind, WarmupPhase};
 use super::prompt_cache::PromptCache;
+use super::prompt_store::PromptStoreSettings;
 use super::speculate::Speculate;
 use super::warmup::{WarmupJob, WarmupStatus, default_warmup_threads};
 use crate::backend::residency::{MappedRegion, ResidencyProbe};
@@ -66,6 +67,12 @@ pub trait ChatText: Send {
     /// A fresh chat text (nothing rendered yet) for a new session of `ctx` tokens on the same model,
     /// sharing this one's tokenizer.
     fn for_context(&self, ctx: u32) -> Box<dyn ChatText>;
+    /// Where the prompt last returned by `prompt` stops being shared with other conversations: the
+    /// token count of its start (BOS, effort text, system prompt and tools), for the prompt store's
+    /// prefix snapshots. None when unknown.
+    fn shared_prefix(&self) -> Option<usize> {
+        None
+    }
     /// The transcript at the last turn boundary (what a session file keeps to resume from).
     fn transcript(&self) -> Option<TranscriptIds> {
         None
@@ -234,6 +241,8 @@ struct WorkerState {
     speculate: Speculate,
     /// The notice that this backend decodes plainly despite `speculate` was given.
     speculate_notice_given: bool,
+    /// The prompt store each new session opens (`SetPromptStore`).
+    prompt_store: Option<PromptStoreSettings>,
 }
 
 /// The worker's side of the command channel, with what a turn in flight sets aside.
@@ -303,6 +312,7 @@ impl WorkerState {
             turn_in_flight: false,
             speculate: Speculate::Off,
             speculate_notice_given: false,
+            prompt_store: None,
         }
     }
 
@@ -410,6 +420,10 @@ impl WorkerState {
             Command::SetSpeculate(s) => self.speculate = s,
             Command::SaveSnapshot { path } => self.save_snapshot(path),
             Command::Resume(req) => self.resume(req),
+            Command::SetPromptStore(settings) => {
+                self.prompt_store = settings;
+                self.open_prompt_store();
+            }
         }
         Flow::Continue
     }
@@ -480,17 +494,19 @@ impl WorkerState {
         info.scratch_bytes = mem.scratch_bytes;
         info.ctx = backend.ctx() as u32;
         info.think_max_available = info.ctx >= THINK_MAX_MIN_CTX;
-        self.emit(Event::Loaded(info.clone()));
-        if let Some(dm) = super::metrics::device_memory(&mem) {
-            self.emit(Event::DeviceMemory(dm));
-        }
         self.loaded = Some(Loaded {
             session: PromptCache::new(backend, PROMPT_CACHE_CHECKPOINTS),
             text,
             device_model: engine,
             request,
-            info,
+            info: info.clone(),
         });
+        // Its notices come before `Loaded`, so a client that stops reading there has them.
+        self.open_prompt_store();
+        self.emit(Event::Loaded(info));
+        if let Some(dm) = super::metrics::device_memory(&mem) {
+            self.emit(Event::DeviceMemory(dm));
+        }
     }
 
     /// A new session of `req.ctx` tokens on the loaded engine; the warm-up and residency sampler of
@@ -544,6 +560,7 @@ impl WorkerState {
 }
 
 mod persist;
+mod prompt_store;
 mod residency_thread;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::Generation;
 use super::tokenizer::{ASSISTANT_STR, BOS_STR, EOS_STR, THINK_END_STR, THINK_START_STR, Tokenizer, USER_STR};
+use super::tools::{ToolCall, calls_block, tool_result, tools_block};
 
 /// Reasoning mode of a turn (docs/prompt.md#think-modes): off renders `</think>`, high and max render `<think>`; the
 /// text after BOS depends on the checkpoint generation ([`ThinkMode::effort_prefix`]).
@@ -116,38 +117,76 @@ pub struct Message {
     /// Reasoning text of an assistant turn (without the tags).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// The tools an assistant turn called, after its text (docs/prompt.md#tool-calls).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Set on a user-role message that is a tool's result: the id of the call it answers. The
+    /// format has no tool role; results are part of the user turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
-    pub fn system(content: impl Into<String>) -> Message {
+    fn plain(role: Role, content: String, reasoning: Option<String>) -> Message {
         Message {
-            role: Role::System,
-            content: content.into(),
-            reasoning: None,
+            role,
+            content,
+            reasoning,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
+    }
+
+    pub fn system(content: impl Into<String>) -> Message {
+        Message::plain(Role::System, content.into(), None)
     }
 
     pub fn user(content: impl Into<String>) -> Message {
-        Message {
-            role: Role::User,
-            content: content.into(),
-            reasoning: None,
-        }
+        Message::plain(Role::User, content.into(), None)
     }
 
     pub fn assistant(content: impl Into<String>, reasoning: Option<String>) -> Message {
+        Message::plain(Role::Assistant, content.into(), reasoning)
+    }
+
+    /// An assistant turn that calls tools after its text.
+    pub fn assistant_calls(content: impl Into<String>, reasoning: Option<String>, calls: Vec<ToolCall>) -> Message {
         Message {
-            role: Role::Assistant,
-            content: content.into(),
-            reasoning,
+            tool_calls: calls,
+            ..Message::assistant(content, reasoning)
         }
+    }
+
+    /// A tool's result for the call `id`.
+    pub fn tool_result(id: impl Into<String>, content: impl Into<String>) -> Message {
+        Message {
+            tool_call_id: Some(id.into()),
+            ..Message::user(content)
+        }
+    }
+
+    pub fn is_tool_result(&self) -> bool {
+        self.tool_call_id.is_some()
     }
 }
 
-/// A whole chat: system prompt and alternating turns.
+/// One turn of the rendered conversation (system messages aside).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Turn<'a> {
+    /// The text after `<｜User｜>`: one user message, or (with tools in play) a run of user
+    /// messages and tool results joined by blank lines.
+    User(String),
+    Assistant(&'a Message),
+}
+
+/// A whole chat: system prompt and alternating turns, and the tools the assistant may call.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Conversation {
     pub messages: Vec<Message>,
+    /// Each tool's definition (`{"name", "description", "parameters"}`) as Python's `json.dumps`
+    /// writes it (`tools::Json::to_python`), in the order given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
 }
 
 /// A prompt ready to prefill.
@@ -170,37 +209,67 @@ impl Conversation {
         self
     }
 
-    /// The server-form prompt text (docs/prompt.md#server-prompt, ds4_server.c render_chat_prompt_text) for an already
-    /// effective think mode and the chat template of `generation`: BOS, [effort text], all system texts joined by "\n\n", then the turns.
-    /// An assistant turn directly after a user turn opens with `<｜Assistant｜>` and, when thinking and it
-    /// is the last assistant turn after the last user message, its reasoning inside `<think>…</think>`;
-    /// earlier reasoning is dropped (`</think>` only). Every assistant turn ends with EOS. A conversation
-    /// ending on a user message ends with `<｜Assistant｜>` and the think tag.
-    pub fn render_text(&self, think: ThinkMode, generation: Generation) -> String {
-        let mut out = String::from(BOS_STR);
-        out.push_str(think.effort_prefix(generation));
+    /// Whether tools are in play: tools are given or the history holds calls or results. Then runs
+    /// of user messages and results share one user turn, as in DeepSeek's encoding.
+    pub fn tool_context(&self) -> bool {
+        !self.tools.is_empty()
+            || self
+                .messages
+                .iter()
+                .any(|m| !m.tool_calls.is_empty() || m.is_tool_result())
+    }
+
+    /// The system part after BOS and the effort text: the system messages joined by blank lines,
+    /// then, when tools are given, a blank line and the tool block (docs/prompt.md#tool-calls).
+    pub fn system_text(&self) -> String {
         let system: Vec<&str> = self
             .messages
             .iter()
             .filter(|m| m.role == Role::System)
             .map(|m| m.content.as_str())
             .collect();
-        out.push_str(&system.join("\n\n"));
-        let last_user = self.messages.iter().rposition(|m| m.role == Role::User);
+        let mut text = system.join("\n\n");
+        if !self.tools.is_empty() {
+            text.push_str("\n\n");
+            text.push_str(&tools_block(&self.tools));
+        }
+        text
+    }
+
+    /// The turns of the conversation (system messages left out).
+    pub fn turns(&self) -> Vec<Turn<'_>> {
+        turns(&self.messages, self.tool_context())
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
+    }
+
+    /// The server-form prompt text (docs/prompt.md#server-prompt) for an already effective think
+    /// mode and the chat template of `generation`: BOS, [effort text], the system part, then the
+    /// turns. An assistant turn directly after a user turn opens with `<｜Assistant｜>` and, when
+    /// thinking and tools are given or it is the last assistant turn after the last user turn, its
+    /// reasoning inside `<think>…</think>`; otherwise earlier reasoning is dropped (`</think>` only).
+    /// Then its text, its calls in DSML and EOS. A conversation ending on a user turn ends with
+    /// `<｜Assistant｜>` and the think tag.
+    pub fn render_text(&self, think: ThinkMode, generation: Generation) -> String {
+        let mut out = String::from(BOS_STR);
+        out.push_str(think.effort_prefix(generation));
+        out.push_str(&self.system_text());
+        let keep_reasoning = !self.tools.is_empty();
+        let turns = self.turns();
+        let last_user = turns.iter().rposition(|t| matches!(t, Turn::User(_)));
         let mut pending_assistant = false;
-        for (i, m) in self.messages.iter().enumerate() {
-            match m.role {
-                Role::System => {}
-                Role::User => {
+        for (i, turn) in turns.iter().enumerate() {
+            match turn {
+                Turn::User(text) => {
                     out.push_str(USER_STR);
-                    out.push_str(&m.content);
+                    out.push_str(text);
                     pending_assistant = true;
                 }
-                Role::Assistant => {
+                Turn::Assistant(m) => {
                     if pending_assistant {
                         out.push_str(ASSISTANT_STR);
-                        // Tools are out of scope, so only "after the last user message" keeps reasoning.
-                        if think.thinking() && last_user.is_none_or(|u| i > u) {
+                        if think.thinking() && (keep_reasoning || last_user.is_none_or(|u| i > u)) {
                             out.push_str(THINK_START_STR);
                             out.push_str(m.reasoning.as_deref().unwrap_or(""));
                             out.push_str(THINK_END_STR);
@@ -209,6 +278,7 @@ impl Conversation {
                         }
                     }
                     out.push_str(&m.content);
+                    out.push_str(&calls_block(&m.tool_calls));
                     out.push_str(EOS_STR);
                     pending_assistant = false;
                 }
@@ -229,6 +299,67 @@ impl Conversation {
         let ids = tok.encode(&text);
         RenderedPrompt { text, ids, think }
     }
+}
+
+/// The turns of `messages` (system messages left out), each with the index of its first message.
+/// With `tool_context`, a run of user messages
+/// and tool results is one user turn: the texts joined by blank lines, each result as
+/// `<tool_result>…</tool_result>`, the results in the order of the calls of the last assistant turn
+/// that made calls (by id; unknown ids first, keeping their order), as DeepSeek's encoding does.
+pub fn turns(messages: &[Message], tool_context: bool) -> Vec<(usize, Turn<'_>)> {
+    let mut out = Vec::new();
+    let mut call_order: Vec<&str> = Vec::new();
+    let mut run: Vec<&Message> = Vec::new();
+    let mut run_start = 0;
+    let flush = |run: &mut Vec<&Message>, out: &mut Vec<(usize, Turn<'_>)>, order: &[&str], start: usize| {
+        if run.is_empty() {
+            return;
+        }
+        let rank = |m: &Message| {
+            let id = m.tool_call_id.as_deref().unwrap_or("");
+            order.iter().position(|c| *c == id).unwrap_or(0)
+        };
+        let mut results: Vec<&Message> = run.iter().copied().filter(|m| m.is_tool_result()).collect();
+        if results.len() > 1 && !order.is_empty() {
+            results.sort_by_key(|m| rank(m));
+        }
+        let mut results = results.into_iter();
+        let parts: Vec<String> = run
+            .iter()
+            .map(|m| match m.is_tool_result() {
+                true => tool_result(results.next().map_or("", |r| r.content.as_str())),
+                false => m.content.clone(),
+            })
+            .collect();
+        out.push((start, Turn::User(parts.join("\n\n"))));
+        run.clear();
+    };
+    for (i, m) in messages.iter().enumerate() {
+        match m.role {
+            Role::System => {}
+            Role::User if tool_context => {
+                if run.is_empty() {
+                    run_start = i;
+                }
+                run.push(m);
+            }
+            Role::User => out.push((i, Turn::User(m.content.clone()))),
+            Role::Assistant => {
+                flush(&mut run, &mut out, &call_order, run_start);
+                if !m.tool_calls.is_empty() {
+                    call_order = m
+                        .tool_calls
+                        .iter()
+                        .map(|c| c.id.as_str())
+                        .filter(|id| !id.is_empty())
+                        .collect();
+                }
+                out.push((i, Turn::Assistant(m)));
+            }
+        }
+    }
+    flush(&mut run, &mut out, &call_order, run_start);
+    out
 }
 
 /// The one-shot CLI prompt (docs/prompt.md#one-shot-prompt, ds4_cli.c build_prompt): BOS, [effort text], [system],
@@ -309,6 +440,21 @@ impl Transcript {
             t.ids.extend(tok.encode_plain(system));
         }
         t
+    }
+
+    /// As [`Transcript::new`], with the system text tokenized with added-token recognition (a
+    /// system part holding the tool block, whose DSML markers are added tokens).
+    pub fn new_encoded(tok: &Tokenizer, system: &str, requested: ThinkMode, ctx: u32) -> Transcript {
+        let mut t = Transcript::new(tok, "", requested, ctx);
+        t.ids.extend(tok.encode(system));
+        t
+    }
+
+    /// Append sampled-equivalent ids to the open turn (a replayed assistant reply).
+    pub fn push_all(&mut self, ids: &[u32]) {
+        for &id in ids {
+            self.push_sampled(id);
+        }
     }
 
     /// A closed transcript continued from saved ids (a resumed session): BOS first, every id in the

@@ -9,9 +9,11 @@ pub mod accounting;
 pub mod chat;
 pub mod checkpoint;
 pub mod detok;
+pub mod dsml;
 pub mod hparams;
 pub mod layout;
 pub mod tokenizer;
+pub mod tools;
 pub mod weights;
 
 pub use hparams::HParams;

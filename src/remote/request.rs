@@ -60,8 +60,7 @@ mod tests {
     fn msg(role: Role, content: &str, reasoning: Option<&str>) -> Message {
         Message {
             role,
-            content: content.into(),
-            reasoning: reasoning.map(str::to_string),
+            ..Message::assistant(content, reasoning.map(str::to_string))
         }
     }
 

@@ -1,6 +1,6 @@
 //! Who may use the API: the bind policy (loopback is open; any other address needs an API key) and
-//! the Bearer-token check, compared in constant time (`subtle`) so response timing does not reveal
-//! how much of a guessed key was right.
+//! the key check (a Bearer token, or Anthropic's `x-api-key` header), compared in constant time
+//! (`subtle`) so response timing does not reveal how much of a guessed key was right.
 //!
 //! Owns the key and the check. Must not do network I/O.
 
@@ -42,12 +42,28 @@ impl ApiKey {
         self.0.is_some()
     }
 
+    /// Check a request's key: `x-api-key` when sent (Anthropic's clients), else `Authorization`.
+    pub fn check_request(&self, req: &super::http::Request) -> Result<(), ApiError> {
+        match (&self.0, req.header("x-api-key")) {
+            (Some(key), Some(given)) => {
+                if bool::from(given.trim().as_bytes().ct_eq(key)) {
+                    Ok(())
+                } else {
+                    Err(ApiError::status(401, "invalid API key").with_code("invalid_api_key"))
+                }
+            }
+            _ => self.check(req.header("authorization")),
+        }
+    }
+
     /// Check an `Authorization` header value against the key (always passes without a key).
     pub fn check(&self, authorization: Option<&str>) -> Result<(), ApiError> {
         let Some(key) = &self.0 else { return Ok(()) };
         let unauthorized = |why: &str| ApiError::status(401, why).with_code("invalid_api_key");
         let Some(value) = authorization else {
-            return Err(unauthorized("missing API key: send Authorization: Bearer <key>"));
+            return Err(unauthorized(
+                "missing API key: send Authorization: Bearer <key> (or x-api-key: <key>)",
+            ));
         };
         let token = value
             .strip_prefix("Bearer ")

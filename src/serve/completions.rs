@@ -1,6 +1,8 @@
 //! `POST /v1/chat/completions`: a checked request becomes one engine turn, answered as one JSON
 //! completion or as a stream of chunks (SSE). The response head of a stream is sent only once the
 //! engine has accepted the prompt, so a prompt that overflows the context is still a plain 400.
+//! The answer text goes through the call reader (calls.rs): calls are `tool_calls` (one delta per
+//! call, whole, with its id), the rest `content`.
 //!
 //! Owns the flow of one completion request. The slot (queue.rs) is held from before the turn is
 //! submitted until its last event is read.
@@ -10,6 +12,7 @@ use std::net::TcpStream;
 use crate::engine::events::{TextKind, TurnRequest};
 use crate::model::chat::Conversation;
 
+use super::calls::{ReplyEvent, ReplyShaper};
 use super::disconnect::HangupWatch;
 use super::error::ApiError;
 use super::http;
@@ -19,32 +22,40 @@ use super::server::Server;
 use super::sse::SseWriter;
 use super::turn::{TurnSink, run_turn};
 
-/// A non-streaming turn's text.
-#[derive(Default)]
-struct Collected {
-    answer: String,
-    reasoning: String,
-}
+/// A non-streaming turn's reply.
+struct Collected(ReplyShaper);
 
 impl TurnSink for Collected {
     fn started(&mut self) -> bool {
         true
     }
     fn text(&mut self, kind: TextKind, text: &str) -> bool {
-        match kind {
-            TextKind::Answer => self.answer.push_str(text),
-            TextKind::Reasoning => self.reasoning.push_str(text),
-        }
+        self.0.push(kind, text);
         true
     }
 }
 
-/// A streaming turn: chunks as the text comes; the text is also kept for the reply memory.
+/// A streaming turn: chunks as the text comes; the reply is also kept for the reply memory.
 struct Streamed<'a> {
     stream: Option<&'a mut TcpStream>,
     sse: Option<SseWriter<'a>>,
     id: &'a CompletionId,
-    text: Collected,
+    reply: ReplyShaper,
+}
+
+impl Streamed<'_> {
+    fn send(&mut self, events: Vec<ReplyEvent>) -> bool {
+        let Some(sse) = &mut self.sse else { return false };
+        for e in events {
+            let chunk = match &e {
+                ReplyEvent::Reasoning(t) => responses::text_chunk(self.id, TextKind::Reasoning, t),
+                ReplyEvent::Content(t) => responses::text_chunk(self.id, TextKind::Answer, t),
+                ReplyEvent::Call { index, call } => responses::call_chunk(self.id, *index, call),
+            };
+            sse.event(&chunk);
+        }
+        sse.alive()
+    }
 }
 
 impl TurnSink for Streamed<'_> {
@@ -56,11 +67,8 @@ impl TurnSink for Streamed<'_> {
         alive
     }
     fn text(&mut self, kind: TextKind, text: &str) -> bool {
-        self.text.text(kind, text);
-        match &mut self.sse {
-            Some(sse) => sse.event(&responses::text_chunk(self.id, kind, text)),
-            None => false,
-        }
+        let events = self.reply.push(kind, text);
+        self.send(events)
     }
 }
 
@@ -68,10 +76,13 @@ impl TurnSink for Streamed<'_> {
 pub fn serve(server: &Server, stream: &mut TcpStream, mut req: ChatRequest) -> Result<(), ApiError> {
     server.replies().restore_reasoning(&mut req.messages);
     let think = req.think.unwrap_or(server.defaults.think);
+    let mut conversation = Conversation {
+        messages: req.messages.clone(),
+        ..Conversation::default()
+    };
+    req.tools.apply(&mut conversation);
     let turn = TurnRequest {
-        conversation: Conversation {
-            messages: req.messages.clone(),
-        },
+        conversation,
         think,
         sampling: req.sampling(&server.defaults.sampling),
         max_tokens: req.max_tokens.unwrap_or(server.defaults.max_tokens),
@@ -84,28 +95,27 @@ pub fn serve(server: &Server, stream: &mut TcpStream, mut req: ChatRequest) -> R
     let id = CompletionId::new(&server.model_id);
     let worker = server.worker();
     let gone = || watch.gone();
+    let reply = ReplyShaper::new(&req.tools, "call_");
     if req.stream {
         let mut sink = Streamed {
             stream: Some(stream),
             sse: None,
             id: &id,
-            text: Collected::default(),
+            reply,
         };
         let outcome = run_turn(&worker, turn, &mut sink, &gone);
         drop(worker);
         drop(slot);
         let outcome = outcome?;
-        server.record(&outcome, &sink.text.answer, &sink.text.reasoning, think.thinking());
+        let rest = sink.reply.finish();
+        sink.send(rest);
+        server.record(&outcome, &sink.reply, think.thinking());
         if let Some(mut sse) = sink.sse {
             if let Some(e) = &outcome.error {
                 sse.event(&ApiError::status(500, e.clone()).body());
             }
-            sse.event(&responses::finish_chunk(
-                &id,
-                outcome.finish,
-                &outcome.usage,
-                &outcome.timings,
-            ));
+            let finish = responses::reply_finish_reason(outcome.finish, sink.reply.calls.len());
+            sse.event(&responses::finish_chunk(&id, finish, &outcome.usage, &outcome.timings));
             if req.include_usage {
                 sse.event(&responses::usage_chunk(&id, &outcome.usage, &outcome.timings));
             }
@@ -114,12 +124,14 @@ pub fn serve(server: &Server, stream: &mut TcpStream, mut req: ChatRequest) -> R
         watch.stop();
         return Ok(());
     }
-    let mut text = Collected::default();
-    let outcome = run_turn(&worker, turn, &mut text, &gone);
+    let mut collected = Collected(reply);
+    let outcome = run_turn(&worker, turn, &mut collected, &gone);
     drop(worker);
     drop(slot);
     let outcome = outcome?;
-    server.record(&outcome, &text.answer, &text.reasoning, think.thinking());
+    let mut reply = collected.0;
+    reply.finish();
+    server.record(&outcome, &reply, think.thinking());
     watch.stop();
     if outcome.client_gone {
         return Ok(());
@@ -127,15 +139,8 @@ pub fn serve(server: &Server, stream: &mut TcpStream, mut req: ChatRequest) -> R
     if let Some(e) = outcome.error {
         return Err(ApiError::status(500, e));
     }
-    let reasoning = think.thinking().then_some(text.reasoning.as_str());
-    let body = responses::completion(
-        &id,
-        &text.answer,
-        reasoning,
-        outcome.finish,
-        &outcome.usage,
-        &outcome.timings,
-    );
+    let reasoning = think.thinking().then_some(reply.reasoning.as_str());
+    let body = responses::completion(&id, &reply, reasoning, outcome.finish, &outcome.usage, &outcome.timings);
     let _ = http::write_json(stream, 200, &body);
     Ok(())
 }

@@ -3,16 +3,20 @@
 //! ...`). Sampling ranges are the engine's own (`engine::settings`), the same as the CLI's flags.
 //!
 //! Fields the engine has no use for (`user`, `frequency_penalty`, ...) are accepted and ignored, as
-//! OpenAI-compatible servers do, so stock clients work; fields it cannot honour (`n` > 1, tools)
-//! are refused. Owns the request vocabulary. Must not do I/O or touch the engine.
+//! OpenAI-compatible servers do, so stock clients work; fields it cannot honour (`n` > 1, the
+//! legacy `functions`) are refused. Tools, `tool_choice`, assistant `tool_calls` and `role: "tool"`
+//! results are read here, their rules are tools.rs. Owns the request vocabulary. Must not do I/O or
+//! touch the engine.
 
 use serde_json::{Map, Value};
 
 use crate::engine::events::SamplingParams;
 use crate::engine::settings;
 use crate::model::chat::{Message, Role, ThinkMode};
+use crate::model::tools::{Json, ToolCall};
 
 use super::error::ApiError;
+use super::tools::{self, Tools};
 
 /// A checked chat-completion request.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,6 +34,8 @@ pub struct ChatRequest {
     pub max_tokens: Option<u32>,
     /// From `reasoning_effort`, `thinking` or `chat_template_kwargs.thinking`.
     pub think: Option<ThinkMode>,
+    /// `tools` and `tool_choice`.
+    pub tools: Tools,
 }
 
 impl ChatRequest {
@@ -54,6 +60,8 @@ pub fn parse_chat_request(body: &[u8], model_id: &str) -> Result<ChatRequest, Ap
     let Value::Object(obj) = value else {
         return Err(ApiError::status(400, "request body must be a JSON object"));
     };
+    // The same body with its objects' keys in order, for what goes into the prompt as JSON.
+    let ordered = Json::parse(&String::from_utf8_lossy(body)).unwrap_or(Json::Null);
     let f = Fields(&obj);
 
     match f.get("model") {
@@ -69,7 +77,7 @@ pub fn parse_chat_request(body: &[u8], model_id: &str) -> Result<ChatRequest, Ap
         }
         Some(_) => return Err(ApiError::field("model", "must be a string")),
     }
-    let messages = parse_messages(f.get("messages"))?;
+    let messages = parse_messages(f.get("messages"), ordered.get("messages"))?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = match f.get("stream_options") {
         None => None,
@@ -85,13 +93,16 @@ pub fn parse_chat_request(body: &[u8], model_id: &str) -> Result<ChatRequest, Ap
             format!("{n}: only one choice (n = 1) is generated"),
         ));
     }
-    for unsupported in ["tools", "functions", "tool_choice"] {
-        if f.get(unsupported)
-            .is_some_and(|v| !v.is_null() && v != &Value::Array(vec![]))
-        {
-            return Err(ApiError::field(unsupported, "tool calls are not supported"));
+    for legacy in ["functions", "function_call"] {
+        if f.get(legacy).is_some() {
+            return Err(ApiError::field(
+                legacy,
+                "the legacy function fields are not supported: use tools",
+            ));
         }
     }
+    let mut tools = tools::openai_tools(ordered.get("tools"))?;
+    tools.choice = tools::openai_choice(ordered.get("tool_choice"), &tools)?;
     let max_tokens = match (f.int("max_completion_tokens")?, f.int("max_tokens")?) {
         (Some(v), _) => Some(checked("max_completion_tokens", settings::check_max_tokens(v))?),
         (None, Some(v)) => Some(checked("max_tokens", settings::check_max_tokens(v))?),
@@ -108,6 +119,7 @@ pub fn parse_chat_request(body: &[u8], model_id: &str) -> Result<ChatRequest, Ap
         seed: f.int_checked("seed", settings::check_seed)?,
         max_tokens,
         think: parse_think(&f)?,
+        tools,
     })
 }
 
@@ -175,7 +187,7 @@ impl Fields<'_> {
     }
 }
 
-fn parse_messages(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
+fn parse_messages(v: Option<&Value>, ordered: Option<&Json>) -> Result<Vec<Message>, ApiError> {
     let items = match v {
         None => return Err(ApiError::field("messages", "is required")),
         Some(Value::Array(a)) if a.is_empty() => return Err(ApiError::field("messages", "must not be empty")),
@@ -189,20 +201,21 @@ fn parse_messages(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
             return Err(ApiError::field(format!("messages[{i}]"), "must be an object"));
         };
         let m = Fields(o);
-        let role = match m.string("role", &name("role"))? {
+        let (role, tool_result) = match m.string("role", &name("role"))? {
             None => return Err(ApiError::field(name("role"), "is required")),
-            Some("system" | "developer") => Role::System,
-            Some("user") => Role::User,
-            Some("assistant") => Role::Assistant,
+            Some("system" | "developer") => (Role::System, false),
+            Some("user") => (Role::User, false),
+            Some("assistant") => (Role::Assistant, false),
+            Some("tool") => (Role::User, true),
             Some(other) => {
                 return Err(ApiError::field(
                     name("role"),
-                    format!("\"{other}\" is not one of system, developer, user, assistant"),
+                    format!("\"{other}\" is not one of system, developer, user, assistant, tool"),
                 ));
             }
         };
         let content = match m.get("content") {
-            None if role == Role::Assistant => String::new(),
+            None if role == Role::Assistant || tool_result => String::new(),
             None => return Err(ApiError::field(name("content"), "is required")),
             Some(Value::String(s)) => s.clone(),
             Some(Value::Array(parts)) => text_parts(parts, &name("content"))?,
@@ -220,19 +233,59 @@ fn parse_messages(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
             },
             _ => None,
         };
-        out.push(Message {
-            role,
-            content,
-            reasoning,
-        });
+        let message = if tool_result {
+            match m.string("tool_call_id", &name("tool_call_id"))? {
+                Some(id) if !id.is_empty() => Message::tool_result(id, content),
+                _ => return Err(ApiError::field(name("tool_call_id"), "is required in a tool message")),
+            }
+        } else {
+            let calls = match role {
+                Role::Assistant => history_calls(
+                    ordered.and_then(|o| match o {
+                        Json::Array(items) => items.get(i),
+                        _ => None,
+                    }),
+                    i,
+                )?,
+                _ => Vec::new(),
+            };
+            Message::assistant_calls(content, reasoning, calls)
+        };
+        out.push(Message { role, ..message });
     }
     match out.last() {
         Some(m) if m.role == Role::User => Ok(out),
         _ => Err(ApiError::field(
             format!("messages[{}].role", out.len() - 1),
-            "the last message must be from the user",
+            "the last message must be from the user or a tool",
         )),
     }
+}
+
+/// The `tool_calls` of an assistant message in the history:
+/// `[{"id", "type": "function", "function": {"name", "arguments"}}]`.
+fn history_calls(message: Option<&Json>, i: usize) -> Result<Vec<ToolCall>, ApiError> {
+    let items = match message.and_then(|m| m.get("tool_calls")) {
+        None | Some(Json::Null) => return Ok(Vec::new()),
+        Some(Json::Array(items)) => items,
+        Some(_) => return Err(ApiError::field(format!("messages[{i}].tool_calls"), "must be an array")),
+    };
+    let mut calls = Vec::with_capacity(items.len());
+    for (j, c) in items.iter().enumerate() {
+        let at = |k: &str| format!("messages[{i}].tool_calls[{j}].{k}");
+        let id = match c.get("id") {
+            Some(Json::Str(id)) if !id.is_empty() => id.clone(),
+            _ => return Err(ApiError::field(at("id"), "is required")),
+        };
+        let f = c.get("function");
+        let name = match f.and_then(|f| f.get("name")) {
+            Some(Json::Str(n)) if !n.is_empty() => n.clone(),
+            _ => return Err(ApiError::field(at("function.name"), "is required")),
+        };
+        let arguments = tools::call_arguments(f.and_then(|f| f.get("arguments")), &at("function.arguments"))?;
+        calls.push(ToolCall { id, name, arguments });
+    }
+    Ok(calls)
 }
 
 /// The text of a content array: its `{"type": "text", "text": ...}` parts joined.
@@ -369,6 +422,22 @@ mod tests {
     }
 
     #[test]
+    fn tool_calls_and_results_in_the_history() {
+        let r = parse(
+            r#"{"model":"m","tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required",
+                "messages":[{"role":"user","content":"q"},
+                {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"b\":1,\"a\":2}"}}]},
+                {"role":"tool","tool_call_id":"c1","content":"r"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.tools.names, ["f"]);
+        assert_eq!(r.tools.choice, tools::ToolChoice::Required);
+        assert_eq!(r.messages[1].tool_calls[0].arguments, r#"{"b":1,"a":2}"#);
+        assert_eq!(r.messages[2].tool_call_id.as_deref(), Some("c1"));
+        assert_eq!(r.messages[2].role, Role::User);
+    }
+
+    #[test]
     fn thinking_switches() {
         let base = r#""model":"m","messages":[{"role":"user","content":"q"}]"#;
         let think = |extra: &str| parse(&format!("{{{base},{extra}}}")).unwrap().think;
@@ -405,7 +474,29 @@ mod tests {
         assert_eq!(refused(r#"{"model":"m","messages":[]}"#), (400, "messages".into()));
         assert_eq!(
             refused(r#"{"model":"m","messages":[{"role":"tool","content":"x"}]}"#),
+            (400, "messages[0].tool_call_id".into())
+        );
+        assert_eq!(
+            refused(r#"{"model":"m","messages":[{"role":"critic","content":"x"}]}"#),
             (400, "messages[0].role".into())
+        );
+        assert_eq!(
+            refused(
+                r#"{"model":"m","messages":[{"role":"user","content":"q"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"array"}}}]}"#
+            ),
+            (400, "tools[0].function.parameters".into())
+        );
+        assert_eq!(
+            refused(
+                r#"{"model":"m","messages":[{"role":"user","content":"q"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"always"}"#
+            ),
+            (400, "tool_choice".into())
+        );
+        assert_eq!(
+            refused(
+                r#"{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}]}"#
+            ),
+            (400, "messages[1].tool_calls[0].id".into())
         );
         assert_eq!(
             refused(r#"{"model":"m","messages":[{"role":"user"}]}"#),

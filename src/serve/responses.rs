@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 use crate::engine::events::{FinishReason, TextKind};
+use crate::model::tools::ToolCall;
 
 use super::turn::{Timings, Usage};
 
@@ -47,6 +48,23 @@ pub fn finish_reason(r: FinishReason) -> &'static str {
         FinishReason::Eos | FinishReason::Cancelled => "stop",
         FinishReason::Length | FinishReason::ContextFull => "length",
     }
+}
+
+/// The finish reason of a reply: "tool_calls" when it ended on its own after calling tools.
+pub fn reply_finish_reason(r: FinishReason, calls: usize) -> &'static str {
+    match r {
+        FinishReason::Eos if calls > 0 => "tool_calls",
+        r => finish_reason(r),
+    }
+}
+
+/// One call in a message's `tool_calls`.
+fn tool_call(c: &ToolCall) -> Value {
+    json!({
+        "id": c.id,
+        "type": "function",
+        "function": { "name": c.name, "arguments": c.arguments },
+    })
 }
 
 pub fn usage(u: &Usage) -> Value {
@@ -92,18 +110,25 @@ pub fn model_list(model: &str, created: u64, ctx: u32) -> Value {
     })
 }
 
-/// A whole (non-streaming) completion.
+/// A whole (non-streaming) completion; `content` is null when the reply is only calls.
 pub fn completion(
     id: &CompletionId,
-    answer: &str,
+    reply: &super::calls::ReplyShaper,
     reasoning: Option<&str>,
     finish: FinishReason,
     u: &Usage,
     t: &Timings,
 ) -> Value {
-    let mut message = json!({ "role": "assistant", "content": answer });
+    let content = match reply.content.is_empty() && !reply.calls.is_empty() {
+        true => Value::Null,
+        false => Value::String(reply.content.clone()),
+    };
+    let mut message = json!({ "role": "assistant", "content": content });
     if let Some(r) = reasoning {
         message["reasoning_content"] = Value::String(r.to_string());
+    }
+    if !reply.calls.is_empty() {
+        message["tool_calls"] = reply.calls.iter().map(tool_call).collect();
     }
     json!({
         "id": id.id,
@@ -114,7 +139,7 @@ pub fn completion(
             "index": 0,
             "message": message,
             "logprobs": null,
-            "finish_reason": finish_reason(finish),
+            "finish_reason": reply_finish_reason(finish, reply.calls.len()),
         }],
         "usage": usage(u),
         "timings": timings(t, u),
@@ -151,11 +176,21 @@ pub fn text_chunk(id: &CompletionId, kind: TextKind, text: &str) -> Value {
     )
 }
 
+/// A call delta: the whole call (id, name and arguments) at its index.
+pub fn call_chunk(id: &CompletionId, index: usize, call: &ToolCall) -> Value {
+    let mut c = tool_call(call);
+    c["index"] = json!(index);
+    chunk(
+        id,
+        json!([{ "index": 0, "delta": { "tool_calls": [c] }, "logprobs": null, "finish_reason": null }]),
+    )
+}
+
 /// The chunk with the finish reason; it carries the timings (as llama-server's last chunk does).
-pub fn finish_chunk(id: &CompletionId, finish: FinishReason, u: &Usage, t: &Timings) -> Value {
+pub fn finish_chunk(id: &CompletionId, finish: &'static str, u: &Usage, t: &Timings) -> Value {
     let mut c = chunk(
         id,
-        json!([{ "index": 0, "delta": {}, "logprobs": null, "finish_reason": finish_reason(finish) }]),
+        json!([{ "index": 0, "delta": {}, "logprobs": null, "finish_reason": finish }]),
     );
     c["timings"] = timings(t, u);
     c
@@ -188,7 +223,10 @@ mod tests {
             predicted_ms: 30.0,
             draft: Some((5, 2)),
         };
-        let c = completion(&id, "hi", Some("why"), FinishReason::Length, &u, &t);
+        let tools = super::super::tools::Tools::default();
+        let mut reply = super::super::calls::ReplyShaper::new(&tools, "call_");
+        reply.push(TextKind::Answer, "hi");
+        let c = completion(&id, &reply, Some("why"), FinishReason::Length, &u, &t);
         assert_eq!(c["choices"][0]["message"]["content"], "hi");
         assert_eq!(c["choices"][0]["message"]["reasoning_content"], "why");
         assert_eq!(c["choices"][0]["finish_reason"], "length");

@@ -46,6 +46,8 @@ pub struct ServeOptions {
     pub defaults: TurnDefaults,
     /// Speculative decoding of every turn (docs/speculative.md).
     pub speculate: crate::engine::speculate::Speculate,
+    /// The prompt cache on disk (docs/serve.md#prompt-cache); None: off.
+    pub prompt_cache: Option<crate::engine::prompt_store::PromptStoreSettings>,
 }
 
 /// How the last turn ended, for `/health`.
@@ -104,10 +106,13 @@ impl Server {
     }
 
     /// Note a finished turn: for `/health`, and its reasoning for the next request (replies.rs).
-    pub fn record(&self, outcome: &TurnOutcome, answer: &str, reasoning: &str, thinking: bool) {
+    pub fn record(&self, outcome: &TurnOutcome, reply: &super::calls::ReplyShaper, thinking: bool) {
         *lock(&self.last_turn) = Some(LastTurn::of(outcome));
         if thinking && !outcome.client_gone {
-            self.replies().remember(answer, reasoning);
+            self.replies().remember(&reply.content, &reply.calls, &reply.reasoning);
+        }
+        for w in &reply.warnings {
+            eprintln!("ds4-chat serve: warning: {w}");
         }
     }
 }
@@ -140,8 +145,11 @@ pub fn run(opts: ServeOptions) -> Result<(), String> {
     super::auth::check_bind(&opts.addr, &opts.key)?;
     let listener = TcpListener::bind(opts.addr).map_err(|e| format!("cannot listen on {}: {e}", opts.addr))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
-    let worker = Worker::spawn(Box::new(EngineLoader::new()));
+    let worker = Worker::spawn(crate::engine::scripted::with_test_script(
+        Box::new(EngineLoader::new()),
+    )?);
     worker.send(Command::SetSpeculate(opts.speculate));
+    worker.send(Command::SetPromptStore(opts.prompt_cache));
     let ctx = load(&worker, opts.load)?;
     let server = Arc::new(Server {
         model_id: opts.model_id,

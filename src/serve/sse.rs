@@ -1,6 +1,7 @@
 //! Server-sent events over a chunked HTTP/1.1 response: each event is `data: <json>\n\n` in its own
 //! chunk, written and flushed as soon as it exists, and the stream ends with `data: [DONE]` (the
-//! OpenAI streaming convention). The format is three lines of text, so no crate is needed for it.
+//! OpenAI streaming convention). Anthropic's streams name each event (`event: <name>` before the
+//! data) and end without `[DONE]`. The format is a few lines of text, so no crate is needed for it.
 //!
 //! Owns the event framing. A failed write means the client is gone; the caller cancels.
 
@@ -38,6 +39,19 @@ impl<'a> SseWriter<'a> {
     /// One `data:` event; false when the client is gone.
     pub fn event(&mut self, data: &Value) -> bool {
         self.chunk(&format!("data: {data}\n\n"))
+    }
+
+    /// One named event (`event: <name>` then `data: <json>`); false when the client is gone.
+    pub fn named_event(&mut self, name: &str, data: &Value) -> bool {
+        self.chunk(&format!("event: {name}\ndata: {data}\n\n"))
+    }
+
+    /// The end of the chunked body, without `[DONE]`.
+    pub fn end(mut self) {
+        if !self.broken {
+            let _ = self.stream.write_all(b"0\r\n\r\n");
+            self.broken = true;
+        }
     }
 
     /// `data: [DONE]` and the end of the chunked body.

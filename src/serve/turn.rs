@@ -21,8 +21,12 @@ const HANGUP_POLL: Duration = Duration::from_millis(10);
 pub trait TurnSink {
     /// The prompt is accepted; false when the client is gone.
     fn started(&mut self) -> bool;
-    /// A piece of text; false when the client is gone.
+    /// A piece of text; false when the client is gone (or the sink wants the turn to stop).
     fn text(&mut self, kind: TextKind, text: &str) -> bool;
+    /// The prompt is evaluated: its token counts (the completion count is still 0).
+    fn prefilled(&mut self, usage: &Usage) {
+        let _ = usage;
+    }
 }
 
 /// Token counts of a finished turn (OpenAI `usage`).
@@ -85,8 +89,10 @@ pub fn run_turn(
     sink: &mut dyn TurnSink,
     client_gone: &dyn Fn() -> bool,
 ) -> Result<TurnOutcome, ApiError> {
-    // Events of earlier turns or of the residency sampler that nobody read.
-    while worker.try_recv().is_some() {}
+    // Events of earlier turns or of the residency sampler that nobody read (notices are logged).
+    while let Some(e) = worker.try_recv() {
+        log_notice(&e);
+    }
     if !worker.send(Command::Submit(req)) {
         return Err(ApiError::status(503, "the engine worker has stopped"));
     }
@@ -118,6 +124,7 @@ pub fn run_turn(
                 usage.cached_tokens = usage.prompt_tokens.saturating_sub(tokens);
                 timings.prompt_n = tokens;
                 timings.prompt_ms = elapsed.as_secs_f64() * 1000.0;
+                sink.prefilled(&usage);
             }
             Event::Text { kind, text } => {
                 // Once cancelled, the rest of the text has nowhere to go.
@@ -127,6 +134,7 @@ pub fn run_turn(
             Event::TokenTiming { elapsed, .. } => timings.predicted_ms += elapsed.as_secs_f64() * 1000.0,
             Event::Speculation(f) => timings.draft = Some((f.drafted as u32, f.accepted as u32)),
             Event::Error { message, .. } => error = Some(message),
+            Event::Notice { .. } => log_notice(&event),
             Event::TurnFinished { reason, generated, .. } => {
                 usage.completion_tokens = generated;
                 timings.predicted_n = generated;
@@ -151,6 +159,13 @@ pub fn run_turn(
         error,
         client_gone: cancelled,
     })
+}
+
+/// The worker's notices (the prompt cache's skipped files, …) go to the server's log.
+fn log_notice(event: &Event) {
+    if let Event::Notice { message } = event {
+        eprintln!("ds4-chat serve: {message}");
+    }
 }
 
 #[cfg(test)]

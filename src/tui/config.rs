@@ -101,6 +101,7 @@ struct FileConfig {
     theme: Option<Theme>,
     remote: Option<FileRemote>,
     sessions_budget_gib: Option<f64>,
+    prompt_cache_gib: Option<f64>,
     speculate: Option<String>,
 }
 
@@ -123,6 +124,8 @@ pub struct Config {
     pub remote: RemoteConfig,
     /// Disk budget of the sessions' KV snapshots, bytes (docs/sessions.md#disk-budget).
     pub sessions_budget: u64,
+    /// Disk budget of `serve`'s prompt cache, bytes; 0: off (docs/serve.md#prompt-cache).
+    pub prompt_cache_budget: u64,
     /// Speculative decoding's drafter (docs/speculative.md); off: plain decode.
     pub speculate: Speculate,
 }
@@ -130,7 +133,12 @@ pub struct Config {
 /// Default disk budget of the KV snapshots: 4 GiB.
 pub const DEFAULT_SESSIONS_BUDGET: u64 = 4 << 30;
 
-/// `sessions_budget_gib`: GiB, 0 (keep no snapshot) up to 1,000,000.
+/// Default disk budget of `serve`'s prompt cache: 8 GiB (a Flash snapshot of a 20k-token agent
+/// context is a few hundred MB).
+pub const DEFAULT_PROMPT_CACHE_BUDGET: u64 = 8 << 30;
+
+/// `sessions_budget_gib`, `prompt_cache_gib` and `--prompt-cache-gib`: GiB, 0 (keep no snapshot)
+/// up to 1,000,000.
 pub fn parse_budget_gib(v: f64) -> Result<u64, String> {
     if !v.is_finite() || !(0.0..=1e6).contains(&v) {
         return Err(format!("{v} is not a size in GiB from 0 to 1000000"));
@@ -154,6 +162,7 @@ impl Default for Config {
             theme: Theme::Dark,
             remote: RemoteConfig::default(),
             sessions_budget: DEFAULT_SESSIONS_BUDGET,
+            prompt_cache_budget: DEFAULT_PROMPT_CACHE_BUDGET,
             speculate: Speculate::Off,
         }
     }
@@ -252,6 +261,9 @@ pub fn parse_over(text: &str, base: Config) -> Result<Config, String> {
     }
     if let Some(v) = file.sessions_budget_gib {
         c.sessions_budget = named("key `sessions_budget_gib`", parse_budget_gib(v))?;
+    }
+    if let Some(v) = file.prompt_cache_gib {
+        c.prompt_cache_budget = named("key `prompt_cache_gib`", parse_budget_gib(v))?;
     }
     if let Some(v) = file.speculate {
         c.speculate = named("key `speculate`", Speculate::parse(&v))?;

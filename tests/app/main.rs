@@ -1,5 +1,7 @@
 //! The front ends, end to end: the terminal app (rendered and driven through tmux), `doctor`,
-//! `tokenize`, the flags and configuration file (and docs/configuration.md against the code), `serve` against the OpenAI client, `--remote`, and sessions surviving a kill.
+//! `tokenize`, the flags and configuration file (and docs/configuration.md against the code),
+//! `serve` against the OpenAI and Anthropic clients (tool loops on a scripted engine), its prompt
+//! cache across restarts and under load and faults, `--remote`, and sessions surviving a kill.
 //!
 //! One test binary of modules, so the crate is linked once for all of them (tests/README.md).
 
@@ -16,6 +18,10 @@ mod cli_doctor;
 mod cli_tokenize;
 mod remote_tmux;
 mod serve_api;
+mod serve_process;
+mod serve_prompt_cache;
+mod serve_soak;
+mod serve_tools;
 mod sessions_kill;
 mod settings_cli;
 mod tui_app;

@@ -5,19 +5,17 @@
 //! non-loopback bind. Skips with a "SKIPPED" line where python3 or `openai` is missing (a failure
 //! under CI).
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
+use super::serve_process::{self, BIN, Server};
 use crate::support;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ds4-chat");
 const CTX: &str = "4096";
 const MAX_BODY: &str = "65536";
 /// The servers of the two tests would compete for the CPU; the hang-up timing wants it calm.
-static ONE_SERVER: Mutex<()> = Mutex::new(());
+pub(crate) static ONE_SERVER: Mutex<()> = Mutex::new(());
 
 fn client_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/serve_api_client.py")
@@ -37,68 +35,10 @@ fn have_openai() -> bool {
     ok
 }
 
-/// A running server, killed on drop.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Start `serve` on port 0 with `extra` flags and `env`; Ok(server) once it listens, Err(stderr)
-/// when it exits first.
-fn start(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("serve")
-        .arg(model)
-        .args(["--port", "0", "--backend", "cpu", "--threads", "2", "--ctx", CTX])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    // Owned by the guard from here on, so every path kills and reaps it.
-    let mut server = Server {
-        child: cmd.spawn().expect("start ds4-chat serve"),
-        base: String::new(),
-    };
-    let stderr = server.child.stderr.take().expect("piped stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[serve] {line}");
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut seen = Vec::new();
-    while Instant::now() < deadline {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(line) => {
-                if let Some(addr) = line.split("listening on ").nth(1) {
-                    server.base = addr.trim().to_string();
-                    return Ok(server);
-                }
-                seen.push(line);
-            }
-            Err(_) => {
-                if let Ok(Some(status)) = server.child.try_wait() {
-                    // The reader thread may still hold the last lines.
-                    while let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
-                        seen.push(line);
-                    }
-                    return Err(format!("exited with {status}: {}", seen.join(" | ")));
-                }
-            }
-        }
-    }
-    panic!("serve did not start listening within 120 s: {}", seen.join(" | "));
+/// Start `serve` on port 0 over `model` with `extra` flags and `env` (serve_process.rs), at this
+/// module's context.
+pub(crate) fn start(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
+    serve_process::start(model, CTX, extra, env)
 }
 
 /// Run the client script; panics with its output when a check failed.

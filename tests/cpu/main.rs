@@ -1,6 +1,6 @@
 //! The model stack on the CPU: GGUF reading and dequantization, the tokenizer and chat template,
 //! the CPU engine against antirez/ds4's reference vectors, synthetic models, and sessions carried
-//! through snapshots.
+//! through snapshots, and the prompt store on disk.
 //!
 //! One test binary of modules, so the crate is linked once for all of them (tests/README.md).
 //! With `--features hip`, `vectors::case_a_hip` runs the same vectors on the kernel emulator.
@@ -30,8 +30,10 @@ mod detok_stream;
 mod fuzz_corpus;
 mod genmodel_tiny;
 mod official_vectors;
+mod prompt_store;
 mod sessions_resume;
 mod small_model;
 mod speculative_decode;
 mod tokenizer_corpus;
+mod tool_render;
 mod vectors;

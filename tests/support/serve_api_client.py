@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Drives `ds4-chat serve` with the official `openai` package (tests/serve_api.rs starts the server).
+"""Drives `ds4-chat serve` with the official `openai` package (tests/app/serve_api.rs starts the server).
 
   serve_api_client.py main --base URL --model NAME --bin DS4_CHAT --model-file GGUF --ctx N --max-body N
   serve_api_client.py auth --base URL --model NAME --key KEY

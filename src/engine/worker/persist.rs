@@ -13,7 +13,7 @@ use crate::model::hparams::HParams;
 use crate::sessions::{ModelIdentity, snapshot};
 
 /// The identity and shape a snapshot of this session is bound to.
-fn model_of(l: &Loaded) -> Result<(ModelIdentity, HParams), String> {
+pub(super) fn model_of(l: &Loaded) -> Result<(ModelIdentity, HParams), String> {
     let id = ModelIdentity::parse(&l.info.identity).ok_or("the model has no identity")?;
     let engine = l
         .device_model

@@ -246,11 +246,7 @@ fn load_request() -> LoadRequest {
 }
 
 fn user(text: &str) -> Message {
-    Message {
-        role: Role::User,
-        content: text.into(),
-        reasoning: None,
-    }
+    Message::user(text)
 }
 
 fn turn(messages: Vec<Message>, think: ThinkMode) -> TurnRequest {
@@ -512,11 +508,7 @@ fn cancel_during_decode_then_continue() {
     // The UI keeps the partial answer and asks again: the whole cache is reused.
     let (reasoning, answer) = texts(&ev);
     let mut messages = first.conversation.messages.clone();
-    messages.push(Message {
-        role: Role::Assistant,
-        content: answer,
-        reasoning: Some(reasoning),
-    });
+    messages.push(Message::assistant(answer, Some(reasoning)));
     messages.push(user("go on"));
     w.send(Command::Submit(turn(messages, ThinkMode::Off)));
     let (ev2, _) = cancel_when(&w, |e| matches!(e, Event::TokenTiming { step: 2, .. }));

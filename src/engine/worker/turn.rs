@@ -51,6 +51,8 @@ impl WorkerState {
             generated,
             context_used,
         });
+        // After the turn's end is out, so the client has its answer while the files are written.
+        self.persist_prompt();
         if let Some(w) = &self.warmup {
             w.resume();
         }
@@ -109,11 +111,16 @@ impl WorkerState {
         tl.prefill_started(prefill_start - submitted);
         let mut progress = PrefillProgress::new(prefill_start);
         let mut stopped = false;
-        let sync = l.session.sync(&prompt, &mut |done, total| {
-            progress.report(tx, done, total);
-            stopped = inbox.poll_during_turn() == Interrupt::Stop;
-            !stopped
-        });
+        let sync = l
+            .session
+            .sync_marked(&prompt, l.text.shared_prefix(), &mut |done, total| {
+                progress.report(tx, done, total);
+                stopped = inbox.poll_during_turn() == Interrupt::Stop;
+                !stopped
+            });
+        for message in l.session.take_store_notices() {
+            emit(Event::Notice { message });
+        }
         let evaluated = match sync {
             Ok(report) => report.evaluated,
             Err(BackendError::Cancelled { .. }) => {

@@ -26,7 +26,7 @@ use super::event::AppEvent;
 use super::widgets::chat::ChatCache;
 use super::widgets::input::InputState;
 use crate::engine::events::{Command, LoadRequest, TurnRequest};
-use crate::model::chat::{Conversation, Message, Role};
+use crate::model::chat::{Conversation, Message};
 
 /// The whole UI state.
 #[derive(Clone, Debug)]
@@ -180,37 +180,27 @@ impl App {
     fn messages(&self, next_user: Option<&str>, in_flight_too: bool) -> Conversation {
         let mut messages = Vec::new();
         if !self.config.system.is_empty() {
-            messages.push(Message {
-                role: Role::System,
-                content: self.config.system.clone(),
-                reasoning: None,
-            });
+            messages.push(Message::system(self.config.system.clone()));
         }
         for item in &self.items {
             if let Item::Turn(t) = item {
                 if t.in_flight() && !in_flight_too {
                     continue;
                 }
-                messages.push(Message {
-                    role: Role::User,
-                    content: t.user.clone(),
-                    reasoning: None,
-                });
-                messages.push(Message {
-                    role: Role::Assistant,
-                    content: t.answer.clone(),
-                    reasoning: (!t.reasoning.is_empty()).then(|| t.reasoning.clone()),
-                });
+                messages.push(Message::user(t.user.clone()));
+                messages.push(Message::assistant(
+                    t.answer.clone(),
+                    (!t.reasoning.is_empty()).then(|| t.reasoning.clone()),
+                ));
             }
         }
         if let Some(u) = next_user {
-            messages.push(Message {
-                role: Role::User,
-                content: u.to_string(),
-                reasoning: None,
-            });
+            messages.push(Message::user(u.to_string()));
         }
-        Conversation { messages }
+        Conversation {
+            messages,
+            ..Conversation::default()
+        }
     }
 
     fn submit(&mut self, text: String) -> Vec<Effect> {
