@@ -20,7 +20,7 @@ use ds4_chat::engine::speculate::replay::ReplayDrafter;
 use super::small_model::three_layer_model;
 use super::speculative_common::{
     CTX, GEN, Open, budget, check_greedy_prompt_lookup, check_greedy_replay, check_logprob_dump, params, plain,
-    prompts, speculative, speculative_with,
+    plain_greedy, prompts, speculative, speculative_with,
 };
 
 fn engine() -> CpuModel {
@@ -30,7 +30,9 @@ fn engine() -> CpuModel {
 #[test]
 fn greedy_speculative_decode_equals_plain_decode() {
     let cpu = engine();
-    check_greedy_prompt_lookup(&|| cpu.open_session(CTX).unwrap(), GEN, &[Some(4), Some(1), None]);
+    let open = || cpu.open_session(CTX).unwrap();
+    let wants = plain_greedy(&open, GEN, prompts().len());
+    check_greedy_prompt_lookup(&open, &wants, &[Some(4), Some(1), None]);
 }
 
 #[test]
@@ -106,7 +108,8 @@ fn stops_inside_a_block_commit_only_what_was_handed_out() {
 #[test]
 fn greedy_with_the_replay_drafter_equals_plain_decode() {
     let cpu = engine();
-    check_greedy_replay(&|| cpu.open_session(CTX).unwrap(), GEN);
+    let open = || cpu.open_session(CTX).unwrap();
+    check_greedy_replay(&open, &plain_greedy(&open, GEN, prompts().len()));
 }
 
 /// `run --dump-logprobs` (`greedy_logprob_dump`) with speculation writes plain decoding's dump byte
@@ -115,5 +118,6 @@ fn greedy_with_the_replay_drafter_equals_plain_decode() {
 #[test]
 fn logprob_dump_with_speculation_is_byte_identical() {
     let cpu = engine();
-    check_logprob_dump(&|| cpu.open_session(CTX).unwrap(), GEN, 4);
+    let open = || cpu.open_session(CTX).unwrap();
+    check_logprob_dump(&open, &plain_greedy(&open, GEN, prompts().len()));
 }

@@ -12,10 +12,13 @@ use ds4_chat::model::Model;
 
 use crate::hip_emu;
 use crate::small_model::three_layer_model;
-use crate::speculative_common::{CTX, check_greedy_prompt_lookup, check_greedy_replay, check_logprob_dump};
+use crate::speculative_common::{
+    CTX, check_greedy_prompt_lookup, check_greedy_replay, check_logprob_dump, plain_greedy,
+};
 
-/// Tokens generated per prompt on the emulator.
+/// Tokens generated per prompt on the emulator, and its prompts.
 const EMU_GEN: usize = 32;
+const EMU_PROMPTS: usize = 2;
 
 fn open(model: &Arc<Model>) -> Box<dyn DeviceSession> {
     let options = HipOptions {
@@ -33,9 +36,10 @@ fn greedy_speculative_decode_equals_plain_decode_on_the_emulator() {
     }
     let model = three_layer_model();
     let open = || open(&model);
-    // The emulator runs a tiny model's pass in about a second: 4 prompts of EMU_GEN tokens, drafts of 4
-    // (the CPU checks run 256 tokens with every draft setting, docs/speculative.md).
-    check_greedy_prompt_lookup(&open, EMU_GEN, &[Some(4)]);
-    check_greedy_replay(&open, EMU_GEN);
-    check_logprob_dump(&open, EMU_GEN, 1);
+    // The emulator runs a tiny model's pass in about a second: EMU_PROMPTS prompts of EMU_GEN tokens,
+    // drafts of 4 (the CPU checks run 4 prompts of 256 tokens with every draft setting).
+    let wants = plain_greedy(&open, EMU_GEN, EMU_PROMPTS);
+    check_greedy_prompt_lookup(&open, &wants, &[Some(4)]);
+    check_greedy_replay(&open, &wants);
+    check_logprob_dump(&open, &wants);
 }
