@@ -31,6 +31,7 @@ mod fuzz_corpus;
 mod genmodel_tiny;
 mod official_vectors;
 mod prompt_store;
+mod real_model_speculate;
 mod sessions_resume;
 mod small_model;
 mod speculative_decode;
