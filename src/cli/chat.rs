@@ -128,6 +128,9 @@ fn open_local(config: Result<Config, String>, args: &Args) -> Result<Opened, Str
             let _ = link.commands.send(Command::Load(load.clone()));
             let _ = link.commands.send(Command::SetSampling(cfg.sampling.clone()));
             let _ = link.commands.send(Command::SetSpeculate(cfg.speculate));
+            let _ = link
+                .commands
+                .send(Command::SetSpeculateSampling(cfg.speculate_sampling));
             let budget = cfg.sessions_budget;
             let mut app = App::new(cfg, label, Some(load));
             app.sessions = SessionsState::new(Store::default_location(), budget);

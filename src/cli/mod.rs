@@ -141,6 +141,10 @@ pub struct PlacementArgs {
     /// verify; plain decode where the backend has none) [default: off].
     #[arg(long, value_name = "off|ngram")]
     pub speculate: Option<String>,
+    /// How drafts are accepted when sampling: exact (the sampler's distribution) or opportunistic
+    /// (drafts kept while they equal the argmax, as ds4 does) [default: exact].
+    #[arg(long, value_name = "exact|opportunistic")]
+    pub speculate_sampling: Option<String>,
     #[command(flatten)]
     pub arithmetic: ArithmeticArgs,
 }
@@ -163,6 +167,10 @@ impl PlacementArgs {
         }
         if let Some(v) = &self.speculate {
             c.speculate = named("--speculate", crate::engine::speculate::Speculate::parse(v))?;
+        }
+        if let Some(v) = &self.speculate_sampling {
+            let rule = crate::engine::speculate::accept::SamplingRule::parse(v);
+            c.speculate_sampling = named("--speculate-sampling", rule)?;
         }
         if let Some(mode) = self.arithmetic.requested() {
             c.arithmetic = mode;

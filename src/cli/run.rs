@@ -97,6 +97,7 @@ struct RunSettings {
     think: ThinkMode,
     system: String,
     speculate: Speculate,
+    speculate_sampling: SamplingRule,
 }
 
 impl RunSettings {
@@ -121,6 +122,7 @@ impl RunSettings {
             think: c.think,
             system: c.system,
             speculate: c.speculate,
+            speculate_sampling: c.speculate_sampling,
         })
     }
 }
@@ -132,20 +134,21 @@ pub fn generation_budget(max_tokens: usize, ctx: usize, n_past: usize) -> usize 
 }
 
 /// Sample up to `budget` tokens after the prefilled state in `backend`, handing each to `emit`; EOS
-/// ends the loop and is not emitted. With `spec`, speculatively (exact speculative sampling, so the
-/// output is plain sampling's). Returns the number of tokens emitted and why it stopped.
+/// ends the loop and is not emitted. With `spec`, speculatively, its drafts accepted by `spec`'s rule
+/// (`SamplingRule::Exact`: the output is plain sampling's). Returns the number of tokens emitted and why it stopped.
 pub fn sample_loop(
     backend: &mut dyn DeviceSession,
     sampler: &mut Sampler,
     params: &SamplingParams,
     budget: usize,
     eos: u32,
-    spec: Option<&mut Speculation>,
+    spec: Option<(&mut Speculation, SamplingRule)>,
     emit: &mut dyn FnMut(u32) -> Result<(), String>,
 ) -> Result<(usize, Stop), String> {
     struct Sampling<'a> {
         sampler: &'a mut Sampler,
         params: &'a SamplingParams,
+        rule: SamplingRule,
         emit: &'a mut dyn FnMut(u32) -> Result<(), String>,
     }
     impl<'b> Hooks<dyn DeviceSession + 'b> for Sampling<'_> {
@@ -156,7 +159,7 @@ pub fn sample_loop(
             (self.emit)(token)
         }
         fn judge(&mut self, draft: &Draft, logits: &BlockLogits<'_>) -> Option<Result<Outcome, String>> {
-            Some(accept(SamplingRule::Exact, draft, logits, self.sampler, self.params))
+            Some(accept(self.rule, draft, logits, self.sampler, self.params))
         }
     }
     let limits = Limits {
@@ -164,8 +167,14 @@ pub fn sample_loop(
         stop_token: Some(eos),
         decode_last: false,
     };
-    let mut hooks = Sampling { sampler, params, emit };
-    match spec {
+    let rule = spec.as_ref().map_or(SamplingRule::Exact, |s| s.1);
+    let mut hooks = Sampling {
+        sampler,
+        params,
+        rule,
+        emit,
+    };
+    match spec.map(|s| s.0) {
         Some(spec) => generate_speculative(backend, limits, &mut hooks, spec),
         None => generate(backend, limits, &mut hooks),
     }
@@ -382,7 +391,7 @@ pub fn run(args: Args) -> CliResult {
         &params,
         budget,
         specials.eos,
-        spec.as_mut(),
+        spec.as_mut().map(|s| (s, set.speculate_sampling)),
         &mut |t| write_deltas(decoder.push(&tok, t)),
     )?;
     write_deltas(decoder.finish())?;

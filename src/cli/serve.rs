@@ -122,6 +122,7 @@ fn options(a: &Args) -> Result<ServeOptions, String> {
             max_tokens: c.max_tokens,
         },
         speculate: c.speculate,
+        speculate_sampling: c.speculate_sampling,
         prompt_cache: prompt_cache(c.prompt_cache_budget),
     })
 }

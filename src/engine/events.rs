@@ -123,6 +123,8 @@ pub enum Command {
     SetSampling(SamplingParams),
     /// Speculative decoding for the turns that follow (docs/speculative.md); `Off` by default.
     SetSpeculate(crate::engine::speculate::Speculate),
+    /// How drafts are accepted when sampling (`speculate_sampling`).
+    SetSpeculateSampling(crate::engine::speculate::accept::SamplingRule),
     /// Write the session's cache and the tokens it holds to a KV snapshot file
     /// (docs/sessions.md#kv-snapshots); answered by `SnapshotSaved`.
     SaveSnapshot {

@@ -36,6 +36,7 @@ use super::events::{Command, Event, FinishReason, LoadRequest, ModelInfo, Sampli
 use super::prompt_cache::PromptCache;
 use super::prompt_store::PromptStoreSettings;
 use super::speculate::Speculate;
+use super::speculate::accept::SamplingRule;
 use super::warmup::{WarmupJob, WarmupStatus, default_warmup_threads};
 use crate::backend::residency::{MappedRegion, ResidencyProbe};
 use crate::sessions::store::TranscriptIds;
@@ -239,6 +240,8 @@ struct WorkerState {
     turn_in_flight: bool,
     /// The drafter of speculative decoding (`SetSpeculate`).
     speculate: Speculate,
+    /// How drafts are accepted when sampling (`SetSpeculateSampling`).
+    speculate_sampling: SamplingRule,
     /// The notice that this backend decodes plainly despite `speculate` was given.
     speculate_notice_given: bool,
     /// The prompt store each new session opens (`SetPromptStore`).
@@ -311,6 +314,7 @@ impl WorkerState {
             residency: None,
             turn_in_flight: false,
             speculate: Speculate::Off,
+            speculate_sampling: SamplingRule::Exact,
             speculate_notice_given: false,
             prompt_store: None,
         }
@@ -418,6 +422,7 @@ impl WorkerState {
             Command::Rewind { keep_tokens } => self.rewind(keep_tokens as usize),
             Command::SetSampling(p) => self.inbox.sampling_override = Some(p),
             Command::SetSpeculate(s) => self.speculate = s,
+            Command::SetSpeculateSampling(r) => self.speculate_sampling = r,
             Command::SaveSnapshot { path } => self.save_snapshot(path),
             Command::Resume(req) => self.resume(req),
             Command::SetPromptStore(settings) => {

@@ -92,6 +92,7 @@ impl RemoteWorker {
                 | Command::Rewind { .. }
                 | Command::SetSampling(_)
                 | Command::SetSpeculate(_)
+                | Command::SetSpeculateSampling(_)
                 | Command::SetPromptStore(_) => {}
                 // A server keeps no cache of ours: nothing to snapshot, and a resumed conversation
                 // is simply sent with its next turn.

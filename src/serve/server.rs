@@ -46,6 +46,7 @@ pub struct ServeOptions {
     pub defaults: TurnDefaults,
     /// Speculative decoding of every turn (docs/speculative.md).
     pub speculate: crate::engine::speculate::Speculate,
+    pub speculate_sampling: crate::engine::speculate::accept::SamplingRule,
     /// The prompt cache on disk (docs/serve.md#prompt-cache); None: off.
     pub prompt_cache: Option<crate::engine::prompt_store::PromptStoreSettings>,
 }
@@ -149,6 +150,7 @@ pub fn run(opts: ServeOptions) -> Result<(), String> {
         Box::new(EngineLoader::new()),
     )?);
     worker.send(Command::SetSpeculate(opts.speculate));
+    worker.send(Command::SetSpeculateSampling(opts.speculate_sampling));
     worker.send(Command::SetPromptStore(opts.prompt_cache));
     let ctx = load(&worker, opts.load)?;
     let server = Arc::new(Server {

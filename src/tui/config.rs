@@ -11,6 +11,7 @@ use serde::Deserialize;
 use crate::backend::arithmetic::Arithmetic;
 use crate::engine::events::{BackendChoice, SamplingParams, WeightsMode};
 use crate::engine::speculate::Speculate;
+use crate::engine::speculate::accept::SamplingRule;
 use crate::model::chat::ThinkMode;
 
 use crate::engine::settings::{
@@ -103,6 +104,7 @@ struct FileConfig {
     sessions_budget_gib: Option<f64>,
     prompt_cache_gib: Option<f64>,
     speculate: Option<String>,
+    speculate_sampling: Option<String>,
 }
 
 /// The resolved settings of one app run (file defaults, then file values, then CLI flags).
@@ -128,6 +130,8 @@ pub struct Config {
     pub prompt_cache_budget: u64,
     /// Speculative decoding's drafter (docs/speculative.md); off: plain decode.
     pub speculate: Speculate,
+    /// How drafts are accepted when sampling (docs/speculative.md#acceptance-rules).
+    pub speculate_sampling: SamplingRule,
 }
 
 /// Default disk budget of the KV snapshots: 4 GiB.
@@ -164,6 +168,7 @@ impl Default for Config {
             sessions_budget: DEFAULT_SESSIONS_BUDGET,
             prompt_cache_budget: DEFAULT_PROMPT_CACHE_BUDGET,
             speculate: Speculate::Off,
+            speculate_sampling: SamplingRule::Exact,
         }
     }
 }
@@ -267,6 +272,9 @@ pub fn parse_over(text: &str, base: Config) -> Result<Config, String> {
     }
     if let Some(v) = file.speculate {
         c.speculate = named("key `speculate`", Speculate::parse(&v))?;
+    }
+    if let Some(v) = file.speculate_sampling {
+        c.speculate_sampling = named("key `speculate_sampling`", SamplingRule::parse(&v))?;
     }
     Ok(c)
 }

@@ -26,6 +26,24 @@ pub enum SamplingRule {
     Opportunistic,
 }
 
+impl SamplingRule {
+    /// The setting's value (`speculate_sampling`, `--speculate-sampling`).
+    pub fn parse(s: &str) -> Result<SamplingRule, String> {
+        match s {
+            "exact" => Ok(SamplingRule::Exact),
+            "opportunistic" => Ok(SamplingRule::Opportunistic),
+            _ => Err(format!("\"{s}\" is not one of exact, opportunistic")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplingRule::Exact => "exact",
+            SamplingRule::Opportunistic => "opportunistic",
+        }
+    }
+}
+
 /// The target's logits over a verified block, one row per position: row i follows the block's
 /// first i drafts (row 0 is the logits the session had before the block), so a block of k drafts
 /// has k + 1 rows.

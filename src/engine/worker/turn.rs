@@ -66,6 +66,7 @@ impl WorkerState {
             loaded,
             speculate,
             speculate_notice_given,
+            speculate_sampling,
             ..
         } = self;
         let l = loaded.as_mut().expect("checked by the caller");
@@ -170,6 +171,7 @@ impl WorkerState {
         let mut hooks = TurnHooks {
             sampler: Sampler::new(req.sampling.seed),
             params: req.sampling.clone(),
+            rule: *speculate_sampling,
             stream: l.text.stream(think),
             generated: Vec::new(),
             pieces: Vec::new(),
@@ -267,6 +269,8 @@ fn live_stats(tl: &TurnTimeline, session: &PromptCache) -> Event {
 struct TurnHooks<'a> {
     sampler: Sampler,
     params: SamplingParams,
+    /// How a speculative block's drafts are accepted when sampling.
+    rule: SamplingRule,
     stream: Box<dyn TextStream>,
     generated: Vec<u32>,
     pieces: Vec<(TextKind, String)>,
@@ -317,12 +321,6 @@ impl Hooks<PromptCache> for TurnHooks<'_> {
     }
 
     fn judge(&mut self, draft: &Draft, logits: &BlockLogits<'_>) -> Option<Result<Outcome, String>> {
-        Some(accept(
-            SamplingRule::Exact,
-            draft,
-            logits,
-            &mut self.sampler,
-            &self.params,
-        ))
+        Some(accept(self.rule, draft, logits, &mut self.sampler, &self.params))
     }
 }

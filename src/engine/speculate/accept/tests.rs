@@ -379,3 +379,12 @@ fn exact_sampling_reproduces_plain_sampling_for_the_same_seed() {
         );
     }
 }
+
+#[test]
+fn the_setting_names_each_rule_and_refuses_others() {
+    for rule in [SamplingRule::Exact, SamplingRule::Opportunistic] {
+        assert_eq!(SamplingRule::parse(rule.name()), Ok(rule));
+    }
+    let err = SamplingRule::parse("greedy").unwrap_err();
+    assert_eq!(err, "\"greedy\" is not one of exact, opportunistic");
+}
