@@ -9,6 +9,7 @@ pub mod accounting;
 pub mod chat;
 pub mod checkpoint;
 pub mod detok;
+pub mod dspark;
 pub mod hparams;
 pub mod layout;
 pub mod tokenizer;

@@ -14,6 +14,7 @@ mod tui_common;
 
 mod cli_doctor;
 mod cli_tokenize;
+mod dspark_support;
 mod remote_tmux;
 mod serve_api;
 mod sessions_kill;
