@@ -212,6 +212,7 @@ pub fn run(args: Args) -> CliResult {
     args.placement.apply(&mut config)?;
     let placement = super::placement_of(&config);
     let speculate = config.speculate;
+    let dspark_settings = config.dspark.clone();
     if let Some(p) = args.peak_gbps
         && !(p.is_finite() && p > 0.0)
     {
@@ -248,6 +249,18 @@ pub fn run(args: Args) -> CliResult {
         eprintln!("ds4-chat bench: using the CPU backend: {why}");
     }
     let mut backend: Box<dyn DeviceSession> = opened.session;
+    // The DSpark drafter is attached before the first prefill, so it reads every target row; it
+    // drafts at every frontier.
+    let mut dspark = match speculate {
+        crate::engine::speculate::Speculate::Dspark => {
+            let (drafter, warning) = dspark_settings.open(&model, backend.as_mut(), ctx_alloc)?;
+            if let Some(w) = warning {
+                eprintln!("ds4-chat bench: {w}");
+            }
+            Some(drafter)
+        }
+        _ => None,
+    };
     match backend.weights_placement() {
         Some(p) => eprintln!(
             "ds4-chat bench: weights {}; backend ready in {open_secs:.2} s",
@@ -311,7 +324,10 @@ pub fn run(args: Args) -> CliResult {
             decode_last: true,
         };
         let history = &prompt[..frontier];
-        let mut spec = speculate.drafter().map(|d| Speculation::new(d, history));
+        let mut spec = dspark
+            .take()
+            .or_else(|| speculate.drafter())
+            .map(|d| Speculation::new(d, history));
         let mut hooks = GreedyPastEos { eos };
         match spec.as_mut() {
             Some(spec) => generate_speculative(backend.as_mut(), limits, &mut hooks, spec),
@@ -319,7 +335,11 @@ pub fn run(args: Args) -> CliResult {
         }
         .map_err(|e| e.to_string())?;
         let gen_secs = t.elapsed().as_secs_f64();
-        if let Some(f) = spec.map(|s| s.figures) {
+        let figures = spec.as_ref().map(|s| s.figures);
+        if speculate == crate::engine::speculate::Speculate::Dspark {
+            dspark = spec.map(|s| s.into_drafter());
+        }
+        if let Some(f) = figures {
             eprintln!(
                 "ds4-chat bench: ctx {frontier}: speculate {}: {} cycles, {} drafted, {} accepted, {:.2} tokens per cycle",
                 speculate.name(),

@@ -110,6 +110,7 @@ fn options(a: &Args) -> Result<ServeOptions, String> {
             max_tokens: c.max_tokens,
         },
         speculate: c.speculate,
+        dspark: c.dspark.clone(),
     })
 }
 

@@ -120,6 +120,8 @@ pub enum Command {
     SetSampling(SamplingParams),
     /// Speculative decoding for the turns that follow (docs/speculative.md); `Off` by default.
     SetSpeculate(crate::engine::speculate::Speculate),
+    /// The DSpark drafter's settings (support file, confidence, convention) for `speculate` dspark.
+    SetDspark(crate::engine::speculate::dspark::DsparkSettings),
     /// Write the session's cache and the tokens it holds to a KV snapshot file
     /// (docs/sessions.md#kv-snapshots); answered by `SnapshotSaved`.
     SaveSnapshot {

@@ -264,6 +264,11 @@ impl Speculation {
         self
     }
 
+    /// The drafter back (to go on drafting for the same session in a later generation).
+    pub fn into_drafter(self) -> Box<dyn Drafter> {
+        self.drafter
+    }
+
     /// The history the drafter reads: the starting tokens and every token handed out since.
     pub fn history(&self) -> &[u32] {
         &self.history

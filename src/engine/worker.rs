@@ -117,6 +117,8 @@ struct Loaded {
     /// What was loaded and what `Loaded` said about it, for a new device session on the same model.
     request: LoadRequest,
     info: ModelInfo,
+    /// The DSpark drafter attached to this session, between turns.
+    dspark: Option<Box<dyn crate::engine::speculate::drafter::Drafter>>,
 }
 
 /// Whether `next` asks for the model `loaded` was made for, on the same engine settings: then only
@@ -234,6 +236,8 @@ struct WorkerState {
     speculate: Speculate,
     /// The notice that this backend decodes plainly despite `speculate` was given.
     speculate_notice_given: bool,
+    /// The DSpark drafter's settings (`SetDspark`), for `speculate` dspark.
+    dspark: crate::engine::speculate::dspark::DsparkSettings,
 }
 
 /// The worker's side of the command channel, with what a turn in flight sets aside.
@@ -303,6 +307,7 @@ impl WorkerState {
             turn_in_flight: false,
             speculate: Speculate::Off,
             speculate_notice_given: false,
+            dspark: Default::default(),
         }
     }
 
@@ -408,6 +413,7 @@ impl WorkerState {
             Command::Rewind { keep_tokens } => self.rewind(keep_tokens as usize),
             Command::SetSampling(p) => self.inbox.sampling_override = Some(p),
             Command::SetSpeculate(s) => self.speculate = s,
+            Command::SetDspark(d) => self.dspark = d,
             Command::SaveSnapshot { path } => self.save_snapshot(path),
             Command::Resume(req) => self.resume(req),
         }
@@ -490,6 +496,7 @@ impl WorkerState {
             device_model: engine,
             request,
             info,
+            dspark: None,
         });
     }
 

@@ -88,7 +88,11 @@ impl RemoteWorker {
                 Command::Load(_) => self.connect(),
                 Command::Submit(req) => self.turn(req),
                 Command::Reset => self.context_used = 0,
-                Command::Cancel | Command::Rewind { .. } | Command::SetSampling(_) | Command::SetSpeculate(_) => {}
+                Command::Cancel
+                | Command::Rewind { .. }
+                | Command::SetSampling(_)
+                | Command::SetSpeculate(_)
+                | Command::SetDspark(_) => {}
                 // A server keeps no cache of ours: nothing to snapshot, and a resumed conversation
                 // is simply sent with its next turn.
                 Command::SaveSnapshot { path } => self.emit(Event::SnapshotSaved {

@@ -46,6 +46,8 @@ pub struct ServeOptions {
     pub defaults: TurnDefaults,
     /// Speculative decoding of every turn (docs/speculative.md).
     pub speculate: crate::engine::speculate::Speculate,
+    /// The DSpark drafter's settings, for `speculate` dspark.
+    pub dspark: crate::engine::speculate::dspark::DsparkSettings,
 }
 
 /// How the last turn ended, for `/health`.
@@ -142,6 +144,7 @@ pub fn run(opts: ServeOptions) -> Result<(), String> {
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     let worker = Worker::spawn(Box::new(EngineLoader::new()));
     worker.send(Command::SetSpeculate(opts.speculate));
+    worker.send(Command::SetDspark(opts.dspark.clone()));
     let ctx = load(&worker, opts.load)?;
     let server = Arc::new(Server {
         model_id: opts.model_id,

@@ -11,7 +11,9 @@ use serde::Deserialize;
 use crate::backend::arithmetic::Arithmetic;
 use crate::engine::events::{BackendChoice, SamplingParams, WeightsMode};
 use crate::engine::speculate::Speculate;
+use crate::engine::speculate::dspark::{DsparkSettings, check_confidence};
 use crate::model::chat::ThinkMode;
+use crate::model::dspark::DsparkConvention;
 
 use crate::engine::settings::{
     MIN_APP_CTX, check_ctx, check_max_tokens, check_min_p, check_seed, check_temp, check_threads, check_top_k,
@@ -102,6 +104,9 @@ struct FileConfig {
     remote: Option<FileRemote>,
     sessions_budget_gib: Option<f64>,
     speculate: Option<String>,
+    dspark: Option<PathBuf>,
+    dspark_confidence: Option<f64>,
+    dspark_convention: Option<String>,
 }
 
 /// The resolved settings of one app run (file defaults, then file values, then CLI flags).
@@ -125,6 +130,8 @@ pub struct Config {
     pub sessions_budget: u64,
     /// Speculative decoding's drafter (docs/speculative.md); off: plain decode.
     pub speculate: Speculate,
+    /// The DSpark drafter's support file, confidence threshold and convention (docs/dspark.md).
+    pub dspark: DsparkSettings,
 }
 
 /// Default disk budget of the KV snapshots: 4 GiB.
@@ -155,6 +162,7 @@ impl Default for Config {
             remote: RemoteConfig::default(),
             sessions_budget: DEFAULT_SESSIONS_BUDGET,
             speculate: Speculate::Off,
+            dspark: DsparkSettings::default(),
         }
     }
 }
@@ -255,6 +263,15 @@ pub fn parse_over(text: &str, base: Config) -> Result<Config, String> {
     }
     if let Some(v) = file.speculate {
         c.speculate = named("key `speculate`", Speculate::parse(&v))?;
+    }
+    if let Some(v) = file.dspark {
+        c.dspark.path = Some(v);
+    }
+    if let Some(v) = file.dspark_confidence {
+        c.dspark.confidence = named("key `dspark_confidence`", check_confidence(v))?;
+    }
+    if let Some(v) = file.dspark_convention {
+        c.dspark.convention = named("key `dspark_convention`", DsparkConvention::parse(&v))?;
     }
     Ok(c)
 }

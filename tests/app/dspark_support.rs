@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ds4_chat::genmodel::dspark::{meta_for, support_entries, support_metadata};
-use ds4_chat::genmodel::{ExpertMix, GenSpec, SyntheticModel, micro_hparams};
+use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel, micro_hparams};
 use ds4_chat::gguf::reader::vt;
 use ds4_chat::gguf::writer::{GgufLayout, TensorEntry};
 use ds4_chat::gguf::{GgmlType, MetaValue};
@@ -224,4 +224,88 @@ fn synthetic_support_passes_inspect_and_malformed_ones_are_one_line_errors() {
     std::fs::write(&path, support_bytes(&aliased, &base_entries)).unwrap();
     let out = ds4_chat(&["inspect", model_s, "--dspark", path.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // `run --speculate dspark` with the support file found next to the model (the tiny preset's
+    // first 3 layers, with its tokenizer, as `run` needs): the greedy --dump-logprobs file is plain
+    // decoding's byte for byte, and the figures are printed.
+    let run_dir = dir.0.join("run");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let model = run_dir.join("model.gguf");
+    let spec = GenSpec::new(Preset::Tiny, 5, ExpertMix::Q2).with_layers(3).unwrap();
+    SyntheticModel::new(&spec)
+        .unwrap()
+        .write_file(&model, 1, |_| {})
+        .unwrap();
+    let model_s = model.to_str().unwrap();
+    let support = run_dir.join(ds4_chat::model::dspark::SUPPORT_FILE_NAME);
+    let out = ds4_chat(&[
+        "gen-model",
+        "--preset",
+        "dspark",
+        "--like",
+        model_s,
+        "--out",
+        support.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dump = |name: &str, extra: &[&str]| {
+        let path = dir.0.join(name);
+        let mut args = vec![
+            "run",
+            "-m",
+            model_s,
+            "--tokens",
+            "1,20,300,4,50",
+            "-n",
+            "64",
+            "--ctx",
+            "256",
+            "--backend",
+            "cpu",
+            "--dump-logprobs",
+        ];
+        args.push(path.to_str().unwrap());
+        args.extend_from_slice(extra);
+        let out = ds4_chat(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{extra:?}: {stderr}");
+        (std::fs::read(&path).unwrap(), stderr)
+    };
+    let (plain, _) = dump("plain.jsonl", &[]);
+    for conv in ["reference", "ds4"] {
+        let (spec, stderr) = dump(
+            "dspark.jsonl",
+            &[
+                "--speculate",
+                "dspark",
+                "--dspark-confidence",
+                "0",
+                "--dspark-convention",
+                conv,
+            ],
+        );
+        assert_eq!(spec, plain, "{conv}");
+        assert!(stderr.contains("speculate dspark: "), "{stderr}");
+        assert!(!stderr.contains("speculate dspark: 0 cycles"), "{stderr}");
+    }
+    // No support file: one line, exit 1.
+    let out = ds4_chat(&[
+        "run",
+        "-m",
+        model_s,
+        "--tokens",
+        "1,2",
+        "-n",
+        "4",
+        "--backend",
+        "cpu",
+        "--speculate",
+        "dspark",
+        "--dspark",
+        "/nonexistent/support.gguf",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("ds4-chat: /nonexistent/support.gguf: "), "{stderr}");
 }

@@ -42,11 +42,7 @@ impl Default for DsparkSettings {
 
 /// `dspark_confidence`: a probability, 0 ..= 1.
 pub fn check_confidence(v: f64) -> Result<f32, String> {
-    if v.is_finite() && (0.0..=1.0).contains(&v) {
-        Ok(v as f32)
-    } else {
-        Err(format!("{v} is out of range (0 ..= 1)"))
-    }
+    crate::engine::settings::check_probability(v)
 }
 
 impl DsparkSettings {
@@ -78,6 +74,23 @@ impl DsparkSettings {
     ) -> Result<Box<dyn Drafter>, String> {
         let forward = session.dspark(support, self.convention).map_err(|e| e.to_string())?;
         Ok(Box::new(DsparkDrafter::new(forward, self.confidence)))
+    }
+}
+
+impl DsparkSettings {
+    /// `--speculate dspark` on `session` (of `ctx` tokens, nothing evaluated yet, so every position
+    /// is captured): the support file loaded and checked against `model`, the drafter attached, and
+    /// the memory guard's warning if any. Every error is one line.
+    pub fn open(
+        &self,
+        model: &Model,
+        session: &mut dyn DeviceSession,
+        ctx: usize,
+    ) -> Result<(Box<dyn Drafter>, Option<String>), String> {
+        let support = self.load(model)?;
+        let drafter = self.attach(session, support.clone())?;
+        let warning = crate::engine::loader::guard_dspark_memory(model, &support, session, ctx)?;
+        Ok((drafter, warning))
     }
 }
 
