@@ -288,6 +288,20 @@ fn synthetic_support_passes_inspect_and_malformed_ones_are_one_line_errors() {
         assert!(stderr.contains("speculate dspark: "), "{stderr}");
         assert!(!stderr.contains("speculate dspark: 0 cycles"), "{stderr}");
     }
+    // doctor shows the support file next to the model and counts it in the memory it needs.
+    let out = ds4_chat(&["doctor", model_s]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("dspark"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.starts_with("ok"), "{line}");
+    assert!(
+        line.contains(
+            "DSpark support: 3 stages, block 5, Markov rank 32, noise token 128799, target layers [0, 1, 2], 81 tensors"
+        ),
+        "{line}"
+    );
     // No support file: one line, exit 1.
     let out = ds4_chat(&[
         "run",
