@@ -515,3 +515,90 @@ fn drafter_after_a_rollback_equals_one_that_never_saw_it() {
         assert_eq!(a1, b1, "{convention:?}");
     }
 }
+
+/// Acceptance and speed of DSpark on the real model and its 0731 support file, greedy, on a code
+/// prompt and a prose prompt, under both conventions, against plain decoding on the same CPU engine
+/// (whose output each must equal token for token). Not runnable without the files (81 GiB and
+/// 5.6 GiB): it says so and passes, or fails under CI. With them:
+/// `DS4_MODEL=flash.gguf DS4_DSPARK=DeepSeek-V4-Flash-DSpark-support-0731.gguf cargo test --release
+/// --test cpu dspark_drafter::real -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs DS4_MODEL and DS4_DSPARK: a real model and its support file"]
+fn real_model_acceptance_and_speed_on_code_and_prose() {
+    use ds4_chat::model::chat::{ThinkMode, one_shot_prompt};
+    use ds4_chat::model::tokenizer::Tokenizer;
+    let (Some(model_path), Some(support_path)) = (std::env::var_os("DS4_MODEL"), std::env::var_os("DS4_DSPARK")) else {
+        super::support::skip::skip_or_fail(
+            "DS4_MODEL and DS4_DSPARK are not set (DeepSeek V4 Flash and its DSpark support file)",
+        );
+        return;
+    };
+    const N: usize = 64;
+    const CTX: usize = 4096;
+    let model = Arc::new(Model::open(std::path::Path::new(&model_path)).unwrap());
+    let support = Arc::new(DsparkModel::open(std::path::Path::new(&support_path), &model.hp).unwrap());
+    let tok = Tokenizer::from_gguf(&model.file).unwrap();
+    let engine = CpuModel::new(model.clone(), 0).unwrap();
+    let prompts = [
+        (
+            "code",
+            "Write a Python function that merges two sorted lists into one sorted list, with a docstring and tests.",
+        ),
+        (
+            "prose",
+            "Describe an autumn morning in a small fishing harbour, in two paragraphs.",
+        ),
+    ];
+    let limits = Limits {
+        max_new: N,
+        stop_token: None,
+        decode_last: true,
+    };
+    for (name, text) in prompts {
+        let prompt = one_shot_prompt(&tok, "", text, ThinkMode::Off, CTX as u32).ids;
+        let want = {
+            let mut s = engine.open_session(CTX).unwrap();
+            s.eval(&prompt, &mut |_, _| true).unwrap();
+            let t0 = std::time::Instant::now();
+            let mut h = Record {
+                sampler: Sampler::new(Some(1)),
+                params: greedy(),
+                out: Vec::new(),
+            };
+            generate(s.as_mut(), limits, &mut h).unwrap();
+            eprintln!("{name}: plain {:.2} t/s", N as f64 / t0.elapsed().as_secs_f64());
+            h.out
+        };
+        for convention in [DsparkConvention::Reference, DsparkConvention::Ds4] {
+            let settings = DsparkSettings {
+                path: None,
+                confidence: ds4_chat::model::dspark::DEFAULT_CONFIDENCE,
+                convention,
+            };
+            let mut s = engine.open_session(CTX).unwrap();
+            let drafter = settings.attach(s.as_mut(), support.clone()).unwrap();
+            s.eval(&prompt, &mut |_, _| true).unwrap();
+            let mut h = Record {
+                sampler: Sampler::new(Some(1)),
+                params: greedy(),
+                out: Vec::new(),
+            };
+            let mut spec = Speculation::new(drafter, &prompt);
+            let t0 = std::time::Instant::now();
+            generate_speculative(s.as_mut(), limits, &mut h, &mut spec).unwrap();
+            let secs = t0.elapsed().as_secs_f64();
+            let f = spec.figures;
+            eprintln!(
+                "{name}, {convention:?}: {:.2} t/s, {} cycles, {} drafted, {} accepted (accept rate {:.2}, {:.2} accepted per cycle, {:.2} tokens per cycle)",
+                N as f64 / secs,
+                f.cycles,
+                f.drafted,
+                f.accepted,
+                f.accepted as f64 / f.drafted.max(1) as f64,
+                f.accepted as f64 / f.cycles.max(1) as f64,
+                f.tokens_per_cycle()
+            );
+            assert_eq!(h.out, want, "{name}, {convention:?}");
+        }
+    }
+}
