@@ -7,6 +7,7 @@
 //! tokens are proposed.
 
 use super::BackendError;
+use crate::model::dspark::PassReads;
 
 /// The drafter's forward over one session's model and captured target rows.
 pub trait DsparkForward: Send {
@@ -22,6 +23,9 @@ pub trait DsparkForward: Send {
     /// Draft row `row`'s token after `prev`: the argmax of its LM-head logits plus the Markov bias of
     /// `prev`, the lowest id among equal maxima.
     fn token(&mut self, row: usize, prev: u32) -> u32;
+    /// What the last block read so far (the distinct experts of each stage, whether the LM head
+    /// ran, the Markov and confidence rows), for its byte count (`model::dspark::pass_bytes`).
+    fn reads(&self) -> PassReads;
     /// Forget what was derived from captured rows (their context-KV rows): after a rollback or a
     /// history rewritten from an earlier position.
     fn reset(&mut self);

@@ -316,6 +316,8 @@ pub fn generate_speculative<S: DecodeState + ?Sized>(
         } else {
             0
         };
+        // A verify's time includes its draft pass (a model drafter's is not free).
+        let t = Instant::now();
         if k > 0 {
             spec.drafter.propose(&spec.history, k, &mut spec.draft);
             spec.draft.truncate(k);
@@ -331,7 +333,6 @@ pub fn generate_speculative<S: DecodeState + ?Sized>(
             }
             continue;
         }
-        let t = Instant::now();
         spec.block.clear();
         spec.block.push(token);
         spec.block.extend_from_slice(&spec.draft.tokens);

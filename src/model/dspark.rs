@@ -459,6 +459,80 @@ pub fn session_bytes(hp: &HParams, meta: &DsparkMeta, n_stages: usize, capture_r
     (capture + kv) as u64
 }
 
+/// What one draft pass read, as the backend reports it (`DsparkForward::reads`): the input of
+/// `pass_bytes`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassReads {
+    /// Distinct routed experts each stage used over the block's draft rows.
+    pub experts: Vec<usize>,
+    /// The LM head ran: the first row's confidence passed.
+    pub lm_head: bool,
+    /// Rows whose Markov bias was computed (one per drafted token).
+    pub markov_rows: usize,
+    /// Rows whose confidence was read.
+    pub confidence_rows: usize,
+}
+
+/// Weight bytes one draft pass reads (docs/dspark.md#cost), by part.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassBytes {
+    /// Every stage's tensors but its routed experts (attention, router, shared expert, HC).
+    pub dense: u64,
+    /// The distinct routed experts the stages used, each once.
+    pub experts: u64,
+    /// `main_proj` and `main_norm`.
+    pub main_proj: u64,
+    /// The HC head, the final norm, `markov_w2` once per Markov row, the `markov_w1` rows and the
+    /// confidence head once per confidence read.
+    pub heads: u64,
+    /// The main model's LM head, once for the block's rows, when the first confidence passed.
+    pub lm_head: u64,
+}
+
+impl PassBytes {
+    pub fn total(&self) -> u64 {
+        self.dense + self.experts + self.main_proj + self.heads + self.lm_head
+    }
+}
+
+/// The weight bytes a draft pass reads from the support file's tensor sizes (`stages`), the main
+/// model's LM head (`lm_head_bytes`) and what the pass used (`reads`): every dense weight of every
+/// stage once (the block's rows share each read), each distinct expert once, `main_proj` once,
+/// `markov_w2` once per drafted row (each row's Markov state needs the token before it), the LM head
+/// once for all rows (docs/dspark.md#cost).
+pub fn pass_bytes(stages: &[StageTensors], lm_head_bytes: u64, reads: &PassReads) -> PassBytes {
+    let size = |t: &TensorInfo| t.ty.bytes_for(t.n_elements()).unwrap_or(t.nbytes);
+    let suffix = |t: &TensorInfo| t.name.splitn(3, '.').nth(2).unwrap_or("").to_string();
+    let mut b = PassBytes::default();
+    for (st, stage) in stages.iter().enumerate() {
+        for t in &stage.tensors {
+            let sfx = suffix(t);
+            let n = size(t);
+            if sfx.ends_with("_exps.weight") {
+                let per_expert = n / t.dims.last().copied().unwrap_or(1).max(1);
+                b.experts += per_expert * reads.experts.get(st).copied().unwrap_or(0) as u64;
+            } else if sfx.starts_with("main_") {
+                b.main_proj += n;
+            } else if sfx == "markov_head.markov_w2.weight" {
+                b.heads += n * reads.markov_rows as u64;
+            } else if sfx == "markov_head.markov_w1.weight" {
+                let row = t.ty.bytes_for(t.dims[0]).unwrap_or(0);
+                b.heads += row * reads.confidence_rows.max(reads.markov_rows) as u64;
+            } else if sfx == "confidence_head.proj.weight" {
+                b.heads += n * reads.confidence_rows as u64;
+            } else if sfx == "norm.weight" || sfx.starts_with("hc_head_") {
+                b.heads += n;
+            } else {
+                b.dense += n;
+            }
+        }
+    }
+    if reads.lm_head {
+        b.lm_head = lm_head_bytes;
+    }
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -504,5 +578,77 @@ mod tests {
         // 256 captured rows × 3 × 4096 f32 = 12 MiB; 128 window rows × 3 stages × 512 f32 = 768 KiB.
         let b = session_bytes(&HParams::flash(), &flash_meta(), 3, 256, 128);
         assert_eq!(b, 12 * (1 << 20) + 768 * 1024);
+    }
+
+    /// The Flash plan with ds4's quantizer types, bound as a file would be.
+    fn flash_stages() -> Vec<StageTensors> {
+        let plan = tensor_plan(&HParams::flash(), &flash_meta(), 3);
+        (0..3)
+            .map(|st| StageTensors {
+                tensors: plan
+                    .iter()
+                    .filter(|s| s.layer == Some(st))
+                    .map(|s| {
+                        let ty = match (s.rule, s.expert_role) {
+                            (TypeRule::RoutedExpert, Some(ExpertRole::Down)) => GgmlType::Q2K,
+                            (TypeRule::RoutedExpert, _) => GgmlType::Iq2Xxs,
+                            _ if s.name.contains(".hc_") && s.name.ends_with("_fn.weight") => GgmlType::F16,
+                            (TypeRule::AnyOf(t), _) => t[0],
+                            (TypeRule::Exact(t), _) => t,
+                        };
+                        let n: u64 = s.dims.iter().product();
+                        TensorInfo {
+                            name: s.name.clone(),
+                            dims: s.dims.clone(),
+                            ty,
+                            offset: 0,
+                            nbytes: ty.bytes_for(n).unwrap(),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn draft_pass_bytes_of_flash() {
+        // By hand (Q8_0 34 B per 32, IQ2_XXS 66 B per 256, Q2_K 84 B per 256, F16 2 B, F32 4 B):
+        // a stage's dense tensors: q_a 4,456,448 + q_b 35,651,584 + kv 2,228,224 + out_a and out_b
+        // 2 × 35,651,584 + router 1,114,112 + shared expert 3 × 8,912,896 + hc fn 2 × 786,432 +
+        // norms, sinks, bias, base, scale 40,408 = 143,105,496 B; one expert: gate and up
+        // 2 × 2,162,688 + down 2,752,512 = 7,077,888 B; main_proj 53,477,376 + main_norm 16,384;
+        // heads: norm 16,384 + hc head 131,092 + 5 × markov_w2 35,164,160 + 5 × (w1 row 272 +
+        // confidence 4,624) = 175,992,756 B; the Q8_0 LM head 562,626,560 B.
+        let stages = flash_stages();
+        let lm_head = 562_626_560;
+        let full = PassReads {
+            experts: vec![28, 28, 28],
+            lm_head: true,
+            markov_rows: 5,
+            confidence_rows: 5,
+        };
+        let b = pass_bytes(&stages, lm_head, &full);
+        assert_eq!(
+            b,
+            PassBytes {
+                dense: 3 * 143_105_496,
+                experts: 3 * 28 * 7_077_888,
+                main_proj: 53_493_760,
+                heads: 175_992_756,
+                lm_head,
+            }
+        );
+        assert_eq!(b.total(), 1_815_972_156);
+        // The first confidence fails: no LM head, no Markov row, one confidence read.
+        let cut = PassReads {
+            experts: vec![20, 25, 30],
+            lm_head: false,
+            markov_rows: 0,
+            confidence_rows: 1,
+        };
+        let b = pass_bytes(&stages, lm_head, &cut);
+        assert_eq!((b.experts, b.lm_head), (75 * 7_077_888, 0));
+        assert_eq!(b.heads, 16_384 + 131_092 + 272 + 4_624);
+        assert_eq!(b.dense + b.main_proj, 3 * 143_105_496 + 53_493_760);
     }
 }

@@ -32,7 +32,7 @@ use ds4_chat::gguf::GgufFile;
 use ds4_chat::gguf::dequant::dequantize_row;
 use ds4_chat::gguf::half::{f16_to_f32, f32_to_f16};
 use ds4_chat::model::Model;
-use ds4_chat::model::dspark::{DsparkConvention, DsparkModel};
+use ds4_chat::model::dspark::{DsparkConvention, DsparkModel, PassReads};
 
 use super::small_model::three_layer_model;
 
@@ -348,6 +348,14 @@ impl DsparkForward for Fixed {
         self.token_calls.push((row, prev));
         self.tokens[row]
     }
+    fn reads(&self) -> PassReads {
+        PassReads {
+            experts: Vec::new(),
+            lm_head: !self.token_calls.is_empty(),
+            markov_rows: self.token_calls.len(),
+            confidence_rows: self.conf_calls.len(),
+        }
+    }
     fn reset(&mut self) {}
 }
 
@@ -394,6 +402,9 @@ fn call_log(threshold: f32) -> (Vec<(usize, u32)>, Vec<(usize, u32)>) {
         }
         fn token(&mut self, row: usize, prev: u32) -> u32 {
             self.0.lock().unwrap().token(row, prev)
+        }
+        fn reads(&self) -> PassReads {
+            self.0.lock().unwrap().reads()
         }
         fn reset(&mut self) {}
     }

@@ -16,7 +16,7 @@ use crate::backend::BackendError;
 use crate::backend::dspark::DsparkForward;
 use crate::gguf::GgufFile;
 use crate::gguf::dequant::dequantize_into;
-use crate::model::dspark::{DsparkConvention, DsparkModel, REFERENCE_WINDOW, StageTensors};
+use crate::model::dspark::{DsparkConvention, DsparkModel, PassReads, REFERENCE_WINDOW, StageTensors};
 use crate::model::weights::ExpertTensor;
 use crate::model::{HParams, Model};
 
@@ -140,6 +140,10 @@ pub struct CpuDspark {
     /// The conditioning row of the last block's newest context row (ds4's block row 0).
     main_x: Vec<f32>,
     block_ready: bool,
+    /// What the last block read (`DsparkForward::reads`): the distinct experts of each stage.
+    experts_used: Vec<std::collections::BTreeSet<usize>>,
+    markov_rows: usize,
+    confidence_rows: usize,
     s: DraftScratch,
 }
 
@@ -226,6 +230,9 @@ impl CpuDspark {
             window: Vec::new(),
             main_x: vec![0.0; e],
             block_ready: false,
+            experts_used: vec![Default::default(); support.stages.len()],
+            markov_rows: 0,
+            confidence_rows: 0,
             s,
             main,
             support,
@@ -426,6 +433,7 @@ impl CpuDspark {
             for (y, &m) in s.y[t * e..(t + 1) * e].iter_mut().zip(&s.moe_out) {
                 *y += m;
             }
+            self.experts_used[st].extend(s.moe.selected.iter().copied());
         }
         hc_post(&hp, s, off, r);
     }
@@ -458,22 +466,25 @@ impl CpuDspark {
         dequantize_into(w1.ty, row, &mut self.s.state).expect("markov_w1's type was checked at load");
     }
 
-    /// The LM-head logits of draft row `row` (main model's `output`).
+    /// The LM-head logits of draft row `row` (main model's `output`). The first row asked for
+    /// computes it and every later row of the block in one product, as ds4 does once the first
+    /// confidence passed: the head's weights are read once for the block (docs/dspark.md#cost).
     pub fn base_logits(&mut self, row: usize) -> &[f32] {
         let v = self.main.hp.n_vocab;
         let e = self.main.hp.n_embd;
         if !self.s.have_logits[row] {
+            let b = self.support.meta.block_size;
             let s = &mut self.s;
             matmul(
                 &self.pool,
                 self.main.file.bytes(),
                 &self.output,
-                &s.z[row * e..(row + 1) * e],
-                1,
-                &mut s.logits[row * v..(row + 1) * v],
+                &s.z[row * e..b * e],
+                b - row,
+                &mut s.logits[row * v..b * v],
                 &mut s.q8,
             );
-            s.have_logits[row] = true;
+            s.have_logits[row..b].fill(true);
         }
         &self.s.logits[row * v..(row + 1) * v]
     }
@@ -603,6 +614,10 @@ impl DsparkForward for CpuDspark {
             replicate(dst, &x, hp.n_hc);
             positions.push(pos + j);
         }
+        for used in &mut self.experts_used {
+            used.clear();
+        }
+        (self.markov_rows, self.confidence_rows) = (0, 0);
         for st in 0..self.stages.len() {
             self.stage(st, &positions, off);
         }
@@ -615,6 +630,7 @@ impl DsparkForward for CpuDspark {
     fn confidence(&mut self, row: usize, prev: u32) -> f32 {
         assert!(self.block_ready, "DSpark confidence read before a block was run");
         let e = self.main.hp.n_embd;
+        self.confidence_rows += 1;
         self.markov_state(prev);
         let (y, z) = self.hidden(row);
         let feat = match self.convention {
@@ -640,6 +656,7 @@ impl DsparkForward for CpuDspark {
     fn token(&mut self, row: usize, prev: u32) -> u32 {
         assert!(self.block_ready, "DSpark token read before a block was run");
         self.base_logits(row);
+        self.markov_rows += 1;
         self.markov_bias(prev);
         let v = self.main.hp.n_vocab;
         let base = &self.s.logits[row * v..(row + 1) * v];
@@ -651,6 +668,15 @@ impl DsparkForward for CpuDspark {
             }
         }
         best.0
+    }
+
+    fn reads(&self) -> PassReads {
+        PassReads {
+            experts: self.experts_used.iter().map(|u| u.len()).collect(),
+            lm_head: self.s.have_logits.iter().any(|&h| h),
+            markov_rows: self.markov_rows,
+            confidence_rows: self.confidence_rows,
+        }
     }
 
     fn reset(&mut self) {

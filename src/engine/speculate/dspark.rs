@@ -9,12 +9,13 @@
 //! the drafter to a session. Owns no model arithmetic.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::backend::DeviceSession;
 use crate::backend::dspark::DsparkForward;
 use crate::model::Model;
-use crate::model::dspark::{DEFAULT_CONFIDENCE, DsparkConvention, DsparkModel, SUPPORT_FILE_NAME};
+use crate::model::dspark::{DEFAULT_CONFIDENCE, DsparkConvention, DsparkModel, PassReads, SUPPORT_FILE_NAME};
 
 use super::drafter::{Draft, Drafter, Verdict};
 
@@ -72,8 +73,17 @@ impl DsparkSettings {
         session: &mut dyn DeviceSession,
         support: Arc<DsparkModel>,
     ) -> Result<Box<dyn Drafter>, String> {
+        Ok(Box::new(self.attach_drafter(session, support)?))
+    }
+
+    /// `attach`, returning the drafter itself (to log its passes before boxing it).
+    pub fn attach_drafter(
+        &self,
+        session: &mut dyn DeviceSession,
+        support: Arc<DsparkModel>,
+    ) -> Result<DsparkDrafter, String> {
         let forward = session.dspark(support, self.convention).map_err(|e| e.to_string())?;
-        Ok(Box::new(DsparkDrafter::new(forward, self.confidence)))
+        Ok(DsparkDrafter::new(forward, self.confidence))
     }
 }
 
@@ -87,10 +97,57 @@ impl DsparkSettings {
         session: &mut dyn DeviceSession,
         ctx: usize,
     ) -> Result<(Box<dyn Drafter>, Option<String>), String> {
+        let opened = self.open_drafter(model, session, ctx)?;
+        Ok((Box::new(opened.drafter), opened.warning))
+    }
+
+    /// `open`, returning the drafter itself (to log its passes before boxing it) and the support
+    /// file (to count what a pass reads).
+    pub fn open_drafter(
+        &self,
+        model: &Model,
+        session: &mut dyn DeviceSession,
+        ctx: usize,
+    ) -> Result<OpenedDspark, String> {
         let support = self.load(model)?;
-        let drafter = self.attach(session, support.clone())?;
+        let drafter = self.attach_drafter(session, support.clone())?;
         let warning = crate::engine::loader::guard_dspark_memory(model, &support, session, ctx)?;
-        Ok((drafter, warning))
+        Ok(OpenedDspark {
+            drafter,
+            support,
+            warning,
+        })
+    }
+}
+
+/// A drafter attached by `DsparkSettings::open_drafter`.
+pub struct OpenedDspark {
+    pub drafter: DsparkDrafter,
+    pub support: Arc<DsparkModel>,
+    /// The memory guard's warning, if any.
+    pub warning: Option<String>,
+}
+
+/// One draft pass: the wall time of the block's stages and of its confidence and token reads, and
+/// what it read (docs/dspark.md#cost).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DraftPass {
+    pub secs: f64,
+    pub reads: PassReads,
+}
+
+/// The draft passes of one drafter, shared with whoever measures them (`bench`).
+#[derive(Clone, Debug, Default)]
+pub struct PassLog(Arc<Mutex<Vec<DraftPass>>>);
+
+impl PassLog {
+    fn push(&self, pass: DraftPass) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(pass);
+    }
+
+    /// The passes logged since the last call.
+    pub fn take(&self) -> Vec<DraftPass> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -103,6 +160,8 @@ pub struct DsparkDrafter {
     last_pos: Option<usize>,
     /// The confidences of the last proposal's rows that were read, in order.
     pub confidences: Vec<f32>,
+    /// Where each pass is logged, when something measures them.
+    log: Option<PassLog>,
 }
 
 impl DsparkDrafter {
@@ -112,7 +171,13 @@ impl DsparkDrafter {
             threshold,
             last_pos: None,
             confidences: Vec::new(),
+            log: None,
         }
+    }
+
+    /// From now on, log every draft pass that ran (its time and reads) to the returned log.
+    pub fn log_passes(&mut self) -> PassLog {
+        self.log.get_or_insert_with(PassLog::default).clone()
     }
 }
 
@@ -135,6 +200,7 @@ impl Drafter for DsparkDrafter {
         }
         self.last_pos = Some(pos);
         let max = max.min(self.forward.block_size());
+        let t0 = Instant::now();
         if max == 0 || !matches!(self.forward.run_block(anchor, pos), Ok(true)) {
             return;
         }
@@ -148,6 +214,12 @@ impl Drafter for DsparkDrafter {
             let d = self.forward.token(row, prev);
             out.tokens.push(d);
             prev = d;
+        }
+        if let Some(log) = &self.log {
+            log.push(DraftPass {
+                secs: t0.elapsed().as_secs_f64(),
+                reads: self.forward.reads(),
+            });
         }
     }
 
