@@ -133,7 +133,7 @@ impl DsparkMeta {
         }
         let (k, v) = find(g, "markov_rank")?;
         let markov_rank = unsigned(&k, v)? as usize;
-        if markov_rank == 0 || markov_rank % 32 != 0 {
+        if markov_rank == 0 || !markov_rank.is_multiple_of(32) {
             return Err(GgufError::msg(format!(
                 "key '{k}': Markov rank {markov_rank}, expected a positive multiple of 32"
             )));

@@ -386,8 +386,11 @@ fn proposals_stop_at_the_confidence_cut() {
     assert_eq!(tokens, vec![(0, 3), (1, 10)]);
 }
 
+/// (row, prev) of each call a forward was asked.
+type Calls = Vec<(usize, u32)>;
+
 /// The (confidence, token) calls one proposal makes at `threshold`.
-fn call_log(threshold: f32) -> (Vec<(usize, u32)>, Vec<(usize, u32)>) {
+fn call_log(threshold: f32) -> (Calls, Calls) {
     use std::sync::Mutex;
     struct Logged(Arc<Mutex<Fixed>>);
     impl DsparkForward for Logged {

@@ -364,10 +364,9 @@ impl CpuDspark {
         }
         // (d) KV of every row: the block's keys after the window's.
         matmul(&pool, sf, &lw.kv, &s.xn, r, &mut s.kv, &mut s.q8);
-        for t in 0..r {
-            let kv = &mut s.kv[t * d..(t + 1) * d];
+        for (kv, &p) in s.kv[..r * d].chunks_exact_mut(d).zip(positions) {
             ops::rms_norm_inplace(kv, Some(&lw.kv_norm), hp.rms_eps);
-            self.rope.apply(kv, d, positions[t], false);
+            self.rope.apply(kv, d, p, false);
             ops::fp8_kv_round_trip(kv, hp.head_dim_nope());
         }
         s.keys.clear();
