@@ -28,6 +28,21 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_fill_f32(float* x, u64 n, f
     if (i < n) x[i] = v;
 }
 
+// Copy spans of 32-bit words: spans is a device table of n_spans triples of u64 (source address,
+// destination address, word count). The block verify keeps the compressor and indexer states of
+// every layer with one launch before a block and puts them back with another on a rejection
+// (docs/model.md#block-verify-and-commit). A copy of words: the bits move unchanged.
+// Launch: grid (blocks per span, n_spans), block 256; any grid covers every span.
+extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_copy_spans(const u64* spans, u32 n_spans) {
+    ds4_grid_sync();
+    const u32 s = blockIdx.y;
+    if (s >= n_spans) return;
+    const u32* src = (const u32*)spans[3 * s];
+    u32* dst = (u32*)spans[3 * s + 1];
+    const u64 n = spans[3 * s + 2];
+    for (u64 i = (u64)blockIdx.x * DS4_BLOCK + threadIdx.x; i < n; i += (u64)gridDim.x * DS4_BLOCK) dst[i] = src[i];
+}
+
 // Flags of ds4_rms_norm_quant.
 #define DS4_NQ_NORM 1u  // apply RMSNorm (else the input passes through unscaled)
 

@@ -9,6 +9,9 @@ Usage: tools/project-strix-halo.py LOG [--bw GBPS] [--launch-us US] [--ctx N] [-
   --launch-us  cost per kernel launch on gfx1151, microseconds (default 3.9)
   --ctx        context at which attention reads its KV rows (default 2048)
   --peak       bandwidth of the profiled GPU, GB/s, for its "% of peak" column (default 4800, H200)
+  --verify     also project the block verify (docs/strix-halo-projection.md, "With the block verify"):
+               the time of a verify of n = 2..8 tokens and the decode speed at per-token acceptance
+               0.6, 0.8 and 0.95 with the best block length
 Prints a Markdown table per kernel class (docs/strix-halo-projection.md explains the model):
 bytes read per token, launches per token, time and GB/s on the profiled GPU, and the projected
 gfx1151 time = max(bytes / bw, profiled time) + launches x launch cost, summed to tokens/s, and
@@ -168,6 +171,48 @@ def project(rows, steps, bw_gbps, launch_us, ctx, peak_gbps):
     return out, total
 
 
+# Classes whose weight reads a verify of n tokens repeats per token: the routed experts (each token's
+# own 6; shared ones are not counted, so this is an upper bound) and the attention's KV rows (each
+# query row reads its own). Every other class reads its weights once per block (the small-batch
+# products), and its latency floor is paid once, as the block's tokens run side by side.
+PER_TOKEN_CLASSES = ("routed experts", "attention core")
+# Launches a verify adds to a decode step: the state keep and the last row's logits copy (block.rs).
+VERIFY_EXTRA_LAUNCHES = 2
+ACCEPTANCES = (0.6, 0.8, 0.95)
+# The longest block the decode loop verifies: a token and at most 5 drafts (engine::generate::MAX_DRAFT).
+MAX_BLOCK = 6
+
+
+def verify_ms(out, n, bw_gbps, launch_us):
+    """Projected gfx1151 time of a verify of n tokens: per class max(bytes_n / bw, profiled floor) +
+    launches x launch cost, bytes_n = n x bytes for the per-token classes, else the step's bytes."""
+    ms = VERIFY_EXTRA_LAUNCHES * launch_us / 1e3
+    for c in out:
+        scale = n if c["class"].startswith(PER_TOKEN_CLASSES) else 1
+        ms += max(scale * c["bytes"] / (bw_gbps * 1e6), c["ms"]) + c["launch_ms"]
+    return ms
+
+
+def tokens_per_cycle(a, n):
+    """Expected tokens a cycle of n verified tokens (1 + n - 1 drafts) yields at per-token
+    acceptance a: 1 + a + ... + a^(n-1)."""
+    return sum(a**i for i in range(n))
+
+
+def verify_markdown(out, total, a):
+    step = total["proj_ms"]
+    lines = ["| tokens in the block | GB read | projected ms | x decode step |", "|---:|---:|---:|---:|"]
+    for n in range(1, MAX_BLOCK + 1):
+        gb = sum((n if c["class"].startswith(PER_TOKEN_CLASSES) else 1) * c["bytes"] for c in out) / 1e9
+        ms = step if n == 1 else verify_ms(out, n, a.bw, a.launch_us)
+        lines.append(f"| {n} | {gb:.2f} | {ms:.2f} | {ms / step:.2f} |")
+    lines += ["", "| acceptance | best block | tokens per cycle | projected t/s | x plain decode |", "|---:|---:|---:|---:|---:|"]
+    for acc in ACCEPTANCES:
+        n, tps = max(((n, 1e3 * tokens_per_cycle(acc, n) / verify_ms(out, n, a.bw, a.launch_us)) for n in range(2, MAX_BLOCK + 1)), key=lambda x: x[1])
+        lines.append(f"| {acc} | {n} | {tokens_per_cycle(acc, n):.2f} | {tps:.1f} | {tps / total['tps']:.2f} |")
+    return "\n".join(lines)
+
+
 def markdown(out, total, a):
     lines = [
         f"| class | GB/token | launches/token | profiled ms/token | profiled GB/s (% of {a.peak:.0f}) "
@@ -200,6 +245,7 @@ def main():
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--tokens", type=int)
     ap.add_argument("--peak", type=float, default=4800.0)
+    ap.add_argument("--verify", action="store_true")
     a = ap.parse_args()
     try:
         with open(a.log, errors="replace") as f:
@@ -214,6 +260,9 @@ def main():
         sys.exit(f"project-strix-halo: {a.log}: no 'generation ... (N tokens)' line; pass --tokens N")
     out, total = project(rows, a.steps, a.bw, a.launch_us, a.ctx, a.peak)
     print(markdown(out, total, a))
+    if a.verify:
+        print()
+        print(verify_markdown(out, total, a))
 
 
 if __name__ == "__main__":

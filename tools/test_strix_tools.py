@@ -223,6 +223,22 @@ DS4_HIP_PROFILE: device time per kernel (3.0 ms in all)
         self.assertAlmostEqual(total["launches"], 259 + 43 + 43 + 216)
         self.assertAlmostEqual(total["tps"], 1e3 / sum(c["proj_ms"] for c in out))
 
+    def test_verify_projection_scales_only_the_per_token_classes(self):
+        steps, rows = proj.parse_profile(PROFILE_LOG)
+        out, total = proj.project(rows, steps, 212.0, 4.0, 2048, 4800.0)
+        extra = proj.VERIFY_EXTRA_LAUNCHES * 4e-3
+        self.assertAlmostEqual(proj.verify_ms(out, 1, 212.0, 4.0), total["proj_ms"] + extra)
+        experts = sum(c["bytes"] for c in out if c["class"].startswith("routed experts"))
+        self.assertGreater(experts, 0)
+        # Where the experts are bandwidth-bound, a second token adds exactly their bytes' time.
+        bound = all(c["bytes"] / 212e6 >= c["ms"] for c in out if c["class"].startswith("routed experts"))
+        if bound:
+            delta = proj.verify_ms(out, 2, 212.0, 4.0) - proj.verify_ms(out, 1, 212.0, 4.0)
+            self.assertAlmostEqual(delta, experts / 212e6)
+        self.assertLess(proj.verify_ms(out, 2, 212.0, 4.0), 2 * total["proj_ms"])
+        self.assertAlmostEqual(proj.tokens_per_cycle(0.5, 3), 1.75)
+        self.assertEqual(proj.tokens_per_cycle(0.0, 6), 1.0)
+
     def test_committed_h200_profile(self):
         log = os.path.join(ROOT, "docs/benchmarks/2026-12-03-h200-decode-profile.txt")
         with open(log) as f:

@@ -168,7 +168,7 @@ struct Entry {
 #define K(name) Entry{#name, caller(&name), arg_sizes(&name)}
 const std::vector<Entry>& registry() {
     static const std::vector<Entry> r = {
-        K(ds4_embed_hc), K(ds4_fill_f32), K(ds4_rms_norm_quant), K(ds4_matvec_q8_0), K(ds4_matvec_q8_0_swiglu),
+        K(ds4_embed_hc), K(ds4_fill_f32), K(ds4_copy_spans), K(ds4_rms_norm_quant), K(ds4_matvec_q8_0), K(ds4_matvec_q8_0_swiglu),
         K(ds4_matvec_f16), K(ds4_matvec_f16_pair), K(ds4_router), K(ds4_moe_gate_up_iq2_xxs),
         K(ds4_moe_down_iq2_xxs), K(ds4_moe_gate_up_q2_k), K(ds4_moe_down_q2_k), K(ds4_moe_gate_up_q4_k),
         K(ds4_moe_down_q4_k), K(ds4_matvec_iq2_xxs), K(ds4_matvec_q2_k), K(ds4_matvec_q4_k), K(ds4_hc_mix),

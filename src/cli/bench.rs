@@ -51,6 +51,15 @@ pub struct Args {
     /// Write the CSV here instead of stdout.
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    /// Block lengths whose verify pass is timed at each frontier beside a decode step, e.g. `3,6`
+    /// (backends with a block verify; docs/speculative.md#measuring).
+    #[arg(long, value_delimiter = ',')]
+    pub verify_cost: Vec<usize>,
+    /// Per-token acceptances of the replay drafter, a measurement tool that proposes the plain
+    /// run's own continuation (docs/speculative.md#replay-drafter): at each frontier, decode again
+    /// with it at each acceptance and report the speed beside plain decode, e.g. `0,0.6,0.8,0.95`.
+    #[arg(long, value_delimiter = ',')]
+    pub replay_acceptance: Vec<f64>,
     #[command(flatten)]
     pub placement: super::PlacementArgs,
     #[command(flatten)]
@@ -134,13 +143,16 @@ fn argmax_excluding(logits: &[f32], exclude: u32) -> u32 {
 /// Decode keeps going past EOS, as ds4-bench does: greedy picks that never take `eos`.
 struct GreedyPastEos {
     eos: u32,
+    /// Every token handed out, in order.
+    out: Vec<u32>,
 }
 
 impl<'b> Hooks<dyn DeviceSession + 'b> for GreedyPastEos {
     fn pick(&mut self, state: &mut (dyn DeviceSession + 'b)) -> Result<u32, BackendError> {
         Ok(argmax_excluding(state.logits(), self.eos))
     }
-    fn token(&mut self, _token: u32) -> Result<(), String> {
+    fn token(&mut self, token: u32) -> Result<(), String> {
+        self.out.push(token);
         Ok(())
     }
     /// The greedy rule (`speculate::accept::greedy`) with this pick: drafts kept while they equal
@@ -183,6 +195,7 @@ impl<'b> Hooks<dyn DeviceSession + 'b> for TimedSteps {
     }
 }
 
+/// The median (the mean of the middle two for an even count; 0 for none).
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -291,6 +304,14 @@ pub fn run(args: Args) -> CliResult {
     let placement = super::placement_of(&config);
     let speculate = config.speculate;
     let dspark_settings = config.dspark.clone();
+    if let Some(n) = args.verify_cost.iter().find(|&&n| !(2..=MAX_VERIFY_BLOCK).contains(&n)) {
+        return Err(format!(
+            "--verify-cost: a block of {n} tokens is not in 2..={MAX_VERIFY_BLOCK}"
+        ));
+    }
+    if let Some(a) = args.replay_acceptance.iter().find(|a| !(0.0..=1.0).contains(*a)) {
+        return Err(format!("--replay-acceptance: {a} is not between 0 and 1"));
+    }
     if let Some(p) = args.peak_gbps
         && !(p.is_finite() && p > 0.0)
     {
@@ -300,7 +321,8 @@ pub fn run(args: Args) -> CliResult {
     let ctx_alloc = check_ctx_alloc(Some(model.hp.context_length))?;
     // The tokenizer is only needed for --prompt-file (and to skip EOS while decoding).
     let tok = Tokenizer::from_gguf(&model.file);
-    let per_token = weight_bytes_per_token(&model.hp, &table_from_model(&model)).total();
+    let per_token_bytes = weight_bytes_per_token(&model.hp, &table_from_model(&model));
+    let per_token = per_token_bytes.total();
     let prompt = match &args.prompt_file {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -408,7 +430,7 @@ pub fn run(args: Args) -> CliResult {
         let mut steps = Vec::new();
         if dspark_log.is_some() {
             let mut timed = TimedSteps {
-                inner: GreedyPastEos { eos },
+                inner: GreedyPastEos { eos, out: Vec::new() },
                 last: Instant::now(),
                 steps: Vec::new(),
             };
@@ -426,7 +448,7 @@ pub fn run(args: Args) -> CliResult {
             .take()
             .or_else(|| speculate.drafter())
             .map(|d| Speculation::new(d, history));
-        let mut hooks = GreedyPastEos { eos };
+        let mut hooks = GreedyPastEos { eos, out: Vec::new() };
         match spec.as_mut() {
             Some(spec) => generate_speculative(backend.as_mut(), limits, &mut hooks, spec),
             None => generate(backend.as_mut(), limits, &mut hooks),
@@ -456,6 +478,45 @@ pub fn run(args: Args) -> CliResult {
             eprintln!("{}", draft_cost_line(frontier, &passes, &bytes, &steps, per_token));
         }
         backend.load_state(&snapshot).map_err(|e| e.to_string())?;
+        let plain_tps = (speculate == crate::engine::speculate::Speculate::Off)
+            .then(|| args.gen_tokens as f64 / gen_secs.max(1e-9));
+        let at = Frontier {
+            frontier,
+            history,
+            continuation: &hooks.out,
+            snapshot: &snapshot,
+            eos,
+        };
+        for &n in &args.verify_cost {
+            let cost = measure_verify(backend.as_mut(), &at, n)?;
+            let bytes =
+                per_token_bytes.total() - per_token_bytes.routed_experts + n as u64 * per_token_bytes.routed_experts;
+            eprintln!(
+                "ds4-chat bench: ctx {frontier}: verify of {n} tokens {:.3} ms = {:.2} decode steps ({:.3} ms); weight bytes per block <= {:.2} GiB ({:.2} per token)",
+                1e3 * cost.verify_secs,
+                cost.verify_secs / cost.step_secs,
+                1e3 * cost.step_secs,
+                bytes as f64 / (1u64 << 30) as f64,
+                bytes as f64 / n as f64 / (1u64 << 30) as f64,
+            );
+        }
+        if !args.replay_acceptance.is_empty() {
+            let plain = match plain_tps {
+                Some(tps) => tps,
+                None => replay_speed(backend.as_mut(), &at, None, args.gen_tokens, model.hp.n_vocab)?.0,
+            };
+            for &a in &args.replay_acceptance {
+                let (tps, f) = replay_speed(backend.as_mut(), &at, Some(a), args.gen_tokens, model.hp.n_vocab)?;
+                eprintln!(
+                    "ds4-chat bench: ctx {frontier}: replay acceptance {a}: {:.2}x plain ({tps:.2} vs {plain:.2} t/s), {} cycles, {} drafted, {} accepted, {:.2} tokens per cycle",
+                    tps / plain,
+                    f.cycles,
+                    f.drafted,
+                    f.accepted,
+                    f.tokens_per_cycle()
+                );
+            }
+        }
         let row = BenchRow {
             ctx_tokens: frontier,
             prefill_tokens: frontier - previous,
@@ -469,6 +530,98 @@ pub fn run(args: Args) -> CliResult {
         previous = frontier;
     }
     Ok(())
+}
+
+/// The longest block `--verify-cost` takes (the GPU's verify pass, `backend::hip::block`).
+const MAX_VERIFY_BLOCK: usize = 8;
+
+/// Timed repetitions of a verify and of a decode step (the medians are reported).
+const VERIFY_REPS: usize = 9;
+
+/// What the speculative measurements at one frontier start from.
+struct Frontier<'a> {
+    frontier: usize,
+    history: &'a [u32],
+    /// The plain run's tokens after the frontier.
+    continuation: &'a [u32],
+    snapshot: &'a [u8],
+    eos: u32,
+}
+
+/// Median wall times of a verify of n tokens and of a decode step at a frontier.
+struct VerifyCost {
+    verify_secs: f64,
+    step_secs: f64,
+}
+
+/// Time `VERIFY_REPS` verifies of the block [next token, n − 1 continuation tokens] (each rolled
+/// back by `commit(0)`, not timed) and as many single decode steps from the frontier's state.
+fn measure_verify(backend: &mut dyn DeviceSession, at: &Frontier, n: usize) -> Result<VerifyCost, String> {
+    if !backend.has_block_verify() {
+        return Err(format!(
+            "--verify-cost: the {} backend has no block verify",
+            backend.name()
+        ));
+    }
+    let e = |e: BackendError| e.to_string();
+    let mut block: Vec<u32> = at.continuation.iter().copied().take(n).collect();
+    block.resize(n, at.history.last().copied().unwrap_or(0));
+    let mut verify = Vec::new();
+    let mut step = Vec::new();
+    for _ in 0..VERIFY_REPS {
+        backend.load_state(at.snapshot).map_err(e)?;
+        let t = Instant::now();
+        backend.verify(&block).map_err(e)?;
+        verify.push(t.elapsed().as_secs_f64());
+        backend.commit(0).map_err(e)?;
+        let t = Instant::now();
+        backend.eval(&block[..1], &mut |_, _| true).map_err(e)?;
+        step.push(t.elapsed().as_secs_f64());
+    }
+    backend.load_state(at.snapshot).map_err(e)?;
+    Ok(VerifyCost {
+        verify_secs: median(&verify),
+        step_secs: median(&step),
+    })
+}
+
+/// Decode `gen` tokens from the frontier with the replay drafter at `acceptance` (plain decode for
+/// `None`): tokens per second and the speculation figures.
+fn replay_speed(
+    backend: &mut dyn DeviceSession,
+    at: &Frontier,
+    acceptance: Option<f64>,
+    n_gen: usize,
+    n_vocab: usize,
+) -> Result<(f64, crate::engine::generate::SpeculationFigures), String> {
+    use crate::engine::speculate::replay::ReplayDrafter;
+    backend.load_state(at.snapshot).map_err(|e| e.to_string())?;
+    let limits = Limits {
+        max_new: n_gen,
+        stop_token: None,
+        decode_last: true,
+    };
+    let mut hooks = GreedyPastEos {
+        eos: at.eos,
+        out: Vec::new(),
+    };
+    let t = Instant::now();
+    let figures = match acceptance {
+        None => {
+            generate(backend, limits, &mut hooks).map_err(|e| e.to_string())?;
+            Default::default()
+        }
+        Some(a) => {
+            let seed = 0x5eed ^ at.frontier as u64;
+            let drafter = ReplayDrafter::new(at.frontier, at.continuation.to_vec(), a, n_vocab as u32, seed)?;
+            let mut spec = Speculation::new(Box::new(drafter), at.history);
+            generate_speculative(backend, limits, &mut hooks, &mut spec).map_err(|e| e.to_string())?;
+            spec.figures
+        }
+    };
+    let secs = t.elapsed().as_secs_f64();
+    backend.load_state(at.snapshot).map_err(|e| e.to_string())?;
+    Ok((n_gen as f64 / secs.max(1e-9), figures))
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 //! One test binary of modules, so the crate is linked once for all of them (tests/README.md).
 //! With `--features hip`, `vectors::case_a_hip` runs the same vectors on the kernel emulator.
 
+#[path = "../block_verify_common/mod.rs"]
+mod block_verify_common;
 #[path = "../common/mod.rs"]
 mod common;
 #[cfg(feature = "hip")]
@@ -12,6 +14,8 @@ mod common;
 mod hip_emu;
 #[path = "../sessions_common/mod.rs"]
 mod sessions_common;
+#[path = "../speculative_common/mod.rs"]
+mod speculative_common;
 #[path = "../support/mod.rs"]
 mod support;
 

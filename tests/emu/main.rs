@@ -7,13 +7,24 @@
 //! read meanwhile.
 #![cfg(feature = "hip")]
 
+#[path = "../block_verify_common/mod.rs"]
+mod block_verify_common;
 #[path = "../hip_emu/mod.rs"]
 mod hip_emu;
 #[path = "../sessions_common/mod.rs"]
 mod sessions_common;
+#[path = "../speculative_common/mod.rs"]
+mod speculative_common;
+
+// The emulator tests use the model builders, not every helper the CPU tests share.
+#[allow(dead_code)]
+#[path = "../cpu/small_model.rs"]
+mod small_model;
 
 mod fast;
 mod forward;
 mod graph;
 mod longctx;
 mod prefill;
+mod speculative;
+mod verify;

@@ -25,6 +25,51 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
     ));
     let r = guard("kernel.rms_norm_quant", || check_rms_norm_quant(gpu, rng, &mut *emit));
     emit(r);
+    let r = guard("kernel.copy_spans", || check_copy_spans(gpu, rng));
+    emit(r);
+}
+
+/// Span copies (the block verify's keep and restore of the compressor states): spans of 0, 1, odd
+/// and multi-block lengths from one random source into a poisoned destination, some placed back to
+/// back. Every word of a span arrives with its bits (NaN payloads and -0 included) and no word
+/// outside the spans is written.
+fn check_copy_spans(gpu: &Gpu, rng: &mut CheckRng) -> Checked {
+    let n = 70_000usize;
+    let mut src: Vec<u32> = (0..n).map(|_| rng.next_f32().to_bits() ^ 0x8000_0000).collect();
+    src[3] = 0x7fc0_1234; // a NaN with a payload
+    src[4] = 0x8000_0000; // -0
+    let src_d = gpu.up(&src)?;
+    let dst_d = gpu.poisoned::<u32>(n)?;
+    // (source word, destination word, words)
+    let spans = [
+        (0usize, 5usize, 7usize),
+        (100, 12, 0),
+        (3, 12, 2),
+        (1000, 20_000, 40_001),
+        (20, 60_001, 1),
+    ];
+    let table: Vec<u64> = spans
+        .iter()
+        .flat_map(|&(s, d, w)| [src_d.ptr().0 + 4 * s as u64, dst_d.ptr().0 + 4 * d as u64, w as u64])
+        .collect();
+    let table_d = gpu.up(&table)?;
+    gpu.run(&kernels::copy_spans(table_d.ptr().0, spans.len() as u32))?;
+    let got = dst_d.to_vec::<u32>()?;
+    let mut want = vec![u32::MAX; n];
+    for &(s, d, w) in &spans {
+        want[d..d + w].copy_from_slice(&src[s..s + w]);
+    }
+    let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+    Ok(count_differ(
+        "kernel.copy_spans",
+        differ,
+        differ == 0,
+        format!(
+            "{} spans, {} words",
+            spans.len(),
+            spans.iter().map(|s| s.2).sum::<usize>()
+        ),
+    ))
 }
 
 /// RMSNorm + both activation quantizations of 3 rows (n = 4096, row stride 4100), with weight.

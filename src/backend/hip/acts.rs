@@ -11,6 +11,7 @@ use std::cell::Cell;
 use crate::backend::cpu::cache::comp_cap;
 use crate::model::hparams::HParams;
 
+use super::block;
 use super::kernels::{self, DevPtr};
 use super::runtime::{DeviceBuffer, HipContext};
 
@@ -111,6 +112,14 @@ pub(super) struct ActsOf<B> {
     pub(super) logits: B,
     /// Device sampling result: u32 [kernels::SAMPLE_OUT_WORDS].
     pub(super) sampled: B,
+    /// The block verify (block.rs): the logits after every token of a block [block][n_vocab], the
+    /// logits before it, each layer's compressor inputs, the kept compressor states and the span
+    /// tables that copy them.
+    pub(super) block_logits: B,
+    pub(super) logits_before: B,
+    pub(super) block_redo: B,
+    pub(super) kept_states: B,
+    pub(super) spans: B,
 }
 
 /// The activation buffers on the device.
@@ -215,14 +224,20 @@ impl<B> ActsOf<B> {
             smid: f32s(alloc, n * hp.n_ff_exp)?,
             sq: bytes(alloc, n * hp.n_ff_exp)?,
             sd: f32s(alloc, n * hp.n_ff_exp / 32)?,
-            yh: f32s(alloc, ne)?,
+            // The head runs on one row, or on every row of a verified block.
+            yh: f32s(alloc, block::block_capacity(n) * ne)?,
             logits: f32s(alloc, hp.n_vocab)?,
             sampled: bytes(alloc, 4 * kernels::SAMPLE_BUFFER_WORDS)?,
+            block_logits: f32s(alloc, block::block_capacity(n) * hp.n_vocab)?,
+            logits_before: f32s(alloc, hp.n_vocab)?,
+            block_redo: f32s(alloc, hp.n_layer * block::redo_layer_floats(hp))?,
+            kept_states: f32s(alloc, block::state_floats(hp, ctx, n))?,
+            spans: bytes(alloc, block::span_table_bytes(hp))?,
         })
     }
 
     /// Every buffer.
-    fn buffers(&self) -> [&B; 54] {
+    fn buffers(&self) -> [&B; 59] {
         [
             &self.step,
             &self.hc,
@@ -278,6 +293,11 @@ impl<B> ActsOf<B> {
             &self.yh,
             &self.logits,
             &self.sampled,
+            &self.block_logits,
+            &self.logits_before,
+            &self.block_redo,
+            &self.kept_states,
+            &self.spans,
         ]
     }
 }

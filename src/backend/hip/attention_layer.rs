@@ -17,7 +17,7 @@ use crate::model::weights::CompressorWeights;
 
 use super::acts::{max_visible_rows, ring_rows};
 use super::kernels::{
-    self, AttentionInputs, AttentionShape, AttentionSplitPlan, IndexerTopk, NULL, Q8Proj, QuantOut, RopeParams,
+    self, AttentionInputs, AttentionShape, AttentionSplitPlan, DevPtr, IndexerTopk, NULL, Q8Proj, QuantOut, RopeParams,
     row_flags as rf,
 };
 use super::lanes::SIDE_LANES;
@@ -58,7 +58,7 @@ impl Pass<'_> {
         if let (Some(cw), Some(st)) = (&lw.compressor, &ls.comp) {
             let c = hp.compress_overlap(l) as u32;
             let flags = rf::NORM | rf::ROPE | rf::E4M3 | rf::ROUND_F16;
-            let scratch = [&a.ckv, &a.csc];
+            let scratch = self.compressor_inputs(l).0;
             self.fork(LANE_COMPRESSOR, || {
                 self.compress(cw, st, scratch, comp_cap, c * d, d, ratio, nt, flags, rope, host_pos)
             })?;
@@ -70,7 +70,7 @@ impl Pass<'_> {
         if let Some((iwt, st)) = indexer {
             let c = hp.compress_overlap(l) as u32;
             let flags = rf::NORM | rf::ROPE | rf::HADAMARD_FP4 | rf::ROUND_F16;
-            let scratch = [&a.ickv, &a.icsc];
+            let scratch = self.compressor_inputs(l).1;
             self.fork(LANE_INDEX_COMPRESSOR, || {
                 let cw = &iwt.compressor;
                 self.compress(cw, st, scratch, comp_cap, c * di, di, ratio, nt, flags, rope, host_pos)?;
@@ -359,6 +359,16 @@ impl Pass<'_> {
         ))
     }
 
+    /// Where layer `l`'s attention and indexer compressors put their kv and gate projections: the
+    /// shared scratch, or in a block verify the layer's place in `acts.block_redo` (block.rs).
+    fn compressor_inputs(&self, l: usize) -> ([DevPtr; 2], [DevPtr; 2]) {
+        let a = &self.acts;
+        if self.keep_compressor_inputs {
+            return super::block::redo_ptrs(&self.model.hp, p0(&a.block_redo), l);
+        }
+        ([p0(&a.ckv), p0(&a.csc)], [p0(&a.ickv), p0(&a.icsc)])
+    }
+
     /// One compressor of a layer (attention rows or indexer rows) for the `n` tokens at pos0..:
     /// projections (into the compressor's `ckv`, `csc`), the state walk in token order, then the
     /// finishing of the rows it emitted (left out when the host knows the position and the batch
@@ -368,7 +378,7 @@ impl Pass<'_> {
         &self,
         cw: &CompressorWeights,
         st: &[DeviceBuffer; 3],
-        [ckv, csc]: [&DeviceBuffer; 2],
+        [ckv, csc]: [DevPtr; 2],
         comp_cap: u32,
         width: u32,
         hd: u32,
@@ -382,8 +392,8 @@ impl Pass<'_> {
         let ne = self.model.hp.n_embd as u32;
         if self.token_wise(n) {
             self.launch(&kernels::matvec_f16_pair(
-                p0(ckv),
-                p0(csc),
+                ckv,
+                csc,
                 self.w(&cw.kv),
                 self.w(&cw.gate),
                 p0(&a.xn),
@@ -394,15 +404,15 @@ impl Pass<'_> {
             ))?;
         } else {
             for (out, w) in [(ckv, &cw.kv), (csc, &cw.gate)] {
-                self.proj_f16(p0(out), self.w(w), p0(&a.xn), ne, width, ne, n)?;
+                self.proj_f16(out, self.w(w), p0(&a.xn), ne, width, ne, n)?;
             }
         }
         self.launch(&kernels::compressor_pool(
             p0(&st[0]),
             p0(&st[1]),
             p0(&st[2]),
-            p0(ckv),
-            p0(csc),
+            ckv,
+            csc,
             self.w(&cw.ape),
             a.pos_ptr(),
             hd,

@@ -23,7 +23,8 @@ pub(super) fn graph_enabled() -> bool {
     knobs::switch_on(GRAPH_ENV)
 }
 
-/// The decode step captured as a graph, and the kernel launches one replay runs.
+/// A launch sequence captured as a graph (the decode step, a verify or commit of the block verify),
+/// and the kernel launches one replay runs.
 pub(super) struct DecodeGraph {
     exec: GraphExec,
     pub(super) launches: u64,
@@ -33,11 +34,22 @@ impl DecodeGraph {
     /// Capture the one-token sequence of `pass` (step parameters read from the device at replay).
     /// The launches issued while capturing are not counted; each replay counts them.
     pub(super) fn capture(pass: &Pass) -> Result<DecodeGraph, BackendError> {
+        DecodeGraph::capture_launches(pass, "the decode graph", || pass.forward_tokens(1, true, None))
+    }
+
+    /// Capture the launches `issue` makes on `pass`'s stream (`what` names the graph in errors):
+    /// the decode step, and the block verify's passes (session/verify.rs). The sequence must read
+    /// every position from the step parameters (layers.rs), as a replay runs at any position.
+    pub(super) fn capture_launches(
+        pass: &Pass,
+        what: &str,
+        issue: impl FnOnce() -> Result<(), BackendError>,
+    ) -> Result<DecodeGraph, BackendError> {
         let before = pass.acts.launches.get();
         pass.stream.begin_capture(CaptureMode::ThreadLocal).map_err(dev)?;
-        let issued = pass.forward_tokens(1, true, None);
+        let issued = issue();
         let captured = pass.stream.end_capture();
-        let hint = |e: String| BackendError::Device(format!("capturing the decode graph: {e} (set {GRAPH_ENV}=0)"));
+        let hint = |e: String| BackendError::Device(format!("capturing {what}: {e} (set {GRAPH_ENV}=0)"));
         issued.map_err(|e| hint(e.to_string()))?;
         let exec = captured
             .and_then(|g| g.instantiate())
@@ -47,7 +59,7 @@ impl DecodeGraph {
         Ok(DecodeGraph { exec, launches })
     }
 
-    /// One decode step (step parameters already written) on `stream`.
+    /// One replay (step parameters already written) on `stream`.
     pub(super) fn replay(&self, acts: &Acts, stream: &Stream) -> Result<(), BackendError> {
         self.exec.launch(stream).map_err(dev)?;
         acts.launches.set(acts.launches.get() + self.launches);

@@ -29,7 +29,7 @@ use crate::backend::BackendError;
 use crate::backend::cpu::ops::Rope;
 use crate::model::hparams::HParams;
 
-use super::kernels::{self, HcMixed, Q8Proj, QuantOut, RopeParams};
+use super::kernels::{self, DevPtr, HcMixed, Q8Proj, QuantOut, RopeParams};
 use super::pass::{Pass, p0, q8};
 
 /// RoPE of every layer: the CPU engine's choice and terms (`Rope::for_layer`).
@@ -87,11 +87,19 @@ impl Pass<'_> {
 
     /// Output head (docs/model.md#output-head) on the HC state of batch token `t`: writes `acts.logits`.
     pub(super) fn head(&self, t: usize) -> Result<(), BackendError> {
+        self.head_rows(t, 1, p0(&self.acts.logits))
+    }
+
+    /// Output head on the HC states of batch tokens `first..first + n` (n at most
+    /// `block::block_capacity`): their logits, `n_vocab` floats each, to `out` (a verified block's
+    /// rows, block.rs). Every row is computed as the one-row head computes it.
+    pub(super) fn head_rows(&self, first: usize, n: usize, out: DevPtr) -> Result<(), BackendError> {
         let hp = &self.model.hp;
         let a = &self.acts;
         let mw = &self.model.w;
         let (ne, nhc, v) = (hp.n_embd as u32, hp.n_hc as u32, hp.n_vocab as u32);
-        let hc = self.hc_state() + (t * hp.hc_dim() * 4) as u64;
+        let nt = n as u32;
+        let hc = self.hc_state() + (first * hp.hc_dim() * 4) as u64;
         self.launch(&kernels::hc_mix(
             p0(&a.mix),
             hc,
@@ -99,7 +107,7 @@ impl Pass<'_> {
             nhc * ne,
             nhc,
             hp.rms_eps,
-            1,
+            nt,
         ))?;
         let mixed = HcMixed {
             mix: p0(&a.mix),
@@ -109,20 +117,17 @@ impl Pass<'_> {
             n_embd: ne,
             n_hc: nhc,
         };
-        self.launch(&kernels::hc_head_finish(p0(&a.yh), &mixed, hp.hc_eps, 1))?;
+        self.launch(&kernels::hc_head_finish(p0(&a.yh), &mixed, hp.hc_eps, nt))?;
         let xq = QuantOut::q8_0(p0(&a.xq), p0(&a.xd));
         self.launch(&kernels::norm_rows(
             xq,
             p0(&a.yh),
             self.w(&mw.output_norm),
             ne,
-            1,
+            nt,
             hp.rms_eps,
         ))?;
         let x = q8(&a.xq, &a.xd);
-        self.launch(&kernels::matvec_q8_0(
-            &Q8Proj::plain(p0(&a.logits), self.w(&mw.output), x, ne, v),
-            1,
-        ))
+        self.proj_q8_0(&Q8Proj::plain(out, self.w(&mw.output), x, ne, v), nt)
     }
 }

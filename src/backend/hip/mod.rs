@@ -51,6 +51,7 @@ mod acts;
 mod attention_layer;
 mod attention_prefill;
 pub mod bandwidth;
+pub mod block;
 pub mod cache;
 mod decode;
 pub mod device_model;

@@ -61,6 +61,9 @@ pub(super) struct Pass<'a> {
     pub(super) overlap: Cell<bool>,
     /// Whether the HC state is in `acts.hc_alt` rather than `acts.hc` (`advance_hc`).
     pub(super) hc_in_alt: Cell<bool>,
+    /// A block verify (block.rs): the compressors' kv and gate projections go to each layer's
+    /// place in `acts.block_redo` instead of the shared scratch, for a commit to walk again.
+    pub(super) keep_compressor_inputs: bool,
 }
 
 /// A runtime error as the engine's device error.

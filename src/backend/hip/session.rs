@@ -19,6 +19,7 @@ use crate::backend::{BackendError, DevicePick, DeviceSample, DeviceSession, Memo
 use crate::model::Model;
 
 use super::acts::Acts;
+use super::block::{self, SpanTables};
 use super::cache::{self, LayerState};
 use super::decode::{self, DecodeGraph};
 use super::kernel_module::KernelModule;
@@ -33,6 +34,8 @@ use super::weights::DeviceWeights;
 
 /// The checkpoint payload of the device state (a child module: it reads the private buffers).
 mod state;
+/// The block verify and commit (a child module: it reads the private buffers).
+mod verify;
 
 /// The forward pass on one HIP device for one model and one session cache.
 pub struct HipSession {
@@ -71,6 +74,8 @@ pub struct HipSession {
     /// Side streams for a sublayer's independent chains (`lanes.rs`).
     lanes: Lanes,
     kernels: Arc<KernelModule>,
+    /// The block verify's pending block, rows and graphs (`verify.rs`).
+    verify: verify::BlockVerify,
     hip: HipContext,
 }
 
@@ -153,6 +158,16 @@ impl HipSession {
         let scratch_bytes = acts.len_bytes();
         let pinned = |bytes: usize| PinnedBuffer::new(&hip, bytes).map_err(|e| e.to_string());
         let step_host = pinned(acts.step.len_bytes())?;
+        let mut acts = acts;
+        let spans = SpanTables::new(
+            &layers,
+            acts.kept_states.ptr().0,
+            acts.logits.ptr().0,
+            acts.logits_before.ptr().0,
+            acts.block_logits.ptr().0,
+            hp.n_vocab,
+        );
+        acts.spans.copy_from_host(0, &spans.words).map_err(|e| e.to_string())?;
         let sample_host = pinned(4 * kernels::SAMPLE_OUT_WORDS)?;
         let mut backend = HipSession {
             host_logits: OnceCell::from(vec![0.0; hp.n_vocab]),
@@ -178,6 +193,7 @@ impl HipSession {
             stream,
             lanes,
             kernels,
+            verify: verify::BlockVerify::new(spans),
             hip,
         };
         backend.clear_state().map_err(|e| e.to_string())?;
@@ -205,6 +221,7 @@ impl HipSession {
             pending_post: Default::default(),
             overlap: Cell::new(true),
             hc_in_alt: Default::default(),
+            keep_compressor_inputs: false,
         }
     }
 
@@ -289,6 +306,7 @@ impl HipSession {
             self.pass().run(f)?;
         }
         self.stream.synchronize().map_err(dev)?;
+        self.verify.forget_rows();
         self.n_past = 0;
         self.invalidate_logits();
         let _ = self.host_logits.set(vec![0.0; self.model.hp.n_vocab]);
@@ -322,6 +340,7 @@ impl DeviceSession for HipSession {
         self.hip.bind_thread().map_err(dev)?;
         if !tokens.is_empty() {
             self.invalidate_logits();
+            self.verify.forget_rows();
         }
         // Chunks of up to `acts.n_max` tokens (one token = a decode step); progress and cancellation
         // between chunks. A cancel leaves n_past at the chunks done and the logits of their last token.
@@ -378,6 +397,22 @@ impl DeviceSession for HipSession {
         })
     }
 
+    fn has_block_verify(&self) -> bool {
+        block::block_capacity(self.acts.n_max) >= 2
+    }
+
+    fn verify(&mut self, tokens: &[u32]) -> Result<(), BackendError> {
+        self.verify_block(tokens)
+    }
+
+    fn block_logits(&self) -> &[f32] {
+        self.verified_logits()
+    }
+
+    fn commit(&mut self, keep: usize) -> Result<(), BackendError> {
+        self.commit_block(keep)
+    }
+
     fn sample_on_device(&mut self, how: DeviceSample) -> Option<Result<DevicePick, BackendError>> {
         Some(self.sample_device(how))
     }
@@ -397,7 +432,9 @@ impl DeviceSession for HipSession {
 
     fn load_state(&mut self, bytes: &[u8]) -> Result<(), BackendError> {
         self.hip.bind_thread().map_err(dev)?;
-        state::load(self, bytes)
+        state::load(self, bytes)?;
+        self.verify.forget_rows();
+        Ok(())
     }
 
     fn export_cache(&self) -> Result<crate::backend::cache_rows::CacheRows, BackendError> {
@@ -411,7 +448,9 @@ impl DeviceSession for HipSession {
         tokens: &[u32],
     ) -> Result<(), BackendError> {
         self.hip.bind_thread().map_err(dev)?;
-        state::import(self, rows, tokens.len())
+        state::import(self, rows, tokens.len())?;
+        self.verify.forget_rows();
+        Ok(())
     }
 
     fn memory(&self) -> MemoryReport {

@@ -99,6 +99,7 @@ kernel_defs! {
     "norm_quant.hip" {
         EMBED_HC = "ds4_embed_hc"(hc: Ptr, emb: Ptr, tokens: Ptr, n_embd: U32, n_hc: U32, n_vocab: U32, n_tok: U32);
         FILL_F32 = "ds4_fill_f32"(x: Ptr, n: U64, v: F32);
+        COPY_SPANS = "ds4_copy_spans"(spans: Ptr, n_spans: U32);
         RMS_NORM_QUANT = "ds4_rms_norm_quant"(out: Ptr, q0_q: Ptr, q0_d: Ptr, qk_q: Ptr, qk_d: Ptr, qk_bs: Ptr, x: Ptr,
             w: Ptr, n: U32, x_stride: U32, flags: U32, eps: F32);
     }

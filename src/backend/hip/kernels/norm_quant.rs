@@ -1,7 +1,7 @@
-//! Builders of kernels/norm_quant.hip (embedding into the HC state, fill, RMSNorm and the activation
+//! Builders of kernels/norm_quant.hip (embedding into the HC state, fill, span copies, RMSNorm and the activation
 //! quantizations) and of the transcendental self-test kernel of kernels/mathf.h.
 
-use super::abi::{Arg, DevPtr, EMBED_HC, FILL_F32, NULL, RMS_NORM_QUANT, TEST_MATHF};
+use super::abi::{Arg, COPY_SPANS, DevPtr, EMBED_HC, FILL_F32, NULL, RMS_NORM_QUANT, TEST_MATHF};
 use super::launch::{BLOCK, Launch, blocks, f, ptr, u};
 
 /// `ds4_embed_hc`: HC state [n_tok][n_hc][n_embd] from F16 embedding rows of device token ids.
@@ -18,6 +18,22 @@ pub fn fill_f32(x: DevPtr, n: u64, v: f32) -> Launch {
     let g = n.div_ceil(BLOCK as u64).max(1);
     assert!(g <= u32::MAX as u64, "fill_f32: {n} floats is too many for one launch");
     Launch::new(&FILL_F32, [g as u32, 1, 1], vec![ptr(x), Arg::U64(n), f(v)])
+}
+
+/// Blocks per span of `ds4_copy_spans`: each block strides over its span, so any count covers it;
+/// 64 keep a few hundred KiB per span in flight.
+pub const COPY_SPAN_BLOCKS: u32 = 64;
+
+/// Words of one entry of a `ds4_copy_spans` table: source address, destination address, 32-bit words.
+pub const COPY_SPAN_WORDS: usize = 3;
+
+/// `ds4_copy_spans`: the `n_spans` copies of the table at `spans` (`COPY_SPAN_WORDS` u64 each).
+pub fn copy_spans(spans: DevPtr, n_spans: u32) -> Launch {
+    Launch::new(
+        &COPY_SPANS,
+        [COPY_SPAN_BLOCKS, n_spans.max(1), 1],
+        vec![ptr(spans), u(n_spans)],
+    )
 }
 
 /// Which function `ds4_test_mathf` applies (kernels/mathf.h; `backend::cpu::transcend` on the host).

@@ -255,6 +255,7 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     let mut launches = vec![
         embed_hc(1, 2, 3, 4096, 4, 129280, 1),
         fill_f32(1, 10, 0.0),
+        copy_spans(1, 2),
         rms_norm_quant(QuantOut::default(), 16, 0, 4096, 4096, 1, NQ_NORM, 1e-6),
         matvec_q8_0(&proj, 1),
         matvec_q8_0_swiglu(&swiglu, 1),

@@ -1,0 +1,71 @@
+//! The HIP backend's block verify and commit (src/backend/hip/block.rs, session/verify.rs) on the
+//! kernel emulator, in exact arithmetic: the cases of tests/block_verify_common against the same
+//! backend's decode steps, bitwise, with the captured graphs and with direct launches; and the
+//! captured verify against the direct one.
+//! Runs with `cargo test --release --features hip --test emu verify::`.
+#![cfg(feature = "hip")]
+
+use std::sync::Arc;
+
+use ds4_chat::backend::DeviceSession;
+use ds4_chat::backend::hip::{HipOptions, HipSession};
+use ds4_chat::model::Model;
+
+use crate::block_verify_common::{self as cases, Open};
+use crate::hip_emu;
+use crate::small_model::three_layer_model;
+
+/// An exact session with 16-token prefill chunks (a verify takes 8), graphs on or off;
+/// `matvec_tokens` 1 runs every batch on the GEMMs (a cheap prefill on the emulator, bitwise a
+/// decode's in exact arithmetic: tests/emu/prefill.rs).
+fn gpu(model: &Arc<Model>, ctx: usize, graph: bool, matvec_tokens: usize) -> Box<dyn DeviceSession> {
+    let options = HipOptions {
+        prefill_chunk: 16,
+        decode_graph: graph,
+        matvec_tokens,
+        ..HipOptions::default()
+    };
+    let b: HipSession = hip_emu::exact_backend(model.clone(), ctx, options);
+    Box::new(b)
+}
+
+/// The cases of tests/block_verify_common on the emulator, cut to what its speed allows: the
+/// reference decodes only the blocks (after a prefill), and the rollbacks run every offset with
+/// the graphs and three offsets with direct launches.
+#[test]
+fn verify_rows_and_rollback_match_decode_bitwise_on_the_emulator() {
+    if hip_emu::use_emulated_hip().is_none() {
+        return;
+    }
+    let model = three_layer_model();
+    let hp = &model.hp;
+    let ctx = cases::case_ctx();
+    let toks = hip_emu::lcg_ids(ctx - 1, 17, hp.n_vocab as u64);
+    let token_wise = HipOptions::default().matvec_tokens;
+    let starts: Vec<usize> = cases::rollback_starts(hp).iter().map(|s| s.1).collect();
+    let reference = cases::prefill_reference(
+        &|c| gpu(&model, c, true, 1),
+        &|c| gpu(&model, c, true, token_wise),
+        ctx,
+        &toks,
+        &starts,
+    );
+    let every: Vec<usize> = (0..=cases::BLOCK).collect();
+    // Graphs: every block length at the first start, every offset of every start.
+    let open: Open = &|c| gpu(&model, c, true, token_wise);
+    let blocks: Vec<(usize, usize)> = (1..=cases::BLOCK).map(|n| (starts[0], n)).collect();
+    assert_eq!(
+        cases::check_block_logits(open, &toks, &reference, hp.n_vocab, &blocks),
+        36
+    );
+    assert_eq!(cases::check_rollback(open, hp, &toks, &reference, &every, &[0, 4]), 27);
+    // Direct launches.
+    let open: Open = &|c| gpu(&model, c, false, token_wise);
+    let blocks = [(starts[1], 3), (starts[2], cases::BLOCK)];
+    assert_eq!(
+        cases::check_block_logits(open, &toks, &reference, hp.n_vocab, &blocks),
+        11
+    );
+    assert_eq!(cases::check_rollback(open, hp, &toks, &reference, &[0, 3, 8], &[3]), 9);
+    cases::check_misuse(&|c| gpu(&model, c, true, token_wise), hp.n_vocab as u32, 8, 300);
+}
