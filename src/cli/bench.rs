@@ -426,22 +426,6 @@ pub fn run(args: Args) -> CliResult {
             stop_token: None,
             decode_last: true,
         };
-        // With DSpark, plain decode steps first, timed one by one, from the same frontier.
-        let mut steps = Vec::new();
-        if dspark_log.is_some() {
-            let mut timed = TimedSteps {
-                inner: GreedyPastEos { eos, out: Vec::new() },
-                last: Instant::now(),
-                steps: Vec::new(),
-            };
-            let plain = Limits {
-                max_new: TIMED_STEPS.min(args.gen_tokens).max(1),
-                ..limits
-            };
-            generate(backend.as_mut(), plain, &mut timed).map_err(|e| e.to_string())?;
-            backend.load_state(&snapshot).map_err(|e| e.to_string())?;
-            steps = timed.steps;
-        }
         let t = Instant::now();
         let history = &prompt[..frontier];
         let mut spec = dspark
@@ -469,15 +453,31 @@ pub fn run(args: Args) -> CliResult {
                 f.tokens_per_cycle()
             );
         }
+        backend.load_state(&snapshot).map_err(|e| e.to_string())?;
+        // With DSpark, plain decode steps from the same frontier, timed one by one, after the
+        // speculative run (restoring the state drops the captured rows the drafter reads).
         if let Some((log, support)) = &dspark_log {
             let passes = log.take();
             let bytes: Vec<u64> = passes
                 .iter()
                 .map(|p| pass_bytes(&support.stages, lm_head_bytes, &p.reads).total())
                 .collect();
-            eprintln!("{}", draft_cost_line(frontier, &passes, &bytes, &steps, per_token));
+            let mut timed = TimedSteps {
+                inner: GreedyPastEos { eos, out: Vec::new() },
+                last: Instant::now(),
+                steps: Vec::new(),
+            };
+            let plain = Limits {
+                max_new: TIMED_STEPS.min(args.gen_tokens).max(1),
+                ..limits
+            };
+            generate(backend.as_mut(), plain, &mut timed).map_err(|e| e.to_string())?;
+            backend.load_state(&snapshot).map_err(|e| e.to_string())?;
+            eprintln!(
+                "{}",
+                draft_cost_line(frontier, &passes, &bytes, &timed.steps, per_token)
+            );
         }
-        backend.load_state(&snapshot).map_err(|e| e.to_string())?;
         let plain_tps = (speculate == crate::engine::speculate::Speculate::Off)
             .then(|| args.gen_tokens as f64 / gen_secs.max(1e-9));
         let at = Frontier {
