@@ -1,10 +1,12 @@
 //! The DSpark support file (docs/dspark.md#support-file): DeepSeek's drafter for the 0731 weights,
 //! shipped by ds4 as a GGUF of its own beside the main model. Its metadata (block size, Markov rank,
 //! noise token, target layers), the tensor table of its stages computed from the main model's
-//! hyperparameters, and the binding that checks every tensor's presence, type and shape.
+//! hyperparameters, the binding that checks every tensor's presence, type and shape, and the weight
+//! bytes a draft pass reads (docs/dspark.md#cost).
 //!
-//! Owns names, shape formulas and validation; the forward pass is `backend::cpu::dspark`. Every
-//! defect is one line naming the file and the tensor or key. Must not compute with the weights.
+//! Owns names, shape formulas, validation and byte counts; the forward pass is
+//! `backend::cpu::dspark`. Every defect is one line naming the file and the tensor or key. Must not
+//! compute with the weights.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
