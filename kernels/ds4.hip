@@ -9,6 +9,7 @@
 // src/backend/hip/kernels/abi.rs. kernels/INDEX.md lists every kernel by operation.
 #include "norm_quant.hip"
 #include "matvec.hip"
+#include "matvec_cols.hip"
 #include "moe.hip"
 #include "hc.hip"
 #include "rows.hip"
@@ -24,6 +25,7 @@
 #include "hc_fast.hip"
 #include "rows_fast.hip"
 #include "matvec_fast.hip"
+#include "matvec_cols_fast.hip"
 #include "moe_fast.hip"
 #include "sample_fast.hip"
 #include "indexer_fast.hip"

@@ -286,6 +286,68 @@ DS4_DEV void warp_dot_rows_q8_0(const u8* const (&wrow)[NR], const i8* xq, const
     }
 }
 
+// Column dots: the same NR rows against n_cols <= DS4_COLS activation columns (a small batch of
+// tokens, "columns"), each weight word read once for all of them. Column c's activations start at
+// xq + c * x_col codes (xd + c * (x_col / 32) scales); out[c][r] gets the bits of
+// warp_dot_rows_q8_0<NR> for that column: the same terms, chained into the column's own accumulators
+// in unit order. The next step's weights are in flight during this step's columns; a column's
+// activation words are read as its terms are made (L1: the columns of a step are a few hundred bytes).
+#define DS4_COLS 8  // most columns (tokens) of the column kernels
+template <int NR>
+DS4_DEV void warp_dot_rows_q8_0_cols(const u8* const (&wrow)[NR], const i8* xq, const float* xd, u32 x_col,
+                                     u32 n_cols, u32 n, float* wsm, float (&out)[DS4_COLS][NR]) {
+    constexpr u32 G = DS4_WARP / 8;
+    constexpr int U = DS4_Q8_0_UNROLL;
+    const u32 nb = n / 32, g = lane_id() / 8, sub = lane_id() % 8;
+#pragma unroll
+    for (int c = 0; c < DS4_COLS; ++c)
+#pragma unroll
+        for (int r = 0; r < NR; ++r) out[c][r] = 0.0f;
+    struct Raw {
+        u16 dh[NR][U];
+        u32 q[NR][U];
+    };
+    auto load = [&](u32 b0, Raw& w) {
+#pragma unroll
+        for (int k = 0; k < U; ++k) {
+            const u32 b = b0 + k * G + g;
+            const bool live = b < nb;
+#pragma unroll
+            for (int r = 0; r < NR; ++r) {
+                const u8* blk = wrow[r] + (u64)b * 34;
+                w.dh[r][k] = live ? *(const u16*)blk : (u16)0;
+                w.q[r][k] = live ? load_u32_2a(blk + 2 + 4 * sub) : 0u;
+            }
+        }
+    };
+    Raw cur, nxt;
+    load(0, cur);
+    for (u32 b0 = 0; b0 < nb; b0 += U * G) {
+        if (b0 + U * G < nb) load(b0 + U * G, nxt);
+#pragma unroll
+        for (int c = 0; c < DS4_COLS; ++c) {
+            if ((u32)c >= n_cols) break;
+            const i8* xc = xq + (u64)c * x_col;
+            const float* dc = xd + (u64)c * (x_col / 32);
+            float t[NR][U];
+#pragma unroll
+            for (int k = 0; k < U; ++k) {
+                const u32 b = b0 + k * G + g;
+                const bool live = b < nb;
+                const int x = live ? *(const int*)(xc + (u64)b * 32 + 4 * sub) : 0;
+                const float xs = live ? dc[b] : 0.0f;
+#pragma unroll
+                for (int r = 0; r < NR; ++r) {
+                    const int is = dot4_i8((int)cur.q[r][k], x, 0);
+                    t[r][k] = unit_term<DS4_T_Q8_0>(group8_sum_i(is), 0, f16_to_f32(cur.dh[r][k]), 0.0f, xs);
+                }
+            }
+            chain_add_units<NR, U>(out[c], t, min(U * G, nb - b0), wsm);
+        }
+        cur = nxt;
+    }
+}
+
 // NR weight rows of K-format T against Q8_K activation rows (codes xq, scales xd per 256, sums xbs
 // per 16), n elements: quant.rs dot_iq2_xxs / dot_q2_k / dot_q4_k for each row. Row r reads the
 // activation row at element offset r * x_row_stride (0: all rows share one activation row). Rows
@@ -413,6 +475,99 @@ DS4_DEV void block_dots_f16_seq(RowPtr row, u32 n_rows, const float* x, float x_
         __syncthreads();
     }
     if (tid < R) smem[2 * BUF + tid] = acc;
+    __syncthreads();
+}
+
+// Column form of block_dots_f16_seq<R>: R rows (row(r), r < n_rows) against n_cols <= DS4_COLS
+// activation columns (column c at x + c * x_col, 16-byte aligned), each weight word read once for all
+// of them. Per stage of DS4_F16_SEQ_COLS_TK elements a row, the block converts the rows' weights and
+// scales the columns' activations into shared memory; thread c * R + r then adds row r's products
+// with column c in index order, each product w_i * (x_i * x_scale) multiplied then added as in
+// block_dots_f16_seq, so each (row, column) sum has its bits. Double-buffered as there. Returns with
+// the sum of (row r, column c) in smem[DS4_F16_SEQ_COLS_OUT + c * R + r] (ends with a barrier).
+// smem: DS4_F16_SEQ_COLS_SMEM floats.
+#define DS4_F16_SEQ_COLS_TK 256  // elements of each row per stage (DS4_BLOCK / 8 threads x 8)
+#define DS4_F16_SEQ_COLS_RS (DS4_F16_SEQ_COLS_TK + 4)  // stage row stride (padded against bank conflicts)
+#define DS4_F16_SEQ_COLS_BUF ((8 + DS4_COLS) * DS4_F16_SEQ_COLS_RS)  // one stage: 8 weight rows + the columns
+#define DS4_F16_SEQ_COLS_OUT (2 * DS4_F16_SEQ_COLS_BUF)
+#define DS4_F16_SEQ_COLS_SMEM (DS4_F16_SEQ_COLS_OUT + 8 * DS4_COLS)
+template <int R, class RowPtr>
+DS4_DEV void block_dots_f16_seq_cols(RowPtr row, u32 n_rows, const float* x, u32 x_col, u32 n_cols, float x_scale,
+                                     u32 n, float* smem) {
+    static_assert(R == 8, "rows per block: 8 (a stage row per 32 threads)");
+    constexpr u32 TK = DS4_F16_SEQ_COLS_TK, RS = DS4_F16_SEQ_COLS_RS, BUF = DS4_F16_SEQ_COLS_BUF;
+    constexpr u32 TPR = DS4_BLOCK / R;  // threads per stage row (weights) and per stage column
+    const u32 tid = threadIdx.x, r = tid / TPR, e = 8 * (tid % TPR);
+    const bool loads_w = r < n_rows, loads_x = r < n_cols;  // thread row r also loads column r
+    const u16* wr = loads_w ? row(r) : nullptr;
+    const float* xc = x + (u64)(loads_x ? r : 0) * x_col;
+    const u32 n_stages = (n + TK - 1) / TK;
+    uint4 wv = make_uint4(0, 0, 0, 0);
+    float4 x0 = make_float4(0, 0, 0, 0), x1 = x0;
+    auto load = [&](u32 s) {
+        const u32 i = s * TK + e;
+        if (i < n) {
+            if (loads_w) wv = *(const uint4*)(wr + i);
+            if (loads_x) {
+                x0 = *(const float4*)(xc + i);
+                x1 = *(const float4*)(xc + i + 4);
+            }
+        }
+    };
+    auto store = [&](u32 s) {
+        const u32 i = s * TK + e;
+        if (i >= n) return;
+        float* b = smem + (s % 2) * BUF;
+        if (loads_w) {
+            float* o = b + r * RS + e;
+            o[0] = f16_to_f32((u16)(wv.x & 0xffff));
+            o[1] = f16_to_f32((u16)(wv.x >> 16));
+            o[2] = f16_to_f32((u16)(wv.y & 0xffff));
+            o[3] = f16_to_f32((u16)(wv.y >> 16));
+            o[4] = f16_to_f32((u16)(wv.z & 0xffff));
+            o[5] = f16_to_f32((u16)(wv.z >> 16));
+            o[6] = f16_to_f32((u16)(wv.w & 0xffff));
+            o[7] = f16_to_f32((u16)(wv.w >> 16));
+        }
+        if (loads_x) {
+            // The scaled activation first, as the reference's flat vector (block_dots_f16_seq).
+            float* o = b + (8 + r) * RS + e;
+            o[0] = x0.x * x_scale;
+            o[1] = x0.y * x_scale;
+            o[2] = x0.z * x_scale;
+            o[3] = x0.w * x_scale;
+            o[4] = x1.x * x_scale;
+            o[5] = x1.y * x_scale;
+            o[6] = x1.z * x_scale;
+            o[7] = x1.w * x_scale;
+        }
+    };
+    load(0);
+    store(0);
+    __syncthreads();
+    // Chain thread tid = c * R + cr: row cr, column c.
+    const u32 cc = tid / R, cr = tid % R;
+    const bool chains = cc < n_cols && cr < n_rows;
+    float acc = 0.0f;
+    for (u32 s = 0; s < n_stages; ++s) {
+        if (s + 1 < n_stages) load(s + 1);  // in flight during the chain below
+        if (chains) {
+            const float4* pw = (const float4*)(smem + (s % 2) * BUF + cr * RS);
+            const float4* px = (const float4*)(smem + (s % 2) * BUF + (8 + cc) * RS);
+            const u32 len = min(TK, n - s * TK) / 4;
+#pragma unroll 4
+            for (u32 j = 0; j < len; ++j) {
+                const float4 w4 = pw[j], x4 = px[j];
+                acc = acc + w4.x * x4.x;
+                acc = acc + w4.y * x4.y;
+                acc = acc + w4.z * x4.z;
+                acc = acc + w4.w * x4.w;
+            }
+        }
+        if (s + 1 < n_stages) store(s + 1);  // the other buffer: its chains ended before the last barrier
+        __syncthreads();
+    }
+    if (tid < R * DS4_COLS) smem[DS4_F16_SEQ_COLS_OUT + tid] = acc;
     __syncthreads();
 }
 

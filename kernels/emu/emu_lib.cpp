@@ -178,6 +178,7 @@ const std::vector<Entry>& registry() {
         K(ds4_moe_gemm_gate_up_iq2_xxs), K(ds4_moe_gemm_gate_up_q2_k), K(ds4_moe_gemm_gate_up_q4_k),
         K(ds4_moe_gemm_down_iq2_xxs), K(ds4_moe_gemm_down_q2_k), K(ds4_moe_gemm_down_q4_k), K(ds4_moe_sum),
         K(ds4_gemm_f16), K(ds4_gemm_q8_0_mma), K(ds4_gemm_f16_mma), K(ds4_test_mathf),
+        K(ds4_matvec_q8_0_cols), K(ds4_matvec_q8_0_swiglu_cols), K(ds4_matvec_f16_cols), K(ds4_matvec_f16_pair_cols),
         // Fast-arithmetic twins (kernels/*_fast.hip).
         K(ds4_hc_pre_fused_fast), K(ds4_matvec_q8_0_fast), K(ds4_matvec_q8_0_swiglu_fast), K(ds4_argmax_fast),
         K(ds4_sample_min_p_max_fast), K(ds4_sample_min_p_draw_fast),
@@ -188,7 +189,9 @@ const std::vector<Entry>& registry() {
         K(ds4_rms_norm_quant_fast), K(ds4_hc_post_pre_fast), K(ds4_hc_pre_token_fast),
         K(ds4_hc_post_pre_token_fast), K(ds4_hc_post_fast), K(ds4_hc_mix_fast), K(ds4_rows_finish_fast), K(ds4_rows_finish_hadamard_fast),
         K(ds4_rows_finish_pair_fast), K(ds4_matvec_q8_0_normed_rows_fast), K(ds4_matvec_f16_normed_hadamard_fast),
-        K(ds4_matvec_q8_0_swiglu_q8_fast),
+        K(ds4_matvec_q8_0_swiglu_q8_fast), K(ds4_matvec_q8_0_cols_fast), K(ds4_matvec_q8_0_q8_cols_fast),
+        K(ds4_matvec_q8_0_pair_cols_fast), K(ds4_matvec_q8_0_swiglu_cols_fast), K(ds4_matvec_f16_cols_fast),
+        K(ds4_matvec_f16_pair_cols_fast),
         K(ds4_attention_prefill_fast), K(ds4_attention_decode_split_mma), K(ds4_compressor_pool_fast),
         K(ds4_moe_gate_up_iq2_xxs_fast), K(ds4_moe_gate_up_q2_k_fast), K(ds4_moe_gate_up_q4_k_fast),
         K(ds4_moe_gate_up_iq2_xxs_q8k_fast), K(ds4_moe_gate_up_q2_k_q8k_fast), K(ds4_moe_gate_up_q4_k_q8k_fast),

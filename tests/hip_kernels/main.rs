@@ -37,6 +37,8 @@ mod index;
 mod indexer;
 mod indexer_fast;
 mod matvec;
+mod matvec_cols;
+mod matvec_cols_fast;
 mod matvec_fast;
 mod moe;
 mod moe_case;
@@ -80,6 +82,7 @@ macro_rules! groups {
 const GROUPS: &[(&str, Group)] = groups!(
     norm_quant,
     matvec,
+    matvec_cols,
     gemm,
     gemm_fast,
     moe,
@@ -93,6 +96,7 @@ const GROUPS: &[(&str, Group)] = groups!(
     hc_fast,
     compressor_fast,
     matvec_fast,
+    matvec_cols_fast,
     moe_fast,
     attention_fast,
     indexer_fast,

@@ -93,7 +93,7 @@ impl Pass<'_> {
         let q_a_norm = |o| kernels::norm_rows(o, p0(&a.qr), self.w(&lw.attn_q_a_norm), qr_w, nt, eps);
         let q_b = Q8Proj::plain(p0(&a.q), self.w(&lw.attn_q_b), q8(&a.qq, &a.qd), qr_w, h * d);
         let q_b_normed = self
-            .fast_token_wise(nt)
+            .fast_token_fusions(nt)
             .then(|| kernels::matvec_q8_0_normed(&q_b, p0(&a.qr), self.w(&lw.attn_q_a_norm), eps, nt, self.fast_grids))
             .flatten();
         let qrn = QuantOut {
@@ -391,17 +391,8 @@ impl Pass<'_> {
         let a = &self.acts;
         let ne = self.model.hp.n_embd as u32;
         if self.token_wise(n) {
-            self.launch(&kernels::matvec_f16_pair(
-                ckv,
-                csc,
-                self.w(&cw.kv),
-                self.w(&cw.gate),
-                p0(&a.xn),
-                ne,
-                width,
-                ne,
-                n,
-            ))?;
+            let (ys, ws) = ((ckv, csc), (self.w(&cw.kv), self.w(&cw.gate)));
+            self.launch(&self.f16_pair_product(ys, ws, p0(&a.xn), ne, width, ne, n))?;
         } else {
             for (out, w) in [(ckv, &cw.kv), (csc, &cw.gate)] {
                 self.proj_f16(out, self.w(w), p0(&a.xn), ne, width, ne, n)?;

@@ -43,7 +43,7 @@ impl Pass<'_> {
             let fused = self
                 .fast_token_wise(nt)
                 .then(|| {
-                    let swiglu = kernels::matvec_q8_0_swiglu(&shared, nt);
+                    let swiglu = self.swiglu_product(&shared, nt);
                     kernels::matvec_q8_0_swiglu_quantized(&swiglu, &quant, a.shared_unit_counter())
                 })
                 .flatten();

@@ -166,6 +166,19 @@ impl Pass<'_> {
         self.is_fast() && self.token_wise(n)
     }
 
+    /// Whether a batch of `n` tokens runs the column matvecs (`prefill::columns`: 2 to
+    /// `COLUMN_MAX_TOKENS` tokens, each weight read once for all of them).
+    pub(super) fn columns<N: Into<u64>>(&self, n: N) -> bool {
+        prefill::columns(self.matvec_tokens, n.into())
+    }
+
+    /// Whether a batch of `n` tokens takes the fast-mode decode fusions that have no column form
+    /// (the normed products): fast arithmetic and a token-wise batch that does not run the column
+    /// matvecs. A column batch runs the launches they replace.
+    pub(super) fn fast_token_fusions<N: Into<u64> + Copy>(&self, n: N) -> bool {
+        self.fast_token_wise(n) && !self.columns(n)
+    }
+
     /// Whether the launches run in fast arithmetic.
     pub(super) fn is_fast(&self) -> bool {
         self.arithmetic == Arithmetic::Fast
@@ -306,10 +319,13 @@ impl Pass<'_> {
         }
     }
 
-    /// y[t] = W · x_t for Q8_0 weights and Q8_0 activations: a matvec for one token, the tiled GEMM
-    /// for a chunk (when the group size fits its 64-row tiles; on matrix cores in fast mode).
+    /// y[t] = W · x_t for Q8_0 weights and Q8_0 activations: a matvec for one token, the column
+    /// matvec for a verify block (`columns`), the tiled GEMM for a chunk (when the group size fits
+    /// its 64-row tiles; on matrix cores in fast mode).
     pub(super) fn proj_q8_0(&self, p: &Q8Proj, n: u32) -> Result<(), BackendError> {
-        let product = if self.token_wise(n) || !p.rows_per_group.is_multiple_of(GEMM_TILE) {
+        let product = if self.columns(n) {
+            kernels::matvec_q8_0_cols
+        } else if self.token_wise(n) || !p.rows_per_group.is_multiple_of(GEMM_TILE) {
             kernels::matvec_q8_0
         } else {
             kernels::gemm_q8_0
@@ -318,12 +334,17 @@ impl Pass<'_> {
     }
 
     /// `proj_q8_0(first)` and `proj_q8_0(second)`, two projections of the same activations: in fast
-    /// arithmetic one launch for token-wise batches (`kernels::paired_matvec_q8_0`, the same bits).
+    /// arithmetic one launch for token-wise batches (`kernels::paired_matvec_q8_0`, or its column
+    /// form for a verify block: the same bits).
     pub(super) fn proj_q8_0_pair(&self, first: &Q8Proj, second: &Q8Proj, n: u32) -> Result<(), BackendError> {
-        if self.fast_token_wise(n)
-            && let Some(paired) = kernels::paired_matvec_q8_0(first, second, n, self.fast_grids)
-        {
-            return self.launch(&paired);
+        if self.fast_token_wise(n) {
+            let paired = match self.columns(n) {
+                true => kernels::paired_matvec_q8_0_cols(first, second, n, self.fast_grids),
+                false => kernels::paired_matvec_q8_0(first, second, n, self.fast_grids),
+            };
+            if let Some(paired) = paired {
+                return self.launch(&paired);
+            }
         }
         self.proj_q8_0(first, n)?;
         self.proj_q8_0(second, n)
@@ -331,30 +352,42 @@ impl Pass<'_> {
 
     /// `proj_q8_0` of `p` followed by the Q8_0 quantization of its output rows into `planes` (codes,
     /// scales): one launch in fast arithmetic for token-wise batches where
-    /// `kernels::matvec_q8_0_quantized` takes the shape (the f32 output is then not written).
+    /// `kernels::matvec_q8_0_quantized` (or its column form) takes the shape (the f32 output is then
+    /// not written).
     pub(super) fn proj_q8_0_quantized(&self, p: &Q8Proj, planes: (DevPtr, DevPtr), n: u32) -> Result<(), BackendError> {
-        if self.fast_token_wise(n)
-            && let Some(fused) = kernels::matvec_q8_0_quantized(p, planes, n, self.fast_grids)
-        {
-            return self.launch(&fused);
+        if self.fast_token_wise(n) {
+            let fused = match self.columns(n) {
+                true => kernels::matvec_q8_0_quantized_cols(p, planes, n, self.fast_grids),
+                false => kernels::matvec_q8_0_quantized(p, planes, n, self.fast_grids),
+            };
+            if let Some(fused) = fused {
+                return self.launch(&fused);
+            }
         }
         self.proj_q8_0(p, n)?;
         self.quantize_q8_0(planes.0, planes.1, p.y, p.n_out, n)
     }
 
-    /// The shared expert's gate/up + SwiGLU of `n` tokens: the matvec for one token, the GEMM for a
-    /// chunk.
+    /// The shared expert's gate/up + SwiGLU of `n` tokens.
     pub(super) fn swiglu_q8_0(&self, s: &Q8Swiglu, n: u32) -> Result<(), BackendError> {
-        let product = if self.token_wise(n) {
+        self.launch(&self.swiglu_product(s, n))
+    }
+
+    /// The launch `swiglu_q8_0` issues (for a fusion to take it in): the matvec for one token, the
+    /// column matvec for a verify block, the GEMM for a chunk.
+    pub(super) fn swiglu_product(&self, s: &Q8Swiglu, n: u32) -> kernels::Launch {
+        let product = if self.columns(n) {
+            kernels::matvec_q8_0_swiglu_cols
+        } else if self.token_wise(n) {
             kernels::matvec_q8_0_swiglu
         } else {
             kernels::gemm_q8_0_swiglu
         };
-        self.launch(&product(s, n))
+        product(s, n)
     }
 
-    /// y[t] = W · x_t for F16 weights and f32 activations (matvec for one token, GEMM for a chunk:
-    /// on matrix cores in fast mode).
+    /// y[t] = W · x_t for F16 weights and f32 activations (matvec for one token, column matvec for a
+    /// verify block, GEMM for a chunk: on matrix cores in fast mode).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn proj_f16(
         &self,
@@ -381,11 +414,33 @@ impl Pass<'_> {
         x_stride: u32,
         n: u32,
     ) -> kernels::Launch {
-        let product = if self.token_wise(n) {
+        let product = if self.columns(n) {
+            kernels::matvec_f16_cols
+        } else if self.token_wise(n) {
             kernels::matvec_f16
         } else {
             kernels::gemm_f16
         };
         product(y, w, x, n_in, n_out, x_stride, n)
+    }
+
+    /// y0[t] = W0 · x_t and y1[t] = W1 · x_t (F16, the same shapes) in one launch for a token-wise
+    /// batch of `n` tokens: the pair matvec, or its column form for a verify block.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn f16_pair_product(
+        &self,
+        (y0, y1): (DevPtr, DevPtr),
+        (w0, w1): (DevPtr, DevPtr),
+        x: DevPtr,
+        n_in: u32,
+        n_out: u32,
+        x_stride: u32,
+        n: u32,
+    ) -> kernels::Launch {
+        let product = match self.columns(n) {
+            true => kernels::matvec_f16_pair_cols,
+            false => kernels::matvec_f16_pair,
+        };
+        product(y0, y1, w0, w1, x, n_in, n_out, x_stride, n)
     }
 }

@@ -60,6 +60,18 @@ pub(super) fn token_wise(matvec_tokens: usize, n: u64) -> bool {
     n <= matvec_tokens as u64
 }
 
+/// Token-wise batches of 2 to this many tokens (a speculative verify block) run the column matvecs
+/// (kernels/matvec_cols.hip) instead of the decode matvecs' one grid row per token: each weight is
+/// read once for the batch rather than once per token, and each token's output has the bits of the
+/// decode matvec's. The kernels hold one accumulator per column (DS4_COLS), which sets the limit.
+pub const COLUMN_MAX_TOKENS: usize = kernels::MATVEC_COLS as usize;
+
+/// Whether a batch of `n` tokens runs the column matvecs: a token-wise batch of 2 to
+/// [`COLUMN_MAX_TOKENS`] tokens (one token keeps the decode kernels).
+pub(super) fn columns(matvec_tokens: usize, n: u64) -> bool {
+    token_wise(matvec_tokens, n) && (2..=COLUMN_MAX_TOKENS as u64).contains(&n)
+}
+
 /// The buffers of the routed experts of a batch of `n_tok` tokens grouped by expert id (pairs,
 /// tiles, tile count, per-pair down outputs), for `RoutedExperts::launches`.
 pub(super) fn expert_grouping(acts: &Acts, n_tok: u32, n_used: u32, n_expert: u32) -> ExpertGrouping {
@@ -93,6 +105,15 @@ mod tests {
             knob_named(MATVEC_TOKENS_ENV).unwrap().default,
             MATVEC_MAX_TOKENS.to_string()
         );
+    }
+
+    #[test]
+    fn verify_blocks_take_the_column_matvecs() {
+        assert!(!columns(MATVEC_MAX_TOKENS, 1), "one token keeps the decode kernels");
+        assert!((2..=8).all(|n| columns(MATVEC_MAX_TOKENS, n)));
+        assert!(!columns(MATVEC_MAX_TOKENS, 9) && !columns(MATVEC_MAX_TOKENS, 64));
+        // Batches past the token-wise size take the GEMMs, whatever their size.
+        assert!(!columns(1, 4));
     }
 
     /// The activation memory of a chunk, for the report (kernels/README.md): Flash with

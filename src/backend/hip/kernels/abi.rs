@@ -112,6 +112,16 @@ kernel_defs! {
         MATVEC_F16_PAIR = "ds4_matvec_f16_pair"(y0: Ptr, y1: Ptr, w0: Ptr, w1: Ptr, x: Ptr, n_in: U32, n_out: U32,
             x_stride: U32);
     }
+    "matvec_cols.hip" {
+        MATVEC_Q8_0_COLS = "ds4_matvec_q8_0_cols"(y: Ptr, w: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_out: U32,
+            rows_per_group: U32, x_stride: U32, n_tok: U32);
+        MATVEC_Q8_0_SWIGLU_COLS = "ds4_matvec_q8_0_swiglu_cols"(mid: Ptr, wg: Ptr, wu: Ptr, xq: Ptr, xd: Ptr, n_in: U32,
+            n_ff: U32, limit: F32, n_tok: U32);
+        MATVEC_F16_COLS = "ds4_matvec_f16_cols"(y: Ptr, w: Ptr, x: Ptr, n_in: U32, n_out: U32, x_stride: U32,
+            n_tok: U32);
+        MATVEC_F16_PAIR_COLS = "ds4_matvec_f16_pair_cols"(y0: Ptr, y1: Ptr, w0: Ptr, w1: Ptr, x: Ptr, n_in: U32,
+            n_out: U32, x_stride: U32, n_tok: U32);
+    }
     "moe.hip" {
         ROUTER = "ds4_router"(sel: Ptr, selw: Ptr, logits: Ptr, bias: Ptr, tid2eid: Ptr, tokens: Ptr, n_expert: U32,
             n_used: U32, weight_scale: F32, n_tok: U32);
@@ -297,6 +307,20 @@ kernel_defs! {
             corr_low: F32, corr_high: F32, mscale: F32, eps: F32);
         MATVEC_Q8_0_SWIGLU_Q8_FAST = "ds4_matvec_q8_0_swiglu_q8_fast"(mid: Ptr, q_out: Ptr, d_out: Ptr, counter: Ptr,
             wg: Ptr, wu: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_ff: U32, limit: F32);
+    }
+    "matvec_cols_fast.hip" {
+        MATVEC_Q8_0_COLS_FAST = "ds4_matvec_q8_0_cols_fast"(y: Ptr, w: Ptr, xq: Ptr, xd: Ptr, n_in: U32, n_out: U32,
+            rows_per_group: U32, x_stride: U32, n_tok: U32);
+        MATVEC_Q8_0_Q8_COLS_FAST = "ds4_matvec_q8_0_q8_cols_fast"(q_out: Ptr, d_out: Ptr, w: Ptr, xq: Ptr, xd: Ptr,
+            n_in: U32, n_out: U32, rows_per_group: U32, x_stride: U32, n_tok: U32);
+        MATVEC_Q8_0_PAIR_COLS_FAST = "ds4_matvec_q8_0_pair_cols_fast"(y0: Ptr, y1: Ptr, w0: Ptr, w1: Ptr, xq: Ptr,
+            xd: Ptr, n_in: U32, n_out0: U32, n_out1: U32, n_tok: U32);
+        MATVEC_Q8_0_SWIGLU_COLS_FAST = "ds4_matvec_q8_0_swiglu_cols_fast"(mid: Ptr, wg: Ptr, wu: Ptr, xq: Ptr, xd: Ptr,
+            n_in: U32, n_ff: U32, limit: F32, n_tok: U32);
+        MATVEC_F16_COLS_FAST = "ds4_matvec_f16_cols_fast"(y: Ptr, w: Ptr, x: Ptr, n_in: U32, n_out: U32, x_stride: U32,
+            n_tok: U32);
+        MATVEC_F16_PAIR_COLS_FAST = "ds4_matvec_f16_pair_cols_fast"(y0: Ptr, y1: Ptr, w0: Ptr, w1: Ptr, x: Ptr,
+            n_in: U32, n_out: U32, x_stride: U32, n_tok: U32);
     }
     "moe_fast.hip" {
         ROUTER_FAST = "ds4_router_fast"(sel: Ptr, selw: Ptr, logits: Ptr, bias: Ptr, tid2eid: Ptr, tokens: Ptr,

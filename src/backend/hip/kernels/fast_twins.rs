@@ -7,8 +7,9 @@
 use super::abi::{
     ARGMAX_FAST, Arg, COMPRESSOR_POOL_FAST, GEMM_F16_MMA, GEMM_Q8_0_MMA, HC_MIX_FAST, HC_POST_FAST, HC_POST_PRE_FAST,
     HC_POST_PRE_TOKEN_FAST, HC_PRE_FUSED_FAST, HC_PRE_TOKEN_FAST, INDEXER_SCORES_DECODE_FAST, INDEXER_SCORES_FAST,
-    KernelDef, MATVEC_F16_FAST, MATVEC_F16_PAIR_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_FAST, RMS_NORM_QUANT_FAST,
-    ROUTER_FAST, ROWS_FINISH_FAST, ROWS_FINISH_HADAMARD_FAST, kernel_def,
+    KernelDef, MATVEC_F16_COLS_FAST, MATVEC_F16_FAST, MATVEC_F16_PAIR_COLS_FAST, MATVEC_F16_PAIR_FAST,
+    MATVEC_Q8_0_COLS_FAST, MATVEC_Q8_0_FAST, MATVEC_Q8_0_SWIGLU_COLS_FAST, MATVEC_Q8_0_SWIGLU_FAST,
+    RMS_NORM_QUANT_FAST, ROUTER_FAST, ROWS_FINISH_FAST, ROWS_FINISH_HADAMARD_FAST, kernel_def,
 };
 use super::attention_fast::ATTENTION_SPLIT_ROWS;
 use super::launch::{BLOCK, Launch, blocks};
@@ -301,24 +302,27 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
             (hd.is_multiple_of(2) && hd <= 1024 && n_rot.is_multiple_of(2) && ptrs_aligned16(l))
                 .then(|| twin(l, &ROWS_FINISH_FAST, l.grid))
         }
-        "ds4_matvec_q8_0" | "ds4_matvec_q8_0_swiglu" => {
+        // The column kernels' twins (kernels/matvec_cols_fast.hip) take the same grid in one row.
+        "ds4_matvec_q8_0" | "ds4_matvec_q8_0_swiglu" | "ds4_matvec_q8_0_cols" | "ds4_matvec_q8_0_swiglu_cols" => {
             let n_in = arg_u32(l, "n_in");
-            let (kernel, rows) = if l.kernel.name == "ds4_matvec_q8_0" {
-                (&MATVEC_Q8_0_FAST, arg_u32(l, "n_out"))
-            } else {
-                (&MATVEC_Q8_0_SWIGLU_FAST, arg_u32(l, "n_ff"))
+            let (kernel, rows) = match l.kernel.name {
+                "ds4_matvec_q8_0" => (&MATVEC_Q8_0_FAST, arg_u32(l, "n_out")),
+                "ds4_matvec_q8_0_cols" => (&MATVEC_Q8_0_COLS_FAST, arg_u32(l, "n_out")),
+                "ds4_matvec_q8_0_swiglu" => (&MATVEC_Q8_0_SWIGLU_FAST, arg_u32(l, "n_ff")),
+                _ => (&MATVEC_Q8_0_SWIGLU_COLS_FAST, arg_u32(l, "n_ff")),
             };
             (n_in.is_multiple_of(Q8_0_FAST_CHUNK) && n_in > 0).then(|| {
                 let grid = q8_0_fast_blocks(n_in, rows, grids.q8_0_max_blocks);
                 twin(l, kernel, [grid, l.grid[1], l.grid[2]])
             })
         }
-        "ds4_matvec_f16" | "ds4_matvec_f16_pair" => {
+        "ds4_matvec_f16" | "ds4_matvec_f16_pair" | "ds4_matvec_f16_cols" | "ds4_matvec_f16_pair_cols" => {
             let (n_in, n_out) = (arg_u32(l, "n_in"), arg_u32(l, "n_out"));
-            let (kernel, rows) = if l.kernel.name == "ds4_matvec_f16" {
-                (&MATVEC_F16_FAST, n_out)
-            } else {
-                (&MATVEC_F16_PAIR_FAST, 2 * n_out)
+            let (kernel, rows) = match l.kernel.name {
+                "ds4_matvec_f16" => (&MATVEC_F16_FAST, n_out),
+                "ds4_matvec_f16_cols" => (&MATVEC_F16_COLS_FAST, n_out),
+                "ds4_matvec_f16_pair" => (&MATVEC_F16_PAIR_FAST, 2 * n_out),
+                _ => (&MATVEC_F16_PAIR_COLS_FAST, 2 * n_out),
             };
             let per_block = BLOCK / f16_fast_threads(n_in);
             (n_in.is_multiple_of(8) && n_in > 0)

@@ -154,6 +154,13 @@ const PREFETCHING: &[&str] = &[
     "ds4_matvec_f16_normed_hadamard_fast",
     "ds4_matvec_f16_pair_fast",
     "ds4_matvec_f16_router_fast",
+    // Their column forms (kernels/matvec_cols_fast.hip): the same loads before the wait.
+    "ds4_matvec_q8_0_cols_fast",
+    "ds4_matvec_q8_0_q8_cols_fast",
+    "ds4_matvec_q8_0_pair_cols_fast",
+    "ds4_matvec_q8_0_swiglu_cols_fast",
+    "ds4_matvec_f16_cols_fast",
+    "ds4_matvec_f16_pair_cols_fast",
     // moe_gate_up_fast_body: the IQ2_XXS grid into shared memory.
     "ds4_moe_gate_up_iq2_xxs_fast",
     "ds4_moe_gate_up_iq2_xxs_q8k_fast",
@@ -377,6 +384,13 @@ fn builders_cover_every_kernel_with_matching_arguments() {
     let at = |p: DevPtr| Q8Proj::plain(p, p + 16, Q8Act { q: 64, d: 80 }, 4096, 1024);
     launches.extend(paired_matvec_q8_0(&at(112), &at(160), 1, FastGrids::default()));
     launches.extend(matvec_q8_0_quantized(&at(112), (16, 32), 1, FastGrids::default()));
+    // A verify block's column products (their fast twins too) and fusions.
+    launches.push(matvec_q8_0_cols(&proj, 6));
+    launches.push(matvec_q8_0_swiglu_cols(&swiglu, 6));
+    launches.push(matvec_f16_cols(16, 32, 48, 4096, 256, 4096, 6));
+    launches.push(matvec_f16_pair_cols(16, 32, 48, 64, 80, 4096, 1024, 4096, 6));
+    launches.extend(paired_matvec_q8_0_cols(&at(112), &at(160), 6, FastGrids::default()));
+    launches.extend(matvec_q8_0_quantized_cols(&at(112), (16, 32), 6, FastGrids::default()));
     // ... of a row norm and the projection of its planes (the query's up-projection).
     let q_b = Q8Proj::plain(112, 128, Q8Act { q: 64, d: 80 }, 1024, 32768);
     launches.extend(matvec_q8_0_normed(&q_b, 144, 160, 1e-6, 1, FastGrids::default()));
