@@ -2,6 +2,7 @@
 """Projects the decode speed of the Flash q2 file on Strix Halo (gfx1151) from a DS4_HIP_PROFILE log.
 
 Usage: tools/project-strix-halo.py LOG [--bw GBPS] [--launch-us US] [--ctx N] [--tokens N] [--peak GBPS]
+                                     [--verify] [--dspark [--draft-frac F]]
   LOG          output of `DS4_HIP_PROFILE=1` (or `=shapes`) `ds4-chat run ...` on the H200 (or any GPU); the first
                "DS4_HIP_PROFILE: device time per kernel" block is the decode profile, and the
                "generation ... (N tokens)" line before it gives the number of forward steps
@@ -12,6 +13,11 @@ Usage: tools/project-strix-halo.py LOG [--bw GBPS] [--launch-us US] [--ctx N] [-
   --verify     also project the block verify (docs/strix-halo-projection.md, "With the block verify"):
                the time of a verify of n = 2..8 tokens and the decode speed at per-token acceptance
                0.6, 0.8 and 0.95 with the best block length
+  --dspark     also project DSpark (docs/strix-halo-projection.md, "With DSpark"): a cycle is a draft
+               pass plus the verify of the pending token and the proposed drafts, at ds4's gfx1151
+               acceptance and at a reference implementation's
+  --draft-frac a measured draft pass as a fraction of a decode step (`bench --speculate dspark` prints
+               it); default: the pass's bytes and launches at --bw and --launch-us
 Prints a Markdown table per kernel class (docs/strix-halo-projection.md explains the model):
 bytes read per token, launches per token, time and GB/s on the profiled GPU, and the projected
 gfx1151 time = max(bytes / bw, profiled time) + launches x launch cost, summed to tokens/s, and
@@ -213,6 +219,95 @@ def verify_markdown(out, total, a):
     return "\n".join(lines)
 
 
+# DSpark's draft pass (docs/dspark.md#cost), Flash shapes and ds4's support-file types: a stage's
+# dense tensors (attention, router, shared expert, HC fn and vectors), one routed expert's gate, up
+# and down, main_proj + main_norm, the head (final norm, HC head), markov_w2 per drafted row, the
+# markov_w1 row and the confidence head per row read, the main model's Q8_0 LM head once.
+DSPARK_STAGES = 3
+DSPARK_STAGE_DENSE = (
+    q8(N_EMBD, Q_LORA) + q8(Q_LORA, N_HEAD * HEAD_DIM) + q8(N_EMBD, HEAD_DIM)
+    + q8(HEAD_DIM * N_HEAD // N_OUT_GROUP, N_OUT_GROUP * O_LORA) + q8(N_OUT_GROUP * O_LORA, N_EMBD)
+    + q8(N_EMBD, 256) + 3 * q8(N_EMBD, N_FF_EXP) + 2 * f16(N_HC * N_EMBD, MIX)
+    + 4 * (2 * MIX + 2 * 3 + N_HEAD + 2 * N_EMBD + Q_LORA + HEAD_DIM + 256)
+)
+DSPARK_EXPERT = 2 * N_EMBD * N_FF_EXP * TYPE_BYTES["iq2_xxs"] + N_FF_EXP * N_EMBD * TYPE_BYTES["q2_k"]
+DSPARK_MAIN_PROJ = q8(3 * N_EMBD, N_EMBD) + 4 * N_EMBD
+DSPARK_HEAD = 4 * N_EMBD + f16(N_HC * N_EMBD, N_HC) + 4 * (N_HC + 1)
+MARKOV_RANK = 256
+DSPARK_MARKOV_W2 = q8(MARKOV_RANK, N_VOCAB)
+DSPARK_ROW_READS = q8(MARKOV_RANK, 1) + q8(N_EMBD + MARKOV_RANK, 1)
+LM_HEAD = q8(N_EMBD, N_VOCAB)
+# Launches of the pass besides its stages (the HC head, the final norm, the LM head, the Markov
+# products, the confidence products and the argmax).
+DSPARK_HEAD_LAUNCHES = 6
+# Acceptance scenarios: (name, accepted drafts per cycle, drafts proposed per cycle, source).
+# ds4 on gfx1151 (ds4 issue #695, IQ2XXS 0731, code at ctx 8192, confidence 0.7): accept rate 0.83 =
+# accepted / proposed, 0.83 accepted drafts per cycle, so 1.0 draft proposed a cycle.
+# The reference as vLLM runs it on 0731 (vllm-project/vllm PR #41834, k = 5, prose): mean
+# acceptance length 2.74, i.e. 1.74 accepted of 5 drafts a cycle (per position 0.579, 0.447,
+# 0.316, 0.237, 0.158). No source gives DeepSeek's training-time acceptance for V4 Flash.
+DSPARK_SCENARIOS = (
+    ("ds4 on gfx1151, confidence 0.7", 0.83, 1.0),
+    ("reference in vLLM, 5 drafts", 1.74, 5.0),
+)
+
+
+def dspark_pass_bytes(experts=28, rows=5, lm_head=True):
+    """Bytes a draft pass reads with `experts` distinct experts a stage and `rows` drafted rows."""
+    b = DSPARK_STAGES * (DSPARK_STAGE_DENSE + experts * DSPARK_EXPERT) + DSPARK_MAIN_PROJ + DSPARK_HEAD
+    b += rows * (DSPARK_MARKOV_W2 + DSPARK_ROW_READS)
+    return b + (LM_HEAD if lm_head else 0)
+
+
+def dspark_draft_ms(out, total, bw_gbps, launch_us, pass_bytes):
+    """Projected gfx1151 time of a draft pass: its bytes over the bandwidth, the latency floors of a
+    decode step's classes beyond their bytes scaled to 3 of its 43 layers, and a layer's share of
+    the step's launches per stage plus the head's."""
+    per_layer = DSPARK_STAGES / N_LAYER
+    floors = sum(max(0.0, c["ms"] - c["bw_ms"]) for c in out) * per_layer
+    launches = total["launches"] * per_layer + DSPARK_HEAD_LAUNCHES
+    return pass_bytes / (bw_gbps * 1e6) + floors + launches * launch_us / 1e3
+
+
+def dspark_cycle(out, total, a, accepted, proposed, draft_ms):
+    """One cycle: a draft pass, then the verify of the pending token and the `proposed` drafts (a
+    mean: verify_ms interpolated linearly between whole blocks); it yields 1 + accepted tokens."""
+    n = 1 + proposed
+    lo = int(n)
+    frac = n - lo
+    verify = (1 - frac) * verify_ms(out, lo, a.bw, a.launch_us)
+    if frac > 0:
+        verify += frac * verify_ms(out, lo + 1, a.bw, a.launch_us)
+    cycle = draft_ms + verify
+    tps = 1e3 * (1 + accepted) / cycle
+    return {"verify_ms": verify, "cycle_ms": cycle, "tps": tps, "x_plain": tps / total["tps"]}
+
+
+def dspark_markdown(out, total, a):
+    step = total["proj_ms"]
+    if a.draft_frac is not None:
+        draft, src = a.draft_frac * step, f"--draft-frac {a.draft_frac}"
+    else:
+        b = dspark_pass_bytes()
+        draft = dspark_draft_ms(out, total, a.bw, a.launch_us, b)
+        src = f"{b / 1e9:.3f} GB a pass (28 experts a stage, 5 rows, the LM head)"
+    lines = [
+        f"draft pass: {draft:.2f} ms = {draft / step:.3f} of a decode step ({src}); "
+        f"a verify adds {(verify_ms(out, 2, a.bw, a.launch_us) - verify_ms(out, 1, a.bw, a.launch_us)) / step:.3f} "
+        "of a step per draft",
+        "",
+        "| acceptance | accepted drafts per cycle | drafts per cycle | draft ms | verify ms | cycle ms | tokens per cycle | projected t/s | x plain decode |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, accepted, proposed in DSPARK_SCENARIOS:
+        c = dspark_cycle(out, total, a, accepted, proposed, draft)
+        lines.append(
+            f"| {name} | {accepted:.2f} | {proposed:.2f} | {draft:.2f} | {c['verify_ms']:.2f} | "
+            f"{c['cycle_ms']:.2f} | {1 + accepted:.2f} | {c['tps']:.1f} | {c['x_plain']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown(out, total, a):
     lines = [
         f"| class | GB/token | launches/token | profiled ms/token | profiled GB/s (% of {a.peak:.0f}) "
@@ -246,6 +341,8 @@ def main():
     ap.add_argument("--tokens", type=int)
     ap.add_argument("--peak", type=float, default=4800.0)
     ap.add_argument("--verify", action="store_true")
+    ap.add_argument("--dspark", action="store_true")
+    ap.add_argument("--draft-frac", type=float)
     a = ap.parse_args()
     try:
         with open(a.log, errors="replace") as f:
@@ -263,6 +360,9 @@ def main():
     if a.verify:
         print()
         print(verify_markdown(out, total, a))
+    if a.dspark:
+        print()
+        print(dspark_markdown(out, total, a))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Unit tests of tools/kernel-metadata.py (metadata-note parsing, waves per SIMD, the hot-kernel
-scratch check) and tools/project-strix-halo.py (profile-log parsing, bytes per kernel class).
+scratch check) and tools/project-strix-halo.py (profile-log parsing, bytes per kernel class, the
+block verify and DSpark projections).
 Run: python3 tools/test_strix_tools.py (tests/kernel_metadata.rs runs it)."""
 import importlib.util
 import os
@@ -238,6 +239,39 @@ DS4_HIP_PROFILE: device time per kernel (3.0 ms in all)
         self.assertLess(proj.verify_ms(out, 2, 212.0, 4.0), 2 * total["proj_ms"])
         self.assertAlmostEqual(proj.tokens_per_cycle(0.5, 3), 1.75)
         self.assertEqual(proj.tokens_per_cycle(0.0, 6), 1.0)
+
+    def test_dspark_pass_bytes_match_the_support_file(self):
+        # model::dspark::tests::draft_pass_bytes_of_flash counts the same pass from the tensor table:
+        # 3 x 143,105,496 dense + 84 x 7,077,888 experts + 53,493,760 main_proj + 175,992,756 heads
+        # (5 Markov rows) + 562,626,560 LM head.
+        self.assertEqual(proj.dspark_pass_bytes(), 1_815_972_156)
+        # Cut at row 0: no Markov row, no LM head, the HC head and final norm only.
+        self.assertEqual(proj.dspark_pass_bytes(28, 0, False), 3 * 143_105_496 + 84 * 7_077_888 + 53_493_760 + 147_476)
+
+    def test_dspark_cycle_is_a_draft_pass_plus_a_verify(self):
+        steps, rows = proj.parse_profile(PROFILE_LOG)
+        out, total = proj.project(rows, steps, 212.0, 4.0, 2048, 4800.0)
+
+        class A:
+            bw, launch_us, draft_frac = 212.0, 4.0, None
+
+        v1, v2 = proj.verify_ms(out, 1, 212.0, 4.0), proj.verify_ms(out, 2, 212.0, 4.0)
+        c = proj.dspark_cycle(out, total, A, 0.83, 1.0, 5.0)
+        self.assertAlmostEqual(c["verify_ms"], v2)
+        self.assertAlmostEqual(c["cycle_ms"], 5.0 + v2)
+        self.assertAlmostEqual(c["tps"], 1.83e3 / (5.0 + v2))
+        self.assertAlmostEqual(c["x_plain"], c["tps"] / total["tps"])
+        # A mean of half a draft a cycle: halfway between a block of 1 and a block of 2.
+        self.assertAlmostEqual(proj.dspark_cycle(out, total, A, 0.4, 0.5, 0.0)["verify_ms"], (v1 + v2) / 2)
+        # The projected pass: its bytes at 212 GB/s plus the floors and launches of 3 layers' share.
+        d = proj.dspark_draft_ms(out, total, 212.0, 4.0, 1.0e9)
+        floors = sum(max(0.0, c["ms"] - c["bw_ms"]) for c in out) * 3 / 43
+        launches = total["launches"] * 3 / 43 + proj.DSPARK_HEAD_LAUNCHES
+        self.assertAlmostEqual(d, 1e9 / 212e6 + floors + launches * 4e-3)
+        A.draft_frac = 0.2
+        table = proj.dspark_markdown(out, total, A)
+        self.assertIn(f"draft pass: {0.2 * total['proj_ms']:.2f} ms = 0.200 of a decode step (--draft-frac 0.2)", table)
+        self.assertEqual(len([l for l in table.splitlines() if l.startswith("| ds4 on gfx1151")]), 1)
 
     def test_committed_h200_profile(self):
         log = os.path.join(ROOT, "docs/benchmarks/2026-12-03-h200-decode-profile.txt")

@@ -436,4 +436,80 @@ mod tests {
             MemoryVerdict::Refuse(_)
         ));
     }
+
+    /// docs/memory.md#dspark: the 0731 DSpark support file (5,989,108,652 B of tensors, ds4's
+    /// layout) and the CPU drafter's rows (12 MiB of captured target rows, 768 KiB of context KV)
+    /// on a 128 GB Strix Halo with the q2 file copied (unified memory, GTT raised to 120 GiB as
+    /// `doctor` advises, 124 GiB available): a 64k context still fits, with the numbers the doc gives.
+    #[test]
+    fn strix_halo_holds_a_64k_context_with_the_dspark_support_file() {
+        use crate::model::dspark::{DsparkMeta, session_bytes, tensor_plan};
+        use crate::model::layout::{ExpertTypes, concrete_type};
+        let hp = HParams::flash();
+        let q2: u64 = crate::model::layout::tensor_plan(&hp)
+            .iter()
+            .filter(|s| !(s.optional && s.layer.is_some_and(|l| hp.is_hash_layer(l))))
+            .map(|s| {
+                concrete_type(s, ExpertTypes::Q2)
+                    .bytes_for(s.dims.iter().product())
+                    .unwrap()
+            })
+            .sum();
+        let meta = DsparkMeta {
+            block_size: 5,
+            markov_rank: 256,
+            noise_token: 128_799,
+            targets: vec![40, 41, 42],
+        };
+        let support: u64 = tensor_plan(&hp, &meta, 3)
+            .iter()
+            .map(|s| {
+                let f16_fn = s.name.contains(".hc_") && s.name.ends_with("_fn.weight");
+                let ty = match s.rule {
+                    _ if f16_fn => crate::gguf::GgmlType::F16,
+                    crate::model::layout::TypeRule::RoutedExpert => concrete_type(s, ExpertTypes::Q2),
+                    crate::model::layout::TypeRule::AnyOf(t) => t[0],
+                    crate::model::layout::TypeRule::Exact(t) => t,
+                };
+                ty.bytes_for(s.dims.iter().product()).unwrap()
+            })
+            .sum();
+        assert_eq!(support, 5_989_108_652);
+        let drafter = session_bytes(&hp, &meta, 3, 256, 128);
+        assert_eq!(drafter, 12_582_912 + 786_432);
+        let ctx = 65_536;
+        let kv = cpu_kv_bytes(&hp, ctx);
+        let scratch = cpu_scratch_estimate(&hp, 1024);
+        let need = MemoryNeed {
+            weight_bytes: q2 + support,
+            residence: WeightResidence::DeviceCopy { unified: true },
+            kv_bytes: kv + drafter,
+            scratch_bytes: scratch,
+            kv_on_device: true,
+            checkpoint_bytes: 0,
+        };
+        let gpu = GpuMemory {
+            vram_total: 512 << 20,
+            vram_used: 0,
+            gtt_total: gib_u(120.0),
+            gtt_used: 0,
+        };
+        let pinned = need.weight_bytes + need.kv_bytes + need.scratch_bytes;
+        // 80.76 GiB + 5.58 GiB + KV 0.87 GiB + scratch 0.61 GiB = 87.82 GiB (docs/memory.md#dspark).
+        let g = |b: u64| format!("{:.2}", b as f64 / (1u64 << 30) as f64);
+        assert_eq!(
+            (g(q2), g(support), g(kv + drafter), g(scratch), g(pinned)),
+            (
+                "80.76".into(),
+                "5.58".into(),
+                "0.87".into(),
+                "0.61".into(),
+                "87.82".into()
+            )
+        );
+        assert_eq!(
+            check_memory(&need, &host_gib(128.0, 124.0), Some(&gpu), &hp, ctx),
+            MemoryVerdict::Fits
+        );
+    }
 }

@@ -18,6 +18,7 @@ pub mod arithmetic;
 pub mod cache_rows;
 pub mod copy_budget;
 pub mod cpu;
+pub mod dspark;
 #[cfg(feature = "hip")]
 pub mod hip;
 pub mod knobs;
@@ -278,6 +279,17 @@ pub trait DeviceSession: Send {
     fn commit(&mut self, keep: usize) -> Result<(), BackendError> {
         let _ = keep;
         Err(no_block_verify(self.name()))
+    }
+    /// Attach a DSpark drafter (docs/dspark.md) for `support`, bound to this session's model: from
+    /// now on the session captures the target layers' outputs of every evaluated position, and the
+    /// returned forward drafts from them with `convention`.
+    fn dspark(
+        &mut self,
+        support: Arc<crate::model::dspark::DsparkModel>,
+        convention: crate::model::dspark::DsparkConvention,
+    ) -> Result<Box<dyn dspark::DsparkForward>, BackendError> {
+        let _ = (support, convention);
+        Err(dspark::no_dspark(self.name()))
     }
     /// Pick the next token on the device from the last eval's logits; `None` when this backend has
     /// no device sampling (the caller then samples `logits()` on the host).

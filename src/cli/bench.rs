@@ -1,6 +1,7 @@
 //! `ds4-chat bench`: prefill and decode speed at growing context frontiers, as a CSV shaped like
 //! ds4-bench's, plus the decode step's weight bytes per token and the fraction of the memory
-//! bandwidth roofline it reaches (docs/model.md#weight-bytes-per-token).
+//! bandwidth roofline it reaches (docs/model.md#weight-bytes-per-token). With `--speculate dspark`,
+//! also the draft pass's cost beside a plain decode step at each frontier (docs/dspark.md#cost).
 //!
 //! Owns the measurement loop only: the backend is opened by `engine::backend_open`, byte counts come
 //! from `model::accounting`.
@@ -16,9 +17,11 @@ use crate::engine::backend_open::open_device_model;
 use crate::engine::generate::{Hooks, Limits, Speculation, generate, generate_speculative};
 use crate::engine::settings::{self, named};
 use crate::engine::speculate::accept::{BlockLogits, Outcome};
-use crate::engine::speculate::drafter::Draft;
+use crate::engine::speculate::drafter::{Draft, Drafter};
+use crate::engine::speculate::dspark::{DraftPass, PassLog};
 use crate::model::Model;
 use crate::model::accounting::{table_from_model, weight_bytes_per_token};
+use crate::model::dspark::{DsparkModel, pass_bytes};
 use crate::model::tokenizer::Tokenizer;
 
 #[derive(clap::Args, Debug)]
@@ -168,6 +171,82 @@ impl<'b> Hooks<dyn DeviceSession + 'b> for GreedyPastEos {
     }
 }
 
+/// Plain decode steps timed beside the draft passes at each frontier.
+const TIMED_STEPS: usize = 16;
+
+/// `GreedyPastEos` that times every decode step (pick, token, decode).
+struct TimedSteps {
+    inner: GreedyPastEos,
+    last: Instant,
+    steps: Vec<f64>,
+}
+
+impl<'b> Hooks<dyn DeviceSession + 'b> for TimedSteps {
+    fn pick(&mut self, state: &mut (dyn DeviceSession + 'b)) -> Result<u32, BackendError> {
+        self.inner.pick(state)
+    }
+    fn token(&mut self, token: u32) -> Result<(), String> {
+        self.inner.token(token)
+    }
+    fn decoded(&mut self, _state: &(dyn DeviceSession + 'b), _generated: usize) -> bool {
+        self.steps.push(self.last.elapsed().as_secs_f64());
+        self.last = Instant::now();
+        true
+    }
+}
+
+/// The median (the mean of the middle two for an even count; 0 for none).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The draft pass's cost at one frontier (docs/dspark.md#cost): the median pass time against the
+/// median plain step, and the weight bytes a pass read (median over the passes) against a step's.
+fn draft_cost_line(
+    frontier: usize,
+    passes: &[DraftPass],
+    pass_bytes: &[u64],
+    steps: &[f64],
+    step_bytes: u64,
+) -> String {
+    if passes.is_empty() {
+        return format!("ds4-chat bench: ctx {frontier}: dspark ran no draft pass");
+    }
+    let pass = median(&passes.iter().map(|p| p.secs).collect::<Vec<_>>());
+    let step = median(steps);
+    let bytes = median(&pass_bytes.iter().map(|&b| b as f64).collect::<Vec<_>>());
+    let stages = passes[0].reads.experts.len();
+    let experts: Vec<String> = (0..stages)
+        .map(|st| {
+            let sum: usize = passes
+                .iter()
+                .map(|p| p.reads.experts.get(st).copied().unwrap_or(0))
+                .sum();
+            format!("{:.1}", sum as f64 / passes.len() as f64)
+        })
+        .collect();
+    let lm = passes.iter().filter(|p| p.reads.lm_head).count();
+    format!(
+        "ds4-chat bench: ctx {frontier}: dspark draft pass {:.3} ms (median of {}), decode step {:.3} ms (median of {}): {:.1}% of a step; reads {:.3} GB a pass (median; {:.1}% of a step's {:.3} GB; distinct experts a stage {}; LM head in {lm} of {} passes)",
+        pass * 1e3,
+        passes.len(),
+        step * 1e3,
+        steps.len(),
+        if step > 0.0 { 100.0 * pass / step } else { 0.0 },
+        bytes / 1e9,
+        100.0 * bytes / step_bytes.max(1) as f64,
+        step_bytes as f64 / 1e9,
+        experts.join("/"),
+        passes.len()
+    )
+}
+
 /// Streaming read bandwidth of this machine's memory in GB/s (sum over a 1 GiB buffer, all cores).
 fn measure_host_read_gbps() -> f64 {
     use rayon::prelude::*;
@@ -224,6 +303,7 @@ pub fn run(args: Args) -> CliResult {
     args.placement.apply(&mut config)?;
     let placement = super::placement_of(&config);
     let speculate = config.speculate;
+    let dspark_settings = config.dspark.clone();
     if let Some(n) = args.verify_cost.iter().find(|&&n| !(2..=MAX_VERIFY_BLOCK).contains(&n)) {
         return Err(format!(
             "--verify-cost: a block of {n} tokens is not in 2..={MAX_VERIFY_BLOCK}"
@@ -269,6 +349,22 @@ pub fn run(args: Args) -> CliResult {
         eprintln!("ds4-chat bench: using the CPU backend: {why}");
     }
     let mut backend: Box<dyn DeviceSession> = opened.session;
+    // The DSpark drafter is attached before the first prefill, so it reads every target row; it
+    // drafts at every frontier.
+    // Its passes are logged, to report their cost beside a plain step.
+    let mut dspark_log: Option<(PassLog, Arc<DsparkModel>)> = None;
+    let mut dspark = match speculate {
+        crate::engine::speculate::Speculate::Dspark => {
+            let mut opened = dspark_settings.open_drafter(&model, backend.as_mut(), ctx_alloc)?;
+            if let Some(w) = &opened.warning {
+                eprintln!("ds4-chat bench: {w}");
+            }
+            dspark_log = Some((opened.drafter.log_passes(), opened.support));
+            Some(Box::new(opened.drafter) as Box<dyn Drafter>)
+        }
+        _ => None,
+    };
+    let lm_head_bytes = model.file.tensor("output.weight").map_or(0, |t| t.nbytes);
     match backend.weights_placement() {
         Some(p) => eprintln!(
             "ds4-chat bench: weights {}; backend ready in {open_secs:.2} s",
@@ -325,14 +421,17 @@ pub fn run(args: Args) -> CliResult {
             .map_err(|e| e.to_string())?;
         let prefill_secs = t.elapsed().as_secs_f64();
         let snapshot = backend.save_state();
-        let t = Instant::now();
         let limits = Limits {
             max_new: args.gen_tokens,
             stop_token: None,
             decode_last: true,
         };
+        let t = Instant::now();
         let history = &prompt[..frontier];
-        let mut spec = speculate.drafter().map(|d| Speculation::new(d, history));
+        let mut spec = dspark
+            .take()
+            .or_else(|| speculate.drafter())
+            .map(|d| Speculation::new(d, history));
         let mut hooks = GreedyPastEos { eos, out: Vec::new() };
         match spec.as_mut() {
             Some(spec) => generate_speculative(backend.as_mut(), limits, &mut hooks, spec),
@@ -340,7 +439,11 @@ pub fn run(args: Args) -> CliResult {
         }
         .map_err(|e| e.to_string())?;
         let gen_secs = t.elapsed().as_secs_f64();
-        if let Some(f) = spec.map(|s| s.figures) {
+        let figures = spec.as_ref().map(|s| s.figures);
+        if speculate == crate::engine::speculate::Speculate::Dspark {
+            dspark = spec.map(|s| s.into_drafter());
+        }
+        if let Some(f) = figures {
             eprintln!(
                 "ds4-chat bench: ctx {frontier}: speculate {}: {} cycles, {} drafted, {} accepted, {:.2} tokens per cycle",
                 speculate.name(),
@@ -351,6 +454,30 @@ pub fn run(args: Args) -> CliResult {
             );
         }
         backend.load_state(&snapshot).map_err(|e| e.to_string())?;
+        // With DSpark, plain decode steps from the same frontier, timed one by one, after the
+        // speculative run (restoring the state drops the captured rows the drafter reads).
+        if let Some((log, support)) = &dspark_log {
+            let passes = log.take();
+            let bytes: Vec<u64> = passes
+                .iter()
+                .map(|p| pass_bytes(&support.stages, lm_head_bytes, &p.reads).total())
+                .collect();
+            let mut timed = TimedSteps {
+                inner: GreedyPastEos { eos, out: Vec::new() },
+                last: Instant::now(),
+                steps: Vec::new(),
+            };
+            let plain = Limits {
+                max_new: TIMED_STEPS.min(args.gen_tokens).max(1),
+                ..limits
+            };
+            generate(backend.as_mut(), plain, &mut timed).map_err(|e| e.to_string())?;
+            backend.load_state(&snapshot).map_err(|e| e.to_string())?;
+            eprintln!(
+                "{}",
+                draft_cost_line(frontier, &passes, &bytes, &timed.steps, per_token)
+            );
+        }
         let plain_tps = (speculate == crate::engine::speculate::Speculate::Off)
             .then(|| args.gen_tokens as f64 / gen_secs.max(1e-9));
         let at = Frontier {
@@ -427,11 +554,6 @@ struct VerifyCost {
     step_secs: f64,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Time `VERIFY_REPS` verifies of the block [next token, n − 1 continuation tokens] (each rolled
 /// back by `commit(0)`, not timed) and as many single decode steps from the frontier's state.
 fn measure_verify(backend: &mut dyn DeviceSession, at: &Frontier, n: usize) -> Result<VerifyCost, String> {
@@ -458,8 +580,8 @@ fn measure_verify(backend: &mut dyn DeviceSession, at: &Frontier, n: usize) -> R
     }
     backend.load_state(at.snapshot).map_err(e)?;
     Ok(VerifyCost {
-        verify_secs: median(verify),
-        step_secs: median(step),
+        verify_secs: median(&verify),
+        step_secs: median(&step),
     })
 }
 
@@ -529,6 +651,42 @@ mod tests {
             "2048,2048,1000.00,64,50.00,123,9560000000,478.0,9.96"
         );
         assert_eq!(CSV_HEADER.split(',').count(), row.csv(1, 1.0).split(',').count());
+    }
+
+    #[test]
+    fn draft_cost_is_the_median_pass_against_the_median_step() {
+        use crate::model::dspark::PassReads;
+        let pass = |secs: f64, experts: Vec<usize>, lm_head: bool| DraftPass {
+            secs,
+            reads: PassReads {
+                experts,
+                lm_head,
+                markov_rows: 0,
+                confidence_rows: 1,
+            },
+        };
+        let passes = [
+            pass(0.004, vec![20, 26, 28], true),
+            pass(0.002, vec![22, 24, 28], false),
+            pass(0.003, vec![24, 28, 28], true),
+        ];
+        // Median pass 3 ms against the median step (of 10, 20, 30, 40 ms: (20 + 30) / 2 = 25 ms):
+        // 12%; median bytes 1.8e9 of 9e9 a step: 20%.
+        let line = draft_cost_line(
+            2048,
+            &passes,
+            &[1_700_000_000, 1_800_000_000, 1_900_000_000],
+            &[0.010, 0.040, 0.030, 0.020],
+            9_000_000_000,
+        );
+        assert_eq!(
+            line,
+            "ds4-chat bench: ctx 2048: dspark draft pass 3.000 ms (median of 3), decode step 25.000 ms (median of 4): 12.0% of a step; reads 1.800 GB a pass (median; 20.0% of a step's 9.000 GB; distinct experts a stage 22.0/26.0/28.0; LM head in 2 of 3 passes)"
+        );
+        assert_eq!(
+            draft_cost_line(64, &[], &[], &[0.01], 1),
+            "ds4-chat bench: ctx 64: dspark ran no draft pass"
+        );
     }
 
     #[test]

@@ -131,6 +131,7 @@ fn open_local(config: Result<Config, String>, args: &Args) -> Result<Opened, Str
             let _ = link
                 .commands
                 .send(Command::SetSpeculateSampling(cfg.speculate_sampling));
+            let _ = link.commands.send(Command::SetDspark(cfg.dspark.clone()));
             let budget = cfg.sessions_budget;
             let mut app = App::new(cfg, label, Some(load));
             app.sessions = SessionsState::new(Store::default_location(), budget);

@@ -17,6 +17,9 @@ pub enum PresetArg {
     Flash,
     /// The smallest file the loader binds (one layer, no tokenizer; fuzzing and tests).
     Micro,
+    /// A DSpark support file (docs/dspark.md#support-file) whose shapes match the model given with
+    /// --like (5.58 GiB for the Flash shapes).
+    Dspark,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -51,6 +54,9 @@ pub struct Args {
     /// last third). ds4 loads only the full 43-layer layout.
     #[arg(long)]
     pub layers: Option<usize>,
+    /// The main model a `--preset dspark` support file drafts for (its shapes are read from it).
+    #[arg(long, value_name = "MODEL.gguf")]
+    pub like: Option<PathBuf>,
 }
 
 /// A throttled one-line progress display on stderr: bytes, GiB/s, ETA.
@@ -88,11 +94,31 @@ impl Progress {
     }
 }
 
+/// `--preset dspark`: a support file for the model of `--like`.
+fn support_file(args: &Args) -> Result<(SyntheticModel, String), String> {
+    let Some(like) = &args.like else {
+        return Err("--preset dspark needs --like MODEL.gguf (the model it drafts for)".into());
+    };
+    let file = crate::gguf::GgufFile::open(like).map_err(|e| e.to_string())?;
+    let hp = crate::model::HParams::from_gguf(&file).map_err(|e| e.in_file(like).to_string())?;
+    let meta = crate::genmodel::dspark::meta_for(&hp);
+    let m = crate::genmodel::dspark::support_model(&hp, &meta, args.seed).map_err(|e| e.to_string())?;
+    Ok((m, format!("DSpark support for {}", like.display())))
+}
+
 pub fn run(args: Args) -> CliResult {
+    if matches!(args.preset, PresetArg::Dspark) {
+        let (model, what) = support_file(&args)?;
+        return write(&model, &args, &what);
+    }
+    if args.like.is_some() {
+        return Err("--like is for --preset dspark".into());
+    }
     let preset = match args.preset {
         PresetArg::Tiny => Preset::Tiny,
         PresetArg::Flash => Preset::Flash,
         PresetArg::Micro => Preset::Micro,
+        PresetArg::Dspark => unreachable!("handled above"),
     };
     let experts = match args.experts {
         ExpertsArg::Q2 => ExpertMix::Q2,
@@ -104,12 +130,16 @@ pub fn run(args: Args) -> CliResult {
         spec = spec.with_layers(n)?;
     }
     let model = SyntheticModel::new(&spec).map_err(|e| e.to_string())?;
+    let what = format!("{} preset, {} experts", preset.name(), experts.name());
+    write(&model, &args, &what)
+}
+
+/// Stream `model` to `--out` with a progress line.
+fn write(model: &SyntheticModel, args: &Args, what: &str) -> CliResult {
     let lay = &model.layout;
     eprintln!(
-        "writing {} ({} preset, {} experts, seed {}): {} tensors, {:.2} GiB",
+        "writing {} ({what}, seed {}): {} tensors, {:.2} GiB",
         args.out.display(),
-        preset.name(),
-        experts.name(),
         args.seed,
         lay.tensors.len(),
         lay.file_size as f64 / GIB

@@ -10,6 +10,7 @@ use super::CliResult;
 use crate::model::Model;
 use crate::model::accounting::{Accounting, account, table_from_model};
 use crate::model::checkpoint::{Generation, describe_file};
+use crate::model::dspark::DsparkModel;
 use crate::units::fmt_gib;
 
 #[derive(clap::Args, Debug)]
@@ -19,18 +20,39 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// A DSpark support file to check against the model (docs/dspark.md#support-file) [default:
+    /// ds4's file name next to the model, when there].
+    #[arg(long, value_name = "FILE")]
+    pub dspark: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> CliResult {
     let model = Model::open(&args.file).map_err(|e| e.to_string())?;
     let acc = account(&model.hp, &table_from_model(&model));
+    let support = match args.dspark.clone().or_else(|| crate::model::dspark::beside(&args.file)) {
+        Some(p) => Some(DsparkModel::open(&p, &model.hp).map_err(|e| e.to_string())?),
+        None => None,
+    };
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&to_json(&model, &acc)).map_err(|e| e.to_string())?
-        );
+        let mut v = to_json(&model, &acc);
+        if let Some(d) = &support {
+            v["dspark"] = json!({
+                "file": d.file.display_name(),
+                "stages": d.stages.len(),
+                "block_size": d.meta.block_size,
+                "markov_rank": d.meta.markov_rank,
+                "noise_token_id": d.meta.noise_token,
+                "target_layer_ids": d.meta.targets,
+                "n_tensors": d.n_tensors(),
+                "tensor_bytes": d.tensor_bytes(),
+            });
+        }
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
     } else {
         print_text(&model, &acc);
+        if let Some(d) = &support {
+            println!("dspark        {}: {}", d.file.display_name(), d.summary());
+        }
     }
     Ok(())
 }

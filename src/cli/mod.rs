@@ -122,9 +122,10 @@ impl ConfigArg {
 /// The one settings value of a run: the config file's keys over the defaults, the flags over both.
 pub use crate::tui::config::Config;
 
-/// Where and how the engine runs: `--threads`, `--backend`, `--weights`, `--speculate` and `--exact`
-/// of the app, `run`, `serve` and `bench` (config keys `threads`, `backend`, `weights`, `speculate`,
-/// `arithmetic`).
+/// Where and how the engine runs: `--threads`, `--backend`, `--weights`, `--speculate`, the DSpark
+/// drafter's `--dspark`, `--dspark-confidence`, `--dspark-convention` and `--exact` of the app, `run`,
+/// `serve` and `bench` (config keys `threads`, `backend`, `weights`, `speculate`, `dspark`,
+/// `dspark_confidence`, `dspark_convention`, `arithmetic`).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct PlacementArgs {
     /// CPU threads, 0 = all cores [default: 0].
@@ -137,14 +138,25 @@ pub struct PlacementArgs {
     /// [default: auto].
     #[arg(long, value_name = "auto|copy|map")]
     pub weights: Option<String>,
-    /// Speculative decoding: off (plain decode) or ngram (prompt lookup drafts, checked in one block
-    /// verify; plain decode where the backend has none) [default: off].
-    #[arg(long, value_name = "off|ngram")]
+    /// Speculative decoding: off (plain decode), ngram (prompt lookup drafts, checked in one block
+    /// verify; plain decode where the backend has none) or dspark (DeepSeek's drafter from the
+    /// support file) [default: off].
+    #[arg(long, value_name = "off|ngram|dspark")]
     pub speculate: Option<String>,
     /// How drafts are accepted when sampling: exact (the sampler's distribution) or opportunistic
     /// (drafts kept while they equal the argmax, as ds4 does) [default: exact].
     #[arg(long, value_name = "exact|opportunistic")]
     pub speculate_sampling: Option<String>,
+    /// The DSpark support file [default: DeepSeek-V4-Flash-DSpark-support-0731.gguf next to the model].
+    #[arg(long, value_name = "FILE")]
+    pub dspark: Option<std::path::PathBuf>,
+    /// The confidence every DSpark draft must reach (0 ..= 1; 0 drafts whole blocks) [default: 0.7].
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub dspark_confidence: Option<f64>,
+    /// Where DeepSeek's reference and ds4 differ, which DSpark follows: reference or ds4 [default:
+    /// reference].
+    #[arg(long, value_name = "reference|ds4")]
+    pub dspark_convention: Option<String>,
     #[command(flatten)]
     pub arithmetic: ArithmeticArgs,
 }
@@ -171,6 +183,18 @@ impl PlacementArgs {
         if let Some(v) = &self.speculate_sampling {
             let rule = crate::engine::speculate::accept::SamplingRule::parse(v);
             c.speculate_sampling = named("--speculate-sampling", rule)?;
+        }
+        if let Some(v) = &self.dspark {
+            c.dspark.path = Some(v.clone());
+        }
+        if let Some(v) = self.dspark_confidence {
+            c.dspark.confidence = named(
+                "--dspark-confidence",
+                crate::engine::speculate::dspark::check_confidence(v),
+            )?;
+        }
+        if let Some(v) = &self.dspark_convention {
+            c.dspark.convention = named("--dspark-convention", crate::model::dspark::DsparkConvention::parse(v))?;
         }
         if let Some(mode) = self.arithmetic.requested() {
             c.arithmetic = mode;

@@ -98,6 +98,7 @@ struct RunSettings {
     system: String,
     speculate: Speculate,
     speculate_sampling: SamplingRule,
+    dspark: crate::engine::speculate::dspark::DsparkSettings,
 }
 
 impl RunSettings {
@@ -123,6 +124,7 @@ impl RunSettings {
             system: c.system,
             speculate: c.speculate,
             speculate_sampling: c.speculate_sampling,
+            dspark: c.dspark,
         })
     }
 }
@@ -312,7 +314,18 @@ pub fn run(args: Args) -> CliResult {
         ));
     }
 
-    let mut backend = open_device_session(model, &set.placement, ctx)?;
+    let mut backend = open_device_session(model.clone(), &set.placement, ctx)?;
+    // The DSpark drafter is attached before the prompt, so it reads the prompt's target rows.
+    let dspark = match set.speculate {
+        Speculate::Dspark => {
+            let (drafter, warning) = set.dspark.open(&model, backend.as_mut(), ctx)?;
+            if let Some(w) = warning {
+                eprintln!("ds4-chat: {w}");
+            }
+            Some(drafter)
+        }
+        _ => None,
+    };
     let t_prefill = Instant::now();
     // Long prefills on a big model take a while: show progress when stderr is a terminal.
     let show_progress = std::io::stderr().is_terminal();
@@ -330,7 +343,9 @@ pub fn run(args: Args) -> CliResult {
     let prefill_s = t_prefill.elapsed().as_secs_f64();
     let budget = generation_budget(set.max_tokens, ctx, backend.n_past());
 
-    let mut spec = set.speculate.drafter().map(|d| Speculation::new(d, &prompt));
+    let mut spec = dspark
+        .or_else(|| set.speculate.drafter())
+        .map(|d| Speculation::new(d, &prompt));
     if spec.is_some() && !backend.has_block_verify() {
         eprintln!(
             "ds4-chat: the {} backend has no block verify; --speculate {} decodes plainly",

@@ -123,6 +123,7 @@ fn options(a: &Args) -> Result<ServeOptions, String> {
         },
         speculate: c.speculate,
         speculate_sampling: c.speculate_sampling,
+        dspark: c.dspark.clone(),
         prompt_cache: prompt_cache(c.prompt_cache_budget),
     })
 }

@@ -125,6 +125,8 @@ pub enum Command {
     SetSpeculate(crate::engine::speculate::Speculate),
     /// How drafts are accepted when sampling (`speculate_sampling`).
     SetSpeculateSampling(crate::engine::speculate::accept::SamplingRule),
+    /// The DSpark drafter's settings (support file, confidence, convention) for `speculate` dspark.
+    SetDspark(crate::engine::speculate::dspark::DsparkSettings),
     /// Write the session's cache and the tokens it holds to a KV snapshot file
     /// (docs/sessions.md#kv-snapshots); answered by `SnapshotSaved`.
     SaveSnapshot {

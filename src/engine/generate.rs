@@ -264,6 +264,11 @@ impl Speculation {
         self
     }
 
+    /// The drafter back (to go on drafting for the same session in a later generation).
+    pub fn into_drafter(self) -> Box<dyn Drafter> {
+        self.drafter
+    }
+
     /// The history the drafter reads: the starting tokens and every token handed out since.
     pub fn history(&self) -> &[u32] {
         &self.history
@@ -311,6 +316,8 @@ pub fn generate_speculative<S: DecodeState + ?Sized>(
         } else {
             0
         };
+        // A verify's time includes its draft pass (a model drafter's is not free).
+        let t = Instant::now();
         if k > 0 {
             spec.drafter.propose(&spec.history, k, &mut spec.draft);
             spec.draft.truncate(k);
@@ -326,7 +333,6 @@ pub fn generate_speculative<S: DecodeState + ?Sized>(
             }
             continue;
         }
-        let t = Instant::now();
         spec.block.clear();
         spec.block.push(token);
         spec.block.extend_from_slice(&spec.draft.tokens);

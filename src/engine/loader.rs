@@ -90,6 +90,37 @@ fn guard_host_memory(
     Ok(())
 }
 
+/// The host memory guard with a DSpark drafter attached to a CPU session: the support file is mapped
+/// like the model (its bytes join the weights') and the drafter's captured rows and context-KV
+/// rows join the scratch (`model::dspark::session_bytes`). `Ok(Some(line))` is a warning to show.
+pub fn guard_dspark_memory(
+    model: &Model,
+    support: &crate::model::dspark::DsparkModel,
+    backend: &dyn DeviceSession,
+    ctx: usize,
+) -> Result<Option<String>, String> {
+    if backend.name() != "cpu" {
+        return Ok(None);
+    }
+    let mut need = cpu_memory_need(model, &backend.memory());
+    need.weight_bytes += support.file.file_size();
+    need.scratch_bytes += crate::model::dspark::session_bytes(
+        &model.hp,
+        &support.meta,
+        support.stages.len(),
+        crate::backend::cpu::dspark::CAPTURE_ROWS,
+        crate::model::dspark::REFERENCE_WINDOW,
+    );
+    match read_host_memory() {
+        Ok(host) => match check_memory(&need, &host, None, &model.hp, ctx as u64) {
+            MemoryVerdict::Fits => Ok(None),
+            MemoryVerdict::Warn(m) => Ok(Some(m)),
+            MemoryVerdict::Refuse(m) => Err(m),
+        },
+        Err(e) => Ok(Some(format!("memory check skipped: {e}"))),
+    }
+}
+
 /// A session of `ctx` tokens on the engine of a loaded model, checked as a load checks its first
 /// one: the context range, then the memory its cache needs. Reads nothing from the model file and
 /// moves no weights.

@@ -83,6 +83,11 @@ impl PromptCache {
         self.backend.as_ref()
     }
 
+    /// The session, to attach a drafter to it (`DeviceSession::dspark`).
+    pub fn backend_mut(&mut self) -> &mut dyn DeviceSession {
+        self.backend.as_mut()
+    }
+
     pub fn ctx(&self) -> usize {
         self.backend.ctx()
     }

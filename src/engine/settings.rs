@@ -79,6 +79,11 @@ pub fn check_top_p(v: f64) -> Result<f32, String> {
 
 /// Min-p cut relative to the top token: [0, 1].
 pub fn check_min_p(v: f64) -> Result<f32, String> {
+    check_probability(v)
+}
+
+/// A probability, 0 ..= 1 (min-p, DSpark's confidence threshold).
+pub fn check_probability(v: f64) -> Result<f32, String> {
     if v.is_finite() && (0.0..=1.0).contains(&v) {
         Ok(v as f32)
     } else {

@@ -125,6 +125,8 @@ struct Loaded {
     /// What was loaded and what `Loaded` said about it, for a new device session on the same model.
     request: LoadRequest,
     info: ModelInfo,
+    /// The DSpark drafter attached to this session, between turns.
+    dspark: Option<Box<dyn crate::engine::speculate::drafter::Drafter>>,
 }
 
 /// Whether `next` asks for the model `loaded` was made for, on the same engine settings: then only
@@ -246,6 +248,8 @@ struct WorkerState {
     speculate_notice_given: bool,
     /// The prompt store each new session opens (`SetPromptStore`).
     prompt_store: Option<PromptStoreSettings>,
+    /// The DSpark drafter's settings (`SetDspark`), for `speculate` dspark.
+    dspark: crate::engine::speculate::dspark::DsparkSettings,
 }
 
 /// The worker's side of the command channel, with what a turn in flight sets aside.
@@ -317,6 +321,7 @@ impl WorkerState {
             speculate_sampling: SamplingRule::Exact,
             speculate_notice_given: false,
             prompt_store: None,
+            dspark: Default::default(),
         }
     }
 
@@ -423,6 +428,7 @@ impl WorkerState {
             Command::SetSampling(p) => self.inbox.sampling_override = Some(p),
             Command::SetSpeculate(s) => self.speculate = s,
             Command::SetSpeculateSampling(r) => self.speculate_sampling = r,
+            Command::SetDspark(d) => self.dspark = d,
             Command::SaveSnapshot { path } => self.save_snapshot(path),
             Command::Resume(req) => self.resume(req),
             Command::SetPromptStore(settings) => {
@@ -505,6 +511,7 @@ impl WorkerState {
             device_model: engine,
             request,
             info: info.clone(),
+            dspark: None,
         });
         // Its notices come before `Loaded`, so a client that stops reading there has them.
         self.open_prompt_store();

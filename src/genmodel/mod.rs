@@ -11,6 +11,7 @@
 //! (gate/up × 4, their down-projection inputs × 1/16) so the SwiGLU clamp actually fires.
 
 pub mod blocks;
+pub mod dspark;
 pub mod rng;
 pub mod vocab;
 
@@ -334,9 +335,11 @@ struct Recipe {
 fn recipe(spec: &TensorSpec, ty: GgmlType, hp: &HParams, seed: u64) -> Recipe {
     let isq = |n: usize| 1.0 / (n as f32).sqrt();
     let (e, ff) = (hp.n_embd, hp.n_ff_exp);
-    let base = spec.name.rsplit_once("blk.").map_or(spec.name.as_str(), |(_, r)| {
-        r.split_once('.').map_or(r, |(_, rest)| rest)
-    });
+    // The name without its `blk.N.` (main model) or `mtp.N.` (DSpark support file) prefix.
+    let base = ["blk.", "mtp."]
+        .iter()
+        .find_map(|p| spec.name.strip_prefix(p))
+        .map_or(spec.name.as_str(), |r| r.split_once('.').map_or(r, |(_, rest)| rest));
     let n = |mean: f32, std: f32| Init::Normal { mean, std };
     let norm_w = n(1.0, 0.3);
     let hw = hot_width(ff);
@@ -358,6 +361,16 @@ fn recipe(spec: &TensorSpec, ty: GgmlType, hp: &HParams, seed: u64) -> Recipe {
             (n(0.0, isq(e)), Hot::Rows { ff, width: hw })
         }
         "ffn_down_exps.weight" | "ffn_down_shexp.weight" => (n(0.0, OUT_GAIN * isq(ff)), Hot::Cols { ff, width: hw }),
+        // DSpark support file (`dspark`): the conditioning projection, the HC head, the Markov and
+        // confidence heads.
+        "main_proj.weight" => (n(0.0, isq(spec.dims[0] as usize)), Hot::None),
+        "hc_head_fn.weight" => (n(0.0, isq(hp.hc_dim())), Hot::None),
+        "hc_head_base.weight" => (n(0.0, 0.5), Hot::None),
+        "hc_head_scale.weight" => (n(1.0, 0.1), Hot::None),
+        "markov_head.markov_w1.weight" => (n(0.0, 1.0), Hot::None),
+        "markov_head.markov_w2.weight" | "confidence_head.proj.weight" => {
+            (n(0.0, isq(spec.dims[0] as usize)), Hot::None)
+        }
         "ffn_gate_tid2eid.weight" => (
             Init::Tid2Eid {
                 n_expert: hp.n_expert as u32,

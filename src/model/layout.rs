@@ -13,6 +13,8 @@ pub enum TypeRule {
     Exact(GgmlType),
     /// A routed expert tensor: IQ2_XXS, Q2_K or Q4_K (gate and up of a layer share one type).
     RoutedExpert,
+    /// Any of these types (the DSpark support file's dense matrices, `model::dspark`).
+    AnyOf(&'static [GgmlType]),
 }
 
 impl TypeRule {
@@ -20,12 +22,14 @@ impl TypeRule {
         match self {
             TypeRule::Exact(e) => e == t,
             TypeRule::RoutedExpert => matches!(t, GgmlType::Iq2Xxs | GgmlType::Q2K | GgmlType::Q4K),
+            TypeRule::AnyOf(ts) => ts.contains(&t),
         }
     }
     pub fn describe(self) -> String {
         match self {
             TypeRule::Exact(e) => e.name().to_string(),
             TypeRule::RoutedExpert => "IQ2_XXS, Q2_K or Q4_K".to_string(),
+            TypeRule::AnyOf(ts) => ts.iter().map(|t| t.name()).collect::<Vec<_>>().join(", "),
         }
     }
 }
@@ -285,6 +289,7 @@ pub fn concrete_type(spec: &TensorSpec, experts: ExpertTypes) -> GgmlType {
         (TypeRule::Exact(t), _) => t,
         (TypeRule::RoutedExpert, Some(ExpertRole::Down)) => experts.down,
         (TypeRule::RoutedExpert, _) => experts.gate_up,
+        (TypeRule::AnyOf(ts), _) => ts[0],
     }
 }
 

@@ -10,6 +10,7 @@ pub mod chat;
 pub mod checkpoint;
 pub mod detok;
 pub mod dsml;
+pub mod dspark;
 pub mod hparams;
 pub mod layout;
 pub mod tokenizer;

@@ -94,6 +94,7 @@ impl RemoteWorker {
                 | Command::SetSpeculate(_)
                 | Command::SetSpeculateSampling(_)
                 | Command::SetPromptStore(_) => {}
+                Command::SetDspark(_) => {}
                 // A server keeps no cache of ours: nothing to snapshot, and a resumed conversation
                 // is simply sent with its next turn.
                 Command::SaveSnapshot { path } => self.emit(Event::SnapshotSaved {

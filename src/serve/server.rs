@@ -49,6 +49,8 @@ pub struct ServeOptions {
     pub speculate_sampling: crate::engine::speculate::accept::SamplingRule,
     /// The prompt cache on disk (docs/serve.md#prompt-cache); None: off.
     pub prompt_cache: Option<crate::engine::prompt_store::PromptStoreSettings>,
+    /// The DSpark drafter's settings, for `speculate` dspark.
+    pub dspark: crate::engine::speculate::dspark::DsparkSettings,
 }
 
 /// How the last turn ended, for `/health`.
@@ -152,6 +154,7 @@ pub fn run(opts: ServeOptions) -> Result<(), String> {
     worker.send(Command::SetSpeculate(opts.speculate));
     worker.send(Command::SetSpeculateSampling(opts.speculate_sampling));
     worker.send(Command::SetPromptStore(opts.prompt_cache));
+    worker.send(Command::SetDspark(opts.dspark.clone()));
     let ctx = load(&worker, opts.load)?;
     let server = Arc::new(Server {
         model_id: opts.model_id,

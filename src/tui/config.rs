@@ -12,7 +12,9 @@ use crate::backend::arithmetic::Arithmetic;
 use crate::engine::events::{BackendChoice, SamplingParams, WeightsMode};
 use crate::engine::speculate::Speculate;
 use crate::engine::speculate::accept::SamplingRule;
+use crate::engine::speculate::dspark::{DsparkSettings, check_confidence};
 use crate::model::chat::ThinkMode;
+use crate::model::dspark::DsparkConvention;
 
 use crate::engine::settings::{
     MIN_APP_CTX, check_ctx, check_max_tokens, check_min_p, check_seed, check_temp, check_threads, check_top_k,
@@ -105,6 +107,9 @@ struct FileConfig {
     prompt_cache_gib: Option<f64>,
     speculate: Option<String>,
     speculate_sampling: Option<String>,
+    dspark: Option<PathBuf>,
+    dspark_confidence: Option<f64>,
+    dspark_convention: Option<String>,
 }
 
 /// The resolved settings of one app run (file defaults, then file values, then CLI flags).
@@ -132,6 +137,8 @@ pub struct Config {
     pub speculate: Speculate,
     /// How drafts are accepted when sampling (docs/speculative.md#acceptance-rules).
     pub speculate_sampling: SamplingRule,
+    /// The DSpark drafter's support file, confidence threshold and convention (docs/dspark.md).
+    pub dspark: DsparkSettings,
 }
 
 /// Default disk budget of the KV snapshots: 4 GiB.
@@ -169,6 +176,7 @@ impl Default for Config {
             prompt_cache_budget: DEFAULT_PROMPT_CACHE_BUDGET,
             speculate: Speculate::Off,
             speculate_sampling: SamplingRule::Exact,
+            dspark: DsparkSettings::default(),
         }
     }
 }
@@ -275,6 +283,15 @@ pub fn parse_over(text: &str, base: Config) -> Result<Config, String> {
     }
     if let Some(v) = file.speculate_sampling {
         c.speculate_sampling = named("key `speculate_sampling`", SamplingRule::parse(&v))?;
+    }
+    if let Some(v) = file.dspark {
+        c.dspark.path = Some(v);
+    }
+    if let Some(v) = file.dspark_confidence {
+        c.dspark.confidence = named("key `dspark_confidence`", check_confidence(v))?;
+    }
+    if let Some(v) = file.dspark_convention {
+        c.dspark.convention = named("key `dspark_convention`", DsparkConvention::parse(&v))?;
     }
     Ok(c)
 }

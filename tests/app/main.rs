@@ -16,6 +16,7 @@ mod tui_common;
 
 mod cli_doctor;
 mod cli_tokenize;
+mod dspark_support;
 mod remote_tmux;
 mod serve_api;
 mod serve_process;

@@ -87,11 +87,10 @@ fn shared_cases(ctx_range: &str) -> Vec<Case> {
         range_case("--threads", "5000", THREADS),
         range_case("--threads", "-4", THREADS),
         choice_case("--backend", "cuda", BACKENDS),
-        choice_case("--speculate", "eagle", "off, ngram"),
-        case(
-            &["--speculate", "dspark"],
-            "--speculate: \"dspark\" is not available yet (off, ngram)",
-        ),
+        choice_case("--speculate", "eagle", "off, ngram, dspark"),
+        range_case("--dspark-confidence", "1.5", UNIT),
+        range_case("--dspark-confidence", "-0.1", UNIT),
+        choice_case("--dspark-convention", "eagle", "reference, ds4"),
     ]
 }
 
@@ -182,7 +181,15 @@ fn chat_app_refuses_bad_flags_and_config_keys() {
         ("weights = \"mmap\"", not_one_of("key `weights`", "mmap", WEIGHTS)),
         (
             "speculate = \"eagle\"",
-            not_one_of("key `speculate`", "eagle", "off, ngram"),
+            not_one_of("key `speculate`", "eagle", "off, ngram, dspark"),
+        ),
+        (
+            "dspark_confidence = 2.0",
+            out_of_range("key `dspark_confidence`", "2", UNIT),
+        ),
+        (
+            "dspark_convention = \"eagle\"",
+            not_one_of("key `dspark_convention`", "eagle", "reference, ds4"),
         ),
         (
             "think = \"maybe\"",

@@ -27,6 +27,7 @@ mod cpu_expert_types;
 mod ctx_session;
 mod dequant_fixtures;
 mod detok_stream;
+mod dspark_drafter;
 mod fuzz_corpus;
 mod genmodel_tiny;
 mod official_vectors;

@@ -14,6 +14,7 @@ use crate::model::hparams::HParams;
 use super::attention::{self, Visible};
 use super::cache::{self, LayerCache};
 use super::compressor::{self, RowKind};
+use super::dspark_capture::Capture;
 use super::hc;
 use super::indexer::{self, IndexerScratch};
 use super::matvec::{matmul, matmul_q8_0_prequant, par_rows, quantize_rows_q8_0};
@@ -116,6 +117,11 @@ impl Scratch {
         }
     }
 
+    /// The HC state of the chunk's rows after the last layer run (rows × n_hc × n_embd).
+    pub fn hc_state(&self) -> &[f32] {
+        &self.hc
+    }
+
     pub fn bytes(&self) -> usize {
         let f = self.hc.len() * 3
             + self.mix.len()
@@ -143,7 +149,9 @@ pub struct ForwardPass<'a> {
 
 impl ForwardPass<'_> {
     /// Run `tokens` (at positions `p0..`) through every layer, updating `caches`, and write the
-    /// logits `out` asks for. With `undo`, every cache write is recorded first (`undo.rs`).
+    /// logits `out` asks for. With `undo`, every cache write is recorded first (`undo.rs`); with
+    /// `capture`, the target layers' outputs are recorded for DSpark (`dspark_capture.rs`).
+    #[allow(clippy::too_many_arguments)]
     pub fn forward_chunk(
         &self,
         tokens: &[u32],
@@ -152,6 +160,7 @@ impl ForwardPass<'_> {
         s: &mut Scratch,
         out: HeadOut<'_>,
         mut undo: Option<&mut UndoLog>,
+        mut capture: Option<&mut Capture>,
     ) {
         let hp = self.hp;
         let n = tokens.len();
@@ -174,6 +183,12 @@ impl ForwardPass<'_> {
         for (l, cache) in caches.iter_mut().enumerate() {
             self.attention_layer(l, n, p0, cache, s, undo.as_deref_mut());
             self.ffn_layer(l, tokens, s);
+            if let Some(c) = capture.as_deref_mut() {
+                c.layer_output(l, &s.hc, n);
+            }
+        }
+        if let Some(c) = capture {
+            c.chunk_done(p0, n);
         }
         match out {
             HeadOut::None => {}

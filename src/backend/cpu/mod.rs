@@ -11,6 +11,8 @@
 pub mod attention;
 pub mod cache;
 pub mod compressor;
+pub mod dspark;
+pub mod dspark_capture;
 pub mod forward;
 pub mod hc;
 pub mod indexer;
@@ -24,12 +26,13 @@ pub mod state;
 pub mod transcend;
 pub mod undo;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::model::weights::Model;
 
 use super::{BackendError, DeviceSession, MemoryReport, Progress, check_eval_tokens, eval_in_chunks};
 use cache::LayerCache;
+use dspark_capture::Capture;
 use forward::{ForwardPass, HeadOut, Scratch};
 use ops::Rope;
 use resolved::Resolved;
@@ -94,6 +97,7 @@ impl CpuModel {
             scratch: Scratch::new(hp, ctx, PREFILL_CHUNK.min(ctx)),
             logits: vec![0.0; hp.n_vocab],
             block: Block::default(),
+            capture: None,
         })
     }
 }
@@ -132,6 +136,8 @@ pub struct CpuSession {
     tokens: Vec<u32>,
     logits: Vec<f32>,
     block: Block,
+    /// The target rows a DSpark drafter reads, once one is attached (`dspark`).
+    capture: Option<Arc<Mutex<Capture>>>,
 }
 
 /// The last verified block (docs/model.md#block-verify-and-commit).
@@ -192,8 +198,54 @@ impl CpuSession {
             Head::Last => (HeadOut::Last(&mut self.logits[..]), None),
             Head::EveryWithUndo => (HeadOut::Every(&mut self.block.logits[..]), Some(&mut self.block.undo)),
         };
-        engine.forward_chunk(chunk, p0, &mut self.caches, &mut self.scratch, out, undo);
+        let mut capture = self
+            .capture
+            .as_ref()
+            .map(|c| c.lock().unwrap_or_else(|e| e.into_inner()));
+        engine.forward_chunk(
+            chunk,
+            p0,
+            &mut self.caches,
+            &mut self.scratch,
+            out,
+            undo,
+            capture.as_deref_mut(),
+        );
         self.tokens.extend_from_slice(chunk);
+    }
+
+    /// Apply `f` to the DSpark capture, when one is attached.
+    fn with_capture(&self, f: impl FnOnce(&mut Capture)) {
+        if let Some(c) = &self.capture {
+            f(&mut c.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+    }
+
+    /// Start capturing `targets` for a DSpark drafter (keeping the last `keep` rows) and return the
+    /// shared capture; a second call replaces the first.
+    pub fn attach_capture(&mut self, targets: &[usize], keep: usize) -> Arc<Mutex<Capture>> {
+        let hp = &self.model.hp;
+        let c = Arc::new(Mutex::new(Capture::new(targets, hp.n_embd, hp.n_hc, keep)));
+        self.capture = Some(c.clone());
+        c
+    }
+
+    /// The DSpark forward of `support` over this session (`DeviceSession::dspark`), as its concrete
+    /// type (tests read its logits and hidden rows).
+    pub fn dspark_cpu(
+        &mut self,
+        support: Arc<crate::model::dspark::DsparkModel>,
+        convention: crate::model::dspark::DsparkConvention,
+    ) -> dspark::CpuDspark {
+        let capture = self.attach_capture(&support.meta.targets, dspark::CAPTURE_ROWS);
+        dspark::CpuDspark::new(
+            self.model.clone(),
+            support,
+            self.pool.clone(),
+            &self.w,
+            capture,
+            convention,
+        )
     }
 
     /// The pending block, if any, stays as evaluated: its undo record is dropped.
@@ -303,6 +355,8 @@ impl DeviceSession for CpuSession {
         if keep < n {
             self.block.undo.undo_from(keep, &mut self.caches);
             self.tokens.truncate(self.tokens.len() - (n - keep));
+            let len = self.tokens.len();
+            self.with_capture(|c| c.truncate(len));
             let n_vocab = self.model.hp.n_vocab;
             match keep {
                 0 => self.logits.copy_from_slice(&self.block.logits_before),
@@ -322,6 +376,15 @@ impl DeviceSession for CpuSession {
             c.reset();
         }
         self.logits.fill(0.0);
+        self.with_capture(|c| c.clear());
+    }
+
+    fn dspark(
+        &mut self,
+        support: Arc<crate::model::dspark::DsparkModel>,
+        convention: crate::model::dspark::DsparkConvention,
+    ) -> Result<Box<dyn super::dspark::DsparkForward>, BackendError> {
+        Ok(Box::new(self.dspark_cpu(support, convention)))
     }
 
     fn save_state(&self) -> Vec<u8> {
@@ -330,6 +393,7 @@ impl DeviceSession for CpuSession {
 
     fn load_state(&mut self, bytes: &[u8]) -> Result<(), BackendError> {
         self.commit_whole_block();
+        self.with_capture(|c| c.clear());
         state::load(self, bytes)
     }
 
@@ -343,13 +407,17 @@ impl DeviceSession for CpuSession {
         tokens: &[u32],
     ) -> Result<(), BackendError> {
         self.commit_whole_block();
+        self.with_capture(|c| c.clear());
         state::import(self, rows, tokens)
     }
 
     fn memory(&self) -> MemoryReport {
         MemoryReport {
             kv_bytes: self.caches.iter().map(|c| c.bytes() as u64).sum(),
-            scratch_bytes: (self.scratch.bytes() + self.logits.len() * 4) as u64,
+            scratch_bytes: (self.scratch.bytes()
+                + self.logits.len() * 4
+                + self.capture.as_ref().map_or(0, |c| c.lock().map_or(0, |c| c.bytes())))
+                as u64,
             device_weight_bytes: 0,
             device_used: None,
             device_total: None,

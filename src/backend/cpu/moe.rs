@@ -6,9 +6,9 @@
 
 use crate::model::hparams::HParams;
 
-use super::matvec::{Mat, matvec_expert, par_rows};
+use super::matvec::{Mat, matmul, matvec_expert};
 use super::ops::{silu, softplus};
-use super::quant::{BlockQ8K, QK_K, dot_f16, quantize_q8_k};
+use super::quant::{BlockQ8K, Q8_0Act, QK_K, quantize_q8_k};
 use super::resolved::LayerW;
 
 /// Minimum of the selected-probability sum before normalisation (docs/model.md#router).
@@ -25,6 +25,8 @@ pub struct MoeScratch {
     pub up: Vec<f32>,
     pub midq: Vec<BlockQ8K>,
     pub down: Vec<f32>,
+    /// The router input as Q8_0, for a Q8_0 router (the DSpark stages').
+    pub router_q8: Q8_0Act,
 }
 
 impl MoeScratch {
@@ -40,6 +42,7 @@ impl MoeScratch {
             up: vec![0.0; hp.n_ff_exp],
             midq: vec![BlockQ8K::default(); hp.n_ff_exp.div_ceil(QK_K)],
             down: vec![0.0; hp.n_embd],
+            router_q8: Q8_0Act::with_len(hp.n_embd),
         }
     }
 }
@@ -87,10 +90,17 @@ pub fn routed(
     out: &mut [f32],
 ) {
     let k = hp.n_expert_used;
-    // Router probabilities (F16 weights, f32 activation).
-    par_rows(pool, &mut s.logits, 1, lw.router.n_out, |o, _| {
-        dot_f16(lw.router.row(file, o), xn)
-    });
+    // Router logits: F16 weights against the f32 activation in the main model, Q8_0 in DSpark's
+    // stages (docs/arithmetic.md#products-by-weight-type).
+    matmul(
+        pool,
+        file,
+        &lw.router,
+        xn,
+        1,
+        &mut s.logits,
+        std::slice::from_mut(&mut s.router_q8),
+    );
     for (p, &l) in s.probs.iter_mut().zip(&s.logits) {
         *p = softplus(l).sqrt();
     }

@@ -3,15 +3,20 @@
 //!
 //! Owns the translation from the bound tensors (`model::weights`) to compute views; no math.
 
-use crate::gguf::GgmlType;
 use crate::gguf::half::f16_to_f32;
+use crate::gguf::{GgmlType, GgufFile};
 use crate::model::weights::{CompressorWeights, ExpertTensor, Model, TensorRef};
 
 use super::matvec::Mat;
 
 /// Element values of a small F32 / F16 / I32 tensor as f32 (I32 is kept as raw i32 by `ints`).
 pub fn floats(model: &Model, t: &TensorRef) -> Vec<f32> {
-    let b = model.data(t);
+    floats_in(&model.file, t)
+}
+
+/// `floats` of a tensor of any mapped file (the DSpark support file's vectors).
+pub fn floats_in(file: &GgufFile, t: &TensorRef) -> Vec<f32> {
+    let b = file.tensor_data(t);
     match t.ty {
         GgmlType::F32 => b
             .chunks_exact(4)

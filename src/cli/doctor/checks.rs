@@ -96,6 +96,14 @@ fn parse_kernel(release: &str) -> Option<(u32, u32)> {
 /// Bytes a copy of the model needs next to its KV cache: the named file, else the q2 file.
 fn needed(f: &Facts) -> (u64, String) {
     match &f.model {
+        Some(m) if m.what.is_ok() && m.dspark_bytes > 0 => (
+            m.bytes + m.dspark_bytes + m.session_bytes,
+            format!(
+                "model + DSpark support + KV at ctx {} = {}",
+                f.ctx,
+                gib(m.bytes + m.dspark_bytes + m.session_bytes)
+            ),
+        ),
         Some(m) if m.what.is_ok() => (
             m.bytes + m.session_bytes,
             format!("model + KV at ctx {} = {}", f.ctx, gib(m.bytes + m.session_bytes)),
@@ -323,6 +331,16 @@ fn push_host_checks(f: &Facts, out: &mut Vec<Check>, unified: bool) {
         },
     });
     if let Some(m) = f.model.as_ref().filter(|m| m.what.is_ok()) {
+        match &m.dspark {
+            None => {}
+            Some(Ok(summary)) => out.push(Check::ok("dspark", format!("{summary}, {}", gib(m.dspark_bytes)))),
+            Some(Err(e)) => out.push(Check::bad(
+                Status::Fail,
+                "dspark",
+                e.clone(),
+                "download the support file again (ds4's download_model.sh ds4f-dspark) or move it away",
+            )),
+        }
         out.push(Check::ok("ctx", ctx_need(f.ctx, m)));
     }
 }

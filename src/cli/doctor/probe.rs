@@ -79,6 +79,11 @@ pub struct ModelFile {
     pub session_bytes: u64,
     /// The KV cache's share of `session_bytes`.
     pub kv_bytes: u64,
+    /// ds4's DSpark support file next to the model, when there: its summary, or the one-line defect
+    /// that keeps it from loading (docs/dspark.md#support-file).
+    pub dspark: Option<Result<String, String>>,
+    /// Its size (0 when absent).
+    pub dspark_bytes: u64,
 }
 
 /// (KV, scratch) bytes of a session of `ctx` tokens: the GPU backend's plan where it is built in
@@ -320,7 +325,22 @@ fn probe_model(proc: &Path, path: &Path, ctx: u32, unified: bool) -> ModelFile {
         .and_then(|f| crate::backend::residency::file_cached_bytes(&f).ok());
     let opened = crate::model::Model::open(path).map_err(|e| e.to_string());
     let (kv_bytes, scratch_bytes) = opened.as_ref().map_or((0, 0), |m| session_need(&m.hp, ctx, unified));
+    let support = crate::model::dspark::beside(path);
+    let dspark_bytes = support
+        .as_ref()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map_or(0, |m| m.len());
+    let dspark = match (&support, &opened) {
+        (Some(p), Ok(m)) => Some(
+            crate::model::dspark::DsparkModel::open(p, &m.hp)
+                .map(|d| d.summary())
+                .map_err(|e| e.to_string()),
+        ),
+        _ => None,
+    };
     ModelFile {
+        dspark,
+        dspark_bytes,
         path: path.to_path_buf(),
         bytes,
         filesystem: filesystem_of(proc, path),

@@ -13,6 +13,7 @@ use crate::engine::generate::{
 use crate::engine::metrics::TurnTimeline;
 use crate::engine::prompt_cache::PromptCache;
 use crate::engine::sampler::Sampler;
+use crate::engine::speculate::Speculate;
 use crate::engine::speculate::accept::{BlockLogits, Outcome, SamplingRule, accept};
 use crate::engine::speculate::drafter::Draft;
 use crate::model::chat::THINK_MAX_MIN_CTX;
@@ -67,6 +68,7 @@ impl WorkerState {
             speculate,
             speculate_notice_given,
             speculate_sampling,
+            dspark,
             ..
         } = self;
         let l = loaded.as_mut().expect("checked by the caller");
@@ -106,6 +108,27 @@ impl WorkerState {
             note,
         });
 
+        // The DSpark drafter is attached once per session, before its first prefill, so it reads the
+        // prompt's target rows; one that cannot be attached is said once and the turn decodes plainly.
+        if *speculate == Speculate::Dspark && l.dspark.is_none() {
+            let model = l.device_model.as_ref().map(|m| m.model().clone());
+            let opened = match model {
+                Some(m) => dspark.open(&m, l.session.backend_mut(), ctx),
+                None => Err("speculate dspark needs the model's engine".to_string()),
+            };
+            match opened {
+                Ok((drafter, warning)) => {
+                    l.dspark = Some(drafter);
+                    if let Some(message) = warning {
+                        emit(Event::Notice { message });
+                    }
+                }
+                Err(message) => {
+                    *speculate = Speculate::Off;
+                    emit(Event::Error { message, fatal: false });
+                }
+            }
+        }
         // Prefill, polling commands inside the progress callback (between chunks).
         let mut tl = TurnTimeline::default();
         let prefill_start = Instant::now();
@@ -182,7 +205,11 @@ impl WorkerState {
             tx,
             inbox,
         };
-        let mut spec = speculate.drafter().map(|d| Speculation::new(d, l.session.tokens()));
+        let drafter = match *speculate {
+            Speculate::Dspark => l.dspark.take(),
+            s => s.drafter(),
+        };
+        let mut spec = drafter.map(|d| Speculation::new(d, l.session.tokens()));
         if spec.is_some() && !l.session.has_block_verify() && !*speculate_notice_given {
             *speculate_notice_given = true;
             emit(Event::Notice {
@@ -197,6 +224,10 @@ impl WorkerState {
             Some(spec) => generate_speculative(&mut l.session, limits, &mut hooks, spec),
             None => generate(&mut l.session, limits, &mut hooks),
         };
+        let figures = spec.as_ref().map(|s| s.figures);
+        if *speculate == Speculate::Dspark {
+            l.dspark = spec.map(|s| s.into_drafter());
+        }
         let TurnHooks {
             mut stream,
             generated,
@@ -222,8 +253,8 @@ impl WorkerState {
             emit(Event::Text { kind, text });
         }
         emit(live_stats(&tl, &l.session));
-        if let Some(spec) = spec {
-            emit(Event::Speculation(spec.figures));
+        if let Some(figures) = figures {
+            emit(Event::Speculation(figures));
         }
         l.text.turn_done(&req.conversation, &generated, reason);
         (generated.len() as u32, reason)
