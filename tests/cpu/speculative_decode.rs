@@ -19,8 +19,8 @@ use ds4_chat::engine::speculate::replay::ReplayDrafter;
 
 use super::small_model::three_layer_model;
 use super::speculative_common::{
-    CTX, GEN, Open, budget, check_greedy_prompt_lookup, check_greedy_replay, check_logprob_dump, params, plain,
-    plain_greedy, prompts, speculative, speculative_with,
+    ALL_PROMPTS, CTX, GEN, Open, budget, check_greedy_prompt_lookup, check_greedy_replay, check_logprob_dump, params,
+    plain, plain_greedy, prompts, speculative, speculative_with,
 };
 
 fn engine() -> CpuModel {
@@ -31,7 +31,7 @@ fn engine() -> CpuModel {
 fn greedy_speculative_decode_equals_plain_decode() {
     let cpu = engine();
     let open = || cpu.open_session(CTX).unwrap();
-    let wants = plain_greedy(&open, GEN, prompts().len());
+    let wants = plain_greedy(&open, GEN, &ALL_PROMPTS);
     check_greedy_prompt_lookup(&open, &wants, &[Some(4), Some(1), None]);
 }
 
@@ -109,7 +109,7 @@ fn stops_inside_a_block_commit_only_what_was_handed_out() {
 fn greedy_with_the_replay_drafter_equals_plain_decode() {
     let cpu = engine();
     let open = || cpu.open_session(CTX).unwrap();
-    check_greedy_replay(&open, &plain_greedy(&open, GEN, prompts().len()));
+    check_greedy_replay(&open, &plain_greedy(&open, GEN, &ALL_PROMPTS));
 }
 
 /// `run --dump-logprobs` (`greedy_logprob_dump`) with speculation writes plain decoding's dump byte
@@ -119,5 +119,5 @@ fn greedy_with_the_replay_drafter_equals_plain_decode() {
 fn logprob_dump_with_speculation_is_byte_identical() {
     let cpu = engine();
     let open = || cpu.open_session(CTX).unwrap();
-    check_logprob_dump(&open, &plain_greedy(&open, GEN, prompts().len()));
+    check_logprob_dump(&open, &plain_greedy(&open, GEN, &ALL_PROMPTS));
 }

@@ -134,26 +134,29 @@ pub fn budget(max_new: usize) -> Limits {
     }
 }
 
-/// Plain greedy output of `n_gen` tokens for the first `n_prompts` prompts: what the checks below
-/// compare against (computed once, since a pass is slow on the emulator).
-pub fn plain_greedy(engine: Open, n_gen: usize, n_prompts: usize) -> Vec<Vec<u32>> {
+/// The indices of every prompt of `prompts`.
+pub const ALL_PROMPTS: [usize; 4] = [0, 1, 2, 3];
+
+/// Each prompt of `prompts` at `which` with its plain greedy output of `n_gen` tokens: what the
+/// checks below compare against (computed once, since a pass is slow on the emulator).
+pub fn plain_greedy(engine: Open, n_gen: usize, which: &[usize]) -> Vec<(Vec<u32>, Vec<u32>)> {
     let p = params(0.0, 1);
-    let wants: Vec<Vec<u32>> = prompts()
+    let all = prompts();
+    let cases: Vec<(Vec<u32>, Vec<u32>)> = which
         .iter()
-        .take(n_prompts)
-        .map(|prompt| plain(engine, prompt, &p, budget(n_gen)).0)
+        .map(|&i| (all[i].clone(), plain(engine, &all[i], &p, budget(n_gen)).0))
         .collect();
-    assert!(wants.iter().all(|w| w.len() == n_gen));
-    wants
+    assert!(cases.iter().all(|(_, w)| w.len() == n_gen));
+    cases
 }
 
 /// Greedy output with prompt lookup, at each draft length of `fixed_lens` (`None`: the scheduler),
-/// is `wants` (plain greedy output of the first prompts, `plain_greedy`).
-pub fn check_greedy_prompt_lookup(engine: Open, wants: &[Vec<u32>], fixed_lens: &[Option<usize>]) {
+/// is plain greedy output (`cases`, from `plain_greedy`).
+pub fn check_greedy_prompt_lookup(engine: Open, cases: &[(Vec<u32>, Vec<u32>)], fixed_lens: &[Option<usize>]) {
     let p = params(0.0, 1);
     let mut total = SpeculationFigures::default();
-    let n_gen = wants[0].len();
-    for (i, (prompt, want)) in prompts().iter().zip(wants).enumerate() {
+    let n_gen = cases[0].1.len();
+    for (i, (prompt, want)) in cases.iter().enumerate() {
         let want = want.clone();
         for &fixed in fixed_lens {
             let (got, stop, f, n_past) = speculative(engine, prompt, &p, budget(n_gen), fixed);
@@ -168,7 +171,7 @@ pub fn check_greedy_prompt_lookup(engine: Open, wants: &[Vec<u32>], fixed_lens: 
     }
     eprintln!(
         "greedy: {} tokens compared; {} cycles, {} drafted, {} accepted",
-        wants.len() * fixed_lens.len() * n_gen,
+        cases.len() * fixed_lens.len() * n_gen,
         total.cycles,
         total.drafted,
         total.accepted
@@ -181,11 +184,11 @@ pub fn check_greedy_prompt_lookup(engine: Open, wants: &[Vec<u32>], fixed_lens: 
 }
 
 /// Greedy output with the replay drafter at per-token acceptance 0.6 (rejections at random offsets)
-/// is `wants` (plain greedy output, `plain_greedy`).
-pub fn check_greedy_replay(engine: Open, wants: &[Vec<u32>]) {
+/// is plain greedy output (`cases`, from `plain_greedy`).
+pub fn check_greedy_replay(engine: Open, cases: &[(Vec<u32>, Vec<u32>)]) {
     let p = params(0.0, 1);
     let mut total = SpeculationFigures::default();
-    for (i, (prompt, want)) in prompts().iter().zip(wants).enumerate() {
+    for (i, (prompt, want)) in cases.iter().enumerate() {
         let n_gen = want.len();
         let replay = Box::new(ReplayDrafter::new(prompt.len(), want.clone(), 0.6, 512, i as u64).unwrap());
         let (got, _, f, n_past) = speculative_with(engine, prompt, &p, budget(n_gen), Some(5), replay);
@@ -200,13 +203,13 @@ pub fn check_greedy_replay(engine: Open, wants: &[Vec<u32>]) {
 
 /// `run --dump-logprobs` (`greedy_logprob_dump`) with speculation writes plain decoding's dump byte
 /// for byte: the steps of accepted drafts come from the verified block's rows, which are the decode's
-/// logits bit for bit. The drafter replays `wants` (plain greedy output, `plain_greedy`) at per-token
-/// acceptance 0.6, so every dump has accepted and rejected drafts however short it is.
-pub fn check_logprob_dump(engine: Open, wants: &[Vec<u32>]) {
+/// logits bit for bit. The drafter replays plain greedy output (`cases`, from `plain_greedy`) at
+/// per-token acceptance 0.6, so the dumps have accepted and rejected drafts however short they are.
+pub fn check_logprob_dump(engine: Open, cases: &[(Vec<u32>, Vec<u32>)]) {
     use ds4_chat::cli::run::greedy_logprob_dump;
     let token_bytes = |id: u32| format!("<{id}>").into_bytes();
     let mut total = SpeculationFigures::default();
-    for (i, (prompt, out)) in prompts().iter().zip(wants).enumerate() {
+    for (i, (prompt, out)) in cases.iter().enumerate() {
         let n_gen = out.len();
         // An EOS the greedy continuation meets for one prompt (the dump ends with its step, at least
         // 2/5 of the way), never for the others (the dump runs to the budget).
