@@ -6,7 +6,7 @@
 #   greedy-fast       greedy `run --speculate ngram` output against plain output, 4 prompts x 256 tokens
 #   greedy-exact      the same in exact arithmetic, with the --dump-logprobs files compared byte for byte
 #   before            plain decode of this build beside BEFORE_BIN (an earlier build; BEFORE_TREE holds
-#                     its kernels/ and tools/), alternated twice
+#                     its kernels/ and tools/), alternated ROUNDS times (default 2)
 #   kernels           the kernel suite's column-matvec and span-copy checks on the device (KERNELS_BIN
 #                     from `cargo test --release --features hip --test hip_kernels --no-run`)
 #   PARTS="fast greedy-fast" run-verify.sh BIN TREE LAYERS [BEFORE_BIN BEFORE_TREE [KERNELS_BIN]]
@@ -81,7 +81,7 @@ greedy() { # greedy ARITH_FLAGS...: plain against --speculate ngram on 4 prompts
   if want before && [ -n "$before" ]; then
     step "plain decode: this build beside the earlier one (same file, same run)"
     bash "$before_tree/tools/build-kernels-nvcc.sh" "$work/before-kernels" sm_90 >/dev/null || echo "BEFORE KERNELS FAILED"
-    for round in 1 2; do
+    for round in $(seq "${ROUNDS:-2}"); do
       DS4_KERNEL_DIR="$work/before-kernels" bench "before-$round" "$before"
       bench "after-$round" "$bin"
     done
