@@ -3,7 +3,7 @@
 //!
 //! Owns names and shape formulas only; binding to file offsets is `weights.rs`.
 
-use crate::gguf::GgmlType;
+use crate::gguf::{GgmlType, GgufError, GgufFile};
 
 use super::hparams::HParams;
 
@@ -69,6 +69,21 @@ pub enum ExpertRole {
     Gate,
     Up,
     Down,
+}
+
+impl ExpertRole {
+    /// The role of the routed-expert tensor `name` (`…ffn_{gate,up,down}_exps.weight`), if it is one.
+    pub fn of_name(name: &str) -> Option<ExpertRole> {
+        if name.ends_with("ffn_gate_exps.weight") {
+            Some(ExpertRole::Gate)
+        } else if name.ends_with("ffn_up_exps.weight") {
+            Some(ExpertRole::Up)
+        } else if name.ends_with("ffn_down_exps.weight") {
+            Some(ExpertRole::Down)
+        } else {
+            None
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -270,17 +285,56 @@ pub fn tensor_plan(hp: &HParams) -> Vec<TensorSpec> {
         if s.name.ends_with("exp_probs_b.bias") {
             s.optional = true;
         }
-        s.expert_role = if s.name.ends_with("ffn_gate_exps.weight") {
-            Some(ExpertRole::Gate)
-        } else if s.name.ends_with("ffn_up_exps.weight") {
-            Some(ExpertRole::Up)
-        } else if s.name.ends_with("ffn_down_exps.weight") {
-            Some(ExpertRole::Down)
-        } else {
-            None
-        };
+        s.expert_role = ExpertRole::of_name(&s.name);
     }
     out
+}
+
+/// Checks every tensor of `plan` in `g`: present (unless optional), of a type its rule accepts, of
+/// its planned shape, and a routed expert's up of its gate's type. The errors name the tensor; a
+/// shape error ends with `shape_hint` where one is given (what a wrong shape most likely means).
+pub fn check_plan(g: &GgufFile, plan: &[TensorSpec], shape_hint: Option<&str>) -> Result<(), GgufError> {
+    for s in plan {
+        let Some(t) = g.tensor(&s.name) else {
+            if s.optional {
+                continue;
+            }
+            return Err(GgufError::msg(format!(
+                "missing tensor '{}' (expected {} {:?})",
+                s.name,
+                s.rule.describe(),
+                s.dims
+            )));
+        };
+        if !s.rule.accepts(t.ty) {
+            return Err(GgufError::at(
+                t.offset,
+                format!("tensor '{}': type {}, expected {}", s.name, t.ty, s.rule.describe()),
+            ));
+        }
+        if t.dims != s.dims {
+            let hint = shape_hint.map(|h| format!(" ({h})")).unwrap_or_default();
+            return Err(GgufError::at(
+                t.offset,
+                format!("tensor '{}': shape {}, expected {:?}{hint}", s.name, t.shape_string(), s.dims),
+            ));
+        }
+        if s.rule == TypeRule::RoutedExpert && s.expert_role == Some(ExpertRole::Up) {
+            let gate_name = s.name.replace("ffn_up_exps", "ffn_gate_exps");
+            if let Some(gt) = g.tensor(&gate_name)
+                && gt.ty != t.ty
+            {
+                return Err(GgufError::at(
+                    t.offset,
+                    format!(
+                        "tensor '{}': type {}, expected {} (gate and up must share a type)",
+                        s.name, t.ty, gt.ty
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Concrete type of a planned tensor for a writer, given the layer's expert types.
