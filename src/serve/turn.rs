@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::engine::events::{Command, Event, FinishReason, TextKind, TurnRequest};
 use crate::engine::worker::Worker;
 
+use super::calls::ReplyShaper;
 use super::error::ApiError;
 
 /// How often a waiting turn checks whether its client hung up (well under one decode step of the
@@ -26,6 +27,20 @@ pub trait TurnSink {
     /// The prompt is evaluated: its token counts (the completion count is still 0).
     fn prefilled(&mut self, usage: &Usage) {
         let _ = usage;
+    }
+}
+
+/// A non-streaming turn's reply, kept whole; it stops the turn at a stop sequence
+/// (`ReplyShaper::with_stops`).
+pub struct Collected(pub ReplyShaper);
+
+impl TurnSink for Collected {
+    fn started(&mut self) -> bool {
+        true
+    }
+    fn text(&mut self, kind: TextKind, text: &str) -> bool {
+        self.0.push(kind, text);
+        self.0.stopped.is_none()
     }
 }
 
