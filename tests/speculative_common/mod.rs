@@ -45,6 +45,17 @@ pub struct Record {
     pub out: Vec<u32>,
 }
 
+impl Record {
+    /// Hooks that sample with `p` (its seed), nothing recorded yet.
+    pub fn new(p: &SamplingParams) -> Record {
+        Record {
+            sampler: Sampler::new(p.seed),
+            params: p.clone(),
+            out: Vec::new(),
+        }
+    }
+}
+
 impl<'b> Hooks<dyn DeviceSession + 'b> for Record {
     fn pick(&mut self, state: &mut (dyn DeviceSession + 'b)) -> Result<u32, BackendError> {
         sample_next(state, &mut self.sampler, &self.params)
@@ -76,11 +87,7 @@ pub fn params(temperature: f32, seed: u64) -> SamplingParams {
 pub fn plain(engine: Open, prompt: &[u32], p: &SamplingParams, limits: Limits) -> (Vec<u32>, Stop) {
     let mut s = engine();
     s.eval(prompt, &mut |_, _| true).unwrap();
-    let mut h = Record {
-        sampler: Sampler::new(p.seed),
-        params: p.clone(),
-        out: Vec::new(),
-    };
+    let mut h = Record::new(p);
     let (n, stop) = generate(s.as_mut(), limits, &mut h).unwrap();
     assert_eq!(n, h.out.len());
     (h.out, stop)
@@ -111,11 +118,7 @@ pub fn speculative_with(
 ) -> (Vec<u32>, Stop, SpeculationFigures, usize) {
     let mut s = engine();
     s.eval(prompt, &mut |_, _| true).unwrap();
-    let mut h = Record {
-        sampler: Sampler::new(p.seed),
-        params: p.clone(),
-        out: Vec::new(),
-    };
+    let mut h = Record::new(p);
     let mut spec = Speculation::new(drafter, prompt);
     if let Some(k) = fixed {
         spec = spec.with_fixed_len(k);
