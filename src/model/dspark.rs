@@ -14,7 +14,7 @@ use std::sync::Arc;
 use crate::gguf::{GgmlType, GgufError, GgufFile, MetaValue, TensorInfo};
 
 use super::hparams::HParams;
-use super::layout::{ExpertRole, TensorSpec, TypeRule, WeightGroup, check_plan};
+use super::layout::{TensorSpec, TypeRule, WeightGroup, check_plan};
 
 /// ds4's file name for the 0731 support file, looked for next to the main model.
 pub const SUPPORT_FILE_NAME: &str = "DeepSeek-V4-Flash-DSpark-support-0731.gguf";
@@ -206,16 +206,7 @@ pub fn tensor_plan(hp: &HParams, meta: &DsparkMeta, n_stages: usize) -> Vec<Tens
     let rank = meta.markov_rank as u64;
     let mut out = Vec::new();
     let mut push = |name: String, rule: TypeRule, dims: Vec<u64>, group: G, stage: usize| {
-        let expert_role = ExpertRole::of_name(&name);
-        out.push(TensorSpec {
-            name,
-            rule,
-            dims,
-            optional: false,
-            group,
-            layer: Some(stage),
-            expert_role,
-        });
+        out.push(TensorSpec::new(name, rule, dims, group, Some(stage)));
     };
     for s in 0..n_stages {
         let p = |x: &str| format!("mtp.{s}.{x}");
@@ -490,6 +481,7 @@ pub fn pass_bytes(stages: &[StageTensors], lm_head_bytes: u64, reads: &PassReads
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::layout::ExpertRole;
 
     fn flash_meta() -> DsparkMeta {
         DsparkMeta {

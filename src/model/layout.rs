@@ -99,6 +99,21 @@ pub struct TensorSpec {
     pub expert_role: Option<ExpertRole>,
 }
 
+impl TensorSpec {
+    /// A required tensor; its expert role follows from its name (`ExpertRole::of_name`).
+    pub fn new(name: String, rule: TypeRule, dims: Vec<u64>, group: WeightGroup, layer: Option<usize>) -> TensorSpec {
+        TensorSpec {
+            expert_role: ExpertRole::of_name(&name),
+            name,
+            rule,
+            dims,
+            optional: false,
+            group,
+            layer,
+        }
+    }
+}
+
 /// Expert quant types of one layer as written by the synthetic-model writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExpertTypes {
@@ -131,15 +146,7 @@ pub fn tensor_plan(hp: &HParams) -> Vec<TensorSpec> {
     let d = hp.head_dim as u64;
     let mut out = Vec::new();
     let mut push = |name: String, rule: TypeRule, dims: Vec<u64>, group: G, layer: Option<usize>| {
-        out.push(TensorSpec {
-            name,
-            rule,
-            dims,
-            optional: false,
-            group,
-            layer,
-            expert_role: None,
-        });
+        out.push(TensorSpec::new(name, rule, dims, group, layer));
     };
     let x = TypeRule::Exact;
     push("token_embd.weight".into(), x(F16), vec![e, v], G::EmbedHead, None);
@@ -285,7 +292,6 @@ pub fn tensor_plan(hp: &HParams) -> Vec<TensorSpec> {
         if s.name.ends_with("exp_probs_b.bias") {
             s.optional = true;
         }
-        s.expert_role = ExpertRole::of_name(&s.name);
     }
     out
 }
