@@ -19,7 +19,7 @@ use super::request::ChatRequest;
 use super::responses::{self, CompletionId};
 use super::server::Server;
 use super::sse::SseWriter;
-use super::turn::{Collected, TurnSink, run_turn};
+use super::turn::{TurnSink, run_collected, run_turn};
 
 /// A streaming turn: chunks as the text comes; the reply is also kept for the reply memory.
 struct Streamed<'a> {
@@ -101,21 +101,9 @@ pub fn serve(server: &Server, stream: &mut TcpStream, mut req: ChatRequest) -> R
         watch.stop();
         return Ok(());
     }
-    let mut collected = Collected(reply);
-    let outcome = run_turn(&worker, turn, &mut collected, &gone);
-    drop(worker);
-    drop(slot);
-    let outcome = outcome?;
-    let mut reply = collected.0;
-    reply.finish();
-    server.record(&outcome, &reply, think.thinking());
-    watch.stop();
-    if outcome.client_gone {
+    let Some((outcome, reply)) = run_collected(server, (worker, slot), turn, reply, watch)? else {
         return Ok(());
-    }
-    if let Some(e) = outcome.error {
-        return Err(ApiError::status(500, e));
-    }
+    };
     let reasoning = think.thinking().then_some(reply.reasoning.as_str());
     let body = responses::completion(&id, &reply, reasoning, outcome.finish, &outcome.usage, &outcome.timings);
     let _ = http::write_json(stream, 200, &body);

@@ -17,7 +17,7 @@ use super::disconnect::HangupWatch;
 use super::error::ApiError;
 use super::http;
 use super::server::Server;
-use super::turn::{Collected, run_turn};
+use super::turn::{run_collected, run_turn};
 use request::MessagesRequest;
 
 /// Serve one checked Messages request on `stream`.
@@ -56,23 +56,9 @@ pub fn serve(server: &Server, stream: &mut TcpStream, mut req: MessagesRequest) 
         watch.stop();
         return Ok(());
     }
-    let mut collected = Collected(shaper);
-    let gone = || watch.gone();
-    let outcome = run_turn(&worker, turn, &mut collected, &gone);
-    drop(worker);
-    drop(slot);
-    let mut outcome = outcome?;
-    let mut shaper = collected.0;
-    outcome.client_gone &= shaper.stopped.is_none();
-    shaper.finish();
-    server.record(&outcome, &shaper, think.thinking());
-    watch.stop();
-    if outcome.client_gone {
+    let Some((outcome, shaper)) = run_collected(server, (worker, slot), turn, shaper, watch)? else {
         return Ok(());
-    }
-    if let Some(e) = outcome.error {
-        return Err(ApiError::status(500, e));
-    }
+    };
     let stop = reply::stop_reason(outcome.finish, shaper.calls.len(), shaper.stopped.as_deref());
     let body = reply::message(
         &reply::message_id(),
