@@ -349,7 +349,11 @@ impl DsparkModel {
         }
         let meta = DsparkMeta::read(g, hp)?;
         let plan = tensor_plan(hp, &meta, n_stages);
-        check_plan(g, &plan, Some("from the main model's shapes: a support file for another model?"))?;
+        check_plan(
+            g,
+            &plan,
+            Some("from the main model's shapes: a support file for another model?"),
+        )?;
         let stages = (0..n_stages)
             .map(|st| StageTensors {
                 tensors: plan

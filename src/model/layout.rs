@@ -322,7 +322,12 @@ pub fn check_plan(g: &GgufFile, plan: &[TensorSpec], shape_hint: Option<&str>) -
             let hint = shape_hint.map(|h| format!(" ({h})")).unwrap_or_default();
             return Err(GgufError::at(
                 t.offset,
-                format!("tensor '{}': shape {}, expected {:?}{hint}", s.name, t.shape_string(), s.dims),
+                format!(
+                    "tensor '{}': shape {}, expected {:?}{hint}",
+                    s.name,
+                    t.shape_string(),
+                    s.dims
+                ),
             ));
         }
         if s.rule == TypeRule::RoutedExpert && s.expert_role == Some(ExpertRole::Up) {

@@ -74,6 +74,9 @@ fn anthropic_client_plain_requests_with_a_key() {
     )
     .expect("serve starts");
     let local = server.base.replace("0.0.0.0", "127.0.0.1");
-    let passed = serve_process::run_python_client(CLIENT, &["plain", "--base", &local, "--model", "serve-tiny", "--key", key]);
+    let passed = serve_process::run_python_client(
+        CLIENT,
+        &["plain", "--base", &local, "--model", "serve-tiny", "--key", key],
+    );
     assert!(passed >= 7, "expected the full check list, got {passed} checks");
 }

@@ -33,7 +33,6 @@ use ds4_chat::model::dspark::{DsparkConvention, DsparkModel, PassReads};
 use super::small_model::three_layer_model;
 use super::speculative_common::{self, CTX, GEN, Record, add_figures, budget, params, report_figures};
 
-
 fn engine() -> CpuModel {
     CpuModel::new(three_layer_model(), 2).unwrap()
 }

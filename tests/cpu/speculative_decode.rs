@@ -19,8 +19,8 @@ use ds4_chat::engine::speculate::replay::ReplayDrafter;
 
 use super::small_model::three_layer_model;
 use super::speculative_common::{
-    ALL_PROMPTS, CTX, GEN, Open, add_figures, budget, check_greedy_prompt_lookup, check_greedy_replay, check_logprob_dump, params,
-    plain, plain_greedy, prompts, report_figures, speculative, speculative_with,
+    ALL_PROMPTS, CTX, GEN, Open, add_figures, budget, check_greedy_prompt_lookup, check_greedy_replay,
+    check_logprob_dump, params, plain, plain_greedy, prompts, report_figures, speculative, speculative_with,
 };
 
 fn engine() -> CpuModel {

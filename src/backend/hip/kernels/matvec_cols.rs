@@ -4,9 +4,7 @@
 //! that token alone; the arguments are that kernel's plus `n_tok`, and the fast twins
 //! (`fast_twins`, kernels/matvec_cols_fast.hip) have the bits of the single-token fast kernels.
 
-use super::abi::{
-    DevPtr, KernelDef, MATVEC_F16_COLS, MATVEC_F16_PAIR_COLS, MATVEC_Q8_0_COLS, MATVEC_Q8_0_SWIGLU_COLS,
-};
+use super::abi::{DevPtr, KernelDef, MATVEC_F16_COLS, MATVEC_F16_PAIR_COLS, MATVEC_Q8_0_COLS, MATVEC_Q8_0_SWIGLU_COLS};
 use super::launch::{Launch, u};
 use super::matvec::{Q8Proj, Q8Swiglu, matvec_f16, matvec_f16_pair, matvec_q8_0, matvec_q8_0_swiglu};
 
