@@ -14,7 +14,7 @@ use std::sync::Arc;
 use crate::gguf::{GgmlType, GgufError, GgufFile, MetaValue, TensorInfo};
 
 use super::hparams::HParams;
-use super::layout::{ExpertRole, TensorSpec, TypeRule, WeightGroup};
+use super::layout::{TensorSpec, TypeRule, WeightGroup, check_plan};
 
 /// ds4's file name for the 0731 support file, looked for next to the main model.
 pub const SUPPORT_FILE_NAME: &str = "DeepSeek-V4-Flash-DSpark-support-0731.gguf";
@@ -206,24 +206,7 @@ pub fn tensor_plan(hp: &HParams, meta: &DsparkMeta, n_stages: usize) -> Vec<Tens
     let rank = meta.markov_rank as u64;
     let mut out = Vec::new();
     let mut push = |name: String, rule: TypeRule, dims: Vec<u64>, group: G, stage: usize| {
-        let expert_role = if name.ends_with("ffn_gate_exps.weight") {
-            Some(ExpertRole::Gate)
-        } else if name.ends_with("ffn_up_exps.weight") {
-            Some(ExpertRole::Up)
-        } else if name.ends_with("ffn_down_exps.weight") {
-            Some(ExpertRole::Down)
-        } else {
-            None
-        };
-        out.push(TensorSpec {
-            name,
-            rule,
-            dims,
-            optional: false,
-            group,
-            layer: Some(stage),
-            expert_role,
-        });
+        out.push(TensorSpec::new(name, rule, dims, group, Some(stage)));
     };
     for s in 0..n_stages {
         let p = |x: &str| format!("mtp.{s}.{x}");
@@ -366,47 +349,11 @@ impl DsparkModel {
         }
         let meta = DsparkMeta::read(g, hp)?;
         let plan = tensor_plan(hp, &meta, n_stages);
-        for s in &plan {
-            let Some(t) = g.tensor(&s.name) else {
-                return Err(GgufError::msg(format!(
-                    "missing tensor '{}' (expected {} {:?})",
-                    s.name,
-                    s.rule.describe(),
-                    s.dims
-                )));
-            };
-            if !s.rule.accepts(t.ty) {
-                return Err(GgufError::at(
-                    t.offset,
-                    format!("tensor '{}': type {}, expected {}", s.name, t.ty, s.rule.describe()),
-                ));
-            }
-            if t.dims != s.dims {
-                return Err(GgufError::at(
-                    t.offset,
-                    format!(
-                        "tensor '{}': shape {}, expected {:?} (from the main model's shapes: a support file for another model?)",
-                        s.name,
-                        t.shape_string(),
-                        s.dims
-                    ),
-                ));
-            }
-            if s.expert_role == Some(ExpertRole::Up) {
-                let gate = g.tensor(&s.name.replace("ffn_up_exps", "ffn_gate_exps"));
-                if let Some(gt) = gate
-                    && gt.ty != t.ty
-                {
-                    return Err(GgufError::at(
-                        t.offset,
-                        format!(
-                            "tensor '{}': type {}, expected {} (gate and up must share a type)",
-                            s.name, t.ty, gt.ty
-                        ),
-                    ));
-                }
-            }
-        }
+        check_plan(
+            g,
+            &plan,
+            Some("from the main model's shapes: a support file for another model?"),
+        )?;
         let stages = (0..n_stages)
             .map(|st| StageTensors {
                 tensors: plan
@@ -538,6 +485,7 @@ pub fn pass_bytes(stages: &[StageTensors], lm_head_bytes: u64, reads: &PassReads
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::layout::ExpertRole;
 
     fn flash_meta() -> DsparkMeta {
         DsparkMeta {

@@ -3,7 +3,7 @@
 //!
 //! Owns names and shape formulas only; binding to file offsets is `weights.rs`.
 
-use crate::gguf::GgmlType;
+use crate::gguf::{GgmlType, GgufError, GgufFile};
 
 use super::hparams::HParams;
 
@@ -71,6 +71,21 @@ pub enum ExpertRole {
     Down,
 }
 
+impl ExpertRole {
+    /// The role of the routed-expert tensor `name` (`…ffn_{gate,up,down}_exps.weight`), if it is one.
+    pub fn of_name(name: &str) -> Option<ExpertRole> {
+        if name.ends_with("ffn_gate_exps.weight") {
+            Some(ExpertRole::Gate)
+        } else if name.ends_with("ffn_up_exps.weight") {
+            Some(ExpertRole::Up)
+        } else if name.ends_with("ffn_down_exps.weight") {
+            Some(ExpertRole::Down)
+        } else {
+            None
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorSpec {
     pub name: String,
@@ -82,6 +97,21 @@ pub struct TensorSpec {
     /// Layer index, `None` for global tensors.
     pub layer: Option<usize>,
     pub expert_role: Option<ExpertRole>,
+}
+
+impl TensorSpec {
+    /// A required tensor; its expert role follows from its name (`ExpertRole::of_name`).
+    pub fn new(name: String, rule: TypeRule, dims: Vec<u64>, group: WeightGroup, layer: Option<usize>) -> TensorSpec {
+        TensorSpec {
+            expert_role: ExpertRole::of_name(&name),
+            name,
+            rule,
+            dims,
+            optional: false,
+            group,
+            layer,
+        }
+    }
 }
 
 /// Expert quant types of one layer as written by the synthetic-model writer.
@@ -116,15 +146,7 @@ pub fn tensor_plan(hp: &HParams) -> Vec<TensorSpec> {
     let d = hp.head_dim as u64;
     let mut out = Vec::new();
     let mut push = |name: String, rule: TypeRule, dims: Vec<u64>, group: G, layer: Option<usize>| {
-        out.push(TensorSpec {
-            name,
-            rule,
-            dims,
-            optional: false,
-            group,
-            layer,
-            expert_role: None,
-        });
+        out.push(TensorSpec::new(name, rule, dims, group, layer));
     };
     let x = TypeRule::Exact;
     push("token_embd.weight".into(), x(F16), vec![e, v], G::EmbedHead, None);
@@ -270,17 +292,60 @@ pub fn tensor_plan(hp: &HParams) -> Vec<TensorSpec> {
         if s.name.ends_with("exp_probs_b.bias") {
             s.optional = true;
         }
-        s.expert_role = if s.name.ends_with("ffn_gate_exps.weight") {
-            Some(ExpertRole::Gate)
-        } else if s.name.ends_with("ffn_up_exps.weight") {
-            Some(ExpertRole::Up)
-        } else if s.name.ends_with("ffn_down_exps.weight") {
-            Some(ExpertRole::Down)
-        } else {
-            None
-        };
     }
     out
+}
+
+/// Checks every tensor of `plan` in `g`: present (unless optional), of a type its rule accepts, of
+/// its planned shape, and a routed expert's up of its gate's type. The errors name the tensor; a
+/// shape error ends with `shape_hint` where one is given (what a wrong shape most likely means).
+pub fn check_plan(g: &GgufFile, plan: &[TensorSpec], shape_hint: Option<&str>) -> Result<(), GgufError> {
+    for s in plan {
+        let Some(t) = g.tensor(&s.name) else {
+            if s.optional {
+                continue;
+            }
+            return Err(GgufError::msg(format!(
+                "missing tensor '{}' (expected {} {:?})",
+                s.name,
+                s.rule.describe(),
+                s.dims
+            )));
+        };
+        if !s.rule.accepts(t.ty) {
+            return Err(GgufError::at(
+                t.offset,
+                format!("tensor '{}': type {}, expected {}", s.name, t.ty, s.rule.describe()),
+            ));
+        }
+        if t.dims != s.dims {
+            let hint = shape_hint.map(|h| format!(" ({h})")).unwrap_or_default();
+            return Err(GgufError::at(
+                t.offset,
+                format!(
+                    "tensor '{}': shape {}, expected {:?}{hint}",
+                    s.name,
+                    t.shape_string(),
+                    s.dims
+                ),
+            ));
+        }
+        if s.rule == TypeRule::RoutedExpert && s.expert_role == Some(ExpertRole::Up) {
+            let gate_name = s.name.replace("ffn_up_exps", "ffn_gate_exps");
+            if let Some(gt) = g.tensor(&gate_name)
+                && gt.ty != t.ty
+            {
+                return Err(GgufError::at(
+                    t.offset,
+                    format!(
+                        "tensor '{}': type {}, expected {} (gate and up must share a type)",
+                        s.name, t.ty, gt.ty
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Concrete type of a planned tensor for a writer, given the layer's expert types.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::gguf::{GgmlType, GgufError, GgufFile, TensorInfo};
 
 use super::hparams::HParams;
-use super::layout::{ExpertRole, TypeRule, WeightGroup, tensor_plan};
+use super::layout::{WeightGroup, check_plan, tensor_plan};
 
 /// A bound tensor: type, GGUF dims and its place in the file.
 pub type TensorRef = TensorInfo;
@@ -148,46 +148,7 @@ impl Model {
 
 fn bind_weights(g: &GgufFile, hp: &HParams) -> Result<Weights, GgufError> {
     // Validate every planned tensor first: presence, type rule, shape.
-    let plan = tensor_plan(hp);
-    for s in &plan {
-        let Some(t) = g.tensor(&s.name) else {
-            if s.optional {
-                continue;
-            }
-            return Err(GgufError::msg(format!(
-                "missing tensor '{}' (expected {} {:?})",
-                s.name,
-                s.rule.describe(),
-                s.dims
-            )));
-        };
-        if !s.rule.accepts(t.ty) {
-            return Err(GgufError::at(
-                t.offset,
-                format!("tensor '{}': type {}, expected {}", s.name, t.ty, s.rule.describe()),
-            ));
-        }
-        if t.dims != s.dims {
-            return Err(GgufError::at(
-                t.offset,
-                format!("tensor '{}': shape {}, expected {:?}", s.name, t.shape_string(), s.dims),
-            ));
-        }
-        if s.rule == TypeRule::RoutedExpert && s.expert_role == Some(ExpertRole::Up) {
-            let gate_name = s.name.replace("ffn_up_exps", "ffn_gate_exps");
-            if let Some(gt) = g.tensor(&gate_name)
-                && gt.ty != t.ty
-            {
-                return Err(GgufError::at(
-                    t.offset,
-                    format!(
-                        "tensor '{}': type {}, expected {} (gate and up must share a type)",
-                        s.name, t.ty, gt.ty
-                    ),
-                ));
-            }
-        }
-    }
+    check_plan(g, &tensor_plan(hp), None)?;
     let get = |name: &str| -> TensorRef { g.tensor(name).cloned().expect("validated above") };
     let opt = |name: &str| -> Option<TensorRef> { g.tensor(name).cloned() };
     let mut layers = Vec::with_capacity(hp.n_layer);

@@ -9,8 +9,7 @@
 
 use std::net::TcpStream;
 
-use crate::engine::events::{TextKind, TurnRequest};
-use crate::model::chat::Conversation;
+use crate::engine::events::TextKind;
 
 use super::calls::{ReplyEvent, ReplyShaper};
 use super::disconnect::HangupWatch;
@@ -20,20 +19,7 @@ use super::request::ChatRequest;
 use super::responses::{self, CompletionId};
 use super::server::Server;
 use super::sse::SseWriter;
-use super::turn::{TurnSink, run_turn};
-
-/// A non-streaming turn's reply.
-struct Collected(ReplyShaper);
-
-impl TurnSink for Collected {
-    fn started(&mut self) -> bool {
-        true
-    }
-    fn text(&mut self, kind: TextKind, text: &str) -> bool {
-        self.0.push(kind, text);
-        true
-    }
-}
+use super::turn::{TurnSink, run_collected, run_turn};
 
 /// A streaming turn: chunks as the text comes; the reply is also kept for the reply memory.
 struct Streamed<'a> {
@@ -74,19 +60,10 @@ impl TurnSink for Streamed<'_> {
 
 /// Serve one checked completion request on `stream`.
 pub fn serve(server: &Server, stream: &mut TcpStream, mut req: ChatRequest) -> Result<(), ApiError> {
-    server.replies().restore_reasoning(&mut req.messages);
-    let think = req.think.unwrap_or(server.defaults.think);
-    let mut conversation = Conversation {
-        messages: req.messages.clone(),
-        ..Conversation::default()
-    };
-    req.tools.apply(&mut conversation);
-    let turn = TurnRequest {
-        conversation,
-        think,
-        sampling: req.sampling(&server.defaults.sampling),
-        max_tokens: req.max_tokens.unwrap_or(server.defaults.max_tokens),
-    };
+    let sampling = req.sampling(&server.defaults.sampling);
+    let max_tokens = req.max_tokens.unwrap_or(server.defaults.max_tokens);
+    let turn = server.turn_request(&mut req.messages, &req.tools, req.think, sampling, max_tokens);
+    let think = turn.think;
     let watch = HangupWatch::start(stream);
     let slot = server.queue.acquire()?;
     if watch.gone() {
@@ -124,21 +101,9 @@ pub fn serve(server: &Server, stream: &mut TcpStream, mut req: ChatRequest) -> R
         watch.stop();
         return Ok(());
     }
-    let mut collected = Collected(reply);
-    let outcome = run_turn(&worker, turn, &mut collected, &gone);
-    drop(worker);
-    drop(slot);
-    let outcome = outcome?;
-    let mut reply = collected.0;
-    reply.finish();
-    server.record(&outcome, &reply, think.thinking());
-    watch.stop();
-    if outcome.client_gone {
+    let Some((outcome, reply)) = run_collected(server, (worker, slot), turn, reply, watch)? else {
         return Ok(());
-    }
-    if let Some(e) = outcome.error {
-        return Err(ApiError::status(500, e));
-    }
+    };
     let reasoning = think.thinking().then_some(reply.reasoning.as_str());
     let body = responses::completion(&id, &reply, reasoning, outcome.finish, &outcome.usage, &outcome.timings);
     let _ = http::write_json(stream, 200, &body);

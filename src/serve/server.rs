@@ -9,16 +9,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::engine::events::{Command, Event, LoadRequest, SamplingParams};
+use crate::engine::events::{Command, Event, LoadRequest, SamplingParams, TurnRequest};
 use crate::engine::loader::EngineLoader;
 use crate::engine::worker::Worker;
-use crate::model::chat::ThinkMode;
+use crate::model::chat::{Conversation, Message, ThinkMode};
 
 use super::auth::ApiKey;
 use super::error::ApiError;
 use super::http;
 use super::queue::GenerationQueue;
 use super::replies::Replies;
+use super::tools::Tools;
 use super::turn::TurnOutcome;
 
 /// Most connections served at once; more get a 503 at once.
@@ -106,6 +107,31 @@ impl Server {
 
     pub fn last_turn(&self) -> Option<LastTurn> {
         lock(&self.last_turn).clone()
+    }
+
+    /// The engine turn of a checked request: its `messages` with the reasoning of this server's
+    /// earlier replies put back (replies.rs), its `tools` in the prompt, its think mode or the
+    /// server's.
+    pub fn turn_request(
+        &self,
+        messages: &mut [Message],
+        tools: &Tools,
+        think: Option<ThinkMode>,
+        sampling: SamplingParams,
+        max_tokens: u32,
+    ) -> TurnRequest {
+        self.replies().restore_reasoning(messages);
+        let mut conversation = Conversation {
+            messages: messages.to_vec(),
+            ..Conversation::default()
+        };
+        tools.apply(&mut conversation);
+        TurnRequest {
+            conversation,
+            think: think.unwrap_or(self.defaults.think),
+            sampling,
+            max_tokens,
+        }
     }
 
     /// Note a finished turn: for `/health`, and its reasoning for the next request (replies.rs).

@@ -97,17 +97,9 @@ fn check_schema(schema: &Json, field: &str) -> Result<(), ApiError> {
 /// OpenAI's `tools`: `[{"type": "function", "function": {"name", "description"?, "parameters"?}}]`.
 /// The function object goes into the prompt as given.
 pub fn openai_tools(tools: Option<&Json>) -> Result<Tools, ApiError> {
-    let items = match tools {
-        None | Some(Json::Null) => return Ok(Tools::default()),
-        Some(Json::Array(items)) => items,
-        Some(_) => return Err(ApiError::field("tools", "must be an array of tools")),
-    };
     let mut out = Tools::default();
-    for (i, t) in items.iter().enumerate() {
+    for (i, t) in tool_objects(tools)?.iter().enumerate() {
         let at = |k: &str| format!("tools[{i}].{k}");
-        if !matches!(t, Json::Object(_)) {
-            return Err(ApiError::field(format!("tools[{i}]"), "must be an object"));
-        }
         match t.get("type").and_then(Json::as_str) {
             Some("function") => {}
             Some(other) => {
@@ -123,12 +115,7 @@ pub fn openai_tools(tools: Option<&Json>) -> Result<Tools, ApiError> {
             Some(_) => return Err(ApiError::field(at("function"), "must be an object")),
             None => return Err(ApiError::field(at("function"), "is required")),
         };
-        let name = match f.get("name") {
-            Some(Json::Str(n)) => n,
-            Some(_) => return Err(ApiError::field(at("function.name"), "must be a string")),
-            None => return Err(ApiError::field(at("function.name"), "is required")),
-        };
-        check_name(name, &at("function.name"))?;
+        let name = tool_name(f, &at("function.name"))?;
         if f.get("description")
             .is_some_and(|d| !matches!(d, Json::Str(_) | Json::Null))
         {
@@ -145,17 +132,9 @@ pub fn openai_tools(tools: Option<&Json>) -> Result<Tools, ApiError> {
 /// Anthropic's `tools`: `[{"name", "description"?, "input_schema"}]`, written into the prompt as
 /// the function object `{"name", "description", "parameters"}` the format expects.
 pub fn anthropic_tools(tools: Option<&Json>) -> Result<Tools, ApiError> {
-    let items = match tools {
-        None | Some(Json::Null) => return Ok(Tools::default()),
-        Some(Json::Array(items)) => items,
-        Some(_) => return Err(ApiError::field("tools", "must be an array of tools")),
-    };
     let mut out = Tools::default();
-    for (i, t) in items.iter().enumerate() {
+    for (i, t) in tool_objects(tools)?.iter().enumerate() {
         let at = |k: &str| format!("tools[{i}].{k}");
-        if !matches!(t, Json::Object(_)) {
-            return Err(ApiError::field(format!("tools[{i}]"), "must be an object"));
-        }
         if let Some(kind) = t.get("type").and_then(Json::as_str)
             && kind != "custom"
         {
@@ -164,18 +143,13 @@ pub fn anthropic_tools(tools: Option<&Json>) -> Result<Tools, ApiError> {
                 format!("\"{kind}\" is not supported (server tools are not run here)"),
             ));
         }
-        let name = match t.get("name") {
-            Some(Json::Str(n)) => n,
-            Some(_) => return Err(ApiError::field(at("name"), "must be a string")),
-            None => return Err(ApiError::field(at("name"), "is required")),
-        };
-        check_name(name, &at("name"))?;
+        let name = tool_name(t, &at("name"))?;
         let schema = match t.get("input_schema") {
             Some(s) => s,
             None => return Err(ApiError::field(at("input_schema"), "is required")),
         };
         check_schema(schema, &at("input_schema"))?;
-        let mut function = vec![("name".to_string(), Json::Str(name.clone()))];
+        let mut function = vec![("name".to_string(), Json::Str(name.to_string()))];
         match t.get("description") {
             Some(d @ Json::Str(_)) => function.push(("description".into(), d.clone())),
             None | Some(Json::Null) => {}
@@ -185,6 +159,30 @@ pub fn anthropic_tools(tools: Option<&Json>) -> Result<Tools, ApiError> {
         push_tool(&mut out, name, Json::Object(function).to_python(), &at("name"))?;
     }
     Ok(out)
+}
+
+/// The items of a `tools` field (none when it is absent or null), each an object.
+fn tool_objects(tools: Option<&Json>) -> Result<&[Json], ApiError> {
+    let items = match tools {
+        None | Some(Json::Null) => return Ok(&[]),
+        Some(Json::Array(items)) => items,
+        Some(_) => return Err(ApiError::field("tools", "must be an array of tools")),
+    };
+    match items.iter().position(|t| !matches!(t, Json::Object(_))) {
+        Some(i) => Err(ApiError::field(format!("tools[{i}]"), "must be an object")),
+        None => Ok(items),
+    }
+}
+
+/// The tool name of `object` (its `name`, reported as `field`): a string, and a valid name.
+fn tool_name<'a>(object: &'a Json, field: &str) -> Result<&'a str, ApiError> {
+    let name = match object.get("name") {
+        Some(Json::Str(n)) => n,
+        Some(_) => return Err(ApiError::field(field, "must be a string")),
+        None => return Err(ApiError::field(field, "is required")),
+    };
+    check_name(name, field)?;
+    Ok(name)
 }
 
 fn push_tool(out: &mut Tools, name: &str, schema: String, field: &str) -> Result<(), ApiError> {

@@ -1,17 +1,23 @@
 //! Runs one chat turn on the engine worker for a request: submits it, hands the streamed text to
-//! the request's sink, cancels when the client hangs up, and collects the figures the API reports
-//! (usage with the cached prompt tokens, and timings).
+//! the request's sink (or keeps the whole reply, `run_collected`, for a non-streaming request),
+//! cancels when the client hangs up, and collects the figures the API reports (usage with the
+//! cached prompt tokens, and timings).
 //!
 //! The caller holds the generation slot (queue.rs), so it alone reads the worker's events while the
 //! turn runs. Owns the event-to-API mapping of one turn. Must not write HTTP.
 
+use std::sync::MutexGuard;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
 use crate::engine::events::{Command, Event, FinishReason, TextKind, TurnRequest};
 use crate::engine::worker::Worker;
 
+use super::calls::ReplyShaper;
+use super::disconnect::HangupWatch;
 use super::error::ApiError;
+use super::queue::Slot;
+use super::server::Server;
 
 /// How often a waiting turn checks whether its client hung up (well under one decode step of the
 /// real model).
@@ -27,6 +33,52 @@ pub trait TurnSink {
     fn prefilled(&mut self, usage: &Usage) {
         let _ = usage;
     }
+}
+
+/// A non-streaming turn's reply, kept whole; it stops the turn at a stop sequence
+/// (`ReplyShaper::with_stops`).
+struct Collected(ReplyShaper);
+
+impl TurnSink for Collected {
+    fn started(&mut self) -> bool {
+        true
+    }
+    fn text(&mut self, kind: TextKind, text: &str) -> bool {
+        self.0.push(kind, text);
+        self.0.stopped.is_none()
+    }
+}
+
+/// A non-streaming turn run to its end on `worker`, the holder of `slot` (both released as soon as
+/// the engine is done): the whole reply, finished and noted on `server` (`Server::record`), with
+/// `watch` stopped. `Ok(None)` when the client hung up (a stop sequence ending the turn is not a
+/// hang-up); an engine error is a 500.
+pub fn run_collected(
+    server: &Server,
+    (worker, slot): (MutexGuard<'_, Worker>, Slot<'_>),
+    turn: TurnRequest,
+    shaper: ReplyShaper,
+    watch: HangupWatch,
+) -> Result<Option<(TurnOutcome, ReplyShaper)>, ApiError> {
+    let thinking = turn.think.thinking();
+    let mut collected = Collected(shaper);
+    let gone = || watch.gone();
+    let outcome = run_turn(&worker, turn, &mut collected, &gone);
+    drop(worker);
+    drop(slot);
+    let mut outcome = outcome?;
+    let mut shaper = collected.0;
+    outcome.client_gone &= shaper.stopped.is_none();
+    shaper.finish();
+    server.record(&outcome, &shaper, thinking);
+    watch.stop();
+    if outcome.client_gone {
+        return Ok(None);
+    }
+    if let Some(e) = outcome.error.take() {
+        return Err(ApiError::status(500, e));
+    }
+    Ok(Some((outcome, shaper)))
 }
 
 /// Token counts of a finished turn (OpenAI `usage`).

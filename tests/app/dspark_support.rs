@@ -31,6 +31,13 @@ fn ds4_chat(args: &[&str]) -> std::process::Output {
         .expect("spawn ds4-chat")
 }
 
+/// `gen-model --preset dspark --like MODEL --out OUT`: the synthetic support file of `model`'s shapes.
+fn gen_support(model: &str, out: &Path) {
+    let out_s = out.to_str().unwrap();
+    let run = ds4_chat(&["gen-model", "--preset", "dspark", "--like", model, "--out", out_s]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+}
+
 /// The 3-layer tiny model (512-token vocabulary) written to `dir`.
 fn main_model(dir: &Path) -> (PathBuf, HParams) {
     let spec = GenSpec::tiny_each_cache_kind(5, ExpertMix::Q2);
@@ -69,16 +76,7 @@ fn synthetic_support_passes_inspect_and_malformed_ones_are_one_line_errors() {
 
     // The synthetic file from gen-model passes inspect, found next to the model under ds4's name.
     let good = dir.0.join(ds4_chat::model::dspark::SUPPORT_FILE_NAME);
-    let out = ds4_chat(&[
-        "gen-model",
-        "--preset",
-        "dspark",
-        "--like",
-        model_s,
-        "--out",
-        good.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    gen_support(model_s, &good);
     let out = ds4_chat(&["inspect", model_s]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -238,16 +236,7 @@ fn synthetic_support_passes_inspect_and_malformed_ones_are_one_line_errors() {
         .unwrap();
     let model_s = model.to_str().unwrap();
     let support = run_dir.join(ds4_chat::model::dspark::SUPPORT_FILE_NAME);
-    let out = ds4_chat(&[
-        "gen-model",
-        "--preset",
-        "dspark",
-        "--like",
-        model_s,
-        "--out",
-        support.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    gen_support(model_s, &support);
     let dump = |name: &str, extra: &[&str]| {
         let path = dir.0.join(name);
         let mut args = vec![

@@ -5,8 +5,7 @@
 //! non-loopback bind. Skips with a "SKIPPED" line where python3 or `openai` is missing (a failure
 //! under CI).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::sync::Mutex;
 
 use super::serve_process::{self, BIN, Server};
@@ -17,53 +16,27 @@ const MAX_BODY: &str = "65536";
 /// The servers of the two tests would compete for the CPU; the hang-up timing wants it calm.
 pub(crate) static ONE_SERVER: Mutex<()> = Mutex::new(());
 
-fn client_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/serve_api_client.py")
-}
-
-/// Whether python3 with `openai` is here; else the skip (or CI failure) is reported.
-fn have_openai() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import openai"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        support::skip_or_fail("python3 with the openai package is needed (pip install openai)");
-    }
-    ok
-}
-
 /// Start `serve` on port 0 over `model` with `extra` flags and `env` (serve_process.rs), at this
 /// module's context.
 pub(crate) fn start(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Server, String> {
     serve_process::start(model, CTX, extra, env)
 }
 
-/// Run the client script; panics with its output when a check failed.
-fn run_client(args: &[&str]) -> String {
-    let out = Command::new("python3")
-        .arg(client_script())
-        .args(args)
-        .output()
-        .expect("run python3");
-    let text = String::from_utf8_lossy(&[out.stdout, out.stderr].concat()).into_owned();
-    println!("{text}");
-    assert!(out.status.success(), "serve_api_client.py {}:\n{text}", args[0]);
-    assert!(text.contains(" passed, 0 failed"), "{text}");
-    text
+/// Run tests/support/serve_api_client.py; panics with its output when a check failed. The number
+/// of checks passed.
+fn run_client(args: &[&str]) -> usize {
+    serve_process::run_python_client("serve_api_client.py", args)
 }
 
 #[test]
 fn openai_client_against_serve() {
-    if !have_openai() {
+    if !serve_process::have_python_packages(&["openai"]) {
         return;
     }
     let _one = ONE_SERVER.lock().unwrap_or_else(|e| e.into_inner());
     let model = support::serve_tiny_model();
     let server = start(&model, &["--queue", "1", "--max-body-bytes", MAX_BODY], &[]).expect("serve starts");
-    let text = run_client(&[
+    let passed = run_client(&[
         "main",
         "--base",
         &server.base,
@@ -78,15 +51,7 @@ fn openai_client_against_serve() {
         "--max-body",
         MAX_BODY,
     ]);
-    let passed: usize = text
-        .lines()
-        .find_map(|l| l.strip_suffix(" passed, 0 failed"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0);
-    assert!(
-        passed >= 60,
-        "expected the full check list, got {passed} checks:\n{text}"
-    );
+    assert!(passed >= 60, "expected the full check list, got {passed} checks");
 }
 
 #[test]
@@ -111,7 +76,7 @@ fn non_loopback_bind_needs_an_api_key() {
         unset.contains("DS4_SERVE_TEST_UNSET: the variable is not set"),
         "{unset}"
     );
-    if !have_openai() {
+    if !serve_process::have_python_packages(&["openai"]) {
         return;
     }
     let key = "test-key-0123456789";

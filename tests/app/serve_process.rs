@@ -1,6 +1,7 @@
 //! The `ds4-chat serve` process the serve tests run (the real binary on a free port, on the CPU),
-//! and a plain HTTP/1.1 client for requests the `openai` package cannot make (streamed reads with
-//! a stopwatch, hang-ups at a chosen point, malformed bodies).
+//! the runner of the Python client scripts that drive it (tests/support/serve_*_client.py), and a
+//! plain HTTP/1.1 client for requests the `openai` package cannot make (streamed reads with a
+//! stopwatch, hang-ups at a chosen point, malformed bodies).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -114,6 +115,47 @@ pub fn start(model: &Path, ctx: &str, extra: &[&str], env: &[(&str, &str)]) -> R
         }
     }
     panic!("serve did not start listening within 120 s: {}", seen.join(" | "));
+}
+
+/// tests/support/`script`.
+pub fn python_client(script: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support").join(script)
+}
+
+/// Whether python3 can import every package of `packages`; else the skip (or CI failure) is
+/// reported.
+pub fn have_python_packages(packages: &[&str]) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", &format!("import {}", packages.join(", "))])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        crate::support::skip_or_fail(&format!(
+            "python3 with {} is needed (pip install {})",
+            packages.join(" and "),
+            packages.join(" ")
+        ));
+    }
+    ok
+}
+
+/// Runs the client `script` (`python_client`) with `args`, the first its mode; panics with its
+/// output when a check failed. The number of checks passed, from its last line.
+pub fn run_python_client(script: &str, args: &[&str]) -> usize {
+    let out = Command::new("python3")
+        .arg(python_client(script))
+        .args(args)
+        .output()
+        .expect("run python3");
+    let text = String::from_utf8_lossy(&[out.stdout, out.stderr].concat()).into_owned();
+    println!("{text}");
+    assert!(out.status.success(), "{script} {}:\n{text}", args[0]);
+    text.lines()
+        .find_map(|l| l.strip_suffix(" passed, 0 failed"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{script} {}: no summary line:\n{text}", args[0]))
 }
 
 /// A whole HTTP response.

@@ -8,55 +8,27 @@
 //! "SKIPPED" line where python3, `openai` or `anthropic` is missing (a failure under CI).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use ds4_chat::gguf::GgufFile;
 use ds4_chat::model::tokenizer::Tokenizer;
 
 use crate::serve_api::{ONE_SERVER, start};
+use crate::serve_process;
 use crate::support;
 
-fn client_script() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/serve_tools_client.py")
-}
+const CLIENT: &str = "serve_tools_client.py";
 
 /// Whether python3 with both clients is here; else the skip (or CI failure) is reported.
 fn have_clients() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import openai, anthropic"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        support::skip_or_fail(
-            "python3 with the openai and anthropic packages is needed (pip install openai anthropic)",
-        );
-    }
-    ok
-}
-
-/// Run the client script; panics with its output when a check failed. Returns the checks passed.
-fn run_client(args: &[&str]) -> usize {
-    let out = Command::new("python3")
-        .arg(client_script())
-        .args(args)
-        .output()
-        .expect("run python3");
-    let text = String::from_utf8_lossy(&[out.stdout, out.stderr].concat()).into_owned();
-    println!("{text}");
-    assert!(out.status.success(), "serve_tools_client.py {}:\n{text}", args[0]);
-    text.lines()
-        .find_map(|l| l.strip_suffix(" passed, 0 failed"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no summary line:\n{text}"))
+    serve_process::have_python_packages(&["openai", "anthropic"])
 }
 
 /// The scripted replies as token ids: the script's texts tokenized with added-token recognition, as
 /// the model would sample them (`</think>` and the DSML markers are single tokens).
 fn write_script(model: &Path) -> std::path::PathBuf {
     let out = Command::new("python3")
-        .arg(client_script())
+        .arg(serve_process::python_client(CLIENT))
         .arg("script")
         .output()
         .expect("run python3");
@@ -83,7 +55,7 @@ fn openai_and_anthropic_clients_run_tool_loops() {
     let model = support::serve_tiny_model();
     let script = write_script(&model);
     let server = start(&model, &[], &[("DS4_TEST_SERVE_SCRIPT", script.to_str().unwrap())]).expect("serve starts");
-    let passed = run_client(&["loop", "--base", &server.base, "--model", "serve-tiny"]);
+    let passed = serve_process::run_python_client(CLIENT, &["loop", "--base", &server.base, "--model", "serve-tiny"]);
     assert!(passed >= 47, "expected the full check list, got {passed} checks");
 }
 
@@ -102,6 +74,9 @@ fn anthropic_client_plain_requests_with_a_key() {
     )
     .expect("serve starts");
     let local = server.base.replace("0.0.0.0", "127.0.0.1");
-    let passed = run_client(&["plain", "--base", &local, "--model", "serve-tiny", "--key", key]);
+    let passed = serve_process::run_python_client(
+        CLIENT,
+        &["plain", "--base", &local, "--model", "serve-tiny", "--key", key],
+    );
     assert!(passed >= 7, "expected the full check list, got {passed} checks");
 }

@@ -19,11 +19,7 @@ use ds4_chat::backend::cpu::resolved::Resolved;
 use ds4_chat::backend::dspark::DsparkForward;
 use ds4_chat::backend::{BackendError, DeviceModel, DeviceSession};
 use ds4_chat::engine::events::SamplingParams;
-use ds4_chat::engine::generate::{
-    Hooks, Limits, Speculation, SpeculationFigures, generate, generate_speculative, sample_next,
-};
-use ds4_chat::engine::sampler::Sampler;
-use ds4_chat::engine::speculate::accept::{BlockLogits, Outcome, SamplingRule, accept};
+use ds4_chat::engine::generate::{Limits, Speculation, SpeculationFigures, generate, generate_speculative};
 use ds4_chat::engine::speculate::drafter::{Draft, Drafter};
 use ds4_chat::engine::speculate::dspark::{DsparkDrafter, DsparkSettings};
 use ds4_chat::genmodel::dspark::{meta_for, support_model};
@@ -35,9 +31,7 @@ use ds4_chat::model::Model;
 use ds4_chat::model::dspark::{DsparkConvention, DsparkModel, PassReads};
 
 use super::small_model::three_layer_model;
-
-const GEN: usize = 256;
-const CTX: usize = 512;
+use super::speculative_common::{self, CTX, GEN, Record, add_figures, budget, params, report_figures};
 
 fn engine() -> CpuModel {
     CpuModel::new(three_layer_model(), 2).unwrap()
@@ -59,58 +53,13 @@ fn prompts() -> Vec<Vec<u32>> {
         .collect()
 }
 
-/// Greedy hooks recording every token; blocks are judged by the greedy rule.
-struct Record {
-    sampler: Sampler,
-    params: SamplingParams,
-    out: Vec<u32>,
-}
-
-impl<'b> Hooks<dyn DeviceSession + 'b> for Record {
-    fn pick(&mut self, state: &mut (dyn DeviceSession + 'b)) -> Result<u32, BackendError> {
-        sample_next(state, &mut self.sampler, &self.params)
-    }
-    fn token(&mut self, token: u32) -> Result<(), String> {
-        self.out.push(token);
-        Ok(())
-    }
-    fn judge(&mut self, draft: &Draft, logits: &BlockLogits<'_>) -> Option<Result<Outcome, String>> {
-        Some(accept(
-            SamplingRule::Exact,
-            draft,
-            logits,
-            &mut self.sampler,
-            &self.params,
-        ))
-    }
-}
-
 fn greedy() -> SamplingParams {
-    SamplingParams {
-        temperature: 0.0,
-        seed: Some(1),
-        ..SamplingParams::default()
-    }
+    params(0.0, 1)
 }
 
-fn limits() -> Limits {
-    Limits {
-        max_new: GEN,
-        stop_token: None,
-        decode_last: true,
-    }
-}
-
+/// Plain greedy decoding of `GEN` tokens from `prompt`.
 fn plain(engine: &CpuModel, prompt: &[u32]) -> Vec<u32> {
-    let mut s = engine.open_session(CTX).unwrap();
-    s.eval(prompt, &mut |_, _| true).unwrap();
-    let mut h = Record {
-        sampler: Sampler::new(Some(1)),
-        params: greedy(),
-        out: Vec::new(),
-    };
-    generate(s.as_mut(), limits(), &mut h).unwrap();
-    h.out
+    speculative_common::plain(&|| engine.open_session(CTX).unwrap(), prompt, &greedy(), budget(GEN)).0
 }
 
 /// Q8_0 block `b` (32 values) of the tensor at absolute `off`: scale `d` and the 32 quants.
@@ -175,13 +124,9 @@ fn with_dspark(
     let mut s = engine.open_session(CTX).unwrap();
     let drafter = settings.attach(s.as_mut(), support.clone()).unwrap();
     s.eval(prompt, &mut |_, _| true).unwrap();
-    let mut h = Record {
-        sampler: Sampler::new(Some(1)),
-        params: greedy(),
-        out: Vec::new(),
-    };
+    let mut h = Record::new(&greedy());
     let mut spec = Speculation::new(drafter, prompt);
-    generate_speculative(s.as_mut(), limits(), &mut h, &mut spec).unwrap();
+    generate_speculative(s.as_mut(), budget(GEN), &mut h, &mut spec).unwrap();
     (h.out, spec.figures, s.n_past())
 }
 
@@ -203,21 +148,9 @@ fn greedy_dspark_equals_plain_decode_in_both_conventions() {
                 let (got, f, n_past) = with_dspark(&engine, prompt, &support, &settings);
                 assert_eq!(got, want[i], "prompt {i}, {convention:?}, confidence {confidence}");
                 assert_eq!(n_past, prompt.len() + GEN);
-                total.cycles += f.cycles;
-                total.drafted += f.drafted;
-                total.accepted += f.accepted;
+                add_figures(&mut total, &f);
             }
-            eprintln!(
-                "{convention:?}, confidence {confidence}: {} tokens compared; {} cycles, {} drafted, {} accepted",
-                4 * GEN,
-                total.cycles,
-                total.drafted,
-                total.accepted
-            );
-            assert!(
-                total.drafted > 0 && total.accepted > 0,
-                "the drafter was idle: {total:?}"
-            );
+            report_figures(&format!("{convention:?}, confidence {confidence}"), 4 * GEN, &total);
             if confidence == 0.0 {
                 assert!(total.accepted < total.drafted, "no draft was ever rejected: {total:?}");
             }
@@ -575,11 +508,7 @@ fn real_model_acceptance_and_speed_on_code_and_prose() {
             let mut s = engine.open_session(CTX).unwrap();
             s.eval(&prompt, &mut |_, _| true).unwrap();
             let t0 = std::time::Instant::now();
-            let mut h = Record {
-                sampler: Sampler::new(Some(1)),
-                params: greedy(),
-                out: Vec::new(),
-            };
+            let mut h = Record::new(&greedy());
             generate(s.as_mut(), limits, &mut h).unwrap();
             eprintln!("{name}: plain {:.2} t/s", N as f64 / t0.elapsed().as_secs_f64());
             h.out
@@ -593,11 +522,7 @@ fn real_model_acceptance_and_speed_on_code_and_prose() {
             let mut s = engine.open_session(CTX).unwrap();
             let drafter = settings.attach(s.as_mut(), support.clone()).unwrap();
             s.eval(&prompt, &mut |_, _| true).unwrap();
-            let mut h = Record {
-                sampler: Sampler::new(Some(1)),
-                params: greedy(),
-                out: Vec::new(),
-            };
+            let mut h = Record::new(&greedy());
             // Every cycle drafts (the confidence cut decides how many), so that acceptance is
             // measured on every cycle rather than only where the scheduler chose to draft.
             let mut spec = Speculation::new(drafter, &prompt).with_fixed_len(ds4_chat::engine::generate::MAX_DRAFT);

@@ -17,7 +17,6 @@ use ds4_chat::cli::PlacementRequest;
 use ds4_chat::cli::run::{open_device_session, open_model};
 use ds4_chat::engine::events::BackendChoice;
 use ds4_chat::engine::generate::{Speculation, generate, generate_speculative};
-use ds4_chat::engine::sampler::Sampler;
 use ds4_chat::engine::speculate::prompt_lookup::PromptLookup;
 use ds4_chat::model::chat::{ThinkMode, one_shot_prompt};
 use ds4_chat::model::tokenizer::Tokenizer;
@@ -59,11 +58,7 @@ fn prompt_lookup_on_a_code_edit_prompt() {
     let run = |speculate: bool, session: &mut Box<dyn ds4_chat::backend::DeviceSession>| {
         session.reset();
         session.eval(&prompt, &mut |_, _| true).unwrap();
-        let mut h = Record {
-            sampler: Sampler::new(p.seed),
-            params: p.clone(),
-            out: Vec::new(),
-        };
+        let mut h = Record::new(&p);
         let t = Instant::now();
         let figures = match speculate {
             true => {

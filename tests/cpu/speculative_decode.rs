@@ -19,8 +19,8 @@ use ds4_chat::engine::speculate::replay::ReplayDrafter;
 
 use super::small_model::three_layer_model;
 use super::speculative_common::{
-    ALL_PROMPTS, CTX, GEN, Open, budget, check_greedy_prompt_lookup, check_greedy_replay, check_logprob_dump, params,
-    plain, plain_greedy, prompts, speculative, speculative_with,
+    ALL_PROMPTS, CTX, GEN, Open, add_figures, budget, check_greedy_prompt_lookup, check_greedy_replay,
+    check_logprob_dump, params, plain, plain_greedy, prompts, report_figures, speculative, speculative_with,
 };
 
 fn engine() -> CpuModel {
@@ -46,14 +46,9 @@ fn seeded_sampling_with_exact_speculation_equals_plain_sampling() {
         let (want, _) = plain(engine, prompt, &p, budget(GEN));
         let (got, _, f, _) = speculative(engine, prompt, &p, budget(GEN), Some(3));
         assert_eq!(got, want, "prompt {i}");
-        total.drafted += f.drafted;
-        total.accepted += f.accepted;
+        add_figures(&mut total, &f);
     }
-    eprintln!("sampling: {} drafted, {} accepted", total.drafted, total.accepted);
-    assert!(
-        total.drafted > 0 && total.accepted > 0,
-        "the drafter was idle: {total:?}"
-    );
+    report_figures("sampling", prompts().len() * GEN, &total);
 }
 
 #[test]

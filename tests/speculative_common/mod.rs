@@ -45,6 +45,17 @@ pub struct Record {
     pub out: Vec<u32>,
 }
 
+impl Record {
+    /// Hooks that sample with `p` (its seed), nothing recorded yet.
+    pub fn new(p: &SamplingParams) -> Record {
+        Record {
+            sampler: Sampler::new(p.seed),
+            params: p.clone(),
+            out: Vec::new(),
+        }
+    }
+}
+
 impl<'b> Hooks<dyn DeviceSession + 'b> for Record {
     fn pick(&mut self, state: &mut (dyn DeviceSession + 'b)) -> Result<u32, BackendError> {
         sample_next(state, &mut self.sampler, &self.params)
@@ -76,11 +87,7 @@ pub fn params(temperature: f32, seed: u64) -> SamplingParams {
 pub fn plain(engine: Open, prompt: &[u32], p: &SamplingParams, limits: Limits) -> (Vec<u32>, Stop) {
     let mut s = engine();
     s.eval(prompt, &mut |_, _| true).unwrap();
-    let mut h = Record {
-        sampler: Sampler::new(p.seed),
-        params: p.clone(),
-        out: Vec::new(),
-    };
+    let mut h = Record::new(p);
     let (n, stop) = generate(s.as_mut(), limits, &mut h).unwrap();
     assert_eq!(n, h.out.len());
     (h.out, stop)
@@ -111,11 +118,7 @@ pub fn speculative_with(
 ) -> (Vec<u32>, Stop, SpeculationFigures, usize) {
     let mut s = engine();
     s.eval(prompt, &mut |_, _| true).unwrap();
-    let mut h = Record {
-        sampler: Sampler::new(p.seed),
-        params: p.clone(),
-        out: Vec::new(),
-    };
+    let mut h = Record::new(p);
     let mut spec = Speculation::new(drafter, prompt);
     if let Some(k) = fixed {
         spec = spec.with_fixed_len(k);
@@ -132,6 +135,28 @@ pub fn budget(max_new: usize) -> Limits {
         stop_token: None,
         decode_last: true,
     }
+}
+
+/// Adds the cycles, drafts, acceptances and commits of `f` to `total`.
+pub fn add_figures(total: &mut SpeculationFigures, f: &SpeculationFigures) {
+    total.cycles += f.cycles;
+    total.drafted += f.drafted;
+    total.accepted += f.accepted;
+    total.committed += f.committed;
+}
+
+/// Prints `total`, the figures of runs under `label` that compared `compared` tokens with plain
+/// decoding, and asserts that the drafter drafted and had drafts accepted (else nothing speculative
+/// was compared).
+pub fn report_figures(label: &str, compared: usize, total: &SpeculationFigures) {
+    eprintln!(
+        "{label}: {compared} tokens compared; {} cycles, {} drafted, {} accepted",
+        total.cycles, total.drafted, total.accepted
+    );
+    assert!(
+        total.drafted > 0 && total.accepted > 0,
+        "{label}: the drafter was idle: {total:?}"
+    );
 }
 
 /// The indices of every prompt of `prompts`.
@@ -164,22 +189,10 @@ pub fn check_greedy_prompt_lookup(engine: Open, cases: &[(Vec<u32>, Vec<u32>)], 
             assert_eq!(stop, Stop::Budget);
             // Every handed-out token was evaluated (decode_last), none of the rejected drafts.
             assert_eq!(n_past, prompt.len() + n_gen, "prompt {i}, draft length {fixed:?}");
-            total.cycles += f.cycles;
-            total.drafted += f.drafted;
-            total.accepted += f.accepted;
+            add_figures(&mut total, &f);
         }
     }
-    eprintln!(
-        "greedy: {} tokens compared; {} cycles, {} drafted, {} accepted",
-        cases.len() * fixed_lens.len() * n_gen,
-        total.cycles,
-        total.drafted,
-        total.accepted
-    );
-    assert!(
-        total.drafted > 0 && total.accepted > 0,
-        "the drafter was idle: {total:?}"
-    );
+    report_figures("greedy", cases.len() * fixed_lens.len() * n_gen, &total);
     assert!(total.accepted < total.drafted, "no draft was ever rejected: {total:?}");
 }
 
@@ -194,8 +207,7 @@ pub fn check_greedy_replay(engine: Open, cases: &[(Vec<u32>, Vec<u32>)]) {
         let (got, _, f, n_past) = speculative_with(engine, prompt, &p, budget(n_gen), Some(5), replay);
         assert_eq!(&got, want, "prompt {i}");
         assert_eq!(n_past, prompt.len() + n_gen);
-        total.drafted += f.drafted;
-        total.accepted += f.accepted;
+        add_figures(&mut total, &f);
     }
     eprintln!("replay 0.6: {} drafted, {} accepted", total.drafted, total.accepted);
     assert!(total.accepted > 0 && total.accepted < total.drafted, "{total:?}");
@@ -230,8 +242,7 @@ pub fn check_logprob_dump(engine: Open, cases: &[(Vec<u32>, Vec<u32>)]) {
         let got = dump(Some(&mut spec));
         assert_eq!(got, want, "prompt {i}");
         assert_eq!(want.matches("{\"step\":").count(), steps, "prompt {i}");
-        total.drafted += spec.figures.drafted;
-        total.accepted += spec.figures.accepted;
+        add_figures(&mut total, &spec.figures);
     }
     eprintln!("logprob dumps: {} drafted, {} accepted", total.drafted, total.accepted);
     assert!(

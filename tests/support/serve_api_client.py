@@ -13,28 +13,16 @@ import http.client
 import json
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
 
 import openai
 
+from serve_checks import check, run_checks
+
 SYSTEM = "You are a helpful assistant"
 PROMPT = "Tell me about the sea."
-PASSED = []
-FAILED = []
-
-
-def check(name, cond, detail=""):
-    if cond:
-        PASSED.append(name)
-        print(f"ok   {name}")
-    else:
-        FAILED.append(name)
-        print(f"FAIL {name}: {detail}")
-
-
 def client(args, key="none", retries=0):
     return openai.OpenAI(base_url=args.base + "/v1", api_key=key, max_retries=retries, timeout=120)
 
@@ -370,12 +358,7 @@ def main():
     p.add_argument("--max-body", type=int, default=65536)
     p.add_argument("--key")
     args = p.parse_args()
-    try:
-        main_checks(args) if args.mode == "main" else auth_checks(args)
-    except Exception as e:  # an unexpected failure is one failed check, reported with its cause
-        check("no unexpected exception", False, f"{type(e).__name__}: {e}")
-    print(f"{len(PASSED)} passed, {len(FAILED)} failed")
-    sys.exit(1 if FAILED else 0)
+    run_checks(lambda: main_checks(args) if args.mode == "main" else auth_checks(args))
 
 
 if __name__ == "__main__":

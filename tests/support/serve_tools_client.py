@@ -16,24 +16,12 @@ when nothing failed.
 import argparse
 import http.client
 import json
-import sys
 import urllib.parse
 
 import anthropic
 import openai
 
-PASSED = []
-FAILED = []
-
-
-def check(name, cond, detail=""):
-    if cond:
-        PASSED.append(name)
-        print(f"ok   {name}")
-    else:
-        FAILED.append(name)
-        print(f"FAIL {name}: {detail}")
-
+from serve_checks import check, run_checks
 
 DSML = "｜DSML｜"
 
@@ -313,17 +301,16 @@ def main():
     if args.mode == "script":
         print(json.dumps(SCRIPT, ensure_ascii=False))
         return
-    try:
+
+    def checks():
         if args.mode == "loop":
             openai_loop(args)
             anthropic_loop(args)
             bad_input(args)
         else:
             plain(args)
-    except Exception as e:  # an unexpected failure is one failed check, reported with its cause
-        check("no unexpected exception", False, f"{type(e).__name__}: {e}")
-    print(f"{len(PASSED)} passed, {len(FAILED)} failed")
-    sys.exit(1 if FAILED else 0)
+
+    run_checks(checks)
 
 
 if __name__ == "__main__":

@@ -337,14 +337,12 @@ impl Pass<'_> {
     /// arithmetic one launch for token-wise batches (`kernels::paired_matvec_q8_0`, or its column
     /// form for a verify block: the same bits).
     pub(super) fn proj_q8_0_pair(&self, first: &Q8Proj, second: &Q8Proj, n: u32) -> Result<(), BackendError> {
-        if self.fast_token_wise(n) {
-            let paired = match self.columns(n) {
-                true => kernels::paired_matvec_q8_0_cols(first, second, n, self.fast_grids),
-                false => kernels::paired_matvec_q8_0(first, second, n, self.fast_grids),
-            };
-            if let Some(paired) = paired {
-                return self.launch(&paired);
-            }
+        let paired = |columns| match columns {
+            true => kernels::paired_matvec_q8_0_cols(first, second, n, self.fast_grids),
+            false => kernels::paired_matvec_q8_0(first, second, n, self.fast_grids),
+        };
+        if self.launch_fast_fusion(n, paired)? {
+            return Ok(());
         }
         self.proj_q8_0(first, n)?;
         self.proj_q8_0(second, n)
@@ -355,17 +353,32 @@ impl Pass<'_> {
     /// `kernels::matvec_q8_0_quantized` (or its column form) takes the shape (the f32 output is then
     /// not written).
     pub(super) fn proj_q8_0_quantized(&self, p: &Q8Proj, planes: (DevPtr, DevPtr), n: u32) -> Result<(), BackendError> {
-        if self.fast_token_wise(n) {
-            let fused = match self.columns(n) {
-                true => kernels::matvec_q8_0_quantized_cols(p, planes, n, self.fast_grids),
-                false => kernels::matvec_q8_0_quantized(p, planes, n, self.fast_grids),
-            };
-            if let Some(fused) = fused {
-                return self.launch(&fused);
-            }
+        let fused = |columns| match columns {
+            true => kernels::matvec_q8_0_quantized_cols(p, planes, n, self.fast_grids),
+            false => kernels::matvec_q8_0_quantized(p, planes, n, self.fast_grids),
+        };
+        if self.launch_fast_fusion(n, fused)? {
+            return Ok(());
         }
         self.proj_q8_0(p, n)?;
         self.quantize_q8_0(planes.0, planes.1, p.y, p.n_out, n)
+    }
+
+    /// In fast arithmetic for a token-wise batch of `n`, the fused launch `fusion(columns)` builds
+    /// (`columns`: its column form, for a verify block) where it takes the shape. Whether it ran;
+    /// where not, the caller issues the unfused launches.
+    fn launch_fast_fusion(
+        &self,
+        n: u32,
+        fusion: impl FnOnce(bool) -> Option<kernels::Launch>,
+    ) -> Result<bool, BackendError> {
+        if !self.fast_token_wise(n) {
+            return Ok(false);
+        }
+        match fusion(self.columns(n)) {
+            Some(launch) => self.launch(&launch).map(|()| true),
+            None => Ok(false),
+        }
     }
 
     /// The shared expert's gate/up + SwiGLU of `n` tokens.

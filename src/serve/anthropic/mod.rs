@@ -12,45 +12,19 @@ pub mod stream;
 
 use std::net::TcpStream;
 
-use crate::engine::events::{TextKind, TurnRequest};
-use crate::model::chat::Conversation;
-
 use super::calls::ReplyShaper;
 use super::disconnect::HangupWatch;
 use super::error::ApiError;
 use super::http;
 use super::server::Server;
-use super::turn::{TurnSink, run_turn};
+use super::turn::{run_collected, run_turn};
 use request::MessagesRequest;
-
-/// A non-streaming turn's reply; it stops the turn at a stop sequence.
-struct Collected(ReplyShaper);
-
-impl TurnSink for Collected {
-    fn started(&mut self) -> bool {
-        true
-    }
-    fn text(&mut self, kind: TextKind, text: &str) -> bool {
-        self.0.push(kind, text);
-        self.0.stopped.is_none()
-    }
-}
 
 /// Serve one checked Messages request on `stream`.
 pub fn serve(server: &Server, stream: &mut TcpStream, mut req: MessagesRequest) -> Result<(), ApiError> {
-    server.replies().restore_reasoning(&mut req.messages);
-    let think = req.think.unwrap_or(server.defaults.think);
-    let mut conversation = Conversation {
-        messages: req.messages.clone(),
-        ..Conversation::default()
-    };
-    req.tools.apply(&mut conversation);
-    let turn = TurnRequest {
-        conversation,
-        think,
-        sampling: req.sampling(&server.defaults.sampling),
-        max_tokens: req.max_tokens,
-    };
+    let sampling = req.sampling(&server.defaults.sampling);
+    let turn = server.turn_request(&mut req.messages, &req.tools, req.think, sampling, req.max_tokens);
+    let think = turn.think;
     let watch = HangupWatch::start(stream);
     let slot = server.queue.acquire()?;
     if watch.gone() {
@@ -82,23 +56,9 @@ pub fn serve(server: &Server, stream: &mut TcpStream, mut req: MessagesRequest) 
         watch.stop();
         return Ok(());
     }
-    let mut collected = Collected(shaper);
-    let gone = || watch.gone();
-    let outcome = run_turn(&worker, turn, &mut collected, &gone);
-    drop(worker);
-    drop(slot);
-    let mut outcome = outcome?;
-    let mut shaper = collected.0;
-    outcome.client_gone &= shaper.stopped.is_none();
-    shaper.finish();
-    server.record(&outcome, &shaper, think.thinking());
-    watch.stop();
-    if outcome.client_gone {
+    let Some((outcome, shaper)) = run_collected(server, (worker, slot), turn, shaper, watch)? else {
         return Ok(());
-    }
-    if let Some(e) = outcome.error {
-        return Err(ApiError::status(500, e));
-    }
+    };
     let stop = reply::stop_reason(outcome.finish, shaper.calls.len(), shaper.stopped.as_deref());
     let body = reply::message(
         &reply::message_id(),
