@@ -9,6 +9,8 @@
 
 #[path = "../block_verify_common/mod.rs"]
 mod block_verify_common;
+#[path = "../dspark_common/mod.rs"]
+mod dspark_common;
 #[path = "../hip_emu/mod.rs"]
 mod hip_emu;
 #[path = "../sessions_common/mod.rs"]
@@ -21,6 +23,7 @@ mod speculative_common;
 #[path = "../cpu/small_model.rs"]
 mod small_model;
 
+mod dspark;
 mod fast;
 mod forward;
 mod graph;

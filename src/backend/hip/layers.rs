@@ -77,6 +77,9 @@ impl Pass<'_> {
         for l in 0..hp.n_layer {
             self.attention_sublayer(l, n, host_pos)?;
             self.ffn_sublayer(l, n)?;
+            if let Some(copy) = self.dspark.and_then(|c| c.copy_launch(l, self.hc_in_alt.get(), n)) {
+                self.launch(&copy)?;
+            }
         }
         self.flush_launches()?;
         // Every layer advances the HC state twice (`advance_hc`), so a pass ends where it began,

@@ -1,0 +1,135 @@
+//! DSpark on the HIP backend (src/backend/hip/session/dspark.rs, docs/dspark.md#on-the-hip-backend)
+//! on the kernel emulator in exact arithmetic: the target rows captured on the device and read back
+//! give the drafter exactly the rows the CPU session captures, so its proposals and confidences are
+//! the CPU drafter's bit for bit (through prefill, verified blocks, rollbacks and a dropped block);
+//! and greedy decoding with the drafter equals plain decoding token for token.
+//! Runs with `cargo test --release --features hip --test emu dspark::`.
+#![cfg(feature = "hip")]
+
+use std::sync::Arc;
+
+use ds4_chat::backend::cpu::CpuModel;
+use ds4_chat::backend::hip::{HipOptions, HipSession};
+use ds4_chat::backend::{DeviceModel, DeviceSession};
+use ds4_chat::engine::speculate::dspark::DsparkSettings;
+use ds4_chat::model::Model;
+use ds4_chat::model::dspark::DsparkConvention;
+
+use crate::dspark_common::{bind, oracle_support, prompts, support_bytes, with_dspark};
+use crate::hip_emu;
+use crate::small_model::{ids, three_layer_model};
+use crate::speculative_common::{CTX, budget, params, plain};
+
+/// Tokens generated per prompt on the emulator (about a second a forward pass).
+const EMU_GEN: usize = 64;
+
+/// An exact session with 64-token prefill chunks (the prompts are one chunk, as on the CPU).
+fn gpu(model: &Arc<Model>) -> Box<dyn DeviceSession> {
+    let options = HipOptions {
+        prefill_chunk: 64,
+        ..HipOptions::default()
+    };
+    let b: HipSession = hip_emu::exact_backend(model.clone(), CTX, options);
+    Box::new(b)
+}
+
+/// The first index of the largest value.
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Both sessions draft from the same anchors over cycles that keep a whole block, roll back to the
+/// anchor, drop a whole block, and keep part of one: every confidence and token of every row is
+/// the same bits on the HIP session as on the CPU session, in both conventions (the prompt is one
+/// batch on both backends, so ds4's batch window is the same too). Tolerance zero: the exact
+/// kernels give the CPU's HC states bitwise, and the host takes the same mean of them.
+#[test]
+fn hip_drafter_proposes_the_cpu_drafters_bits() {
+    if hip_emu::use_emulated_hip().is_none() {
+        return;
+    }
+    let model = three_layer_model();
+    let cpu_model = CpuModel::new(model.clone(), 2).unwrap();
+    let support = bind(&model, support_bytes(&model));
+    let prompt = ids(30, 4, 512);
+    for convention in [DsparkConvention::Reference, DsparkConvention::Ds4] {
+        let mut cpu = cpu_model.open_session(CTX).unwrap();
+        let mut hip = gpu(&model);
+        let mut on_cpu = cpu.dspark(support.clone(), convention).unwrap();
+        let mut on_hip = hip.dspark(support.clone(), convention).unwrap();
+        let b = on_cpu.block_size();
+        assert_eq!(on_hip.block_size(), b);
+        cpu.eval(&prompt, &mut |_, _| true).unwrap();
+        hip.eval(&prompt, &mut |_, _| true).unwrap();
+        let mut anchor = argmax(cpu.logits());
+        let mut compared = 0;
+        for keep in [b + 1, 1, 0, 3, b + 1] {
+            let pos = cpu.n_past();
+            assert_eq!(hip.n_past(), pos);
+            assert_eq!(argmax(hip.logits()), anchor, "{convention:?} at {pos}");
+            assert!(on_cpu.run_block(anchor, pos).unwrap());
+            assert!(on_hip.run_block(anchor, pos).unwrap());
+            let mut block = vec![anchor];
+            for row in 0..b {
+                let prev = block[row];
+                let (c, h) = (on_cpu.confidence(row, prev), on_hip.confidence(row, prev));
+                assert_eq!(
+                    c.to_bits(),
+                    h.to_bits(),
+                    "{convention:?} at {pos}, row {row}: {c} vs {h}"
+                );
+                let t = on_cpu.token(row, prev);
+                assert_eq!(on_hip.token(row, prev), t, "{convention:?} at {pos}, row {row}");
+                block.push(t);
+                compared += 1;
+            }
+            assert_eq!(on_hip.reads(), on_cpu.reads());
+            cpu.verify(&block).unwrap();
+            hip.verify(&block).unwrap();
+            cpu.commit(keep).unwrap();
+            hip.commit(keep).unwrap();
+            anchor = argmax(cpu.logits());
+        }
+        assert_eq!(compared, 5 * b);
+    }
+}
+
+/// Greedy decoding with the drafter on the HIP session equals plain decoding for `EMU_GEN` tokens on
+/// two prompts, one under each convention and confidence cut. The plain tokens come from the CPU
+/// engine: exact HIP decoding is its bitwise twin (tests/emu/forward.rs), and the emulator's time
+/// goes to the speculative runs.
+#[test]
+fn greedy_dspark_on_the_emulator_equals_plain_decode() {
+    if hip_emu::use_emulated_hip().is_none() {
+        return;
+    }
+    let model = three_layer_model();
+    let cpu_model = CpuModel::new(model.clone(), 2).unwrap();
+    let cpu = || cpu_model.open_session(CTX).unwrap();
+    let prompts = &prompts()[..2];
+    let want: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| plain(&cpu, p, &params(0.0, 1), budget(EMU_GEN)).0)
+        .collect();
+    let support = oracle_support(&model, &want, 1000.0);
+    let runs = [(DsparkConvention::Reference, 0.0), (DsparkConvention::Ds4, 0.7)];
+    let open = || gpu(&model);
+    for (i, (prompt, (convention, confidence))) in prompts.iter().zip(runs).enumerate() {
+        let settings = DsparkSettings {
+            path: None,
+            confidence,
+            convention,
+        };
+        let (got, f, n_past) = with_dspark(&open, prompt, &support, &settings, budget(EMU_GEN), Some(5));
+        assert_eq!(got, want[i], "prompt {i}, {convention:?}, confidence {confidence}");
+        assert_eq!(n_past, prompt.len() + EMU_GEN);
+        eprintln!("prompt {i}, {convention:?}, confidence {confidence}: {f:?}");
+        assert!(f.drafted > 0 && f.accepted > 0, "the drafter was idle: {f:?}");
+    }
+}
