@@ -36,10 +36,12 @@ impl HipSession {
         convention: DsparkConvention,
     ) -> Result<Box<dyn DsparkForward>, BackendError> {
         self.hip.bind_thread().map_err(dev)?;
+        let cpu = CpuModel::new(self.model.clone(), 0)?;
         let hp = &self.model.hp;
         let targets = &support.meta.targets;
         let hc = [p0(&self.acts.hc), p0(&self.acts.hc_alt)];
-        let device = DeviceCapture::new(&self.hip, targets, self.acts.n_max, hp.hc_dim(), hc).map_err(dev)?;
+        let sizes = (self.acts.n_max, CAPTURE_ROWS);
+        let device = DeviceCapture::new(&self.hip, targets, sizes, hp.hc_dim(), hc).map_err(dev)?;
         let host = Arc::new(Mutex::new(Capture::new(targets, hp.n_embd, hp.n_hc, CAPTURE_ROWS)));
         self.scratch_bytes += device.len_bytes() as u64;
         if let Some(old) = self.dspark.take() {
@@ -53,7 +55,6 @@ impl HipSession {
         // The captured graphs were made without the copies.
         self.decode_graph = None;
         self.verify.drop_graphs();
-        let cpu = CpuModel::new(self.model.clone(), 0)?;
         Ok(Box::new(cpu.dspark_over(support, convention, host)))
     }
 
@@ -64,11 +65,11 @@ impl HipSession {
             return Ok(());
         };
         let hcd = self.model.hp.hc_dim();
-        let kept = n.min(CAPTURE_ROWS);
+        let kept = c.device.kept_rows(n);
         let mut host = c.host.lock().unwrap_or_else(|e| e.into_inner());
         c.staging.resize(kept * hcd, 0.0);
         for (slot, &layer) in c.device.targets().iter().enumerate() {
-            c.device.read(slot, n - kept, &mut c.staging).map_err(dev)?;
+            c.device.read(slot, &mut c.staging).map_err(dev)?;
             host.layer_output(layer, &c.staging, kept);
         }
         host.chunk_done(p0 + n - kept, kept);
