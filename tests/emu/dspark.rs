@@ -53,7 +53,7 @@ fn argmax(v: &[f32]) -> u32 {
 }
 
 /// Draft from the same anchors on both sessions over cycles that keep a whole block, roll back to
-/// the anchor, drop a whole block, and keep part of one (`keeps`, the first `cycles` of them): every
+/// the anchor, drop a whole block, and keep part of one (the first `cycles` of these): every
 /// confidence and token of every row must be the same bits on the HIP session as on the CPU
 /// session. Tolerance zero: the exact kernels give the CPU's HC states bitwise, and the host takes
 /// the same mean of them. Returns the confidences compared.
