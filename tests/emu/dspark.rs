@@ -27,10 +27,13 @@ use crate::speculative_common::{CTX, budget, params, plain};
 /// Tokens generated per prompt on the emulator (about a second a forward pass).
 const EMU_GEN: usize = 64;
 
-/// 64-token prefill chunks (the prompts are one chunk, as on the CPU).
+/// 64-token prefill chunks (the prompts are one chunk, as on the CPU); every batch of more than one
+/// token on the GEMMs (`matvec_tokens` 1: a verified block costs the emulator far less than on the
+/// token-wise kernels, and is bitwise a decode's in exact arithmetic, tests/emu/prefill.rs).
 fn gpu_options() -> HipOptions {
     HipOptions {
         prefill_chunk: 64,
+        matvec_tokens: 1,
         ..HipOptions::default()
     }
 }
@@ -195,8 +198,13 @@ fn fast_hip_drafter_proposes_the_cpu_drafters_tokens_where_the_margin_is_clear()
     let prompt = ids(30, 4, 512);
     let convention = DsparkConvention::Reference;
     let mut cpu = cpu_model.session(CTX).unwrap();
+    // The batch kernels a session takes by default (token-wise up to `MATVEC_MAX_TOKENS`: the
+    // prompt and every verified block), not the GEMMs `gpu_options` forces: with every batch on
+    // the fast GEMMs (matrix-core twins) the captured rows move further, and one of 25 rows, at a
+    // margin of 1.11, proposed another token.
     let options = HipOptions {
         arithmetic: Arithmetic::Fast,
+        matvec_tokens: HipOptions::default().matvec_tokens,
         ..gpu_options()
     };
     let mut hip: Box<dyn DeviceSession> = Box::new(hip_emu::emulated_backend(model.clone(), CTX, options));
