@@ -9,7 +9,6 @@
 //! greedy successor of its most frequent tokens (`oracle_support`): drafts are then accepted,
 //! partly accepted and rejected, and the output must stay plain decoding's either way.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use ds4_chat::backend::cpu::CpuModel;
@@ -18,11 +17,9 @@ use ds4_chat::backend::cpu::forward::{ForwardPass, HeadOut, Scratch, layer_ropes
 use ds4_chat::backend::cpu::resolved::Resolved;
 use ds4_chat::backend::dspark::DsparkForward;
 use ds4_chat::backend::{BackendError, DeviceModel, DeviceSession};
-use ds4_chat::engine::events::SamplingParams;
 use ds4_chat::engine::generate::{Limits, Speculation, SpeculationFigures, generate, generate_speculative};
 use ds4_chat::engine::speculate::drafter::{Draft, Drafter};
 use ds4_chat::engine::speculate::dspark::{DsparkDrafter, DsparkSettings};
-use ds4_chat::genmodel::dspark::{meta_for, support_model};
 use ds4_chat::genmodel::{ExpertMix, GenSpec, model_bytes};
 use ds4_chat::gguf::GgufFile;
 use ds4_chat::gguf::dequant::dequantize_row;
@@ -31,103 +28,16 @@ use ds4_chat::model::Model;
 use ds4_chat::model::dspark::{DsparkConvention, DsparkModel, PassReads};
 
 use super::small_model::three_layer_model;
-use super::speculative_common::{self, CTX, GEN, Record, add_figures, budget, params, report_figures};
+use crate::dspark_common::{bind, oracle_support, prompts, support_bytes, with_dspark};
+use crate::speculative_common::{self, CTX, GEN, budget, params};
 
 fn engine() -> CpuModel {
     CpuModel::new(three_layer_model(), 2).unwrap()
 }
 
-/// The support file's bytes for the 3-layer model (seed 7).
-fn support_bytes(model: &Model) -> Vec<u8> {
-    support_model(&model.hp, &meta_for(&model.hp), 7).unwrap().to_bytes()
-}
-
-fn bind(model: &Model, bytes: Vec<u8>) -> Arc<DsparkModel> {
-    Arc::new(DsparkModel::bind(Arc::new(GgufFile::from_bytes(bytes).unwrap()), &model.hp).unwrap())
-}
-
-/// Four prompts of deterministic ids.
-fn prompts() -> Vec<Vec<u32>> {
-    (0..4u64)
-        .map(|i| super::small_model::ids(12 + 5 * i as usize, 31 + i, 512))
-        .collect()
-}
-
-fn greedy() -> SamplingParams {
-    params(0.0, 1)
-}
-
-/// Plain greedy decoding of `GEN` tokens from `prompt`.
 fn plain(engine: &CpuModel, prompt: &[u32]) -> Vec<u32> {
-    speculative_common::plain(&|| engine.open_session(CTX).unwrap(), prompt, &greedy(), budget(GEN)).0
-}
-
-/// Q8_0 block `b` (32 values) of the tensor at absolute `off`: scale `d` and the 32 quants.
-fn set_q8_block(bytes: &mut [u8], off: usize, b: usize, d: f32, qs: &[i8; 32]) {
-    let at = off + b * 34;
-    bytes[at..at + 2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
-    for (i, &q) in qs.iter().enumerate() {
-        bytes[at + 2 + i] = q as u8;
-    }
-}
-
-/// The support file with a Markov head that, after each of the (up to rank) most frequent tokens of
-/// `outputs`, biases the token that most often follows it there by +`gain`: `markov_w1[t]` is the
-/// one-hot k of its slot, `markov_w2[successor][k]` = gain.
-fn oracle_support(model: &Model, outputs: &[Vec<u32>], gain: f32) -> Arc<DsparkModel> {
-    let mut bytes = support_bytes(model);
-    let f = GgufFile::from_bytes(bytes.clone()).unwrap();
-    let w1 = f.tensor("mtp.2.markov_head.markov_w1.weight").unwrap().clone();
-    let w2 = f.tensor("mtp.2.markov_head.markov_w2.weight").unwrap().clone();
-    let rank = w1.dims[0] as usize;
-    assert_eq!(rank, 32, "one Q8_0 block per row");
-    let mut next: HashMap<u32, HashMap<u32, usize>> = HashMap::new();
-    for out in outputs {
-        for w in out.windows(2) {
-            *next.entry(w[0]).or_default().entry(w[1]).or_default() += 1;
-        }
-    }
-    let mut by_count: Vec<(usize, u32, u32)> = next
-        .iter()
-        .map(|(&t, succ)| {
-            let (&s, &c) = succ.iter().max_by_key(|&(&s, &c)| (c, std::cmp::Reverse(s))).unwrap();
-            (c, t, s)
-        })
-        .collect();
-    by_count.sort_by(|a, b| b.cmp(a));
-    let vocab = model.hp.n_vocab;
-    // Clear every row of both tables, then write the slots.
-    for t in 0..vocab {
-        set_q8_block(&mut bytes, w1.offset as usize, t, 0.0, &[0; 32]);
-        set_q8_block(&mut bytes, w2.offset as usize, t, 0.0, &[0; 32]);
-    }
-    let mut w2_rows: HashMap<u32, [i8; 32]> = HashMap::new();
-    for (k, &(_, t, s)) in by_count.iter().take(rank).enumerate() {
-        let mut one = [0i8; 32];
-        one[k] = 127;
-        set_q8_block(&mut bytes, w1.offset as usize, t as usize, 1.0 / 127.0, &one);
-        w2_rows.entry(s).or_insert([0; 32])[k] = 127;
-    }
-    for (s, qs) in w2_rows {
-        set_q8_block(&mut bytes, w2.offset as usize, s as usize, gain / 127.0, &qs);
-    }
-    bind(model, bytes)
-}
-
-/// Greedy generation with the DSpark drafter of `support` attached before the prompt.
-fn with_dspark(
-    engine: &CpuModel,
-    prompt: &[u32],
-    support: &Arc<DsparkModel>,
-    settings: &DsparkSettings,
-) -> (Vec<u32>, SpeculationFigures, usize) {
-    let mut s = engine.open_session(CTX).unwrap();
-    let drafter = settings.attach(s.as_mut(), support.clone()).unwrap();
-    s.eval(prompt, &mut |_, _| true).unwrap();
-    let mut h = Record::new(&greedy());
-    let mut spec = Speculation::new(drafter, prompt);
-    generate_speculative(s.as_mut(), budget(GEN), &mut h, &mut spec).unwrap();
-    (h.out, spec.figures, s.n_past())
+    let open = || engine.open_session(CTX).unwrap();
+    speculative_common::plain(&open, prompt, &params(0.0, 1), budget(GEN)).0
 }
 
 #[test]
@@ -145,12 +55,14 @@ fn greedy_dspark_equals_plain_decode_in_both_conventions() {
             };
             let mut total = SpeculationFigures::default();
             for (i, prompt) in prompts().iter().enumerate() {
-                let (got, f, n_past) = with_dspark(&engine, prompt, &support, &settings);
+                let open = || engine.open_session(CTX).unwrap();
+                let (got, f, n_past) = with_dspark(&open, prompt, &support, &settings, budget(GEN), None);
                 assert_eq!(got, want[i], "prompt {i}, {convention:?}, confidence {confidence}");
                 assert_eq!(n_past, prompt.len() + GEN);
-                add_figures(&mut total, &f);
+                speculative_common::add_figures(&mut total, &f);
             }
-            report_figures(&format!("{convention:?}, confidence {confidence}"), 4 * GEN, &total);
+            let label = format!("{convention:?}, confidence {confidence}");
+            speculative_common::report_figures(&label, 4 * GEN, &total);
             if confidence == 0.0 {
                 assert!(total.accepted < total.drafted, "no draft was ever rejected: {total:?}");
             }
@@ -508,7 +420,7 @@ fn real_model_acceptance_and_speed_on_code_and_prose() {
             let mut s = engine.open_session(CTX).unwrap();
             s.eval(&prompt, &mut |_, _| true).unwrap();
             let t0 = std::time::Instant::now();
-            let mut h = Record::new(&greedy());
+            let mut h = speculative_common::Record::new(&params(0.0, 1));
             generate(s.as_mut(), limits, &mut h).unwrap();
             eprintln!("{name}: plain {:.2} t/s", N as f64 / t0.elapsed().as_secs_f64());
             h.out
@@ -522,7 +434,7 @@ fn real_model_acceptance_and_speed_on_code_and_prose() {
             let mut s = engine.open_session(CTX).unwrap();
             let drafter = settings.attach(s.as_mut(), support.clone()).unwrap();
             s.eval(&prompt, &mut |_, _| true).unwrap();
-            let mut h = Record::new(&greedy());
+            let mut h = speculative_common::Record::new(&params(0.0, 1));
             // Every cycle drafts (the confidence cut decides how many), so that acceptance is
             // measured on every cycle rather than only where the scheduler chose to draft.
             let mut spec = Speculation::new(drafter, &prompt).with_fixed_len(ds4_chat::engine::generate::MAX_DRAFT);

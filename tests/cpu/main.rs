@@ -9,6 +9,8 @@
 mod block_verify_common;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../dspark_common/mod.rs"]
+mod dspark_common;
 #[cfg(feature = "hip")]
 #[path = "../hip_emu/mod.rs"]
 mod hip_emu;

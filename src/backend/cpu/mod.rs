@@ -78,6 +78,24 @@ impl CpuModel {
         })
     }
 
+    /// The DSpark forward of `support` over rows another backend's session captures into `capture`
+    /// (a HIP session's: its drafter runs here, on the host).
+    pub fn dspark_over(
+        &self,
+        support: Arc<crate::model::dspark::DsparkModel>,
+        convention: crate::model::dspark::DsparkConvention,
+        capture: Arc<Mutex<Capture>>,
+    ) -> dspark::CpuDspark {
+        dspark::CpuDspark::new(
+            self.model.clone(),
+            support,
+            self.pool.clone(),
+            &self.w,
+            capture,
+            convention,
+        )
+    }
+
     /// A session with an empty cache for `ctx` tokens.
     pub fn session(&self, ctx: usize) -> Result<CpuSession, BackendError> {
         if ctx < 2 {

@@ -22,6 +22,9 @@
 //! to the batch; while capturing, every launch is issued with the grid the session's largest case
 //! needs. Either way the kernels compute the same numbers.
 //!
+//! With a DSpark drafter attached, each target layer is followed by the copy of its output rows
+//! (`dspark_capture.rs`), in the graphs too.
+//!
 //! Owns the order of the launches over the layers and the head, and each layer's RoPE parameters;
 //! the sublayers are `attention_layer.rs` and `ffn_layer.rs`, the buffers `acts.rs` and `cache.rs`.
 
@@ -77,6 +80,9 @@ impl Pass<'_> {
         for l in 0..hp.n_layer {
             self.attention_sublayer(l, n, host_pos)?;
             self.ffn_sublayer(l, n)?;
+            if let Some(copy) = self.dspark.and_then(|c| c.copy_launch(l, self.hc_in_alt.get(), n)) {
+                self.launch(&copy)?;
+            }
         }
         self.flush_launches()?;
         // Every layer advances the HC state twice (`advance_hc`), so a pass ends where it began,

@@ -17,6 +17,7 @@
 //! * `prefill` — chunked prefill: the chunk size, when a batch takes the GEMMs and grouped experts.
 //! * `footprint` — a session's device bytes (KV + scratch) from the shapes, for the memory guard.
 //! * `cache` — the session cache on the device (`LayerState` per layer).
+//! * `dspark_capture` — the device copies of DSpark's target rows, made only with a drafter attached.
 //! * `lanes` — side streams for a sublayer's independent chains, forked and joined by events.
 //! * `pass` — one launch sequence's view of a session (`Pass`) and the launch helpers.
 //! * `attention_layer`, `ffn_layer` — the two sublayers' launches; `layers` — the sequence over
@@ -40,8 +41,9 @@
 //! Dependencies run one way, in this order (a file uses only those before it; the
 //! environment variables are read through `backend::knobs`): ffi → kernels (plain
 //! data, also built without the feature) → runtime → kernel_module, profile, repeat, bandwidth → acts →
-//! prefill → footprint → weights → cache → lanes → pass → attention_layer, ffn_layer → layers →
-//! decode → options → session → open (the placement policy) → device_model (opening, sessions).
+//! prefill → footprint → weights → cache → dspark_capture → lanes → pass → attention_layer,
+//! ffn_layer → layers → decode → options → session → open (the placement policy) → device_model
+//! (opening, sessions).
 //!
 //! Kernel images: AMD code objects are embedded by build.rs; on the NVIDIA test shim
 //! (tests/hip-on-cuda) they come from `$DS4_KERNEL_DIR/<stem>.sm_<cc>.cubin`
@@ -55,6 +57,7 @@ pub mod block;
 pub mod cache;
 mod decode;
 pub mod device_model;
+mod dspark_capture;
 pub mod ffi;
 mod ffn_layer;
 pub mod footprint;

@@ -16,6 +16,7 @@ use crate::model::weights::{ExpertTensor, TensorRef};
 
 use super::acts::Acts;
 use super::cache::LayerState;
+use super::dspark_capture::DeviceCapture;
 use super::kernel_module::KernelModule;
 use super::kernels::{
     self, DevPtr, ExpertFormat, GEMM_TILE, HcEps, NULL, Q8Act, Q8Proj, Q8Swiglu, QuantOut, RopeParams,
@@ -64,6 +65,8 @@ pub(super) struct Pass<'a> {
     /// A block verify (block.rs): the compressors' kv and gate projections go to each layer's
     /// place in `acts.block_redo` instead of the shared scratch, for a commit to walk again.
     pub(super) keep_compressor_inputs: bool,
+    /// The target-row capture of an attached DSpark drafter: its copies follow each target layer.
+    pub(super) dspark: Option<&'a DeviceCapture>,
 }
 
 /// A runtime error as the engine's device error.

@@ -32,6 +32,8 @@ use super::profile::LaunchProfile;
 use super::runtime::{HipContext, PinnedBuffer, Stream};
 use super::weights::DeviceWeights;
 
+/// The DSpark drafter's capture (a child module: it reads the private buffers).
+mod dspark;
 /// The checkpoint payload of the device state (a child module: it reads the private buffers).
 mod state;
 /// The block verify and commit (a child module: it reads the private buffers).
@@ -76,6 +78,8 @@ pub struct HipSession {
     kernels: Arc<KernelModule>,
     /// The block verify's pending block, rows and graphs (`verify.rs`).
     verify: verify::BlockVerify,
+    /// The target-row capture of an attached DSpark drafter (`session/dspark.rs`).
+    dspark: Option<dspark::SessionCapture>,
     hip: HipContext,
 }
 
@@ -194,6 +198,7 @@ impl HipSession {
             lanes,
             kernels,
             verify: verify::BlockVerify::new(spans),
+            dspark: None,
             hip,
         };
         backend.clear_state().map_err(|e| e.to_string())?;
@@ -222,6 +227,7 @@ impl HipSession {
             overlap: Cell::new(true),
             hc_in_alt: Default::default(),
             keep_compressor_inputs: false,
+            dspark: self.dspark.as_ref().map(|c| &c.device),
         }
     }
 
@@ -307,6 +313,7 @@ impl HipSession {
         }
         self.stream.synchronize().map_err(dev)?;
         self.verify.forget_rows();
+        self.with_capture(|c| c.clear());
         self.n_past = 0;
         self.invalidate_logits();
         let _ = self.host_logits.set(vec![0.0; self.model.hp.n_vocab]);
@@ -372,6 +379,7 @@ impl DeviceSession for HipSession {
             }
             self.stream.synchronize().map_err(dev)?;
             self.profile.collect();
+            self.capture_batch(self.n_past, n)?;
             self.n_past += n;
             done += n;
             prev = n;
@@ -434,6 +442,7 @@ impl DeviceSession for HipSession {
         self.hip.bind_thread().map_err(dev)?;
         state::load(self, bytes)?;
         self.verify.forget_rows();
+        self.with_capture(|c| c.clear());
         Ok(())
     }
 
@@ -450,6 +459,7 @@ impl DeviceSession for HipSession {
         self.hip.bind_thread().map_err(dev)?;
         state::import(self, rows, tokens.len())?;
         self.verify.forget_rows();
+        self.with_capture(|c| c.clear());
         Ok(())
     }
 
@@ -470,6 +480,14 @@ impl DeviceSession for HipSession {
             device_used: used,
             device_total: total,
         }
+    }
+
+    fn dspark(
+        &mut self,
+        support: Arc<crate::model::dspark::DsparkModel>,
+        convention: crate::model::dspark::DsparkConvention,
+    ) -> Result<Box<dyn crate::backend::dspark::DsparkForward>, BackendError> {
+        self.attach_dspark(support, convention)
     }
 
     fn weights_placement(&self) -> Option<PlacementReport> {

@@ -52,6 +52,14 @@ impl BlockVerify {
         self.pending = None;
     }
 
+    /// Drop the captured graphs (the launch sequence changed: a DSpark capture was attached).
+    pub(super) fn drop_graphs(&mut self) {
+        self.verify_graphs
+            .iter_mut()
+            .chain(&mut self.commit_graphs)
+            .for_each(|g| *g = None);
+    }
+
     /// Forget the last verify's rows (the cache moved on).
     pub(super) fn forget_rows(&mut self) {
         self.commit_whole();
@@ -193,6 +201,7 @@ impl HipSession {
         })?;
         self.stream.synchronize().map_err(dev)?;
         self.profile.collect();
+        self.capture_batch(self.n_past, n)?;
         self.verify.pending = Some(PendingBlock {
             p0: self.n_past,
             tokens: tokens.to_vec(),
@@ -251,6 +260,8 @@ impl HipSession {
         self.stream.synchronize().map_err(dev)?;
         self.profile.collect();
         self.n_past = block.p0 + keep;
+        let len = self.n_past;
+        self.with_capture(|c| c.truncate(len));
         Ok(())
     }
 }
