@@ -258,7 +258,7 @@ DS4_DEV void f16_row_part_cols(const u16* wr, const float* x, u32 x_stride, u32 
     auto step = [&](const uint4 (&v)[4], u32 c) {
 #pragma unroll
         for (int t = 0; t < DS4_COLS; ++t) {
-            if ((u32)t >= n_cols) break;
+            if ((u32)t >= n_cols) continue;
             const float* xt = x + (u64)t * x_stride;
             a0[t] = f16_word_dot(v[0], xt + 8 * c, a0[t]);
             a1[t] = f16_word_dot(v[1], xt + 8 * (c + tpr), a1[t]);
@@ -282,7 +282,7 @@ DS4_DEV void f16_row_part_cols(const u16* wr, const float* x, u32 x_stride, u32 
             const uint4 v = w4[c];
 #pragma unroll
             for (int t = 0; t < DS4_COLS; ++t) {
-                if ((u32)t >= n_cols) break;
+                if ((u32)t >= n_cols) continue;
                 a0[t] = f16_word_dot(v, x + (u64)t * x_stride + 8 * c, a0[t]);
             }
         }
@@ -305,9 +305,11 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_cols_fast(float*
     ds4_grid_sync();
     float part[DS4_COLS];
     f16_row_part_cols(wr, x, x_stride, n_cols, n_in, sub, tpr, live, first, part);
+    // Unrolled with a static index (no break: a loop that keeps its barriers is not unrolled, and
+    // part[t] indexed at run time would live in scratch); n_cols is uniform across the block.
 #pragma unroll
     for (int t = 0; t < DS4_COLS; ++t) {
-        if ((u32)t >= n_cols) break;
+        if ((u32)t >= n_cols) continue;
         const float acc = f16_row_sum(part[t], tpr, scratch[t]);
         if (live && sub == 0) y[(u64)t * n_out + r] = acc;
     }
@@ -329,9 +331,11 @@ extern "C" __global__ DS4_LAUNCH(DS4_BLOCK) void ds4_matvec_f16_pair_cols_fast(f
     ds4_grid_sync();
     float part[DS4_COLS];
     f16_row_part_cols(wr, x, x_stride, n_cols, n_in, sub, tpr, live, first, part);
+    // Unrolled with a static index (no break: a loop that keeps its barriers is not unrolled, and
+    // part[t] indexed at run time would live in scratch); n_cols is uniform across the block.
 #pragma unroll
     for (int t = 0; t < DS4_COLS; ++t) {
-        if ((u32)t >= n_cols) break;
+        if ((u32)t >= n_cols) continue;
         const float acc = f16_row_sum(part[t], tpr, scratch[t]);
         if (live && sub == 0) (second ? y1 : y0)[(u64)t * n_out + rr] = acc;
     }

@@ -25,7 +25,7 @@ use crate::small_model::{ids, three_layer_model};
 use crate::speculative_common::{CTX, budget, params, plain};
 
 /// Tokens generated per prompt on the emulator (about a second a forward pass).
-const EMU_GEN: usize = 64;
+const EMU_GEN: usize = 32;
 
 /// 64-token prefill chunks (the prompts are one chunk, as on the CPU); every batch of more than one
 /// token on the GEMMs (`matvec_tokens` 1: a verified block costs the emulator far less than on the
