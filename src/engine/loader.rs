@@ -90,20 +90,33 @@ fn guard_host_memory(
     Ok(())
 }
 
-/// The host memory guard with a DSpark drafter attached to a CPU session: the support file is mapped
-/// like the model (its bytes join the weights') and the drafter's captured rows and context-KV
-/// rows join the scratch (`model::dspark::session_bytes`). `Ok(Some(line))` is a warning to show.
-pub fn guard_dspark_memory(
+/// The host memory a DSpark drafter on a session of backend `backend_name` (with the memory report
+/// `mem`) makes the load hold (docs/memory.md#dspark). Its weights are mapped like the model's, and
+/// its captured rows and context-KV rows are host scratch (`model::dspark::session_bytes`): on the
+/// CPU they join the session's own need; on a GPU session, whose weights and cache the device guard
+/// already checked, the drafter's host part is checked alone (the device's capture buffer is counted
+/// in the session's report and was allocated, or refused by name, when the drafter was attached).
+pub fn dspark_memory_need(
     model: &Model,
     support: &crate::model::dspark::DsparkModel,
-    backend: &dyn DeviceSession,
-    ctx: usize,
-) -> Result<Option<String>, String> {
-    if backend.name() != "cpu" {
-        return Ok(None);
+    backend_name: &str,
+    mem: &MemoryReport,
+) -> MemoryNeed {
+    let mut need = if backend_name == "cpu" {
+        cpu_memory_need(model, mem)
+    } else {
+        MemoryNeed {
+            weight_bytes: 0,
+            residence: WeightResidence::MappedFile,
+            kv_bytes: 0,
+            scratch_bytes: 0,
+            kv_on_device: false,
+            checkpoint_bytes: 0,
+        }
+    };
+    if support.file.is_mapped() {
+        need.weight_bytes += support.file.file_size();
     }
-    let mut need = cpu_memory_need(model, &backend.memory());
-    need.weight_bytes += support.file.file_size();
     need.scratch_bytes += crate::model::dspark::session_bytes(
         &model.hp,
         &support.meta,
@@ -111,6 +124,18 @@ pub fn guard_dspark_memory(
         crate::backend::cpu::dspark::CAPTURE_ROWS,
         crate::model::dspark::REFERENCE_WINDOW,
     );
+    need
+}
+
+/// The host memory guard with a DSpark drafter attached to `backend` (`dspark_memory_need`).
+/// `Ok(Some(line))` is a warning to show.
+pub fn guard_dspark_memory(
+    model: &Model,
+    support: &crate::model::dspark::DsparkModel,
+    backend: &dyn DeviceSession,
+    ctx: usize,
+) -> Result<Option<String>, String> {
+    let need = dspark_memory_need(model, support, backend.name(), &backend.memory());
     match read_host_memory() {
         Ok(host) => match check_memory(&need, &host, None, &model.hp, ctx as u64) {
             MemoryVerdict::Fits => Ok(None),

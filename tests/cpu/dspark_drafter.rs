@@ -13,11 +13,14 @@ use std::sync::Arc;
 
 use ds4_chat::backend::cpu::CpuModel;
 use ds4_chat::backend::cpu::cache::LayerCache;
+use ds4_chat::backend::cpu::dspark::CAPTURE_ROWS;
 use ds4_chat::backend::cpu::forward::{ForwardPass, HeadOut, Scratch, layer_ropes};
 use ds4_chat::backend::cpu::resolved::Resolved;
 use ds4_chat::backend::dspark::DsparkForward;
+use ds4_chat::backend::memguard::{HostMemory, MemoryVerdict, check_memory, headroom};
 use ds4_chat::backend::{BackendError, DeviceModel, DeviceSession};
 use ds4_chat::engine::generate::{Limits, Speculation, SpeculationFigures, generate, generate_speculative};
+use ds4_chat::engine::loader::{cpu_memory_need, dspark_memory_need};
 use ds4_chat::engine::speculate::drafter::{Draft, Drafter};
 use ds4_chat::engine::speculate::dspark::{DsparkDrafter, DsparkSettings};
 use ds4_chat::genmodel::{ExpertMix, GenSpec, model_bytes};
@@ -25,7 +28,7 @@ use ds4_chat::gguf::GgufFile;
 use ds4_chat::gguf::dequant::dequantize_row;
 use ds4_chat::gguf::half::{f16_to_f32, f32_to_f16};
 use ds4_chat::model::Model;
-use ds4_chat::model::dspark::{DsparkConvention, DsparkModel, PassReads};
+use ds4_chat::model::dspark::{DsparkConvention, DsparkModel, PassReads, REFERENCE_WINDOW, session_bytes};
 
 use super::small_model::three_layer_model;
 use crate::dspark_common::{bind, oracle_support, prompts, support_bytes, with_dspark};
@@ -207,6 +210,44 @@ impl DsparkForward for Fixed {
 /// The proposal is the longest prefix whose every confidence reaches the threshold; the row after
 /// the first failure is never read, the failing row's token is never computed, and each row is
 /// asked with the previous row's token (the anchor for row 0).
+/// The memory guard counts the drafter's host part (its captured rows and context-KV rows) on
+/// every backend: on the CPU on top of the session's own need, on a GPU session alone, since the
+/// device guard already checked the session (docs/memory.md#dspark). Sizes are exact byte counts.
+#[test]
+fn memory_guard_counts_the_drafters_host_rows_on_every_backend() {
+    let engine = engine();
+    let model = engine.model();
+    let support = bind(model, support_bytes(model));
+    let session = engine.open_session(CTX).unwrap();
+    let mem = session.memory();
+    let drafter = session_bytes(
+        &model.hp,
+        &support.meta,
+        support.stages.len(),
+        CAPTURE_ROWS,
+        REFERENCE_WINDOW,
+    );
+    assert!(drafter > 0);
+    let own = cpu_memory_need(model, &mem);
+    let cpu = dspark_memory_need(model, &support, "cpu", &mem);
+    assert_eq!(
+        (cpu.kv_bytes, cpu.scratch_bytes),
+        (own.kv_bytes, own.scratch_bytes + drafter)
+    );
+    let gpu = dspark_memory_need(model, &support, "hip", &mem);
+    assert_eq!((gpu.weight_bytes, gpu.kv_bytes, gpu.scratch_bytes), (0, 0, drafter));
+    // A host whose room (MemAvailable minus the headroom) is one byte short of the drafter's rows
+    // refuses a GPU session's drafter; one with exactly that room takes it.
+    let total = 16u64 << 30;
+    let host = |available| HostMemory { total, available };
+    let verdict = |available| check_memory(&gpu, &host(available), None, &model.hp, CTX as u64);
+    match verdict(headroom(total) + drafter - 1) {
+        MemoryVerdict::Refuse(line) => assert!(line.starts_with("not enough memory"), "{line}"),
+        other => panic!("one byte short was not refused: {other:?}"),
+    }
+    assert!(matches!(verdict(headroom(total) + drafter), MemoryVerdict::Fits));
+}
+
 #[test]
 fn proposals_stop_at_the_confidence_cut() {
     let run = |threshold: f32, max: usize| {
