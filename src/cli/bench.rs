@@ -503,17 +503,18 @@ pub fn run(args: Args) -> CliResult {
         if !args.replay_acceptance.is_empty() {
             let plain = match plain_tps {
                 Some(tps) => tps,
-                None => replay_speed(backend.as_mut(), &at, None, args.gen_tokens, model.hp.n_vocab)?.0,
+                None => replay_run(backend.as_mut(), &at, None, args.gen_tokens, model.hp.n_vocab)?.0,
             };
             for &a in &args.replay_acceptance {
-                let (tps, f) = replay_speed(backend.as_mut(), &at, Some(a), args.gen_tokens, model.hp.n_vocab)?;
+                let (tps, f, same) = replay_run(backend.as_mut(), &at, Some(a), args.gen_tokens, model.hp.n_vocab)?;
                 eprintln!(
-                    "ds4-chat bench: ctx {frontier}: replay acceptance {a}: {:.2}x plain ({tps:.2} vs {plain:.2} t/s), {} cycles, {} drafted, {} accepted, {:.2} tokens per cycle",
+                    "ds4-chat bench: ctx {frontier}: replay acceptance {a}: {:.2}x plain ({tps:.2} vs {plain:.2} t/s), {} cycles, {} drafted, {} accepted, {:.2} tokens per cycle; {same} of {} tokens equal plain decode's",
                     tps / plain,
                     f.cycles,
                     f.drafted,
                     f.accepted,
-                    f.tokens_per_cycle()
+                    f.tokens_per_cycle(),
+                    at.continuation.len()
                 );
             }
         }
@@ -586,14 +587,16 @@ fn measure_verify(backend: &mut dyn DeviceSession, at: &Frontier, n: usize) -> R
 }
 
 /// Decode `gen` tokens from the frontier with the replay drafter at `acceptance` (plain decode for
-/// `None`): tokens per second and the speculation figures.
-fn replay_speed(
+/// `None`): tokens per second, the speculation figures, and how many of the tokens handed out, from
+/// the first, equal the plain run's continuation (all of them in exact arithmetic, where a block's
+/// logits are bit for bit those of single steps: docs/speculative.md#measuring).
+fn replay_run(
     backend: &mut dyn DeviceSession,
     at: &Frontier,
     acceptance: Option<f64>,
     n_gen: usize,
     n_vocab: usize,
-) -> Result<(f64, crate::engine::generate::SpeculationFigures), String> {
+) -> Result<(f64, crate::engine::generate::SpeculationFigures, usize), String> {
     use crate::engine::speculate::replay::ReplayDrafter;
     backend.load_state(at.snapshot).map_err(|e| e.to_string())?;
     let limits = Limits {
@@ -621,7 +624,13 @@ fn replay_speed(
     };
     let secs = t.elapsed().as_secs_f64();
     backend.load_state(at.snapshot).map_err(|e| e.to_string())?;
-    Ok((n_gen as f64 / secs.max(1e-9), figures))
+    let same = hooks
+        .out
+        .iter()
+        .zip(at.continuation)
+        .take_while(|(a, b)| a == b)
+        .count();
+    Ok((n_gen as f64 / secs.max(1e-9), figures, same))
 }
 
 #[cfg(test)]

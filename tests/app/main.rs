@@ -14,6 +14,7 @@ mod tmux_common;
 #[path = "../tui_common/mod.rs"]
 mod tui_common;
 
+mod cli_bench;
 mod cli_doctor;
 mod cli_tokenize;
 mod dspark_support;
