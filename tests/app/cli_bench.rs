@@ -2,30 +2,9 @@
 //! loop and block verify, and the tokens it hands out are the plain run's (the CPU engine is exact,
 //! so equality is the property, with no tolerance: docs/speculative.md#measuring).
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
-
-struct BenchModel(PathBuf);
-
-impl Drop for BenchModel {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// A 3-layer micro model with a 256-token context, written to a temporary file.
-fn bench_model() -> BenchModel {
-    let mut spec = GenSpec::new(Preset::Micro, 3, ExpertMix::Q2);
-    spec.hp.context_length = 256;
-    let path = std::env::temp_dir().join(format!("ds4-chat-bench-replay-{}.gguf", std::process::id()));
-    SyntheticModel::new(&spec)
-        .unwrap()
-        .write_file(&path, 1, |_| {})
-        .unwrap();
-    BenchModel(path)
-}
+use crate::settings_cli::ShortModel;
 
 /// The numbers before each of `words` in `line` ("5 cycles, 9 drafted" → [5, 9]).
 fn counts(line: &str, words: &[&str]) -> Vec<usize> {
@@ -41,7 +20,7 @@ fn counts(line: &str, words: &[&str]) -> Vec<usize> {
 
 #[test]
 fn replay_drafter_output_equals_plain_decode_on_the_cpu() {
-    let model = bench_model();
+    let model = ShortModel::with_context("bench-replay", 256);
     let out = Command::new(env!("CARGO_BIN_EXE_ds4-chat"))
         .args(["bench", "-m", model.0.to_str().unwrap(), "--backend", "cpu", "-t", "1"])
         .args(["--ctx-start", "16", "--ctx-max", "16", "--gen-tokens", "48"])

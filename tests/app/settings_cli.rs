@@ -222,14 +222,19 @@ fn backend_names_are_the_same_for_flags_and_config() {
     }
 }
 
-/// A micro model file that states a context length of 64 tokens, removed on drop.
-struct ShortModel(PathBuf);
+/// A micro model file that states a short context length (64 tokens unless said), removed on drop.
+pub(crate) struct ShortModel(pub(crate) PathBuf);
 
 impl ShortModel {
     fn write(tag: &str) -> ShortModel {
+        ShortModel::with_context(tag, 64)
+    }
+
+    /// The 3-layer micro model stating a context of `ctx` tokens, in a temporary file removed on drop.
+    pub(crate) fn with_context(tag: &str, ctx: u64) -> ShortModel {
         use ds4_chat::genmodel::{ExpertMix, GenSpec, Preset, SyntheticModel};
         let mut spec = GenSpec::new(Preset::Micro, 3, ExpertMix::Q2);
-        spec.hp.context_length = 64;
+        spec.hp.context_length = ctx;
         let path = std::env::temp_dir().join(format!("ds4-chat-settings-{tag}-{}.gguf", std::process::id()));
         SyntheticModel::new(&spec)
             .unwrap()
