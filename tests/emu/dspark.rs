@@ -3,7 +3,9 @@
 //! give the drafter exactly the rows the CPU session captures, so its proposals and confidences are
 //! the CPU drafter's bit for bit (through prefill, verified blocks, rollbacks and a dropped block);
 //! and greedy decoding with the drafter equals plain decoding token for token. In fast arithmetic
-//! the proposals are the CPU drafter's wherever its margin is clear.
+//! every confidence is the CPU drafter's within the fast tolerance on log-probabilities
+//! (`FAST_TOLERANCES.max_abs`, here on its log-odds), and the proposals are the CPU drafter's
+//! wherever its margin is clear.
 //! Runs with `cargo test --release --features hip --test emu dspark::`.
 #![cfg(feature = "hip")]
 
@@ -23,6 +25,7 @@ use crate::dspark_common::{bind, oracle_support, prompts, support_bytes, with_ds
 use crate::hip_emu;
 use crate::small_model::{ids, three_layer_model};
 use crate::speculative_common::{CTX, budget, params, plain};
+use crate::support::FAST_TOLERANCES;
 
 /// Tokens generated per prompt on the emulator (about a second a forward pass).
 const EMU_GEN: usize = 32;
@@ -215,7 +218,7 @@ fn fast_hip_drafter_proposes_the_cpu_drafters_tokens_where_the_margin_is_clear()
     cpu.eval(&prompt, &mut |_, _| true).unwrap();
     hip.eval(&prompt, &mut |_, _| true).unwrap();
     let mut anchor = argmax(cpu.logits());
-    let (mut clear, mut rows) = (0, 0);
+    let (mut clear, mut rows, mut worst) = (0, 0, 0.0f32);
     for keep in [b + 1, 1, 0, 3, b + 1] {
         let pos = cpu.n_past();
         assert!(on_cpu.run_block(anchor, pos).unwrap());
@@ -230,6 +233,18 @@ fn fast_hip_drafter_proposes_the_cpu_drafters_tokens_where_the_margin_is_clear()
             let top = logits[t as usize];
             logits[t as usize] = f32::NEG_INFINITY;
             let margin = top - logits[argmax(&logits) as usize];
+            let (c_cpu, c_hip) = (on_cpu.confidence(row, prev), on_hip.confidence(row, prev));
+            // Clamped so that two saturated confidences compare as equal, not as inf − inf.
+            let log_odds = |c: f32| {
+                let c = c.clamp(1e-6, 1.0 - 1e-6);
+                (c / (1.0 - c)).ln()
+            };
+            let d = (log_odds(c_hip) - log_odds(c_cpu)).abs();
+            assert!(
+                d <= FAST_TOLERANCES.max_abs as f32,
+                "at {pos}, row {row}: confidence {c_hip} against the CPU's {c_cpu} ({d} in log-odds)"
+            );
+            worst = worst.max(d);
             let h = on_hip.token(row, prev);
             if margin > 1.0 {
                 assert_eq!(h, t, "at {pos}, row {row}: margin {margin}");
@@ -244,6 +259,9 @@ fn fast_hip_drafter_proposes_the_cpu_drafters_tokens_where_the_margin_is_clear()
         hip.commit(keep).unwrap();
         anchor = argmax(cpu.logits());
     }
-    eprintln!("fast: {clear} of {rows} draft rows had a margin over 1 and were compared");
+    eprintln!(
+        "fast: every draft row's confidence within {worst} of the CPU's in log-odds; {clear} of {rows} rows had a \
+         token margin over 1 and were compared"
+    );
     assert!(clear > 0, "no row had a margin over 1");
 }

@@ -17,6 +17,8 @@ mod hip_emu;
 mod sessions_common;
 #[path = "../speculative_common/mod.rs"]
 mod speculative_common;
+#[path = "../support/mod.rs"]
+mod support;
 
 // The emulator tests use the model builders, not every helper the CPU tests share.
 #[allow(dead_code)]
