@@ -256,14 +256,13 @@ impl CpuSession {
         convention: crate::model::dspark::DsparkConvention,
     ) -> dspark::CpuDspark {
         let capture = self.attach_capture(&support.meta.targets, dspark::CAPTURE_ROWS);
-        dspark::CpuDspark::new(
-            self.model.clone(),
-            support,
-            self.pool.clone(),
-            &self.w,
-            capture,
-            convention,
-        )
+        // The session's weights and pool are its engine's (shared Arcs): the one construction path.
+        let engine = CpuModel {
+            model: self.model.clone(),
+            pool: self.pool.clone(),
+            w: self.w.clone(),
+        };
+        engine.dspark_over(support, convention, capture)
     }
 
     /// The pending block, if any, stays as evaluated: its undo record is dropped.
