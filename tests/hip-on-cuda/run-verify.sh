@@ -27,8 +27,8 @@ bench() { # bench NAME BIN [args...]: 2k and 32k frontiers, 128 decoded tokens e
     --step-incr 30720 --gen-tokens 128 --peak-gbps 3350 --csv "$out/$name.csv" "$@" 2> "$out/$name.err"
   echo "$name rc=$?"; grep -E "verify of|replay|speculate|backend hip|error" "$out/$name.err"; cat "$out/$name.csv"
 }
-verdict() { # verdict SAME SPEC_ERR: EQUAL or DIFFER, or NOT COMPARED when nothing was drafted
-  if grep -q " 0 drafted" "$2"; then echo "NOT COMPARED (0 drafted)"; elif [ "$1" = 1 ]; then echo EQUAL; else echo DIFFER; fi
+verdict() { # verdict SAME SPEC_ERR: DIFFER whenever the outputs differ; else EQUAL, or NOT COMPARED when nothing was drafted
+  if [ "$1" != 1 ]; then echo DIFFER; elif grep -q " 0 drafted" "$2"; then echo "NOT COMPARED (0 drafted)"; else echo EQUAL; fi
 }
 # Prompt lookup drafts only where a model repeats its context, which a random model seldom does; the
 # lossless property with drafts that are verified is the replay lines' "N of N tokens equal plain
