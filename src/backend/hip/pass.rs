@@ -326,7 +326,7 @@ impl Pass<'_> {
     /// matvec for a verify block (`columns`), the tiled GEMM for a chunk (when the group size fits
     /// its 64-row tiles; on matrix cores in fast mode).
     pub(super) fn proj_q8_0(&self, p: &Q8Proj, n: u32) -> Result<(), BackendError> {
-        let product = if self.columns(n) {
+        let product = if self.q8_columns(p, n) {
             kernels::matvec_q8_0_cols
         } else if self.token_wise(n) || !p.rows_per_group.is_multiple_of(GEMM_TILE) {
             kernels::matvec_q8_0
@@ -334,6 +334,17 @@ impl Pass<'_> {
             kernels::gemm_q8_0
         };
         self.launch(&product(p, n))
+    }
+
+    /// Whether a Q8_0 projection of a block of `n` runs the column kernel (`columns`). In fast
+    /// arithmetic the column kernel reloads every column's activation slice each round, which
+    /// costs more than the shared weight reads save on rows a warp covers in K-slices (more than
+    /// `warp_size / 2` chunks of 256, kernels/matvec_fast.hip `DS4_Q8T_CHUNKS`) and on grouped
+    /// rows; those take the one-token kernel over the block instead, with the same bits
+    /// (docs/benchmarks.md#block-verify).
+    fn q8_columns(&self, p: &Q8Proj, n: u32) -> bool {
+        let sliced = p.n_in > self.warp_size / 2 * 256;
+        self.columns(n) && !(self.is_fast() && (sliced || p.rows_per_group < p.n_out))
     }
 
     /// `proj_q8_0(first)` and `proj_q8_0(second)`, two projections of the same activations: in fast
@@ -344,7 +355,7 @@ impl Pass<'_> {
             true => kernels::paired_matvec_q8_0_cols(first, second, n, self.fast_grids),
             false => kernels::paired_matvec_q8_0(first, second, n, self.fast_grids),
         };
-        if self.launch_fast_fusion(n, paired)? {
+        if self.launch_fast_fusion(n, self.columns(n), paired)? {
             return Ok(());
         }
         self.proj_q8_0(first, n)?;
@@ -360,7 +371,7 @@ impl Pass<'_> {
             true => kernels::matvec_q8_0_quantized_cols(p, planes, n, self.fast_grids),
             false => kernels::matvec_q8_0_quantized(p, planes, n, self.fast_grids),
         };
-        if self.launch_fast_fusion(n, fused)? {
+        if self.launch_fast_fusion(n, self.q8_columns(p, n), fused)? {
             return Ok(());
         }
         self.proj_q8_0(p, n)?;
@@ -368,17 +379,18 @@ impl Pass<'_> {
     }
 
     /// In fast arithmetic for a token-wise batch of `n`, the fused launch `fusion(columns)` builds
-    /// (`columns`: its column form, for a verify block) where it takes the shape. Whether it ran;
+    /// (`columns`: its column form, for a verify block that takes it) where it takes the shape. Whether it ran;
     /// where not, the caller issues the unfused launches.
     fn launch_fast_fusion(
         &self,
         n: u32,
+        columns: bool,
         fusion: impl FnOnce(bool) -> Option<kernels::Launch>,
     ) -> Result<bool, BackendError> {
         if !self.fast_token_wise(n) {
             return Ok(false);
         }
-        match fusion(self.columns(n)) {
+        match fusion(columns) {
             Some(launch) => self.launch(&launch).map(|()| true),
             None => Ok(false),
         }
