@@ -323,8 +323,8 @@ impl Pass<'_> {
     }
 
     /// y[t] = W · x_t for Q8_0 weights and Q8_0 activations: a matvec for one token, the column
-    /// matvec for a verify block (`columns`), the tiled GEMM for a chunk (when the group size fits
-    /// its 64-row tiles; on matrix cores in fast mode).
+    /// matvec for a verify block that takes it (`q8_columns`), the tiled GEMM for a chunk (when the
+    /// group size fits its 64-row tiles; on matrix cores in fast mode).
     pub(super) fn proj_q8_0(&self, p: &Q8Proj, n: u32) -> Result<(), BackendError> {
         let product = if self.q8_columns(p, n) {
             kernels::matvec_q8_0_cols
@@ -379,8 +379,8 @@ impl Pass<'_> {
     }
 
     /// In fast arithmetic for a token-wise batch of `n`, the fused launch `fusion(columns)` builds
-    /// (`columns`: its column form, for a verify block that takes it) where it takes the shape. Whether it ran;
-    /// where not, the caller issues the unfused launches.
+    /// (`columns`: its column form, for a verify block that takes it) where it takes the shape.
+    /// Whether it ran; where not, the caller issues the unfused launches.
     fn launch_fast_fusion(
         &self,
         n: u32,
