@@ -92,7 +92,8 @@ fn fast_gpu(model: &Arc<Model>, ctx: usize) -> Box<dyn DeviceSession> {
 /// reassociation (the block's attention, router and fused launches group their sums otherwise than a
 /// step's; the products take the column kernels or, for the grouped output projection
 /// (`Pass::q8_columns`), the one-token kernel over the block, both with the one-token bits per
-/// token), and a whole block's commit continues as decoding does. Tolerance below.
+/// token). Tolerance below; the seeds are fixed, and the rows where the decode step's margin is
+/// above 1 (4 here) must all keep its argmax.
 #[test]
 fn fast_verify_rows_match_fast_decode_on_the_emulator() {
     if hip_emu::use_emulated_hip().is_none() {
@@ -118,7 +119,7 @@ fn fast_verify_rows_match_fast_decode_on_the_emulator() {
         agreement.push(compare_logits(row, &step));
     }
     eprintln!("fast verify against fast decode steps: {}", agreement.summary());
-    assert_eq!(agreement.positions.len(), cases::BLOCK);
+    assert!(agreement.confident() >= 4, "{}", agreement.summary());
     assert_eq!(agreement.confident_flips(), 0, "{}", agreement.summary());
     assert!(
         agreement.mean_logprob() <= FAST_VERIFY_MEAN_LOGPROB,

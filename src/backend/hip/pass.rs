@@ -341,7 +341,7 @@ impl Pass<'_> {
     /// costs more than the shared weight reads save on rows a warp covers in K-slices (more than
     /// `warp_size / 2` chunks of 256, kernels/matvec_fast.hip `DS4_Q8T_CHUNKS`) and on grouped
     /// rows; those take the one-token kernel over the block instead, with the same bits
-    /// (docs/benchmarks.md#block-verify).
+    /// (docs/benchmarks.md#fast-q8_0-column-matvecs-per-shape).
     fn q8_columns(&self, p: &Q8Proj, n: u32) -> bool {
         let sliced = p.n_in > self.warp_size / 2 * 256;
         self.columns(n) && !(self.is_fast() && (sliced || p.rows_per_group < p.n_out))
