@@ -2,12 +2,224 @@
 // for a block of 2..DS4_COLS tokens ("columns": a speculative verify block) in one grid row, each
 // weight tile or word read once for all of them instead of once per token. Per column the lane
 // dots, row sums and K-slice sums are those of the single-token fast kernel in the same order, so
-// each column has its bits; only the weight loads are shared. A lane's activation slice is loaded
-// per column (from L1) where the single-token kernel keeps one in registers across rounds. Same
-// arguments as the single-token kernel, plus n_tok (<= DS4_COLS); outputs laid out as there.
-// Deterministic: the same inputs give the same bits on every run and any grid.
+// each column has its bits; only the weight loads are shared. Same arguments as the single-token
+// kernel, plus n_tok (<= DS4_COLS); outputs laid out as there. Deterministic: the same inputs give
+// the same bits on every run and any grid.
+//
+// Where the activations live decides the cost (docs/benchmarks.md#fast-q8_0-column-matvecs-per-shape).
+// The single-token kernel's lane dots 4 blocks of one row and keeps that activation slice in
+// registers; for n columns that would take 36 n registers, so the first form (q8_tiled_cols' own
+// rounds) loads every column's slice again each round, and those loads cost as much as the weights
+// they share. The register-held form (q8_held_cols) gives a lane one block position of 4 rows
+// instead: one 32-code block of every column stays in registers (9 per column) for all the rounds,
+// and the lane chains of the single-token kernel (4 blocks of a chunk half, in order) are rebuilt
+// across the 4 lanes that hold those blocks, so each column keeps its bits.
 #pragma once
 #include "matvec_fast.hip"
+
+// The register-held form (header): a warp's tile is 4 rows of DS4_QH_CHUNKS chunks (the same 17
+// DS4_WARP / 2 words as a q8_tiles tile, so a block round covers the same rows); lane (c, h, q)
+// (lane = q + 4 h + 8 c) holds block 4 h + q of chunk c of the 4 rows, and a row's chunks are split
+// over nc / DS4_QH_CHUNKS consecutive warps.
+#define DS4_QH_CHUNKS (DS4_WARP / 8)
+// Its kernels hold 9 registers a column for DS4_COLS columns beside the tile's: one block of 8 warps
+// an SM on sm_90 (up to 255 registers) instead of q8_tiled_product's two.
+#define DS4_QH_LAUNCH DS4_LAUNCH(DS4_BLOCK)
+
+// Whether q8_held_cols takes the shape: tiled rows of DS4_QH_CHUNKS to 32 chunks (a row quad within
+// one block round) whose 4 rows of a lane read one activation group (rows_per_group a multiple of 4,
+// or one group for every row below n_rows).
+DS4_DEV bool q8_held(u32 n_in, u32 n_rows, u32 rows_per_group) {
+    const u32 nc = n_in / DS4_Q8_0_CHUNK;
+    return q8_tiled(n_in) && nc >= DS4_QH_CHUNKS && nc <= 32 &&
+           (rows_per_group % 4 == 0 || rows_per_group >= n_rows);
+}
+
+// Loads the warp's tile (rows row0..row0+3, chunks [cg, cg + 1) * DS4_QH_CHUNKS), coalesced; words
+// of rows >= n_out read as 0.
+DS4_DEV void q8_held_load(uint4 (&v)[DS4_Q8T_LOADS], const u8* w, u32 nc, u32 row0, u32 cg, u32 n_out) {
+    const u32 span = 17 * DS4_QH_CHUNKS;  // 16-byte words of one row's part
+#pragma unroll
+    for (int i = 0; i < DS4_Q8T_LOADS; ++i) {
+        const u32 q = i * DS4_WARP + lane_id(), r = q / span;
+        const bool ok = q < DS4_Q8T_WORDS && row0 + r < n_out;
+        const u8* rp = w + ((u64)(row0 + r) * nc + (u64)cg * DS4_QH_CHUNKS) * DS4_Q8_0_CHUNK_B;
+        v[i] = ok ? ((const uint4*)rp)[q % span] : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// Stages the loaded tile in the warp's shared words and reads back the lane's block of each of the
+// 4 rows: its scale (wd) and 8 code words (wc). A block sits at byte 34 b of its chunk, 2 bytes
+// past a word boundary for odd b, so 9 words are read and shifted into place.
+DS4_DEV void q8_held_swap(uint4* tile, const uint4 (&v)[DS4_Q8T_LOADS], u32 (&wc)[4][8], float (&wd)[4]) {
+    ds4_sync_warp();  // the lanes' reads of the previous tile are done
+#pragma unroll
+    for (int i = 0; i < DS4_Q8T_LOADS; ++i) {
+        const u32 q = i * DS4_WARP + lane_id();
+        if (q < DS4_Q8T_WORDS) tile[q] = v[i];
+    }
+    ds4_sync_warp();
+    const u32 b = lane_id() % 8, odd = b & 1;
+    const u32* base = (const u32*)tile + (lane_id() / 8) * (DS4_Q8_0_CHUNK_B / 4) + 34 * b / 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u32* p = base + i * DS4_QH_CHUNKS * (DS4_Q8_0_CHUNK_B / 4);
+        u32 w[9];
+#pragma unroll
+        for (int j = 0; j < 9; ++j) w[j] = p[j];
+        wd[i] = f16_to_f32((u16)(odd ? w[0] >> 16 : w[0]));
+#pragma unroll
+        for (int j = 0; j < 8; ++j) wc[i][j] = (u32)((((u64)w[j + 1] << 32) | w[j]) >> (odd ? 32 : 16));
+    }
+}
+
+// The single-token lane sum of row i (q8_lane_dot: blocks 4h..4h+3 of the chunk half, fma in
+// order from 0) rebuilt over the quad of lanes that holds those blocks: step t leaves in lane t the
+// chain through block 4h + t, so lane 3 ends with the chain of each row; lane q of the quad then
+// takes row q's. pr, f: the lane's block's scale product and integer dot of each row.
+DS4_DEV float q8_held_chain(const float (&pr)[4], const float (&f)[4]) {
+    const u32 q = lane_id() % 4, prev = lane_id() - (q > 0 ? 1 : 0), last = lane_id() | 3;
+    float a[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = fmaf(pr[i], f[i], 0.0f);
+#pragma unroll
+    for (int t = 1; t < 4; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = fmaf(pr[i], f[i], __shfl(a[i], prev, DS4_WARP));
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float r = __shfl(a[i], last, DS4_WARP);
+        if (q == (u32)i) s = r;
+    }
+    return s;
+}
+
+// The lane's block of every column for activation group grp (x_stride between columns).
+DS4_DEV void q8_held_acts(int (&xs)[DS4_COLS][8], float (&xsc)[DS4_COLS], const i8* xq, const float* xd,
+                          u32 x_stride, u32 grp, u32 n_in, u32 chunk, u32 n_cols) {
+    const u32 b = lane_id() % 8;
+#pragma unroll
+    for (int c = 0; c < DS4_COLS; ++c) {
+        if ((u32)c >= n_cols) break;
+        const int4* xp = (const int4*)(xq + (u64)c * x_stride + (u64)grp * n_in + (u64)chunk * DS4_Q8_0_CHUNK + 32 * b);
+        const int4 a0 = xp[0], a1 = xp[1];
+        xs[c][0] = a0.x, xs[c][1] = a0.y, xs[c][2] = a0.z, xs[c][3] = a0.w;
+        xs[c][4] = a1.x, xs[c][5] = a1.y, xs[c][6] = a1.z, xs[c][7] = a1.w;
+        xsc[c] = xd[(u64)c * (x_stride / 32) + (u64)grp * (n_in / 32) + chunk * 8 + b];
+    }
+}
+
+// The sum of row r of a round from the warps' partial sums p ([warp][row in quad][half], for one
+// column) in the single-token kernel's order: within each K-slice of DS4_Q8T_CHUNKS chunks the
+// chunk tree's upper levels (groups of DS4_QH_CHUNKS chunks, pairwise), then the halves; the
+// slices' sums added in order from 0 when there are several (q8_tiled_product).
+DS4_DEV float q8_held_row_sum(const float* p, u32 r, u32 nc) {
+    const u32 groups = nc / DS4_QH_CHUNKS, tw = min(nc, (u32)DS4_Q8T_CHUNKS), per = tw / DS4_QH_CHUNKS;
+    const float* rp = p + (r / 4) * groups * 8 + (r % 4) * 2;
+    float sum = 0.0f, slice = 0.0f;
+    for (u32 s = 0; s < nc / tw; ++s) {
+        float half[2];
+        for (u32 h = 0; h < 2; ++h) {
+            const float* g = rp + s * per * 8 + h;
+            half[h] = per == 1 ? g[0] : per == 2 ? g[0] + g[8] : (g[0] + g[8]) + (g[16] + g[24]);
+        }
+        slice = half[0] + half[1];
+        sum += slice;
+    }
+    return nc / tw == 1 ? slice : sum;
+}
+
+// q8_tiled_cols' product in the register-held form (q8_held takes the shape); its shared arrays
+// passed in (qrow: DS4_COLS rows of DS4_Q8T_QROWS when QOUT).
+template <bool QOUT>
+DS4_DEV void q8_held_cols(float* y0, float* y1, const u8* w0, const u8* w1, const i8* xq, const float* xd, u32 n_in,
+                          u32 n0, u32 n1, u32 rows_per_group, u32 x_stride, u32 n_cols, i8* q_out, float* d_out,
+                          uint4* tiles, float (*part)[DS4_COLS][DS4_WARPS_PER_BLOCK * 8],
+                          float (*qrow)[DS4_Q8T_QROWS]) {
+    const u32 nc = n_in / DS4_Q8_0_CHUNK, groups = nc / DS4_QH_CHUNKS, rpr = DS4_Q8T_ROUND / nc;
+    const u32 q_span = rpr >= 32 ? rpr : 32;  // rows quantized together
+    const u32 rq = warp_id() / groups, cg = warp_id() % groups;
+    const u32 h = (lane_id() / 4) % 2, c = lane_id() / 8;
+    u32 begin, end;
+    q8_block_rounds(n0 + n1, rpr, begin, end, QOUT ? q_span / rpr : 1);
+    if (begin >= end) {
+        ds4_grid_sync();
+        return;
+    }
+    uint4* tile = tiles + warp_id() * DS4_Q8T_WORDS;
+    uint4 v[DS4_Q8T_LOADS];
+    Q8RoundMatrix m = q8_round_matrix(begin, rpr, w0, y0, n0, w1, y1, n1);
+    q8_held_load(v, m.w, nc, m.rd * rpr + rq * 4, cg, m.n_out);
+    ds4_grid_sync();  // the first round's weights in flight before the wait (prelude.h)
+    int xs[DS4_COLS][8] = {};
+    float xsc[DS4_COLS] = {};
+    u32 key = ~0u;  // the activation group in xs
+    for (u32 rd = begin; rd < end; ++rd) {
+        u32 wc[4][8];
+        float wd[4];
+        q8_held_swap(tile, v, wc, wd);
+        const Q8RoundMatrix cur = m;
+        if (rd + 1 < end) {
+            m = q8_round_matrix(rd + 1, rpr, w0, y0, n0, w1, y1, n1);
+            q8_held_load(v, m.w, nc, m.rd * rpr + rq * 4, cg, m.n_out);
+        }
+        const u32 row0 = cur.rd * rpr + rq * 4;
+        if (row0 < cur.n_out && row0 / rows_per_group != key) {
+            key = row0 / rows_per_group;
+            q8_held_acts(xs, xsc, xq, xd, x_stride, key, n_in, cg * DS4_QH_CHUNKS + c, n_cols);
+        }
+#pragma unroll
+        for (int col = 0; col < DS4_COLS; ++col) {
+            if ((u32)col >= n_cols) break;
+            float pr[4], f[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                int is = 0;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) is = dot4_i8((int)wc[i][j], xs[col][j], is);
+                pr[i] = wd[i] * xsc[col];
+                f[i] = (float)is;
+            }
+            float s = q8_held_chain(pr, f);
+            for (u32 o = 8; o < 8 * DS4_QH_CHUNKS; o *= 2) s += __shfl_xor(s, o, DS4_WARP);  // chunk bits
+            if (groups == 1) {  // the whole row in this warp: the halves, then the row is done
+                s += __shfl_xor(s, 4, DS4_WARP);
+                const u32 row = row0 + lane_id();
+                if (lane_id() < 4 && row < cur.n_out) {
+                    if (QOUT)
+                        qrow[col][row % q_span] = s;
+                    else
+                        cur.y[(u64)col * cur.n_out + row] = s;
+                }
+            } else if (c == 0) {
+                part[rd & 1][col][warp_id() * 8 + (lane_id() % 4) * 2 + h] = s;
+            }
+        }
+        if (groups > 1) {
+            __syncthreads();
+            const u32 col = threadIdx.x / rpr, rr = threadIdx.x % rpr, r = cur.rd * rpr + rr;
+            if (col < n_cols && r < cur.n_out) {
+                const float sum = q8_held_row_sum(part[rd & 1][col], rr, nc);
+                if (QOUT)
+                    qrow[col][r % q_span] = sum;
+                else
+                    cur.y[(u64)col * cur.n_out + r] = sum;
+            }
+        }
+        if (QOUT) {
+            const u32 rows_done = (cur.rd + 1) * rpr;  // rows of the matrix finished after this round
+            if (rows_done % q_span == 0 || rows_done >= cur.n_out) {
+                __syncthreads();
+                const u32 row0q = (rows_done - 1) / q_span * q_span;
+                for (u32 cc = 0; cc < n_cols; ++cc)
+                    q8_quantize_rows(qrow[cc], (u32)((u64)cc * cur.n_out + row0q), min(q_span, cur.n_out - row0q),
+                                     q_out, d_out);
+                __syncthreads();
+            }
+        }
+    }
+}
 
 // q8_tiled_product's rounds (one matrix, n1 = 0, grouped rows reading their group's activations; or
 // two sharing their activations, q8_round_matrix) for n_cols columns of global activations (column c
@@ -18,8 +230,13 @@ template <bool QOUT>
 DS4_DEV void q8_tiled_cols(float* y0, float* y1, const u8* w0, const u8* w1, const i8* xq, const float* xd, u32 n_in,
                            u32 n0, u32 n1, u32 rows_per_group, u32 x_stride, u32 n_cols, i8* q_out, float* d_out) {
     __shared__ uint4 tiles[DS4_WARPS_PER_BLOCK * DS4_Q8T_WORDS];
-    __shared__ float part[2][DS4_COLS][DS4_WARPS_PER_BLOCK];
-    __shared__ float qrow[QOUT ? DS4_COLS : 1][QOUT ? DS4_Q8T_QROWS : 1];
+    __shared__ float part[2][DS4_COLS][DS4_WARPS_PER_BLOCK * 8];
+    __shared__ float qrow[QOUT ? DS4_COLS : 1][DS4_Q8T_QROWS];
+    if (q8_held(n_in, n0 + n1, rows_per_group)) {
+        q8_held_cols<QOUT>(y0, y1, w0, w1, xq, xd, n_in, n0, n1, rows_per_group, x_stride, n_cols, q_out, d_out,
+                           tiles, part, qrow);
+        return;
+    }
     const Q8Tiles g = q8_tiles(n_in);
     const u32 q_span = g.rpr >= 32 ? g.rpr : 32;  // rows quantized together
     u32 begin, end;
@@ -109,7 +326,7 @@ DS4_DEV void q8_untiled_cols(float* y, const u8* w, const i8* xq, const float* x
 
 // ds4_matvec_q8_0_fast of n_tok columns (ds4_matvec_q8_0_cols' twin). Tiled: grid (any); otherwise
 // grid (ceil(n_out / (256 / G))), G = q8_0_fast_lanes(n_in / 256). Block 256.
-extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_cols_fast(float* y, const u8* w, const i8* xq,
+extern "C" __global__ DS4_QH_LAUNCH void ds4_matvec_q8_0_cols_fast(float* y, const u8* w, const i8* xq,
                                                                     const float* xd, u32 n_in, u32 n_out,
                                                                     u32 rows_per_group, u32 x_stride, u32 n_tok) {
     const u32 n_cols = min(n_tok, (u32)DS4_COLS);
@@ -125,7 +342,7 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_cols_fast(float* y, co
 // ds4_matvec_q8_0_q8_fast of n_tok columns: each column's rows quantized (codes [n_tok][n_out],
 // scales [n_tok][n_out / 32]), the f32 rows not written. Preconditions as there
 // (kernels::matvec_q8_0_quantized_cols checks them). Grid (any), block 256.
-extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_q8_cols_fast(i8* q_out, float* d_out, const u8* w,
+extern "C" __global__ DS4_QH_LAUNCH void ds4_matvec_q8_0_q8_cols_fast(i8* q_out, float* d_out, const u8* w,
                                                                        const i8* xq, const float* xd, u32 n_in,
                                                                        u32 n_out, u32 rows_per_group, u32 x_stride,
                                                                        u32 n_tok) {
@@ -139,7 +356,7 @@ extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_q8_cols_fast(i8* q_out
 
 // ds4_matvec_q8_0_pair_fast of n_tok columns: y0 = W0 · x and y1 = W1 · x. Preconditions as there
 // (kernels::paired_matvec_q8_0_cols checks them). Grid (any), block 256.
-extern "C" __global__ DS4_Q8T_LAUNCH void ds4_matvec_q8_0_pair_cols_fast(float* y0, float* y1, const u8* w0,
+extern "C" __global__ DS4_QH_LAUNCH void ds4_matvec_q8_0_pair_cols_fast(float* y0, float* y1, const u8* w0,
                                                                          const u8* w1, const i8* xq, const float* xd,
                                                                          u32 n_in, u32 n_out0, u32 n_out1, u32 n_tok) {
     if (!q8_tiled(n_in)) {

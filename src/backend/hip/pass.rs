@@ -337,14 +337,16 @@ impl Pass<'_> {
     }
 
     /// Whether a Q8_0 projection of a block of `n` runs the column kernel (`columns`). In fast
-    /// arithmetic the column kernel reloads every column's activation slice each round, which
-    /// costs more than the shared weight reads save on rows a warp covers in K-slices (more than
-    /// `warp_size / 2` chunks of 256, kernels/matvec_fast.hip `DS4_Q8T_CHUNKS`) and on grouped
-    /// rows; those take the one-token kernel over the block instead, with the same bits
+    /// arithmetic a shape the register-held form does not take (`kernels::q8_0_cols_held`) reloads
+    /// every column's activations each round, which costs more than the shared weight reads save
+    /// on rows a warp covers in K-slices (more than `warp_size / 2` chunks of 256,
+    /// kernels/matvec_fast.hip `DS4_Q8T_CHUNKS`) and on grouped rows; those take the one-token
+    /// kernel over the block instead, with the same bits
     /// (docs/benchmarks.md#fast-q8_0-column-matvecs-per-shape).
     fn q8_columns(&self, p: &Q8Proj, n: u32) -> bool {
+        let held = kernels::q8_0_cols_held(p.n_in, p.n_out, p.rows_per_group, self.warp_size);
         let sliced = p.n_in > self.warp_size / 2 * 256;
-        self.columns(n) && !(self.is_fast() && (sliced || p.rows_per_group < p.n_out))
+        self.columns(n) && !(self.is_fast() && !held && (sliced || p.rows_per_group < p.n_out))
     }
 
     /// `proj_q8_0(first)` and `proj_q8_0(second)`, two projections of the same activations: in fast

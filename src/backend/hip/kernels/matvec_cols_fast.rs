@@ -8,7 +8,7 @@
 
 use super::abi::DevPtr;
 use super::abi::{KernelDef, MATVEC_Q8_0_PAIR_COLS_FAST, MATVEC_Q8_0_Q8_COLS_FAST};
-use super::fast_twins::FastGrids;
+use super::fast_twins::{FastGrids, q8_0_tiled};
 use super::launch::{Launch, u};
 use super::matvec::Q8Proj;
 use super::matvec_cols::checked;
@@ -33,4 +33,15 @@ pub fn matvec_q8_0_quantized_cols(
     grids: FastGrids,
 ) -> Option<Launch> {
     matvec_q8_0_quantized(p, planes, 1, grids).map(|l| columns_of(l, &MATVEC_Q8_0_Q8_COLS_FAST, n_tok))
+}
+
+/// Whether the fast Q8_0 column kernels take a shape in their register-held form
+/// (kernels/matvec_cols_fast.hip `q8_held`): tiled rows of `warp_size / 8` to 32 chunks of 256, and
+/// the 4 rows a lane holds in one activation group (`rows_per_group` a multiple of 4, or at least
+/// `n_rows`). Other shapes reload every column's activations each round.
+pub fn q8_0_cols_held(n_in: u32, n_rows: u32, rows_per_group: u32, warp_size: u32) -> bool {
+    let chunks = n_in / 256;
+    q8_0_tiled(n_in)
+        && (warp_size / 8..=32).contains(&chunks)
+        && (rows_per_group.is_multiple_of(4) || rows_per_group >= n_rows)
 }
