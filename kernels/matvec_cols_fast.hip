@@ -130,6 +130,37 @@ DS4_DEV float q8_held_row_sum(const float* p, u32 r, u32 nc) {
     return nc / tw == 1 ? slice : sum;
 }
 
+// One round's tile (the lane's blocks wc, wd) against every column's held activations: with a
+// row's chunks all in this warp (groups == 1), done(col, s) in lanes 0..3 with s the sum of the
+// quad's row lane_id(); otherwise the warp's partial sums go to p[col][warp * 8 + 2 q + h] for
+// q8_held_row_sum.
+template <class Done>
+DS4_DEV void q8_held_round(const u32 (&wc)[4][8], const float (&wd)[4], const int (&xs)[DS4_COLS][8],
+                           const float (&xsc)[DS4_COLS], u32 n_cols, u32 groups,
+                           float (*p)[DS4_WARPS_PER_BLOCK * 8], Done done) {
+#pragma unroll
+    for (int col = 0; col < DS4_COLS; ++col) {
+        if ((u32)col >= n_cols) break;
+        float pr[4], f[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            int is = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) is = dot4_i8((int)wc[i][j], xs[col][j], is);
+            pr[i] = wd[i] * xsc[col];
+            f[i] = (float)is;
+        }
+        float s = q8_held_chain(pr, f);
+        for (u32 o = 8; o < 8 * DS4_QH_CHUNKS; o *= 2) s += __shfl_xor(s, o, DS4_WARP);  // chunk bits
+        if (groups == 1) {  // the whole row in this warp: the halves, then the row is done
+            s += __shfl_xor(s, 4, DS4_WARP);
+            if (lane_id() < 4) done((u32)col, s);
+        } else if (lane_id() < 8) {
+            p[col][warp_id() * 8 + (lane_id() % 4) * 2 + (lane_id() / 4)] = s;
+        }
+    }
+}
+
 // q8_tiled_cols' product in the register-held form (q8_held takes the shape); its shared arrays
 // passed in (qrow: DS4_COLS rows of DS4_Q8T_QROWS when QOUT).
 template <bool QOUT>
@@ -140,7 +171,6 @@ DS4_DEV void q8_held_cols(float* y0, float* y1, const u8* w0, const u8* w1, cons
     const u32 nc = n_in / DS4_Q8_0_CHUNK, groups = nc / DS4_QH_CHUNKS, rpr = DS4_Q8T_ROUND / nc;
     const u32 q_span = rpr >= 32 ? rpr : 32;  // rows quantized together
     const u32 rq = warp_id() / groups, cg = warp_id() % groups;
-    const u32 h = (lane_id() / 4) % 2, c = lane_id() / 8;
     u32 begin, end;
     q8_block_rounds(n0 + n1, rpr, begin, end, QOUT ? q_span / rpr : 1);
     if (begin >= end) {
@@ -167,35 +197,16 @@ DS4_DEV void q8_held_cols(float* y0, float* y1, const u8* w0, const u8* w1, cons
         const u32 row0 = cur.rd * rpr + rq * 4;
         if (row0 < cur.n_out && row0 / rows_per_group != key) {
             key = row0 / rows_per_group;
-            q8_held_acts(xs, xsc, xq, xd, x_stride, key, n_in, cg * DS4_QH_CHUNKS + c, n_cols);
+            q8_held_acts(xs, xsc, xq, xd, x_stride, key, n_in, cg * DS4_QH_CHUNKS + lane_id() / 8, n_cols);
         }
-#pragma unroll
-        for (int col = 0; col < DS4_COLS; ++col) {
-            if ((u32)col >= n_cols) break;
-            float pr[4], f[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                int is = 0;
-#pragma unroll
-                for (int j = 0; j < 8; ++j) is = dot4_i8((int)wc[i][j], xs[col][j], is);
-                pr[i] = wd[i] * xsc[col];
-                f[i] = (float)is;
-            }
-            float s = q8_held_chain(pr, f);
-            for (u32 o = 8; o < 8 * DS4_QH_CHUNKS; o *= 2) s += __shfl_xor(s, o, DS4_WARP);  // chunk bits
-            if (groups == 1) {  // the whole row in this warp: the halves, then the row is done
-                s += __shfl_xor(s, 4, DS4_WARP);
-                const u32 row = row0 + lane_id();
-                if (lane_id() < 4 && row < cur.n_out) {
-                    if (QOUT)
-                        qrow[col][row % q_span] = s;
-                    else
-                        cur.y[(u64)col * cur.n_out + row] = s;
-                }
-            } else if (c == 0) {
-                part[rd & 1][col][warp_id() * 8 + (lane_id() % 4) * 2 + h] = s;
-            }
-        }
+        q8_held_round(wc, wd, xs, xsc, n_cols, groups, part[rd & 1], [&](u32 col, float s) {
+            const u32 row = row0 + lane_id();
+            if (row >= cur.n_out) return;
+            if (QOUT)
+                qrow[col][row % q_span] = s;
+            else
+                cur.y[(u64)col * cur.n_out + row] = s;
+        });
         if (groups > 1) {
             __syncthreads();
             const u32 col = threadIdx.x / rpr, rr = threadIdx.x % rpr, r = cur.rd * rpr + rr;
@@ -224,7 +235,8 @@ DS4_DEV void q8_held_cols(float* y0, float* y1, const u8* w0, const u8* w1, cons
 // q8_tiled_product's rounds (one matrix, n1 = 0, grouped rows reading their group's activations; or
 // two sharing their activations, q8_round_matrix) for n_cols columns of global activations (column c
 // at xq + c * x_stride): each round's tile is staged once and dotted with every column's slice.
-// QOUT as q8_tiled_product's, each column's rows quantized as their Q8_0 blocks complete.
+// QOUT as q8_tiled_product's, each column's rows quantized as their Q8_0 blocks complete. Shapes
+// q8_held takes run q8_held_cols; the others reload each column's slice every round (header).
 // Grid (any), block 256.
 template <bool QOUT>
 DS4_DEV void q8_tiled_cols(float* y0, float* y1, const u8* w0, const u8* w1, const i8* xq, const float* xd, u32 n_in,
@@ -367,14 +379,65 @@ extern "C" __global__ DS4_QH_LAUNCH void ds4_matvec_q8_0_pair_cols_fast(float* y
                          min(n_tok, (u32)DS4_COLS), nullptr, nullptr);
 }
 
+// q8_swiglu_tiled_cols in the register-held form (q8_held(n_in, n_ff, n_ff) takes the shape): each
+// round dots the gate tile with every column, then the up tile; the gate sums wait in shared memory
+// (gate, or the partial sums p[0] when a row spans warps) for the up sums. One tile is in flight at
+// a time (a second would not fit gfx1151's registers beside the columns'). Shared arrays passed in.
+DS4_DEV void q8_held_swiglu_cols(float* mid, const u8* wg, const u8* wu, const i8* xq, const float* xd, u32 n_in,
+                                 u32 n_ff, float limit, u32 n_cols, uint4* tiles,
+                                 float (*part)[2][DS4_COLS][DS4_WARPS_PER_BLOCK * 8], float (*gate)[DS4_Q8T_ROUND]) {
+    const u32 nc = n_in / DS4_Q8_0_CHUNK, groups = nc / DS4_QH_CHUNKS, rpr = DS4_Q8T_ROUND / nc;
+    const u32 rq = warp_id() / groups, cg = warp_id() % groups;
+    u32 begin, end;
+    q8_block_rounds(n_ff, rpr, begin, end);
+    if (begin >= end) {
+        ds4_grid_sync();
+        return;
+    }
+    uint4* tile = tiles + warp_id() * DS4_Q8T_WORDS;
+    uint4 v[DS4_Q8T_LOADS];  // one tile in flight: the round's up tile, then the next round's gate tile
+    q8_held_load(v, wg, nc, begin * rpr + rq * 4, cg, n_ff);
+    ds4_grid_sync();  // the first round's weights in flight before the wait (prelude.h)
+    int xs[DS4_COLS][8] = {};
+    float xsc[DS4_COLS] = {};
+    q8_held_acts(xs, xsc, xq, xd, n_in, 0, n_in, cg * DS4_QH_CHUNKS + lane_id() / 8, n_cols);
+    for (u32 rd = begin; rd < end; ++rd) {
+        const u32 row0 = rd * rpr + rq * 4;
+        float(*p)[DS4_COLS][DS4_WARPS_PER_BLOCK * 8] = part[rd & 1];
+        u32 wc[4][8];
+        float wd[4];
+        q8_held_swap(tile, v, wc, wd);
+        q8_held_load(v, wu, nc, row0, cg, n_ff);
+        q8_held_round(wc, wd, xs, xsc, n_cols, groups, p[0],
+                      [&](u32 col, float s) { gate[col][rq * 4 + lane_id()] = s; });
+        q8_held_swap(tile, v, wc, wd);
+        if (rd + 1 < end) q8_held_load(v, wg, nc, row0 + rpr, cg, n_ff);
+        q8_held_round(wc, wd, xs, xsc, n_cols, groups, p[1], [&](u32 col, float s) {
+            const u32 row = row0 + lane_id();
+            if (row < n_ff) mid[(u64)col * n_ff + row] = swiglu_clamped(gate[col][rq * 4 + lane_id()], s, limit);
+        });
+        if (groups > 1) {
+            __syncthreads();
+            const u32 col = threadIdx.x / rpr, rr = threadIdx.x % rpr, r = rd * rpr + rr;
+            if (col < n_cols && r < n_ff)
+                mid[(u64)col * n_ff + r] = swiglu_clamped(q8_held_row_sum(p[0][col], rr, nc),
+                                                          q8_held_row_sum(p[1][col], rr, nc), limit);
+        }
+    }
+}
+
 // q8_swiglu_tiled for n_cols columns: a round's gate tile is dotted with every column, then its up
 // tile; with whole rows a warp (k == 1) the lane that writes a row keeps its gate sums in shared
-// memory until its up sums come.
+// memory until its up sums come. Shapes q8_held takes run q8_held_swiglu_cols.
 DS4_DEV void q8_swiglu_tiled_cols(float* mid, const u8* wg, const u8* wu, const i8* xq, const float* xd, u32 n_in,
                                   u32 n_ff, float limit, u32 n_cols) {
     __shared__ uint4 tiles[DS4_WARPS_PER_BLOCK * DS4_Q8T_WORDS];
-    __shared__ float part[2][2][DS4_COLS][DS4_WARPS_PER_BLOCK];
+    __shared__ float part[2][2][DS4_COLS][DS4_WARPS_PER_BLOCK * 8];
     __shared__ float gate[DS4_COLS][DS4_Q8T_ROUND];
+    if (q8_held(n_in, n_ff, n_ff)) {
+        q8_held_swiglu_cols(mid, wg, wu, xq, xd, n_in, n_ff, limit, n_cols, tiles, part, gate);
+        return;
+    }
     const Q8Tiles g = q8_tiles(n_in);
     u32 begin, end;
     q8_block_rounds(n_ff, g.rpr, begin, end);
@@ -393,7 +456,7 @@ DS4_DEV void q8_swiglu_tiled_cols(float* mid, const u8* wg, const u8* wu, const 
         q8_lane_row(g, rd, row, cir);
         const bool writes = row < n_ff && cir == 0 && q8_lane_half() == 0;
         const u32 rl = row - rd * g.rpr;  // the row within the round
-        float(*p)[DS4_COLS][DS4_WARPS_PER_BLOCK] = part[rd & 1];
+        float(*p)[DS4_COLS][DS4_WARPS_PER_BLOCK * 8] = part[rd & 1];
         // One matrix's tile of the round (m = 0: gate, 1: up) against every column.
         auto columns = [&](uint4 (&vm)[DS4_Q8T_LOADS], const u8* wm, int m) {
             u32 wv[34];

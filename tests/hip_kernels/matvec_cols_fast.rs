@@ -33,8 +33,16 @@ pub fn run(gpu: &Gpu, rng: &mut CheckRng, emit: Emit) {
             }));
         }
     }
-    // At least 19 rows, so that some gate is positive (matvec_fast's swiglu cases say why).
-    for (n_in, n_ff) in [(4096usize, 45usize), (16384, 21), (512, 19), (768, 23)] {
+    // At least 19 rows, so that some gate is positive (matvec_fast's swiglu cases say why); rows of
+    // 4, 16 and 32 tiled chunks take the register-held form.
+    for (n_in, n_ff) in [
+        (4096usize, 45usize),
+        (1024, 37),
+        (8192, 21),
+        (16384, 21),
+        (512, 19),
+        (768, 23),
+    ] {
         for n in BLOCK_SIZES {
             let name = format!("matvec_cols_fast.q8_0_swiglu[{n_in}x{n_ff},{n} tok]");
             emit(guard(&name, || check_swiglu(gpu, rng, &name, (n_in, n_ff, n), true)));
