@@ -129,6 +129,17 @@ impl FastGrids {
             indexer_decode_tokens: idx.unwrap_or(INDEXER_DECODE_MAX_TOKENS),
         })
     }
+
+    /// These grids for the fast Q8_0 column kernels (kernels/matvec_cols_fast.hip): half the tiled
+    /// matvecs' most blocks, as their columns' registers leave room for one block a multiprocessor
+    /// where the one-token kernels fit two (docs/benchmarks.md#fast-q8_0-column-matvecs-per-shape:
+    /// faster at n = 6 on every Flash shape).
+    pub fn for_q8_0_columns(self) -> FastGrids {
+        FastGrids {
+            q8_0_max_blocks: self.q8_0_max_blocks.div_ceil(2),
+            ..self
+        }
+    }
 }
 
 /// Whether the fast Q8_0 matvecs take rows of `n_in` elements on their tiled path (q8_tiled): whole
@@ -302,7 +313,8 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
             (hd.is_multiple_of(2) && hd <= 1024 && n_rot.is_multiple_of(2) && ptrs_aligned16(l))
                 .then(|| twin(l, &ROWS_FINISH_FAST, l.grid))
         }
-        // The column kernels' twins (kernels/matvec_cols_fast.hip) take the same grid in one row.
+        // The column kernels' twins (kernels/matvec_cols_fast.hip) take the same grid in one row,
+        // with half the most blocks (`FastGrids::for_q8_0_columns`).
         "ds4_matvec_q8_0" | "ds4_matvec_q8_0_swiglu" | "ds4_matvec_q8_0_cols" | "ds4_matvec_q8_0_swiglu_cols" => {
             let n_in = arg_u32(l, "n_in");
             let (kernel, rows) = match l.kernel.name {
@@ -310,6 +322,10 @@ pub fn fast_twin_tuned(l: &Launch, grids: FastGrids) -> Option<Launch> {
                 "ds4_matvec_q8_0_cols" => (&MATVEC_Q8_0_COLS_FAST, arg_u32(l, "n_out")),
                 "ds4_matvec_q8_0_swiglu" => (&MATVEC_Q8_0_SWIGLU_FAST, arg_u32(l, "n_ff")),
                 _ => (&MATVEC_Q8_0_SWIGLU_COLS_FAST, arg_u32(l, "n_ff")),
+            };
+            let grids = match l.kernel.name {
+                "ds4_matvec_q8_0_cols" | "ds4_matvec_q8_0_swiglu_cols" => grids.for_q8_0_columns(),
+                _ => grids,
             };
             (n_in.is_multiple_of(Q8_0_FAST_CHUNK) && n_in > 0).then(|| {
                 let grid = q8_0_fast_blocks(n_in, rows, grids.q8_0_max_blocks);

@@ -14,15 +14,16 @@ use super::matvec::Q8Proj;
 use super::matvec_cols::checked;
 use super::matvec_fast::{matvec_q8_0_quantized, paired_matvec_q8_0};
 
-/// The column kernel `kernel` for `n_tok` tokens in place of the single-token fused launch `l`: its
-/// arguments and then n_tok, its blocks in one grid row.
+/// The column kernel `kernel` for `n_tok` tokens in place of the single-token fused launch `l` (built
+/// with `FastGrids::for_q8_0_columns`): its arguments and then n_tok, its blocks in one grid row.
 fn columns_of(l: Launch, kernel: &'static KernelDef, n_tok: u32) -> Launch {
     Launch::new(kernel, [l.grid[0], 1, 1], [l.args, vec![u(checked(n_tok))]].concat())
 }
 
 /// `kernels::paired_matvec_q8_0` for `n_tok` column tokens (`ds4_matvec_q8_0_pair_cols_fast`).
 pub fn paired_matvec_q8_0_cols(first: &Q8Proj, second: &Q8Proj, n_tok: u32, grids: FastGrids) -> Option<Launch> {
-    paired_matvec_q8_0(first, second, 1, grids).map(|l| columns_of(l, &MATVEC_Q8_0_PAIR_COLS_FAST, n_tok))
+    paired_matvec_q8_0(first, second, 1, grids.for_q8_0_columns())
+        .map(|l| columns_of(l, &MATVEC_Q8_0_PAIR_COLS_FAST, n_tok))
 }
 
 /// `kernels::matvec_q8_0_quantized` for `n_tok` column tokens (`ds4_matvec_q8_0_q8_cols_fast`).
@@ -32,7 +33,8 @@ pub fn matvec_q8_0_quantized_cols(
     n_tok: u32,
     grids: FastGrids,
 ) -> Option<Launch> {
-    matvec_q8_0_quantized(p, planes, 1, grids).map(|l| columns_of(l, &MATVEC_Q8_0_Q8_COLS_FAST, n_tok))
+    matvec_q8_0_quantized(p, planes, 1, grids.for_q8_0_columns())
+        .map(|l| columns_of(l, &MATVEC_Q8_0_Q8_COLS_FAST, n_tok))
 }
 
 /// Whether the fast Q8_0 column kernels take a shape in their register-held form
