@@ -161,6 +161,20 @@ DS4_DEV void q8_held_round(const u32 (&wc)[4][8], const float (&wd)[4], const in
     }
 }
 
+// The QOUT step of both column forms after round rd of a matrix (rpr rows a round, n_out rows):
+// once a run of q_span rows (or the matrix) is complete, every column's gathered rows in qrow are
+// quantized to Q8_0 (codes [n_cols][n_out], scales [n_cols][n_out / 32]). Call from every thread.
+DS4_DEV void q8_cols_quantize_done(float (*qrow)[DS4_Q8T_QROWS], u32 rd, u32 rpr, u32 q_span, u32 n_out, u32 n_cols,
+                                   i8* q_out, float* d_out) {
+    const u32 rows_done = (rd + 1) * rpr;  // rows of the matrix finished after this round
+    if (rows_done % q_span != 0 && rows_done < n_out) return;
+    __syncthreads();
+    const u32 row0 = (rows_done - 1) / q_span * q_span;
+    for (u32 c = 0; c < n_cols; ++c)
+        q8_quantize_rows(qrow[c], (u32)((u64)c * n_out + row0), min(q_span, n_out - row0), q_out, d_out);
+    __syncthreads();
+}
+
 // q8_tiled_cols' product in the register-held form (q8_held takes the shape); its shared arrays
 // passed in (qrow: DS4_COLS rows of DS4_Q8T_QROWS when QOUT).
 template <bool QOUT>
@@ -218,17 +232,7 @@ DS4_DEV void q8_held_cols(float* y0, float* y1, const u8* w0, const u8* w1, cons
                     cur.y[(u64)col * cur.n_out + r] = sum;
             }
         }
-        if (QOUT) {
-            const u32 rows_done = (cur.rd + 1) * rpr;  // rows of the matrix finished after this round
-            if (rows_done % q_span == 0 || rows_done >= cur.n_out) {
-                __syncthreads();
-                const u32 row0q = (rows_done - 1) / q_span * q_span;
-                for (u32 cc = 0; cc < n_cols; ++cc)
-                    q8_quantize_rows(qrow[cc], (u32)((u64)cc * cur.n_out + row0q), min(q_span, cur.n_out - row0q),
-                                     q_out, d_out);
-                __syncthreads();
-            }
-        }
+        if (QOUT) q8_cols_quantize_done(qrow, cur.rd, rpr, q_span, cur.n_out, n_cols, q_out, d_out);
     }
 }
 
@@ -299,17 +303,7 @@ DS4_DEV void q8_tiled_cols(float* y0, float* y1, const u8* w0, const u8* w1, con
                     cur.y[(u64)c * cur.n_out + r] = sum;
             }
         }
-        if (QOUT) {
-            const u32 rows_done = (cur.rd + 1) * g.rpr;  // rows of the matrix finished after this round
-            if (rows_done % q_span == 0 || rows_done >= cur.n_out) {
-                __syncthreads();
-                const u32 row0 = (rows_done - 1) / q_span * q_span;
-                for (u32 c = 0; c < n_cols; ++c)
-                    q8_quantize_rows(qrow[c], (u32)((u64)c * cur.n_out + row0), min(q_span, cur.n_out - row0), q_out,
-                                     d_out);
-                __syncthreads();
-            }
-        }
+        if (QOUT) q8_cols_quantize_done(qrow, cur.rd, g.rpr, q_span, cur.n_out, n_cols, q_out, d_out);
     }
 }
 
